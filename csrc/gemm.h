@@ -1,0 +1,39 @@
+// The gemm op's shared pieces: argument validation (one path for every
+// backend, Meta included) and the per-backend implementations.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kernels/gemm_params.h"
+
+namespace mpgemm {
+
+// A validated gemm call. Size is int64_t for real tensors and c10::SymInt for
+// fake ones, so torch.compile traces through the same checks.
+template <class Size>
+struct GemmProblem {
+  Size batch, m, n, k;
+  std::vector<Size> out_shape;  // (batch, m, n) if either operand is 3-D, else (m, n)
+  at::ScalarType out_dtype;
+  kernels::Activation activation;
+};
+
+template <class Size>
+GemmProblem<Size> check_gemm_args(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                                  std::optional<std::string_view> activation,
+                                  std::optional<at::ScalarType> out_dtype);
+
+// Checks a caller-provided output against the problem.
+void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);
+
+// Backends: write activation(a @ b + bias) into `out`, already checked.
+void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
+                   const std::optional<at::Tensor>& bias, at::Tensor& out);
+void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
+                    const std::optional<at::Tensor>& bias, at::Tensor& out);
+
+}  // namespace mpgemm

@@ -1,0 +1,28 @@
+// The CPU reference backend of gemm: the kernels' semantics without their
+// speed. Each input is an fp16 value and every product is summed in fp32
+// (fp16 x fp16 products are exact in fp32); the epilogue is the kernels' own.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "gemm.h"
+#include "kernels/epilogue_math.h"
+
+namespace mpgemm {
+
+void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
+                   const std::optional<at::Tensor>& bias, at::Tensor& out) {
+  // Widening to fp32 keeps strides, so transposed views stay views for BLAS.
+  at::Tensor acc = at::matmul(a.to(at::kFloat), b.to(at::kFloat));
+  if (bias) acc.add_(bias->to(at::kFloat));
+  if (problem.activation != kernels::Activation::kNone) {
+    acc = acc.contiguous();
+    float* data = acc.data_ptr<float>();
+    const kernels::Activation activation = problem.activation;
+    at::parallel_for(0, acc.numel(), 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) data[i] = kernels::apply_activation(activation, data[i]);
+    });
+  }
+  out.copy_(acc.reshape(out.sizes()));
+}
+
+}  // namespace mpgemm

@@ -1,0 +1,38 @@
+// Tile configurations of the WMMA GEMM: the one place where tile sizes live.
+#pragma once
+
+namespace mpgemm::kernels {
+
+// A block computes a kBlockM x kBlockN tile of D, stepping through K in slices
+// of kBlockK that are staged through kStages shared-memory buffers. Its warps
+// form a kWarpsM x kWarpsN grid; each owns a kWarpM x kWarpN tile held as
+// 16x16 fp32 WMMA accumulator fragments.
+template <int BlockM, int BlockN, int BlockK, int WarpM, int WarpN, int Stages>
+struct GemmTileConfig {
+  static constexpr int kBlockM = BlockM;
+  static constexpr int kBlockN = BlockN;
+  static constexpr int kBlockK = BlockK;
+  static constexpr int kWarpM = WarpM;
+  static constexpr int kWarpN = WarpN;
+  static constexpr int kStages = Stages;
+
+  static constexpr int kFragment = 16;  // WMMA m16n16k16
+  static constexpr int kWarpsM = BlockM / WarpM;
+  static constexpr int kWarpsN = BlockN / WarpN;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kFragmentsM = WarpM / kFragment;
+  static constexpr int kFragmentsN = WarpN / kFragment;
+
+  static_assert(BlockM % WarpM == 0 && BlockN % WarpN == 0, "warps must tile the block");
+  static_assert(WarpM % kFragment == 0 && WarpN % kFragment == 0, "fragments must tile the warp");
+  static_assert(BlockK % kFragment == 0, "the K slice must be whole fragments");
+  static_assert(Stages >= 2, "the pipeline needs at least two stages");
+};
+
+// 8 warps of 64x32 over a 128x128 tile: the default for problems that fill the GPU.
+using LargeTileConfig = GemmTileConfig<128, 128, 32, 64, 32, 3>;
+// 4 warps of 32x32 over a 64x64 tile: more blocks for problems too small to
+// fill the GPU with large tiles.
+using SmallTileConfig = GemmTileConfig<64, 64, 32, 32, 32, 3>;
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,88 @@
+// Host-side dispatch of the WMMA GEMM: picks the tile configuration, the
+// operand layouts and the load width, then launches.
+#include <climits>
+#include <type_traits>
+
+#include "gemm_config.h"
+#include "gemm_launch.h"
+#include "wmma_gemm.cuh"
+
+namespace mpgemm::kernels {
+namespace {
+
+constexpr int64_t kMaxGridY = 65535;
+
+template <class Config, bool ARowMajor, bool BRowMajor, int Vector>
+cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
+  constexpr int kSmemBytes = WmmaGemmSmem<Config, ARowMajor, BRowMajor>::kBytes;
+  auto* kernel = &wmma_gemm_kernel<Config, ARowMajor, BRowMajor, Vector>;
+  if (kSmemBytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t tiles =
+      ((p.m + Config::kBlockM - 1) / Config::kBlockM) * ((p.n + Config::kBlockN - 1) / Config::kBlockN);
+  if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch < kMaxGridY ? p.batch : kMaxGridY));
+  kernel<<<grid, Config::kThreads, kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Calls f(std::integral_constant<bool, value>) so a runtime flag picks a template.
+template <class F>
+cudaError_t with_flag(bool value, F&& f) {
+  return value ? f(std::true_type{}) : f(std::false_type{});
+}
+
+template <class Config, bool Vectorized>
+cudaError_t launch_layout(const GemmParams& p, cudaStream_t stream, bool a_row_major, bool b_row_major) {
+  return with_flag(a_row_major, [&](auto a_row) {
+    return with_flag(b_row_major, [&](auto b_row) {
+      return launch<Config, decltype(a_row)::value, decltype(b_row)::value, Vectorized ? 8 : 1>(p, stream);
+    });
+  });
+}
+
+// 16-byte chunks need a 16-byte aligned base, rows and batches a multiple of 8
+// elements apart, and a contiguous extent that splits into whole chunks.
+bool operand_vectorizable(const void* data, int64_t batch_stride, int64_t ld, int64_t inner_extent) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && batch_stride % 8 == 0 && ld % 8 == 0 &&
+         inner_extent % 8 == 0;
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return count;
+}
+
+}  // namespace
+
+cudaError_t launch_gemm(const GemmParams& p, cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
+  // Row-major wins when both strides are 1 (a single row or column).
+  const bool a_row_major = p.a_col_stride == 1;
+  const bool b_row_major = p.b_col_stride == 1;
+  if ((!a_row_major && p.a_row_stride != 1) || (!b_row_major && p.b_row_stride != 1))
+    return cudaErrorInvalidValue;
+
+  const bool vectorized =
+      operand_vectorizable(p.a, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride,
+                           a_row_major ? p.k : p.m) &&
+      operand_vectorizable(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
+                           b_row_major ? p.n : p.k);
+
+  // Large tiles unless they would leave most multiprocessors idle.
+  const int64_t large_tiles = ((p.m + LargeTileConfig::kBlockM - 1) / LargeTileConfig::kBlockM) *
+                              ((p.n + LargeTileConfig::kBlockN - 1) / LargeTileConfig::kBlockN) * p.batch;
+  // One-element loads take small tiles too: large ones would run out of registers.
+  if (vectorized && large_tiles >= multiprocessor_count())
+    return launch_layout<LargeTileConfig, true>(p, stream, a_row_major, b_row_major);
+  if (vectorized) return launch_layout<SmallTileConfig, true>(p, stream, a_row_major, b_row_major);
+  return launch_layout<SmallTileConfig, false>(p, stream, a_row_major, b_row_major);
+}
+
+}  // namespace mpgemm::kernels

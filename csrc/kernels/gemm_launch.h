@@ -1,0 +1,15 @@
+// Entry point of the GEMM kernels for host code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gemm_params.h"
+
+namespace mpgemm::kernels {
+
+// Enqueues the GEMM described by `params` on `stream`. Returns the launch
+// error, cudaErrorInvalidValue for an operand that is neither row- nor
+// column-major, cudaSuccess otherwise.
+cudaError_t launch_gemm(const GemmParams& params, cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,38 @@
+// The problem handed to the GEMM kernels: raw pointers, sizes and strides,
+// no torch and no CUDA headers, so the CPU reference shares the enums.
+//
+//   D[b] = activation(A[b] @ B[b] + bias)      for b in [0, batch)
+//
+// A is (m, k) and B is (k, n), both fp16; products are summed in fp32. The
+// epilogue adds the bias and applies the activation in fp32, then rounds once
+// to D's element type. A batch stride of 0 broadcasts one matrix over the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace mpgemm::kernels {
+
+enum class ElementType : int { kFloat16 = 0, kFloat32 = 1 };
+
+enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
+
+struct GemmParams {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+
+  // Element (i, j) of matrix b of A lives at a + b*a_batch_stride + i*a_row_stride + j*a_col_stride.
+  // One of the two matrix strides must be 1: A is row- or column-major.
+  const void* a = nullptr;  // fp16
+  int64_t a_batch_stride = 0, a_row_stride = 0, a_col_stride = 0;
+  const void* b = nullptr;  // fp16
+  int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
+
+  const void* bias = nullptr;  // (n,), optional
+  ElementType bias_type = ElementType::kFloat32;
+  Activation activation = Activation::kNone;
+
+  void* d = nullptr;  // row-major, unit column stride
+  ElementType d_type = ElementType::kFloat32;
+  int64_t d_batch_stride = 0, d_row_stride = 0;
+};
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,106 @@
+// The mpgemm operator library: schemas, their CPU and Meta implementations,
+// and the Python module that loading the library needs.
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <torch/library.h>
+
+#include "gemm.h"
+
+namespace mpgemm {
+namespace {
+
+using GemmInto = void (*)(const GemmProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
+                          const std::optional<at::Tensor>&, at::Tensor&);
+
+template <GemmInto Into>
+at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out_dtype);
+  at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
+  Into(problem, a, b, bias, out);
+  return out;
+}
+
+template <GemmInto Into>
+void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                     std::optional<std::string_view> activation, at::Tensor& out) {
+  TORCH_CHECK_TYPE(out.scalar_type() == at::kFloat || out.scalar_type() == at::kHalf,
+                   "mpgemm.gemm: expected out to be torch.float32 or torch.float16, got ", out.scalar_type());
+  const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out.scalar_type());
+  check_gemm_out(problem, a, out);
+  at::assert_no_overlap(out, a);
+  at::assert_no_overlap(out, b);
+  if (bias) at::assert_no_overlap(out, *bias);
+  Into(problem, a, b, bias, out);
+}
+
+at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                     std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_gemm_args<c10::SymInt>(a, b, bias, activation, out_dtype);
+  return at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype));
+}
+
+void gemm_out_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                   std::optional<std::string_view> activation, at::Tensor& out) {
+  check_gemm_args<c10::SymInt>(a, b, bias, activation, out.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mpgemm, m) {
+  m.def(
+      "gemm(Tensor a, Tensor b, *, Tensor? bias=None, str? activation=None, ScalarType? out_dtype=None) -> Tensor");
+  // Returns nothing: functionalization (torch.compile) refuses custom ops whose outputs alias inputs.
+  m.def("gemm.out(Tensor a, Tensor b, *, Tensor? bias=None, str? activation=None, Tensor(a!) out) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
+  m.impl("gemm", &gemm<gemm_cpu_into>);
+  m.impl("gemm.out", &gemm_out<gemm_cpu_into>);
+}
+
+TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
+  m.impl("gemm", &gemm_meta);
+  m.impl("gemm.out", &gemm_out_meta);
+}
+
+#ifdef MPGEMM_WITH_CUDA
+TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
+  m.impl("gemm", &gemm<gemm_cuda_into>);
+  m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
+}
+#endif
+
+}  // namespace mpgemm
+
+// How this binary was built; setup.py passes the values in.
+#ifndef MPGEMM_BUILD_BACKEND
+#define MPGEMM_BUILD_BACKEND "cpu"
+#endif
+#ifndef MPGEMM_CUDA_ARCHS
+#define MPGEMM_CUDA_ARCHS ""
+#endif
+#ifndef MPGEMM_CUDA_VERSION
+#define MPGEMM_CUDA_VERSION ""
+#endif
+#ifndef MPGEMM_TORCH_VERSION
+#define MPGEMM_TORCH_VERSION ""
+#endif
+
+static PyObject* build_info(PyObject*, PyObject*) {
+  return Py_BuildValue("{s:s,s:s,s:s,s:s}", "backend", MPGEMM_BUILD_BACKEND, "cuda_archs", MPGEMM_CUDA_ARCHS,
+                       "cuda_version", MPGEMM_CUDA_VERSION, "torch_version", MPGEMM_TORCH_VERSION);
+}
+
+static PyMethodDef module_methods[] = {
+    {"build_info", build_info, METH_NOARGS, "How the extension was built."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+// Importing mpgemm._C loads this library, whose static initializers register the ops.
+extern "C" PyMODINIT_FUNC PyInit__C() {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, module_methods};
+  return PyModule_Create(&module);
+}

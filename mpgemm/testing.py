@@ -1,0 +1,58 @@
+"""Independent float64 references and error measures, shared by the tests and
+`python -m mpgemm verify`."""
+
+import torch
+import torch.nn.functional as F
+
+# Relative-error bounds ||out - ref|| / ||ref|| per output dtype. fp32 output
+# leaves only fp32 summation error; fp16 output adds one rounding (2**-11).
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3}
+# Tensor Core fp32 accumulation rounds differently from sequential fp32 adds.
+CUDA_FP32_TOLERANCE = 1e-4
+
+
+def tolerance(out_dtype, device):
+    if out_dtype == torch.float32 and torch.device(device).type == "cuda":
+        return CUDA_FP32_TOLERANCE
+    return TOLERANCE[out_dtype]
+
+
+def reference_gemm(a, b, bias=None, activation=None):
+    """activation(a @ b + bias) in float64 on the same fp16 values, on the CPU."""
+    out = torch.matmul(a.double().cpu(), b.double().cpu())
+    if bias is not None:
+        out = out + bias.double().cpu()
+    if activation == "relu":
+        out = torch.relu(out)
+    elif activation == "gelu":
+        out = F.gelu(out)
+    elif activation is not None:
+        raise ValueError(f"unknown activation {activation!r}")
+    return out
+
+
+def relative_error(out, ref):
+    """||out - ref|| / ||ref|| in float64 (0 when both are empty or zero)."""
+    diff = torch.linalg.vector_norm(out.double().cpu() - ref)
+    norm = torch.linalg.vector_norm(ref)
+    return (diff / norm).item() if norm > 0 else diff.item()
+
+
+def max_abs_error(out, ref):
+    return (out.double().cpu() - ref).abs().max().item() if ref.numel() else 0.0
+
+
+def random_operand(shape, *, layout="row", device="cpu", generator=None):
+    """A random fp16 tensor of logical `shape` stored as `layout`:
+    "row" (contiguous), "col" (a transposed view of the last two dimensions),
+    or "strided" (a view whose last dimension is not contiguous either)."""
+    shape = tuple(shape)
+    if layout == "row":
+        return torch.randn(shape, generator=generator).half().to(device)
+    if layout == "col":
+        t = torch.randn(shape[:-2] + (shape[-1], shape[-2]), generator=generator).half().to(device)
+        return t.transpose(-1, -2)
+    if layout == "strided":
+        t = torch.randn(shape[:-1] + (2 * shape[-1],), generator=generator).half().to(device)
+        return t[..., ::2]
+    raise ValueError(f"unknown layout {layout!r}")

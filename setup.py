@@ -1,0 +1,62 @@
+"""Builds mpgemm._C: the CUDA extension (CPU reference plus WMMA kernels) when
+torch is a CUDA build and a CUDA compiler is found, otherwise the CPU-only one.
+
+TORCH_CUDA_ARCH_LIST is honoured. With no list and no GPU visible, the kernels
+are built for every Tensor Core arch mpgemm supports (DEFAULT_CUDA_ARCHS).
+MPGEMM_FORCE_CPU=1 builds the CPU-only extension even where CUDA is available.
+"""
+
+import os
+import re
+
+import torch
+from setuptools import setup
+from torch.utils import cpp_extension
+
+DEFAULT_CUDA_ARCHS = "7.5;8.0;8.6;8.9;9.0"
+CPU_SOURCES = ["csrc/ops.cpp", "csrc/gemm_checks.cpp", "csrc/gemm_cpu.cpp"]
+CUDA_SOURCES = ["csrc/cuda/gemm_cuda.cpp", "csrc/kernels/gemm_launch.cu"]
+
+
+def build_cuda():
+    if os.environ.get("MPGEMM_FORCE_CPU") == "1":
+        return False
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def cuda_archs():
+    """The sm_XY targets nvcc will build, read from torch's own arch flags."""
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCHS
+    flags = cpp_extension._get_cuda_arch_flags()
+    return sorted({f"sm_{m}" for flag in flags for m in re.findall(r"code=(?:sm|compute)_(\d+a?)", flag)})
+
+
+def define(name, value):
+    return f'-D{name}="{value}"'
+
+
+def extension():
+    cxx = ["-O3", define("MPGEMM_TORCH_VERSION", torch.__version__)]
+    if not build_cuda():
+        return cpp_extension.CppExtension(
+            "mpgemm._C", CPU_SOURCES, extra_compile_args={"cxx": cxx + [define("MPGEMM_BUILD_BACKEND", "cpu")]}
+        )
+    cxx += [
+        "-DMPGEMM_WITH_CUDA",
+        define("MPGEMM_BUILD_BACKEND", "cuda"),
+        define("MPGEMM_CUDA_ARCHS", ",".join(cuda_archs())),
+        define("MPGEMM_CUDA_VERSION", torch.version.cuda),
+    ]
+    return cpp_extension.CUDAExtension(
+        "mpgemm._C",
+        CPU_SOURCES + CUDA_SOURCES,
+        extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-Xptxas=-warn-spills"]},
+    )
+
+
+setup(
+    packages=["mpgemm"],
+    ext_modules=[extension()],
+    cmdclass={"build_ext": cpp_extension.BuildExtension},
+)

@@ -1,0 +1,87 @@
+"""Every bad input to mpgemm.gemm gets a clear error naming the argument and
+what was expected, on the real backend and on the Meta (torch.compile) path."""
+
+import pytest
+import torch
+
+import mpgemm
+
+H = torch.float16
+
+
+def bad_calls(device):
+    def t(*shape, dtype=H):
+        return torch.randn(*shape).to(dtype=dtype, device=device)
+
+    return [
+        ("a float32", TypeError, r"expected a to be torch\.float16, got torch\.float32; convert it with a\.half\(\)",
+         lambda: mpgemm.gemm(t(4, 5, dtype=torch.float32), t(5, 6))),
+        ("b bfloat16", TypeError, r"expected b to be torch\.float16, got torch\.bfloat16; convert it with b\.half\(\)",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6, dtype=torch.bfloat16))),
+        ("inner mismatch", ValueError, r"mismatched inner dimensions: a has shape \(4, 5\) and b has shape \(6, 7\)",
+         lambda: mpgemm.gemm(t(4, 5), t(6, 7))),
+        ("a 1-D", ValueError, r"expected a to be 2-D \(M, K\) or 3-D \(B, M, K\), got a 1-D tensor of shape \(5,\)",
+         lambda: mpgemm.gemm(t(5), t(5, 6))),
+        ("b 4-D", ValueError, r"expected b to be 2-D \(K, N\) or 3-D \(B, K, N\), got a 4-D tensor",
+         lambda: mpgemm.gemm(t(4, 5), t(1, 2, 5, 6))),
+        ("batch mismatch", ValueError, r"batch sizes do not broadcast: a has shape \(3, 4, 5\) and b has shape \(2, 5, 6\)",
+         lambda: mpgemm.gemm(t(3, 4, 5), t(2, 5, 6))),
+        ("bias shape", ValueError, r"expected bias of shape \(N,\) = \(6,\), got shape \(5,\)",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), bias=t(5))),
+        ("bias 2-D", ValueError, r"expected bias of shape \(N,\) = \(6,\), got shape \(1, 6\)",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), bias=t(1, 6))),
+        ("bias dtype", TypeError, r"expected bias to be torch\.float16 or torch\.float32, got torch\.float64",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), bias=t(6, dtype=torch.float64))),
+        ("activation", ValueError, r"activation must be None, 'relu' or 'gelu', got 'tanh'",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), activation="tanh")),
+        ("out_dtype", ValueError, r"out_dtype must be torch\.float32 or torch\.float16, got torch\.bfloat16",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), out_dtype=torch.bfloat16)),
+        ("out shape", ValueError, r"expected out of shape \[4, 6\], got \[4, 7\]",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), out=torch.empty(4, 7, device=device))),
+        ("out dtype", ValueError, r"out has dtype torch\.float16 but out_dtype is torch\.float32",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), out=torch.empty(4, 6, dtype=H, device=device))),
+        ("out dtype op", TypeError, r"expected out to be torch\.float32 or torch\.float16",
+         lambda: torch.ops.mpgemm.gemm.out(t(4, 5), t(5, 6), out=torch.empty(4, 6, dtype=torch.float64,
+                                                                               device=device))),
+        ("out strided", ValueError, r"expected a contiguous out tensor",
+         lambda: mpgemm.gemm(t(4, 5), t(5, 6), out=torch.empty(6, 4, device=device).t())),
+    ]
+
+
+CASES = bad_calls("cpu")
+
+
+@pytest.mark.parametrize("name, error, message, call", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(name, error, message, call):
+    with pytest.raises(error, match="^mpgemm.gemm: " + message):
+        call()
+
+
+META_CASES = [c for c in bad_calls("meta") if not c[0].startswith("out")]
+
+
+@pytest.mark.parametrize("name, error, message, call", META_CASES, ids=[c[0] for c in META_CASES])
+def test_bad_input_on_meta(name, error, message, call):
+    with pytest.raises(error, match="^mpgemm.gemm: " + message):
+        call()
+
+
+def test_different_devices():
+    a = torch.randn(4, 5).half()
+    with pytest.raises(ValueError, match=r"^mpgemm.gemm: expected b on the same device as a \(cpu\), got b on meta"):
+        mpgemm.gemm(a, torch.empty(5, 6, dtype=H, device="meta"))
+    with pytest.raises(ValueError, match=r"expected bias on the same device as a \(cpu\), got bias on meta"):
+        mpgemm.gemm(a, torch.randn(5, 6).half(), bias=torch.empty(6, device="meta"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cpu_and_cuda_operands():
+    with pytest.raises(ValueError, match=r"expected b on the same device as a \(cpu\), got b on cuda"):
+        mpgemm.gemm(torch.randn(4, 5).half(), torch.randn(5, 6, device="cuda").half())
+
+
+def test_out_overlapping_input():
+    a = torch.randn(4, 4).half()
+    out = torch.empty(4, 4, dtype=H)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        mpgemm.gemm(a, out, out=out, out_dtype=H)
