@@ -1,0 +1,43 @@
+# `make test` and `make run` set everything up on a fresh machine without a GPU:
+#   .venv          torch (CPU build) and the test tools; mpgemm installed editable.
+#   $(CUDA_VENV)   torch's CUDA build and a CUDA compiler of its version, used
+#                  only by the CUDA build check (tests/test_cuda_build.py).
+PYTHON ?= python3
+VENV ?= .venv
+CUDA_VENV ?= $(HOME)/.cache/mpgemm/cuda-venv-torch2.15.0-cu13.2
+PY := $(VENV)/bin/python
+
+TORCH_CPU := torch==2.13.0
+TEST_TOOLS := pytest numpy ninja setuptools wheel expecttest nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+TORCH_CUDA := torch==2.15.0 "nvidia-cuda-nvcc==13.2.*" "nvidia-cuda-crt==13.2.*" "nvidia-nvvm==13.2.*"
+
+SOURCES := setup.py pyproject.toml $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
+
+.PHONY: setup cuda-toolchain test run clean
+
+setup: $(VENV)/.built
+
+$(VENV)/.deps: Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_CPU) $(TEST_TOOLS)
+	touch $@
+
+$(VENV)/.built: $(VENV)/.deps $(SOURCES)
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+cuda-toolchain: $(CUDA_VENV)/.deps
+
+$(CUDA_VENV)/.deps:
+	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q $(TORCH_CUDA) ninja setuptools wheel numpy
+	touch $@
+
+test: setup cuda-toolchain
+	MPGEMM_CUDA_PYTHON=$(CUDA_VENV)/bin/python $(PY) -m pytest
+
+run: setup
+	$(PY) -m mpgemm verify
+
+clean:
+	rm -rf $(VENV) build mpgemm/*.so

@@ -1,0 +1,111 @@
+"""Reading compiled kernels: ptxas resource reports and SASS from cuobjdump.
+
+This is how mpgemm proves that its kernels run on the Tensor Cores (HMMA
+instructions in the machine code) without spilling registers.
+"""
+
+import dataclasses
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+
+
+@dataclasses.dataclass
+class KernelResources:
+    """One kernel's ptxas report."""
+
+    name: str
+    arch: str
+    registers: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>sm_\d+a?)'")
+_PTXAS_FRAME = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
+)
+_PTXAS_REGS = re.compile(r"Used (?P<regs>\d+) registers")
+
+
+def parse_ptxas_report(text):
+    """KernelResources for every entry function in `nvcc -Xptxas -v` output."""
+    kernels = []
+    current = None
+    frame = None
+    for line in text.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            current, frame = m, None
+        elif current and (m := _PTXAS_FRAME.search(line)):
+            frame = m
+        elif current and frame and (m := _PTXAS_REGS.search(line)):
+            kernels.append(
+                KernelResources(
+                    name=current["name"],
+                    arch=current["arch"],
+                    registers=int(m["regs"]),
+                    stack_bytes=int(frame["stack"]),
+                    spill_store_bytes=int(frame["stores"]),
+                    spill_load_bytes=int(frame["loads"]),
+                )
+            )
+            current = frame = None
+    return kernels
+
+
+_SASS_ARCH = re.compile(r"code for (sm_\d+a?)")
+_SASS_FUNCTION = re.compile(r"Function : (\S+)")
+_SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+
+
+def parse_sass(text):
+    """{(arch, kernel name): [opcode, ...]} from `cuobjdump --dump-sass` output.
+    Opcodes keep their modifiers, e.g. "HMMA.16816.F32"."""
+    functions = {}
+    arch = None
+    opcodes = None
+    for line in text.splitlines():
+        if m := _SASS_ARCH.search(line):
+            arch = m.group(1)
+        elif m := _SASS_FUNCTION.search(line):
+            opcodes = functions.setdefault((arch, m.group(1)), [])
+        elif opcodes is not None and (m := _SASS_INSTRUCTION.search(line)):
+            opcodes.append(m.group(1))
+    return functions
+
+
+def find_tool(name):
+    """Path of a CUDA binary tool: on PATH, under CUDA_HOME, or from the
+    nvidia-cuda-* PyPI packages (site-packages/nvidia/cu*/bin). None if absent."""
+    found = shutil.which(name)
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
+    roots += glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "nvidia", "cu*"))
+    for root in roots:
+        candidate = os.path.join(root, "bin", name)
+        if root and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def dump_sass(binary):
+    """SASS of every kernel in a cubin, object file or shared library."""
+    cuobjdump = find_tool("cuobjdump")
+    nvdisasm = find_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        raise FileNotFoundError(
+            "cuobjdump and nvdisasm are needed to read SASS: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
+        )
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    result = subprocess.run([cuobjdump, "--dump-sass", binary], capture_output=True, text=True, env=env, check=True)
+    return parse_sass(result.stdout)
+
+
+def count_opcodes(opcodes, prefix):
+    """How many instructions start with `prefix` (e.g. "HMMA", "HMMA.16816.F32")."""
+    return sum(1 for op in opcodes if op == prefix or op.startswith(prefix + "."))

@@ -1,0 +1,110 @@
+"""`python -m mpgemm verify`: checks the active backend against a float64
+reference on the same fp16 inputs over a set of shapes, and prints a table."""
+
+import dataclasses
+
+import torch
+
+from . import ops
+from ._build import build_info
+from .testing import max_abs_error, random_operand, reference_gemm, relative_error, tolerance
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    a_shape: tuple
+    b_shape: tuple
+    a_layout: str = "row"
+    b_layout: str = "row"
+    bias_dtype: torch.dtype = None
+    activation: str = None
+    out_dtype: torch.dtype = torch.float32
+
+    def describe(self):
+        batch = next((s[0] for s in (self.a_shape, self.b_shape) if len(s) == 3), None)
+        m, k = self.a_shape[-2:]
+        shape = f"{m}x{self.b_shape[-1]}x{k}" + (f" batch {batch}" if batch is not None else "")
+        epilogue = []
+        if self.bias_dtype is not None:
+            epilogue.append("bias " + str(self.bias_dtype).removeprefix("torch."))
+        if self.activation:
+            epilogue.append(self.activation)
+        epilogue.append("-> " + str(self.out_dtype).removeprefix("torch."))
+        return shape, f"{self.a_layout}/{self.b_layout}", " ".join(epilogue)
+
+
+CASES = [
+    Case((1, 1), (1, 1)),
+    Case((7, 13), (13, 5)),
+    Case((64, 64), (64, 64)),
+    Case((127, 255), (255, 129), "col", "row"),
+    Case((256, 384), (384, 512), "row", "col", torch.float32, "relu"),
+    Case((300, 77), (77, 301), "col", "col", torch.float16, "gelu", torch.float16),
+    Case((33, 65), (65, 17), "strided", "row", torch.float32, "gelu"),
+    Case((4, 96, 80), (80, 112), "row", "col", torch.float16, "relu"),
+    Case((96, 80), (3, 80, 112), "col", "row", None, None, torch.float16),
+    Case((5, 1, 40), (5, 40, 24), "row", "row", torch.float32, "gelu"),
+    Case((16, 0), (0, 16), "row", "row", torch.float32, "relu"),
+]
+
+
+@dataclasses.dataclass
+class Result:
+    case: Case
+    backend: str
+    max_abs_error: float
+    relative_error: float
+    tolerance: float
+
+    @property
+    def passed(self):
+        return self.relative_error < self.tolerance and self.relative_error == self.relative_error
+
+
+def active_device():
+    return "cuda" if build_info()["cuda_available"] else "cpu"
+
+
+def run(cases=CASES, device=None, gemm=None):
+    device = device or active_device()
+    gemm = gemm or ops.gemm
+    backend = "cuda (WMMA)" if device == "cuda" else "cpu (reference)"
+    results = []
+    for case in cases:
+        a = random_operand(case.a_shape, layout=case.a_layout, device=device)
+        b = random_operand(case.b_shape, layout=case.b_layout, device=device)
+        n = case.b_shape[-1]
+        bias = None if case.bias_dtype is None else torch.randn(n, dtype=case.bias_dtype, device=device)
+        out = gemm(a, b, bias=bias, activation=case.activation, out_dtype=case.out_dtype)
+        ref = reference_gemm(a, b, bias, case.activation)
+        if out.shape != ref.shape:
+            rel, abs_err = float("inf"), float("inf")
+        else:
+            rel, abs_err = relative_error(out, ref), max_abs_error(out, ref)
+        results.append(Result(case, backend, abs_err, rel, tolerance(case.out_dtype, device)))
+    return results
+
+
+def format_table(results):
+    header = ("shape MxNxK", "layout a/b", "epilogue", "backend", "max abs err", "rel err", "tol", "pass")
+    rows = [
+        (*r.case.describe(), r.backend, f"{r.max_abs_error:.3g}", f"{r.relative_error:.3g}", f"{r.tolerance:g}",
+         "PASS" if r.passed else "FAIL")
+        for r in results
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(args):
+    if args.device == "cuda" and not build_info()["cuda_available"]:
+        print("mpgemm verify: --device cuda needs a CUDA build of mpgemm and a visible GPU")
+        return 2
+    torch.manual_seed(args.seed)
+    results = run(device=None if args.device == "auto" else args.device)
+    print(format_table(results))
+    failed = sum(not r.passed for r in results)
+    print(f"\n{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0

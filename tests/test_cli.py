@@ -1,0 +1,46 @@
+"""`python -m mpgemm verify`: its table, and a non-zero exit on any failure."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mpgemm
+from mpgemm import cli, verify
+
+
+def test_verify_passes_and_prints_a_table(capsys):
+    assert cli.main(["verify", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "max abs err" in out and "rel err" in out
+    assert out.count("PASS") == len(verify.CASES)
+    assert f"{len(verify.CASES)} passed, 0 failed" in out
+
+
+def test_verify_fails_on_a_wrong_result(monkeypatch, capsys):
+    def off_by_a_little(a, b, **kwargs):
+        out = mpgemm.gemm(a, b, **kwargs)
+        return out + 1e-3 * out.abs().max()
+
+    monkeypatch.setattr(verify.ops, "gemm", off_by_a_little)
+    assert cli.main(["verify", "--device", "cpu"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_verify_fails_on_a_wrong_shape():
+    results = verify.run(cases=verify.CASES[:2], device="cpu", gemm=lambda a, b, **kw: mpgemm.gemm(a, b, **kw).t())
+    assert not results[1].passed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_verify_refuses_cuda_without_a_gpu(capsys):
+    assert cli.main(["verify", "--device", "cuda"]) == 2
+    assert "needs a CUDA build" in capsys.readouterr().out
+
+
+def test_module_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "mpgemm", "verify", "--device", "cpu"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "passed, 0 failed" in proc.stdout

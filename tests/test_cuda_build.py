@@ -1,0 +1,104 @@
+"""CUDA build check: the full CUDA extension (CPU reference plus WMMA kernels)
+compiles, links and imports on a machine without a GPU, and every op has a
+CUDA kernel registered.
+
+It needs a Python whose torch is a CUDA build, named by MPGEMM_CUDA_PYTHON
+(`make test` sets one up), and a CUDA compiler of torch's CUDA minor version:
+CUDA_HOME if set, else the nvidia-cuda-nvcc wheel in that Python's
+site-packages (site-packages/nvidia/cu13).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import skip_or_fail
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A pre-Ampere and a Hopper target keep both mainloops (register-staged and
+# cp.async) in the build while keeping it short; MPGEMM_CUDA_BUILD_ARCHS overrides.
+BUILD_ARCHS = os.environ.get("MPGEMM_CUDA_BUILD_ARCHS", "7.5;9.0")
+
+PROBE = """
+import json, torch, mpgemm
+ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("mpgemm::"))
+a, b = torch.randn(9, 20).half(), torch.randn(20, 7).half()
+err = (mpgemm.gemm(a, b) - a.double() @ b.double()).abs().max().item()
+print(json.dumps({
+    "build_info": mpgemm.build_info(),
+    "ops": {op: torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA") for op in ops},
+    "cpu_error": err,
+    "module": mpgemm.__file__,
+}))
+"""
+
+
+def python_paths(python):
+    code = "import sysconfig, torch; print(sysconfig.get_paths()['purelib']); print(torch.version.cuda)"
+    purelib, cuda = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return purelib, cuda
+
+
+@pytest.fixture(scope="module")
+def cuda_build(tmp_path_factory):
+    python = os.environ.get("MPGEMM_CUDA_PYTHON")
+    if not python:
+        skip_or_fail("MPGEMM_CUDA_PYTHON is not set to a Python with a CUDA build of torch")
+    purelib, torch_cuda = python_paths(python)
+    if torch_cuda == "None":
+        pytest.fail(f"{python} has a CPU build of torch; the CUDA build check needs a CUDA one")
+    cuda_home = os.environ.get("CUDA_HOME") or os.path.join(purelib, "nvidia", "cu" + torch_cuda.split(".")[0])
+    if not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
+        skip_or_fail(f"no nvcc under {cuda_home}")
+
+    work = tmp_path_factory.mktemp("cuda_build")
+    src = work / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.so", "__pycache__"))
+    # The wheels ship only libcudart.so.<major>; the linker looks for libcudart.so.
+    libs = work / "lib"
+    libs.mkdir()
+    for lib in os.listdir(os.path.join(cuda_home, "lib")):
+        if lib.startswith("libcudart.so."):
+            os.symlink(os.path.join(cuda_home, "lib", lib), libs / "libcudart.so")
+            break
+    env = dict(
+        os.environ,
+        CUDA_HOME=cuda_home,
+        PATH=os.path.join(cuda_home, "bin") + os.pathsep + os.environ["PATH"],
+        LIBRARY_PATH=str(libs) + os.pathsep + os.environ.get("LIBRARY_PATH", ""),
+        TORCH_CUDA_ARCH_LIST=BUILD_ARCHS,
+        MAX_JOBS=str(os.cpu_count() or 2),
+    )
+    env.pop("MPGEMM_FORCE_CPU", None)
+    build = subprocess.run([python, "setup.py", "build_ext", "--inplace"], cwd=src, env=env, capture_output=True,
+                           text=True)
+    assert build.returncode == 0, f"CUDA build failed:\n{build.stdout[-6000:]}\n{build.stderr[-6000:]}"
+    probe = subprocess.run([python, "-c", PROBE], cwd=src, env=env, capture_output=True, text=True)
+    assert probe.returncode == 0, f"importing the CUDA build failed:\n{probe.stderr[-6000:]}"
+    return dict(json.loads(probe.stdout.strip().splitlines()[-1]), src=str(src), log=build.stdout + build.stderr)
+
+
+def test_imports_the_cuda_build(cuda_build):
+    assert cuda_build["module"].startswith(cuda_build["src"])
+    info = cuda_build["build_info"]
+    assert info["backend"] == "cuda"
+    expected = sorted("sm_" + arch.replace(".", "") for arch in BUILD_ARCHS.split(";"))
+    assert info["cuda_archs"] == expected
+
+
+def test_every_op_has_a_cuda_kernel(cuda_build):
+    assert cuda_build["ops"], "no mpgemm ops registered"
+    missing = [op for op, has_kernel in cuda_build["ops"].items() if not has_kernel]
+    assert not missing, f"ops without a CUDA kernel: {missing}"
+
+
+def test_cpu_reference_in_the_cuda_build(cuda_build):
+    assert cuda_build["cpu_error"] < 1e-2
+
+
+def test_no_spill_warnings(cuda_build):
+    # setup.py passes -Xptxas=-warn-spills to nvcc.
+    assert "spill" not in cuda_build["log"].lower().replace("warn-spills", "")

@@ -1,0 +1,103 @@
+"""Kernel compile check: nvcc builds csrc/kernels for every Tensor Core arch we
+support; ptxas reports no spills and no stack frame, and the SASS of every GEMM
+kernel holds Tensor Core HMMA instructions. No GPU needed."""
+
+import concurrent.futures
+import glob
+import os
+import subprocess
+
+import pytest
+
+from conftest import skip_or_fail
+from mpgemm import sass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNEL_SOURCES = sorted(glob.glob(os.path.join(ROOT, "csrc", "kernels", "*.cu")))
+# The HMMA shape each arch's WMMA m16n16k16 fp16->fp32 compiles to.
+EXPECTED_HMMA = {"sm_75": "HMMA.1688.F32", "sm_80": "HMMA.16816.F32", "sm_90": "HMMA.16816.F32"}
+
+
+def compile_arch(nvcc, arch, out_dir):
+    """Compiles every kernel source for `arch`: [(cubin, ptxas report)]."""
+    results = []
+    for source in KERNEL_SOURCES:
+        cubin = os.path.join(out_dir, f"{os.path.basename(source)}.{arch}.cubin")
+        cmd = [nvcc, "-std=c++17", "-O3", "-cubin", f"-arch={arch}", "-Xptxas", "-v", source, "-o", cubin]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"nvcc failed for {arch}:\n{proc.stderr}"
+        results.append((cubin, proc.stderr))
+    return results
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    nvcc = sass.find_tool("nvcc")
+    if nvcc is None:
+        skip_or_fail("nvcc not found")
+    if sass.find_tool("cuobjdump") is None or sass.find_tool("nvdisasm") is None:
+        skip_or_fail("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    out_dir = str(tmp_path_factory.mktemp("kernels"))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(EXPECTED_HMMA)) as pool:
+        futures = {arch: pool.submit(compile_arch, nvcc, arch, out_dir) for arch in EXPECTED_HMMA}
+        return {arch: future.result() for arch, future in futures.items()}
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED_HMMA))
+def test_no_spills_and_no_stack(compiled, arch):
+    kernels = [k for _, report in compiled[arch] for k in sass.parse_ptxas_report(report)]
+    assert kernels, "ptxas reported no kernels"
+    bad = [k for k in kernels if k.stack_bytes or k.spill_store_bytes or k.spill_load_bytes]
+    assert not bad, "\n".join(f"{k.name}: {k}" for k in bad)
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED_HMMA))
+def test_every_gemm_kernel_uses_tensor_cores(compiled, arch):
+    reported = {k.name for _, report in compiled[arch] for k in sass.parse_ptxas_report(report)}
+    functions = {}
+    for cubin, _ in compiled[arch]:
+        functions.update({name: ops for (code_arch, name), ops in sass.dump_sass(cubin).items()})
+    assert set(functions) == reported, "SASS and ptxas disagree on the kernels"
+    gemm_kernels = {name: ops for name, ops in functions.items() if "gemm" in name}
+    assert gemm_kernels, "no GEMM kernels found"
+    for name, opcodes in gemm_kernels.items():
+        assert sass.count_opcodes(opcodes, EXPECTED_HMMA[arch]) > 0, f"{name} has no {EXPECTED_HMMA[arch]}"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_aligned_kernels_copy_16_bytes_asynchronously(compiled, arch):
+    # Kernels instantiated for 16-byte chunks (Vector = 8, "Li8E" in the
+    # mangled name) must stage tiles with 16-byte cp.async (LDGSTS.128).
+    for cubin, _ in compiled[arch]:
+        for (_, name), opcodes in sass.dump_sass(cubin).items():
+            if "gemm" in name and "Li8EEEv" in name:
+                assert sass.count_opcodes(opcodes, "LDGSTS.E.BYPASS.128") > 0, name
+
+
+def test_sass_parser_reads_known_listing():
+    listing = """
+	code for sm_80
+		Function : kernel_a
+        /*0000*/                   IMAD.MOV.U32 R1, RZ, RZ, c[0x0][0x28] ;   /* 0x00000a00ff017624 */
+                                                                              /* 0x000fe400078e00ff */
+        /*0010*/                   HMMA.16816.F32 R4, R8, R12, R4 ;          /* 0x0000000c0804723c */
+        /*0020*/               @P0 HMMA.16816.F32 R4, R8, R12, R4 ;          /* 0x0000000c0804723c */
+		Function : kernel_b
+        /*0000*/                   EXIT ;                                    /* 0x000000000000794d */
+"""
+    functions = sass.parse_sass(listing)
+    assert functions == {
+        ("sm_80", "kernel_a"): ["IMAD.MOV.U32", "HMMA.16816.F32", "HMMA.16816.F32"],
+        ("sm_80", "kernel_b"): ["EXIT"],
+    }
+    assert sass.count_opcodes(functions[("sm_80", "kernel_a")], "HMMA") == 2
+
+
+def test_ptxas_parser_reads_known_report():
+    report = """ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'
+ptxas info    : Function properties for _Z1kv
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 96 registers, used 1 barriers, 8 bytes cumulative stack size"""
+    (k,) = sass.parse_ptxas_report(report)
+    assert (k.name, k.arch, k.registers, k.stack_bytes, k.spill_store_bytes, k.spill_load_bytes) == (
+        "_Z1kv", "sm_90", 96, 8, 4, 12)
