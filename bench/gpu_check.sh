@@ -49,7 +49,7 @@ write_summary() {
   [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && dirty=" (working tree has uncommitted changes)"
   {
     echo "date (UTC): $(date -u '+%Y-%m-%d %H:%M:%S')"
-    echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -n 1)"
+    echo "device: $( (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) 2>&1 | head -n 1)"
     echo "compute capability: ${GPU_ARCH:-unknown}"
     echo "commit: $(git rev-parse HEAD 2>&1)$dirty"
     echo "nvcc: $(nvcc --version 2>&1 | tail -n 1)"
