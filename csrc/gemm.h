@@ -1,5 +1,5 @@
-// The gemm op's shared pieces: argument validation (one path for every
-// backend, Meta included) and the per-backend implementations.
+// The ops' shared pieces: argument validation (one path for every backend,
+// Meta included) and the per-backend gemm implementations.
 #pragma once
 
 #include <optional>
@@ -26,6 +26,13 @@ template <class Size>
 GemmProblem<Size> check_gemm_args(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                                   std::optional<std::string_view> activation,
                                   std::optional<at::ScalarType> out_dtype);
+
+// mpgemm.linear as a gemm: x (..., in_features) flattened to (m, k), weight
+// (out_features, in_features) read as (k, n); out_shape is (..., out_features).
+template <class Size>
+GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
+                                    std::optional<at::ScalarType> out_dtype);
 
 // Checks a caller-provided output against the problem.
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);

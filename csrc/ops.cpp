@@ -1,4 +1,4 @@
-// The mpgemm operator library: schemas, their CPU and Meta implementations,
+// The mpgemm operator library: schemas, their CPU, CUDA and Meta implementations,
 // and the Python module that loading the library needs.
 #include <Python.h>
 
@@ -36,6 +36,20 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   Into(problem, a, b, bias, out);
 }
 
+// fp32 operands are rounded to fp16 here, for the Tensor Core product only: an
+// fp32 weight stays the master copy. The (out, in) weight is read in place as
+// a column-major (in, out) operand.
+template <GemmInto Into>
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                  std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_linear_args<int64_t>(x, weight, bias, activation, out_dtype);
+  const at::Tensor a = x.reshape({problem.m, problem.k}).to(at::kHalf);
+  const at::Tensor b = weight.to(at::kHalf).t();
+  at::Tensor out = at::empty({problem.m, problem.n}, x.options().dtype(problem.out_dtype));
+  Into(problem, a, b, bias, out);
+  return out.view(problem.out_shape);
+}
+
 at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                      std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_gemm_args<c10::SymInt>(a, b, bias, activation, out_dtype);
@@ -47,29 +61,42 @@ void gemm_out_meta(const at::Tensor& a, const at::Tensor& b, const std::optional
   check_gemm_args<c10::SymInt>(a, b, bias, activation, out.scalar_type());
 }
 
+at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_linear_args<c10::SymInt>(x, weight, bias, activation, out_dtype);
+  return at::empty_symint(problem.out_shape, x.options().dtype(problem.out_dtype));
+}
+
 }  // namespace
 
+// bias is positional so that autograd (torch.library.register_autograd) sees it;
+// the Python wrappers keep it keyword-only for gemm.
 TORCH_LIBRARY(mpgemm, m) {
-  m.def(
-      "gemm(Tensor a, Tensor b, *, Tensor? bias=None, str? activation=None, ScalarType? out_dtype=None) -> Tensor");
+  m.def("gemm(Tensor a, Tensor b, Tensor? bias=None, *, str? activation=None, ScalarType? out_dtype=None) -> Tensor");
   // Returns nothing: functionalization (torch.compile) refuses custom ops whose outputs alias inputs.
-  m.def("gemm.out(Tensor a, Tensor b, *, Tensor? bias=None, str? activation=None, Tensor(a!) out) -> ()");
+  m.def("gemm.out(Tensor a, Tensor b, Tensor? bias=None, *, str? activation=None, Tensor(a!) out) -> ()");
+  m.def(
+      "linear(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, ScalarType? out_dtype=None) -> "
+      "Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("gemm", &gemm<gemm_cpu_into>);
   m.impl("gemm.out", &gemm_out<gemm_cpu_into>);
+  m.impl("linear", &linear<gemm_cpu_into>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm", &gemm_meta);
   m.impl("gemm.out", &gemm_out_meta);
+  m.impl("linear", &linear_meta);
 }
 
 #ifdef MPGEMM_WITH_CUDA
 TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("gemm", &gemm<gemm_cuda_into>);
   m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
+  m.impl("linear", &linear<gemm_cuda_into>);
 }
 #endif
 

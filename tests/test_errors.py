@@ -85,3 +85,46 @@ def test_out_overlapping_input():
     out = torch.empty(4, 4, dtype=H)
     with pytest.raises(RuntimeError, match="unsupported operation"):
         mpgemm.gemm(a, out, out=out, out_dtype=H)
+
+
+def bad_linear_calls():
+    def t(*shape, dtype=torch.float32):
+        return torch.randn(*shape, dtype=dtype)
+
+    return [
+        ("x float64", TypeError, r"expected x to be torch\.float16 or torch\.float32, got torch\.float64",
+         lambda: mpgemm.linear(t(4, 5, dtype=torch.float64), t(6, 5))),
+        ("weight bfloat16", TypeError, r"expected weight to be torch\.float16 or torch\.float32, got torch\.bfloat16",
+         lambda: mpgemm.linear(t(4, 5), t(6, 5, dtype=torch.bfloat16))),
+        ("in_features", ValueError, r"x has shape \(4, 5\) but weight has shape \(6, 7\); x\.shape\[-1\] must "
+         r"equal in_features = weight\.shape\[1\]", lambda: mpgemm.linear(t(4, 5), t(6, 7))),
+        ("weight 1-D", ValueError, r"expected weight to be 2-D \(out_features, in_features\), got a 1-D tensor",
+         lambda: mpgemm.linear(t(4, 5), t(5))),
+        ("weight 3-D", ValueError, r"expected weight to be 2-D \(out_features, in_features\), got a 3-D tensor",
+         lambda: mpgemm.linear(t(4, 5), t(2, 6, 5))),
+        ("x 0-D", ValueError, r"expected x of shape \(\.\.\., in_features\), got a 0-D tensor",
+         lambda: mpgemm.linear(torch.tensor(1.0), t(6, 5))),
+        ("bias shape", ValueError, r"expected bias of shape \(out_features,\) = \(6,\), got shape \(5,\)",
+         lambda: mpgemm.linear(t(4, 5), t(6, 5), t(5))),
+        ("activation", ValueError, r"activation must be None, 'relu' or 'gelu', got 'silu'",
+         lambda: mpgemm.linear(t(4, 5), t(6, 5), activation="silu")),
+        ("out_dtype", ValueError, r"out_dtype must be torch\.float32 or torch\.float16, got torch\.float64",
+         lambda: mpgemm.linear(t(4, 5), t(6, 5), out_dtype=torch.float64)),
+        ("weight device", ValueError, r"expected weight on the same device as x \(cpu\), got weight on meta",
+         lambda: mpgemm.linear(t(4, 5), torch.empty(6, 5, device="meta"))),
+    ]
+
+
+LINEAR_CASES = bad_linear_calls()
+
+
+@pytest.mark.parametrize("name, error, message, call", LINEAR_CASES, ids=[c[0] for c in LINEAR_CASES])
+def test_bad_linear_input(name, error, message, call):
+    with pytest.raises(error, match="^mpgemm.linear: " + message):
+        call()
+
+
+def test_bad_linear_layer_input():
+    layer = mpgemm.nn.Linear(5, 6)
+    with pytest.raises(ValueError, match=r"^mpgemm.linear: x has shape \(2, 7\) but weight has shape \(6, 5\)"):
+        layer(torch.randn(2, 7))

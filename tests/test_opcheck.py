@@ -29,6 +29,34 @@ def test_opcheck_gemm(device):
         torch.library.opcheck(torch.ops.mpgemm.gemm.default, args, kwargs)
 
 
+def linear_samples(device, requires_grad):
+    def t(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device=device).to(dtype).requires_grad_(requires_grad)
+
+    return [
+        ((t(6, 20), t(9, 20)), {}),
+        ((t(2, 5, 20, dtype=torch.float16), t(9, 20), t(9)), {"activation": "gelu"}),
+        ((t(3, 20), t(9, 20, dtype=torch.float16), t(9, dtype=torch.float16)),
+         {"activation": "relu", "out_dtype": torch.float16}),
+        ((t(20), t(9, 20)), {}),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_linear(device, requires_grad):
+    for args, kwargs in linear_samples(device, requires_grad):
+        torch.library.opcheck(torch.ops.mpgemm.linear.default, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_gemm_with_grad(device):
+    for args, kwargs in gemm_samples(device):
+        args = tuple(t.detach().requires_grad_() for t in args)
+        kwargs = {k: v.detach().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        torch.library.opcheck(torch.ops.mpgemm.gemm.default, args, kwargs)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_gemm_out(device):
     for args, kwargs in gemm_samples(device):

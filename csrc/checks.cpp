@@ -1,0 +1,175 @@
+// Argument validation for the ops. Every backend, Meta included, runs these
+// checks, so a bad call fails the same way everywhere.
+#include <sstream>
+#include <string>
+
+#include <ATen/MemoryOverlap.h>
+#include <c10/core/SymInt.h>
+#include <c10/util/Exception.h>
+
+#include "gemm.h"
+
+namespace mpgemm {
+namespace {
+
+template <class Size>
+Size dim_size(const at::Tensor& t, int64_t dim);
+template <>
+int64_t dim_size<int64_t>(const at::Tensor& t, int64_t dim) {
+  return t.size(dim);
+}
+template <>
+c10::SymInt dim_size<c10::SymInt>(const at::Tensor& t, int64_t dim) {
+  return t.sym_size(dim);
+}
+
+// Python spelling, so messages say what a Python caller writes.
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kHalf: return "torch.float16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kBFloat16: return "torch.bfloat16";
+    default: {
+      std::string name = c10::toString(dtype);
+      for (char& c : name) c = static_cast<char>(std::tolower(c));
+      return "torch." + name;
+    }
+  }
+}
+
+std::string shape_of(const at::Tensor& t) {
+  std::ostringstream out;
+  out << "(";
+  for (int64_t d = 0; d < t.dim(); ++d) out << (d ? ", " : "") << t.sym_size(d);
+  out << (t.dim() == 1 ? ",)" : ")");
+  return out.str();
+}
+
+void check_same_device(const char* op, const at::Tensor& anchor, const char* anchor_name, const at::Tensor& t,
+                       const char* name) {
+  TORCH_CHECK_VALUE(t.device() == anchor.device(), op, ": expected ", name, " on the same device as ", anchor_name,
+                    " (", anchor.device(), "), got ", name, " on ", t.device());
+}
+
+bool is_half_or_float(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kFloat; }
+
+void check_gemm_operand(const at::Tensor& t, const char* name, const char* shape_2d, const char* shape_3d) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kHalf, "mpgemm.gemm: expected ", name, " to be torch.float16, got ",
+                   dtype_name(t.scalar_type()), "; convert it with ", name, ".half()");
+  TORCH_CHECK_VALUE(t.dim() == 2 || t.dim() == 3, "mpgemm.gemm: expected ", name, " to be 2-D ", shape_2d,
+                    " or 3-D ", shape_3d, ", got a ", t.dim(), "-D tensor of shape ", shape_of(t));
+}
+
+kernels::Activation parse_activation(const char* op, std::optional<std::string_view> activation) {
+  if (!activation) return kernels::Activation::kNone;
+  if (*activation == "relu") return kernels::Activation::kRelu;
+  if (*activation == "gelu") return kernels::Activation::kGelu;
+  TORCH_CHECK_VALUE(false, op, ": activation must be None, 'relu' or 'gelu', got '", *activation, "'");
+}
+
+// The epilogue's arguments, common to every op that ends in one.
+template <class Size>
+void check_epilogue(const char* op, GemmProblem<Size>& problem, const at::Tensor& anchor, const char* anchor_name,
+                    const std::optional<at::Tensor>& bias, const char* bias_shape,
+                    std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype,
+                    at::ScalarType default_out_dtype) {
+  if (bias) {
+    const at::Tensor& t = *bias;
+    TORCH_CHECK_TYPE(is_half_or_float(t.scalar_type()), op, ": expected bias to be torch.float16 or torch.float32, got ",
+                     dtype_name(t.scalar_type()));
+    TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == problem.n, op, ": expected bias of shape ", bias_shape,
+                      " = (", problem.n, ",), got shape ", shape_of(t));
+    check_same_device(op, anchor, anchor_name, t, "bias");
+  }
+  problem.activation = parse_activation(op, activation);
+  problem.out_dtype = out_dtype.value_or(default_out_dtype);
+  TORCH_CHECK_VALUE(is_half_or_float(problem.out_dtype), op, ": out_dtype must be torch.float32 or torch.float16, got ",
+                    dtype_name(problem.out_dtype));
+}
+
+}  // namespace
+
+template <class Size>
+GemmProblem<Size> check_gemm_args(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                                  std::optional<std::string_view> activation,
+                                  std::optional<at::ScalarType> out_dtype) {
+  check_gemm_operand(a, "a", "(M, K)", "(B, M, K)");
+  check_gemm_operand(b, "b", "(K, N)", "(B, K, N)");
+  check_same_device("mpgemm.gemm", a, "a", b, "b");
+
+  GemmProblem<Size> problem;
+  problem.m = dim_size<Size>(a, -2);
+  problem.k = dim_size<Size>(a, -1);
+  problem.n = dim_size<Size>(b, -1);
+  TORCH_CHECK_VALUE(dim_size<Size>(b, -2) == problem.k, "mpgemm.gemm: mismatched inner dimensions: a has shape ",
+                    shape_of(a), " and b has shape ", shape_of(b), "; a.shape[-1] (K) must equal b.shape[-2]");
+
+  problem.batch = 1;
+  if (a.dim() == 3 && b.dim() == 3) {
+    const Size batch_a = dim_size<Size>(a, 0), batch_b = dim_size<Size>(b, 0);
+    TORCH_CHECK_VALUE(batch_a == batch_b || batch_a == 1 || batch_b == 1,
+                      "mpgemm.gemm: batch sizes do not broadcast: a has shape ", shape_of(a), " and b has shape ",
+                      shape_of(b), "; a.shape[0] and b.shape[0] must be equal or 1");
+    problem.batch = batch_a == 1 ? batch_b : batch_a;
+  } else if (a.dim() == 3) {
+    problem.batch = dim_size<Size>(a, 0);
+  } else if (b.dim() == 3) {
+    problem.batch = dim_size<Size>(b, 0);
+  }
+  if (a.dim() == 3 || b.dim() == 3) problem.out_shape = {problem.batch, problem.m, problem.n};
+  else problem.out_shape = {problem.m, problem.n};
+
+  check_epilogue("mpgemm.gemm", problem, a, "a", bias, "(N,)", activation, out_dtype, at::kFloat);
+  return problem;
+}
+
+template <class Size>
+GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
+                                    std::optional<at::ScalarType> out_dtype) {
+  constexpr const char* op = "mpgemm.linear";
+  for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&weight, "weight"}})
+    TORCH_CHECK_TYPE(is_half_or_float(t->scalar_type()), op, ": expected ", name,
+                     " to be torch.float16 or torch.float32, got ", dtype_name(t->scalar_type()));
+  TORCH_CHECK_VALUE(weight.dim() == 2, op, ": expected weight to be 2-D (out_features, in_features), got a ",
+                    weight.dim(), "-D tensor of shape ", shape_of(weight));
+  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": expected x of shape (..., in_features), got a 0-D tensor");
+  check_same_device(op, x, "x", weight, "weight");
+
+  GemmProblem<Size> problem;
+  problem.batch = 1;
+  problem.k = dim_size<Size>(x, -1);
+  problem.n = dim_size<Size>(weight, 0);
+  TORCH_CHECK_VALUE(dim_size<Size>(weight, 1) == problem.k, op, ": x has shape ", shape_of(x),
+                    " but weight has shape ", shape_of(weight),
+                    "; x.shape[-1] must equal in_features = weight.shape[1]");
+  problem.m = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) {
+    problem.m = problem.m * dim_size<Size>(x, d);
+    problem.out_shape.push_back(dim_size<Size>(x, d));
+  }
+  problem.out_shape.push_back(problem.n);
+  check_epilogue(op, problem, x, "x", bias, "(out_features,)", activation, out_dtype, x.scalar_type());
+  return problem;
+}
+
+#define MPGEMM_INSTANTIATE_CHECKS(Size)                                                                         \
+  template GemmProblem<Size> check_gemm_args<Size>(const at::Tensor&, const at::Tensor&,                      \
+                                                   const std::optional<at::Tensor>&,                           \
+                                                   std::optional<std::string_view>, std::optional<at::ScalarType>); \
+  template GemmProblem<Size> check_linear_args<Size>(const at::Tensor&, const at::Tensor&,                    \
+                                                     const std::optional<at::Tensor>&,                         \
+                                                     std::optional<std::string_view>, std::optional<at::ScalarType>);
+MPGEMM_INSTANTIATE_CHECKS(int64_t)
+MPGEMM_INSTANTIATE_CHECKS(c10::SymInt)
+
+void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out) {
+  TORCH_CHECK_VALUE(out.sizes() == at::IntArrayRef(problem.out_shape), "mpgemm.gemm: expected out of shape ",
+                    at::IntArrayRef(problem.out_shape), ", got ", out.sizes());
+  check_same_device("mpgemm.gemm", a, "a", out, "out");
+  TORCH_CHECK_VALUE(out.is_contiguous(), "mpgemm.gemm: expected a contiguous out tensor");
+  at::assert_no_internal_overlap(out);
+}
+
+}  // namespace mpgemm

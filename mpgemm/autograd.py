@@ -1,0 +1,124 @@
+"""Backward formulas of the mpgemm ops, registered with torch.library so that
+they work in eager mode and under torch.compile.
+
+For y = activation(a @ b + bias) the gradients are
+    dz = dy * activation'(z)       (fp32; z recomputed, not stored)
+    da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to fp16,
+                                    transposes read in place)
+    dbias = sum(dz)                (accumulated in fp32)
+and each gradient has the dtype of its input. They are computed once, without
+a graph: differentiating them again raises an error.
+"""
+
+import functools
+
+import torch
+
+HALF = torch.float16
+FLOAT = torch.float32
+
+
+def _not_twice_differentiable(op_name):
+    def decorate(backward):
+        @functools.wraps(backward)
+        def run(ctx, *grads):
+            with torch.no_grad():
+                grads_in = backward(ctx, *grads)
+            if not torch.is_grad_enabled():
+                return grads_in
+            # Grad mode in a backward means create_graph=True: hand back
+            # gradients whose own backward raises.
+            raise_on_backward = torch._C._functions.DelayedError(
+                f"{op_name}: double backward is not supported; its gradients are computed without a graph".encode(),
+                len(grads_in),
+            )
+            detached = [None if g is None else g.detach().requires_grad_() for g in grads_in]
+            return raise_on_backward(*detached)
+
+        return run
+
+    return decorate
+
+
+def _pre_activation_grad(grad_out, activation, recompute_pre_activation):
+    """dL/dz for y = activation(z), in fp32, or grad_out itself without an activation."""
+    if activation is None:
+        return grad_out
+    z = recompute_pre_activation()
+    if activation == "relu":
+        return torch.ops.aten.threshold_backward(grad_out.to(FLOAT), z, 0)
+    return torch.ops.aten.gelu_backward(grad_out.to(FLOAT), z)
+
+
+def _bias_grad(grad_z, bias):
+    return grad_z.reshape(-1, grad_z.shape[-1]).sum(0, dtype=FLOAT).to(bias.dtype)
+
+
+# gemm(a, b, bias, *, activation, out_dtype)
+
+
+def _gemm_setup_context(ctx, inputs, keyword_only_inputs, output):
+    a, b, bias = inputs
+    ctx.activation = keyword_only_inputs.get("activation")
+    ctx.save_for_backward(a, b, bias)
+
+
+def _operand_grad(x, y, operand_shape):
+    """x @ y as the gradient of an fp16 operand of `operand_shape`, summed over
+    the batch it was broadcast across."""
+    full_shape = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
+    if full_shape == operand_shape:
+        return torch.ops.mpgemm.gemm(x, y, out_dtype=HALF)
+    return torch.ops.mpgemm.gemm(x, y, out_dtype=FLOAT).sum_to_size(operand_shape).to(HALF)
+
+
+@_not_twice_differentiable("mpgemm.gemm")
+def _gemm_backward(ctx, grad_out):
+    a, b, bias = ctx.saved_tensors
+    grad_z = _pre_activation_grad(
+        grad_out, ctx.activation, lambda: torch.ops.mpgemm.gemm(a, b, bias, out_dtype=FLOAT))
+    grad_z16 = grad_z.to(HALF)
+    grad_a = grad_b = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_a = _operand_grad(grad_z16, b.transpose(-1, -2), a.shape)
+    if ctx.needs_input_grad[1]:
+        if b.dim() == 2 and a.dim() == 3:
+            # One GEMM over the flattened batch instead of a batched one and a sum.
+            k, n = b.shape
+            grad_b = torch.ops.mpgemm.gemm(a.reshape(-1, k).t(), grad_z16.reshape(-1, n), out_dtype=HALF)
+        else:
+            grad_b = _operand_grad(a.transpose(-1, -2), grad_z16, b.shape)
+    if bias is not None and ctx.needs_input_grad[2]:
+        grad_bias = _bias_grad(grad_z, bias)
+    return grad_a, grad_b, grad_bias
+
+
+# linear(x, weight, bias, *, activation, out_dtype)
+
+
+def _linear_setup_context(ctx, inputs, keyword_only_inputs, output):
+    x, weight, bias = inputs
+    ctx.activation = keyword_only_inputs.get("activation")
+    ctx.save_for_backward(x, weight, bias)
+
+
+@_not_twice_differentiable("mpgemm.linear")
+def _linear_backward(ctx, grad_out):
+    x, weight, bias = ctx.saved_tensors
+    out_features, in_features = weight.shape
+    grad_z = _pre_activation_grad(
+        grad_out, ctx.activation, lambda: torch.ops.mpgemm.linear(x, weight, bias, out_dtype=FLOAT))
+    grad_z16 = grad_z.reshape(-1, out_features).to(HALF)
+    grad_x = grad_weight = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = torch.ops.mpgemm.gemm(grad_z16, weight.to(HALF), out_dtype=x.dtype).view(x.shape)
+    if ctx.needs_input_grad[1]:
+        x16 = x.reshape(-1, in_features).to(HALF)
+        grad_weight = torch.ops.mpgemm.gemm(grad_z16.t(), x16, out_dtype=weight.dtype)
+    if bias is not None and ctx.needs_input_grad[2]:
+        grad_bias = _bias_grad(grad_z, bias)
+    return grad_x, grad_weight, grad_bias
+
+
+torch.library.register_autograd("mpgemm::gemm", _gemm_backward, setup_context=_gemm_setup_context)
+torch.library.register_autograd("mpgemm::linear", _linear_backward, setup_context=_linear_setup_context)
