@@ -7,7 +7,7 @@
 #include <c10/core/SymInt.h>
 #include <c10/util/Exception.h>
 
-#include "gemm.h"
+#include "ops.h"
 
 namespace mpgemm {
 namespace {
@@ -170,6 +170,30 @@ void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   check_same_device("mpgemm.gemm", a, "a", out, "out");
   TORCH_CHECK_VALUE(out.is_contiguous(), "mpgemm.gemm: expected a contiguous out tensor");
   at::assert_no_internal_overlap(out);
+}
+
+void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Tensor& found_inf,
+                        const at::Tensor& inv_scale) {
+  constexpr const char* op = "mpgemm.unscale_grads_";
+  TORCH_CHECK_VALUE(grads.size() == outs.size(), op, ": expected as many outs as grads, got ", outs.size(), " and ",
+                    grads.size());
+  for (const auto& [t, name] : {std::pair{&found_inf, "found_inf"}, std::pair{&inv_scale, "inv_scale"}}) {
+    TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": expected ", name, " to be torch.float32, got ",
+                     dtype_name(t->scalar_type()));
+    TORCH_CHECK_VALUE(t->numel() == 1, op, ": expected ", name, " to hold one element, got shape ", shape_of(*t));
+  }
+  check_same_device(op, found_inf, "found_inf", inv_scale, "inv_scale");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::string grad = "grads[" + std::to_string(i) + "]", out = "outs[" + std::to_string(i) + "]";
+    TORCH_CHECK_TYPE(is_half_or_float(grads[i].scalar_type()) && is_half_or_float(outs[i].scalar_type()), op,
+                     ": expected ", grad, " and ", out, " to be torch.float16 or torch.float32, got ",
+                     dtype_name(grads[i].scalar_type()), " and ", dtype_name(outs[i].scalar_type()));
+    TORCH_CHECK_VALUE(grads[i].sym_numel() == outs[i].sym_numel(), op, ": ", grad, " has shape ",
+                      shape_of(grads[i]), " but ", out, " has shape ", shape_of(outs[i]));
+    check_same_device(op, found_inf, "found_inf", grads[i], grad.c_str());
+    check_same_device(op, found_inf, "found_inf", outs[i], out.c_str());
+    TORCH_CHECK_VALUE(outs[i].is_contiguous(), op, ": expected ", out, " to be contiguous");
+  }
 }
 
 }  // namespace mpgemm

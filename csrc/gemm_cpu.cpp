@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "gemm.h"
+#include "ops.h"
 #include "kernels/epilogue_math.h"
 
 namespace mpgemm {

@@ -6,7 +6,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
-#include "gemm.h"
+#include "ops.h"
 
 namespace mpgemm {
 namespace {
@@ -67,6 +67,18 @@ at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight, const std:
   return at::empty_symint(problem.out_shape, x.options().dtype(problem.out_dtype));
 }
 
+template <void (*Impl)(at::TensorList, at::TensorList, at::Tensor&, const at::Tensor&)>
+void unscale_grads(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf, const at::Tensor& inv_scale) {
+  check_unscale_args(grads, outs, found_inf, inv_scale);
+  for (const at::Tensor& out : outs) at::assert_no_internal_overlap(out);
+  Impl(grads, outs, found_inf, inv_scale);
+}
+
+void unscale_grads_meta(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
+                        const at::Tensor& inv_scale) {
+  check_unscale_args(grads, outs, found_inf, inv_scale);
+}
+
 }  // namespace
 
 // bias is positional so that autograd (torch.library.register_autograd) sees it;
@@ -78,18 +90,23 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "linear(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, ScalarType? out_dtype=None) -> "
       "Tensor");
+  // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
+  // themselves), found_inf set to 1 if any result is inf or NaN.
+  m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("gemm", &gemm<gemm_cpu_into>);
   m.impl("gemm.out", &gemm_out<gemm_cpu_into>);
   m.impl("linear", &linear<gemm_cpu_into>);
+  m.impl("unscale_grads_", &unscale_grads<unscale_grads_cpu>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm", &gemm_meta);
   m.impl("gemm.out", &gemm_out_meta);
   m.impl("linear", &linear_meta);
+  m.impl("unscale_grads_", &unscale_grads_meta);
 }
 
 #ifdef MPGEMM_WITH_CUDA
@@ -97,6 +114,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("gemm", &gemm<gemm_cuda_into>);
   m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
   m.impl("linear", &linear<gemm_cuda_into>);
+  m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
 }
 #endif
 

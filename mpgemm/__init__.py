@@ -7,11 +7,11 @@ has the kernels' exact semantics.
 import torch
 
 from . import _C  # noqa: F401  (loading the library registers the torch.ops.mpgemm ops)
+from . import amp, nn
 from . import autograd  # noqa: F401  (registers the backward formulas)
-from . import nn
 from ._build import build_info
 from .convert import convert, converted_layers
 from .ops import gemm, linear
 
 __version__ = "0.1.0"
-__all__ = ["build_info", "convert", "converted_layers", "gemm", "linear", "nn"]
+__all__ = ["amp", "build_info", "convert", "converted_layers", "gemm", "linear", "nn"]

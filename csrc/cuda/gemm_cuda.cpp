@@ -5,7 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "../gemm.h"
+#include "../ops.h"
 #include "../kernels/gemm_launch.h"
 
 namespace mpgemm {

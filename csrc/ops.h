@@ -1,5 +1,5 @@
 // The ops' shared pieces: argument validation (one path for every backend,
-// Meta included) and the per-backend gemm implementations.
+// Meta included) and the per-backend implementations.
 #pragma once
 
 #include <optional>
@@ -42,5 +42,12 @@ void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, con
                    const std::optional<at::Tensor>& bias, at::Tensor& out);
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, at::Tensor& out);
+
+// unscale_grads_: outs[i] = grads[i] * inv_scale, found_inf = 1 on any inf/NaN.
+void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Tensor& found_inf,
+                        const at::Tensor& inv_scale);
+void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf, const at::Tensor& inv_scale);
+void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
+                        const at::Tensor& inv_scale);
 
 }  // namespace mpgemm

@@ -1,0 +1,49 @@
+// CUDA launcher of unscale_grads_: one chunk table, one kernel launch, no host
+// synchronization.
+#include <cstring>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "../kernels/unscale.h"
+#include "../ops.h"
+
+namespace mpgemm {
+namespace {
+
+constexpr int64_t kChunkElements = 1 << 16;
+
+kernels::ElementType element_type(at::ScalarType dtype) {
+  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
+}
+
+}  // namespace
+
+void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
+                        const at::Tensor& inv_scale) {
+  const c10::cuda::CUDAGuard device_guard(found_inf.device());
+  std::vector<at::Tensor> sources;  // keeps contiguous copies alive until launch
+  std::vector<kernels::UnscaleChunk> chunks;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    sources.push_back(grads[i].contiguous());
+    const int64_t numel = outs[i].numel();
+    for (int64_t begin = 0; begin < numel; begin += kChunkElements) {
+      chunks.push_back({sources.back().data_ptr(), outs[i].data_ptr(), begin, std::min(numel, begin + kChunkElements),
+                        element_type(grads[i].scalar_type()), element_type(outs[i].scalar_type())});
+    }
+  }
+  if (chunks.empty()) return;
+  const int64_t bytes = static_cast<int64_t>(chunks.size() * sizeof(kernels::UnscaleChunk));
+  at::Tensor host_table = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  std::memcpy(host_table.data_ptr(), chunks.data(), bytes);
+  const at::Tensor table = host_table.to(found_inf.device(), /*non_blocking=*/true);
+  C10_CUDA_CHECK(kernels::launch_unscale(static_cast<const kernels::UnscaleChunk*>(table.data_ptr()),
+                                         static_cast<int64_t>(chunks.size()), inv_scale.data_ptr<float>(),
+                                         found_inf.data_ptr<float>(),
+                                         c10::cuda::getCurrentCUDAStream(found_inf.get_device()).stream()));
+}
+
+}  // namespace mpgemm

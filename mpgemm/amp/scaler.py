@@ -1,0 +1,198 @@
+"""Dynamic loss scaling with the API of torch.amp.GradScaler."""
+
+import torch
+import torch.distributed as dist
+
+from .master import MasterWeightOptimizer
+
+_READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
+
+
+class LossScaler:
+    """Scales the loss so that small fp16 gradients do not flush to zero, and
+    skips the optimizer steps whose gradients overflowed.
+
+    A drop-in for ``torch.amp.GradScaler`` (``scale``, ``unscale_``, ``step``,
+    ``update``, ``get_scale``, ``is_enabled``, ``state_dict``,
+    ``load_state_dict``) that also takes fp16 gradients: with a
+    :class:`MasterWeightOptimizer`, unscaling writes into the fp32 master
+    gradients; with any other optimizer, gradients are unscaled in place.
+
+    Beyond GradScaler:
+      min_scale: floor of the scale (default 1.0).
+      hysteresis: consecutive overflowing steps tolerated before the scale
+        backs off (default 1: every overflow backs off). Every overflowing
+        step is skipped.
+      dynamic: False keeps the scale fixed at init_scale (overflowing steps are
+        still skipped).
+      skipped_steps, last_step_skipped: for LR schedulers and logs.
+
+    Under torch.distributed the overflow flag is reduced across ranks, so
+    every rank takes the same skip decision and keeps the same scale.
+    """
+
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 enabled=True, *, min_scale=1.0, hysteresis=1, dynamic=True):
+        if not init_scale > 0:
+            raise ValueError(f"mpgemm.amp.LossScaler: init_scale must be positive, got {init_scale}")
+        if not growth_factor > 1.0:
+            raise ValueError(f"mpgemm.amp.LossScaler: growth_factor must be > 1, got {growth_factor}")
+        if not 0.0 < backoff_factor < 1.0:
+            raise ValueError(f"mpgemm.amp.LossScaler: backoff_factor must be in (0, 1), got {backoff_factor}")
+        if not (isinstance(growth_interval, int) and growth_interval > 0):
+            raise ValueError(f"mpgemm.amp.LossScaler: growth_interval must be a positive int, got {growth_interval}")
+        if not (isinstance(hysteresis, int) and hysteresis > 0):
+            raise ValueError(f"mpgemm.amp.LossScaler: hysteresis must be a positive int, got {hysteresis}")
+        if not min_scale > 0:
+            raise ValueError(f"mpgemm.amp.LossScaler: min_scale must be positive, got {min_scale}")
+        self._enabled = enabled
+        self._scale = float(init_scale)
+        self._growth_factor = float(growth_factor)
+        self._backoff_factor = float(backoff_factor)
+        self._growth_interval = growth_interval
+        self._min_scale = float(min_scale)
+        self._hysteresis = hysteresis
+        self._dynamic = dynamic
+        self._growth_tracker = 0
+        self._overflows_in_a_row = 0
+        self.skipped_steps = 0
+        self.last_step_skipped = False
+        self._optimizer_states = {}  # id(optimizer) -> {"stage", "found_inf"}
+        self._scale_tensor = None
+
+    def is_enabled(self):
+        return self._enabled
+
+    def get_scale(self):
+        return self._scale if self._enabled else 1.0
+
+    def _scale_on(self, device):
+        if self._scale_tensor is None or self._scale_tensor.device != device:
+            self._scale_tensor = torch.full((), self._scale, dtype=torch.float32, device=device)
+        return self._scale_tensor
+
+    def scale(self, outputs):
+        """outputs * scale, for a tensor or a (nested) list/tuple of tensors."""
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, torch.Tensor):
+            # An fp32 scale promotes an fp16 loss to fp32, as GradScaler's does.
+            return outputs * self._scale_on(outputs.device)
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(self.scale(o) for o in outputs)
+        raise TypeError(f"mpgemm.amp.LossScaler.scale: expected a tensor or a list/tuple of tensors, "
+                        f"got {type(outputs).__name__}")
+
+    def _state(self, optimizer):
+        return self._optimizer_states.setdefault(id(optimizer), {"stage": _READY, "found_inf": None, "overflow": None})
+
+    def unscale_(self, optimizer):
+        """Divides the optimizer's gradients by the scale and records inf/NaN."""
+        if not self._enabled:
+            return
+        state = self._state(optimizer)
+        if state["stage"] == _UNSCALED:
+            raise RuntimeError("mpgemm.amp.LossScaler: unscale_() has already been called on this optimizer "
+                               "since the last update()")
+        if state["stage"] == _STEPPED:
+            raise RuntimeError("mpgemm.amp.LossScaler: unscale_() is being called after step()")
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        device = params[0].device if params else torch.device("cpu")
+        found_inf = torch.zeros(1, dtype=torch.float32, device=device)
+        inv_scale = self._scale_on(device).double().reciprocal().float()
+        if isinstance(optimizer, MasterWeightOptimizer):
+            optimizer.unscale_grads_(inv_scale, found_inf)
+        else:
+            grads = [p.grad for p in params if p.grad is not None]
+            torch.ops.mpgemm.unscale_grads_(grads, grads, found_inf, inv_scale)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
+        state["found_inf"] = found_inf
+        state["stage"] = _UNSCALED
+
+    def step(self, optimizer, *args, **kwargs):
+        """Unscales if needed, then steps unless the gradients overflowed.
+        Returns the optimizer's return value, or None for a skipped step."""
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("mpgemm.amp.LossScaler: closures are not supported with step()")
+        state = self._state(optimizer)
+        if state["stage"] == _STEPPED:
+            raise RuntimeError("mpgemm.amp.LossScaler: step() has already been called since the last update()")
+        if state["stage"] == _READY:
+            self.unscale_(optimizer)
+        state["stage"] = _STEPPED
+        # The one host synchronization of a training step.
+        state["overflow"] = state["found_inf"].item() != 0.0
+        if state["overflow"]:
+            return None
+        return optimizer.step(*args, **kwargs)
+
+    def update(self, new_scale=None):
+        """Adjusts the scale after the steps of one iteration."""
+        if not self._enabled:
+            return
+        overflow = any(
+            s["overflow"] if s["overflow"] is not None else s["found_inf"].item() != 0.0
+            for s in self._optimizer_states.values()
+            if s["found_inf"] is not None
+        )
+        self.last_step_skipped = overflow
+        self.skipped_steps += int(overflow)
+        if new_scale is not None:
+            self._scale = float(new_scale.item() if isinstance(new_scale, torch.Tensor) else new_scale)
+        elif self._dynamic:
+            self._update_scale(overflow)
+        self._scale_tensor = None
+        self._optimizer_states = {}
+
+    def _update_scale(self, overflow):
+        if overflow:
+            self._growth_tracker = 0
+            self._overflows_in_a_row += 1
+            if self._overflows_in_a_row >= self._hysteresis:
+                self._scale = max(self._scale * self._backoff_factor, self._min_scale)
+                self._overflows_in_a_row = 0
+        else:
+            self._overflows_in_a_row = 0
+            self._growth_tracker += 1
+            if self._growth_tracker == self._growth_interval:
+                self._scale *= self._growth_factor
+                self._growth_tracker = 0
+
+    def state_dict(self):
+        if not self._enabled:
+            return {}
+        return {
+            "scale": self._scale,
+            "growth_factor": self._growth_factor,
+            "backoff_factor": self._backoff_factor,
+            "growth_interval": self._growth_interval,
+            "_growth_tracker": self._growth_tracker,
+            "min_scale": self._min_scale,
+            "hysteresis": self._hysteresis,
+            "dynamic": self._dynamic,
+            "_overflows_in_a_row": self._overflows_in_a_row,
+            "skipped_steps": self.skipped_steps,
+            "last_step_skipped": self.last_step_skipped,
+        }
+
+    def load_state_dict(self, state_dict):
+        if not self._enabled:
+            return
+        if not state_dict:
+            raise RuntimeError("mpgemm.amp.LossScaler: the state_dict is empty; it was saved from a disabled scaler")
+        self._scale = float(state_dict["scale"])
+        self._growth_factor = float(state_dict["growth_factor"])
+        self._backoff_factor = float(state_dict["backoff_factor"])
+        self._growth_interval = int(state_dict["growth_interval"])
+        self._growth_tracker = int(state_dict["_growth_tracker"])
+        # Keys beyond GradScaler's, so a GradScaler state_dict loads too.
+        self._min_scale = float(state_dict.get("min_scale", self._min_scale))
+        self._hysteresis = int(state_dict.get("hysteresis", self._hysteresis))
+        self._dynamic = bool(state_dict.get("dynamic", self._dynamic))
+        self._overflows_in_a_row = int(state_dict.get("_overflows_in_a_row", 0))
+        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+        self.last_step_skipped = bool(state_dict.get("last_step_skipped", False))
+        self._scale_tensor = None
