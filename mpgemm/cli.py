@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import verify
+from . import demo, verify
 
 
 def build_parser():
@@ -14,6 +14,14 @@ def build_parser():
                    help="backend to check (auto: cuda when a GPU and a CUDA build are present)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(run=verify.main)
+
+    p = commands.add_parser("demo", help="train a small CNN in fp32, with torch.amp and with mpgemm; print a table")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--batch-sizes", type=int, nargs="+", help="batch sizes to run (default 32 64 128)")
+    p.add_argument("--steps", type=int, help="training steps per run")
+    p.add_argument("--quick", action="store_true", help="one batch size, fewer steps and images")
+    p.add_argument("--plot", metavar="PNG", help="also draw the figures to this file (needs matplotlib)")
+    p.set_defaults(run=demo.main)
     return parser
 
 

@@ -17,12 +17,15 @@ struct MatrixOperand {
 };
 
 // A 2-D or 3-D operand as the kernels read it: in place when its matrices are
-// row- or column-major (dimensions of size 1 fit either), else copied once to
-// row-major. A 2-D operand, or a batch of 1, broadcasts with batch stride 0.
+// row- or column-major, else copied once to row-major. A dimension of size 1
+// fits either layout; its stride is then chosen so that the layout with a
+// contiguous extent > 1 wins (16-byte loads need one). A 2-D operand, or a
+// batch of 1, broadcasts with batch stride 0.
 MatrixOperand as_matrix_operand(const at::Tensor& t) {
   const int64_t rows = t.size(-2), cols = t.size(-1);
   const int64_t row_stride = t.stride(-2), col_stride = t.stride(-1);
   auto batch_stride = [](const at::Tensor& x) { return x.dim() == 3 && x.size(0) > 1 ? x.stride(0) : 0; };
+  if (cols == 1 && rows > 1 && row_stride == 1) return {t, batch_stride(t), 1, rows};
   if (col_stride == 1 || cols == 1) return {t, batch_stride(t), rows == 1 ? cols : row_stride, 1};
   if (row_stride == 1 || rows == 1) return {t, batch_stride(t), 1, col_stride};
   const at::Tensor copy = t.contiguous();
