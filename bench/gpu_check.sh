@@ -5,7 +5,9 @@
 #   bench/gpu_check.sh RESULTS_DIR
 #
 # Builds the extension for the visible GPU only, runs the tests, the CMake
-# build with the cuBLAS cross-check and `python3 -m mpgemm verify`. Each step
+# build with the cuBLAS cross-check, `python3 -m mpgemm verify` (with a sweep
+# of random shapes against cuBLAS), `inspect`, `bench --quick` and the
+# training demo. Each step
 # logs to RESULTS_DIR; a failed step does not stop the later ones, so one run
 # gives every log. Exits non-zero if any step failed.
 
@@ -100,7 +102,10 @@ run_step "build info" build_info.log python3 -c 'import mpgemm; print(mpgemm.bui
 run_step "pytest" pytest.log python3 -m pytest tests -q -rs
 run_step "cmake build" cmake_build.log cmake_build
 run_step "cublas check" cublas_check.log build/cmake/gemm_cublas_check
-run_step "verify" verify.log python3 -m mpgemm verify
+run_step "verify" verify.log python3 -m mpgemm verify --sweep 200
+run_step "inspect" inspect.log python3 -m mpgemm inspect
+run_step "bench --quick" bench_quick.log python3 -m mpgemm bench all --quick --json "$RESULTS/bench_quick.json"
+run_step "demo" demo.log python3 -m mpgemm demo --plot "$RESULTS/demo.png"
 
 failed=0
 {

@@ -79,6 +79,12 @@ void unscale_grads_meta(at::TensorList grads, at::TensorList outs, at::Tensor& f
   check_unscale_args(grads, outs, found_inf, inv_scale);
 }
 
+at::Tensor cublas_gemm_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_gemm_args<c10::SymInt>(a, b, std::nullopt, std::nullopt, out_dtype);
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mpgemm._cublas_gemm: expected 2-D a and b");
+  return at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype));
+}
+
 }  // namespace
 
 // bias is positional so that autograd (torch.library.register_autograd) sees it;
@@ -93,6 +99,8 @@ TORCH_LIBRARY(mpgemm, m) {
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
+  // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
+  m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
@@ -107,6 +115,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm.out", &gemm_out_meta);
   m.impl("linear", &linear_meta);
   m.impl("unscale_grads_", &unscale_grads_meta);
+  m.impl("_cublas_gemm", &cublas_gemm_meta);
 }
 
 #ifdef MPGEMM_WITH_CUDA
@@ -115,6 +124,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
   m.impl("linear", &linear<gemm_cuda_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
+  m.impl("_cublas_gemm", &cublas_gemm_cuda);
 }
 #endif
 

@@ -50,4 +50,7 @@ void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& fo
 void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
                         const at::Tensor& inv_scale);
 
+// cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) on 2-D fp16 operands: the baseline.
+at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);
+
 }  // namespace mpgemm

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import demo, verify
+from . import benchmarks, demo, kernel_report, verify
 
 
 def build_parser():
@@ -12,7 +12,8 @@ def build_parser():
     p = commands.add_parser("verify", help="check the active backend against a float64 reference")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="backend to check (auto: cuda when a GPU and a CUDA build are present)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and shapes")
+    p.add_argument("--sweep", type=int, default=0, metavar="N", help="also check N random shapes")
     p.set_defaults(run=verify.main)
 
     p = commands.add_parser("demo", help="train a small CNN in fp32, with torch.amp and with mpgemm; print a table")
@@ -22,6 +23,21 @@ def build_parser():
     p.add_argument("--quick", action="store_true", help="one batch size, fewer steps and images")
     p.add_argument("--plot", metavar="PNG", help="also draw the figures to this file (needs matplotlib)")
     p.set_defaults(run=demo.main)
+
+    p = commands.add_parser("bench", help="time mpgemm against cuBLAS and torch")
+    p.add_argument("suite", nargs="?", choices=["gemm", "linear", "conv", "all"], default="all")
+    p.add_argument("--shapes", type=benchmarks.parse_shapes, metavar="MxNxK[,MxNxK...]",
+                   help="shapes to run instead of the suites' (linear: tokens x out_features x in_features)")
+    p.add_argument("--quick", action="store_true", help="a few representative shapes")
+    p.add_argument("--reps", type=int, default=20, help="timed repetitions per case (median reported)")
+    p.add_argument("--json", metavar="PATH", help="write the report, raw timings included, as JSON")
+    p.add_argument("--csv", metavar="PATH", help="write the results as CSV")
+    p.add_argument("--plot", metavar="PNG", help="plot TFLOP/s against size (needs matplotlib)")
+    p.set_defaults(run=benchmarks.main)
+
+    p = commands.add_parser("inspect", help="list the compiled kernels and their Tensor Core instructions")
+    p.add_argument("--binary", help="a cubin, object or library to read instead of the extension")
+    p.set_defaults(run=kernel_report.main)
     return parser
 
 

@@ -95,6 +95,32 @@ def find_tool(name):
 
 def dump_sass(binary):
     """SASS of every kernel in a cubin, object file or shared library."""
+    return parse_sass(_run_cuobjdump("--dump-sass", binary))
+
+
+_RESOURCE_ARCH = re.compile(r"arch = (sm_\d+a?)")
+_RESOURCE_FUNCTION = re.compile(r"Function (\S+):")
+_RESOURCE_FIELD = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
+
+
+def parse_resource_usage(text):
+    """{(arch, kernel name): {"REG": n, "STACK": n, "SHARED": n, "LOCAL": n, ...}}
+    from `cuobjdump --dump-resource-usage` output (arch is None for a bare cubin)."""
+    usage = {}
+    arch = None
+    function = None
+    for line in text.splitlines():
+        if m := _RESOURCE_ARCH.search(line):
+            arch = m.group(1)
+        elif m := _RESOURCE_FUNCTION.search(line):
+            function = m.group(1)
+        elif function and "REG:" in line:
+            usage[(arch, function)] = {k: int(v) for k, v in _RESOURCE_FIELD.findall(line)}
+            function = None
+    return usage
+
+
+def _run_cuobjdump(flag, binary):
     cuobjdump = find_tool("cuobjdump")
     nvdisasm = find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
@@ -102,8 +128,12 @@ def dump_sass(binary):
             "cuobjdump and nvdisasm are needed to read SASS: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
         )
     env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    result = subprocess.run([cuobjdump, "--dump-sass", binary], capture_output=True, text=True, env=env, check=True)
-    return parse_sass(result.stdout)
+    return subprocess.run([cuobjdump, flag, binary], capture_output=True, text=True, env=env, check=True).stdout
+
+
+def resource_usage(binary):
+    """Registers, stack, shared and local memory of every kernel in a binary."""
+    return parse_resource_usage(_run_cuobjdump("--dump-resource-usage", binary))
 
 
 def count_opcodes(opcodes, prefix):

@@ -31,6 +31,20 @@ def reference_gemm(a, b, bias=None, activation=None):
     return out
 
 
+def cublas_reference(a, b, bias=None, activation=None):
+    """activation(a @ b + bias) with cuBLAS doing the product (fp16 in, fp32
+    accumulate and out), batch by batch; bias and activation in fp32."""
+    batch = max([t.shape[0] for t in (a, b) if t.dim() == 3], default=None)
+    if batch is None:
+        out = torch.ops.mpgemm._cublas_gemm(a, b, out_dtype=torch.float32)
+    else:
+        a3, b3 = (t.expand(batch, *t.shape[-2:]) for t in (a, b))
+        out = torch.stack([torch.ops.mpgemm._cublas_gemm(x, y, out_dtype=torch.float32) for x, y in zip(a3, b3)])
+    if bias is not None:
+        out = out + bias.float()
+    return {None: out, "relu": torch.relu(out), "gelu": F.gelu(out)}[activation].double().cpu()
+
+
 def relative_error(out, ref):
     """||out - ref|| / ||ref|| in float64 (0 when both are empty or zero)."""
     diff = torch.linalg.vector_norm(out.double().cpu() - ref)

@@ -1,13 +1,15 @@
 """`python -m mpgemm verify`: checks the active backend against a float64
-reference on the same fp16 inputs over a set of shapes, and prints a table."""
+reference on the same fp16 inputs over a set of shapes (and, on a GPU, against
+cuBLAS), prints a table, and exits non-zero on any failure."""
 
 import dataclasses
+import random
 
 import torch
 
 from . import ops
 from ._build import build_info
-from .testing import max_abs_error, random_operand, reference_gemm, relative_error, tolerance
+from .testing import cublas_reference, max_abs_error, random_operand, reference_gemm, relative_error, tolerance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,26 @@ CASES = [
 ]
 
 
+def sweep_cases(count, seed):
+    """Random shapes (1 to 300 in each dimension), layouts, batches and epilogues."""
+    rng = random.Random(seed)
+    layouts = ["row", "col", "strided"]
+    cases = []
+    for _ in range(count):
+        m, n, k = (rng.randint(1, 300) for _ in range(3))
+        batch = rng.choice([None, None, 3])
+        batched = rng.choice(["a", "b", "both"]) if batch else ""
+        cases.append(Case(
+            (batch, m, k) if batched in ("a", "both") else (m, k), (batch, k, n) if batched in ("b", "both") else (k, n),
+            rng.choice(layouts), rng.choice(layouts), rng.choice([None, torch.float16, torch.float32]),
+            rng.choice([None, "relu", "gelu"]), rng.choice([torch.float32, torch.float16])))
+    return cases
+
+
+# The WMMA kernels against cuBLAS: both sum fp32 products, in different orders.
+CUBLAS_TOLERANCE = 1e-3
+
+
 @dataclasses.dataclass
 class Result:
     case: Case
@@ -55,10 +77,14 @@ class Result:
     max_abs_error: float
     relative_error: float
     tolerance: float
+    cublas_relative_error: float = None  # on a GPU only
 
     @property
     def passed(self):
-        return self.relative_error < self.tolerance and self.relative_error == self.relative_error
+        ok = self.relative_error < self.tolerance  # False for NaN
+        if self.cublas_relative_error is not None:
+            ok = ok and self.cublas_relative_error < CUBLAS_TOLERANCE
+        return ok
 
 
 def active_device():
@@ -78,20 +104,26 @@ def run(cases=CASES, device=None, gemm=None):
         out = gemm(a, b, bias=bias, activation=case.activation, out_dtype=case.out_dtype)
         ref = reference_gemm(a, b, bias, case.activation)
         if out.shape != ref.shape:
-            rel, abs_err = float("inf"), float("inf")
-        else:
-            rel, abs_err = relative_error(out, ref), max_abs_error(out, ref)
-        results.append(Result(case, backend, abs_err, rel, tolerance(case.out_dtype, device)))
+            results.append(Result(case, backend, float("inf"), float("inf"), tolerance(case.out_dtype, device)))
+            continue
+        cublas_err = None
+        if device == "cuda":
+            cublas_err = relative_error(out, cublas_reference(a, b, bias, case.activation))
+        results.append(Result(case, backend, max_abs_error(out, ref), relative_error(out, ref),
+                              tolerance(case.out_dtype, device), cublas_err))
     return results
 
 
 def format_table(results):
-    header = ("shape MxNxK", "layout a/b", "epilogue", "backend", "max abs err", "rel err", "tol", "pass")
-    rows = [
-        (*r.case.describe(), r.backend, f"{r.max_abs_error:.3g}", f"{r.relative_error:.3g}", f"{r.tolerance:g}",
-         "PASS" if r.passed else "FAIL")
-        for r in results
-    ]
+    with_cublas = any(r.cublas_relative_error is not None for r in results)
+    header = ("shape MxNxK", "layout a/b", "epilogue", "backend", "max abs err", "rel err", "tol")
+    header += ("rel err vs cuBLAS", "pass") if with_cublas else ("pass",)
+    rows = []
+    for r in results:
+        row = (*r.case.describe(), r.backend, f"{r.max_abs_error:.3g}", f"{r.relative_error:.3g}", f"{r.tolerance:g}")
+        if with_cublas:
+            row += (f"{r.cublas_relative_error:.3g}" if r.cublas_relative_error is not None else "-",)
+        rows.append(row + ("PASS" if r.passed else "FAIL",))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -103,7 +135,8 @@ def main(args):
         print("mpgemm verify: --device cuda needs a CUDA build of mpgemm and a visible GPU")
         return 2
     torch.manual_seed(args.seed)
-    results = run(device=None if args.device == "auto" else args.device)
+    cases = CASES + sweep_cases(args.sweep, args.seed)
+    results = run(cases, device=None if args.device == "auto" else args.device)
     print(format_table(results))
     failed = sum(not r.passed for r in results)
     print(f"\n{len(results) - failed} passed, {failed} failed")
