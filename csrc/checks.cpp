@@ -164,6 +164,85 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
 MPGEMM_INSTANTIATE_CHECKS(int64_t)
 MPGEMM_INSTANTIATE_CHECKS(c10::SymInt)
 
+template <class Size>
+ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                                    std::optional<at::ScalarType> out_dtype) {
+  for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&weight, "weight"}})
+    TORCH_CHECK_TYPE(is_half_or_float(t->scalar_type()), op, ": expected ", name,
+                     " to be torch.float16 or torch.float32, got ", dtype_name(t->scalar_type()));
+  TORCH_CHECK_VALUE(x.dim() == 4, op, ": expected x to be 4-D (N, C, H, W) or 3-D (C, H, W), got a ", x.dim(),
+                    "-D tensor of shape ", shape_of(x));
+  TORCH_CHECK_VALUE(weight.dim() == 4, op, ": expected weight to be 4-D (out_channels, in_channels / groups, kH, kW),",
+                    " got a ", weight.dim(), "-D tensor of shape ", shape_of(weight));
+  check_same_device(op, x, "x", weight, "weight");
+  TORCH_CHECK_VALUE(stride.size() == 2 && stride[0] > 0 && stride[1] > 0, op,
+                    ": stride must be two positive integers, got ", stride);
+  TORCH_CHECK_VALUE(dilation.size() == 2 && dilation[0] > 0 && dilation[1] > 0, op,
+                    ": dilation must be two positive integers, got ", dilation);
+  TORCH_CHECK_VALUE(padding.size() == 4 && padding[0] >= 0 && padding[1] >= 0 && padding[2] >= 0 && padding[3] >= 0,
+                    op, ": padding must be non-negative, got ", padding);
+  TORCH_CHECK_VALUE(groups > 0, op, ": groups must be positive, got ", groups);
+
+  ConvProblem<Size> problem;
+  problem.n = dim_size<Size>(x, 0);
+  problem.c = dim_size<Size>(x, 1);
+  problem.h = dim_size<Size>(x, 2);
+  problem.w = dim_size<Size>(x, 3);
+  problem.k = dim_size<Size>(weight, 0);
+  problem.r = dim_size<Size>(weight, 2);
+  problem.s = dim_size<Size>(weight, 3);
+  problem.groups = groups;
+  TORCH_CHECK_VALUE(problem.c % groups == 0 && problem.k % groups == 0, op, ": groups (", groups,
+                    ") must divide the input channels (", problem.c, ") and the output channels (", problem.k, ")");
+  TORCH_CHECK_VALUE(dim_size<Size>(weight, 1) * groups == problem.c, op, ": x has ", problem.c,
+                    " channels but weight expects ", dim_size<Size>(weight, 1), " per group x ", groups,
+                    " groups; weight.shape[1] * groups must equal x.shape[1]");
+  std::copy(stride.begin(), stride.end(), problem.stride.begin());
+  std::copy(dilation.begin(), dilation.end(), problem.dilation.begin());
+  std::copy(padding.begin(), padding.end(), problem.padding.begin());
+  const Size span_h = (problem.r - 1) * dilation[0] + 1, span_w = (problem.s - 1) * dilation[1] + 1;
+  const Size padded_h = problem.h + padding[0] + padding[1], padded_w = problem.w + padding[2] + padding[3];
+  TORCH_CHECK_VALUE(padded_h >= span_h && padded_w >= span_w, op, ": the padded input (", padded_h, ", ", padded_w,
+                    ") is smaller than the dilated kernel (", span_h, ", ", span_w, ")");
+  problem.p = (padded_h - span_h) / stride[0] + 1;
+  problem.q = (padded_w - span_w) / stride[1] + 1;
+  problem.channels_last = x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+
+  if (bias) {
+    const at::Tensor& t = *bias;
+    TORCH_CHECK_TYPE(is_half_or_float(t.scalar_type()), op, ": expected bias to be torch.float16 or torch.float32, got ",
+                     dtype_name(t.scalar_type()));
+    TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == problem.k, op,
+                      ": expected bias of shape (out_channels,) = (", problem.k, ",), got shape ", shape_of(t));
+    check_same_device(op, x, "x", t, "bias");
+  }
+  problem.out_dtype = out_dtype.value_or(x.scalar_type());
+  TORCH_CHECK_VALUE(is_half_or_float(problem.out_dtype), op, ": out_dtype must be torch.float32 or torch.float16, got ",
+                    dtype_name(problem.out_dtype));
+  return problem;
+}
+
+template ConvProblem<int64_t> check_conv2d_args<int64_t>(const char*, const at::Tensor&, const at::Tensor&,
+                                                         const std::optional<at::Tensor>&, at::IntArrayRef,
+                                                         at::IntArrayRef, at::IntArrayRef, int64_t,
+                                                         std::optional<at::ScalarType>);
+template ConvProblem<c10::SymInt> check_conv2d_args<c10::SymInt>(const char*, const at::Tensor&, const at::Tensor&,
+                                                                 const std::optional<at::Tensor>&, at::IntArrayRef,
+                                                                 at::IntArrayRef, at::IntArrayRef, int64_t,
+                                                                 std::optional<at::ScalarType>);
+
+void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, const at::Tensor& x,
+                           const at::Tensor& grad_out) {
+  TORCH_CHECK_TYPE(is_half_or_float(grad_out.scalar_type()), op,
+                   ": expected grad_out to be torch.float16 or torch.float32, got ", dtype_name(grad_out.scalar_type()));
+  const std::vector<int64_t> expected{problem.n, problem.k, problem.p, problem.q};
+  TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef(expected), op, ": expected grad_out of shape ",
+                    at::IntArrayRef(expected), ", got ", grad_out.sizes());
+  check_same_device(op, x, "x", grad_out, "grad_out");
+}
+
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out) {
   TORCH_CHECK_VALUE(out.sizes() == at::IntArrayRef(problem.out_shape), "mpgemm.gemm: expected out of shape ",
                     at::IntArrayRef(problem.out_shape), ", got ", out.sizes());

@@ -79,6 +79,51 @@ void unscale_grads_meta(at::TensorList grads, at::TensorList outs, at::Tensor& f
   check_unscale_args(grads, outs, found_inf, inv_scale);
 }
 
+using ConvForward = at::Tensor (*)(const ConvProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
+                                   const std::optional<at::Tensor>&);
+using ConvGradient = at::Tensor (*)(const ConvProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
+                                    const at::Tensor&);
+
+template <ConvForward Impl>
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                  at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                  std::optional<at::ScalarType> out_dtype) {
+  const auto problem =
+      check_conv2d_args<int64_t>("mpgemm.conv2d", x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  return Impl(problem, x, weight, bias);
+}
+
+// grad_out of a conv2d of x and weight; the result has the dtype and memory
+// format of x (grad_input) or weight (grad_weight).
+template <ConvGradient Impl>
+at::Tensor conv2d_gradient(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const auto problem = check_conv2d_args<int64_t>("mpgemm.conv2d backward", x, weight, std::nullopt, stride, padding,
+                                                  dilation, groups, std::nullopt);
+  check_conv2d_grad_out("mpgemm.conv2d backward", problem, x, grad_out);
+  return Impl(problem, grad_out, x, weight);
+}
+
+at::Tensor conv2d_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                       std::optional<at::ScalarType> out_dtype) {
+  const auto pr =
+      check_conv2d_args<c10::SymInt>("mpgemm.conv2d", x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  const auto format = pr.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  return at::empty_symint({pr.n, pr.k, pr.p, pr.q}, x.options().dtype(pr.out_dtype).memory_format(format));
+}
+
+// Gradients take the shape, dtype and memory format of their input.
+template <bool OfInput>
+at::Tensor conv2d_gradient_meta(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
+                                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                int64_t groups) {
+  check_conv2d_args<c10::SymInt>("mpgemm.conv2d backward", x, weight, std::nullopt, stride, padding, dilation, groups,
+                                 std::nullopt);
+  const at::Tensor& like = OfInput ? x : weight;
+  return at::empty_symint(like.sym_sizes(), like.options().memory_format(like.suggest_memory_format()));
+}
+
 at::Tensor cublas_gemm_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_gemm_args<c10::SymInt>(a, b, std::nullopt, std::nullopt, out_dtype);
   TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mpgemm._cublas_gemm: expected 2-D a and b");
@@ -99,6 +144,17 @@ TORCH_LIBRARY(mpgemm, m) {
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
+  // Convolution: padding is (top, bottom, left, right); the gradients of x and
+  // weight have their dtype and memory format.
+  m.def(
+      "conv2d(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[4] padding=0, int[2] dilation=1, "
+      "int groups=1, *, ScalarType? out_dtype=None) -> Tensor");
+  m.def(
+      "conv2d_grad_input(Tensor grad_out, Tensor x, Tensor weight, int[2] stride, int[4] padding, int[2] dilation, "
+      "int groups) -> Tensor");
+  m.def(
+      "conv2d_grad_weight(Tensor grad_out, Tensor x, Tensor weight, int[2] stride, int[4] padding, int[2] dilation, "
+      "int groups) -> Tensor");
   // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
   m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
 }
@@ -108,6 +164,9 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("gemm.out", &gemm_out<gemm_cpu_into>);
   m.impl("linear", &linear<gemm_cpu_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cpu>);
+  m.impl("conv2d", &conv2d<conv2d_cpu>);
+  m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cpu>);
+  m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cpu>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
@@ -115,6 +174,9 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm.out", &gemm_out_meta);
   m.impl("linear", &linear_meta);
   m.impl("unscale_grads_", &unscale_grads_meta);
+  m.impl("conv2d", &conv2d_meta);
+  m.impl("conv2d_grad_input", &conv2d_gradient_meta<true>);
+  m.impl("conv2d_grad_weight", &conv2d_gradient_meta<false>);
   m.impl("_cublas_gemm", &cublas_gemm_meta);
 }
 
@@ -124,6 +186,9 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
   m.impl("linear", &linear<gemm_cuda_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
+  m.impl("conv2d", &conv2d<conv2d_cuda>);
+  m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cuda>);
+  m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cuda>);
   m.impl("_cublas_gemm", &cublas_gemm_cuda);
 }
 #endif

@@ -2,6 +2,7 @@
 // Meta included) and the per-backend implementations.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,43 @@ void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, con
                    const std::optional<at::Tensor>& bias, at::Tensor& out);
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, at::Tensor& out);
+
+// A validated conv2d call: x (N, C, H, W), weight (K, C / groups, R, S), output
+// (N, K, P, Q). Padding is (top, bottom, left, right).
+template <class Size>
+struct ConvProblem {
+  Size n, c, h, w, k, r, s, p, q;
+  int64_t groups;
+  std::array<int64_t, 2> stride, dilation;
+  std::array<int64_t, 4> padding;
+  at::ScalarType out_dtype;
+  bool channels_last;  // of x; the output follows it
+};
+
+template <class Size>
+ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                                    std::optional<at::ScalarType> out_dtype);
+
+// Backends of conv2d and its two gradients. fp32 tensors are rounded to fp16
+// first; products are summed in fp32.
+at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias);
+at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                 const at::Tensor& x, const at::Tensor& weight);
+at::Tensor conv2d_grad_weight_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                  const at::Tensor& x, const at::Tensor& weight);
+at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias);
+at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                  const at::Tensor& x, const at::Tensor& weight);
+at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                   const at::Tensor& x, const at::Tensor& weight);
+
+// Checks the output gradient of a conv2d against its problem: (N, K, P, Q), fp16 or fp32.
+void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, const at::Tensor& x,
+                           const at::Tensor& grad_out);
 
 // unscale_grads_: outs[i] = grads[i] * inv_scale, found_inf = 1 on any inf/NaN.
 void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Tensor& found_inf,

@@ -11,7 +11,7 @@ from . import amp, nn
 from . import autograd  # noqa: F401  (registers the backward formulas)
 from ._build import build_info
 from .convert import convert, converted_layers
-from .ops import gemm, linear
+from .ops import conv2d, gemm, linear
 
 __version__ = "0.1.0"
-__all__ = ["amp", "build_info", "convert", "converted_layers", "gemm", "linear", "nn"]
+__all__ = ["amp", "build_info", "conv2d", "convert", "converted_layers", "gemm", "linear", "nn"]

@@ -1,12 +1,13 @@
 """Backward formulas of the mpgemm ops, registered with torch.library so that
 they work in eager mode and under torch.compile.
 
-For y = activation(a @ b + bias) the gradients are
+For y = activation(a @ b + bias) (gemm, linear) the gradients are
     dz = dy * activation'(z)       (fp32; z recomputed, not stored)
     da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to fp16,
                                     transposes read in place)
     dbias = sum(dz)                (accumulated in fp32)
-and each gradient has the dtype of its input. They are computed once, without
+and each gradient has the dtype of its input. conv2d's are its dgrad and
+wgrad implicit GEMMs and an fp32 sum for the bias. They are computed once, without
 a graph: differentiating them again raises an error.
 """
 
@@ -120,5 +121,28 @@ def _linear_backward(ctx, grad_out):
     return grad_x, grad_weight, grad_bias
 
 
+# conv2d(x, weight, bias, stride, padding, dilation, groups, *, out_dtype)
+
+
+def _conv2d_setup_context(ctx, inputs, keyword_only_inputs, output):
+    x, weight, bias, stride, padding, dilation, groups = inputs
+    ctx.geometry = (stride, padding, dilation, groups)
+    ctx.save_for_backward(x, weight, bias)
+
+
+@_not_twice_differentiable("mpgemm.conv2d")
+def _conv2d_backward(ctx, grad_out):
+    x, weight, bias = ctx.saved_tensors
+    grad_x = grad_weight = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = torch.ops.mpgemm.conv2d_grad_input(grad_out, x, weight, *ctx.geometry)
+    if ctx.needs_input_grad[1]:
+        grad_weight = torch.ops.mpgemm.conv2d_grad_weight(grad_out, x, weight, *ctx.geometry)
+    if bias is not None and ctx.needs_input_grad[2]:
+        grad_bias = grad_out.sum((0, 2, 3), dtype=FLOAT).to(bias.dtype)
+    return grad_x, grad_weight, grad_bias, None, None, None, None
+
+
 torch.library.register_autograd("mpgemm::gemm", _gemm_backward, setup_context=_gemm_setup_context)
 torch.library.register_autograd("mpgemm::linear", _linear_backward, setup_context=_linear_setup_context)
+torch.library.register_autograd("mpgemm::conv2d", _conv2d_backward, setup_context=_conv2d_setup_context)

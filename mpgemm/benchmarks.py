@@ -5,6 +5,8 @@ accumulate, fp32 out): cublasGemmEx with CUBLAS_COMPUTE_32F through the
 extension, and torch.mm(..., out_dtype=torch.float32) where torch has it;
 fp16-out figures against torch's fp16 mm. linear: mpgemm.linear's fused
 bias+GELU against torch's F.linear plus gelu, forward and forward+backward.
+conv: mpgemm.conv2d against cuDNN (F.conv2d, fp16, channels_last) on
+ResNet-50's layers, forward and forward+backward.
 
 Every number is the median of CUDA-event timings after a warm-up, with input
 sets rotated so that repeated calls do not find their operands in L2. On a
@@ -42,30 +44,39 @@ KNOWN_PEAKS_TFLOPS = [
 ]
 L2_BYTES_FALLBACK = 64 * 2**20
 
+# ResNet-50's convolutions: (in, out, kernel, stride, padding, input size).
+RESNET50_LAYERS = [
+    (3, 64, 7, 2, 3, 224), (64, 64, 1, 1, 0, 56), (64, 64, 3, 1, 1, 56), (64, 256, 1, 1, 0, 56),
+    (256, 64, 1, 1, 0, 56), (128, 128, 3, 2, 1, 56), (128, 512, 1, 1, 0, 28), (256, 512, 1, 2, 0, 56),
+    (128, 128, 3, 1, 1, 28), (256, 256, 3, 1, 1, 14), (1024, 256, 1, 1, 0, 14), (512, 512, 3, 1, 1, 7),
+    (512, 2048, 1, 1, 0, 7), (2048, 512, 1, 1, 0, 7),
+]
+
 GPU_SUITES = {
     "gemm": [("square", (s, s, s)) for s in (512, 1024, 2048, 4096, 8192)]
     + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))],
     "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))],
-    "conv": [],
+    "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in RESNET50_LAYERS],
 }
 QUICK_SUITES = {
     "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
     "linear": [("mlp", (4096, 16384, 4096))],
-    "conv": [],
+    "conv": [("resnet50", (32,) + layer) for layer in RESNET50_LAYERS[1:4]],
 }
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
     "linear": [("mlp", (64, 256, 128))],
-    "conv": [],
+    "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8))],
 }
-NOT_IMPLEMENTED = {"conv": "mpgemm.conv2d is not implemented yet: there is no convolution to measure"}
 
 
 @dataclasses.dataclass
 class Measurement:
     suite: str
     case: str
-    shape: tuple  # (M, N, K); for linear (tokens, out_features, in_features)
+    # gemm (M, N, K); linear (tokens, out_features, in_features);
+    # conv (batch, in, out, kernel, stride, padding, input size)
+    shape: tuple
     impl: str
     baseline: str  # the impl this one is compared with ("" for a baseline)
     flops: float
@@ -135,13 +146,8 @@ def gemm_impls(device):
     return impls
 
 
-def linear_impls(device):
-    def fused(x, w, b):
-        return ops.linear(x, w, b, activation="gelu")
-
-    def unfused(x, w, b):
-        return F.gelu(F.linear(x, w, b))
-
+def _forward_and_backward(forward, baseline_forward, device, mpgemm_name, baseline_name):
+    """fwd and fwd+bwd impls of an op taking (x, w, b) and, for backward, grad."""
     def with_backward(fn):
         def run(x, w, b, grad):
             fn(x, w, b).backward(grad)
@@ -149,13 +155,23 @@ def linear_impls(device):
         return run
 
     if device.type != "cuda":
-        return {"mpgemm fused fwd": (fused, ""), "mpgemm fused fwd+bwd": (with_backward(fused), "")}
+        return {f"{mpgemm_name} fwd": (forward, ""), f"{mpgemm_name} fwd+bwd": (with_backward(forward), "")}
     return {
-        "torch unfused fwd": (unfused, ""),
-        "mpgemm fused fwd": (fused, "torch unfused fwd"),
-        "torch unfused fwd+bwd": (with_backward(unfused), ""),
-        "mpgemm fused fwd+bwd": (with_backward(fused), "torch unfused fwd+bwd"),
+        f"{baseline_name} fwd": (baseline_forward, ""),
+        f"{mpgemm_name} fwd": (forward, f"{baseline_name} fwd"),
+        f"{baseline_name} fwd+bwd": (with_backward(baseline_forward), ""),
+        f"{mpgemm_name} fwd+bwd": (with_backward(forward), f"{baseline_name} fwd+bwd"),
     }
+
+
+def linear_impls(device):
+    return _forward_and_backward(lambda x, w, b: ops.linear(x, w, b, activation="gelu"),
+                                 lambda x, w, b: F.gelu(F.linear(x, w, b)), device, "mpgemm fused", "torch unfused")
+
+
+def conv_impls(device, stride, padding):
+    return _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding),
+                                 lambda x, w, b: F.conv2d(x, w, b, stride, padding), device, "mpgemm", "cudnn")
 
 
 def _input_sets(make, bytes_per_set, device):
@@ -165,33 +181,61 @@ def _input_sets(make, bytes_per_set, device):
     return [make() for _ in range(input_sets_for(bytes_per_set, cache))]
 
 
-def measure_case(suite, case, shape, device, clock, warmup, reps):
+def _gemm_case(shape, device):
     m, n, k = shape
-    if suite == "gemm":
-        def make():
-            return (torch.randn(m, k, device=device).half(), torch.randn(k, n, device=device).half())
 
-        sets = _input_sets(make, 2 * (m * k + k * n), device)
-        impls, flops = gemm_impls(device), 2.0 * m * n * k
-    else:
-        def make():
-            x = torch.randn(m, k, device=device).half().requires_grad_()
-            w = (torch.randn(n, k, device=device) / k**0.5).half().requires_grad_()
-            b = torch.randn(n, device=device).half().requires_grad_()
-            return x, w, b, torch.randn(m, n, device=device).half()
+    def make():
+        return torch.randn(m, k, device=device).half(), torch.randn(k, n, device=device).half()
 
-        sets = _input_sets(make, 2 * (m * k + n * k + m * n), device)
-        impls, flops = linear_impls(device), 2.0 * m * n * k
+    return make, 2 * (m * k + k * n), gemm_impls(device), 2.0 * m * n * k
+
+
+def _linear_case(shape, device):
+    m, n, k = shape
+
+    def make():
+        x = torch.randn(m, k, device=device).half().requires_grad_()
+        w = (torch.randn(n, k, device=device) / k**0.5).half().requires_grad_()
+        b = torch.randn(n, device=device).half().requires_grad_()
+        return x, w, b, torch.randn(m, n, device=device).half()
+
+    return make, 2 * (m * k + n * k + m * n), linear_impls(device), 2.0 * m * n * k
+
+
+def _conv_case(shape, device):
+    batch, c, k, kernel, stride, padding, size = shape
+    out = (size + 2 * padding - kernel) // stride + 1
+    channels_last = torch.channels_last
+
+    def make():
+        x = torch.randn(batch, c, size, size, device=device).half().to(memory_format=channels_last)
+        w = (torch.randn(k, c, kernel, kernel, device=device) * (c * kernel * kernel) ** -0.5).half()
+        grad = torch.randn(batch, k, out, out, device=device).half().to(memory_format=channels_last)
+        return (x.requires_grad_(), w.to(memory_format=channels_last).requires_grad_(),
+                torch.randn(k, device=device).half().requires_grad_(), grad)
+
+    bytes_per_set = 2 * (batch * c * size * size + k * c * kernel * kernel + batch * k * out * out)
+    return make, bytes_per_set, conv_impls(device, stride, padding), 2.0 * batch * k * out * out * c * kernel**2
+
+
+CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case}
+
+
+def measure_case(suite, case, shape, device, clock, warmup, reps):
+    make, bytes_per_set, impls, flops = CASE_BUILDERS[suite](shape, device)
+    sets = _input_sets(make, bytes_per_set, device)
     results = []
     for impl, (fn, baseline) in impls.items():
-        if suite == "linear" and "bwd" not in impl:
-            run_sets, impl_flops = [s[:3] for s in sets], flops
-
+        if suite == "gemm":
+            run, run_sets, impl_flops = fn, sets, flops
+        elif impl.endswith("fwd+bwd"):  # backward costs two more products of the forward's size
+            run, run_sets, impl_flops = fn, sets, 3 * flops
+        else:
             def run(*args, fn=fn):
                 with torch.no_grad():
                     return fn(*args)
-        else:
-            run_sets, impl_flops, run = sets, (3 * flops if suite == "linear" else flops), fn
+
+            run_sets, impl_flops = [s[:3] for s in sets], flops
         timing = time_op(run, run_sets, clock=clock, warmup=warmup, reps=reps)
         results.append(Measurement(suite, case, shape, impl, baseline, impl_flops, timing.times_ms))
     return results
@@ -233,7 +277,6 @@ def run(suites, device, *, quick=False, shapes=None, reps=20, warmup=5, show_pro
         "git_commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": {"clock": type(clock).__name__, "warmup": warmup, "reps": reps, "statistic": "median"},
-        "not_implemented": {s: NOT_IMPLEMENTED[s] for s in suites if s in NOT_IMPLEMENTED},
         "results": [dict(dataclasses.asdict(m), median_ms=m.median_ms, tflops=m.tflops) for m in measurements],
     }
     if on_gpu:
@@ -265,8 +308,6 @@ def format_report(report):
         rows.append(row)
     widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(len(header))]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in [header, *rows]]
-    for suite, reason in report["not_implemented"].items():
-        lines.append(f"{suite}: {reason}")
     return "\n".join(lines)
 
 
@@ -275,10 +316,10 @@ def write_csv(report, path):
 
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["suite", "case", "M", "N", "K", "impl", "baseline", "median_ms", "tflops", "times_ms"])
+        writer.writerow(["suite", "case", "shape", "impl", "baseline", "median_ms", "tflops", "times_ms"])
         for r in report["results"]:
-            writer.writerow([r["suite"], r["case"], *r["shape"], r["impl"], r["baseline"], r["median_ms"],
-                             r["tflops"], " ".join(f"{t:.6f}" for t in r["times_ms"])])
+            writer.writerow([r["suite"], r["case"], "x".join(map(str, r["shape"])), r["impl"], r["baseline"],
+                             r["median_ms"], r["tflops"], " ".join(f"{t:.6f}" for t in r["times_ms"])])
 
 
 def plot_report(report, path):

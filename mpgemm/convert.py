@@ -9,7 +9,7 @@ from . import nn
 logger = logging.getLogger(__name__)
 
 # torch layer class -> mpgemm subclass with the same parameters and state.
-CONVERSIONS = {torch.nn.Linear: nn.Linear}
+CONVERSIONS = {torch.nn.Linear: nn.Linear, torch.nn.Conv2d: nn.Conv2d}
 ELIGIBLE_DTYPES = (torch.float16, torch.float32)
 
 

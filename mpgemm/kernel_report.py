@@ -16,6 +16,10 @@ from . import _C, sass
 from ._build import build_info
 
 
+# The kernels that must run on Tensor Cores, by name.
+TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel")
+
+
 @dataclasses.dataclass
 class KernelInfo:
     arch: str
@@ -98,11 +102,12 @@ def main(args):
         return 1
     print(f"{binary}: {len(kernels)} kernels for {', '.join(sorted({k.arch for k in kernels}))}")
     print(format_kernels(kernels))
-    gemm = [k for k in kernels if "gemm_kernel" in k.name]
-    without = [k for k in gemm if k.hmma + k.hgmma == 0]
-    print(f"\n{len(gemm) - len(without)} of {len(gemm)} GEMM kernels contain Tensor Core instructions")
+    products = [k for k in kernels if any(name in k.name for name in TENSOR_CORE_KERNELS)]
+    without = [k for k in products if k.hmma + k.hgmma == 0]
+    print(f"\n{len(products) - len(without)} of {len(products)} GEMM and convolution kernels contain Tensor Core "
+          "instructions")
     if args.binary is None and info["cuda_available"]:
         print("\nkernels that ran, per op (torch.profiler):")
         for op, names in profile_ops().items():
             print(f"  {op}: {', '.join(demangle(names)) or '(none)'}")
-    return 1 if without or not gemm else 0
+    return 1 if without or not products else 0

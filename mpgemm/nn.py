@@ -2,7 +2,9 @@
 
 import torch
 
-from .ops import linear
+import torch.nn.functional as F
+
+from .ops import conv2d, linear
 
 
 class Linear(torch.nn.Linear):
@@ -16,6 +18,25 @@ class Linear(torch.nn.Linear):
 
     def forward(self, input):
         return linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return super().extra_repr() + ", backend=mpgemm"
+
+
+class Conv2d(torch.nn.Conv2d):
+    """``torch.nn.Conv2d`` computed by :func:`mpgemm.conv2d`.
+
+    Same constructor, parameters, initialisation and ``state_dict`` keys as
+    ``torch.nn.Conv2d``. Every ``padding_mode`` works: "zeros" is the kernels'
+    own padding; "reflect", "replicate" and "circular" pad the input first with
+    ``torch.nn.functional.pad``, as torch does.
+    """
+
+    def forward(self, input):
+        if self.padding_mode != "zeros":
+            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return conv2d(input, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
     def extra_repr(self):
         return super().extra_repr() + ", backend=mpgemm"

@@ -66,3 +66,53 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
     the bias gradient is accumulated in fp32.
     """
     return torch.ops.mpgemm.linear.default(x, weight, bias, activation=activation, out_dtype=out_dtype)
+
+
+def _pair(value, name):
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
+        raise ValueError(f"mpgemm.conv2d: {name} must be an int or a pair of ints, got {value!r}")
+    return pair
+
+
+def _conv_padding(padding, weight, stride, dilation):
+    """(top, bottom, left, right) for an int, a pair, "valid" or "same"."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0, 0, 0)
+        if padding != "same":
+            raise ValueError(f"mpgemm.conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+        if stride != (1, 1):
+            raise ValueError("mpgemm.conv2d: padding='same' is not supported for strided convolutions")
+        # An even dilated kernel pads one more at the bottom and right, as torch does.
+        total = [d * (k - 1) for d, k in zip(dilation, weight.shape[-2:])]
+        return (total[0] // 2, total[0] - total[0] // 2, total[1] // 2, total[1] - total[1] // 2)
+    ph, pw = _pair(padding, "padding")
+    return (ph, ph, pw, pw)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out_dtype=None):
+    """``torch.nn.functional.conv2d`` on Tensor Cores, as implicit GEMMs.
+
+    Args:
+        x: (N, C, H, W) or unbatched (C, H, W), float16 or float32, contiguous
+            (NCHW) or channels_last.
+        weight: (out_channels, C / groups, kH, kW), float16 or float32.
+        bias: optional (out_channels,), float16 or float32, added in fp32.
+        stride, dilation: an int or a pair. padding: an int, a pair, "valid"
+            or "same" (stride 1; an even kernel pads one more at the bottom and
+            right, as torch does). groups: divides C and out_channels.
+        out_dtype: torch.float16 or torch.float32; defaults to ``x.dtype``.
+
+    Every input is rounded to fp16 and products are summed in fp32, on both
+    backends. The output follows x's memory format. The kernels read NHWC:
+    channels_last fp16 tensors are used in place; a contiguous (NCHW) or fp32
+    x is converted once on the way in, and an NCHW output once on the way out.
+    Channel counts per group that are not multiples of 8 (C = 3, depthwise)
+    take a slower one-element path. Differentiable, like :func:`linear`.
+    """
+    if x.dim() == 3:
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)[0]
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    padding = _conv_padding(padding, weight, stride, dilation)
+    return torch.ops.mpgemm.conv2d.default(x, weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)

@@ -60,11 +60,11 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
     report = json.loads(json_path.read_text())
     for key in ("device", "torch_version", "cuda_version", "build_info", "git_commit", "date", "timing", "results"):
         assert key in report
-    assert report["gpu_measurement"] is False and "conv" in report["not_implemented"]
-    assert {r["suite"] for r in report["results"]} == {"gemm", "linear"}
+    assert report["gpu_measurement"] is False
+    assert {r["suite"] for r in report["results"]} == {"gemm", "linear", "conv"}
     for r in report["results"]:
         assert len(r["times_ms"]) == report["timing"]["reps"] and r["median_ms"] > 0 and r["tflops"] > 0
-    assert csv_path.read_text().splitlines()[0].startswith("suite,case,M,N,K,impl")
+    assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl")
 
 
 def test_bench_custom_shapes_and_bad_arguments(capsys):
@@ -78,7 +78,7 @@ def test_bench_custom_shapes_and_bad_arguments(capsys):
 def test_format_report_compares_on_gpu_reports():
     report = {
         "gpu_measurement": True, "device": "Fake GPU", "git_commit": "abc", "date": "2026-11-21",
-        "peak_tflops": {"value": 100.0, "source": "datasheet"}, "not_implemented": {},
+        "peak_tflops": {"value": 100.0, "source": "datasheet"},
         "results": [
             dict(suite="gemm", case="square", shape=[8, 8, 8], impl="cublas fp32-out", baseline="", median_ms=2.0,
                  tflops=50.0),
@@ -131,7 +131,7 @@ def test_inspect_cli(tiny_object):
     proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect", "--binary", str(tiny_object)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 of 1 GEMM kernels contain Tensor Core instructions" in proc.stdout
+    assert "1 of 1 GEMM and convolution kernels contain Tensor Core instructions" in proc.stdout
     assert "HMMA" in proc.stdout and "tiny_gemm_kernel" in proc.stdout
 
 

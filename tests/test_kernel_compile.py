@@ -1,6 +1,6 @@
 """Kernel compile check: nvcc builds csrc/kernels for every Tensor Core arch we
 support; ptxas reports no spills and no stack frame, and the SASS of every GEMM
-kernel holds Tensor Core HMMA instructions. No GPU needed."""
+and convolution kernel holds Tensor Core HMMA instructions. No GPU needed."""
 
 import concurrent.futures
 import glob
@@ -11,13 +11,11 @@ import pytest
 
 from conftest import skip_or_fail
 from mpgemm import sass
+from mpgemm.kernel_report import TENSOR_CORE_KERNELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_SOURCES = sorted(glob.glob(os.path.join(ROOT, "csrc", "kernels", "*.cu")))
 # The HMMA shape each arch's WMMA m16n16k16 fp16->fp32 compiles to.
-# Every Tensor Core kernel's name contains this (other kernels, such as the
-# unscale pass, have no matrix product).
-GEMM_KERNEL = "gemm_kernel"
 EXPECTED_HMMA = {"sm_75": "HMMA.1688.F32", "sm_80": "HMMA.16816.F32", "sm_90": "HMMA.16816.F32"}
 
 
@@ -55,15 +53,15 @@ def test_no_spills_and_no_stack(compiled, arch):
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED_HMMA))
-def test_every_gemm_kernel_uses_tensor_cores(compiled, arch):
+def test_every_gemm_and_conv_kernel_uses_tensor_cores(compiled, arch):
     reported = {k.name for _, report in compiled[arch] for k in sass.parse_ptxas_report(report)}
     functions = {}
     for cubin, _ in compiled[arch]:
         functions.update({name: ops for (code_arch, name), ops in sass.dump_sass(cubin).items()})
     assert set(functions) == reported, "SASS and ptxas disagree on the kernels"
-    gemm_kernels = {name: ops for name, ops in functions.items() if GEMM_KERNEL in name}
-    assert gemm_kernels, "no GEMM kernels found"
-    for name, opcodes in gemm_kernels.items():
+    mma_kernels = {name: ops for name, ops in functions.items() if any(k in name for k in TENSOR_CORE_KERNELS)}
+    assert {k for k in TENSOR_CORE_KERNELS if any(k in name for name in mma_kernels)} == set(TENSOR_CORE_KERNELS)
+    for name, opcodes in mma_kernels.items():
         assert sass.count_opcodes(opcodes, EXPECTED_HMMA[arch]) > 0, f"{name} has no {EXPECTED_HMMA[arch]}"
 
 
@@ -73,7 +71,7 @@ def test_aligned_kernels_copy_16_bytes_asynchronously(compiled, arch):
     # mangled name) must stage tiles with 16-byte cp.async (LDGSTS.128).
     for cubin, _ in compiled[arch]:
         for (_, name), opcodes in sass.dump_sass(cubin).items():
-            if GEMM_KERNEL in name and "Li8EEEv" in name:
+            if any(k in name for k in TENSOR_CORE_KERNELS) and "Li8EEEv" in name:
                 assert sass.count_opcodes(opcodes, "LDGSTS.E.BYPASS.128") > 0, name
 
 

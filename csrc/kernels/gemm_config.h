@@ -34,5 +34,9 @@ using LargeTileConfig = GemmTileConfig<128, 128, 32, 64, 32, 3>;
 // 4 warps of 32x32 over a 64x64 tile: more blocks for problems too small to
 // fill the GPU with large tiles.
 using SmallTileConfig = GemmTileConfig<64, 64, 32, 32, 32, 3>;
+// One-element loads (unaligned or gathered operands) take 16-deep slices: half
+// the chunks per thread keeps their addresses in registers. Only the
+// register-staged double buffer runs here, so two stages.
+using ScalarTileConfig = GemmTileConfig<64, 64, 16, 32, 32, 2>;
 
 }  // namespace mpgemm::kernels

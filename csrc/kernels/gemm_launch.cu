@@ -14,7 +14,7 @@ constexpr int64_t kMaxGridY = 65535;
 
 template <class Config, bool ARowMajor, bool BRowMajor, int Vector>
 cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
-  constexpr int kSmemBytes = WmmaGemmSmem<Config, ARowMajor, BRowMajor>::kBytes;
+  constexpr int kSmemBytes = WmmaSmem<Config, ARowMajor, BRowMajor>::kBytes;
   auto* kernel = &wmma_gemm_kernel<Config, ARowMajor, BRowMajor, Vector>;
   if (kSmemBytes > 48 * 1024) {
     const cudaError_t err =
@@ -25,8 +25,9 @@ cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
       ((p.m + Config::kBlockM - 1) / Config::kBlockM) * ((p.n + Config::kBlockN - 1) / Config::kBlockN);
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch < kMaxGridY ? p.batch : kMaxGridY));
-  kernel<<<grid, Config::kThreads, kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  GemmParams params = p;
+  void* args[] = {&params};
+  return cudaLaunchKernel(kernel, grid, dim3(Config::kThreads), args, kSmemBytes, stream);
 }
 
 // Calls f(std::integral_constant<bool, value>) so a runtime flag picks a template.
@@ -78,11 +79,10 @@ cudaError_t launch_gemm(const GemmParams& p, cudaStream_t stream) {
   // Large tiles unless they would leave most multiprocessors idle.
   const int64_t large_tiles = ((p.m + LargeTileConfig::kBlockM - 1) / LargeTileConfig::kBlockM) *
                               ((p.n + LargeTileConfig::kBlockN - 1) / LargeTileConfig::kBlockN) * p.batch;
-  // One-element loads take small tiles too: large ones would run out of registers.
   if (vectorized && large_tiles >= multiprocessor_count())
     return launch_layout<LargeTileConfig, true>(p, stream, a_row_major, b_row_major);
   if (vectorized) return launch_layout<SmallTileConfig, true>(p, stream, a_row_major, b_row_major);
-  return launch_layout<SmallTileConfig, false>(p, stream, a_row_major, b_row_major);
+  return launch_layout<ScalarTileConfig, false>(p, stream, a_row_major, b_row_major);
 }
 
 }  // namespace mpgemm::kernels

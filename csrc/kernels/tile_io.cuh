@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "cp_async.cuh"
+
 namespace mpgemm::kernels {
 
 template <int Outer, int Inner>
@@ -94,26 +96,10 @@ struct TileCopy {
     for (int i = 0; i < kPerThread; ++i) {
       const Coord c = coord(i);
       const bool inside = c.outer < outer_limit && c.inner < inner_limit;
-      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile + c.outer * Shape::kPitch + c.inner));
-      const __half* from = inside ? src + c.outer * ld + c.inner : src;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from), "r"(inside ? 16 : 0));
+      cp_async_16(tile + c.outer * Shape::kPitch + c.inner, inside ? src + c.outer * ld + c.inner : src, inside);
     }
 #endif
   }
 };
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// Waits until at most `Pending` committed groups are still in flight.
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-#endif
-}
 
 }  // namespace mpgemm::kernels

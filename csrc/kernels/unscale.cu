@@ -47,8 +47,8 @@ cudaError_t launch_unscale(const UnscaleChunk* chunks, int64_t num_chunks, const
                            float* found_inf, cudaStream_t stream) {
   if (num_chunks <= 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(num_chunks < kMaxBlocks ? num_chunks : kMaxBlocks);
-  unscale_kernel<<<blocks, kThreads, 0, stream>>>(chunks, num_chunks, inv_scale, found_inf);
-  return cudaGetLastError();
+  void* args[] = {&chunks, &num_chunks, &inv_scale, &found_inf};
+  return cudaLaunchKernel(unscale_kernel, dim3(blocks), dim3(kThreads), args, 0, stream);
 }
 
 }  // namespace mpgemm::kernels

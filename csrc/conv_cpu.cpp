@@ -1,0 +1,67 @@
+// CPU reference of conv2d and its gradients, with the kernels' semantics:
+// every input rounded to fp16, products summed in fp32 (torch's fp32
+// convolution on the rounded values), bias added in fp32, one rounding to the
+// output dtype. Asymmetric padding ("same" with an even kernel) is applied as
+// explicit zero padding.
+#include <ATen/ATen.h>
+
+#include "ops.h"
+
+namespace mpgemm {
+namespace {
+
+at::Tensor as_fp16_values(const at::Tensor& t) { return t.to(at::kHalf).to(at::kFloat); }
+
+at::MemoryFormat format_of(const ConvProblem<int64_t>& problem) {
+  return problem.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+// at::constant_pad_nd takes (left, right, top, bottom).
+at::Tensor pad(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
+  const auto& p = problem.padding;
+  return at::constant_pad_nd(t, {p[2], p[3], p[0], p[1]});
+}
+
+// Gradients of the convolution of the explicitly padded input.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const ConvProblem<int64_t>& problem,
+                                                        const at::Tensor& grad_out, const at::Tensor& padded_x,
+                                                        const at::Tensor& weight, bool input, bool filters) {
+  return at::convolution_backward(as_fp16_values(grad_out), padded_x, weight, std::nullopt,
+                                  at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
+                                  at::IntArrayRef(problem.dilation), false, at::IntArrayRef({0, 0}), problem.groups,
+                                  {input, filters, false});
+}
+
+}  // namespace
+
+at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias) {
+  const std::optional<at::Tensor> no_bias;  // added below in fp32, after the products
+  at::Tensor out = at::conv2d(pad(as_fp16_values(x), problem), as_fp16_values(weight), no_bias,
+                              at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
+                              at::IntArrayRef(problem.dilation), problem.groups);
+  if (bias) out.add_(bias->to(at::kFloat).view({1, -1, 1, 1}));
+  return out.to(problem.out_dtype).contiguous(format_of(problem));
+}
+
+at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
+                                 const at::Tensor& weight) {
+  const auto& p = problem.padding;
+  const at::Tensor padded_shape = at::empty({problem.n, problem.c, problem.h + p[0] + p[1], problem.w + p[2] + p[3]},
+                                            x.options().dtype(at::kFloat));
+  const at::Tensor grad_padded =
+      std::get<0>(backward(problem, grad_out, padded_shape, as_fp16_values(weight), true, false));
+  return grad_padded.slice(2, p[0], p[0] + problem.h)
+      .slice(3, p[2], p[2] + problem.w)
+      .to(x.scalar_type())
+      .contiguous(format_of(problem));
+}
+
+at::Tensor conv2d_grad_weight_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                  const at::Tensor& x, const at::Tensor& weight) {
+  const at::Tensor grad = std::get<1>(backward(problem, grad_out, pad(as_fp16_values(x), problem),
+                                               as_fp16_values(weight), false, true));
+  return grad.to(weight.scalar_type()).contiguous(weight.suggest_memory_format());
+}
+
+}  // namespace mpgemm

@@ -1,0 +1,97 @@
+// CUDA launchers of conv2d and its gradients: tensors to NHWC/KRSC fp16 (no
+// copy for channels_last fp16 tensors, one otherwise), the implicit-GEMM
+// kernels, and the result back in the caller's memory format.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "../kernels/conv_launch.h"
+#include "../ops.h"
+
+namespace mpgemm {
+namespace {
+
+kernels::ElementType element_type(at::ScalarType dtype) {
+  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
+}
+
+// NHWC (activations) or KRSC (filters) fp16: channels_last memory of an NCHW tensor.
+at::Tensor channels_innermost(const at::Tensor& t) {
+  return t.to(at::kHalf).contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+kernels::Conv2dParams geometry(const ConvProblem<int64_t>& problem) {
+  kernels::Conv2dParams p;
+  p.n = problem.n;
+  p.h = problem.h;
+  p.w = problem.w;
+  p.c = problem.c;
+  p.k = problem.k;
+  p.r = problem.r;
+  p.s = problem.s;
+  p.p = problem.p;
+  p.q = problem.q;
+  p.groups = problem.groups;
+  p.stride_h = static_cast<int>(problem.stride[0]);
+  p.stride_w = static_cast<int>(problem.stride[1]);
+  p.pad_top = static_cast<int>(problem.padding[0]);
+  p.pad_left = static_cast<int>(problem.padding[2]);
+  p.dilation_h = static_cast<int>(problem.dilation[0]);
+  p.dilation_w = static_cast<int>(problem.dilation[1]);
+  return p;
+}
+
+// Runs one pass into a fresh channels_last `like`-shaped tensor of `dtype`,
+// returned in `format`.
+at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef shape, const at::Tensor& anchor,
+               at::ScalarType dtype, at::MemoryFormat format) {
+  const c10::cuda::CUDAGuard device_guard(anchor.device());
+  at::Tensor out = at::empty(shape, anchor.options().dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast));
+  p.out = out.data_ptr();
+  p.out_type = element_type(dtype);
+  C10_CUDA_CHECK(kernels::launch_conv2d(pass, p, c10::cuda::getCurrentCUDAStream(anchor.get_device()).stream()));
+  return out.contiguous(format);
+}
+
+at::MemoryFormat format_of(const ConvProblem<int64_t>& problem) {
+  return problem.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+}  // namespace
+
+at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias) {
+  const at::Tensor x_nhwc = channels_innermost(x), w_krsc = channels_innermost(weight);
+  at::Tensor bias_contiguous;
+  kernels::Conv2dParams p = geometry(problem);
+  p.x = x_nhwc.data_ptr();
+  p.wt = w_krsc.data_ptr();
+  if (bias) {
+    bias_contiguous = bias->contiguous();
+    p.bias = bias_contiguous.data_ptr();
+    p.bias_type = element_type(bias_contiguous.scalar_type());
+  }
+  return run(kernels::ConvPass::kFprop, p, {problem.n, problem.k, problem.p, problem.q}, x, problem.out_dtype,
+             format_of(problem));
+}
+
+at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                  const at::Tensor& x, const at::Tensor& weight) {
+  const at::Tensor dy_nhwc = channels_innermost(grad_out), w_krsc = channels_innermost(weight);
+  kernels::Conv2dParams p = geometry(problem);
+  p.dy = dy_nhwc.data_ptr();
+  p.wt = w_krsc.data_ptr();
+  return run(kernels::ConvPass::kDgrad, p, x.sizes(), x, x.scalar_type(), format_of(problem));
+}
+
+at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                   const at::Tensor& x, const at::Tensor& weight) {
+  const at::Tensor dy_nhwc = channels_innermost(grad_out), x_nhwc = channels_innermost(x);
+  kernels::Conv2dParams p = geometry(problem);
+  p.dy = dy_nhwc.data_ptr();
+  p.x = x_nhwc.data_ptr();
+  return run(kernels::ConvPass::kWgrad, p, weight.sizes(), x, weight.scalar_type(), weight.suggest_memory_format());
+}
+
+}  // namespace mpgemm

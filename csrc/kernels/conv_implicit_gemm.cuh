@@ -1,0 +1,193 @@
+// Convolution on Tensor Cores as implicit GEMMs (fprop, dgrad, wgrad), fp16
+// in, fp32 accumulate.
+//
+// Each pass is a GEMM whose operands are the convolution's tensors read in
+// place: the patches of x (or of dy) are gathered chunk by chunk while the
+// block's tiles are staged into shared memory, so no im2col buffer exists in
+// global memory. Channels are innermost (NHWC, KRSC), so a chunk of 8
+// consecutive GEMM-K (or N) indices is 8 consecutive channels of one pixel and
+// one tap: a 16-byte load when channels per group are a multiple of 8, one
+// element at a time otherwise (C = 3 first layers, depthwise).
+//
+// grid   - one block per kBlockM x kBlockN tile of the pass's GEMM; grid.y
+//          strides over the groups, each an independent GEMM.
+// block  - WmmaBlock (wmma_block.cuh) with the gathers below as loaders.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+#include "conv_params.h"
+#include "operand_loaders.cuh"
+#include "wmma_block.cuh"
+
+namespace mpgemm::kernels {
+
+// 32-bit geometry of one group of a convolution: index arithmetic in the
+// gathers stays 32-bit (the launcher refuses larger problems).
+struct ConvGeometry {
+  int n, h, w, c, k, r, s, p, q, cg, kg;
+  int stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w;
+
+  __host__ __device__ explicit ConvGeometry(const Conv2dParams& a)
+      : n(int(a.n)), h(int(a.h)), w(int(a.w)), c(int(a.c)), k(int(a.k)), r(int(a.r)), s(int(a.s)), p(int(a.p)),
+        q(int(a.q)), cg(int(a.c / a.groups)), kg(int(a.k / a.groups)), stride_h(a.stride_h), stride_w(a.stride_w),
+        pad_top(a.pad_top), pad_left(a.pad_left), dilation_h(a.dilation_h), dilation_w(a.dilation_w) {}
+};
+
+// fprop A: row m = (n, p, q) of the output, column kk = (r, s, c) of the
+// filter window: x at (n, p*stride - pad + r*dilation, ..., c), zero in padding.
+struct FpropPatches {
+  ConvGeometry g;
+  const __half* x;  // at this group's first channel
+
+  __device__ const __half* address(int64_t m, int64_t kk) const {
+    if (m >= int64_t(g.n) * g.p * g.q || kk >= int64_t(g.r) * g.s * g.cg) return nullptr;
+    const int mi = int(m), ki = int(kk);
+    const int q = mi % g.q, p = (mi / g.q) % g.p, n = mi / (g.q * g.p);
+    const int c = ki % g.cg, s = (ki / g.cg) % g.s, r = ki / (g.cg * g.s);
+    const int ih = p * g.stride_h - g.pad_top + r * g.dilation_h;
+    const int iw = q * g.stride_w - g.pad_left + s * g.dilation_w;
+    if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) return nullptr;
+    return x + ((int64_t(n) * g.h + ih) * g.w + iw) * g.c + c;
+  }
+};
+
+// dgrad A: row m = (n, h, w) of dx, column kk = (r, s, k): the dy element that
+// tap (r, s) of filter k carried from input pixel (h, w), if any.
+struct DgradPatches {
+  ConvGeometry g;
+  const __half* dy;  // at this group's first output channel
+
+  __device__ const __half* address(int64_t m, int64_t kk) const {
+    if (m >= int64_t(g.n) * g.h * g.w || kk >= int64_t(g.r) * g.s * g.kg) return nullptr;
+    const int mi = int(m), ki = int(kk);
+    const int iw = mi % g.w, ih = (mi / g.w) % g.h, n = mi / (g.w * g.h);
+    const int k = ki % g.kg, s = (ki / g.kg) % g.s, r = ki / (g.kg * g.s);
+    const int ph = ih + g.pad_top - r * g.dilation_h, pw = iw + g.pad_left - s * g.dilation_w;
+    if (ph < 0 || pw < 0 || ph % g.stride_h || pw % g.stride_w) return nullptr;
+    const int p = ph / g.stride_h, q = pw / g.stride_w;
+    if (p >= g.p || q >= g.q) return nullptr;
+    return dy + ((int64_t(n) * g.p + p) * g.q + q) * g.k + k;
+  }
+};
+
+// dgrad B: row kk = (r, s, k), column c: w[k, r, s, c] of this group.
+struct DgradFilters {
+  ConvGeometry g;
+  const __half* w;  // at this group's first filter
+
+  __device__ const __half* address(int64_t kk, int64_t c) const {
+    if (kk >= int64_t(g.r) * g.s * g.kg || c >= g.cg) return nullptr;
+    const int ki = int(kk);
+    const int k = ki % g.kg, s = (ki / g.kg) % g.s, r = ki / (g.kg * g.s);
+    return w + ((int64_t(k) * g.r + r) * g.s + s) * g.cg + c;
+  }
+};
+
+// wgrad B: row kk = (n, p, q) of the output, column j = (r, s, c): the input
+// element tap (r, s) saw at output pixel (n, p, q).
+struct WgradPatches {
+  ConvGeometry g;
+  const __half* x;  // at this group's first channel
+
+  __device__ const __half* address(int64_t kk, int64_t j) const {
+    if (kk >= int64_t(g.n) * g.p * g.q || j >= int64_t(g.r) * g.s * g.cg) return nullptr;
+    const int m = int(kk), ji = int(j);
+    const int q = m % g.q, p = (m / g.q) % g.p, n = m / (g.q * g.p);
+    const int c = ji % g.cg, s = (ji / g.cg) % g.s, r = ji / (g.cg * g.s);
+    const int ih = p * g.stride_h - g.pad_top + r * g.dilation_h;
+    const int iw = q * g.stride_w - g.pad_left + s * g.dilation_w;
+    if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) return nullptr;
+    return x + ((int64_t(n) * g.h + ih) * g.w + iw) * g.c + c;
+  }
+};
+
+// The shape of each pass's GEMM and how its operands are stored.
+template <ConvPass Pass>
+struct ConvPassTraits;
+
+template <>
+struct ConvPassTraits<ConvPass::kFprop> {
+  static constexpr bool kARowMajor = true, kBRowMajor = false;  // B[kk, k] = w[k, kk]: filters, K inner
+  MPGEMM_HOST_DEVICE static int64_t m(const Conv2dParams& a) { return a.n * a.p * a.q; }
+  MPGEMM_HOST_DEVICE static int64_t n(const Conv2dParams& a) { return a.k / a.groups; }
+  MPGEMM_HOST_DEVICE static int64_t k(const Conv2dParams& a) { return a.r * a.s * (a.c / a.groups); }
+};
+
+template <>
+struct ConvPassTraits<ConvPass::kDgrad> {
+  static constexpr bool kARowMajor = true, kBRowMajor = true;
+  MPGEMM_HOST_DEVICE static int64_t m(const Conv2dParams& a) { return a.n * a.h * a.w; }
+  MPGEMM_HOST_DEVICE static int64_t n(const Conv2dParams& a) { return a.c / a.groups; }
+  MPGEMM_HOST_DEVICE static int64_t k(const Conv2dParams& a) { return a.r * a.s * (a.k / a.groups); }
+};
+
+template <>
+struct ConvPassTraits<ConvPass::kWgrad> {
+  static constexpr bool kARowMajor = false, kBRowMajor = true;  // A[k, kk] = dy[kk, k]: dy transposed
+  MPGEMM_HOST_DEVICE static int64_t m(const Conv2dParams& a) { return a.k / a.groups; }
+  MPGEMM_HOST_DEVICE static int64_t n(const Conv2dParams& a) { return a.r * a.s * (a.c / a.groups); }
+  MPGEMM_HOST_DEVICE static int64_t k(const Conv2dParams& a) { return a.n * a.p * a.q; }
+};
+
+template <class Config, ConvPass Pass, int Vector>
+__global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParams a) {
+  using Traits = ConvPassTraits<Pass>;
+  using Block = WmmaBlock<Config, Traits::kARowMajor, Traits::kBRowMajor>;
+  using TileA = typename Block::TileA;
+  using TileB = typename Block::TileB;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const ConvGeometry g(a);
+  // The output side of this pass's GEMM, for the epilogue.
+  GemmParams out;
+  out.m = Traits::m(a);
+  out.n = Traits::n(a);
+  out.k = Traits::k(a);
+  out.d_type = a.out_type;
+  out.bias_type = a.bias_type;
+  out.d_row_stride = Pass == ConvPass::kFprop ? a.k : Pass == ConvPass::kDgrad ? a.c : out.n;
+  const int element_bytes = a.out_type == ElementType::kFloat32 ? 4 : 2;
+  const int bias_bytes = a.bias_type == ElementType::kFloat32 ? 4 : 2;
+
+  const Block block(out.n);
+  for (int64_t group = blockIdx.y; group < a.groups; group += gridDim.y) {
+    const int64_t ci = group * g.cg, ko = group * g.kg;  // first input / output channel of the group
+    const __half* x = static_cast<const __half*>(a.x);
+    const __half* wt = static_cast<const __half*>(a.wt);
+    const __half* dy = static_cast<const __half*>(a.dy);
+    typename Block::Accumulators acc;
+    Block::clear(acc);
+    if constexpr (Pass == ConvPass::kFprop) {
+      GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, FpropPatches> la(FpropPatches{g, x + ci},
+                                                                                        block.m0);
+      const int cols_left = out.n - block.n0 < Config::kBlockN ? int(out.n - block.n0) : Config::kBlockN;
+      MatrixLoader<TileB, Config::kBlockK, Config::kThreads, Vector> lb(wt + (ko + block.n0) * out.k, out.k, 1,
+                                                                        cols_left, out.k);
+      block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
+    } else if constexpr (Pass == ConvPass::kDgrad) {
+      GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, DgradPatches> la(DgradPatches{g, dy + ko},
+                                                                                        block.m0);
+      const __half* filters = wt + ko * int64_t(g.r) * g.s * g.cg;
+      GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, DgradFilters> lb(DgradFilters{g, filters},
+                                                                                        block.n0);
+      block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
+    } else {
+      const int rows_left = out.m - block.m0 < Config::kBlockM ? int(out.m - block.m0) : Config::kBlockM;
+      MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0, a.k, a.k, rows_left,
+                                                                        out.k);
+      GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, WgradPatches> lb(WgradPatches{g, x + ci},
+                                                                                        block.n0);
+      block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
+    }
+    // This group's slice of the output: its columns (fprop, dgrad) or rows (wgrad).
+    const int64_t out_offset = Pass == ConvPass::kFprop ? ko : Pass == ConvPass::kDgrad ? ci : ko * out.n;
+    out.d = static_cast<char*>(a.out) + out_offset * element_bytes;
+    out.bias = a.bias == nullptr ? nullptr : static_cast<const char*>(a.bias) + ko * bias_bytes;
+    block.epilogue(out, acc, smem, 0);
+  }
+}
+
+}  // namespace mpgemm::kernels

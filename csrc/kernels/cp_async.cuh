@@ -1,0 +1,40 @@
+// cp.async (sm_80+): global -> shared copies that bypass registers, tracked in
+// per-thread commit groups. On older archs these compile to nothing; callers
+// only issue copies on sm_80+.
+#pragma once
+
+#if defined(MPGEMM_KERNEL_SIM)
+// The host-side kernel simulation (tests/kernel_sim) cannot run PTX and models
+// the copies and their completion instead.
+#include "kernel_sim/cp_async_sim.h"
+#else
+
+namespace mpgemm::kernels {
+
+// Copies 16 bytes (both addresses 16-byte aligned). With valid = false nothing
+// is read and the destination is zero-filled.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+#endif
+}
+
+// Closes the group of copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits until at most `Pending` committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+#endif
+}
+
+}  // namespace mpgemm::kernels
+
+#endif  // MPGEMM_KERNEL_SIM

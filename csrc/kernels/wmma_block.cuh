@@ -1,0 +1,251 @@
+// The block level shared by every Tensor Core kernel of mpgemm: a block
+// computes one Config::kBlockM x kBlockN tile of an (implicit) GEMM
+// D = activation(A @ B + bias), fp16 in, fp32 accumulate.
+//
+//   block  - walks K in kBlockK slices staged through shared memory: a
+//            kStages-deep cp.async pipeline on sm_80+, a register-staged double
+//            buffer on sm_75 and for one-element loads. Where a slice comes
+//            from is the operand loaders' business (a strided matrix, or a
+//            convolution's gathered patches), so every kernel shares this loop.
+//   warp   - owns a kWarpM x kWarpN tile of 16x16 fp32 accumulator fragments.
+//   instr  - wmma::mma_sync m16n16k16 (HMMA on the Tensor Cores).
+// Epilogue: each warp parks one row of fragments in shared memory, then writes
+// it out with row-contiguous (coalesced, 16-byte where aligned) stores, adding
+// bias and activation in fp32 before the one rounding to D's type.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include "cp_async.cuh"
+#include "epilogue_math.h"
+#include "gemm_params.h"
+#include "tile_io.cuh"
+
+namespace mpgemm::kernels {
+
+// Shared-memory footprint of one kernel instantiation. The epilogue reuses the
+// mainloop's buffers.
+template <class Config, bool ARowMajor, bool BRowMajor>
+struct WmmaSmem {
+  using TileA = OperandTile<Config::kBlockM, Config::kBlockK, /*KIsInner=*/ARowMajor>;
+  using TileB = OperandTile<Config::kBlockN, Config::kBlockK, /*KIsInner=*/!BRowMajor>;
+  static constexpr int kStageElements = TileA::Shape::kElements + TileB::Shape::kElements;
+  static constexpr int kMainloopBytes = Config::kStages * kStageElements * int(sizeof(__half));
+  // Per warp: a 16 x kWarpN fp32 strip, rows padded by 4 floats (16 bytes).
+  static constexpr int kEpiloguePitch = Config::kWarpN + 4;
+  static constexpr int kEpilogueWarpFloats = Config::kFragment * kEpiloguePitch;
+  static constexpr int kEpilogueBytes =
+      Config::kWarpsM * Config::kWarpsN * kEpilogueWarpFloats * int(sizeof(float));
+  static constexpr int kBytes = kMainloopBytes > kEpilogueBytes ? kMainloopBytes : kEpilogueBytes;
+};
+
+template <class Config, bool ARowMajor, bool BRowMajor>
+struct WmmaBlock {
+  using Smem = WmmaSmem<Config, ARowMajor, BRowMajor>;
+  using TileA = typename Smem::TileA;
+  using TileB = typename Smem::TileB;
+  using FragmentA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half,
+                                           std::conditional_t<ARowMajor, nvcuda::wmma::row_major,
+                                                              nvcuda::wmma::col_major>>;
+  using FragmentB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half,
+                                           std::conditional_t<BRowMajor, nvcuda::wmma::row_major,
+                                                              nvcuda::wmma::col_major>>;
+  using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+  using Accumulators = Accumulator[Config::kFragmentsM][Config::kFragmentsN];
+
+  int warp, warp_m, warp_n;
+  int64_t m0, n0;  // the block's tile origin in D
+
+  // Block tiles are numbered row by row through a flat grid.x.
+  __device__ explicit WmmaBlock(int64_t n)
+      : warp(threadIdx.x / 32),
+        warp_m(warp / Config::kWarpsN),
+        warp_n(warp % Config::kWarpsN),
+        m0((blockIdx.x / ((n + Config::kBlockN - 1) / Config::kBlockN)) * Config::kBlockM),
+        n0((blockIdx.x % ((n + Config::kBlockN - 1) / Config::kBlockN)) * Config::kBlockN) {}
+
+  __device__ static int slices(int64_t k) { return int((k + Config::kBlockK - 1) / Config::kBlockK); }
+
+  __device__ static void clear(Accumulators& acc) {
+#pragma unroll
+    for (int i = 0; i < Config::kFragmentsM; ++i)
+#pragma unroll
+      for (int j = 0; j < Config::kFragmentsN; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+
+  // One K slice from shared memory into the warp's accumulators.
+  __device__ void mma_slice(Accumulators& acc, const __half* tile_a, const __half* tile_b) const {
+#pragma unroll
+    for (int kk = 0; kk < Config::kBlockK; kk += Config::kFragment) {
+      FragmentA frag_a[Config::kFragmentsM];
+      FragmentB frag_b[Config::kFragmentsN];
+#pragma unroll
+      for (int i = 0; i < Config::kFragmentsM; ++i)
+        nvcuda::wmma::load_matrix_sync(
+            frag_a[i], TileA::fragment(tile_a, warp_m * Config::kWarpM + i * Config::kFragment, kk),
+            TileA::Shape::kPitch);
+#pragma unroll
+      for (int j = 0; j < Config::kFragmentsN; ++j)
+        nvcuda::wmma::load_matrix_sync(
+            frag_b[j], TileB::fragment(tile_b, warp_n * Config::kWarpN + j * Config::kFragment, kk),
+            TileB::Shape::kPitch);
+#pragma unroll
+      for (int i = 0; i < Config::kFragmentsM; ++i)
+#pragma unroll
+        for (int j = 0; j < Config::kFragmentsN; ++j)
+          nvcuda::wmma::mma_sync(acc[i][j], frag_a[i], frag_b[j], acc[i][j]);
+    }
+  }
+
+  __device__ static __half* stage_a(__half* smem, int stage) { return smem + stage * Smem::kStageElements; }
+  __device__ static __half* stage_b(__half* smem, int stage) {
+    return stage_a(smem, stage) + TileA::Shape::kElements;
+  }
+
+  // sm_80+: kStages-deep cp.async pipeline. One group is committed per slice,
+  // empty ones included, so wait_group counts stay uniform.
+  template <class LoaderA, class LoaderB>
+  __device__ void mainloop_async(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, __half* smem) const {
+    constexpr int kStages = Config::kStages;
+    auto issue = [&](int s) {
+      if (s < slices) {
+        a.copy_async(stage_a(smem, s % kStages), s);
+        b.copy_async(stage_b(smem, s % kStages), s);
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    for (int s = 0; s < slices; ++s) {
+      cp_async_wait<kStages - 2>();
+      // Makes slice s visible to all warps, and tells the producer that every
+      // warp is done with the buffer that slice s + kStages - 1 overwrites.
+      __syncthreads();
+      issue(s + kStages - 1);
+      mma_slice(acc, stage_a(smem, s % kStages), stage_b(smem, s % kStages));
+    }
+    cp_async_wait<0>();
+  }
+
+  // sm_75, and one-element loads anywhere: the next slice is loaded into
+  // registers while the current one is multiplied, then stored to the other
+  // shared buffer.
+  template <class LoaderA, class LoaderB>
+  __device__ void mainloop_register_staged(Accumulators& acc, LoaderA& a, LoaderB& b, int slices,
+                                           __half* smem) const {
+    if (slices > 0) {
+      a.load(0);
+      b.load(0);
+      a.store(stage_a(smem, 0));
+      b.store(stage_b(smem, 0));
+    }
+    __syncthreads();
+    for (int s = 0; s < slices; ++s) {
+      if (s + 1 < slices) {
+        a.load(s + 1);
+        b.load(s + 1);
+      }
+      mma_slice(acc, stage_a(smem, s % 2), stage_b(smem, s % 2));
+      if (s + 1 < slices) {
+        a.store(stage_a(smem, (s + 1) % 2));
+        b.store(stage_b(smem, (s + 1) % 2));
+      }
+      __syncthreads();
+    }
+  }
+
+  // The mainloop for this arch and load width, then a barrier so that the
+  // epilogue may reuse the operand buffers.
+  template <int Vector, class LoaderA, class LoaderB>
+  __device__ void mainloop(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, __half* smem) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (Vector == 8)
+      mainloop_async(acc, a, b, slices, smem);
+    else
+      mainloop_register_staged(acc, a, b, slices, smem);
+#else
+    mainloop_register_staged(acc, a, b, slices, smem);
+#endif
+    __syncthreads();
+  }
+
+  __device__ static float load_bias(const GemmParams& p, int64_t col) {
+    return p.bias_type == ElementType::kFloat16 ? __half2float(static_cast<const __half*>(p.bias)[col])
+                                                : static_cast<const float*>(p.bias)[col];
+  }
+
+  // Writes 4 consecutive outputs of one row, vectorized when in bounds and aligned.
+  __device__ static void store4(const GemmParams& p, void* row, int64_t col, const float (&v)[4]) {
+    const int valid = p.n - col < 4 ? int(p.n - col) : 4;
+    if (p.d_type == ElementType::kFloat32) {
+      float* out = static_cast<float*>(row) + col;
+      if (valid == 4 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+        *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (e < valid) out[e] = v[e];
+      }
+    } else {
+      __half* out = static_cast<__half*>(row) + col;
+      if (valid == 4 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+        const __half2 lo = __floats2half2_rn(v[0], v[1]);
+        const __half2 hi = __floats2half2_rn(v[2], v[3]);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const unsigned*>(&lo);
+        packed.y = *reinterpret_cast<const unsigned*>(&hi);
+        *reinterpret_cast<uint2*>(out) = packed;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (e < valid) out[e] = __float2half_rn(v[e]);
+      }
+    }
+  }
+
+  // D rows are p.d_row_stride elements apart and batches p.d_batch_stride;
+  // p.m, p.n, bias, activation and d_type describe the output side.
+  __device__ void epilogue(const GemmParams& p, Accumulators& acc, unsigned char* smem, int64_t batch) const {
+    constexpr int kLanesPerRow = Config::kWarpN / 4;
+    constexpr int kRowsPerPass = 32 / kLanesPerRow;
+    static_assert(32 % kLanesPerRow == 0 && Config::kFragment % kRowsPerPass == 0, "lanes must tile the strip");
+    const int lane = threadIdx.x % 32;
+    float* strip = reinterpret_cast<float*>(smem) + warp * Smem::kEpilogueWarpFloats;
+    const int64_t col = n0 + warp_n * Config::kWarpN + (lane % kLanesPerRow) * 4;
+    const int element_bytes = p.d_type == ElementType::kFloat32 ? 4 : 2;
+    char* d = static_cast<char*>(p.d) + batch * p.d_batch_stride * element_bytes;
+    const int64_t row_bytes = p.d_row_stride * element_bytes;
+#pragma unroll
+    for (int i = 0; i < Config::kFragmentsM; ++i) {
+#pragma unroll
+      for (int j = 0; j < Config::kFragmentsN; ++j)
+        nvcuda::wmma::store_matrix_sync(strip + j * Config::kFragment, acc[i][j], Smem::kEpiloguePitch,
+                                        nvcuda::wmma::mem_row_major);
+      __syncwarp();
+      if (col < p.n) {
+#pragma unroll 1
+        for (int r = lane / kLanesPerRow; r < Config::kFragment; r += kRowsPerPass) {
+          const int64_t row = m0 + warp_m * Config::kWarpM + i * Config::kFragment + r;
+          if (row >= p.m) break;
+          float v[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = strip[r * Smem::kEpiloguePitch + (lane % kLanesPerRow) * 4 + e];
+            if (p.bias != nullptr && col + e < p.n) x += load_bias(p, col + e);
+            v[e] = apply_activation(p.activation, x);
+          }
+          store4(p, d + row * row_bytes, col, v);
+        }
+      }
+      __syncwarp();
+    }
+    // Every warp must be done with the strips before shared memory is reused.
+    __syncthreads();
+  }
+};
+
+}  // namespace mpgemm::kernels

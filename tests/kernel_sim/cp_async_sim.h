@@ -1,0 +1,44 @@
+// cp.async for the host-side kernel simulation, included by
+// csrc/kernels/cp_async.cuh in place of the PTX. A copy lands either at issue
+// or only when a wait_group lets it complete (sim::async_copies_late), so
+// reading a stage before waiting for it finds NaN. Valid chunks read global
+// memory with memcpy, where AddressSanitizer checks them; invalid ones read
+// nothing, as on the GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace mpgemm::kernels {
+
+inline void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
+  SIM_CHECK(__CUDA_ARCH__ >= 800, "cp.async needs sm_80");
+  auto* dst = static_cast<unsigned char*>(smem_dst);
+  SIM_CHECK(dst >= sim::shared_memory && dst + 16 <= sim::shared_memory + sim::shared_size, "destination not shared");
+  SIM_CHECK(reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(global_src) % 16 == 0,
+            "cp.async addresses must be 16-byte aligned");
+  auto copy = [dst, global_src, valid] {
+    if (valid)
+      memcpy(dst, global_src, 16);
+    else
+      memset(dst, 0, 16);
+  };
+  if (sim::async_copies_late)
+    sim::async_open.push_back(copy);
+  else
+    copy();
+}
+
+inline void cp_async_commit() {
+  sim::async_groups.push_back(std::move(sim::async_open));
+  sim::async_open.clear();
+}
+
+template <int Pending>
+void cp_async_wait() {
+  while (sim::async_groups.size() > Pending) {
+    for (auto& copy : sim::async_groups.front()) copy();
+    sim::async_groups.erase(sim::async_groups.begin());
+  }
+}
+
+}  // namespace mpgemm::kernels

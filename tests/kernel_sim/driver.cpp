@@ -1,0 +1,231 @@
+// Runs the GEMM and unscale kernels of csrc/kernels on random problems through
+// the host-side simulation (mock/, cp_async_sim.h) and compares every output
+// with a reference computed here. Inputs are small multiples of 1/8, so fp32
+// sums are exact in any order and results must match bit for bit.
+//   driver <gemm cases> <unscale cases> <seed> <late cp.async: 0 or 1>
+// Prints "gemm: F/N failed" and "unscale: F/N failed"; exits 1 on a failure.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include <cuda_fp16.h>
+
+#include "epilogue_math.h"
+#include "gemm_launch.h"
+#include "unscale.h"
+
+using namespace mpgemm::kernels;
+
+// The storage behind the kernels' `extern __shared__` array (the name must
+// match theirs). Blocks run one at a time, so one buffer serves them all.
+namespace mpgemm::kernels {
+alignas(128) unsigned char smem[228 * 1024];
+}
+
+static std::mt19937_64 rng;
+static int64_t rnd(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// Global memory of exactly `bytes`, filled with 0xff (NaN in fp16 and fp32):
+// AddressSanitizer catches any access past either end.
+struct Buffer {
+  unsigned char* p;
+  size_t size;
+  explicit Buffer(size_t bytes) : p(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t(16)))), size(bytes) {
+    memset(p, 0xff, bytes);
+  }
+  ~Buffer() { ::operator delete(p, std::align_val_t(16)); }
+  Buffer(const Buffer&) = delete;
+};
+
+// A batch of fp16 (rows x cols) matrices, row- or column-major, with padded or
+// repeated (ld = 0) rows, batch stride 0 for broadcast, and a base that is
+// misaligned unless `aligned`.
+struct Operand {
+  std::unique_ptr<Buffer> mem;
+  __half* data;
+  int64_t bs, rs, cs;
+  float at(int64_t b, int64_t i, int64_t j) const { return data[b * bs + i * rs + j * cs]; }
+};
+
+static Operand make_operand(int64_t batch, int64_t rows, int64_t cols, bool row_major, bool aligned) {
+  const int64_t inner = row_major ? cols : rows, outer = row_major ? rows : cols;
+  int64_t ld = inner + (aligned ? 8 * rnd(0, 1) : rnd(0, 3));
+  if (rnd(0, 15) == 0) ld = 0;
+  const int64_t footprint = inner && outer ? (outer - 1) * ld + inner : 0;
+  const int64_t bs = rnd(0, 3) == 0 ? 0 : aligned ? round8(footprint) + 8 * rnd(0, 1) : footprint + rnd(0, 3);
+  const int64_t offset = aligned ? 0 : rnd(0, 7);
+  const int64_t extent = footprint ? (batch - 1) * bs + footprint : 0;
+  Operand o{std::make_unique<Buffer>((offset + extent) * sizeof(__half)), nullptr, bs, row_major ? ld : 1,
+            row_major ? 1 : ld};
+  o.data = reinterpret_cast<__half*>(o.mem->p) + offset;
+  for (int64_t b = 0; b < (bs ? batch : 1); ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) o.data[b * bs + i * o.rs + j * o.cs] = __half(rnd(-8, 8) / 8.0f);
+  return o;
+}
+
+static bool gemm_case(int index) {
+  const int64_t batch = rnd(1, 3);
+  int64_t m = rnd(0, 3) ? rnd(1, 200) : rnd(1, 16);
+  int64_t n = rnd(0, 3) ? rnd(1, 200) : rnd(1, 16);
+  int64_t k = rnd(0, 7) ? rnd(1, 100) : 0;
+  const bool a_row = rnd(0, 1), b_row = rnd(0, 1), aligned = rnd(0, 1);
+  if (aligned) {  // contiguous extents in whole 16-byte chunks
+    (a_row ? k : m) = round8(a_row ? k : m);
+    (b_row ? n : k) = round8(b_row ? n : k);
+  }
+  const Operand a = make_operand(batch, m, k, a_row, aligned), b = make_operand(batch, k, n, b_row, aligned);
+
+  GemmParams p;
+  p.batch = batch, p.m = m, p.n = n, p.k = k;
+  p.a = a.data, p.a_batch_stride = a.bs, p.a_row_stride = a.rs, p.a_col_stride = a.cs;
+  p.b = b.data, p.b_batch_stride = b.bs, p.b_row_stride = b.rs, p.b_col_stride = b.cs;
+  const int bias_kind = rnd(0, 2);  // none, fp16, fp32
+  std::vector<float> bias(n, 0.0f);
+  Buffer bias_mem(n * (bias_kind == 1 ? 2 : 4));
+  for (int64_t j = 0; bias_kind && j < n; ++j) {
+    bias[j] = rnd(-16, 16) / 8.0f;
+    if (bias_kind == 1) reinterpret_cast<__half*>(bias_mem.p)[j] = __half(bias[j]);
+    else reinterpret_cast<float*>(bias_mem.p)[j] = bias[j];
+  }
+  if (bias_kind) p.bias = bias_mem.p, p.bias_type = bias_kind == 1 ? ElementType::kFloat16 : ElementType::kFloat32;
+  p.activation = Activation(rnd(0, 2));
+  const bool half_out = rnd(0, 1);
+  p.d_type = half_out ? ElementType::kFloat16 : ElementType::kFloat32;
+  const int64_t esize = half_out ? 2 : 4, d_offset = rnd(0, 1) ? 0 : rnd(1, 3);
+  p.d_row_stride = n + (rnd(0, 1) ? 0 : rnd(1, 5));
+  p.d_batch_stride = m * p.d_row_stride + rnd(0, 2);
+  Buffer d(esize * (d_offset + (batch - 1) * p.d_batch_stride + (m - 1) * p.d_row_stride + n));
+  p.d = d.p + esize * d_offset;
+
+  sim::multiprocessors = rnd(0, 1) ? 1 : 1 << 20;  // large or small tiles
+  sim::max_grid.y = rnd(0, 1) ? 65535 : rnd(1, 2);  // batch loop runs more than once
+  const cudaError_t err = launch_gemm(p, nullptr);
+
+  int bad = err != cudaSuccess;
+  std::vector<bool> written(d.size / esize, false);
+  for (int64_t bi = 0; bi < batch; ++bi)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t q = 0; q < k; ++q) sum += double(a.at(bi, i, q)) * b.at(bi, q, j);
+        const float x = apply_activation(p.activation, float(sum) + bias[j]);
+        const float want = half_out ? float(__half(x)) : x;
+        const int64_t e = d_offset + bi * p.d_batch_stride + i * p.d_row_stride + j;
+        const float got = half_out ? float(reinterpret_cast<__half*>(d.p)[e]) : reinterpret_cast<float*>(d.p)[e];
+        written[e] = true;
+        if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);
+      }
+  for (size_t e = 0; e < written.size(); ++e)
+    for (int64_t byte = 0; !written[e] && byte < esize; ++byte)
+      if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
+  if (bad)
+    printf("gemm case %d FAILED: err=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) bias=%d act=%d "
+           "half_out=%d d_offset=%ld ldd=%ld multiprocessors=%d max_grid_y=%u\n",
+           index, int(err), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias_kind, int(p.activation), half_out,
+           d_offset, p.d_row_stride, sim::multiprocessors, sim::max_grid.y);
+  return bad;
+}
+
+static float special_value() {
+  const float values[] = {INFINITY, -INFINITY, NAN};
+  return values[rnd(0, 2)];
+}
+
+// Gradients of either type, unscaled into fp32 or fp16 (in place when the types
+// match), split into chunks given in random order; some elements are left out.
+static bool unscale_case(int index) {
+  struct Tensor {
+    ElementType src_type, dst_type;
+    int64_t size;
+    bool in_place;
+    std::unique_ptr<Buffer> src, dst;
+    std::vector<bool> covered;
+    std::vector<float> before;
+    const unsigned char* out() const { return in_place ? src->p : dst->p; }
+  };
+  auto get = [](const void* p, ElementType t, int64_t i) {
+    return t == ElementType::kFloat16 ? float(static_cast<const __half*>(p)[i]) : static_cast<const float*>(p)[i];
+  };
+  std::vector<Tensor> tensors(rnd(1, 4));
+  std::vector<UnscaleChunk> chunks;
+  bool any_special = false;
+  for (Tensor& t : tensors) {
+    t.src_type = ElementType(rnd(0, 1)), t.dst_type = ElementType(rnd(0, 1));
+    t.size = rnd(0, 3) ? rnd(1, 700) : rnd(0, 3);
+    const auto bytes = [&](ElementType type) { return t.size * (type == ElementType::kFloat16 ? 2 : 4); };
+    t.src = std::make_unique<Buffer>(bytes(t.src_type));
+    t.in_place = t.src_type == t.dst_type && rnd(0, 1);
+    if (!t.in_place) t.dst = std::make_unique<Buffer>(bytes(t.dst_type));
+    void* dst = t.in_place ? t.src->p : t.dst->p;
+    for (int64_t i = 0; i < t.size; ++i) {
+      const float v = rnd(-4000, 4000) / 8.0f;
+      if (t.src_type == ElementType::kFloat16) reinterpret_cast<__half*>(t.src->p)[i] = __half(v);
+      else reinterpret_cast<float*>(t.src->p)[i] = v;
+    }
+    if (t.size && rnd(0, 3) == 0) {
+      const int64_t i = rnd(0, t.size - 1);
+      if (t.src_type == ElementType::kFloat16) reinterpret_cast<__half*>(t.src->p)[i] = __half(special_value());
+      else reinterpret_cast<float*>(t.src->p)[i] = special_value();
+    }
+    std::vector<int64_t> cuts{0, t.size};
+    for (int c = rnd(0, 3); c > 0; --c) cuts.push_back(rnd(0, t.size));
+    std::sort(cuts.begin(), cuts.end());
+    t.covered.assign(t.size, false);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      if (cuts.size() > 3 && rnd(0, 4) == 0) continue;
+      chunks.push_back({t.src->p, dst, cuts[c], cuts[c + 1], t.src_type, t.dst_type});
+      for (int64_t i = cuts[c]; i < cuts[c + 1]; ++i) t.covered[i] = true;
+    }
+  }
+  std::shuffle(chunks.begin(), chunks.end(), rng);
+  const float factors[] = {1.0f / 65536, 0.375f, 3.0f};
+  const float factor = factors[rnd(0, 2)];
+  for (Tensor& t : tensors)
+    for (int64_t i = 0; i < t.size; ++i) {
+      t.before.push_back(get(t.src->p, t.src_type, i));
+      any_special |= t.covered[i] && !std::isfinite(t.before[i] * factor);
+    }
+  Buffer inv_scale(4), found_inf(4);
+  *reinterpret_cast<float*>(inv_scale.p) = factor;
+  const float found_before = rnd(0, 3) == 0;
+  *reinterpret_cast<float*>(found_inf.p) = found_before;
+  sim::max_grid.x = rnd(0, 1) ? 1u << 31 : rnd(1, 2);  // blocks loop over the chunks
+  const cudaError_t err = launch_unscale(chunks.data(), chunks.size(), reinterpret_cast<float*>(inv_scale.p),
+                                         reinterpret_cast<float*>(found_inf.p), nullptr);
+  sim::max_grid.x = 1u << 31;
+
+  int bad = err != cudaSuccess;
+  const float found = *reinterpret_cast<float*>(found_inf.p);
+  if (found != float(found_before || any_special) && bad++ < 3) printf("  found_inf = %g\n", found);
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const Tensor& t = tensors[ti];
+    for (int64_t i = 0; i < t.size; ++i) {
+      const float got = get(t.out(), t.dst_type, i);
+      const float v = t.before[i] * factor;
+      float expect = t.dst_type == ElementType::kFloat16 ? float(__half(v)) : v;
+      if (!t.covered[i]) expect = t.in_place ? t.before[i] : NAN;  // untouched
+      if (!(got == expect || (std::isnan(got) && std::isnan(expect))) && bad++ < 3)
+        printf("  tensor %zu element %ld = %g, want %g\n", ti, i, got, expect);
+    }
+  }
+  if (bad) printf("unscale case %d FAILED: err=%d chunks=%zu factor=%g\n", index, int(err), chunks.size(), factor);
+  return bad;
+}
+
+int main(int argc, char** argv) {
+  SIM_CHECK(argc == 5, "usage: %s <gemm cases> <unscale cases> <seed> <late cp.async: 0|1>", argv[0]);
+  const int gemm_cases = std::stoi(argv[1]), unscale_cases = std::stoi(argv[2]);
+  rng.seed(std::stoull(argv[3]));
+  sim::async_copies_late = std::stoi(argv[4]);
+  sim::shared_memory = smem;
+  sim::shared_capacity = sizeof smem;
+  int gemm_failed = 0, unscale_failed = 0;
+  for (int i = 0; i < gemm_cases; ++i) gemm_failed += gemm_case(i);
+  for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
+  printf("kernels launched: %zu\n", sim::launched.size());
+  printf("gemm: %d/%d failed\nunscale: %d/%d failed\n", gemm_failed, gemm_cases, unscale_failed, unscale_cases);
+  return gemm_failed || unscale_failed;
+}

@@ -1,0 +1,158 @@
+// Stand-in for <cuda_runtime.h> in the host-side kernel simulation
+// (tests/test_kernel_sim.py), so that g++ compiles the real kernel sources and
+// runs them without a GPU. A launch runs its blocks one after another, each
+// block's threads as std::threads meeting at real barriers, so a missing
+// __syncthreads or __syncwarp shows up as wrong results; shared memory starts
+// out as NaN each block so reading what no thread wrote does too; and
+// AddressSanitizer sees every global access. Launch limits of real devices are
+// checked, and every misuse aborts with a message.
+#pragma once
+
+#include <math.h>  // ::isfinite and ::erff, as device code sees them
+
+#include <algorithm>
+#include <barrier>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#if __has_include(<sanitizer/asan_interface.h>)
+#include <sanitizer/asan_interface.h>
+#endif
+#ifndef ASAN_POISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(addr, size)
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size)
+#endif
+
+#define __host__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+#define SIM_CHECK(cond, ...)                                                          \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "simulation check failed at %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                   \
+      fprintf(stderr, "\n");                                                          \
+      abort();                                                                        \
+    }                                                                                 \
+  } while (0)
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9 };
+using cudaStream_t = struct CUstream_st*;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {}
+};
+struct uint3 { unsigned x, y, z; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+
+namespace sim {
+inline int multiprocessors = 108;
+// Launches run on a grid clipped to this. Stands in for the 65535-block limit
+// that only huge problems reach: kernels that grid-stride must still cover
+// everything.
+inline dim3 max_grid(1u << 31, 65535, 65535);
+// What `extern __shared__` arrays name (set up by the driver), and how much of
+// it the running launch asked for.
+inline unsigned char* shared_memory = nullptr;
+inline size_t shared_capacity = 0, shared_size = 0;
+inline size_t shared_limit = __CUDA_ARCH__ >= 800 ? 163 * 1024 : 64 * 1024;  // opt-in maximum per block
+inline std::map<const void*, size_t> opted_in_smem;
+inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
+
+inline thread_local std::barrier<>* block_barrier;
+inline thread_local std::barrier<>* warp_barrier;
+// cp.async (../cp_async_sim.h): whether copies land only when waited for, and
+// this thread's copies in flight: committed groups, oldest first, and the open one.
+inline bool async_copies_late = false;
+inline thread_local std::vector<std::vector<std::function<void()>>> async_groups;
+inline thread_local std::vector<std::function<void()>> async_open;
+}  // namespace sim
+
+inline void __syncthreads() { sim::block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
+  sim::warp_barrier->arrive_and_wait();
+}
+
+inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  SIM_CHECK(attr == cudaDevAttrMultiProcessorCount, "attribute %d", int(attr));
+  *value = sim::multiprocessors;
+  return cudaSuccess;
+}
+template <class... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  SIM_CHECK(attr == cudaFuncAttributeMaxDynamicSharedMemorySize, "attribute %d", int(attr));
+  if (value < 0 || size_t(value) > sim::shared_limit) return cudaErrorInvalidValue;
+  sim::opted_in_smem[reinterpret_cast<const void*>(kernel)] = value;
+  return cudaSuccess;
+}
+
+template <class... P>
+cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem, cudaStream_t) {
+  sim::launched.insert(reinterpret_cast<const void*>(kernel));
+  const auto opted = sim::opted_in_smem.find(reinterpret_cast<const void*>(kernel));
+  SIM_CHECK(smem <= 48 * 1024 || (opted != sim::opted_in_smem.end() && smem <= opted->second),
+            "%zu bytes of dynamic shared memory without opting in", smem);
+  SIM_CHECK(smem <= sim::shared_capacity, "the driver's shared memory is too small");
+  SIM_CHECK(block.y == 1 && block.z == 1 && block.x % 32 == 0 && block.x <= 1024, "block %u", block.x);
+  SIM_CHECK(grid.x >= 1 && grid.y >= 1 && grid.y <= 65535 && grid.z == 1, "grid %u x %u", grid.x, grid.y);
+  // Arguments are copied at launch, as the runtime does.
+  const std::tuple<P...> params = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::tuple<P...>(*static_cast<P*>(args[I])...);
+  }(std::index_sequence_for<P...>{});
+  grid = dim3(std::min(grid.x, sim::max_grid.x), std::min(grid.y, sim::max_grid.y), 1);
+
+  const unsigned threads = block.x;
+  sim::shared_size = smem;
+  ASAN_POISON_MEMORY_REGION(sim::shared_memory + smem, sim::shared_capacity - smem);
+  auto poison = [&]() noexcept { memset(sim::shared_memory, 0xff, smem); };  // NaN as fp16 and fp32
+  poison();
+  std::barrier<> block_barrier(threads);
+  std::barrier<decltype(poison)> next_block(threads, poison);
+  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+  for (unsigned w = 0; w < threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      threadIdx = {t, 0, 0};
+      blockDim = block;
+      gridDim = grid;
+      sim::block_barrier = &block_barrier;
+      sim::warp_barrier = warp_barriers[t / 32].get();
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          blockIdx = {x, y, 0};
+          std::apply(kernel, params);
+          SIM_CHECK(sim::async_groups.empty() && sim::async_open.empty(), "cp.async copies never waited for");
+          next_block.arrive_and_wait();
+        }
+    });
+  for (auto& t : pool) t.join();
+  ASAN_UNPOISON_MEMORY_REGION(sim::shared_memory, sim::shared_capacity);
+  return cudaSuccess;
+}
