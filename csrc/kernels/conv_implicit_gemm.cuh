@@ -36,17 +36,18 @@ struct ConvGeometry {
         pad_top(a.pad_top), pad_left(a.pad_left), dilation_h(a.dilation_h), dilation_w(a.dilation_w) {}
 };
 
-// fprop A: row m = (n, p, q) of the output, column kk = (r, s, c) of the
-// filter window: x at (n, p*stride - pad + r*dilation, ..., c), zero in padding.
-struct FpropPatches {
+// The input patches: row (n, p, q) of the output by column (r, s, c) of the
+// filter window is x at (n, p*stride - pad + r*dilation, ..., c), zero in the
+// padding. fprop's A, and wgrad's B (rows are then GEMM-K).
+struct InputPatches {
   ConvGeometry g;
   const __half* x;  // at this group's first channel
 
-  __device__ const __half* address(int64_t m, int64_t kk) const {
-    if (m >= int64_t(g.n) * g.p * g.q || kk >= int64_t(g.r) * g.s * g.cg) return nullptr;
-    const int mi = int(m), ki = int(kk);
-    const int q = mi % g.q, p = (mi / g.q) % g.p, n = mi / (g.q * g.p);
-    const int c = ki % g.cg, s = (ki / g.cg) % g.s, r = ki / (g.cg * g.s);
+  __device__ const __half* address(int64_t pixel, int64_t tap) const {
+    if (pixel >= int64_t(g.n) * g.p * g.q || tap >= int64_t(g.r) * g.s * g.cg) return nullptr;
+    const int m = int(pixel), t = int(tap);
+    const int q = m % g.q, p = (m / g.q) % g.p, n = m / (g.q * g.p);
+    const int c = t % g.cg, s = (t / g.cg) % g.s, r = t / (g.cg * g.s);
     const int ih = p * g.stride_h - g.pad_top + r * g.dilation_h;
     const int iw = q * g.stride_w - g.pad_left + s * g.dilation_w;
     if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) return nullptr;
@@ -83,24 +84,6 @@ struct DgradFilters {
     const int ki = int(kk);
     const int k = ki % g.kg, s = (ki / g.kg) % g.s, r = ki / (g.kg * g.s);
     return w + ((int64_t(k) * g.r + r) * g.s + s) * g.cg + c;
-  }
-};
-
-// wgrad B: row kk = (n, p, q) of the output, column j = (r, s, c): the input
-// element tap (r, s) saw at output pixel (n, p, q).
-struct WgradPatches {
-  ConvGeometry g;
-  const __half* x;  // at this group's first channel
-
-  __device__ const __half* address(int64_t kk, int64_t j) const {
-    if (kk >= int64_t(g.n) * g.p * g.q || j >= int64_t(g.r) * g.s * g.cg) return nullptr;
-    const int m = int(kk), ji = int(j);
-    const int q = m % g.q, p = (m / g.q) % g.p, n = m / (g.q * g.p);
-    const int c = ji % g.cg, s = (ji / g.cg) % g.s, r = ji / (g.cg * g.s);
-    const int ih = p * g.stride_h - g.pad_top + r * g.dilation_h;
-    const int iw = q * g.stride_w - g.pad_left + s * g.dilation_w;
-    if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) return nullptr;
-    return x + ((int64_t(n) * g.h + ih) * g.w + iw) * g.c + c;
   }
 };
 
@@ -161,7 +144,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParam
     typename Block::Accumulators acc;
     Block::clear(acc);
     if constexpr (Pass == ConvPass::kFprop) {
-      GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, FpropPatches> la(FpropPatches{g, x + ci},
+      GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, InputPatches> la(InputPatches{g, x + ci},
                                                                                         block.m0);
       const int cols_left = out.n - block.n0 < Config::kBlockN ? int(out.n - block.n0) : Config::kBlockN;
       MatrixLoader<TileB, Config::kBlockK, Config::kThreads, Vector> lb(wt + (ko + block.n0) * out.k, out.k, 1,
@@ -178,7 +161,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParam
       const int rows_left = out.m - block.m0 < Config::kBlockM ? int(out.m - block.m0) : Config::kBlockM;
       MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0, a.k, a.k, rows_left,
                                                                         out.k);
-      GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, WgradPatches> lb(WgradPatches{g, x + ci},
+      GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, InputPatches> lb(InputPatches{g, x + ci},
                                                                                         block.n0);
       block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
     }

@@ -6,6 +6,7 @@
 #include "conv_implicit_gemm.cuh"
 #include "conv_launch.h"
 #include "gemm_config.h"
+#include "launch_utils.h"
 
 namespace mpgemm::kernels {
 namespace {
@@ -28,16 +29,6 @@ cudaError_t launch(const Conv2dParams& p, cudaStream_t stream) {
   Conv2dParams params = p;
   void* args[] = {&params};
   return cudaLaunchKernel(kernel, grid, dim3(Config::kThreads), args, kSmemBytes, stream);
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 0;
-  return count;
 }
 
 template <ConvPass Pass>

@@ -5,6 +5,7 @@
 
 #include "gemm_config.h"
 #include "gemm_launch.h"
+#include "launch_utils.h"
 #include "wmma_gemm.cuh"
 
 namespace mpgemm::kernels {
@@ -48,16 +49,7 @@ cudaError_t launch_layout(const GemmParams& p, cudaStream_t stream, bool a_row_m
 // 16-byte chunks need a 16-byte aligned base, rows and batches a multiple of 8
 // elements apart, and a contiguous extent that splits into whole chunks.
 bool operand_vectorizable(const void* data, int64_t batch_stride, int64_t ld, int64_t inner_extent) {
-  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && batch_stride % 8 == 0 && ld % 8 == 0 &&
-         inner_extent % 8 == 0;
-}
-
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 0;
-  return count;
+  return aligned16(data) && batch_stride % 8 == 0 && ld % 8 == 0 && inner_extent % 8 == 0;
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
-// Runs the GEMM and unscale kernels of csrc/kernels on random problems through
-// the host-side simulation (mock/, cp_async_sim.h) and compares every output
-// with a reference computed here. Inputs are small multiples of 1/8, so fp32
-// sums are exact in any order and results must match bit for bit.
-//   driver <gemm cases> <unscale cases> <seed> <late cp.async: 0 or 1>
-// Prints "gemm: F/N failed" and "unscale: F/N failed"; exits 1 on a failure.
+// Runs the GEMM, unscale and convolution (conv_cases.cpp) kernels of
+// csrc/kernels on random problems through the host-side simulation (mock/,
+// cp_async_sim.h) and compares every output with a reference computed here.
+// Inputs are small multiples of 1/8, so fp32 sums are exact in any order and
+// results must match bit for bit.
+//   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
+// Prints "gemm: F/N failed", "unscale: F/N failed" and "conv: F/N failed"
+// (and how many distinct conv kernels ran); exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -13,6 +15,7 @@
 
 #include "epilogue_math.h"
 #include "gemm_launch.h"
+#include "kernel_sim/sim_common.h"
 #include "unscale.h"
 
 using namespace mpgemm::kernels;
@@ -23,21 +26,10 @@ namespace mpgemm::kernels {
 alignas(128) unsigned char smem[228 * 1024];
 }
 
-static std::mt19937_64 rng;
-static int64_t rnd(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
-static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
-
-// Global memory of exactly `bytes`, filled with 0xff (NaN in fp16 and fp32):
-// AddressSanitizer catches any access past either end.
-struct Buffer {
-  unsigned char* p;
-  size_t size;
-  explicit Buffer(size_t bytes) : p(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t(16)))), size(bytes) {
-    memset(p, 0xff, bytes);
-  }
-  ~Buffer() { ::operator delete(p, std::align_val_t(16)); }
-  Buffer(const Buffer&) = delete;
-};
+using sim::Buffer;
+using sim::rnd;
+using sim::round8;
+using sim::rng;
 
 // A batch of fp16 (rows x cols) matrices, row- or column-major, with padded or
 // repeated (ld = 0) rows, batch stride 0 for broadcast, and a base that is
@@ -215,17 +207,22 @@ static bool unscale_case(int index) {
   return bad;
 }
 
+bool conv_case(int index);  // conv_cases.cpp
+
 int main(int argc, char** argv) {
-  SIM_CHECK(argc == 5, "usage: %s <gemm cases> <unscale cases> <seed> <late cp.async: 0|1>", argv[0]);
-  const int gemm_cases = std::stoi(argv[1]), unscale_cases = std::stoi(argv[2]);
-  rng.seed(std::stoull(argv[3]));
-  sim::async_copies_late = std::stoi(argv[4]);
+  SIM_CHECK(argc == 6, "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1>", argv[0]);
+  const int gemm_cases = std::stoi(argv[1]), unscale_cases = std::stoi(argv[2]), conv_cases = std::stoi(argv[3]);
+  rng.seed(std::stoull(argv[4]));
+  sim::async_copies_late = std::stoi(argv[5]);
   sim::shared_memory = smem;
   sim::shared_capacity = sizeof smem;
-  int gemm_failed = 0, unscale_failed = 0;
+  int gemm_failed = 0, unscale_failed = 0, conv_failed = 0;
   for (int i = 0; i < gemm_cases; ++i) gemm_failed += gemm_case(i);
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
-  printf("kernels launched: %zu\n", sim::launched.size());
-  printf("gemm: %d/%d failed\nunscale: %d/%d failed\n", gemm_failed, gemm_cases, unscale_failed, unscale_cases);
-  return gemm_failed || unscale_failed;
+  const size_t before_conv = sim::launched.size();
+  for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
+  printf("kernels launched: %zu\nconv kernels launched: %zu\n", sim::launched.size(), sim::launched.size() - before_conv);
+  printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\n", gemm_failed, gemm_cases, unscale_failed,
+         unscale_cases, conv_failed, conv_cases);
+  return gemm_failed || unscale_failed || conv_failed;
 }

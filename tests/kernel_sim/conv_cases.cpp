@@ -1,0 +1,151 @@
+// Random convolutions through launch_conv2d (csrc/kernels/conv_launch.cu) in
+// the host-side simulation, for driver.cpp. Every output element is checked
+// against a reference that scatters each product of the convolution into the
+// pass's output, so it shares no indexing with the kernels' gathers. Inputs are
+// small multiples of 1/8: fp32 sums are exact in any order and results must
+// match bit for bit; bytes around the output must stay untouched.
+//
+// Case i runs pass i % 3 on path i / 3 % 3: 16-byte chunks in large tiles, in
+// small tiles, or one element at a time (channels per group not a multiple of
+// 8, depthwise, or a misaligned base), so 9 cases launch all 9 kernels.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include <cuda_fp16.h>
+
+#include "conv_launch.h"
+#include "kernel_sim/sim_common.h"
+
+using namespace mpgemm::kernels;
+using sim::Buffer;
+using sim::rnd;
+
+namespace {
+
+// An fp16 tensor of `count` random elements, its base `offset` elements into its buffer.
+struct Input {
+  std::unique_ptr<Buffer> mem;
+  __half* data;
+  Input(int64_t count, int64_t offset) : mem(std::make_unique<Buffer>((offset + count) * sizeof(__half))) {
+    data = reinterpret_cast<__half*>(mem->p) + offset;
+    for (int64_t i = 0; i < count; ++i) data[i] = __half(rnd(-8, 8) / 8.0f);
+  }
+};
+
+// One spatial dimension: a window of `taps` taps `dilation` apart, padding
+// `pad` before and 0 .. window - 1 after (implied by the output size), an input
+// at least one window long with the padding, and `out` outputs `stride` apart.
+void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, int64_t& out) {
+  const int64_t window = (taps - 1) * dilation + 1;
+  pad = int(rnd(0, std::min<int64_t>(window - 1, 4)));
+  const int64_t pad_end = rnd(0, std::min<int64_t>(window - 1, 4));
+  const int64_t least = std::max<int64_t>(1, window - pad - pad_end);
+  in = rnd(least, least + 5);
+  out = (in + pad + pad_end - window) / stride + 1;
+}
+
+const char* const kPassNames[] = {"fprop", "dgrad", "wgrad"};
+
+}  // namespace
+
+bool conv_case(int index) {
+  const ConvPass pass = ConvPass(index % 3);
+  const int path = index / 3 % 3;
+  Conv2dParams a;
+  const bool depthwise = path == 2 && rnd(0, 2) == 0;
+  a.groups = depthwise ? rnd(1, 12) : rnd(1, 2);
+  const int64_t cg = depthwise ? 1 : path < 2 ? 8 * rnd(1, 2) : rnd(0, 3) ? rnd(1, 12) : 3;
+  const int64_t kg = depthwise ? rnd(1, 2) : path < 2 ? 8 * rnd(1, 3) : rnd(1, 20);
+  const bool misaligned = path == 2 && (rnd(0, 2) == 0 || (cg % 8 == 0 && kg % 8 == 0));
+  a.c = a.groups * cg, a.k = a.groups * kg;
+  // An empty batch: nothing to do but in wgrad, whose output is then zeros.
+  // Kept out of the first 9 cases but for wgrad, which still launches.
+  a.n = (index >= 9 || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
+  if (index == 8 || index == 11) a.n = 0;  // wgrad, one element and 16-byte chunks
+  const int64_t taps[] = {1, 3, 5};
+  a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
+  a.stride_h = int(rnd(1, 2)), a.stride_w = int(rnd(1, 2));
+  a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q);
+
+  // The pass's two operands, one of them misaligned on the one-element path.
+  const bool uses_x = pass != ConvPass::kDgrad, uses_wt = pass != ConvPass::kWgrad, uses_dy = pass != ConvPass::kFprop;
+  int64_t offsets[3] = {0, 0, 0};  // x, wt, dy
+  if (misaligned) {
+    for (int64_t& o : offsets) o = rnd(0, 1) ? rnd(1, 7) : 0;
+    const int forced = pass == ConvPass::kFprop ? int(rnd(0, 1)) : pass == ConvPass::kDgrad ? int(rnd(1, 2)) : 2 * int(rnd(0, 1));
+    offsets[forced] = rnd(1, 7);
+  }
+  const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s * cg, dy_count = a.n * a.p * a.q * a.k;
+  const Input x(uses_x ? x_count : 0, offsets[0]), wt(uses_wt ? wt_count : 0, offsets[1]),
+      dy(uses_dy ? dy_count : 0, offsets[2]);
+  a.x = uses_x ? x.data : nullptr, a.wt = uses_wt ? wt.data : nullptr, a.dy = uses_dy ? dy.data : nullptr;
+
+  const int bias_kind = pass == ConvPass::kFprop ? int(rnd(0, 2)) : 0;  // none, fp16, fp32
+  std::vector<float> bias(a.k, 0.0f);
+  Buffer bias_mem(a.k * (bias_kind == 1 ? 2 : 4));
+  for (int64_t j = 0; bias_kind && j < a.k; ++j) {
+    bias[j] = rnd(-16, 16) / 8.0f;
+    if (bias_kind == 1) reinterpret_cast<__half*>(bias_mem.p)[j] = __half(bias[j]);
+    else reinterpret_cast<float*>(bias_mem.p)[j] = bias[j];
+  }
+  if (bias_kind) a.bias = bias_mem.p, a.bias_type = bias_kind == 1 ? ElementType::kFloat16 : ElementType::kFloat32;
+
+  const bool half_out = rnd(0, 1);
+  a.out_type = half_out ? ElementType::kFloat16 : ElementType::kFloat32;
+  const int64_t esize = half_out ? 2 : 4;
+  const int64_t count = pass == ConvPass::kFprop ? dy_count : pass == ConvPass::kDgrad ? x_count : wt_count;
+  const int64_t out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
+  Buffer out(esize * (out_offset + count + tail));
+  a.out = out.p + esize * out_offset;
+
+  sim::multiprocessors = path == 0 ? 1 : path == 1 ? 1 << 20 : int(rnd(1, 200));
+  const unsigned max_grid_y = rnd(0, 1) ? 65535 : unsigned(rnd(1, 2));  // the group loop runs more than once
+  sim::max_grid.y = max_grid_y;
+  const cudaError_t err = launch_conv2d(pass, a, nullptr);
+  sim::max_grid.y = 65535;
+
+  // The reference: every product x[n, ih, iw, g*cg + c] * wt[k, r, s, c] *
+  // dy[n, p, q, k] of the convolution, the pass's output operand left out.
+  std::vector<double> want(count, 0.0);
+  for (int64_t n = 0; n < a.n; ++n)
+    for (int64_t p = 0; p < a.p; ++p)
+      for (int64_t q = 0; q < a.q; ++q)
+        for (int64_t r = 0; r < a.r; ++r)
+          for (int64_t s = 0; s < a.s; ++s) {
+            const int64_t ih = p * a.stride_h - a.pad_top + r * a.dilation_h;
+            const int64_t iw = q * a.stride_w - a.pad_left + s * a.dilation_w;
+            if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.w) continue;
+            for (int64_t k = 0; k < a.k; ++k)
+              for (int64_t c = 0; c < cg; ++c) {
+                const int64_t xi = ((n * a.h + ih) * a.w + iw) * a.c + k / kg * cg + c;
+                const int64_t wi = ((k * a.r + r) * a.s + s) * cg + c, yi = ((n * a.p + p) * a.q + q) * a.k + k;
+                if (pass == ConvPass::kFprop) want[yi] += double(x.data[xi]) * double(wt.data[wi]);
+                if (pass == ConvPass::kDgrad) want[xi] += double(dy.data[yi]) * double(wt.data[wi]);
+                if (pass == ConvPass::kWgrad) want[wi] += double(dy.data[yi]) * double(x.data[xi]);
+              }
+          }
+
+  int bad = err != cudaSuccess;
+  for (int64_t e = 0; e < count; ++e) {
+    const float sum = float(want[e]) + (pass == ConvPass::kFprop ? bias[e % a.k] : 0.0f);
+    const float expect = half_out ? float(__half(sum)) : sum;
+    const int64_t at = out_offset + e;
+    const float got = half_out ? float(reinterpret_cast<__half*>(out.p)[at]) : reinterpret_cast<float*>(out.p)[at];
+    if (!(got == expect) && bad++ < 3) printf("  out[%ld] = %g, want %g\n", e, got, expect);
+  }
+  for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
+    if ((byte < esize * out_offset || byte >= esize * (out_offset + count)) && out.p[byte] != 0xff && bad++ < 3)
+      printf("  wrote outside the output, byte %ld of %zu\n", byte - esize * out_offset, size_t(esize * count));
+  if (bad)
+    printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
+           "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld bias=%d half_out=%d "
+           "multiprocessors=%d max_grid_y=%u\n",
+           index, int(err), kPassNames[index % 3], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
+           a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, offsets[0], offsets[1], offsets[2], out_offset,
+           bias_kind, half_out, sim::multiprocessors, max_grid_y);
+  return bad;
+}
