@@ -1,9 +1,10 @@
 """Kernel simulation: g++ compiles the CUDA kernels of csrc/kernels against the
-stand-in CUDA headers of tests/kernel_sim and runs random GEMM and unscale
-problems on the host, every CUDA thread a std::thread, under AddressSanitizer
-and UBSan, checking each output against a reference. No GPU and no nvcc
-needed, so the kernels' indexing, bounds, zero-fill and synchronization are
-tested wherever the tests run. See tests/kernel_sim/driver.cpp."""
+stand-in CUDA headers of tests/kernel_sim and runs random GEMM, unscale and
+convolution (fprop, dgrad, wgrad) problems on the host, every CUDA thread a
+std::thread, under AddressSanitizer and UBSan, checking each output against a
+reference. No GPU and no nvcc needed, so the kernels' indexing, bounds,
+zero-fill and synchronization are tested wherever the tests run. See
+tests/kernel_sim/driver.cpp and conv_cases.cpp."""
 
 import concurrent.futures
 import os
@@ -17,11 +18,15 @@ from conftest import SEED, skip_or_fail
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIM_DIR = os.path.join(ROOT, "tests", "kernel_sim")
 KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
-CXXFLAGS = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread"]
+# -g1: line tables for the sanitizers' reports, a third faster to build than -g.
+CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread"]
 # CI has two cores; the case counts keep the whole module well under 90 s there.
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20
+# Case i is pass i % 3 on load path i / 3 % 3, so every 9 cases run all 9 conv kernels.
+CONV_CASES = 72
+CONV_KERNELS = 9
 # (arch, cp.async copies land only when waited for). sm_75 has only the
 # register-staged mainloop; sm_80 adds the cp.async pipeline, run with copies
 # landing at issue and as late as wait_group allows.
@@ -50,8 +55,8 @@ def link(objects, out):
     return out
 
 
-def run_driver(binary, gemm_cases, unscale_cases, seed, late):
-    args = [binary, str(gemm_cases), str(unscale_cases), str(seed), str(int(late))]
+def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
+    args = [binary, str(gemm_cases), str(unscale_cases), str(conv_cases), str(seed), str(int(late))]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600,
                           env={**os.environ, **SANITIZER_ENV})
     return proc.returncode, proc.stdout + proc.stderr
@@ -80,7 +85,10 @@ def results(tmp_path_factory):
         skip_or_fail("g++ not found")
     out = tmp_path_factory.mktemp("kernel_sim")
     driver = os.path.join(SIM_DIR, "driver.cpp")
-    sources = [driver, os.path.join(KERNEL_DIR, "gemm_launch.cu"), os.path.join(KERNEL_DIR, "unscale.cu")]
+    # The kernel sources last: the mutant swaps in its own copies of them.
+    drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp")]
+    kernels = ["gemm_launch.cu", "unscale.cu", "conv_launch.cu"]
+    sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
     mutant_dir = mutated_kernels(str(out / "mutant"))
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         objects = {
@@ -88,18 +96,19 @@ def results(tmp_path_factory):
                    for i, src in enumerate(sources)]
             for arch in sorted({arch for arch, _ in RUNS})
         }
-        mutant_object = pool.submit(compile_object, os.path.join(mutant_dir, "gemm_launch.cu"), 800, mutant_dir,
-                                    str(out / "mutant.o"))
+        # unscale.cu has no pipeline: the mutant keeps the real one.
+        mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
+                                      str(out / f"mutant.{name}.o")) for name in ("gemm_launch.cu", "conv_launch.cu")]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
-        mutant = link([objects[800][0].result(), mutant_object.result(), objects[800][2].result()],
-                      str(out / "sim_mutant"))
+        mutant = link([o.result() for o in objects[800][:len(drivers)] + [objects[800][len(drivers) + 1]]] +
+                      [o.result() for o in mutant_objects], str(out / "sim_mutant"))
 
         jobs = {}
         for arch, late in RUNS:
             for seed in (FIXED_SEEDS[(arch, late)], SEED):
-                jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES, seed,
-                                                       late)
-        jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 1, True)
+                jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
+                                                       CONV_CASES, seed, late)
+        jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True)
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -113,8 +122,10 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert code == 0, f"{replay}\n{output[-12000:]}"
     assert f"gemm: 0/{GEMM_CASES} failed" in output, replay
     assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
+    assert f"conv: 0/{CONV_CASES} failed" in output, replay
+    assert f"conv kernels launched: {CONV_KERNELS}\n" in output, replay
 
 
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
     code, output = results["mutant"]
-    assert code != 0 and "gemm: 0/" not in output, output[-4000:]
+    assert code != 0 and "gemm: 0/" not in output and "conv: 0/" not in output, output[-4000:]
