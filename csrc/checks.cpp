@@ -68,20 +68,32 @@ kernels::Activation parse_activation(const char* op, std::optional<std::string_v
   TORCH_CHECK_VALUE(false, op, ": activation must be None, 'relu' or 'gelu', got '", *activation, "'");
 }
 
+// A bias of `n` elements (named `shape_name` in messages), on anchor's device.
+template <class Size>
+void check_bias(const char* op, const std::optional<at::Tensor>& bias, const Size& n, const char* shape_name,
+                const at::Tensor& anchor, const char* anchor_name) {
+  if (!bias) return;
+  const at::Tensor& t = *bias;
+  TORCH_CHECK_TYPE(is_half_or_float(t.scalar_type()), op, ": expected bias to be torch.float16 or torch.float32, got ",
+                   dtype_name(t.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == n, op, ": expected bias of shape ", shape_name, " = (", n,
+                    ",), got shape ", shape_of(t));
+  check_same_device(op, anchor, anchor_name, t, "bias");
+}
+
+void check_fp16_or_fp32(const char* op, std::initializer_list<std::pair<const at::Tensor*, const char*>> tensors) {
+  for (const auto& [t, name] : tensors)
+    TORCH_CHECK_TYPE(is_half_or_float(t->scalar_type()), op, ": expected ", name,
+                     " to be torch.float16 or torch.float32, got ", dtype_name(t->scalar_type()));
+}
+
 // The epilogue's arguments, common to every op that ends in one.
 template <class Size>
 void check_epilogue(const char* op, GemmProblem<Size>& problem, const at::Tensor& anchor, const char* anchor_name,
                     const std::optional<at::Tensor>& bias, const char* bias_shape,
                     std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype,
                     at::ScalarType default_out_dtype) {
-  if (bias) {
-    const at::Tensor& t = *bias;
-    TORCH_CHECK_TYPE(is_half_or_float(t.scalar_type()), op, ": expected bias to be torch.float16 or torch.float32, got ",
-                     dtype_name(t.scalar_type()));
-    TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == problem.n, op, ": expected bias of shape ", bias_shape,
-                      " = (", problem.n, ",), got shape ", shape_of(t));
-    check_same_device(op, anchor, anchor_name, t, "bias");
-  }
+  check_bias(op, bias, problem.n, bias_shape, anchor, anchor_name);
   problem.activation = parse_activation(op, activation);
   problem.out_dtype = out_dtype.value_or(default_out_dtype);
   TORCH_CHECK_VALUE(is_half_or_float(problem.out_dtype), op, ": out_dtype must be torch.float32 or torch.float16, got ",
@@ -129,9 +141,7 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
                                     const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                                     std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "mpgemm.linear";
-  for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&weight, "weight"}})
-    TORCH_CHECK_TYPE(is_half_or_float(t->scalar_type()), op, ": expected ", name,
-                     " to be torch.float16 or torch.float32, got ", dtype_name(t->scalar_type()));
+  check_fp16_or_fp32(op, {{&x, "x"}, {&weight, "weight"}});
   TORCH_CHECK_VALUE(weight.dim() == 2, op, ": expected weight to be 2-D (out_features, in_features), got a ",
                     weight.dim(), "-D tensor of shape ", shape_of(weight));
   TORCH_CHECK_VALUE(x.dim() >= 1, op, ": expected x of shape (..., in_features), got a 0-D tensor");
@@ -169,9 +179,7 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
                                     const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                                     std::optional<at::ScalarType> out_dtype) {
-  for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&weight, "weight"}})
-    TORCH_CHECK_TYPE(is_half_or_float(t->scalar_type()), op, ": expected ", name,
-                     " to be torch.float16 or torch.float32, got ", dtype_name(t->scalar_type()));
+  check_fp16_or_fp32(op, {{&x, "x"}, {&weight, "weight"}});
   TORCH_CHECK_VALUE(x.dim() == 4, op, ": expected x to be 4-D (N, C, H, W) or 3-D (C, H, W), got a ", x.dim(),
                     "-D tensor of shape ", shape_of(x));
   TORCH_CHECK_VALUE(weight.dim() == 4, op, ": expected weight to be 4-D (out_channels, in_channels / groups, kH, kW),",
@@ -210,14 +218,7 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
   problem.q = (padded_w - span_w) / stride[1] + 1;
   problem.channels_last = x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
 
-  if (bias) {
-    const at::Tensor& t = *bias;
-    TORCH_CHECK_TYPE(is_half_or_float(t.scalar_type()), op, ": expected bias to be torch.float16 or torch.float32, got ",
-                     dtype_name(t.scalar_type()));
-    TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == problem.k, op,
-                      ": expected bias of shape (out_channels,) = (", problem.k, ",), got shape ", shape_of(t));
-    check_same_device(op, x, "x", t, "bias");
-  }
+  check_bias(op, bias, problem.k, "(out_channels,)", x, "x");
   problem.out_dtype = out_dtype.value_or(x.scalar_type());
   TORCH_CHECK_VALUE(is_half_or_float(problem.out_dtype), op, ": out_dtype must be torch.float32 or torch.float16, got ",
                     dtype_name(problem.out_dtype));
@@ -267,11 +268,13 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
     TORCH_CHECK_TYPE(is_half_or_float(grads[i].scalar_type()) && is_half_or_float(outs[i].scalar_type()), op,
                      ": expected ", grad, " and ", out, " to be torch.float16 or torch.float32, got ",
                      dtype_name(grads[i].scalar_type()), " and ", dtype_name(outs[i].scalar_type()));
-    TORCH_CHECK_VALUE(grads[i].sym_numel() == outs[i].sym_numel(), op, ": ", grad, " has shape ",
+    TORCH_CHECK_VALUE(grads[i].sym_sizes() == outs[i].sym_sizes(), op, ": ", grad, " has shape ",
                       shape_of(grads[i]), " but ", out, " has shape ", shape_of(outs[i]));
     check_same_device(op, found_inf, "found_inf", grads[i], grad.c_str());
     check_same_device(op, found_inf, "found_inf", outs[i], out.c_str());
-    TORCH_CHECK_VALUE(outs[i].is_contiguous(), op, ": expected ", out, " to be contiguous");
+    // Dense outputs of any layout (channels_last, transposed) are written in memory order.
+    TORCH_CHECK_VALUE(outs[i].is_non_overlapping_and_dense(), op, ": expected ", out,
+                      " to be dense (no gaps or overlapping elements)");
   }
 }
 

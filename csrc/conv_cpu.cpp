@@ -12,10 +12,6 @@ namespace {
 
 at::Tensor as_fp16_values(const at::Tensor& t) { return t.to(at::kHalf).to(at::kFloat); }
 
-at::MemoryFormat format_of(const ConvProblem<int64_t>& problem) {
-  return problem.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-}
-
 // at::constant_pad_nd takes (left, right, top, bottom).
 at::Tensor pad(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
   const auto& p = problem.padding;
@@ -41,7 +37,7 @@ at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, 
                               at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
                               at::IntArrayRef(problem.dilation), problem.groups);
   if (bias) out.add_(bias->to(at::kFloat).view({1, -1, 1, 1}));
-  return out.to(problem.out_dtype).contiguous(format_of(problem));
+  return out.to(problem.out_dtype).contiguous(memory_format_of(problem));
 }
 
 at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
@@ -54,7 +50,7 @@ at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::
   return grad_padded.slice(2, p[0], p[0] + problem.h)
       .slice(3, p[2], p[2] + problem.w)
       .to(x.scalar_type())
-      .contiguous(format_of(problem));
+      .contiguous(memory_format_of(problem));
 }
 
 at::Tensor conv2d_grad_weight_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,

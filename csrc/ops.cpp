@@ -109,8 +109,8 @@ at::Tensor conv2d_meta(const at::Tensor& x, const at::Tensor& weight, const std:
                        std::optional<at::ScalarType> out_dtype) {
   const auto pr =
       check_conv2d_args<c10::SymInt>("mpgemm.conv2d", x, weight, bias, stride, padding, dilation, groups, out_dtype);
-  const auto format = pr.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  return at::empty_symint({pr.n, pr.k, pr.p, pr.q}, x.options().dtype(pr.out_dtype).memory_format(format));
+  return at::empty_symint({pr.n, pr.k, pr.p, pr.q},
+                          x.options().dtype(pr.out_dtype).memory_format(memory_format_of(pr)));
 }
 
 // Gradients take the shape, dtype and memory format of their input.

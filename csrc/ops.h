@@ -81,6 +81,16 @@ at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at
 void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, const at::Tensor& x,
                            const at::Tensor& grad_out);
 
+inline kernels::ElementType element_type(at::ScalarType dtype) {
+  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
+}
+
+// The memory format of a conv2d's x, which its output follows.
+template <class Size>
+at::MemoryFormat memory_format_of(const ConvProblem<Size>& problem) {
+  return problem.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
 // unscale_grads_: outs[i] = grads[i] * inv_scale, found_inf = 1 on any inf/NaN.
 void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Tensor& found_inf,
                         const at::Tensor& inv_scale);

@@ -11,7 +11,7 @@ void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& fo
   for (size_t i = 0; i < grads.size(); ++i) {
     const at::Tensor scaled = grads[i].to(at::kFloat).mul(inv_scale);
     if (!scaled.isfinite().all().item<bool>()) found_inf.fill_(1.0f);
-    outs[i].copy_(scaled.view(outs[i].sizes()));
+    outs[i].copy_(scaled);
   }
 }
 

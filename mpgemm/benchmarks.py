@@ -347,6 +347,9 @@ def plot_report(report, path):
 
 def main(args):
     device = torch.device("cuda" if build_info()["cuda_available"] else "cpu")
+    if args.shapes and args.suite == "conv":
+        print("mpgemm bench: --shapes applies to the gemm and linear suites, not to conv")
+        return 2
     suites = ["gemm", "linear", "conv"] if args.suite == "all" else [args.suite]
     report = run(suites, device, quick=args.quick, shapes=args.shapes, reps=args.reps)
     print(format_report(report))

@@ -6,6 +6,13 @@ import sys
 from . import benchmarks, demo, kernel_report, verify
 
 
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m mpgemm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -18,8 +25,8 @@ def build_parser():
 
     p = commands.add_parser("demo", help="train a small CNN in fp32, with torch.amp and with mpgemm; print a table")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--batch-sizes", type=int, nargs="+", help="batch sizes to run (default 32 64 128)")
-    p.add_argument("--steps", type=int, help="training steps per run")
+    p.add_argument("--batch-sizes", type=positive_int, nargs="+", help="batch sizes to run (default 32 64 128)")
+    p.add_argument("--steps", type=positive_int, help="training steps per run")
     p.add_argument("--quick", action="store_true", help="one batch size, fewer steps and images")
     p.add_argument("--plot", metavar="PNG", help="also draw the figures to this file (needs matplotlib)")
     p.set_defaults(run=demo.main)
@@ -29,7 +36,7 @@ def build_parser():
     p.add_argument("--shapes", type=benchmarks.parse_shapes, metavar="MxNxK[,MxNxK...]",
                    help="shapes to run instead of the suites' (linear: tokens x out_features x in_features)")
     p.add_argument("--quick", action="store_true", help="a few representative shapes")
-    p.add_argument("--reps", type=int, default=20, help="timed repetitions per case (median reported)")
+    p.add_argument("--reps", type=positive_int, default=20, help="timed repetitions per case (median reported)")
     p.add_argument("--json", metavar="PATH", help="write the report, raw timings included, as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the results as CSV")
     p.add_argument("--plot", metavar="PNG", help="plot TFLOP/s against size (needs matplotlib)")

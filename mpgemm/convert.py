@@ -39,7 +39,8 @@ def convert(model, *, skip=()):
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"mpgemm.convert: expected a torch.nn.Module, got {type(model).__name__}")
-    if not (callable(skip) or isinstance(skip, str) or all(isinstance(s, str) for s in skip)):
+    if not (callable(skip) or isinstance(skip, str)
+            or (isinstance(skip, (list, tuple, set, frozenset)) and all(isinstance(s, str) for s in skip))):
         raise TypeError("mpgemm.convert: skip must be module names or a predicate skip(name, module)")
     for name, module in model.named_modules():
         target = CONVERSIONS.get(type(module))

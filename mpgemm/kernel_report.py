@@ -73,6 +73,9 @@ def profile_ops():
     calls = {
         "mpgemm.gemm": lambda: ops.gemm(a, b, bias=torch.randn(512, device="cuda"), activation="gelu"),
         "mpgemm.linear": lambda: ops.linear(a, b, activation="relu"),
+        "mpgemm.conv2d": lambda: ops.conv2d(
+            torch.randn(8, 64, 28, 28, device="cuda").half().to(memory_format=torch.channels_last),
+            torch.randn(64, 64, 3, 3, device="cuda").half(), padding=1),
         "mpgemm.unscale_grads_": lambda: torch.ops.mpgemm.unscale_grads_(
             [a], [torch.empty(a.shape, device="cuda")], torch.zeros(1, device="cuda"),
             torch.ones(1, device="cuda")),

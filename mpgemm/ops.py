@@ -1,5 +1,7 @@
 """Python entry points of the mpgemm operators."""
 
+import numbers
+
 import torch
 
 
@@ -69,10 +71,12 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
 
 
 def _pair(value, name):
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
+    if isinstance(value, numbers.Integral):
+        return (int(value), int(value))
+    pair = tuple(value) if isinstance(value, (tuple, list)) else ()
+    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) for v in pair):
         raise ValueError(f"mpgemm.conv2d: {name} must be an int or a pair of ints, got {value!r}")
-    return pair
+    return tuple(int(v) for v in pair)
 
 
 def _conv_padding(padding, weight, stride, dilation):
@@ -111,6 +115,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, o
     Channel counts per group that are not multiples of 8 (C = 3, depthwise)
     take a slower one-element path. Differentiable, like :func:`linear`.
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"mpgemm.conv2d: expected x to be a tensor, got {type(x).__name__}")
     if x.dim() == 3:
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)[0]
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")

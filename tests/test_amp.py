@@ -323,3 +323,62 @@ def test_master_optimizer_bad_input():
         MasterWeightOptimizer(optimizer)
     with pytest.raises(TypeError, match="expected a torch.optim.Optimizer"):
         MasterWeightOptimizer(object())
+
+
+def test_scaler_refuses_inconsistent_settings_and_update_without_step():
+    with pytest.raises(ValueError, match=r"init_scale \(0.5\) must be at least min_scale \(1.0\)"):
+        LossScaler(init_scale=0.5)
+    assert LossScaler(init_scale=0.5, dynamic=False).get_scale() == 0.5
+    with pytest.raises(RuntimeError, match="update\\(\\) found no step"):
+        LossScaler().update()
+
+
+def test_channels_last_cnn_trains_with_prepare_and_with_a_plain_optimizer():
+    def cnn():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(2, 8), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(8, 8, 3), torch.nn.InstanceNorm2d(8, affine=True),
+                                   torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 3)).to(memory_format=torch.channels_last)
+
+    x = torch.randn(4, 3, 6, 6).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 3, (4,))
+    model = cnn()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert model[1].weight.dtype == torch.float32 and model[4].weight.dtype == torch.float32
+    before = [m.detach().clone() for m in optimizer.master_params()]
+    train(model, optimizer, scaler, x, y, steps=2, batch=4)
+    assert all(not torch.equal(b, m) for b, m in zip(before, optimizer.master_params()))
+    plain = cnn()
+    plain_optimizer = torch.optim.SGD(plain.parameters(), lr=0.1)
+    train(plain, plain_optimizer, LossScaler(), x, y, steps=2, batch=4)
+
+
+def test_unused_parameters_keep_their_values():
+    model = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 4), "b": torch.nn.Linear(4, 4)})
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    x = torch.randn(3, 4)
+    scaler.scale(model["b"](model["a"](x)).float().sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    model.zero_grad()  # the model's, not the optimizer's: masters keep their old gradients
+    b_weight = model["b"].weight.detach().clone()
+    scaler.scale(model["a"](x).float().sum()).backward()  # "b" unused this step
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.equal(model["b"].weight, b_weight)
+
+
+def test_master_optimizer_hooks_copy_and_state_shape_check():
+    model = torch.nn.Linear(4, 2).half()
+    optimizer = MasterWeightOptimizer(torch.optim.SGD(model.parameters(), lr=1.0))
+    calls = []
+    optimizer.register_step_pre_hook(lambda *args: calls.append("pre"))
+    optimizer.register_step_post_hook(lambda *args: calls.append("post"))
+    model(torch.randn(3, 4).half()).float().sum().backward()
+    optimizer.step()
+    assert calls == ["pre", "post"]
+    clone = copy.deepcopy(optimizer)
+    assert torch.equal(clone.master_params()[0], optimizer.master_params()[0])
+    other = MasterWeightOptimizer(torch.optim.SGD(torch.nn.Linear(5, 2).half().parameters(), lr=1.0))
+    with pytest.raises(ValueError, match="a saved master weight has shape \\(2, 4\\), this optimizer's has \\(2, 5\\)"):
+        other.load_state_dict(optimizer.state_dict())

@@ -57,6 +57,7 @@ def test_demo_quick_matches_fp32_accuracy(capsys, tmp_path):
     table = demo.format_table(device, results)
     assert "mpgemm acc%" in table and "torch.amp speedup" in table
     assert "not GPU measurements" in demo.describe_device(device)
+    assert {r.way: r.skipped_steps for r in results}["fp32"] == 0
     plot = tmp_path / "demo.png"
     demo.plot(results, plot)
     assert plot.stat().st_size > 1000
@@ -69,3 +70,15 @@ def test_demo_dataset_is_deterministic():
     x2, y2 = demo.make_dataset(64, 16, seed=3, noise=0.4)
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
     assert set(y1.tolist()) <= set(range(10)) and x1.shape == (64, 3, 16, 16)
+
+
+@pytest.mark.parametrize("argv", [["demo", "--steps", "0"], ["bench", "--reps", "0"], ["demo", "--batch-sizes", "-4"]])
+def test_cli_refuses_non_positive_counts(argv, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_bench_refuses_shapes_for_conv(capsys):
+    assert cli.main(["bench", "conv", "--shapes", "8x8x8"]) == 2
+    assert "--shapes applies to the gemm and linear suites" in capsys.readouterr().out

@@ -218,6 +218,10 @@ BAD = [
      lambda: mpgemm.conv2d(t(1, 3, 5, 5), t(4, 3, 3, 3), padding="full")),
     ("stride triple", ValueError, r"stride must be an int or a pair of ints",
      lambda: mpgemm.conv2d(t(1, 3, 5, 5), t(4, 3, 3, 3), stride=(1, 1, 1))),
+    ("float padding", ValueError, r"padding must be an int or a pair of ints, got 1.5",
+     lambda: mpgemm.conv2d(t(1, 3, 5, 5), t(4, 3, 3, 3), padding=1.5)),
+    ("x not a tensor", TypeError, r"expected x to be a tensor, got list",
+     lambda: mpgemm.conv2d([1.0], t(4, 3, 3, 3))),
     ("device", ValueError, r"expected weight on the same device as x \(cpu\), got weight on meta",
      lambda: mpgemm.conv2d(t(1, 3, 5, 5), torch.empty(4, 3, 3, 3, device="meta"))),
 ]

@@ -117,6 +117,8 @@ def test_convert_bad_arguments():
         mpgemm.convert([torch.nn.Linear(2, 2)])
     with pytest.raises(TypeError, match="skip must be module names or a predicate"):
         mpgemm.convert(torch.nn.Linear(2, 2), skip=[3])
+    with pytest.raises(TypeError, match="skip must be module names or a predicate"):
+        mpgemm.convert(torch.nn.Linear(2, 2), skip=5)
 
 
 @pytest.mark.parametrize("device", DEVICES)

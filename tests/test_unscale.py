@@ -64,7 +64,21 @@ def test_unscale_bad_input():
         unscale_grads_([g.double()], [o], flag, inv)
     with pytest.raises(ValueError, match=r"grads\[0\] has shape \(4,\) but outs\[0\] has shape \(5,\)"):
         unscale_grads_([g], [torch.empty(5)], flag, inv)
-    with pytest.raises(ValueError, match=r"expected outs\[0\] to be contiguous"):
-        unscale_grads_([torch.randn(2, 3)], [torch.empty(3, 2).t()], flag, inv)
+    with pytest.raises(ValueError, match=r"expected outs\[0\] to be dense"):
+        unscale_grads_([torch.randn(2, 3)], [torch.empty(2, 6)[:, ::2]], flag, inv)
     with pytest.raises(ValueError, match=r"expected grads\[0\] on the same device as found_inf \(cpu\), got grads\[0\] on meta"):
         unscale_grads_([torch.empty(4, device="meta")], [o], flag, inv)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unscale_dense_layouts(device):
+    # channels_last and transposed gradients and outputs, in any combination.
+    g = torch.randn(2, 8, 3, 3, device=device).half()
+    layouts = [g, g.contiguous(memory_format=torch.channels_last)]
+    for grad in layouts:
+        for like in layouts:
+            out = torch.full_like(like, float("nan"), dtype=torch.float32)
+            unscale_grads_([grad], [out], torch.zeros(1, device=device), torch.tensor(0.5, device=device))
+            assert torch.equal(out, g.float() * 0.5) and out.stride() == like.stride()
+    t = torch.randn(6, 4, device=device).t()
+    unscale_grads_([t], [t], torch.zeros(1, device=device), torch.tensor(2.0, device=device))

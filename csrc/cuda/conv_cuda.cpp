@@ -12,10 +12,6 @@
 namespace mpgemm {
 namespace {
 
-kernels::ElementType element_type(at::ScalarType dtype) {
-  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
-}
-
 // NHWC (activations) or KRSC (filters) fp16: channels_last memory of an NCHW tensor.
 at::Tensor channels_innermost(const at::Tensor& t) {
   return t.to(at::kHalf).contiguous(at::MemoryFormat::ChannelsLast);
@@ -54,10 +50,6 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   return out.contiguous(format);
 }
 
-at::MemoryFormat format_of(const ConvProblem<int64_t>& problem) {
-  return problem.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-}
-
 }  // namespace
 
 at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
@@ -73,7 +65,7 @@ at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x,
     p.bias_type = element_type(bias_contiguous.scalar_type());
   }
   return run(kernels::ConvPass::kFprop, p, {problem.n, problem.k, problem.p, problem.q}, x, problem.out_dtype,
-             format_of(problem));
+             memory_format_of(problem));
 }
 
 at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
@@ -82,7 +74,7 @@ at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at:
   kernels::Conv2dParams p = geometry(problem);
   p.dy = dy_nhwc.data_ptr();
   p.wt = w_krsc.data_ptr();
-  return run(kernels::ConvPass::kDgrad, p, x.sizes(), x, x.scalar_type(), format_of(problem));
+  return run(kernels::ConvPass::kDgrad, p, x.sizes(), x, x.scalar_type(), memory_format_of(problem));
 }
 
 at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,

@@ -32,10 +32,6 @@ MatrixOperand as_matrix_operand(const at::Tensor& t) {
   return {copy, batch_stride(copy), cols, 1};
 }
 
-kernels::ElementType element_type(at::ScalarType dtype) {
-  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
-}
-
 }  // namespace
 
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,

@@ -16,19 +16,17 @@ namespace {
 
 constexpr int64_t kChunkElements = 1 << 16;
 
-kernels::ElementType element_type(at::ScalarType dtype) {
-  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
-}
-
 }  // namespace
 
 void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
                         const at::Tensor& inv_scale) {
   const c10::cuda::CUDAGuard device_guard(found_inf.device());
-  std::vector<at::Tensor> sources;  // keeps contiguous copies alive until launch
+  std::vector<at::Tensor> sources;  // keeps layout copies alive until launch
   std::vector<kernels::UnscaleChunk> chunks;
   for (size_t i = 0; i < grads.size(); ++i) {
-    sources.push_back(grads[i].contiguous());
+    // Both are walked in memory order, so the source must share the output's strides.
+    const bool same_layout = grads[i].strides() == outs[i].strides() && grads[i].is_non_overlapping_and_dense();
+    sources.push_back(same_layout ? grads[i] : at::empty_like(outs[i], grads[i].options()).copy_(grads[i]));
     const int64_t numel = outs[i].numel();
     for (int64_t begin = 0; begin < numel; begin += kChunkElements) {
       chunks.push_back({sources.back().data_ptr(), outs[i].data_ptr(), begin, std::min(numel, begin + kChunkElements),

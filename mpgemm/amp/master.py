@@ -1,5 +1,7 @@
 """FP32 master weights for an optimizer over an fp16 model."""
 
+import collections
+
 import torch
 
 HALF, FLOAT = torch.float16, torch.float32
@@ -46,6 +48,20 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
                 masters.append(master)
             group["params"] = masters
         self._grads_unscaled = False
+        # torch.optim.Optimizer's hook registries, so its register_* methods work.
+        self._optimizer_step_pre_hooks = collections.OrderedDict()
+        self._optimizer_step_post_hooks = collections.OrderedDict()
+        self._optimizer_state_dict_pre_hooks = collections.OrderedDict()
+        self._optimizer_state_dict_post_hooks = collections.OrderedDict()
+        self._optimizer_load_state_dict_pre_hooks = collections.OrderedDict()
+        self._optimizer_load_state_dict_post_hooks = collections.OrderedDict()
+
+    # Optimizer's own pickling expects the attributes its __init__ sets.
+    def __getstate__(self):
+        return self.__dict__.copy()
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
 
     # The Optimizer interface, forwarded to the inner optimizer.
     @property
@@ -87,6 +103,9 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         grads, outs = [], []
         for model, master in self._pairs:
             if model.grad is None:
+                # No gradient this step: nor may the master keep an old one.
+                if master is not model:
+                    master.grad = None
                 continue
             if master is not model and master.grad is None:
                 master.grad = torch.empty_like(master)
@@ -102,9 +121,13 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         if not self._grads_unscaled:
             device = self._pairs[0][1].device if self._pairs else "cpu"
             self.unscale_grads_(torch.ones(1, device=device), torch.zeros(1, device=device))
+        for hook in list(self._optimizer_step_pre_hooks.values()):
+            hook(self, (), {})
         result = self.optimizer.step()
         self.copy_masters_to_model()
         self._grads_unscaled = False
+        for hook in list(self._optimizer_step_post_hooks.values()):
+            hook(self, (), {})
         return result
 
     @torch.no_grad()
@@ -122,6 +145,10 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         if len(masters) != len(self._pairs):
             raise ValueError(f"mpgemm.amp.MasterWeightOptimizer: the state holds {len(masters)} master weights, "
                              f"this optimizer has {len(self._pairs)}")
+        for master, saved in zip(self.master_params(), masters):
+            if master.shape != saved.shape:
+                raise ValueError(f"mpgemm.amp.MasterWeightOptimizer: a saved master weight has shape "
+                                 f"{tuple(saved.shape)}, this optimizer's has {tuple(master.shape)}")
         self.optimizer.load_state_dict(state_dict["optimizer"])
         for master, saved in zip(self.master_params(), masters):
             master.copy_(saved)

@@ -65,7 +65,8 @@ def _check(model, optimizer):
 def prepare(model, optimizer, **scaler_options):
     """Sets up mixed-precision training: returns (model, optimizer, scaler).
 
-    - converts ``nn.Linear`` layers to mpgemm layers (:func:`mpgemm.convert`);
+    - converts ``nn.Linear`` and ``nn.Conv2d`` layers to mpgemm layers
+      (:func:`mpgemm.convert`);
     - casts the model to fp16, keeping normalization layers (BatchNorm,
       LayerNorm, GroupNorm, InstanceNorm, RMSNorm) and their statistics in
       fp32: they take fp16 input, compute in fp32 and return fp16;

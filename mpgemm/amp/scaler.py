@@ -12,17 +12,18 @@ class LossScaler:
     """Scales the loss so that small fp16 gradients do not flush to zero, and
     skips the optimizer steps whose gradients overflowed.
 
-    A drop-in for ``torch.amp.GradScaler`` (``scale``, ``unscale_``, ``step``,
-    ``update``, ``get_scale``, ``is_enabled``, ``state_dict``,
-    ``load_state_dict``) that also takes fp16 gradients: with a
+    Has the core API of ``torch.amp.GradScaler`` (``scale``, ``unscale_``,
+    ``step``, ``update``, ``get_scale``, ``is_enabled``, ``state_dict``,
+    ``load_state_dict``) and also takes fp16 gradients: with a
     :class:`MasterWeightOptimizer`, unscaling writes into the fp32 master
-    gradients; with any other optimizer, gradients are unscaled in place.
+    gradients; with any other optimizer, gradients are unscaled in place. All
+    of an optimizer's gradients must be on one device.
 
     Beyond GradScaler:
       min_scale: floor of the scale (default 1.0).
-      hysteresis: consecutive overflowing steps tolerated before the scale
-        backs off (default 1: every overflow backs off). Every overflowing
-        step is skipped.
+      hysteresis: the number of overflowing steps in a row that makes the
+        scale back off (default 1: every overflow backs off). Every
+        overflowing step is skipped.
       dynamic: False keeps the scale fixed at init_scale (overflowing steps are
         still skipped).
       skipped_steps, last_step_skipped: for LR schedulers and logs.
@@ -45,6 +46,9 @@ class LossScaler:
             raise ValueError(f"mpgemm.amp.LossScaler: hysteresis must be a positive int, got {hysteresis}")
         if not min_scale > 0:
             raise ValueError(f"mpgemm.amp.LossScaler: min_scale must be positive, got {min_scale}")
+        if dynamic and init_scale < min_scale:
+            raise ValueError(f"mpgemm.amp.LossScaler: init_scale ({init_scale}) must be at least min_scale "
+                             f"({min_scale})")
         self._enabled = enabled
         self._scale = float(init_scale)
         self._growth_factor = float(growth_factor)
@@ -76,7 +80,7 @@ class LossScaler:
         if not self._enabled:
             return outputs
         if isinstance(outputs, torch.Tensor):
-            # An fp32 scale promotes an fp16 loss to fp32, as GradScaler's does.
+            # An fp32 scale promotes a 0-dim fp16 loss to fp32, as GradScaler's does.
             return outputs * self._scale_on(outputs.device)
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(o) for o in outputs)
@@ -87,7 +91,12 @@ class LossScaler:
         return self._optimizer_states.setdefault(id(optimizer), {"stage": _READY, "found_inf": None, "overflow": None})
 
     def unscale_(self, optimizer):
-        """Divides the optimizer's gradients by the scale and records inf/NaN."""
+        """Divides the optimizer's gradients by the scale and records inf/NaN.
+
+        With a :class:`MasterWeightOptimizer` the unscaled gradients are the
+        masters' (the fp16 model's stay scaled): clip
+        ``optimizer.master_params()``, not ``model.parameters()``.
+        """
         if not self._enabled:
             return
         state = self._state(optimizer)
@@ -133,6 +142,9 @@ class LossScaler:
         """Adjusts the scale after the steps of one iteration."""
         if not self._enabled:
             return
+        if new_scale is None and not self._optimizer_states:
+            raise RuntimeError("mpgemm.amp.LossScaler: update() found no step or unscale_ since the last update(); "
+                               "call scaler.step(optimizer) first")
         overflow = any(
             s["overflow"] if s["overflow"] is not None else s["found_inf"].item() != 0.0
             for s in self._optimizer_states.values()
@@ -183,6 +195,9 @@ class LossScaler:
             return
         if not state_dict:
             raise RuntimeError("mpgemm.amp.LossScaler: the state_dict is empty; it was saved from a disabled scaler")
+        if self._dynamic and float(state_dict["scale"]) < self._min_scale and "min_scale" not in state_dict:
+            raise ValueError(f"mpgemm.amp.LossScaler: the saved scale {state_dict['scale']} is below min_scale "
+                             f"({self._min_scale})")
         self._scale = float(state_dict["scale"])
         self._growth_factor = float(state_dict["growth_factor"])
         self._backoff_factor = float(state_dict["backoff_factor"])
