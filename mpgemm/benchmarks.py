@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from . import ops
 from ._build import build_info
 from .progress import Progress
+from . import display
 from .timing import CudaEventClock, Timing, WallClock, input_sets_for, time_op
 
 # Dense fp16 Tensor Core peaks with fp32 accumulation, from vendor datasheets,
@@ -306,8 +307,7 @@ def format_report(report):
             row.append(f"{base['median_ms'] / r['median_ms']:.2f}x" if base else "")
             row.append(f"{100 * r['tflops'] / report['peak_tflops']['value']:.1f}")
         rows.append(row)
-    widths = [max(len(str(x[i])) for x in [header, *rows]) for i in range(len(header))]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in [header, *rows]]
+    lines.append(display.format_table(header, rows, rule=False))
     return "\n".join(lines)
 
 
@@ -323,13 +323,7 @@ def write_csv(report, path):
 
 
 def plot_report(report, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise SystemExit("mpgemm bench --plot needs matplotlib: pip install matplotlib") from e
+    plt = display.pyplot("bench")
     fig, ax = plt.subplots(figsize=(6.5, 4))
     square = [r for r in report["results"] if r["suite"] == "gemm" and r["case"] == "square"]
     for impl in dict.fromkeys(r["impl"] for r in square):

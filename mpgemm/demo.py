@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from . import amp
 from ._build import build_info
 from .progress import Progress
+from . import display
 
 WAYS = ("fp32", "torch.amp", "mpgemm")
 CLASSES = 10
@@ -182,10 +183,7 @@ def format_table(device, results):
         rows.append([str(batch)] + [f"{ways[w].ms_per_step:.2f}" for w in WAYS]
                     + [f"{ways[w].memory_mb:.2f}" for w in WAYS] + [f"{ways[w].accuracy:.1f}" for w in WAYS]
                     + [f"{ways['fp32'].ms_per_step / ways[w].ms_per_step:.2f}x" for w in WAYS[1:]])
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return display.format_table(header, rows, right_align=True)
 
 
 def describe_device(device):
@@ -196,13 +194,7 @@ def describe_device(device):
 
 
 def plot(results, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise SystemExit("mpgemm demo --plot needs matplotlib: pip install matplotlib") from e
+    plt = display.pyplot("demo")
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (field, title) in zip(axes, [("ms_per_step", "ms / step"), ("memory_mb", "memory (MB)"),
                                          ("accuracy", "test accuracy (%)")]):

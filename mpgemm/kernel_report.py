@@ -14,6 +14,7 @@ import torch
 
 from . import _C, sass
 from ._build import build_info
+from . import display
 
 
 # The kernels that must run on Tensor Cores, by name.
@@ -59,9 +60,7 @@ def format_kernels(kernels):
     header = ("arch", "regs", "shared", "stack", "local", "HMMA", "HGMMA", "kernel")
     rows = [(k.arch, k.registers, k.shared_bytes, k.stack_bytes, k.local_bytes, k.hmma, k.hgmma, k.name)
             for k in kernels]
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths) + "  {}"
-    return "\n".join(fmt.format(*row) for row in [header, *rows])
+    return display.format_table(header, rows)
 
 
 def profile_ops():

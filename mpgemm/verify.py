@@ -9,6 +9,7 @@ import torch
 
 from . import ops
 from ._build import build_info
+from . import display
 from .testing import cublas_reference, max_abs_error, random_operand, reference_gemm, relative_error, tolerance
 
 
@@ -124,10 +125,7 @@ def format_table(results):
         if with_cublas:
             row += (f"{r.cublas_relative_error:.3g}" if r.cublas_relative_error is not None else "-",)
         rows.append(row + ("PASS" if r.passed else "FAIL",))
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return display.format_table(header, rows)
 
 
 def main(args):

@@ -1,0 +1,25 @@
+"""What the command-line tools share to show results: aligned text tables and
+matplotlib for --plot."""
+
+
+def format_table(header, rows, *, right_align=False, rule=True):
+    """Rows of cells as aligned text columns, with a rule under the header."""
+    rows = [[str(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    align = str.rjust if right_align else str.ljust
+    lines = ["  ".join(align(cell, w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def pyplot(command):
+    """matplotlib.pyplot on a file backend, or a clear exit if it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise SystemExit(f"mpgemm {command} --plot needs matplotlib: pip install matplotlib") from e
+    return plt
