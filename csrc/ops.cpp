@@ -69,8 +69,7 @@ at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight, const std:
 
 template <void (*Impl)(at::TensorList, at::TensorList, at::Tensor&, const at::Tensor&)>
 void unscale_grads(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf, const at::Tensor& inv_scale) {
-  check_unscale_args(grads, outs, found_inf, inv_scale);
-  for (const at::Tensor& out : outs) at::assert_no_internal_overlap(out);
+  check_unscale_args(grads, outs, found_inf, inv_scale);  // outs are dense: no internal overlap
   Impl(grads, outs, found_inf, inv_scale);
 }
 
@@ -125,8 +124,7 @@ at::Tensor conv2d_gradient_meta(const at::Tensor& grad_out, const at::Tensor& x,
 }
 
 at::Tensor cublas_gemm_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
-  const auto problem = check_gemm_args<c10::SymInt>(a, b, std::nullopt, std::nullopt, out_dtype);
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mpgemm._cublas_gemm: expected 2-D a and b");
+  const auto problem = check_cublas_gemm_args<c10::SymInt>(a, b, out_dtype);
   return at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype));
 }
 

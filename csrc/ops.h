@@ -35,6 +35,11 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
                                     const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                                     std::optional<at::ScalarType> out_dtype);
 
+// _cublas_gemm's arguments: gemm's, 2-D only, with no epilogue.
+template <class Size>
+GemmProblem<Size> check_cublas_gemm_args(const at::Tensor& a, const at::Tensor& b,
+                                         std::optional<at::ScalarType> out_dtype);
+
 // Checks a caller-provided output against the problem.
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);
 

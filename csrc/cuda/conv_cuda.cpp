@@ -38,8 +38,8 @@ kernels::Conv2dParams geometry(const ConvProblem<int64_t>& problem) {
   return p;
 }
 
-// Runs one pass into a fresh channels_last `like`-shaped tensor of `dtype`,
-// returned in `format`.
+// Runs one pass into a fresh channels_last tensor of `shape` and `dtype` on
+// anchor's device, returned in `format`.
 at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef shape, const at::Tensor& anchor,
                at::ScalarType dtype, at::MemoryFormat format) {
   const c10::cuda::CUDAGuard device_guard(anchor.device());

@@ -10,8 +10,7 @@
 namespace mpgemm {
 
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
-  const auto problem = check_gemm_args<int64_t>(a, b, std::nullopt, std::nullopt, out_dtype);
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mpgemm._cublas_gemm: expected 2-D a and b");
+  const auto problem = check_cublas_gemm_args<int64_t>(a, b, out_dtype);
   const c10::cuda::CUDAGuard device_guard(a.device());
   // Row-major C = A B is column-major C^T = B^T A^T: hand cuBLAS b first.
   const at::Tensor a_rows = a.contiguous(), b_rows = b.contiguous();
