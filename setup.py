@@ -19,9 +19,11 @@ CUDA_SOURCES = [
     "csrc/cuda/conv_cuda.cpp",
     "csrc/cuda/cublas_baseline.cpp",
     "csrc/cuda/gemm_cuda.cpp",
+    "csrc/cuda/mma_ceiling_cuda.cpp",
     "csrc/cuda/unscale_cuda.cpp",
     "csrc/kernels/conv_launch.cu",
     "csrc/kernels/gemm_launch.cu",
+    "csrc/kernels/mma_ceiling.cu",
     "csrc/kernels/unscale.cu",
 ]
 

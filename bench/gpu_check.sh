@@ -4,12 +4,15 @@
 #
 #   bench/gpu_check.sh RESULTS_DIR
 #
-# Builds the extension for the visible GPU only, runs the tests, the CMake
-# build with the cuBLAS cross-check, `python3 -m mpgemm verify` (with a sweep
-# of random shapes against cuBLAS), `inspect`, `bench --quick` and the
-# training demo. Each step
-# logs to RESULTS_DIR; a failed step does not stop the later ones, so one run
-# gives every log. Exits non-zero if any step failed.
+# Builds the extension for the visible GPU only, times the GEMM against cuBLAS
+# at the sizes of the speed work (bench/NOTES.md) and the mma.sync ceiling
+# first, so that those numbers exist even if a later step runs out of time;
+# then runs the tests, the CMake build with the cuBLAS cross-check,
+# `python3 -m mpgemm verify` (with a sweep of random shapes against cuBLAS),
+# `inspect`, `bench --quick` and the training demo. Each step logs to
+# RESULTS_DIR and its wall time goes into summary.txt; a failed step does not
+# stop the later ones, so one run gives every log. Exits non-zero if any step
+# failed.
 
 # No `set -e`: a failing step is recorded and the run goes on.
 set -uo pipefail
@@ -32,13 +35,13 @@ STEP_LOGS=()
 
 # run_step NAME LOG COMMAND...: runs COMMAND with its output in RESULTS/LOG.
 run_step() {
-  local name=$1 log=$2 status
+  local name=$1 log=$2 status start=$SECONDS
   shift 2
   echo "== $name -> $RESULTS/$log"
   if "$@" >"$RESULTS/$log" 2>&1; then status=PASS; else status=FAIL; fi
-  echo "   $status"
+  echo "   $status ($((SECONDS - start)) s)"
   STEP_NAMES+=("$name")
-  STEP_STATUS+=("$status")
+  STEP_STATUS+=("$status $((SECONDS - start))s")
   STEP_LOGS+=("$log")
 }
 
@@ -99,6 +102,11 @@ cmake_build() {
 write_summary
 run_step "build extension" build.log build_extension
 run_step "build info" build_info.log python3 -c 'import mpgemm; print(mpgemm.build_info())'
+run_step "bench speed" bench_speed.log python3 -m mpgemm bench gemm --json "$RESULTS/bench_speed.json" \
+  --shapes 1024x1024x1024,4096x4096x4096,8192x8192x8192,4095x4097x4093
+run_step "bench ceiling" bench_ceiling.log python3 -m mpgemm bench ceiling --json "$RESULTS/bench_ceiling.json"
+run_step "bench mlp" bench_mlp.log python3 -m mpgemm bench linear --json "$RESULTS/bench_mlp.json" \
+  --shapes 16384x16384x4096,16384x4096x16384
 run_step "pytest" pytest.log python3 -m pytest tests -q -rs
 run_step "cmake build" cmake_build.log cmake_build
 run_step "cublas check" cublas_check.log build/cmake/gemm_cublas_check
@@ -110,12 +118,12 @@ run_step "demo" demo.log python3 -m mpgemm demo --plot "$RESULTS/demo.png"
 failed=0
 {
   echo
-  printf '%-16s %-6s %s\n' step status log
+  printf '%-16s %-12s %s\n' step status log
   for i in "${!STEP_NAMES[@]}"; do
-    printf '%-16s %-6s %s\n' "${STEP_NAMES[$i]}" "${STEP_STATUS[$i]}" "$RESULTS/${STEP_LOGS[$i]}"
+    printf '%-16s %-12s %s\n' "${STEP_NAMES[$i]}" "${STEP_STATUS[$i]}" "$RESULTS/${STEP_LOGS[$i]}"
   done
 } | tee -a "$RESULTS/summary.txt"
 for status in "${STEP_STATUS[@]}"; do
-  [[ $status == PASS ]] || failed=1
+  [[ $status == PASS* ]] || failed=1
 done
 exit "$failed"

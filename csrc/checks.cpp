@@ -1,5 +1,6 @@
 // Argument validation for the ops. Every backend, Meta included, runs these
 // checks, so a bad call fails the same way everywhere.
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -7,6 +8,7 @@
 #include <c10/core/SymInt.h>
 #include <c10/util/Exception.h>
 
+#include "kernels/gemm_config.h"
 #include "ops.h"
 
 namespace mpgemm {
@@ -287,6 +289,37 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
     TORCH_CHECK_VALUE(outs[i].is_non_overlapping_and_dense(), op, ": expected ", out,
                       " to be dense (no gaps or overlapping elements)");
   }
+}
+
+void check_mma_ceiling_args(const at::Tensor& a, const at::Tensor& b, int64_t iterations, const at::Tensor& out) {
+  constexpr const char* op = "mpgemm._mma_ceiling";
+  using Config = kernels::MmaCeilingConfig;
+  constexpr int64_t kWarps = Config::kWarpsM * Config::kWarpsN;
+  auto has_shape = [](const at::Tensor& t, std::initializer_list<int64_t> shape, size_t from) {
+    if (t.dim() != int64_t(shape.size())) return false;
+    for (size_t d = from; d < shape.size(); ++d)
+      if (t.sym_size(d) != shape.begin()[d]) return false;
+    return true;
+  };
+  TORCH_CHECK_TYPE(a.scalar_type() == at::kHalf && b.scalar_type() == at::kHalf, op,
+                   ": expected a and b to be torch.float16, got ", dtype_name(a.scalar_type()), " and ",
+                   dtype_name(b.scalar_type()));
+  TORCH_CHECK_VALUE(has_shape(a, {Config::kWarpM, Config::kFragment}, 0), op, ": expected a of shape (",
+                    Config::kWarpM, ", ", Config::kFragment, ") (one warp tile's A), got shape ", shape_of(a));
+  TORCH_CHECK_VALUE(has_shape(b, {Config::kFragment, Config::kWarpN}, 0), op, ": expected b of shape (",
+                    Config::kFragment, ", ", Config::kWarpN, ") (one warp tile's B), got shape ", shape_of(b));
+  TORCH_CHECK_TYPE(out.scalar_type() == at::kFloat, op, ": expected out to be torch.float32, got ",
+                   dtype_name(out.scalar_type()));
+  TORCH_CHECK_VALUE(has_shape(out, {0, kWarps, Config::kWarpM, Config::kWarpN}, 1) && out.sym_size(0) >= 1 &&
+                        out.sym_size(0) <= std::numeric_limits<int>::max(),
+                    op, ": expected out of shape (blocks, ", kWarps, ", ", Config::kWarpM, ", ", Config::kWarpN,
+                    ") with 1 <= blocks <= 2^31 - 1, got shape ", shape_of(out));
+  TORCH_CHECK_VALUE(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(), op,
+                    ": expected a, b and out to be contiguous");
+  TORCH_CHECK_VALUE(iterations >= 0 && iterations <= std::numeric_limits<int>::max(), op,
+                    ": expected 0 <= iterations <= 2^31 - 1, got ", iterations);
+  check_same_device(op, a, "a", b, "b");
+  check_same_device(op, a, "a", out, "out");
 }
 
 }  // namespace mpgemm

@@ -25,4 +25,21 @@ void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, con
   out.copy_(acc.reshape(out.sizes()));
 }
 
+// Every slot gets the same iterations of acc += a @ b, added in fp32 one
+// round at a time as the Tensor Cores do.
+void mma_ceiling_cpu(const at::Tensor& a, const at::Tensor& b, int64_t iterations, at::Tensor& out) {
+  const at::Tensor product = at::matmul(a.to(at::kFloat), b.to(at::kFloat)).contiguous();
+  const float* p = product.data_ptr<float>();
+  at::Tensor slot = at::empty_like(product);
+  float* acc = slot.data_ptr<float>();
+  at::parallel_for(0, product.numel(), 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float sum = 0.0f;
+      for (int64_t it = 0; it < iterations; ++it) sum += p[i];
+      acc[i] = sum;
+    }
+  });
+  out.copy_(slot.expand_as(out));
+}
+
 }  // namespace mpgemm

@@ -6,6 +6,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
+#include "kernels/gemm_config.h"
 #include "ops.h"
 
 namespace mpgemm {
@@ -128,6 +129,18 @@ at::Tensor cublas_gemm_meta(const at::Tensor& a, const at::Tensor& b, std::optio
   return at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype));
 }
 
+template <void (*Impl)(const at::Tensor&, const at::Tensor&, int64_t, at::Tensor&)>
+void mma_ceiling(const at::Tensor& a, const at::Tensor& b, int64_t iterations, at::Tensor& out) {
+  check_mma_ceiling_args(a, b, iterations, out);
+  at::assert_no_overlap(out, a);
+  at::assert_no_overlap(out, b);
+  Impl(a, b, iterations, out);
+}
+
+void mma_ceiling_meta(const at::Tensor& a, const at::Tensor& b, int64_t iterations, at::Tensor& out) {
+  check_mma_ceiling_args(a, b, iterations, out);
+}
+
 }  // namespace
 
 // bias is positional so that autograd (torch.library.register_autograd) sees it;
@@ -155,6 +168,9 @@ TORCH_LIBRARY(mpgemm, m) {
       "int groups) -> Tensor");
   // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
   m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
+  // The mma.sync ceiling of benchmarks: Tensor Core instructions from registers
+  // alone (kernels/mma_ceiling.cu); build_info()["mma_ceiling"] gives the shapes.
+  m.def("_mma_ceiling(Tensor a, Tensor b, int iterations, *, Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
@@ -165,6 +181,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("conv2d", &conv2d<conv2d_cpu>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cpu>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cpu>);
+  m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cpu>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
@@ -176,6 +193,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("conv2d_grad_input", &conv2d_gradient_meta<true>);
   m.impl("conv2d_grad_weight", &conv2d_gradient_meta<false>);
   m.impl("_cublas_gemm", &cublas_gemm_meta);
+  m.impl("_mma_ceiling", &mma_ceiling_meta);
 }
 
 #ifdef MPGEMM_WITH_CUDA
@@ -188,6 +206,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cuda>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cuda>);
   m.impl("_cublas_gemm", &cublas_gemm_cuda);
+  m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cuda>);
 }
 #endif
 
@@ -208,8 +227,11 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
 #endif
 
 static PyObject* build_info(PyObject*, PyObject*) {
-  return Py_BuildValue("{s:s,s:s,s:s,s:s}", "backend", MPGEMM_BUILD_BACKEND, "cuda_archs", MPGEMM_CUDA_ARCHS,
-                       "cuda_version", MPGEMM_CUDA_VERSION, "torch_version", MPGEMM_TORCH_VERSION);
+  using Ceiling = mpgemm::kernels::MmaCeilingConfig;
+  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i}}", "backend", MPGEMM_BUILD_BACKEND, "cuda_archs",
+                       MPGEMM_CUDA_ARCHS, "cuda_version", MPGEMM_CUDA_VERSION, "torch_version", MPGEMM_TORCH_VERSION,
+                       "mma_ceiling", "warps", Ceiling::kWarpsM * Ceiling::kWarpsN, "warp_m", Ceiling::kWarpM,
+                       "warp_n", Ceiling::kWarpN, "k", Ceiling::kFragment);
 }
 
 static PyMethodDef module_methods[] = {

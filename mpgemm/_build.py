@@ -13,6 +13,8 @@ def build_info():
       cuda_archs: the sm_XY targets compiled in (empty for a CPU build);
       cuda_version: the CUDA version built against (empty for a CPU build);
       torch_version: the torch version built against;
+      mma_ceiling: the shapes of the mma.sync ceiling kernel (`bench ceiling`):
+        warps per block and the warp tile warp_m x warp_n x k;
       torch_runtime_version: the torch version running now;
       cuda_available: whether a GPU is usable now.
     """

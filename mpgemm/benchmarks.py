@@ -1,4 +1,4 @@
-"""`python -m mpgemm bench [gemm|linear|conv|all]`: mpgemm against cuBLAS.
+"""`python -m mpgemm bench [gemm|linear|conv|ceiling|all]`: mpgemm against cuBLAS.
 
 GEMM: mpgemm.gemm against cuBLAS doing the same computation (fp16 in, fp32
 accumulate, fp32 out): cublasGemmEx with CUBLAS_COMPUTE_32F through the
@@ -6,7 +6,10 @@ extension, and torch.mm(..., out_dtype=torch.float32) where torch has it;
 fp16-out figures against torch's fp16 mm. linear: mpgemm.linear's fused
 bias+GELU against torch's F.linear plus gelu, forward and forward+backward.
 conv: mpgemm.conv2d against cuDNN (F.conv2d, fp16, channels_last) on
-ResNet-50's layers, forward and forward+backward.
+ResNet-50's layers, forward and forward+backward. ceiling: the rate of WMMA's
+mma.sync with nothing else in the way (no loads, no barriers; the large GEMM
+tile's warps, 1 or 2 blocks per SM), the bound that GEMM's instruction mix can
+approach.
 
 Every number is the median of CUDA-event timings after a warm-up, with input
 sets rotated so that repeated calls do not find their operands in L2. On a
@@ -58,17 +61,21 @@ GPU_SUITES = {
     + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))],
     "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))],
     "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in RESNET50_LAYERS],
+    "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
 }
 QUICK_SUITES = {
     "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
     "linear": [("mlp", (4096, 16384, 4096))],
     "conv": [("resnet50", (32,) + layer) for layer in RESNET50_LAYERS[1:4]],
+    "ceiling": [("mma.sync", (1, 20000))],
 }
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
     "linear": [("mlp", (64, 256, 128))],
     "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8))],
+    "ceiling": [("mma.sync", (1, 10))],
 }
+SUITES = tuple(GPU_SUITES)
 
 
 @dataclasses.dataclass
@@ -76,7 +83,8 @@ class Measurement:
     suite: str
     case: str
     # gemm (M, N, K); linear (tokens, out_features, in_features);
-    # conv (batch, in, out, kernel, stride, padding, input size)
+    # conv (batch, in, out, kernel, stride, padding, input size);
+    # ceiling (blocks per multiprocessor, iterations)
     shape: tuple
     impl: str
     baseline: str  # the impl this one is compared with ("" for a baseline)
@@ -219,7 +227,31 @@ def _conv_case(shape, device):
     return make, bytes_per_set, conv_impls(device, stride, padding), 2.0 * batch * k * out * out * c * kernel**2
 
 
-CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case}
+def _ceiling_case(shape, device):
+    blocks_per_sm, iterations = shape
+    tile = build_info()["mma_ceiling"]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    blocks = blocks_per_sm * sms
+    out_shape = (blocks, tile["warps"], tile["warp_m"], tile["warp_n"])
+
+    def make():
+        return (torch.randn(tile["warp_m"], tile["k"], device=device).half(),
+                torch.randn(tile["k"], tile["warp_n"], device=device).half(),
+                torch.empty(out_shape, device=device))
+
+    def ceiling(a, b, out):
+        torch.ops.mpgemm._mma_ceiling(a, b, iterations, out=out)
+
+    flops = 2.0 * blocks * tile["warps"] * tile["warp_m"] * tile["warp_n"] * tile["k"] * iterations
+    return make, 4 * blocks * tile["warps"] * tile["warp_m"] * tile["warp_n"], {"mma.sync ceiling": (ceiling, "")}, flops
+
+
+CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case, "ceiling": _ceiling_case}
+# Suites whose impls take the input set as it is; the others run forward under
+# no_grad, or forward and backward.
+DIRECT_SUITES = ("gemm", "ceiling")
+# Suites whose cases --shapes replaces.
+SHAPED_SUITES = ("gemm", "linear")
 
 
 def measure_case(suite, case, shape, device, clock, warmup, reps):
@@ -227,7 +259,7 @@ def measure_case(suite, case, shape, device, clock, warmup, reps):
     sets = _input_sets(make, bytes_per_set, device)
     results = []
     for impl, (fn, baseline) in impls.items():
-        if suite == "gemm":
+        if suite in DIRECT_SUITES:
             run, run_sets, impl_flops = fn, sets, flops
         elif impl.endswith("fwd+bwd"):  # backward costs two more products of the forward's size
             run, run_sets, impl_flops = fn, sets, 3 * flops
@@ -259,8 +291,8 @@ def run(suites, device, *, quick=False, shapes=None, reps=20, warmup=5, show_pro
     table = GPU_SUITES if on_gpu and not quick else QUICK_SUITES if on_gpu else CPU_SUITES
     if not on_gpu:
         reps, warmup = min(reps, 3), 1
-    plan = [(suite, case, shape) for suite in suites
-            for case, shape in ([("custom", s) for s in shapes] if shapes and suite != "conv" else table[suite])]
+    plan = [(suite, case, shape) for suite in suites for case, shape in
+            ([("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES else table[suite])]
     clock = CudaEventClock() if on_gpu else WallClock()
     progress = Progress(len(plan), "bench") if show_progress and plan else None
     measurements = []
@@ -341,10 +373,10 @@ def plot_report(report, path):
 
 def main(args):
     device = torch.device("cuda" if build_info()["cuda_available"] else "cpu")
-    if args.shapes and args.suite == "conv":
-        print("mpgemm bench: --shapes applies to the gemm and linear suites, not to conv")
+    if args.shapes and args.suite not in SHAPED_SUITES + ("all",):
+        print(f"mpgemm bench: --shapes applies to the gemm and linear suites, not to {args.suite}")
         return 2
-    suites = ["gemm", "linear", "conv"] if args.suite == "all" else [args.suite]
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
     report = run(suites, device, quick=args.quick, shapes=args.shapes, reps=args.reps)
     print(format_report(report))
     if args.json:

@@ -32,7 +32,7 @@ def build_parser():
     p.set_defaults(run=demo.main)
 
     p = commands.add_parser("bench", help="time mpgemm against cuBLAS and torch")
-    p.add_argument("suite", nargs="?", choices=["gemm", "linear", "conv", "all"], default="all")
+    p.add_argument("suite", nargs="?", choices=[*benchmarks.SUITES, "all"], default="all")
     p.add_argument("--shapes", type=benchmarks.parse_shapes, metavar="MxNxK[,MxNxK...]",
                    help="shapes to run instead of the suites' (linear: tokens x out_features x in_features)")
     p.add_argument("--quick", action="store_true", help="a few representative shapes")

@@ -17,8 +17,9 @@ from ._build import build_info
 from . import display
 
 
-# The kernels that must run on Tensor Cores, by name.
-TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel")
+# The kernels that must run on Tensor Cores, by name: GEMM, convolution and
+# the mma.sync ceiling.
+TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel", "mma_ceiling_kernel")
 
 
 @dataclasses.dataclass
@@ -106,8 +107,8 @@ def main(args):
     print(format_kernels(kernels))
     products = [k for k in kernels if any(name in k.name for name in TENSOR_CORE_KERNELS)]
     without = [k for k in products if k.hmma + k.hgmma == 0]
-    print(f"\n{len(products) - len(without)} of {len(products)} GEMM and convolution kernels contain Tensor Core "
-          "instructions")
+    print(f"\n{len(products) - len(without)} of {len(products)} GEMM, convolution and mma.sync ceiling kernels "
+          "contain Tensor Core instructions")
     if args.binary is None and info["cuda_available"]:
         print("\nkernels that ran, per op (torch.profiler):")
         for op, names in profile_ops().items():

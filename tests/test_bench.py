@@ -61,7 +61,7 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
     for key in ("device", "torch_version", "cuda_version", "build_info", "git_commit", "date", "timing", "results"):
         assert key in report
     assert report["gpu_measurement"] is False
-    assert {r["suite"] for r in report["results"]} == {"gemm", "linear", "conv"}
+    assert {r["suite"] for r in report["results"]} == {"gemm", "linear", "conv", "ceiling"}
     for r in report["results"]:
         assert len(r["times_ms"]) == report["timing"]["reps"] and r["median_ms"] > 0 and r["tflops"] > 0
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl")
@@ -131,7 +131,7 @@ def test_inspect_cli(tiny_object):
     proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect", "--binary", str(tiny_object)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 of 1 GEMM and convolution kernels contain Tensor Core instructions" in proc.stdout
+    assert "1 of 1 GEMM, convolution and mma.sync ceiling kernels contain Tensor Core instructions" in proc.stdout
     assert "HMMA" in proc.stdout and "tiny_gemm_kernel" in proc.stdout
 
 

@@ -102,3 +102,18 @@ ptxas info    : Used 96 registers, used 1 barriers, 8 bytes cumulative stack siz
     (k,) = sass.parse_ptxas_report(report)
     assert (k.name, k.arch, k.registers, k.stack_bytes, k.spill_store_bytes, k.spill_load_bytes) == (
         "_Z1kv", "sm_90", 96, 8, 4, 12)
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED_HMMA))
+def test_mma_ceiling_issues_hmma_from_registers_alone(compiled, arch):
+    # Between its first and last HMMA the ceiling kernel may only loop: no
+    # memory access and no barrier, or it would measure something else.
+    (opcodes,) = [ops for cubin, _ in compiled[arch] for (_, name), ops in sass.dump_sass(cubin).items()
+                  if "mma_ceiling_kernel" in name]
+    hmma = [i for i, op in enumerate(opcodes) if op.startswith("HMMA")]
+    assert len(hmma) >= 16, f"only {len(hmma)} HMMA"  # one round: 4x2 fragments of 2 (sm_80+) or 4 HMMA each
+    between = opcodes[hmma[0]:hmma[-1] + 1]
+    memory = [op for op in between if op.split(".")[0] in ("LD", "LDS", "LDSM", "LDG", "LDGSTS", "ST", "STS", "STG",
+                                                           "BAR", "ATOM", "RED")]
+    assert not memory, f"memory or barrier instructions among the HMMA: {sorted(set(memory))}"
+    assert sass.count_opcodes(between, "HMMA") > len(between) // 2, "the loop is mostly not HMMA"

@@ -1,8 +1,8 @@
 """Kernel simulation: g++ compiles the CUDA kernels of csrc/kernels against the
-stand-in CUDA headers of tests/kernel_sim and runs random GEMM, unscale and
-convolution (fprop, dgrad, wgrad) problems on the host, every CUDA thread a
-std::thread, under AddressSanitizer and UBSan, checking each output against a
-reference. No GPU and no nvcc needed, so the kernels' indexing, bounds,
+stand-in CUDA headers of tests/kernel_sim and runs random GEMM, unscale,
+convolution (fprop, dgrad, wgrad) and mma.sync ceiling problems on the host,
+every CUDA thread a std::thread, under AddressSanitizer and UBSan, checking
+each output against a reference. No GPU and no nvcc needed, so the kernels' indexing, bounds,
 zero-fill and synchronization are tested wherever the tests run. See
 tests/kernel_sim/driver.cpp and conv_cases.cpp."""
 
@@ -87,7 +87,7 @@ def results(tmp_path_factory):
     driver = os.path.join(SIM_DIR, "driver.cpp")
     # The kernel sources last: the mutant swaps in its own copies of them.
     drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp")]
-    kernels = ["gemm_launch.cu", "unscale.cu", "conv_launch.cu"]
+    kernels = ["gemm_launch.cu", "conv_launch.cu", "unscale.cu", "mma_ceiling.cu"]
     sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
     mutant_dir = mutated_kernels(str(out / "mutant"))
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
@@ -96,11 +96,11 @@ def results(tmp_path_factory):
                    for i, src in enumerate(sources)]
             for arch in sorted({arch for arch, _ in RUNS})
         }
-        # unscale.cu has no pipeline: the mutant keeps the real one.
+        # unscale.cu and mma_ceiling.cu have no pipeline: the mutant keeps the real ones.
         mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
                                       str(out / f"mutant.{name}.o")) for name in ("gemm_launch.cu", "conv_launch.cu")]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
-        mutant = link([o.result() for o in objects[800][:len(drivers)] + [objects[800][len(drivers) + 1]]] +
+        mutant = link([o.result() for o in objects[800][:len(drivers)] + objects[800][len(drivers) + 2:]] +
                       [o.result() for o in mutant_objects], str(out / "sim_mutant"))
 
         jobs = {}
@@ -124,6 +124,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS}\n" in output, replay
+    assert "ceiling: 0/3 failed" in output, replay
 
 
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):

@@ -38,5 +38,8 @@ using SmallTileConfig = GemmTileConfig<64, 64, 32, 32, 32, 3>;
 // the chunks per thread keeps their addresses in registers. Only the
 // register-staged double buffer runs here, so two stages.
 using ScalarTileConfig = GemmTileConfig<64, 64, 16, 32, 32, 2>;
+// The mma.sync ceiling (mma_ceiling.cu) runs the warps of the tile that large
+// GEMMs run, so it bounds what that tile's instruction mix can reach.
+using MmaCeilingConfig = LargeTileConfig;
 
 }  // namespace mpgemm::kernels

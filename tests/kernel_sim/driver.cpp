@@ -1,11 +1,11 @@
-// Runs the GEMM, unscale and convolution (conv_cases.cpp) kernels of
-// csrc/kernels on random problems through the host-side simulation (mock/,
-// cp_async_sim.h) and compares every output with a reference computed here.
-// Inputs are small multiples of 1/8, so fp32 sums are exact in any order and
-// results must match bit for bit.
+// Runs the GEMM, unscale, convolution (conv_cases.cpp) and mma.sync ceiling
+// kernels of csrc/kernels on random problems through the host-side simulation
+// (mock/, cp_async_sim.h) and compares every output with a reference computed
+// here. Inputs are small multiples of 1/8, so fp32 sums are exact in any order
+// and results must match bit for bit.
 //   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
-// Prints "gemm: F/N failed", "unscale: F/N failed" and "conv: F/N failed"
-// (and how many distinct conv kernels ran); exits 1 on a failure.
+// Prints "gemm: F/N failed", "unscale: F/N failed", "conv: F/N failed" (and how
+// many distinct conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -16,6 +16,7 @@
 #include "epilogue_math.h"
 #include "gemm_launch.h"
 #include "kernel_sim/sim_common.h"
+#include "mma_ceiling.h"
 #include "unscale.h"
 
 using namespace mpgemm::kernels;
@@ -207,6 +208,35 @@ static bool unscale_case(int index) {
   return bad;
 }
 
+// Every warp's slot of the ceiling's output must hold iterations * (a @ b).
+static bool ceiling_case(int index) {
+  using Config = MmaCeilingConfig;
+  constexpr int kWarps = Config::kWarpsM * Config::kWarpsN, kK = Config::kFragment;
+  const int blocks = rnd(1, 3), iterations = rnd(0, 4);
+  Buffer a(Config::kWarpM * kK * sizeof(__half)), b(kK * Config::kWarpN * sizeof(__half));
+  Buffer out(size_t(blocks) * kWarps * Config::kWarpM * Config::kWarpN * sizeof(float));
+  auto* a_data = reinterpret_cast<__half*>(a.p);
+  auto* b_data = reinterpret_cast<__half*>(b.p);
+  for (int i = 0; i < Config::kWarpM * kK; ++i) a_data[i] = __half(rnd(-8, 8) / 8.0f);
+  for (int i = 0; i < kK * Config::kWarpN; ++i) b_data[i] = __half(rnd(-8, 8) / 8.0f);
+  const cudaError_t err = launch_mma_ceiling(a_data, b_data, reinterpret_cast<float*>(out.p), iterations, blocks,
+                                             nullptr);
+
+  int bad = err != cudaSuccess;
+  const float* got = reinterpret_cast<const float*>(out.p);
+  for (int slot = 0; slot < blocks * kWarps; ++slot)
+    for (int i = 0; i < Config::kWarpM; ++i)
+      for (int j = 0; j < Config::kWarpN; ++j) {
+        float product = 0;
+        for (int q = 0; q < kK; ++q) product += float(a_data[i * kK + q]) * float(b_data[q * Config::kWarpN + j]);
+        const float want = iterations * product;
+        const float value = got[(slot * Config::kWarpM + i) * Config::kWarpN + j];
+        if (!(value == want) && bad++ < 3) printf("  slot %d [%d][%d] = %g, want %g\n", slot, i, j, value, want);
+      }
+  if (bad) printf("ceiling case %d FAILED: err=%d blocks=%d iterations=%d\n", index, int(err), blocks, iterations);
+  return bad;
+}
+
 bool conv_case(int index);  // conv_cases.cpp
 
 int main(int argc, char** argv) {
@@ -216,13 +246,15 @@ int main(int argc, char** argv) {
   sim::async_copies_late = std::stoi(argv[5]);
   sim::shared_memory = smem;
   sim::shared_capacity = sizeof smem;
-  int gemm_failed = 0, unscale_failed = 0, conv_failed = 0;
+  constexpr int kCeilingCases = 3;
+  int gemm_failed = 0, unscale_failed = 0, conv_failed = 0, ceiling_failed = 0;
   for (int i = 0; i < gemm_cases; ++i) gemm_failed += gemm_case(i);
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
   const size_t before_conv = sim::launched.size();
   for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
   printf("kernels launched: %zu\nconv kernels launched: %zu\n", sim::launched.size(), sim::launched.size() - before_conv);
-  printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\n", gemm_failed, gemm_cases, unscale_failed,
-         unscale_cases, conv_failed, conv_cases);
-  return gemm_failed || unscale_failed || conv_failed;
+  for (int i = 0; i < kCeilingCases; ++i) ceiling_failed += ceiling_case(i);
+  printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
+         gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
+  return gemm_failed || unscale_failed || conv_failed || ceiling_failed;
 }
