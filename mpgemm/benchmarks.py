@@ -242,8 +242,8 @@ def _ceiling_case(shape, device):
     def ceiling(a, b, out):
         torch.ops.mpgemm._mma_ceiling(a, b, iterations, out=out)
 
-    flops = 2.0 * blocks * tile["warps"] * tile["warp_m"] * tile["warp_n"] * tile["k"] * iterations
-    return make, 4 * blocks * tile["warps"] * tile["warp_m"] * tile["warp_n"], {"mma.sync ceiling": (ceiling, "")}, flops
+    slots = blocks * tile["warps"] * tile["warp_m"] * tile["warp_n"]
+    return make, 4 * slots, {"mma.sync ceiling": (ceiling, "")}, 2.0 * slots * tile["k"] * iterations
 
 
 CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case, "ceiling": _ceiling_case}

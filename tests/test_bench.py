@@ -67,12 +67,22 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl")
 
 
+def test_ceiling_counts_every_warps_products():
+    report = benchmarks.run(["ceiling"], torch.device("cpu"), show_progress=False)
+    (result,) = report["results"]
+    blocks_per_sm, iterations = result["shape"]
+    # On the CPU one "SM": 8 warps, each 64x32 accumulators x 16 deep per round.
+    assert result["flops"] == 2.0 * blocks_per_sm * 8 * 64 * 32 * 16 * iterations
+
+
 def test_bench_custom_shapes_and_bad_arguments(capsys):
     report = benchmarks.run(["gemm"], torch.device("cpu"), shapes=[(5, 6, 7)], show_progress=False)
     assert [tuple(r["shape"]) for r in report["results"]] == [(5, 6, 7)]
     with pytest.raises(SystemExit):
         cli.main(["bench", "gemm", "--shapes", "5x6"])
     assert "expected MxNxK" in capsys.readouterr().err
+    assert cli.main(["bench", "ceiling", "--shapes", "5x6x7"]) == 2
+    assert "--shapes applies to the gemm and linear suites, not to ceiling" in capsys.readouterr().out
 
 
 def test_format_report_compares_on_gpu_reports():

@@ -2,8 +2,9 @@
 // Cores when nothing else is in the way, the bound the GEMM's instruction mix
 // can approach (on Hopper mma.sync cannot reach the wgmma peak).
 //
-// block - MmaCeilingConfig's threads, one block per SM at a time as for the
-//         GEMM. a and b are staged once through shared memory.
+// block - MmaCeilingConfig's warps (the large GEMM tile's); at 96 registers two
+//         blocks fit on an SM, so the benchmark times 1 and 2 per SM. a and b
+//         are staged once through shared memory.
 // warp  - loads its kFragmentsM A and kFragmentsN B fragments once, then issues
 //         `iterations` rounds of kFragmentsM x kFragmentsN mma_sync from
 //         registers: no memory traffic and no barrier in the loop, and each
@@ -22,7 +23,7 @@ using Config = MmaCeilingConfig;
 constexpr int kFragment = Config::kFragment;
 constexpr int kAElements = Config::kWarpM * kFragment;
 constexpr int kBElements = kFragment * Config::kWarpN;
-constexpr int kWarps = Config::kThreads / 32;
+constexpr int kWarps = Config::kWarpsM * Config::kWarpsN;
 // a and b, then one 16x16 fp32 staging tile per warp for the output.
 constexpr int kSmemBytes = (kAElements + kBElements) * int(sizeof(__half)) +
                            kWarps * kFragment * kFragment * int(sizeof(float));
@@ -51,9 +52,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> frag_b[Config::kFragmentsN];
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[Config::kFragmentsM][Config::kFragmentsN];
 #pragma unroll
-  for (int i = 0; i < Config::kFragmentsM; ++i) wmma::load_matrix_sync(frag_a[i], tile_a + i * kFragment * kFragment, kFragment);
+  for (int i = 0; i < Config::kFragmentsM; ++i)
+    wmma::load_matrix_sync(frag_a[i], tile_a + i * kFragment * kFragment, kFragment);
 #pragma unroll
-  for (int j = 0; j < Config::kFragmentsN; ++j) wmma::load_matrix_sync(frag_b[j], tile_b + j * kFragment, Config::kWarpN);
+  for (int j = 0; j < Config::kFragmentsN; ++j)
+    wmma::load_matrix_sync(frag_b[j], tile_b + j * kFragment, Config::kWarpN);
 #pragma unroll
   for (int i = 0; i < Config::kFragmentsM; ++i)
 #pragma unroll
