@@ -8,12 +8,12 @@ CUDA_VENV ?= $(HOME)/.cache/mpgemm/cuda-venv-torch2.15.0-cu13.2
 PY := $(VENV)/bin/python
 
 TORCH_CPU := torch==2.13.0
-TEST_TOOLS := pytest numpy ninja setuptools wheel expecttest matplotlib nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+TEST_TOOLS := tqdm pytest numpy ninja setuptools wheel expecttest matplotlib nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 TORCH_CUDA := torch==2.15.0 "nvidia-cuda-nvcc==13.2.*" "nvidia-cuda-crt==13.2.*" "nvidia-nvvm==13.2.*"
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: setup cuda-toolchain test run clean
+.PHONY: setup cuda-toolchain test run gpu-bundle clean
 
 setup: $(VENV)/.built
 
@@ -38,6 +38,12 @@ test: setup cuda-toolchain
 
 run: setup
 	$(PY) -m mpgemm demo
+
+# Before the tree is copied to a GPU machine, where no .git travels: the
+# commit, for every result there to name (bench/README.md).
+gpu-bundle:
+	$(PYTHON) mpgemm/tools/provenance.py > COMMIT
+	@echo "COMMIT: $$(cat COMMIT)"
 
 clean:
 	rm -rf $(VENV) build mpgemm/*.so

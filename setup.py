@@ -66,7 +66,7 @@ def extension():
 
 
 setup(
-    packages=["mpgemm"],
+    packages=["mpgemm", "mpgemm.amp", "mpgemm.tools"],
     ext_modules=[extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension},
 )

@@ -46,8 +46,9 @@ def cublas_reference(a, b, bias=None, activation=None):
 
 
 def relative_error(out, ref):
-    """||out - ref|| / ||ref|| in float64 (0 when both are empty or zero)."""
-    diff = torch.linalg.vector_norm(out.double().cpu() - ref)
+    """||out - ref|| / ||ref|| in float64 on ref's device (0 when both are
+    empty or zero)."""
+    diff = torch.linalg.vector_norm(out.to(ref.device, torch.float64) - ref)
     norm = torch.linalg.vector_norm(ref)
     return (diff / norm).item() if norm > 0 else diff.item()
 

@@ -18,6 +18,19 @@ def _seed_torch():
     torch.manual_seed(SEED)
 
 
+def pytest_collection_modifyitems(config, items):
+    """`gpu` marks a test that needs a CUDA GPU: the ones marked by hand and
+    every test parametrized with device "cuda". `pytest -m gpu` runs just
+    them (the GPU check does); without a GPU they are skipped."""
+    has_gpu = torch.cuda.is_available()
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec and "cuda" in map(str, callspec.params.values()):
+            item.add_marker(pytest.mark.gpu)
+        if not has_gpu and item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.skip(reason="needs a GPU"))
+
+
 def require_nvcc():
     """True when the nvcc-based checks must run rather than skip (CI sets it)."""
     return os.environ.get("MPGEMM_REQUIRE_NVCC") == "1"

@@ -1,5 +1,6 @@
-"""`python -m mpgemm bench` and `inspect`: parsing, report schema, the timing
-helper on a fake clock, and reading a compiled object of known contents."""
+"""`python -m mpgemm bench` and `inspect`: parsing, the report, the result
+check that keeps a broken kernel from posting a number, and reading a
+compiled object of known contents. (The timing helper: test_timing.py.)"""
 
 import json
 import subprocess
@@ -9,38 +10,9 @@ import pytest
 import torch
 
 from conftest import skip_or_fail
-from mpgemm import benchmarks, cli, kernel_report, sass, timing
+from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, sass
 
-
-class FakeClock:
-    """Each measurement "takes" the next of the given times, and records which
-    inputs the timed call got."""
-
-    def __init__(self, times):
-        self.times = list(times)
-        self.calls = 0
-
-    def measure(self, fn):
-        fn()
-        self.calls += 1
-        return self.times.pop(0)
-
-
-def test_time_op_warms_up_rotates_inputs_and_takes_the_median():
-    seen = []
-    clock = FakeClock([5.0, 1.0, 3.0, 9.0, 2.0])
-    result = timing.time_op(lambda x: seen.append(x), [(0,), (1,), (2,)], clock=clock, warmup=2, reps=5)
-    assert seen == [0, 1, 2, 0, 1, 2, 0]  # 2 warm-up calls, then 5 timed ones continuing the rotation
-    assert clock.calls == 5
-    assert result.times_ms == [5.0, 1.0, 3.0, 9.0, 2.0] and result.median_ms == 3.0
-    with pytest.raises(ValueError, match="reps must be at least 1"):
-        timing.time_op(lambda: None, [()], clock=clock, reps=0)
-
-
-def test_input_sets_exceed_the_cache():
-    assert timing.input_sets_for(10 * 2**20, 50 * 2**20) == 10
-    assert timing.input_sets_for(200 * 2**20, 50 * 2**20) == 1
-    assert timing.input_sets_for(1, 50 * 2**20) == 16
+CPU = torch.device("cpu")
 
 
 def test_parse_shapes():
@@ -50,34 +22,85 @@ def test_parse_shapes():
             benchmarks.parse_shapes(bad)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU report")
 def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
-    if torch.cuda.is_available():
-        pytest.skip("checks the CPU report")
     json_path, csv_path = tmp_path / "bench.json", tmp_path / "bench.csv"
     assert cli.main(["bench", "all", "--json", str(json_path), "--csv", str(csv_path)]) == 0
     out = capsys.readouterr().out
-    assert "not GPU measurements" in out and "vs baseline" not in out
+    assert "not GPU measurements" in out and "vs base" not in out
     report = json.loads(json_path.read_text())
-    for key in ("device", "torch_version", "cuda_version", "build_info", "git_commit", "date", "timing", "results"):
+    for key in ("device", "driver_version", "torch_version", "cuda_version", "build_info", "git_commit", "date",
+                "timing", "gpu_state", "results"):
         assert key in report
-    assert report["gpu_measurement"] is False
+    assert report["gpu_measurement"] is False and report["complete"] is True
+    assert report["git_commit"] != "unknown"
     assert {r["suite"] for r in report["results"]} == {"gemm", "linear", "conv", "ceiling"}
     for r in report["results"]:
-        assert len(r["times_ms"]) == report["timing"]["reps"] and r["median_ms"] > 0 and r["tflops"] > 0
+        assert len(r["times_ms"]) == report["timing"]["reps"] and r["median_ms"] > 0
+        # Every mpgemm result was checked against torch (or, the ceiling, float64) and passed.
+        assert r["check_passed"] is (True if r["baseline"] or r["suite"] == "ceiling" else None)
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl")
 
 
-def test_ceiling_counts_every_warps_products():
-    report = benchmarks.run(["ceiling"], torch.device("cpu"), show_progress=False)
-    (result,) = report["results"]
-    blocks_per_sm, iterations = result["shape"]
-    # On the CPU one "SM": 8 warps, each 64x32 accumulators x 16 deep per round.
-    assert result["flops"] == 2.0 * blocks_per_sm * 8 * 64 * 32 * 16 * iterations
+def test_no_tflops_where_the_cpu_reference_does_not_do_the_work(capsys):
+    report = benchmarks.run(["ceiling"], CPU, show_progress=False)
+    (row,) = report["results"]
+    assert row["flops"] is None and row["tflops"] is None and row["check_passed"] is True
+    (line,) = [l for l in bench_report.format_report(report).splitlines() if "mma.sync ceiling" in l]
+    assert line.split()[5] == "-"  # suite, shape, impl (2 words), median ms, TFLOP/s
+
+
+def test_ceiling_flops_count_every_warps_products():
+    # 8 warps, each 64x32 accumulators, 16 deep per round.
+    assert benchmarks.ceiling_flops(blocks=264, iterations=20000) == 2.0 * 264 * 8 * 64 * 32 * 16 * 20000
+
+
+def test_flops_count_the_work_each_impl_does():
+    m, n, k = 64, 256, 128
+    _, _, linear = benchmarks._linear_case((m, n, k), CPU)
+    product = 2.0 * m * n * k
+    assert linear["torch unfused fwd"].flops == linear["mpgemm fused fwd"].flops == product
+    assert linear["torch unfused fwd+bwd"].flops == 3 * product  # dX and dW; torch stored the pre-activation
+    assert linear["mpgemm fused fwd+bwd"].flops == 4 * product  # and mpgemm's GELU backward recomputes it
+    _, _, conv = benchmarks._conv_case((2, 16, 16, 3, 1, 1, 8), CPU)
+    assert conv["mpgemm fwd+bwd"].flops == conv["torch fwd+bwd"].flops == 3 * conv["mpgemm fwd"].flops
+
+
+def test_a_wrong_result_posts_no_number(monkeypatch, capsys):
+    real_linear = benchmarks.ops.linear
+
+    def off_by_one_percent_and_more(x, w, b=None, **kwargs):
+        return real_linear(x, w, b, **kwargs) * 1.03
+
+    monkeypatch.setattr(benchmarks.ops, "linear", off_by_one_percent_and_more)
+    assert cli.main(["bench", "linear"]) == 1
+    out = capsys.readouterr().out
+    fwd = next(l for l in out.splitlines() if "mpgemm fused fwd " in l)
+    assert fwd.split()[-3:] == ["-", "-", "FAIL"]  # no median, no TFLOP/s
+    assert "FAIL: mpgemm fused fwd at 64x256x128 differs from torch unfused fwd" in out
+    assert "FAIL: mpgemm fused fwd+bwd" in out
+
+
+def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
+    _, _, impls = benchmarks._ceiling_case((1, 3), CPU)
+    (impl,) = impls.values()
+    broken = benchmarks.dataclasses.replace(impl, result=lambda a, b, out: (impl.result(a, b, out)[0] * 0.5,))
+    inputs = (torch.randn(64, 16).half(), torch.randn(16, 32).half(), torch.empty(1, 8, 64, 32))
+    assert benchmarks.check_results({"ok": impl}, inputs)["ok"] < 1e-6
+    assert benchmarks.check_results({"broken": broken}, inputs)["broken"] > 0.4
+
+
+def test_partial_reports_are_saved_after_every_case():
+    saved = []
+    report = benchmarks.run(["gemm", "ceiling"], CPU, show_progress=False,
+                            checkpoint=lambda r: saved.append((len(r["results"]), r["complete"])))
+    assert saved == [(4, False), (8, False), (9, False)] and report["complete"] is True
+    assert [s["when"] for s in report["gpu_state"]] == ["before", "after", "before", "after"]
 
 
 def test_bench_custom_shapes_and_bad_arguments(capsys):
-    report = benchmarks.run(["gemm"], torch.device("cpu"), shapes=[(5, 6, 7)], show_progress=False)
-    assert [tuple(r["shape"]) for r in report["results"]] == [(5, 6, 7)]
+    report = benchmarks.run(["gemm"], CPU, shapes=[(5, 6, 7)], show_progress=False)
+    assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
     with pytest.raises(SystemExit):
         cli.main(["bench", "gemm", "--shapes", "5x6"])
     assert "expected MxNxK" in capsys.readouterr().err
@@ -85,19 +108,27 @@ def test_bench_custom_shapes_and_bad_arguments(capsys):
     assert "--shapes applies to the gemm and linear suites, not to ceiling" in capsys.readouterr().out
 
 
+def gpu_row(impl, baseline, median_ms, tflops, passed=None):
+    return dict(suite="gemm", case="square", shape=[8, 8, 8], impl=impl, baseline=baseline, median_ms=median_ms,
+                tflops=tflops, check_passed=passed, check_error=None if passed is None else 0.0,
+                starved_rounds=0, times_ms=[median_ms])
+
+
 def test_format_report_compares_on_gpu_reports():
     report = {
-        "gpu_measurement": True, "device": "Fake GPU", "git_commit": "abc", "date": "2026-11-21",
+        "gpu_measurement": True, "device": "Fake GPU", "driver_version": "580.1", "torch_version": "2.11",
+        "cuda_version": "13.0", "git_commit": "abc", "date": "2026-11-21", "complete": True,
         "peak_tflops": {"value": 100.0, "source": "datasheet"},
-        "results": [
-            dict(suite="gemm", case="square", shape=[8, 8, 8], impl="cublas fp32-out", baseline="", median_ms=2.0,
-                 tflops=50.0),
-            dict(suite="gemm", case="square", shape=[8, 8, 8], impl="mpgemm fp32-out", baseline="cublas fp32-out",
-                 median_ms=4.0, tflops=25.0),
-        ],
+        "timing": {"reps": 20, "baseline_tolerance": 1e-2},
+        "gpu_state": [{"suite": "gemm", "when": "before", "reading": {
+            "sm_clock_mhz": 1755, "memory_clock_mhz": 2619, "max_sm_clock_mhz": 1980, "power_w": 300.0,
+            "power_limit_w": 700.0, "temperature_c": 40, "throttle_reasons": ["software power cap"]}}],
+        "results": [gpu_row("cublas fp32-out", "", 2.0, 50.0), gpu_row("mpgemm fp32-out", "cublas fp32-out", 4.0, 25.0,
+                                                                       True)],
     }
-    text = benchmarks.format_report(report)
-    assert "Fake GPU" in text and "0.50x" in text and "25.0" in text
+    text = bench_report.format_report(report)
+    assert "Fake GPU, driver 580.1" in text and "0.50x" in text and "25.0" in text and " ok" in text
+    assert "SM clock 1755-1755 MHz (max 1980)" in text and "throttling: software power cap" in text
 
 
 TINY_KERNELS = r"""

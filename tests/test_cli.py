@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import mpgemm
-from mpgemm import cli, verify
+from mpgemm.tools import cli, verify
 
 
 def test_verify_passes_and_prints_a_table(capsys):
@@ -44,32 +44,6 @@ def test_module_entry_point():
                           text=True)
     assert proc.returncode == 0, proc.stderr
     assert "passed, 0 failed" in proc.stdout
-
-
-def test_demo_quick_matches_fp32_accuracy(capsys, tmp_path):
-    from mpgemm import demo
-
-    device, results = demo.run(demo.QUICK, "cpu", show_progress=False)
-    accuracy = {r.way: r.accuracy for r in results}
-    assert set(accuracy) == set(demo.WAYS)
-    assert accuracy["fp32"] > 80, "the demo task must be learnable"
-    assert abs(accuracy["mpgemm"] - accuracy["fp32"]) <= 2.0
-    table = demo.format_table(device, results)
-    assert "mpgemm acc%" in table and "torch.amp speedup" in table
-    assert "not GPU measurements" in demo.describe_device(device)
-    assert {r.way: r.skipped_steps for r in results}["fp32"] == 0
-    plot = tmp_path / "demo.png"
-    demo.plot(results, plot)
-    assert plot.stat().st_size > 1000
-
-
-def test_demo_dataset_is_deterministic():
-    from mpgemm import demo
-
-    x1, y1 = demo.make_dataset(64, 16, seed=3, noise=0.4)
-    x2, y2 = demo.make_dataset(64, 16, seed=3, noise=0.4)
-    assert torch.equal(x1, x2) and torch.equal(y1, y2)
-    assert set(y1.tolist()) <= set(range(10)) and x1.shape == (64, 3, 16, 16)
 
 
 @pytest.mark.parametrize("argv", [["demo", "--steps", "0"], ["bench", "--reps", "0"], ["demo", "--batch-sizes", "-4"]])

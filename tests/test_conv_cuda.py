@@ -13,7 +13,7 @@ from mpgemm.testing import relative_error
 
 from test_conv import CASES, RESNET50
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+pytestmark = pytest.mark.gpu
 TOLERANCE = 1e-3
 
 

@@ -74,7 +74,7 @@ def test_different_devices():
         mpgemm.gemm(a, torch.randn(5, 6).half(), bias=torch.empty(6, device="meta"))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.gpu
 def test_cpu_and_cuda_operands():
     with pytest.raises(ValueError, match=r"expected b on the same device as a \(cpu\), got b on cuda"):
         mpgemm.gemm(torch.randn(4, 5).half(), torch.randn(5, 6, device="cuda").half())

@@ -11,7 +11,7 @@ import torch
 import mpgemm
 from mpgemm.testing import random_operand, reference_gemm, relative_error
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+pytestmark = pytest.mark.gpu
 
 TOLERANCE = 1e-3
 

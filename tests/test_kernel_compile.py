@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from conftest import skip_or_fail
-from mpgemm import sass
-from mpgemm.kernel_report import TENSOR_CORE_KERNELS
+from mpgemm.tools import sass
+from mpgemm.tools.kernel_report import TENSOR_CORE_KERNELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_SOURCES = sorted(glob.glob(os.path.join(ROOT, "csrc", "kernels", "*.cu")))

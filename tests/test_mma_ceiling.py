@@ -54,7 +54,7 @@ def test_random_values_within_fp32_accumulation_error(device):
     assert ((out - ref64).abs() <= bound).all()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.gpu
 def test_gpu_fills_every_slot_of_many_blocks():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, b = small_integers(A_SHAPE, "cuda"), small_integers(B_SHAPE, "cuda")

@@ -7,10 +7,10 @@ import random
 
 import torch
 
-from . import ops
-from ._build import build_info
+from .. import ops
+from .._build import build_info
 from . import display
-from .testing import cublas_reference, max_abs_error, random_operand, reference_gemm, relative_error, tolerance
+from ..testing import cublas_reference, max_abs_error, random_operand, reference_gemm, relative_error, tolerance
 
 
 @dataclasses.dataclass(frozen=True)

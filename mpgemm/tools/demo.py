@@ -1,33 +1,28 @@
 """`python -m mpgemm demo`: the classic mixed-precision experiment.
 
 A small CNN (channel counts multiples of 8, fp32 output) learns a built-in,
-deterministically generated 10-class image dataset three ways, with the same
-seed, data order and number of steps:
-
-  fp32       plain fp32 training;
-  torch.amp  autocast to fp16 with torch.amp.GradScaler, the peer;
-  mpgemm     mpgemm.amp.prepare(): fp16 model with fp32 master weights,
-             dynamic loss scaling, Conv2d and Linear layers on mpgemm's kernels.
+deterministically generated 10-class image dataset in each of the three ways
+of `training` (fp32, torch.amp, mpgemm), with the same seed, data order and
+number of steps, through the training step that `bench train` uses.
 
 For several batch sizes it prints ms/step, memory, final test accuracy, the
-speedup over fp32 and how many steps each scaler skipped.
+speedup over fp32 (GPU times only) and, in words, which steps each loss
+scaler skipped and why.
 """
 
 import contextlib
 import dataclasses
 import math
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
-from . import amp
-from ._build import build_info
+from .._build import build_info
 from .progress import Progress
-from . import display
+from . import display, training
 
-WAYS = ("fp32", "torch.amp", "mpgemm")
+WAYS = training.WAYS
 CLASSES = 10
 
 
@@ -85,27 +80,14 @@ class RunResult:
     ms_per_step: float
     memory_mb: float
     accuracy: float
-    skipped_steps: int = 0
+    steps: int
+    skipped_at: list = dataclasses.field(default_factory=list)  # 1-based numbers of the skipped steps
+    first_scale: float = 1.0
+    last_scale: float = 1.0
 
-
-class _SavedBytes:
-    """Bytes of the tensors saved for backward during one forward (activations,
-    and the parameters autograd keeps with them)."""
-
-    def __init__(self):
-        self.total = 0
-
-    def __enter__(self):
-        def pack(t):
-            self.total += t.numel() * t.element_size()
-            return t
-
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._hooks.__exit__(*exc)
+    @property
+    def skipped_steps(self):
+        return len(self.skipped_at)
 
 
 def train_one_way(way, batch_size, config, device, data, progress=None):
@@ -113,53 +95,33 @@ def train_one_way(way, batch_size, config, device, data, progress=None):
     torch.manual_seed(config.seed)
     model = make_model(config.image_size).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
-    scaler = None
-    if way == "torch.amp":
-        scaler = torch.amp.GradScaler(device.type)
-    elif way == "mpgemm":
-        model, optimizer, scaler = amp.prepare(model, optimizer)
-    # Annealed to zero so that the final accuracy is a converged one.
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.steps)
-    autocast = torch.autocast(device.type, dtype=torch.float16, enabled=way == "torch.amp")
-    order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(config.seed))
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    times, saved, skipped = [], _SavedBytes(), 0
-    model.train()
-    for step in range(config.steps):
-        index = order[(step * batch_size + torch.arange(batch_size)) % len(train_x)]
-        x, y = train_x[index].to(device), train_y[index].to(device)
+    with training.setup(way, model, optimizer, device) as trainer:
+        # Annealed to zero so that the final accuracy is a converged one.
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(trainer.optimizer, T_max=config.steps)
+        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(config.seed))
         if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        with autocast, (saved if step == 0 else contextlib.nullcontext()):
-            loss = F.cross_entropy(model(x).float(), y)
-        if scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            scale = scaler.get_scale()
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            # Both scalers halve the scale on an overflow, and only then: a skipped step.
-            skipped += scaler.get_scale() < scale
-        optimizer.zero_grad(set_to_none=True)
-        schedule.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-        if progress:
-            progress.advance(note=f"{way} batch {batch_size}")
-    memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else saved.total
-    model.eval()
-    correct = 0
-    with torch.no_grad(), autocast:
-        for x, y in zip(test_x.split(256), test_y.split(256)):
-            correct += (model(x.to(device)).argmax(1).cpu() == y).sum().item()
-    warm = times[min(5, len(times) - 1):]
-    return RunResult(way, batch_size, 1000 * statistics.median(warm), memory / 2**20, 100 * correct / len(test_x),
-                     skipped)
+            torch.cuda.reset_peak_memory_stats(device)
+        steps, saved = [], training.SavedBytes()
+        trainer.model.train()
+        for step in range(config.steps):
+            index = order[(step * batch_size + torch.arange(batch_size)) % len(train_x)]
+            x, y = train_x[index].to(device), train_y[index].to(device)
+            with saved if step == 0 else contextlib.nullcontext():
+                steps.append(trainer.step(x, y, F.cross_entropy))
+            schedule.step()
+            if progress:
+                progress.advance(note=f"{way} batch {batch_size}")
+        memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else saved.total
+        trainer.model.eval()
+        correct = 0
+        with torch.no_grad(), trainer.autocast():
+            for x, y in zip(test_x.split(256), test_y.split(256)):
+                correct += (trainer.model(x.to(device)).argmax(1).cpu() == y).sum().item()
+        last_scale = trainer.scaler.get_scale() if trainer.scaler is not None else 1.0
+    warm = steps[min(5, len(steps) - 1):]
+    return RunResult(way, batch_size, 1000 * statistics.median(s.seconds for s in warm), memory / 2**20,
+                     100 * correct / len(test_x), len(steps), [i + 1 for i, s in enumerate(steps) if s.skipped],
+                     steps[0].scale, last_scale)
 
 
 def run(config=DemoConfig(), device=None, show_progress=True):
@@ -172,25 +134,43 @@ def run(config=DemoConfig(), device=None, show_progress=True):
 
 
 def format_table(device, results):
-    by_batch = {}
-    for r in results:
-        by_batch.setdefault(r.batch_size, {})[r.way] = r
-    memory = "peak MB" if device.type == "cuda" else "saved MB"
-    header = (["batch"] + [f"{w} ms" for w in WAYS] + [f"{w} {memory}" for w in WAYS] + [f"{w} acc%" for w in WAYS]
-              + [f"{w} speedup" for w in WAYS[1:]])
+    """One row per batch size and way. Speedups only for GPU times: CPU
+    times say nothing about Tensor Cores."""
+    on_gpu = device.type == "cuda"
+    fp32_ms = {r.batch_size: r.ms_per_step for r in results if r.way == "fp32"}
+    way_width = max(map(len, WAYS))  # the way column reads left-aligned, the numbers right-aligned
+    header = ["batch", "way".ljust(way_width), "ms/step"] + (["speedup"] if on_gpu else []) + [
+        "peak MB" if on_gpu else "saved MB", "test acc%", "skipped steps"]
     rows = []
-    for batch, ways in sorted(by_batch.items()):
-        rows.append([str(batch)] + [f"{ways[w].ms_per_step:.2f}" for w in WAYS]
-                    + [f"{ways[w].memory_mb:.2f}" for w in WAYS] + [f"{ways[w].accuracy:.1f}" for w in WAYS]
-                    + [f"{ways['fp32'].ms_per_step / ways[w].ms_per_step:.2f}x" for w in WAYS[1:]])
+    for r in sorted(results, key=lambda r: (r.batch_size, WAYS.index(r.way))):
+        speedup = [f"{fp32_ms[r.batch_size] / r.ms_per_step:.2f}x" if r.batch_size in fp32_ms else ""]
+        rows.append([str(r.batch_size), r.way.ljust(way_width), f"{r.ms_per_step:.2f}"] + (speedup if on_gpu else [])
+                    + [f"{r.memory_mb:.2f}", f"{r.accuracy:.1f}", f"{r.skipped_steps} of {r.steps}"])
     return display.format_table(header, rows, right_align=True)
+
+
+def describe_skips(result):
+    """What a mixed-precision run's skipped steps mean, in a sentence."""
+    head = f"{result.way}, batch {result.batch_size}: "
+    if not result.skipped_at:
+        return head + f"no step skipped: no gradient overflowed fp16 at loss scale {result.first_scale:g}."
+    n = len(result.skipped_at)
+    which = f"step{'s' if n > 1 else ''} {', '.join(map(str, result.skipped_at))}"
+    if result.skipped_at == list(range(1, n + 1)):
+        cause = (f"the initial loss scale, {result.first_scale:g}, was too high: the scaled gradients overflowed "
+                 f"fp16")
+    else:
+        cause = "the scaled gradients overflowed fp16"
+    each = "that update was" if n == 1 else "each of those updates was"
+    return (head + f"skipped {n} of {result.steps} steps ({which}); {cause}, so {each} not applied and the scale "
+            f"was halved (it ended at {result.last_scale:g}).")
 
 
 def describe_device(device):
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}: mpgemm runs its WMMA Tensor Core kernels"
     return ("CPU: mpgemm runs its CPU reference backend (no Tensor Cores). These times are CPU times, not GPU "
-            "measurements; 'saved MB' is what autograd saved for backward in one step.")
+            "measurements, so no speedup is shown; 'saved MB' is what autograd saved for backward in one step.")
 
 
 def plot(results, path):
@@ -217,12 +197,15 @@ def main(args):
     if args.steps is not None:
         config = dataclasses.replace(config, steps=args.steps)
     device, results = run(config, None if args.device == "auto" else args.device)
-    print(describe_device(device))
-    print(f"{config.steps} steps per run, seed {config.seed}, SGD lr {config.lr} momentum 0.9 cosine-annealed, "
-          f"{config.train_size} training and {config.test_size} test images of 3x{config.image_size}x{config.image_size}")
+    print(training.wrap(describe_device(device)))
+    print(training.wrap(f"{config.steps} steps per run, seed {config.seed}, SGD lr {config.lr} momentum 0.9 "
+                        f"cosine-annealed, {config.train_size} training and {config.test_size} test images of "
+                        f"3x{config.image_size}x{config.image_size}. {training.FP32_NOTE}."))
     print(format_table(device, results))
-    skipped = {f"{r.way} batch {r.batch_size}": r.skipped_steps for r in results if r.way != "fp32"}
-    print(f"steps skipped on overflow: {skipped}")
+    print("Steps skipped on overflow:")
+    for r in results:
+        if r.way != "fp32":
+            print(training.wrap(describe_skips(r), indent="  "))
     if args.plot:
         plot(results, args.plot)
         print(f"plot written to {args.plot}")

@@ -3,7 +3,12 @@
 import argparse
 import sys
 
-from . import benchmarks, demo, kernel_report, verify
+from . import benchmarks, demo, kernel_report, train_bench, verify
+
+DEFAULT_REPS = 20
+# Options of one kind of bench that the other refuses: dest -> flag.
+KERNEL_SUITE_OPTIONS = {"shapes": "--shapes", "reps": "--reps", "csv": "--csv", "plot": "--plot"}
+TRAIN_OPTIONS = {"time_limit": "--time-limit", "batch_sizes": "--batch-sizes", "models": "--models"}
 
 
 def positive_int(text):
@@ -11,6 +16,22 @@ def positive_int(text):
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
     return value
+
+
+def run_bench(args):
+    """`bench train` runs train_bench, the other suites benchmarks; each
+    refuses the options of the other."""
+    train = args.suite == "train"
+    for dest, flag in (KERNEL_SUITE_OPTIONS if train else TRAIN_OPTIONS).items():
+        if getattr(args, dest) is not None:
+            print(f"mpgemm bench: {flag} applies to "
+                  f"{'the kernel suites, not to train' if train else 'bench train only, not to ' + args.suite}")
+            return 2
+    if train:
+        return train_bench.main(args)
+    if args.reps is None:
+        args.reps = DEFAULT_REPS
+    return benchmarks.main(args)
 
 
 def build_parser():
@@ -31,16 +52,27 @@ def build_parser():
     p.add_argument("--plot", metavar="PNG", help="also draw the figures to this file (needs matplotlib)")
     p.set_defaults(run=demo.main)
 
-    p = commands.add_parser("bench", help="time mpgemm against cuBLAS and torch")
-    p.add_argument("suite", nargs="?", choices=[*benchmarks.SUITES, "all"], default="all")
+    p = commands.add_parser("bench", help="time mpgemm against cuBLAS and torch; `train`: whole training steps")
+    p.add_argument("suite", nargs="?", choices=[*benchmarks.SUITES, "all", "train"], default="all",
+                   help="all: the kernel suites; train: ResNet-50 and a GPT-2 block trained three ways")
     p.add_argument("--shapes", type=benchmarks.parse_shapes, metavar="MxNxK[,MxNxK...]",
                    help="shapes to run instead of the suites' (linear: tokens x out_features x in_features)")
-    p.add_argument("--quick", action="store_true", help="a few representative shapes")
-    p.add_argument("--reps", type=positive_int, default=20, help="timed repetitions per case (median reported)")
+    p.add_argument("--quick", action="store_true",
+                   help="a few representative shapes (train: batch 32 for 60 s on a GPU, a tiny CPU run without)")
+    p.add_argument("--reps", type=positive_int, help=f"timed repetitions per case (median reported; default "
+                                                      f"{DEFAULT_REPS})")
     p.add_argument("--json", metavar="PATH", help="write the report, raw timings included, as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the results as CSV")
     p.add_argument("--plot", metavar="PNG", help="plot TFLOP/s against size (needs matplotlib)")
-    p.set_defaults(run=benchmarks.main)
+    p.add_argument("--time-limit", type=train_bench.positive_seconds, metavar="SECONDS",
+                   help=f"train: bound on the whole run (default {train_bench.GPU_TIME_LIMIT_S:.0f}, "
+                        f"with --quick {train_bench.GPU_QUICK_TIME_LIMIT_S:.0f})")
+    p.add_argument("--batch-sizes", type=positive_int, nargs="+", metavar="N",
+                   help="train: batch sizes, in images or sequences, for every model "
+                        "(default 32 64 128 256 images, 8 16 32 64 sequences)")
+    p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
+                   help=f"train: models to run (default {','.join(train_bench.WORKLOADS)})")
+    p.set_defaults(run=run_bench)
 
     p = commands.add_parser("inspect", help="list the compiled kernels and their Tensor Core instructions")
     p.add_argument("--binary", help="a cubin, object or library to read instead of the extension")

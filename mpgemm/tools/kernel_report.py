@@ -12,8 +12,9 @@ import subprocess
 
 import torch
 
-from . import _C, sass
-from ._build import build_info
+from .. import _C
+from . import sass
+from .._build import build_info
 from . import display
 
 
@@ -66,7 +67,7 @@ def format_kernels(kernels):
 
 def profile_ops():
     """Runs each op once on the GPU under torch.profiler: {op: [CUDA kernels that ran]}."""
-    from . import ops
+    from .. import ops
 
     a = torch.randn(512, 512, device="cuda").half()
     b = torch.randn(512, 512, device="cuda").half()

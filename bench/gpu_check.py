@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""The GPU check of mpgemm, in two parts that each fit one call of a lent GPU.
+
+  bench/gpu_check.sh --part 1 OUTDIR    measure: build, GEMM/ceiling/MLP/conv
+                                         against cuBLAS and cuDNN, one ncu profile
+  bench/gpu_check.sh --part 2 OUTDIR    prove: build, GPU tests, verify sweep,
+                                         C++ cuBLAS check, compute-sanitizer,
+                                         the training benchmark
+  bench/gpu_check.sh --only gemm,profile OUTDIR     just those steps
+  bench/gpu_check.sh --dry-run [--part N]           the plan, on any machine
+
+Every step runs under `timeout` with its own limit; a failed or timed-out step
+does not stop the rest. OUTDIR ends with three files: summary.md (read it
+first), summary.json, and gpu_check.tar.gz (every log and raw JSON). The
+summary is rewritten after every step, so a run cut short still says what it
+did. The commit comes from the COMMIT file that `make gpu-bundle` writes
+before the tree is copied to the GPU machine (no .git travels there).
+The steps' limits per part stay under 8 minutes together
+(tests/test_gpu_check.py checks it); bench/README.md has the procedure.
+"""
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gpu_check_summary  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PART_BUDGET_S = 8 * 60
+KILL_AFTER_S = 10  # SIGKILL this long after timeout's SIGTERM
+ARCHIVE = "gpu_check.tar.gz"
+OUTPUT_FILES = ("summary.md", "summary.json", ARCHIVE)
+PY = os.environ.get("PYTHON", "python3")  # the python with torch (and, after the build step, mpgemm)
+
+# Extra ncu metrics beside the sections: the tensor pipe, shared-memory bank
+# conflicts and L2 throughput, named where the sections might not print them.
+NCU_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables", "WarpStateStats",
+                "Occupancy", "LaunchStats")
+NCU_METRICS = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+               "sm__inst_executed_pipe_tensor_op_hmma.sum",
+               "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+               "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+               "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+               "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+               "lts__t_bytes.sum.per_second", "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+               "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second")
+GEMM_SHAPES = "1024x1024x1024,4096x4096x4096,8192x8192x8192,4095x4097x4093"
+MLP_SHAPES = "16384x16384x4096,16384x4096x16384"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+    part: int
+    limit_s: int  # the hard limit `timeout` enforces
+    estimate_s: int  # what the step should take on an H100 (bench/README.md compares with real runs)
+    command: str  # bash; {raw} is the folder archived at the end, {arch} the GPU's compute capability
+    what: str
+
+
+def _ncu_command():
+    sections = " ".join(f"--section {s}" for s in NCU_SECTIONS)
+    ncu = (f"ncu --clock-control none --target-processes all --kernel-name regex:gemm_kernel "
+           f"--launch-skip 2 --launch-count 1 {sections} --csv --page raw")
+    target = f"{PY} bench/gpu_targets.py profile --size 4096"
+    # Each fallback only where the one before could not run: a metric this ncu
+    # does not know, then no usable ncu at all.
+    return (f"({ncu} --metrics {','.join(NCU_METRICS)} {target} > {{raw}}/profile_ncu.csv) || "
+            f"({ncu} {target} > {{raw}}/profile_ncu.csv) || "
+            f"{PY} bench/gpu_targets.py profile --size 4096 --without-ncu --json {{raw}}/profile.json")
+
+
+BUILD = ("TORCH_CUDA_ARCH_LIST={arch} MAX_JOBS=$(nproc) " + PY + " setup.py build_ext --inplace && "
+         + PY + " -c 'import json, mpgemm; print(json.dumps(mpgemm.build_info()))' | tee {raw}/build_info.json")
+CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} {cublas_args} && "
+         "cmake --build build/cmake && build/cmake/gemm_cublas_check")
+SANITIZER = "compute-sanitizer --tool {tool} --error-exitcode 1 " + PY + " bench/gpu_targets.py sanitize"
+
+STEPS = (
+    Step("build", 1, 100, 45, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("inspect", 1, 30, 10, f"{PY} -m mpgemm inspect",
+         "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),
+    Step("gemm", 1, 60, 30, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
+         "GEMM vs cuBLAS, fp32 and fp16 out; events cross-checked with the profiler at 1024^3"),
+    Step("ceiling", 1, 30, 12, f"{PY} -m mpgemm bench ceiling --json {{raw}}/ceiling.json",
+         "the mma.sync ceiling, 1 and 2 blocks per SM"),
+    Step("mlp", 1, 45, 20, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
+         "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd"),
+    Step("conv", 1, 120, 70, f"{PY} -m mpgemm bench conv --json {{raw}}/conv.json",
+         "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions, batch 32 and 256, fwd and fwd+bwd"),
+    Step("profile", 1, 90, 45, _ncu_command(),
+         "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
+    Step("build", 2, 100, 45, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
+    Step("tests", 2, 110, 60, f"{PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
+         f"$({PY} -c 'import xdist' 2>/dev/null && echo -n 8)", "the GPU tests only (pytest -m gpu), 8 processes"),
+    Step("verify", 2, 30, 15, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 211 shapes"),
+    Step("cublas-check", 2, 60, 30, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
+    Step("memcheck", 2, 40, 25, SANITIZER.replace("{tool}", "memcheck"),
+         "compute-sanitizer memcheck: small GEMMs and each conv pass"),
+    Step("racecheck", 2, 40, 25, SANITIZER.replace("{tool}", "racecheck"),
+         "compute-sanitizer racecheck (shared memory): the same calls"),
+    Step("train", 2, 95, 85, f"{PY} -m mpgemm bench train --time-limit 70 --json {{raw}}/train.json",
+         "ResNet-50 and a GPT-2 block: fp32, torch.amp, mpgemm"),
+)
+
+
+def steps_of(part=None, only=None):
+    chosen = [s for s in STEPS if part is None or s.part == part]
+    if only:
+        known = {s.name for s in STEPS}
+        unknown = [name for name in only if name not in known]
+        if unknown:
+            raise SystemExit(f"gpu_check: unknown step {', '.join(unknown)}; steps: {', '.join(sorted(known))}")
+        # In plan order; a step of both parts (the build) runs once.
+        seen = set()
+        chosen = [s for s in chosen if s.name in only and not (s.name in seen or seen.add(s.name))]
+    return chosen
+
+
+def dry_run(parts):
+    for part in parts:
+        steps = steps_of(part)
+        print(f"part {part}: {sum(s.limit_s for s in steps)} s of limits (budget {PART_BUDGET_S} s), "
+              f"estimate {sum(s.estimate_s for s in steps)} s; returns {', '.join(OUTPUT_FILES)}")
+        for s in steps:
+            print(f"  {s.name:13} limit {s.limit_s:4d} s  estimate {s.estimate_s:4d} s  {s.what}")
+
+
+def _capture(command, timeout=60):
+    try:
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        return done.stdout.strip() if done.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _load_provenance():
+    """mpgemm/tools/provenance.py on its own: the package cannot be imported
+    before the build step has built its extension."""
+    spec = importlib.util.spec_from_file_location("mpgemm_provenance", os.path.join(ROOT, "mpgemm/tools/provenance.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def provenance():
+    smi = _capture("nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader")
+    versions = _capture(f"{PY} -c 'import torch, json; print(json.dumps([torch.__version__, torch.version.cuda, "
+                        "\"%d.%d\" % torch.cuda.get_device_capability() if torch.cuda.is_available() else None]))'")
+    torch_version, cuda, arch = json.loads(versions) if versions else (None, None, None)
+    name, driver, memory, max_clock = ([f.strip() for f in smi.splitlines()[0].split(",")] if smi else [None] * 4)
+    provenance = _load_provenance()
+    return {"date": provenance.utc_now(), "device": name,
+            "driver_version": driver, "memory": memory, "max_sm_clock": max_clock, "compute_capability": arch,
+            "torch_version": torch_version, "cuda_version": cuda, "nvcc": _capture("nvcc --version | tail -n 1"),
+            "git_commit": provenance.git_commit(ROOT)}
+
+
+def cublas_cmake_args():
+    """Where the toolkit has no cuBLAS headers, point CMake at the nvidia
+    wheels torch came with (site-packages/nvidia/cu13)."""
+    if cuda_home() and os.path.exists(os.path.join(cuda_home(), "include", "cublas_v2.h")):
+        return ""
+    found = _capture(f"{PY} -c 'import glob, site; print(sorted(glob.glob(site.getsitepackages()[0] + "
+                     "\"/nvidia/*/include/cublas_v2.h\"))[0])'")
+    if not found:
+        return ""
+    wheel = os.path.dirname(os.path.dirname(found))
+    libs = sorted(f for f in os.listdir(os.path.join(wheel, "lib")) if f.startswith("libcublas.so"))
+    if not libs:
+        return ""
+    # -idirafter: the toolkit's own CUDA runtime headers must win over the wheel's.
+    return (f"-DCUDA_cublas_LIBRARY={shlex.quote(os.path.join(wheel, 'lib', libs[0]))} "
+            f"-DCMAKE_CXX_FLAGS={shlex.quote('-idirafter ' + os.path.join(wheel, 'include'))}")
+
+
+def cuda_home():
+    """The CUDA toolkit's folder: $CUDA_HOME, else /usr/local/cuda where it exists."""
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    return home if os.path.isdir(home) else None
+
+
+def step_environment():
+    """The tree on the import path, and the CUDA toolkit's tools (nvcc, ncu,
+    compute-sanitizer) on PATH after whatever PATH already has."""
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+    if cuda_home():
+        env["PATH"] = os.pathsep.join([env.get("PATH", ""), os.path.join(cuda_home(), "bin")])
+    return env
+
+
+def run_step(step, raw, context):
+    command = step.command
+    for key, value in dict(context, raw=shlex.quote(raw)).items():
+        command = command.replace("{" + key + "}", value)
+    log = os.path.join(raw, "logs", f"{step.name}-part{step.part}.log")
+    start = time.monotonic()
+    with open(log, "w") as f:
+        f.write(f"$ {command}\n")
+        f.flush()
+        rc = subprocess.run(["timeout", "-k", str(KILL_AFTER_S), str(step.limit_s), "bash", "-o", "pipefail", "-c",
+                             command], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                            env=step_environment()).returncode
+    status = "pass" if rc == 0 else "timeout" if rc in (124, 137) else "fail"
+    return {"name": step.name, "part": step.part, "status": status, "exit_code": rc,
+            "seconds": round(time.monotonic() - start, 1), "limit_s": step.limit_s, "estimate_s": step.estimate_s,
+            "what": step.what, "log": os.path.relpath(log, raw)}
+
+
+def run(steps, outdir, label):
+    os.makedirs(outdir, exist_ok=True)
+    leftovers = [f for f in os.listdir(outdir) if f not in OUTPUT_FILES]
+    if leftovers:
+        raise SystemExit(f"gpu_check: {outdir} holds other files ({', '.join(leftovers[:5])}); give an empty folder")
+    raw = os.path.join(outdir, "raw")
+    os.makedirs(os.path.join(raw, "logs"), exist_ok=True)
+    info = provenance()
+    arch = info["compute_capability"] or ""
+    context = {"arch": arch, "arch_digits": arch.replace(".", ""), "cublas_args": cublas_cmake_args()}
+    results = []
+    for step in steps:
+        print(f"== {step.name} (part {step.part}, limit {step.limit_s} s)", flush=True)
+        results.append(run_step(step, raw, context))
+        print(f"   {results[-1]['status']} in {results[-1]['seconds']} s", flush=True)
+        gpu_check_summary.write(outdir, raw, label, info, results)
+    with tarfile.open(os.path.join(outdir, ARCHIVE), "w:gz") as tar:
+        tar.add(raw, arcname="gpu_check")
+    shutil.rmtree(raw)
+    with open(os.path.join(outdir, "summary.md")) as f:
+        print(f.read())
+    return 0 if all(r["status"] == "pass" for r in results) else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", type=int, choices=(1, 2))
+    parser.add_argument("--only", type=lambda s: [n.strip() for n in s.split(",") if n.strip()], metavar="STEP[,STEP]")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
+    parser.add_argument("outdir", nargs="?")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        dry_run([args.part] if args.part else [1, 2])
+        return 0
+    if args.outdir is None or (args.part is None and not args.only):
+        parser.error("give --part 1 or 2 (or --only STEP[,STEP]) and OUTDIR")
+    steps = steps_of(args.part, args.only)
+    if not steps:
+        parser.error(f"no step of part {args.part} is named in --only")
+    label = f"part {args.part}" if args.part else "steps " + ",".join(s.name for s in steps)
+    return run(steps, os.path.abspath(args.outdir), label)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

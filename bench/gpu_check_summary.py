@@ -1,0 +1,263 @@
+"""summary.md and summary.json of a GPU check run (bench/gpu_check.py).
+
+Each step's result line is read from what the step left in the raw folder:
+the bench and train JSON reports, the build info, pytest's JUnit XML, ncu's
+CSV, or the last lines of its log. A step that left nothing readable says so;
+the logs are in the archive beside the summary."""
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import xml.etree.ElementTree as ElementTree
+
+# ncu metrics shown in the summary, by what they tell (all of them are in the archive).
+PROFILE_METRICS = {
+    "kernel time": "gpu__time_duration.sum",
+    "SM clock": "sm__cycles_elapsed.avg.per_second",
+    "tensor pipe active (HMMA)": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "SM throughput": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "warps active": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "shared ld bank conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "shared ld wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "shared st bank conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "shared st wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "L2 throughput": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "L2 bytes/s": "lts__t_bytes.sum.per_second",
+    "DRAM throughput": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+}
+STALL_METRIC = re.compile(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)(?:_per_issue_active)?\.(?:ratio|pct)")
+
+
+def _load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _log_tail(raw, result, lines=3):
+    try:
+        with open(os.path.join(raw, result["log"]), errors="replace") as f:
+            return [line.rstrip() for line in f.readlines()[-lines:]]
+    except OSError:
+        return []
+
+
+def _rows_by(report, impl):
+    return {tuple(r["shape"]): r for r in report["results"] if r["impl"] == impl}
+
+
+def _ratio(row, base):
+    if row is None or base is None or row["check_passed"] is False:
+        return None
+    return base["median_ms"] / row["median_ms"]
+
+
+def _fmt(x, spec=".2f", suffix=""):
+    return "-" if x is None else f"{x:{spec}}{suffix}"
+
+
+def gemm_section(report):
+    mp32, cb32 = _rows_by(report, "mpgemm fp32-out"), _rows_by(report, "cublas fp32-out")
+    mp16, mm16 = _rows_by(report, "mpgemm fp16-out"), _rows_by(report, "torch.mm fp16-out")
+    lines = ["| M x N x K | cuBLAS TFLOP/s | mpgemm TFLOP/s | mpgemm/cuBLAS (fp32 out) | mpgemm/torch.mm (fp16 out) |",
+             "| --- | --- | --- | --- | --- |"]
+    headline = []
+    for shape, row in mp32.items():
+        ratio = _ratio(row, cb32.get(shape))
+        lines.append(f"| {'x'.join(map(str, shape))} | {_fmt(cb32.get(shape, {}).get('tflops'), '.1f')} | "
+                     f"{_fmt(row['tflops'], '.1f')} | {_fmt(ratio, '.2f', 'x')} | "
+                     f"{_fmt(_ratio(mp16.get(shape), mm16.get(shape)), '.2f', 'x')} |")
+        headline.append(f"{shape[0]}^3 {_fmt(ratio, '.2f', 'x')}" if len(set(shape)) == 1
+                        else f"{'x'.join(map(str, shape))} {_fmt(ratio, '.2f', 'x')}")
+    for r in report["results"]:
+        if "profiler_kernel_ms" in r:
+            lines.append(f"\nTiming cross-check, {r['impl']} at {'x'.join(map(str, r['shape']))}: events "
+                         f"{r['median_ms']:.4f} ms, profiler kernel time {r['profiler_kernel_ms']:.4f} ms.")
+    return "mpgemm/cuBLAS " + ", ".join(headline), lines
+
+
+def ceiling_section(report):
+    peak = report.get("peak_tflops", {}).get("value")
+    parts = [f"{r['shape'][0]} block/SM {_fmt(r['tflops'], '.0f')} TFLOP/s"
+             + (f" ({100 * r['tflops'] / peak:.0f}% of peak)" if peak and r["tflops"] else "")
+             for r in report["results"]]
+    return "; ".join(parts), []
+
+
+def paired_section(report, pairs):
+    """Geometric mean and range of impl/baseline speed ratios, per pair of names."""
+    parts = []
+    for impl, base in pairs:
+        rows, bases = _rows_by(report, impl), _rows_by(report, base)
+        ratios = [x for x in (_ratio(row, bases.get(shape)) for shape, row in rows.items()) if x]
+        if ratios:
+            mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            parts.append(f"{impl} {mean:.2f}x of {base} (geomean of {len(ratios)}, {min(ratios):.2f}-{max(ratios):.2f})")
+    return "; ".join(parts), []
+
+
+def bench_step(name):
+    def summarize(raw, result):
+        report = _load_json(os.path.join(raw, f"{name}.json"))
+        if report is None:
+            return "no report", [], None
+        section = {"gemm": gemm_section, "ceiling": ceiling_section,
+                   "mlp": lambda r: paired_section(r, [("mpgemm fused fwd", "torch unfused fwd"),
+                                                       ("mpgemm fused fwd+bwd", "torch unfused fwd+bwd")]),
+                   "conv": lambda r: paired_section(r, [("mpgemm fwd", "cudnn fwd"),
+                                                        ("mpgemm fwd+bwd", "cudnn fwd+bwd")])}[name]
+        headline, lines = section(report)
+        failed = [r for r in report["results"] if r["check_passed"] is False]
+        if failed:
+            headline = f"{len(failed)} results FAILED their check; " + headline
+        if not report.get("complete", True):
+            headline = "INCOMPLETE; " + headline
+        return headline, lines, {"gpu_state": report.get("gpu_state"), "failed_checks": len(failed)}
+
+    return summarize
+
+
+def parse_ncu_csv(text):
+    """{metric: (value, unit)} of the one profiled kernel in `ncu --csv --page raw` output."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    if len(rows) < 3:
+        return {}
+    header, units, values = rows[0], rows[1], rows[2]
+    return {name: (value, unit) for name, unit, value in zip(header, units, values)}
+
+
+def profile_step(raw, result):
+    try:
+        with open(os.path.join(raw, "profile_ncu.csv")) as f:
+            metrics = parse_ncu_csv(f.read())
+    except OSError:
+        metrics = {}
+    if not metrics:
+        fallback = _load_json(os.path.join(raw, "profile.json"))
+        if fallback is None:
+            return "no profile", [], None
+        return (f"no ncu: {fallback['kernel_ms']:.3f} ms, {fallback['tflops']:.0f} TFLOP/s, "
+                f"{_fmt(fallback['cycles'], '.3g')} cycles ({fallback['source']})"), [], fallback
+    shown = {label: metrics[name] for label, name in PROFILE_METRICS.items() if name in metrics}
+    stalls = sorted(((m[1], float(v[0].replace(",", ""))) for name, v in metrics.items()
+                     if (m := STALL_METRIC.fullmatch(name)) and _is_number(v[0])), key=lambda s: -s[1])
+    lines = ["| ncu metric (4096^3 GEMM) | value |", "| --- | --- |"]
+    lines += [f"| {label} | {value} {unit} |" for label, (value, unit) in shown.items()]
+    if stalls:
+        lines.append("| top stall reasons (warps per issue) | "
+                     + ", ".join(f"{reason} {value:.2f}" for reason, value in stalls[:5]) + " |")
+    tensor = shown.get("tensor pipe active (HMMA)")
+    headline = f"tensor pipe active {tensor[0]}%" if tensor else "ncu ran"
+    if stalls:
+        headline += f"; top stall: {stalls[0][0]}"
+    return headline, lines, {"metrics": {k: v[0] for k, v in shown.items()}, "stalls": stalls[:8]}
+
+
+def _is_number(text):
+    try:
+        float(text.replace(",", ""))
+        return True
+    except ValueError:
+        return False
+
+
+def tests_step(raw, result):
+    try:
+        suite = ElementTree.parse(os.path.join(raw, "tests.xml")).getroot()
+    except (OSError, ElementTree.ParseError):
+        return "no test report", _log_tail(raw, result), None
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = [f"{case.get('classname')}::{case.get('name')}" for case in suite.iter("testcase")
+              if case.find("failure") is not None or case.find("error") is not None]
+    headline = (f"{counts['tests'] - counts['failures'] - counts['errors'] - counts['skipped']} passed, "
+                f"{counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped")
+    return headline, [f"- FAILED {name}" for name in failed], dict(counts, failed=failed)
+
+
+def log_step(pattern):
+    """The last line of the log that matches `pattern` (e.g. a tool's summary line)."""
+    def summarize(raw, result):
+        tail = _log_tail(raw, result, lines=200)
+        found = [line for line in tail if re.search(pattern, line)]
+        return (found[-1].strip("= ") if found else "no summary line: " + (tail[-1] if tail else "empty log")), [], None
+
+    return summarize
+
+
+def build_step(raw, result):
+    info = _load_json(os.path.join(raw, "build_info.json"))
+    if info is None:
+        return "no build info", _log_tail(raw, result), None
+    return f"{info['backend']} build for {', '.join(info['cuda_archs'])}, CUDA {info['cuda_version']}", [], info
+
+
+def train_step(raw, result):
+    """Per model, the speedups over fp32 at the largest batch all three ways
+    ran, and the largest batches found; the text report from the log."""
+    report = _load_json(os.path.join(raw, "train.json"))
+    if report is None:
+        return "no report", _log_tail(raw, result), None
+    parts = []
+    for model in report["config"]["models"]:
+        runs = [r for r in report["runs"] if r["model"] == model and r["status"] == "ok"]
+        by_batch = {}
+        for r in runs:
+            by_batch.setdefault(r["batch_size"], {})[r["way"]] = r
+        complete = [b for b, ways in by_batch.items() if len(ways) == 3]
+        if complete:
+            ways = by_batch[max(complete)]
+            parts.append(f"{model} batch {max(complete)}: " + ", ".join(
+                f"{way} {_fmt(ways[way]['speedup_vs_fp32'], '.2f', 'x')}" for way in ("torch.amp", "mpgemm")))
+        fits = [f"{s['way']} {'>=' if s['status'] == 'at least' else ''}{s['largest_fitting']}"
+                for s in report["largest_batch"] if s["model"] == model and s["largest_fitting"]]
+        if fits:
+            parts.append(f"{model} largest batch: " + ", ".join(fits))
+    lines = ["```", *_log_tail(raw, result, lines=80), "```"]
+    headline = "; ".join(parts) or "no run completed all three ways"
+    if not report.get("complete", True):
+        headline = "INCOMPLETE; " + headline
+    return headline, lines, {"elapsed_s": report.get("elapsed_s")}
+
+
+SUMMARIZERS = {
+    "build": build_step, "inspect": log_step(r"contain Tensor Core instructions"), "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
+    "conv": bench_step("conv"), "profile": profile_step, "tests": tests_step,
+    "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),
+    "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
+    "train": train_step,
+}
+
+
+def write(outdir, raw, label, info, results):
+    sections, steps = [], []
+    for result in results:
+        try:
+            headline, lines, data = SUMMARIZERS[result["name"]](raw, result)
+        except Exception as e:  # a summary must never lose the run: say what could not be read
+            headline, lines, data = f"summary unreadable ({type(e).__name__}: {e})", [], None
+        steps.append(dict(result, headline=headline, data=data))
+        if lines:
+            sections += [f"\n## {result['name']}\n", *lines]
+    warning = (["**The commit is unknown: run `make gpu-bundle` before the tree is copied to the GPU machine.**", ""]
+               if info["git_commit"] == "unknown" else [])
+    device = info["device"] or "no GPU visible to nvidia-smi"
+    md = [f"# mpgemm GPU check, {label}", "", *warning,
+          f"{device} (compute capability {info['compute_capability']}, driver {info['driver_version']}, "
+          f"{info['memory']}, max SM clock {info['max_sm_clock']}); torch {info['torch_version']}, CUDA "
+          f"{info['cuda_version']}; commit {info['git_commit']}; {info['date']}", "",
+          "| step | status | s | estimate s | limit s | result |", "| --- | --- | --- | --- | --- | --- |"]
+    md += [f"| {s['name']} | {s['status'].upper()} | {s['seconds']} | {s['estimate_s']} | {s['limit_s']} | "
+           f"{s['headline']} |" for s in steps]
+    md.append(f"\nTotal {sum(s['seconds'] for s in steps):.0f} s of {sum(s['limit_s'] for s in steps)} s of "
+              "limits. Logs and raw JSON: gpu_check.tar.gz.")
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write("\n".join(md + sections) + "\n")
+    with open(os.path.join(outdir, "summary.json"), "w") as f:
+        json.dump({"label": label, "provenance": info, "steps": steps}, f, indent=1)

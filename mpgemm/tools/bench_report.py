@@ -1,0 +1,100 @@
+"""What `python -m mpgemm bench` shows of a report: the text table, CSV and a plot.
+
+A row whose result check failed shows FAIL and no speed; a CPU report shows
+no comparison at all."""
+
+import csv
+
+from . import display, provenance
+
+
+def failed_checks(report):
+    return [r for r in report["results"] if r["check_passed"] is False]
+
+
+def _shape(r):
+    return "x".join(map(str, r["shape"]))
+
+
+def _gpu_state_line(report):
+    readings = [s["reading"] for s in report.get("gpu_state", []) if s["reading"] and "error" not in s["reading"]]
+    if not readings:
+        return None
+    clocks = [r["sm_clock_mhz"] for r in readings]
+    reasons = sorted({reason for r in readings for reason in r["throttle_reasons"]})
+    return (f"GPU around the timings: SM clock {min(clocks)}-{max(clocks)} MHz "
+            f"(max {readings[0]['max_sm_clock_mhz']}), {max(r['power_w'] for r in readings):.0f} W peak "
+            f"of {readings[0]['power_limit_w']:.0f}, {max(r['temperature_c'] for r in readings)} C; "
+            f"throttling: {', '.join(reasons) or 'none'}")
+
+
+def format_report(report):
+    on_gpu = report["gpu_measurement"]
+    lines = [provenance.headline(report)]
+    if not on_gpu:
+        lines.append("CPU reference backend: these are not GPU measurements, and no speed comparison is made.")
+    else:
+        peak = report["peak_tflops"]
+        lines.append(f"peak {peak['value']:.1f} TFLOP/s ({peak['source']}); median of {report['timing']['reps']} "
+                     f"interleaved rounds, device time")
+        if state := _gpu_state_line(report):
+            lines.append(state)
+    by_key = {(r["suite"], r["case"], _shape(r), r["impl"]): r for r in report["results"]}
+    header = ["suite", "shape", "impl", "median ms", "TFLOP/s"]
+    if on_gpu:
+        header += ["vs base", "% peak"]
+    header.append("check")
+    rows = []
+    for r in report["results"]:
+        failed = r["check_passed"] is False
+        tflops = "-" if r["tflops"] is None else f"{r['tflops']:.2f}"
+        row = [r["suite"], _shape(r), r["impl"], "-" if failed else f"{r['median_ms']:.4f}", tflops]
+        if on_gpu:
+            base = by_key.get((r["suite"], r["case"], _shape(r), r["baseline"]))
+            row.append(f"{base['median_ms'] / r['median_ms']:.2f}x" if base and not failed else "")
+            row.append("" if r["tflops"] is None else f"{100 * r['tflops'] / report['peak_tflops']['value']:.1f}")
+        row.append({None: "", True: "ok", False: "FAIL"}[r["check_passed"]])
+        rows.append(row)
+    lines.append(display.format_table(header, rows, rule=False))
+    for r in failed_checks(report):
+        against = r["baseline"] or "its float64 reference"
+        lines.append(f"FAIL: {r['impl']} at {_shape(r)} differs from {against} by a relative error of "
+                     f"{r['check_error']:.3g} (bound {report['timing']['baseline_tolerance']:g}): no speed posted")
+    starved = [r for r in report["results"] if r["starved_rounds"]]
+    for r in starved:
+        lines.append(f"note: {r['impl']} at {_shape(r)}: in {r['starved_rounds']} of {len(r['times_ms'])} rounds the "
+                     "GPU may have waited for the host; that time is in its number")
+    for r in report["results"]:
+        if "profiler_kernel_ms" in r:
+            lines.append(f"cross-check {r['impl']} at {_shape(r)}: events {r['median_ms']:.4f} ms, "
+                         f"profiler kernel time {r['profiler_kernel_ms']:.4f} ms")
+    if not report.get("complete", True):
+        lines.append("incomplete: the run stopped before its last case")
+    return "\n".join(lines)
+
+
+def write_csv(report, path):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["suite", "case", "shape", "impl", "baseline", "median_ms", "tflops", "check_passed",
+                         "times_ms"])
+        for r in report["results"]:
+            writer.writerow([r["suite"], r["case"], _shape(r), r["impl"], r["baseline"], r["median_ms"],
+                             r["tflops"], r["check_passed"], " ".join(f"{t:.6f}" for t in r["times_ms"])])
+
+
+def plot_report(report, path):
+    plt = display.pyplot("bench")
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    square = [r for r in report["results"] if r["suite"] == "gemm" and r["case"] == "square" and r["tflops"]]
+    for impl in dict.fromkeys(r["impl"] for r in square):
+        points = sorted((r["shape"][0], r["tflops"]) for r in square if r["impl"] == impl)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=impl)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M = N = K")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{report['device']} @ {report['git_commit'][:10]}, {report['date'][:10]}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

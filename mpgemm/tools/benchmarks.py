@@ -1,0 +1,394 @@
+"""`python -m mpgemm bench [gemm|linear|conv|ceiling|all]`: mpgemm against cuBLAS and cuDNN.
+
+GEMM: mpgemm.gemm against cuBLAS doing the same computation (fp16 in, fp32
+accumulate, fp32 out): cublasGemmEx with CUBLAS_COMPUTE_32F through the
+extension, and torch.mm(..., out_dtype=torch.float32) where torch has it;
+fp16-out figures against torch's fp16 mm. linear: mpgemm.linear's fused
+bias+GELU against torch's F.linear plus gelu, forward and forward+backward.
+conv: mpgemm.conv2d against cuDNN (F.conv2d, fp16, channels_last) on
+ResNet-50's 23 distinct convolutions, forward and forward+backward. ceiling:
+the rate of WMMA's mma.sync with nothing else in the way (no loads, no
+barriers; the large GEMM tile's warps, 1 or 2 blocks per SM), the bound that
+GEMM's instruction mix can approach.
+
+Each case times its implementations interleaved in one run (timing.py says
+how, and why the numbers are device time alone), and first checks every
+implementation's result against its baseline's: a kernel that computes the
+wrong thing posts no number. The GPU's clocks, power and temperature are read
+before and after each suite. On a machine without a GPU the suites run the CPU
+reference on tiny shapes and say plainly that these are not GPU measurements.
+"""
+
+import argparse
+import dataclasses
+import json
+import re
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from .._build import build_info
+from ..testing import relative_error
+from . import bench_report, gpu_state, models, provenance
+from .progress import Progress
+from .timing import CudaEventClock, WallClock, input_sets_for, profiled_kernel_ms, time_interleaved
+
+# Dense fp16 Tensor Core peaks with fp32 accumulation, from vendor datasheets,
+# matched against torch.cuda.get_device_name() in order.
+KNOWN_PEAKS_TFLOPS = [
+    (r"H100.*PCIe", 756.0),
+    (r"H100|H200", 989.4),
+    (r"A100", 312.0),
+    (r"L40S", 362.0),
+    (r"\bL4\b", 121.0),
+    (r"RTX 4090", 165.2),
+    (r"\bT4\b", 65.0),
+    (r"V100", 125.0),
+]
+L2_BYTES_FALLBACK = 64 * 2**20
+# The result check stops a broken kernel from posting a number (its errors are
+# of order 1); accuracy itself is what `verify` and the tests measure. The bound
+# leaves room for cuBLAS's and cuDNN's reduced-precision fp16 reductions.
+BASELINE_TOLERANCE = 1e-2
+
+
+def gpu_suites(quick=False):
+    """suite -> [(case, shape)] on a GPU: the full suites, or a few
+    representative cases each. Conv runs every distinct convolution of
+    ResNet-50 at 224x224 (read from `models.resnet50`, the model `bench
+    train` trains); shape (batch, in, out, kernel, stride, padding, size)."""
+    resnet50 = models.resnet50_convolutions()
+    if quick:
+        return {
+            "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
+            "linear": [("mlp", (4096, 16384, 4096))],
+            "conv": [("resnet50", (32,) + layer) for layer in resnet50[1:4]],
+            "ceiling": [("mma.sync", (1, 20000))],
+        }
+    return {
+        "gemm": [("square", (s, s, s)) for s in (512, 1024, 2048, 4096, 8192)]
+        + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))],
+        "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))],
+        "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50],
+        "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
+    }
+
+
+CPU_SUITES = {
+    "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
+    "linear": [("mlp", (64, 256, 128))],
+    "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8))],
+    "ceiling": [("mma.sync", (1, 10))],
+}
+
+SUITES = tuple(CPU_SUITES)
+# Suites whose cases --shapes replaces.
+SHAPED_SUITES = ("gemm", "linear")
+
+
+@dataclasses.dataclass
+class Impl:
+    """One implementation of a case's computation."""
+
+    run: object  # the timed call: run(*input_set)
+    result: object  # what the check compares: result(*input_set) -> tuple of tensors
+    flops: float  # the work one call does; None where it does not do what is counted
+    baseline: str = ""  # the impl whose result this one must match ("" for a baseline)
+    expected: object = None  # or a reference: expected(*input_set) -> tuple of float64 CPU tensors
+
+
+def parse_shapes(text):
+    """"4096x4096x4096,1024x512x256" -> [(4096, 4096, 4096), (1024, 512, 256)]"""
+    shapes = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        parts = item.lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"expected MxNxK with positive integers, got {item!r}")
+        shapes.append(tuple(int(p) for p in parts))
+    if not shapes:
+        raise argparse.ArgumentTypeError("expected at least one MxNxK shape")
+    return shapes
+
+
+def device_peak(device):
+    """(dense fp16 TFLOP/s, where the number comes from)."""
+    name = torch.cuda.get_device_name(device)
+    for pattern, peak in KNOWN_PEAKS_TFLOPS:
+        if re.search(pattern, name):
+            return peak, f"datasheet ({name})"
+    a = torch.randn(8192, 8192, device=device).half()
+    timing = time_interleaved({"mm": torch.mm}, [(a, a)], clock=CudaEventClock(), reps=10)["mm"]
+    return 2 * 8192**3 / (timing.median_ms * 1e-3) / 1e12, "measured: torch.mm fp16 8192^3 (a lower bound)"
+
+
+def _direct(fn, flops, baseline=""):
+    return Impl(fn, lambda *inputs: (fn(*inputs),), flops, baseline)
+
+
+def gemm_impls(device, flops):
+    """The fp32-out and fp16-out comparisons. On the CPU torch's mm of the
+    same fp16 values stands in for cuBLAS, for the result check only."""
+    def mpgemm_fp32(a, b):
+        return ops.gemm(a, b)
+
+    def mpgemm_fp16(a, b):
+        return ops.gemm(a, b, out_dtype=torch.float16)
+
+    if device.type != "cuda":
+        return {
+            "torch.mm fp32-out": _direct(lambda a, b: torch.mm(a.float(), b.float()), flops),
+            "mpgemm fp32-out": _direct(mpgemm_fp32, flops, "torch.mm fp32-out"),
+            "torch.mm fp16-out": _direct(torch.mm, flops),
+            "mpgemm fp16-out": _direct(mpgemm_fp16, flops, "torch.mm fp16-out"),
+        }
+    impls = {
+        "cublas fp32-out": _direct(lambda a, b: torch.ops.mpgemm._cublas_gemm(a, b, out_dtype=torch.float32), flops),
+        "mpgemm fp32-out": _direct(mpgemm_fp32, flops, "cublas fp32-out"),
+        "torch.mm fp16-out": _direct(torch.mm, flops),
+        "mpgemm fp16-out": _direct(mpgemm_fp16, flops, "torch.mm fp16-out"),
+    }
+    if _torch_has_out_dtype(device):
+        impls["torch.mm fp32-out"] = _direct(lambda a, b: torch.mm(a, b, out_dtype=torch.float32), flops,
+                                             "cublas fp32-out")
+    return impls
+
+
+def _torch_has_out_dtype(device):
+    try:
+        x = torch.ones(8, 8, device=device).half()
+        torch.mm(x, x, out_dtype=torch.float32)
+        return True
+    except (TypeError, RuntimeError):
+        return False
+
+
+def _forward_and_backward(forward, baseline_forward, flops, backward_flops, mpgemm_name, baseline_name):
+    """fwd and fwd+bwd impls of ops taking (x, w, b) and, for backward, the
+    output's gradient. fwd+bwd returns the gradients instead of accumulating
+    them into .grad, so no call pays for an extra add."""
+    def fwd(fn):
+        def run(x, w, b, grad):
+            with torch.no_grad():
+                return fn(x, w, b)
+
+        return Impl(run, lambda *inputs: (run(*inputs),), flops)
+
+    def fwd_bwd(fn, work):
+        def run(x, w, b, grad):
+            out = fn(x, w, b)
+            return (out, *torch.autograd.grad(out, (x, w, b), grad))
+
+        return Impl(run, run, work)
+
+    impls = {
+        f"{baseline_name} fwd": fwd(baseline_forward),
+        f"{mpgemm_name} fwd": dataclasses.replace(fwd(forward), baseline=f"{baseline_name} fwd"),
+        f"{baseline_name} fwd+bwd": fwd_bwd(baseline_forward, 3 * flops),
+        f"{mpgemm_name} fwd+bwd": dataclasses.replace(fwd_bwd(forward, backward_flops),
+                                                      baseline=f"{baseline_name} fwd+bwd"),
+    }
+    return impls
+
+
+def _input_sets(make, bytes_per_set, device):
+    cache = L2_BYTES_FALLBACK
+    if device.type == "cuda":
+        cache = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", cache) or cache
+    return [make() for _ in range(input_sets_for(bytes_per_set, cache))]
+
+
+def _gemm_case(shape, device):
+    m, n, k = shape
+
+    def make():
+        return torch.randn(m, k, device=device).half(), torch.randn(k, n, device=device).half()
+
+    return make, 2 * (m * k + k * n), gemm_impls(device, 2.0 * m * n * k)
+
+
+def _linear_case(shape, device):
+    m, n, k = shape
+
+    def make():
+        x = torch.randn(m, k, device=device).half().requires_grad_()
+        w = (torch.randn(n, k, device=device) / k**0.5).half().requires_grad_()
+        b = torch.randn(n, device=device).half().requires_grad_()
+        return x, w, b, torch.randn(m, n, device=device).half()
+
+    product = 2.0 * m * n * k
+    # Backward: dX and dW, and mpgemm's GELU backward recomputes the
+    # pre-activation (one more product) where torch stored it.
+    impls = _forward_and_backward(lambda x, w, b: ops.linear(x, w, b, activation="gelu"),
+                                  lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 4 * product,
+                                  "mpgemm fused", "torch unfused")
+    return make, 2 * (m * k + n * k + m * n), impls
+
+
+def _conv_case(shape, device):
+    batch, c, k, kernel, stride, padding, size = shape
+    out = (size + 2 * padding - kernel) // stride + 1
+    channels_last = torch.channels_last
+
+    def make():
+        x = torch.randn(batch, c, size, size, device=device).half().to(memory_format=channels_last)
+        w = (torch.randn(k, c, kernel, kernel, device=device) * (c * kernel * kernel) ** -0.5).half()
+        grad = torch.randn(batch, k, out, out, device=device).half().to(memory_format=channels_last)
+        return (x.requires_grad_(), w.to(memory_format=channels_last).requires_grad_(),
+                torch.randn(k, device=device).half().requires_grad_(), grad)
+
+    product = 2.0 * batch * k * out * out * c * kernel**2
+    impls = _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding),
+                                  lambda x, w, b: F.conv2d(x, w, b, stride, padding), product, 3 * product,
+                                  "mpgemm", "cudnn" if device.type == "cuda" else "torch")
+    bytes_per_set = 2 * (batch * c * size * size + k * c * kernel * kernel + batch * k * out * out)
+    return make, bytes_per_set, impls
+
+
+def _ceiling_case(shape, device):
+    blocks_per_sm, iterations = shape
+    tile = build_info()["mma_ceiling"]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    blocks = blocks_per_sm * sms
+    out_shape = torch.Size((blocks, tile["warps"], tile["warp_m"], tile["warp_n"]))
+
+    def make():
+        return (torch.randn(tile["warp_m"], tile["k"], device=device).half(),
+                torch.randn(tile["k"], tile["warp_n"], device=device).half(),
+                torch.empty(out_shape, device=device))
+
+    def ceiling(a, b, out):
+        torch.ops.mpgemm._mma_ceiling(a, b, iterations, out=out)
+
+    def result(a, b, out):
+        out.fill_(float("nan"))
+        ceiling(a, b, out)
+        return (out,)
+
+    def expected(a, b, out):
+        return ((iterations * (a.double().cpu() @ b.double().cpu())).expand(out_shape),)
+
+    # The CPU reference computes the result in closed form, not by the
+    # counted rounds of products: no FLOP count, so no TFLOP/s, there.
+    flops = ceiling_flops(blocks, iterations) if device.type == "cuda" else None
+    return make, 4 * out_shape.numel(), {"mma.sync ceiling": Impl(ceiling, result, flops, expected=expected)}
+
+
+def ceiling_flops(blocks, iterations):
+    """Every warp's accumulators, each a k-deep dot product per round."""
+    tile = build_info()["mma_ceiling"]
+    return 2.0 * blocks * tile["warps"] * tile["warp_m"] * tile["warp_n"] * tile["k"] * iterations
+
+
+CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case, "ceiling": _ceiling_case}
+
+
+def check_results(impls, inputs):
+    """name -> relative error of its result against its baseline's (or its
+    expected) result, the largest over the tensors compared, in float64 on the
+    baseline's device; None for a baseline."""
+    results = {name: impl.result(*inputs) for name, impl in impls.items()}
+    errors = {}
+    for name, impl in impls.items():
+        if impl.expected is not None:
+            reference = impl.expected(*inputs)
+        elif impl.baseline:
+            reference = [r.double() for r in results[impl.baseline]]
+        else:
+            errors[name] = None
+            continue
+        got = results[name]
+        if len(got) != len(reference) or any(g.shape != r.shape for g, r in zip(got, reference)):
+            errors[name] = float("inf")
+        else:
+            errors[name] = max(relative_error(g, r) for g, r in zip(got, reference))
+    return errors
+
+
+def measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check=False):
+    """One row per impl: the result check, then the interleaved timings."""
+    make, bytes_per_set, impls = CASE_BUILDERS[suite](shape, device)
+    sets = _input_sets(make, bytes_per_set, device)
+    errors = check_results(impls, sets[0])
+    timings = time_interleaved({name: impl.run for name, impl in impls.items()}, sets, clock=clock,
+                               warmup_ms=warmup_ms, reps=reps)
+    rows = []
+    for name, impl in impls.items():
+        timing, error = timings[name], errors[name]
+        passed = None if error is None else error < BASELINE_TOLERANCE  # NaN fails
+        row = dict(suite=suite, case=case, shape=list(shape), impl=name, baseline=impl.baseline, flops=impl.flops,
+                   times_ms=timing.times_ms, median_ms=timing.median_ms, starved_rounds=timing.starved_rounds,
+                   check_error=error, check_passed=passed,
+                   tflops=impl.flops / (timing.median_ms * 1e-3) / 1e12 if impl.flops and passed is not False
+                   else None)
+        if cross_check:
+            row["profiler_kernel_ms"] = profiled_kernel_ms(impl.run, sets[0])
+        rows.append(row)
+    return rows
+
+
+def plan_cases(suites, device, quick=False, shapes=None):
+    table = gpu_suites(quick) if device.type == "cuda" else CPU_SUITES
+    return [(suite, case, shape) for suite in suites for case, shape in
+            ([("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES else table[suite])]
+
+
+def run(suites, device, *, quick=False, shapes=None, reps=20, warmup_ms=100.0, show_progress=True,
+        checkpoint=None):
+    """Measures the suites' cases; returns the report. checkpoint(report) is
+    called after every case, so a run stopped by a time limit leaves what it
+    measured."""
+    on_gpu = device.type == "cuda"
+    if not on_gpu:
+        reps, warmup_ms = min(reps, 3), 0.0
+    plan = plan_cases(suites, device, quick, shapes)
+    clock = CudaEventClock() if on_gpu else WallClock()
+    report = dict(provenance.describe(device), build_info=build_info(), complete=False,
+                  timing={"clock": type(clock).__name__, "warmup_ms": warmup_ms, "reps": reps,
+                          "statistic": "median", "interleaved": True,
+                          "baseline_tolerance": BASELINE_TOLERANCE},
+                  gpu_state=[], results=[])
+    if on_gpu:
+        peak, source = device_peak(device)
+        report["peak_tflops"] = {"value": peak, "source": source}
+    progress = Progress(len(plan), "bench") if show_progress and plan else None
+    cross_checked = False
+    for i, (suite, case, shape) in enumerate(plan):
+        if i == 0 or plan[i - 1][0] != suite:
+            report["gpu_state"].append(dict(suite=suite, when="before", reading=gpu_state.read(device)))
+        torch.manual_seed(i)
+        # One case per run, the smallest GEMM first planned, is also timed by
+        # the profiler: a reading independent of the events.
+        cross_check = on_gpu and suite == "gemm" and not cross_checked
+        cross_checked |= cross_check
+        report["results"] += measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check)
+        if i + 1 == len(plan) or plan[i + 1][0] != suite:
+            report["gpu_state"].append(dict(suite=suite, when="after", reading=gpu_state.read(device)))
+        if progress:
+            progress.advance(note=f"{suite} {'x'.join(map(str, shape))}")
+        if checkpoint:
+            checkpoint(report)
+    report["complete"] = True
+    return report
+
+
+def main(args):
+    device = torch.device("cuda" if build_info()["cuda_available"] else "cpu")
+    if args.shapes and args.suite not in SHAPED_SUITES + ("all",):
+        print(f"mpgemm bench: --shapes applies to the gemm and linear suites, not to {args.suite}")
+        return 2
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
+
+    def save(report):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+
+    report = run(suites, device, quick=args.quick, shapes=args.shapes, reps=args.reps, checkpoint=save)
+    save(report)
+    print(bench_report.format_report(report))
+    if args.csv:
+        bench_report.write_csv(report, args.csv)
+    if args.plot:
+        bench_report.plot_report(report, args.plot)
+    return 1 if bench_report.failed_checks(report) else 0

@@ -1,0 +1,69 @@
+"""Where a measurement comes from: device, driver, versions, commit and date.
+
+Every number the tools print or save carries this. The tree is copied to a
+GPU machine without `.git`, so `make gpu-bundle` runs this file beforehand
+to write the commit into `COMMIT` at the repository root, and the commit is
+read from there wherever git cannot tell it. The module imports nothing at
+load time beyond the standard library, so bench/gpu_check.py can load it
+before the extension is built, and `python3 mpgemm/tools/provenance.py`
+prints the commit.
+"""
+
+import datetime
+import os
+import subprocess
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def git_commit(root=REPO_ROOT):
+    """The commit of the tree at `root` ("-dirty" when tracked files differ
+    from it): from git, else from the COMMIT file, else "unknown"."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        with open(os.path.join(root, "COMMIT")) as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def describe(device):
+    """A dict naming what a measurement ran on and when."""
+    import torch
+
+    from . import gpu_state
+
+    device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    return {
+        "device": torch.cuda.get_device_name(device) if on_gpu else "cpu",
+        "gpu_measurement": on_gpu,
+        "driver_version": gpu_state.driver_version() if on_gpu else None,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version() if on_gpu else None,
+        "git_commit": git_commit(),
+        "date": utc_now(),
+    }
+
+
+def headline(info):
+    """One line: device, driver, versions, commit, date."""
+    driver = f", driver {info['driver_version']}" if info.get("driver_version") else ""
+    return (f"{info['device']}{driver}, torch {info['torch_version']} (CUDA {info['cuda_version']}), "
+            f"commit {info['git_commit']}, {info['date']}")
+
+
+if __name__ == "__main__":
+    print(git_commit())

@@ -1,0 +1,187 @@
+"""The one timing helper of mpgemm's benchmarks.
+
+`time_interleaved` times several implementations of one computation in the
+same run, so that their ratio means something:
+
+- Device time only. Events recorded around a call launched on an idle GPU
+  also time the host's launch of it (tens of microseconds: harmless at
+  4096^3, most of the number at 1024^3). So each round first enqueues a spin
+  on the device (`Clock.hold`) that outlasts the host's launching of the
+  round; every call then waits in the queue behind it, and the events between
+  calls read device work alone. After the round the helper checks that the
+  spin was still running when the last call was queued; if not, the round is
+  run again with a longer spin, and a round that never passes is counted in
+  `Timing.starved_rounds`.
+- Interleaved: round r runs impl 0, impl 1, ... once each, so clock or
+  thermal drift during the run falls on every implementation alike.
+- Past the cache: call i (counting every call of every impl) reads input set
+  i mod len(input_sets), so no call finds the operands of the one before it in
+  L2 (`input_sets_for` sizes the rotation).
+- Warmed up by time, not by count: whole rounds until `warmup_ms` have
+  passed, so that clocks ramp up and lazy initialisation (cuBLAS handles,
+  autotuning, first-call allocations) is done whatever the problem size.
+"""
+
+import dataclasses
+import statistics
+import time
+
+import torch
+
+MAX_ROUND_RETRIES = 3
+# A spin covers twice the host's launch time of a round, plus this margin for
+# a host thread descheduled now and then.
+HOLD_MARGIN_MS = 0.2
+
+
+@dataclasses.dataclass
+class Timing:
+    times_ms: list
+    starved_rounds: int = 0  # rounds whose device may have waited on the host
+
+    @property
+    def median_ms(self):
+        return statistics.median(self.times_ms)
+
+
+class CudaEventClock:
+    """Device time on the current CUDA stream, between CUDA events."""
+
+    asynchronous = True
+
+    def __init__(self):
+        self._cycles_per_ms = None
+
+    def now(self):
+        return 1000 * time.perf_counter()
+
+    def mark(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def elapsed_ms(self, start, end):
+        return start.elapsed_time(end)
+
+    def reached(self, mark):
+        return mark.query()
+
+    def synchronize(self):
+        torch.cuda.synchronize()
+
+    def hold(self, ms):
+        """Enqueues a spin of about `ms` on the device."""
+        if self._cycles_per_ms is None:
+            self._cycles_per_ms = self._calibrate()
+        torch.cuda._sleep(max(1, int(ms * self._cycles_per_ms)))
+
+    def _calibrate(self, cycles=1_000_000):
+        """Spin cycles per millisecond at the clock the GPU runs now."""
+        rates = []
+        for _ in range(3):
+            start = self.mark()
+            torch.cuda._sleep(cycles)
+            end = self.mark()
+            end.synchronize()
+            rates.append(cycles / max(start.elapsed_time(end), 1e-3))
+        return statistics.median(rates)
+
+
+class WallClock:
+    """Host time, for the CPU backend (every call is synchronous)."""
+
+    asynchronous = False
+
+    def now(self):
+        return 1000 * time.perf_counter()
+
+    def mark(self):
+        return self.now()
+
+    def elapsed_ms(self, start, end):
+        return end - start
+
+    def reached(self, mark):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def hold(self, ms):
+        pass
+
+
+def input_sets_for(bytes_per_set, cache_bytes, max_sets=16):
+    """How many input sets to rotate through so that together they exceed
+    twice the cache, and each call reads operands the previous ones evicted."""
+    if bytes_per_set <= 0:
+        return 1
+    return max(1, min(max_sets, -(-2 * cache_bytes // bytes_per_set)))
+
+
+def _launch_round(fns, input_sets, first_call, clock):
+    """Marks, then each fn on its input set followed by a mark; returns the
+    marks and the host time the launches took."""
+    start = clock.now()
+    marks = [clock.mark()]
+    for i, fn in enumerate(fns):
+        fn(*input_sets[(first_call + i) % len(input_sets)])
+        marks.append(clock.mark())
+    return marks, clock.now() - start
+
+
+def time_interleaved(impls, input_sets, *, clock, warmup_ms=100.0, reps=20):
+    """Times each of `impls` (name -> fn) on `reps` rounds; returns name -> Timing.
+
+    fn(*input_sets[j]) is one call; see the module docstring for how the
+    rounds are laid out."""
+    if reps < 1:
+        raise ValueError("time_interleaved: reps must be at least 1")
+    if not impls or not input_sets:
+        raise ValueError("time_interleaved: needs at least one impl and one input set")
+    names, fns = list(impls), list(impls.values())
+    calls = 0
+    launch_ms = 0.0
+    start = clock.now()
+    while True:
+        _, launch_ms = _launch_round(fns, input_sets, calls, clock)
+        calls += len(fns)
+        clock.synchronize()
+        if clock.now() - start >= warmup_ms:
+            break
+
+    times = {name: [] for name in names}
+    starved = 0
+    for _ in range(reps):
+        hold_ms = 2 * launch_ms + HOLD_MARGIN_MS
+        for attempt in range(MAX_ROUND_RETRIES + 1):
+            clock.hold(hold_ms)
+            held = clock.mark()
+            marks, launch_ms = _launch_round(fns, input_sets, calls, clock)
+            calls += len(fns)
+            kept_full = not clock.asynchronous or not clock.reached(held)
+            clock.synchronize()
+            if kept_full:
+                break
+            hold_ms *= 2
+        else:
+            starved += 1
+        for name, begin, end in zip(names, marks, marks[1:]):
+            times[name].append(clock.elapsed_ms(begin, end))
+    return {name: Timing(times[name], starved) for name in names}
+
+
+def profiled_kernel_ms(fn, inputs, reps=5):
+    """The mean over `reps` calls of the summed duration of the CUDA kernels
+    one call of fn runs, as torch.profiler (CUPTI) records them: a reading
+    independent of the events that `time_interleaved` uses."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in kernels) / 1000 / reps

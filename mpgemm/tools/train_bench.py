@@ -1,0 +1,427 @@
+"""`python -m mpgemm bench train`: the classic mixed-precision training experiment.
+
+ResNet-50 (224x224 images, channels_last) and a GPT-2-small-shaped
+transformer block (sequence 1024) are trained on synthetic data with SGD
+(momentum 0.9) in each of the three ways of `training` (fp32 with TF32 off,
+torch.amp, mpgemm), through the training step the demo uses. For each batch
+size: images/s or tokens/s (median step time after warm-up steps, the GPU
+synchronized around each step), the speedup over fp32 and the peak memory;
+then, per model and way, the largest batch that fits in the GPU's memory.
+
+The whole run is bounded by --time-limit: the timed runs share most of it and
+the largest-batch searches the rest; within its share a run sizes its number
+of steps from the step times it measures, and a run the time limit did not
+reach is reported as not run. Without a GPU only --quick runs: a tiny
+configuration that shows the benchmark works, not GPU measurements.
+"""
+
+import argparse
+import dataclasses
+import gc
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .._build import build_info
+from . import gpu_state, models, provenance, training
+from .progress import Progress
+from .train_report import format_report
+
+WAYS = training.WAYS
+GPU_TIME_LIMIT_S = 200.0
+CPU_QUICK_TIME_LIMIT_S = GPU_QUICK_TIME_LIMIT_S = 60.0
+SEARCH_SHARE = 0.3  # of the time limit, kept for the largest-batch searches
+WARMUP_SHARE = 0.3  # of a run's share, at most, spent on warm-up steps
+# A search stops once the largest batch that fits is known to within this
+# fraction of it: the last tries are the largest and slowest.
+SEARCH_RESOLUTION = 1 / 16
+LR = 0.01  # small enough that random labels do not drive the loss to inf
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    unit: str  # what the throughput counts: "images" or "tokens"
+    batch_unit: str  # what a batch counts: "images" or "sequences"
+    gpu_batch_sizes: tuple
+    build: object  # config -> fp32 model, built on the current default device
+    make_batch: object  # (batch size, config, device, generator) -> (input, target)
+    loss_fn: object
+    items_per_sample: object  # config -> images or tokens in one sample
+
+
+def _images(batch, config, device, generator):
+    x = torch.randn(batch, 3, config.image_size, config.image_size, device=device, generator=generator)
+    labels = torch.randint(0, 1000, (batch,), device=device, generator=generator)
+    return x.to(memory_format=torch.channels_last), labels
+
+
+def _embeddings(batch, config, device, generator):
+    shape = (batch, config.seq_len, config.d_model)
+    return (torch.randn(shape, device=device, generator=generator),
+            torch.randn(shape, device=device, generator=generator))
+
+
+WORKLOADS = {
+    "resnet50": Workload("resnet50", "images", "images", (32, 64, 128, 256),
+                         lambda config: models.resnet50().to(memory_format=torch.channels_last),
+                         _images, F.cross_entropy, lambda config: 1),
+    "gpt2-block": Workload("gpt2-block", "tokens", "sequences", (8, 16, 32, 64),
+                           lambda config: models.TransformerBlock(config.d_model),
+                           _embeddings, F.mse_loss, lambda config: config.seq_len),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    models: tuple = tuple(WORKLOADS)
+    batch_sizes: tuple = None  # None: each workload's gpu_batch_sizes
+    image_size: int = 224
+    seq_len: int = 1024
+    d_model: int = 768
+    max_warmup_steps: int = 5
+    max_timed_steps: int = 30
+    time_limit_s: float = GPU_TIME_LIMIT_S
+    search: bool = True
+    seed: int = 0
+
+    def batches(self, workload):
+        return self.batch_sizes or workload.gpu_batch_sizes
+
+
+NO_SEARCH_REASON = ("--quick on the CPU, where host memory bounds the batch, not a GPU's; the search needs a "
+                    "GPU")
+CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=64, seq_len=64, max_warmup_steps=1, max_timed_steps=2,
+                        time_limit_s=CPU_QUICK_TIME_LIMIT_S, search=False)
+GPU_QUICK = BenchConfig(batch_sizes=(32,), time_limit_s=GPU_QUICK_TIME_LIMIT_S)
+
+
+@dataclasses.dataclass
+class Run:
+    model: str
+    batch_size: int
+    way: str
+    items_per_step: int
+    status: str = "not run"  # "ok", "out of memory", "error" or "not run"
+    reason: str = ""
+    warmup_step_times_s: list = dataclasses.field(default_factory=list)
+    step_times_s: list = dataclasses.field(default_factory=list)
+    skipped_steps: int = 0  # of the timed steps
+    peak_memory_mb: float = None  # GPU: torch.cuda.max_memory_allocated over the timed steps
+    saved_memory_mb: float = None  # what autograd saved for backward in the first step
+    final_loss: float = None
+
+    @property
+    def median_step_s(self):
+        return statistics.median(self.step_times_s) if self.step_times_s else None
+
+    @property
+    def items_per_s(self):
+        return self.items_per_step / self.median_step_s if self.step_times_s else None
+
+
+@dataclasses.dataclass
+class Search:
+    model: str
+    way: str
+    status: str = "not run"  # "found", "at least", "not run", "skipped" or "error"
+    reason: str = ""
+    largest_fitting: int = None
+    smallest_oom: int = None
+    tries: list = dataclasses.field(default_factory=list)  # {batch_size, fits, seconds, peak_memory_mb}
+
+
+class Budget:
+    """The time limit, shared out: a task gets the time left to its phase
+    divided by the tasks left in it, so time a fast task leaves goes on to
+    the next ones."""
+
+    def __init__(self, seconds, clock=time.perf_counter):
+        self.clock = clock
+        self.start = clock()
+        self.end = self.start + seconds
+
+    def left(self, until=None):
+        return min(self.end if until is None else until, self.end) - self.clock()
+
+    def share(self, phase_end, tasks_left):
+        return max(0.0, self.left(phase_end)) / tasks_left
+
+
+def is_out_of_memory(error):
+    # cuBLAS and cuDNN report a failed workspace allocation as their own error.
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and ("out of memory" in str(error) or "ALLOC_FAILED" in str(error)))
+
+
+def describe_error(error):
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def free_memory(device):
+    """Called once the failed step's frames are gone, so that its tensors are free."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _trainer(workload, way, config, device):
+    torch.manual_seed(config.seed)
+    with torch.device(device):
+        model = workload.build(config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    return training.setup(way, model, optimizer, device)
+
+
+def _batch(workload, batch, config, device):
+    return workload.make_batch(batch, config, device, torch.Generator(device).manual_seed(config.seed))
+
+
+def _train(run, workload, config, device, budget, share_end):
+    """Warm-up steps, then timed steps, each bounded by count and by time:
+    a step starts only if the last one's time still fits."""
+    x, target = _batch(workload, run.batch_size, config, device)
+    with _trainer(workload, run.way, config, device) as trainer:
+        saved = training.SavedBytes()
+        with saved:
+            last = trainer.step(x, target, workload.loss_fn).seconds
+        run.saved_memory_mb = saved.total / 2**20
+        run.warmup_step_times_s.append(last)
+        warmup_end = budget.clock() + WARMUP_SHARE * budget.left(share_end)
+        while len(run.warmup_step_times_s) < config.max_warmup_steps and budget.left(warmup_end) > last:
+            last = trainer.step(x, target, workload.loss_fn).seconds
+            run.warmup_step_times_s.append(last)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        # The first timed step may overrun the run's share, not the time limit.
+        while len(run.step_times_s) < config.max_timed_steps and \
+                budget.left(share_end if run.step_times_s else None) > last:
+            step = trainer.step(x, target, workload.loss_fn)
+            last = step.seconds
+            run.step_times_s.append(step.seconds)
+            run.skipped_steps += step.skipped
+            run.final_loss = step.loss
+        if device.type == "cuda":
+            run.peak_memory_mb = torch.cuda.max_memory_allocated(device) / 2**20
+    if run.step_times_s:
+        run.status = "ok"
+    else:
+        run.reason = "the time limit came during its warm-up"
+
+
+def _predicted_step_s(runs, model, way, batch):
+    """A step's time at `batch` from the largest batch measured for the same
+    model and way, taken as proportional to the batch; None when none was."""
+    done = [r for r in runs if r.model == model and r.way == way and r.step_times_s]
+    if not done:
+        return None
+    largest = max(done, key=lambda r: r.batch_size)
+    return largest.median_step_s * batch / largest.batch_size
+
+
+def measure_runs(config, device, budget, done):
+    """The timed runs, in plan order; done(runs, note) after each."""
+    plan = [(WORKLOADS[name], batch, way) for name in config.models for batch in config.batches(WORKLOADS[name])
+            for way in WAYS]
+    phase_end = budget.start + (budget.end - budget.start) * (1 - SEARCH_SHARE if config.search else 1)
+    runs = []
+    for index, (workload, batch, way) in enumerate(plan):
+        run = Run(workload.name, batch, way, batch * workload.items_per_sample(config))
+        runs.append(run)
+        share = budget.share(phase_end, len(plan) - index)
+        predicted = _predicted_step_s(runs, workload.name, way, batch)
+        if budget.left() <= 0:
+            run.reason = "the time limit came before it"
+        elif predicted is not None and 2 * predicted > budget.left():
+            run.reason = f"two steps ({2 * predicted:.1f} s predicted) would pass the time limit"
+        else:
+            try:
+                _train(run, workload, config, device, budget, budget.clock() + share)
+            except Exception as error:  # one failed run must not lose the others' measurements
+                run.warmup_step_times_s, run.step_times_s = [], []
+                run.status = "out of memory" if is_out_of_memory(error) else "error"
+                run.reason = describe_error(error)
+            free_memory(device)
+        done(runs, f"{workload.name} batch {batch} {way}")
+    return runs
+
+
+def _try_batch(workload, way, batch, config, device):
+    """One forward+backward+step at `batch` on a fresh model: a try entry."""
+    start = time.perf_counter()
+    entry = {"batch_size": batch, "fits": False, "seconds": None, "peak_memory_mb": None, "error": None}
+    try:
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        x, target = _batch(workload, batch, config, device)
+        with _trainer(workload, way, config, device) as trainer:
+            trainer.step(x, target, workload.loss_fn)
+        entry["fits"] = True
+        if device.type == "cuda":
+            entry["peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    except Exception as error:
+        if not is_out_of_memory(error):
+            entry["error"] = describe_error(error)
+    free_memory(device)
+    entry["seconds"] = time.perf_counter() - start
+    return entry
+
+
+def _known_to_resolution(lo, hi):
+    return hi is not None and hi - lo <= max(1, int(lo * SEARCH_RESOLUTION))
+
+
+def search_largest_batch(search, workload, runs, config, device, budget, share_end):
+    """Doubles from the largest batch the timed runs fitted until a try runs
+    out of memory, then bisects, while the share lasts."""
+    mine = [r for r in runs if r.model == search.model and r.way == search.way]
+    lo = max((r.batch_size for r in mine if r.status == "ok"), default=0)
+    hi = min((r.batch_size for r in mine if r.status == "out of memory"), default=None)
+    seconds_per_sample = None
+    if lo:
+        seconds_per_sample = _predicted_step_s(runs, search.model, search.way, lo) / lo
+    while not _known_to_resolution(lo, hi):
+        batch = (2 * lo if lo else min(config.batches(workload))) if hi is None else (lo + hi) // 2
+        predicted = seconds_per_sample * batch if seconds_per_sample else 0.0
+        if budget.left(share_end) <= predicted:
+            search.reason = (f"the next try, batch {batch}, would pass the time share"
+                             + (f" ({predicted:.1f} s predicted)" if predicted else ""))
+            break
+        entry = _try_batch(workload, search.way, batch, config, device)
+        search.tries.append(entry)
+        if entry["error"]:
+            search.status, search.reason = "error", f"batch {batch} failed: {entry['error']}"
+            search.largest_fitting, search.smallest_oom = lo or None, hi
+            return
+        if entry["fits"]:
+            lo, seconds_per_sample = batch, entry["seconds"] / batch
+        else:
+            hi = batch
+    search.largest_fitting, search.smallest_oom = lo or None, hi
+    if _known_to_resolution(lo, hi):
+        search.status = "found"
+    elif lo:
+        search.status = "at least"
+    else:
+        search.status = "not run"
+
+
+def run_searches(config, device, budget, runs, done):
+    """A largest-batch search per model and way; done(searches, note) after each."""
+    searches = [Search(name, way) for name in config.models for way in WAYS]
+    if not config.search:
+        for search in searches:
+            search.status, search.reason = "skipped", NO_SEARCH_REASON
+        done(searches, "")
+        return searches
+    for index, search in enumerate(searches):
+        share_end = budget.clock() + budget.share(None, len(searches) - index)
+        search_largest_batch(search, WORKLOADS[search.model], runs, config, device, budget, share_end)
+        done(searches, f"largest batch {search.model} {search.way}")
+    return searches
+
+
+def _run_entries(runs, on_gpu):
+    """The runs as the report holds them: their fields, units, medians and,
+    for GPU times only, the speedup over fp32 at the same batch."""
+    fp32 = {(r.model, r.batch_size): r.items_per_s for r in runs if r.way == "fp32" and r.items_per_s}
+    entries = []
+    for run in runs:
+        baseline, workload = fp32.get((run.model, run.batch_size)), WORKLOADS[run.model]
+        entries.append(dataclasses.asdict(run) | {
+            "unit": workload.unit, "batch_unit": workload.batch_unit, "median_step_s": run.median_step_s,
+            "items_per_s": run.items_per_s,
+            "speedup_vs_fp32": run.items_per_s / baseline if on_gpu and run.items_per_s and baseline else None})
+    return entries
+
+
+def run(config, device, show_progress=True, checkpoint=None):
+    """The report: provenance, settings, GPU state, runs and searches.
+    checkpoint(report) is called after every run and search, so that a run
+    killed from outside still leaves what it measured ("complete": false)."""
+    device = torch.device(device)
+    budget = Budget(config.time_limit_s)
+    report = {"provenance": provenance.describe(device), "build_info": build_info(), "complete": False,
+              "config": dataclasses.asdict(config) | {
+                  "batch_sizes": {name: list(config.batches(WORKLOADS[name])) for name in config.models},
+                  "lr": LR, "search_share": SEARCH_SHARE, "warmup_share": WARMUP_SHARE},
+              "settings": {"fp32": training.FP32_NOTE, "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                           "data": "synthetic, generated on the device from fixed seeds"},
+              "device_memory_mb": (torch.cuda.get_device_properties(device).total_memory / 2**20
+                                   if device.type == "cuda" else None),
+              "gpu_state": {"before": gpu_state.read(device), "after": None},
+              "runs": [], "largest_batch": [], "elapsed_s": 0.0}
+    planned_runs = sum(len(config.batches(WORKLOADS[m])) for m in config.models) * len(WAYS)
+    planned_searches = len(config.models) * len(WAYS) if config.search else 0
+    progress = Progress(planned_runs + planned_searches, "bench train") if show_progress else None
+
+    def record(key, entries, note):
+        report[key] = entries
+        report["elapsed_s"] = budget.clock() - budget.start
+        if progress and note:
+            progress.advance(note=note)
+        if checkpoint:
+            checkpoint(report)
+
+    runs = measure_runs(config, device, budget,
+                        lambda runs, note: record("runs", _run_entries(runs, device.type == "cuda"), note))
+    report["gpu_state"]["after"] = gpu_state.read(device)
+    run_searches(config, device, budget, runs, lambda searches, note: record(
+        "largest_batch", [dataclasses.asdict(s) | {"batch_unit": WORKLOADS[s.model].batch_unit} for s in searches],
+        note))
+    report["complete"] = True
+    return report
+
+
+def positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def parse_models(text):
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown model {', '.join(unknown) or repr(text)}; "
+                                         f"choose from {', '.join(WORKLOADS)}")
+    return names
+
+
+def make_config(on_gpu, args):
+    config = (GPU_QUICK if on_gpu else CPU_QUICK) if args.quick else BenchConfig()
+    changes = {name: value for name, value in (("models", args.models), ("time_limit_s", args.time_limit))
+               if value is not None}
+    if args.batch_sizes:
+        changes["batch_sizes"] = tuple(args.batch_sizes)
+    return dataclasses.replace(config, **changes)
+
+
+def main(args):
+    device = torch.device("cuda" if build_info()["cuda_available"] else "cpu")
+    if device.type != "cuda" and not args.quick:
+        print(training.wrap("mpgemm bench train: the full benchmark (ResNet-50 at 224x224 and a GPT-2 block at "
+                            "sequence 1024, batches up to 256) needs a GPU and a CUDA build of mpgemm. Without "
+                            "one, `bench train --quick` runs a tiny configuration on the CPU."))
+        return 2
+
+    def save(report):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+
+    report = run(make_config(device.type == "cuda", args), device, checkpoint=save)
+    save(report)
+    print(format_report(report))
+    if args.json:
+        print(f"report written to {args.json}")
+    failed = any(r["status"] == "error" for r in report["runs"] + report["largest_batch"])
+    return 1 if failed else 0

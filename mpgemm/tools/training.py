@@ -1,0 +1,138 @@
+"""The three ways of training that the demo and `bench train` compare, and the
+one training step they share.
+
+  fp32       IEEE fp32: TF32 is switched off for cuDNN convolutions and cuBLAS
+             matmuls while the way runs (torch's default lets cuDNN use it),
+             and restored afterwards;
+  torch.amp  torch.autocast to fp16 with torch.amp.GradScaler, the peer;
+  mpgemm     mpgemm.amp.prepare(): fp16 model with fp32 master weights,
+             dynamic loss scaling, Conv2d and Linear layers on mpgemm.
+
+The loss is computed in fp32 from the model's output, the same way for all
+three. A step is timed between two GPU synchronizations, so its time is the
+work it queued, not the time to queue it. Both reports print text wrapped
+to REPORT_WIDTH columns.
+"""
+
+import contextlib
+import dataclasses
+import textwrap
+import time
+
+import torch
+
+from .. import amp
+
+WAYS = ("fp32", "torch.amp", "mpgemm")
+FP32_NOTE = "fp32 is IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls during its runs"
+REPORT_WIDTH = 100
+
+
+def wrap(text, indent=""):
+    return textwrap.fill(text, width=REPORT_WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False)
+
+
+@contextlib.contextmanager
+def ieee_fp32():
+    """TF32 off for cuDNN convolutions and cuBLAS matmuls, restored on exit."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclasses.dataclass
+class StepResult:
+    seconds: float
+    loss: float
+    skipped: bool  # the scaler found inf/NaN gradients and did not apply the update
+    scale: float  # the loss scale the step used (1 for fp32)
+
+
+@dataclasses.dataclass
+class Trainer:
+    """A model and its optimizer set up to train one of the WAYS."""
+
+    way: str
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: object  # None, torch.amp.GradScaler or mpgemm.amp.LossScaler
+    device: torch.device
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.float16, enabled=self.way == "torch.amp")
+
+    def step(self, x, target, loss_fn):
+        """One timed forward, backward and optimizer step on (x, target)."""
+        synchronize(self.device)
+        start = time.perf_counter()
+        with self.autocast():
+            output = self.model(x)
+        loss = loss_fn(output.float(), target)
+        scale = 1.0
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            scale = self.scaler.get_scale()
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        synchronize(self.device)
+        seconds = time.perf_counter() - start
+        return StepResult(seconds, loss.item(), self._skipped(scale), scale)
+
+    def _skipped(self, scale_before):
+        if self.scaler is None:
+            return False
+        if isinstance(self.scaler, amp.LossScaler):
+            return self.scaler.last_step_skipped
+        # GradScaler lowers its scale after an overflow, and only then.
+        return self.scaler.get_scale() < scale_before
+
+
+@contextlib.contextmanager
+def setup(way, model, optimizer, device):
+    """A Trainer for `way` over an fp32 model and its optimizer, which
+    mpgemm's way replaces by prepared ones. The fp32 way runs in IEEE fp32
+    inside the block."""
+    if way not in WAYS:
+        raise ValueError(f"way must be one of {', '.join(WAYS)}, got {way!r}")
+    device = torch.device(device)
+    with ieee_fp32() if way == "fp32" else contextlib.nullcontext():
+        scaler = None
+        if way == "torch.amp":
+            scaler = torch.amp.GradScaler(device.type)
+        elif way == "mpgemm":
+            model, optimizer, scaler = amp.prepare(model, optimizer)
+        yield Trainer(way, model, optimizer, scaler, device)
+
+
+class SavedBytes:
+    """Bytes of the tensors autograd saves for backward inside the block
+    (activations, and the parameters kept with them): memory that a CPU run
+    can measure."""
+
+    def __init__(self):
+        self.total = 0
+
+    def __enter__(self):
+        def pack(t):
+            self.total += t.numel() * t.element_size()
+            return t
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)

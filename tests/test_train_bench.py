@@ -1,0 +1,248 @@
+"""`bench train` and the training step it shares with the demo: the three
+ways, the time limit and how it is shared, out-of-memory handling, the
+largest-batch search, the report and the command line."""
+
+import json
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mpgemm.tools import cli, train_bench, train_report, training
+
+WIDTH = 100
+
+
+class Tiny(torch.nn.Module):
+    """A classifier of 16 features whose forward can take a set time per
+    sample and fail like a GPU out of memory (or otherwise) above a batch."""
+
+    def __init__(self, seconds_per_sample=0.0, oom_above=None, fail_at=None):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+        self.seconds_per_sample, self.oom_above, self.fail_at = seconds_per_sample, oom_above, fail_at
+
+    def forward(self, x):
+        if self.oom_above is not None and x.shape[0] > self.oom_above:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        if x.shape[0] == self.fail_at:
+            raise ValueError("a bug at this batch")
+        time.sleep(self.seconds_per_sample * x.shape[0])
+        return self.fc(x)
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    """Registers a "tiny" workload built by Tiny(**options); returns the options to fill."""
+    options = {}
+
+    def batch(size, config, device, generator):
+        return torch.randn(size, 16, generator=generator), torch.randint(0, 4, (size,), generator=generator)
+
+    workload = train_bench.Workload("tiny", "images", "images", (4, 8), lambda config: Tiny(**options), batch,
+                                    F.cross_entropy, lambda config: 1)
+    monkeypatch.setitem(train_bench.WORKLOADS, "tiny", workload)
+    return options
+
+
+def tiny_config(**changes):
+    base = train_bench.BenchConfig(models=("tiny",), batch_sizes=(4, 8), max_warmup_steps=2, max_timed_steps=3,
+                                   time_limit_s=60.0, search=False)
+    return train_bench.dataclasses.replace(base, **changes)
+
+
+def test_budget_gives_each_task_the_time_left_over_the_tasks_left():
+    now = [100.0]
+    budget = train_bench.Budget(50.0, clock=lambda: now[0])
+    assert budget.share(budget.start + 35.0, 7) == 5.0
+    now[0] += 20.0  # the first tasks took 20 s instead of 15: the 3 left share the 15 s left
+    assert budget.share(budget.start + 35.0, 3) == 5.0
+    assert budget.left() == 30.0 and budget.left(until=budget.end + 10) == 30.0
+    now[0] += 40.0
+    assert budget.share(budget.start + 35.0, 2) == 0.0 and budget.left() < 0
+
+
+def test_runs_take_their_step_counts_when_time_allows(tiny):
+    saved = []
+    report = train_bench.run(tiny_config(), "cpu", show_progress=False,
+                             checkpoint=lambda r: saved.append(json.loads(json.dumps(r))))
+    # Saved after each run, so that a run killed from outside leaves what it measured.
+    assert [(len(r["runs"]), r["complete"]) for r in saved[:6]] == [(n, False) for n in range(1, 7)]
+    assert report["complete"] and saved[-1]["largest_batch"] == report["largest_batch"]
+    assert [(r["way"], r["batch_size"]) for r in report["runs"]] == [
+        (way, batch) for batch in (4, 8) for way in training.WAYS]
+    for r in report["runs"]:
+        assert r["status"] == "ok" and len(r["warmup_step_times_s"]) == 2 and len(r["step_times_s"]) == 3
+        assert r["items_per_s"] == pytest.approx(r["batch_size"] / sorted(r["step_times_s"])[1])
+        assert r["speedup_vs_fp32"] is None and r["peak_memory_mb"] is None, "no GPU figures from a CPU run"
+        assert r["saved_memory_mb"] > 0
+    assert report["gpu_state"] == {"before": None, "after": None}
+    assert {s["status"] for s in report["largest_batch"]} == {"skipped"}
+
+
+def test_time_limit_stops_the_run_and_reports_the_runs_it_did_not_reach(tiny):
+    tiny["seconds_per_sample"] = 0.025  # 0.1 s a step at batch 4, 0.2 s at batch 8
+    config = tiny_config(max_warmup_steps=5, max_timed_steps=30, time_limit_s=1.2)
+    start = time.perf_counter()
+    report = train_bench.run(config, "cpu", show_progress=False)
+    elapsed = time.perf_counter() - start
+    assert elapsed < config.time_limit_s + 0.5, "at most about one step past the limit"
+    runs = report["runs"]
+    assert len(runs) == 6, "no run is dropped from the report"
+    assert runs[0]["status"] == "ok"
+    not_run = [r for r in runs if r["status"] == "not run"]
+    assert not_run and all(r["reason"] for r in not_run)
+    assert all(r["status"] in ("ok", "not run") for r in runs)
+    assert sum(map(len, (r["step_times_s"] for r in runs))) < 30, "steps are sized from their time"
+    text = train_report.format_report(report)
+    assert "not run:" in text and f"of {len(runs)} runs measured" in text
+
+
+def test_out_of_memory_is_reported_and_the_search_finds_the_largest_batch(tiny):
+    tiny["oom_above"] = 10
+    config = tiny_config(batch_sizes=(2, 16), search=True)
+    report = train_bench.run(config, "cpu", show_progress=False)
+    assert [r["status"] for r in report["runs"]] == ["ok"] * 3 + ["out of memory"] * 3
+    assert all("OutOfMemoryError" in r["reason"] for r in report["runs"][3:])
+    for search in report["largest_batch"]:
+        assert (search["status"], search["largest_fitting"], search["smallest_oom"]) == ("found", 10, 11)
+        # From the timed runs: 2 fits, 16 does not; then bisection.
+        assert [(t["batch_size"], t["fits"]) for t in search["tries"]] == [(9, True), (12, False), (10, True),
+                                                                          (11, False)]
+
+
+def test_search_doubles_then_stops_at_its_time_share(tiny):
+    tiny["seconds_per_sample"] = 0.02
+    done = train_bench.Run("tiny", 4, "fp32", 4, status="ok", step_times_s=[0.08])
+    search = train_bench.Search("tiny", "fp32")
+    budget = train_bench.Budget(60.0)
+    train_bench.search_largest_batch(search, train_bench.WORKLOADS["tiny"], [done], tiny_config(), torch.device("cpu"),
+                                     budget, budget.clock() + 0.45)
+    assert [t["batch_size"] for t in search.tries] == [8]  # 16 would take 0.32 s of the ~0.25 s left
+    assert (search.status, search.largest_fitting) == ("at least", 8)
+    assert "batch 16" in search.reason and "predicted" in search.reason
+
+
+def test_a_failing_run_is_reported_and_the_others_still_run(tiny):
+    tiny["fail_at"] = 8
+    report = train_bench.run(tiny_config(), "cpu", show_progress=False)
+    assert [r["status"] for r in report["runs"]] == ["ok"] * 3 + ["error"] * 3
+    assert report["runs"][3]["reason"] == "ValueError: a bug at this batch"
+
+
+def test_gpu_report_has_throughput_speedup_and_largest_batches(tiny):
+    report = train_bench.run(tiny_config(batch_sizes=(4,)), "cpu", show_progress=False)
+    report["provenance"].update(device="NVIDIA H100 80GB HBM3 (made-up report)", gpu_measurement=True)
+    report["device_memory_mb"] = 81559.0
+    for r, speedup in zip(report["runs"], (1.0, 3.25, 2.5)):
+        r.update(speedup_vs_fp32=speedup, peak_memory_mb=1234.0)
+    report["largest_batch"][0].update(status="found", largest_fitting=640, smallest_oom=672,
+                                      tries=[{"batch_size": 512, "fits": True, "error": None}])
+    report["largest_batch"][1].update(status="at least", largest_fitting=1024, reason="the next try, batch 2048, "
+                                      "would pass the time share (9.1 s predicted)")
+    report["largest_batch"][2].update(status="at least", largest_fitting=512, smallest_oom=1024,
+                                      reason="the next try, batch 768, would pass the time share")
+    text = train_report.format_report(report)
+    assert max(map(len, text.splitlines())) <= WIDTH
+    assert "at least 512 images, fewer than 1024; stopped: the next try, batch 768" in text
+    assert "img/s" in text and "3.25x" in text and "NOT GPU" not in text
+    assert "tiny fp32: 640 images (672 ran out of memory). Tries: 512 fits." in text
+    assert "at least 1024" in text
+
+
+def test_ieee_fp32_turns_tf32_off_and_restores_it():
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = True, True
+    try:
+        with pytest.raises(KeyError), training.ieee_fp32():
+            assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (False, False)
+            raise KeyError("the block failed")
+        assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_setup_refuses_an_unknown_way():
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="way must be one of fp32, torch.amp, mpgemm, got 'bf16'"):
+        with training.setup("bf16", model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu"):
+            pass
+
+
+def test_fp32_step_is_one_sgd_step_in_ieee_fp32():
+    model = torch.nn.Linear(8, 3)
+    weight = model.weight.detach().clone()
+    x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
+    expected_grad = torch.func.grad(lambda w: F.cross_entropy(x @ w.t() + model.bias.detach(), y))(weight)
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    with training.setup("fp32", model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), "cpu") as trainer:
+        assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (False, False)
+        result = trainer.step(x, y, F.cross_entropy)
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == flags
+    torch.testing.assert_close(model.weight.detach(), weight - 0.5 * expected_grad)
+    assert (result.skipped, result.scale) == (False, 1.0) and result.seconds > 0
+
+
+@pytest.mark.parametrize("way", ["torch.amp", "mpgemm"])
+def test_an_overflowing_step_is_skipped_and_the_scale_halved(way):
+    model = torch.nn.Linear(8, 3)
+    x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
+    with training.setup(way, model, torch.optim.SGD(model.parameters(), lr=0.5), "cpu") as trainer:
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        # 1e36 times the initial scale 2**16 is past fp32's range: the gradients are inf.
+        overflow = trainer.step(x, y, lambda out, target: 1e36 * F.cross_entropy(out, target))
+        assert overflow.skipped and overflow.scale == 2.0**16 and trainer.scaler.get_scale() == 2.0**15
+        assert all(torch.equal(b, p) for b, p in zip(before, trainer.model.parameters()))
+        normal = trainer.step(x, y, F.cross_entropy)
+        assert not normal.skipped and not torch.equal(before[0], trainer.model.weight)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_full_benchmark_needs_a_gpu(capsys):
+    assert cli.main(["bench", "train"]) == 2
+    assert "needs a GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "train", "--shapes", "8x8x8"], "--shapes applies to the kernel suites, not to train"),
+    (["bench", "train", "--reps", "3"], "--reps applies to the kernel suites, not to train"),
+    (["bench", "train", "--csv", "out.csv"], "--csv applies to the kernel suites, not to train"),
+    (["bench", "gemm", "--time-limit", "5"], "--time-limit applies to bench train only, not to gemm"),
+    (["bench", "--models", "resnet50"], "--models applies to bench train only, not to all"),
+    (["bench", "conv", "--batch-sizes", "8"], "--batch-sizes applies to bench train only, not to conv"),
+])
+def test_bench_refuses_the_other_kinds_options(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "train", "--models", "resnet50,vgg"], "argument --models: unknown model vgg; choose from"),
+    (["bench", "train", "--time-limit", "0"], "argument --time-limit: expected a positive number of seconds"),
+    (["bench", "train", "--time-limit", "soon"], "argument --time-limit: expected a positive number of seconds"),
+])
+def test_bench_train_refuses_bad_values(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_quick_cli_run_on_the_cpu(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU, --quick is a GPU run")
+    path = tmp_path / "train.json"
+    assert cli.main(["bench", "train", "--quick", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= WIDTH
+    assert "NOT GPU MEASUREMENTS" in out and "Largest-batch search skipped" in out
+    assert "img/s" not in out and "tok/s" not in out and "speedup" not in out.split("NOT GPU")[0]
+    report = json.loads(path.read_text())
+    assert set(report) >= {"provenance", "config", "settings", "gpu_state", "runs", "largest_batch", "elapsed_s"}
+    assert report["provenance"]["gpu_measurement"] is False
+    assert [(r["model"], r["way"]) for r in report["runs"]] == [
+        (model, way) for model in ("resnet50", "gpt2-block") for way in training.WAYS]
+    # A busy machine may reach the time limit first: what ran is reported, the rest marked not run.
+    assert report["runs"][0]["status"] == "ok"
+    for r in report["runs"]:
+        assert r["status"] == "not run" or (r["status"] == "ok" and 1 <= len(r["step_times_s"]) <= 2)
