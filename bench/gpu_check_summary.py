@@ -11,7 +11,10 @@ import json
 import math
 import os
 import re
+import sys
 import xml.etree.ElementTree as ElementTree
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ncu metrics shown in the summary, by what they tell (all of them are in the archive).
 PROFILE_METRICS = {
@@ -28,7 +31,7 @@ PROFILE_METRICS = {
     "L2 bytes/s": "lts__t_bytes.sum.per_second",
     "DRAM throughput": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
 }
-STALL_METRIC = re.compile(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)(?:_per_issue_active)?\.(?:ratio|pct)")
+STALL_METRIC = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 
 
 def _load_json(path):
@@ -45,6 +48,16 @@ def _log_tail(raw, result, lines=3):
             return [line.rstrip() for line in f.readlines()[-lines:]]
     except OSError:
         return []
+
+
+def _bench_report():
+    """mpgemm's own reading of a bench report. Imported when a bench step has
+    left a report, so the build step has made the package importable."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from mpgemm.tools import bench_report
+
+    return bench_report
 
 
 def _rows_by(report, impl):
@@ -74,10 +87,8 @@ def gemm_section(report):
                      f"{_fmt(_ratio(mp16.get(shape), mm16.get(shape)), '.2f', 'x')} |")
         headline.append(f"{shape[0]}^3 {_fmt(ratio, '.2f', 'x')}" if len(set(shape)) == 1
                         else f"{'x'.join(map(str, shape))} {_fmt(ratio, '.2f', 'x')}")
-    for r in report["results"]:
-        if "profiler_kernel_ms" in r:
-            lines.append(f"\nTiming cross-check, {r['impl']} at {'x'.join(map(str, r['shape']))}: events "
-                         f"{r['median_ms']:.4f} ms, profiler kernel time {r['profiler_kernel_ms']:.4f} ms.")
+    lines += ["", *(f"- {_bench_report().cross_check_line(r)}" for r in report["results"]
+                    if "profiler_kernel_ms" in r)]
     return "mpgemm/cuBLAS " + ", ".join(headline), lines
 
 
@@ -112,6 +123,7 @@ def bench_step(name):
                    "conv": lambda r: paired_section(r, [("mpgemm fwd", "cudnn fwd"),
                                                         ("mpgemm fwd+bwd", "cudnn fwd+bwd")])}[name]
         headline, lines = section(report)
+        lines = [f"- {note}" for note in _bench_report().notes(report)] + lines
         failed = [r for r in report["results"] if r["check_passed"] is False]
         if failed:
             headline = f"{len(failed)} results FAILED their check; " + headline

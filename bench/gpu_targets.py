@@ -6,12 +6,12 @@ bench/gpu_check.py:
       GEMM (16-byte cp.async path, fused bias and GELU), a small odd one
       (one-element path, fp16 out), and a convolution's forward, backward-data
       and backward-filter passes; every result is checked against float64.
-  python3 bench/gpu_targets.py profile [--size N]
-      PROFILE_WARMUP calls of the N^3 GEMM (fp16 in, fp32 out), then the one
-      that `ncu --launch-skip PROFILE_WARMUP --launch-count 1` reads.
+  python3 bench/gpu_targets.py profile [--size N] [--warmup W]
+      W calls of the N^3 GEMM (fp16 in, fp32 out), then the one that
+      `ncu --launch-skip W --launch-count 1` reads.
   python3 bench/gpu_targets.py profile --without-ncu --json PATH
       where ncu cannot run: the same GEMM's kernel time from torch.profiler
-      (CUPTI) and the SM clock from NVML, as cycles per call.
+      (CUPTI) and the SM clock from NVML right after, as cycles per call.
 """
 
 import argparse
@@ -28,7 +28,6 @@ import mpgemm  # noqa: E402
 from mpgemm.testing import reference_gemm, relative_error  # noqa: E402
 from mpgemm.tools import gpu_state, timing  # noqa: E402
 
-PROFILE_WARMUP = 2
 TOLERANCE = 1e-3
 
 
@@ -62,23 +61,22 @@ def sanitize():
     torch.cuda.synchronize()
 
 
-def profile(size, without_ncu, json_path):
+def profile(size, warmup, without_ncu, json_path):
     a, b = torch.randn(size, size, device="cuda").half(), torch.randn(size, size, device="cuda").half()
-    for _ in range(PROFILE_WARMUP):
+    for _ in range(warmup):
         mpgemm.gemm(a, b)
     torch.cuda.synchronize()
     if not without_ncu:
         mpgemm.gemm(a, b)
         torch.cuda.synchronize()
         return
-    before = gpu_state.read()
-    kernel_ms = timing.profiled_kernel_ms(mpgemm.gemm, (a, b))
+    kernel_ms = timing.profiled_kernel_ms(mpgemm.gemm, [(a, b)], reps=20)
+    # Read right after the calls, while the clock is still the one they ran at.
     after = gpu_state.read()
-    clocks = [s["sm_clock_mhz"] for s in (before, after) if s and "sm_clock_mhz" in s]
-    result = {"source": "torch.profiler kernel time x NVML SM clock (ncu unavailable)", "size": size,
-              "kernel_ms": kernel_ms, "tflops": 2 * size**3 / (kernel_ms * 1e-3) / 1e12,
-              "sm_clock_mhz": clocks, "cycles": kernel_ms * 1e3 * min(clocks) if clocks else None,
-              "gpu_state": [before, after]}
+    clock = after.get("sm_clock_mhz") if after else None
+    result = {"source": "torch.profiler kernel time x NVML SM clock read right after (ncu unavailable)",
+              "size": size, "kernel_ms": kernel_ms, "tflops": 2 * size**3 / (kernel_ms * 1e-3) / 1e12,
+              "sm_clock_mhz": clock, "cycles": kernel_ms * 1e3 * clock if clock else None, "gpu_state": after}
     print(json.dumps(result, indent=1))
     with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
@@ -90,6 +88,7 @@ def main():
     commands.add_parser("sanitize")
     p = commands.add_parser("profile")
     p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--without-ncu", action="store_true")
     p.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
@@ -100,7 +99,7 @@ def main():
     elif args.without_ncu and not args.json:
         parser.error("--without-ncu needs --json PATH")
     else:
-        profile(args.size, args.without_ncu, args.json)
+        profile(args.size, args.warmup, args.without_ncu, args.json)
 
 
 if __name__ == "__main__":

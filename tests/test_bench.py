@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import skip_or_fail
 from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, sass
@@ -55,15 +56,38 @@ def test_ceiling_flops_count_every_warps_products():
     assert benchmarks.ceiling_flops(blocks=264, iterations=20000) == 2.0 * 264 * 8 * 64 * 32 * 16 * 20000
 
 
-def test_flops_count_the_work_each_impl_does():
-    m, n, k = 64, 256, 128
-    _, _, linear = benchmarks._linear_case((m, n, k), CPU)
-    product = 2.0 * m * n * k
-    assert linear["torch unfused fwd"].flops == linear["mpgemm fused fwd"].flops == product
-    assert linear["torch unfused fwd+bwd"].flops == 3 * product  # dX and dW; torch stored the pre-activation
-    assert linear["mpgemm fused fwd+bwd"].flops == 4 * product  # and mpgemm's GELU backward recomputes it
-    _, _, conv = benchmarks._conv_case((2, 16, 16, 3, 1, 1, 8), CPU)
-    assert conv["mpgemm fwd+bwd"].flops == conv["torch fwd+bwd"].flops == 3 * conv["mpgemm fwd"].flops
+# Ops that run products of the forward's size, and how many each runs
+# (convolution_backward: the input's and the weight's gradients).
+PRODUCTS = {"mpgemm.linear.default": 1, "mpgemm.gemm.default": 1, "aten.addmm.default": 1, "aten.mm.default": 1,
+            "mpgemm.conv2d.default": 1, "mpgemm.conv2d_grad_input.default": 1,
+            "mpgemm.conv2d_grad_weight.default": 1, "aten.convolution.default": 1,
+            "aten.convolution_backward.default": 2}
+
+
+class CountProducts(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += PRODUCTS.get(str(func), 0)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("suite, shape, product", [
+    ("linear", (64, 256, 128), 2.0 * 64 * 256 * 128),
+    ("conv", (2, 16, 16, 3, 1, 1, 8), 2.0 * 2 * 16 * 8 * 8 * 16 * 9),
+])
+def test_flops_count_the_products_each_impl_runs(suite, shape, product):
+    """An impl's FLOPs are the products it runs times the forward's size:
+    mpgemm's fused GELU backward recomputes the pre-activation, one product
+    more than torch, which stored it."""
+    make, _, impls = benchmarks.CASE_BUILDERS[suite](shape, CPU)
+    inputs = make()
+    for name, impl in impls.items():
+        with CountProducts() as counter:
+            impl.run(*inputs)
+        assert counter.count and impl.flops == counter.count * product, name
 
 
 def test_a_wrong_result_posts_no_number(monkeypatch, capsys):
@@ -79,6 +103,21 @@ def test_a_wrong_result_posts_no_number(monkeypatch, capsys):
     assert fwd.split()[-3:] == ["-", "-", "FAIL"]  # no median, no TFLOP/s
     assert "FAIL: mpgemm fused fwd at 64x256x128 differs from torch unfused fwd" in out
     assert "FAIL: mpgemm fused fwd+bwd" in out
+
+
+def test_a_case_that_raises_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    real_gemm = benchmarks.ops.gemm
+
+    def fails_on_odd_shapes(a, b, **kwargs):
+        if a.shape[0] % 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_gemm(a, b, **kwargs)
+
+    monkeypatch.setattr(benchmarks.ops, "gemm", fails_on_odd_shapes)
+    assert cli.main(["bench", "gemm", "--shapes", "7x8x9,8x8x8"]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR: gemm at 7x8x9: RuntimeError: CUDA error: an illegal memory access" in out
+    assert {tuple(line.split()[1:2]) for line in out.splitlines() if line.startswith("gemm ")} == {("8x8x8",)}
 
 
 def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
@@ -128,7 +167,7 @@ def test_format_report_compares_on_gpu_reports():
     }
     text = bench_report.format_report(report)
     assert "Fake GPU, driver 580.1" in text and "0.50x" in text and "25.0" in text and " ok" in text
-    assert "SM clock 1755-1755 MHz (max 1980)" in text and "throttling: software power cap" in text
+    assert "GPU during gemm: before SM 1755/1980 MHz, 300 of 700 W, 40 C, slowed by software power cap; after not read" in text
 
 
 TINY_KERNELS = r"""
@@ -184,3 +223,14 @@ def test_inspect_without_a_cuda_build_exits_non_zero():
         pytest.skip("a CUDA build")
     proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect"], capture_output=True, text=True)
     assert proc.returncode == 1 and "CPU-only build" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_a_gpu_run_checks_every_result_and_reads_the_gpu():
+    report = benchmarks.run(["gemm", "ceiling"], torch.device("cuda"), shapes=[(512, 384, 256)], reps=3,
+                            show_progress=False)
+    assert report["gpu_measurement"] and report["complete"] and not report["errors"]
+    for r in report["results"]:
+        assert r["check_passed"] in (True, None) and r["tflops"] > 0 and r["starved_rounds"] == 0, r["impl"]
+    assert all("profiler_kernel_ms" in r for r in report["results"] if r["suite"] == "gemm")
+    assert [s["when"] for s in report["gpu_state"]] == ["before", "after"] * 2

@@ -7,21 +7,16 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.testing import relative_error
+from mpgemm.tools import models
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 OUT_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3}
 GRAD_TOLERANCE = 5e-3  # dL/dy is rounded to fp16 for the Tensor Core products
 
-# Every distinct convolution of ResNet-50 (torchvision, stride on the 3x3):
-# (in, out, kernel, stride, padding, input size at batch 1 on the GPU).
-RESNET50 = [
-    (3, 64, 7, 2, 3, 224), (64, 64, 1, 1, 0, 56), (64, 64, 3, 1, 1, 56), (64, 256, 1, 1, 0, 56),
-    (256, 64, 1, 1, 0, 56), (256, 128, 1, 1, 0, 56), (128, 128, 3, 2, 1, 56), (128, 512, 1, 1, 0, 28),
-    (256, 512, 1, 2, 0, 56), (512, 128, 1, 1, 0, 28), (128, 128, 3, 1, 1, 28), (512, 256, 1, 1, 0, 28),
-    (256, 256, 3, 2, 1, 28), (256, 1024, 1, 1, 0, 14), (512, 1024, 1, 2, 0, 28), (1024, 256, 1, 1, 0, 14),
-    (256, 256, 3, 1, 1, 14), (1024, 512, 1, 1, 0, 14), (512, 512, 3, 2, 1, 14), (512, 2048, 1, 1, 0, 7),
-    (1024, 2048, 1, 2, 0, 14), (2048, 512, 1, 1, 0, 7), (512, 512, 3, 1, 1, 7),
-]
+# Every distinct convolution of ResNet-50 at 224x224, read from the model that
+# `bench train` trains and `bench conv` times (test_models.py checks the list):
+# (in, out, kernel, stride, padding, input size).
+RESNET50 = models.resnet50_convolutions()
 
 
 def check_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, out_dtype=None):

@@ -50,6 +50,28 @@ def test_dry_run_prints_each_step_with_its_limit_and_the_files_returned():
     assert "  profile       limit   90 s" in out
 
 
+def test_every_step_command_is_valid_bash():
+    context = {"raw": "/tmp/raw", "arch": "9.0", "arch_digits": "90", "cublas_args": ""}
+    for step in gpu_check.STEPS:
+        command = gpu_check.expand(step.command, context)
+        assert "{" + "raw}" not in command and "{arch" not in command, step.name
+        check = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True)
+        assert check.returncode == 0, f"{step.name}: {check.stderr}"
+
+
+def test_tests_run_in_eight_processes_only_where_xdist_is_installed(tmp_path):
+    (tmp_path / "xdist").mkdir()
+    (tmp_path / "xdist" / "__init__.py").write_text("")
+
+    def expanded(pythonpath):
+        env = dict(os.environ, PYTHONPATH=pythonpath)
+        return subprocess.run(["bash", "-c", f"printf '%s ' {gpu_check.XDIST}"], capture_output=True, text=True,
+                              env=env).stdout.strip()
+
+    assert expanded(str(tmp_path)) == "-n 8"
+    assert expanded(str(tmp_path / "nowhere")) == ""
+
+
 def test_only_picks_named_steps_once():
     assert [(s.name, s.part) for s in gpu_check.steps_of(None, ["gemm", "build"])] == [("build", 1), ("gemm", 1)]
     assert [s.name for s in gpu_check.steps_of(2, ["tests"])] == ["tests"]
@@ -75,9 +97,10 @@ def fake_steps(raw_report):
 def gemm_report():
     def row(impl, baseline, ms, tflops, passed):
         return dict(suite="gemm", case="square", shape=[4096, 4096, 4096], impl=impl, baseline=baseline,
-                    median_ms=ms, tflops=tflops, check_passed=passed, starved_rounds=0, times_ms=[ms])
+                    median_ms=ms, tflops=tflops, check_passed=passed, check_error=None if passed is None else 0.5,
+                    starved_rounds=0, times_ms=[ms])
 
-    return {"complete": True, "gpu_state": [], "results": [
+    return {"complete": True, "gpu_measurement": True, "gpu_state": [], "timing": {"baseline_tolerance": 1e-2}, "errors": [], "results": [
         row("cublas fp32-out", "", 0.19, 723.0, None), row("mpgemm fp32-out", "cublas fp32-out", 0.38, 361.5, True),
         row("torch.mm fp16-out", "", 0.18, 760.0, None), row("mpgemm fp16-out", "torch.mm fp16-out", 0.72, 190, False)]}
 
@@ -95,6 +118,7 @@ def test_a_run_keeps_going_past_failures_and_timeouts_and_leaves_three_files(tmp
     assert summary["provenance"]["git_commit"] != "unknown"
     md = (tmp_path / "summary.md").read_text()
     assert "| gemm | PASS |" in md and "4096^3 0.50x" in md and "| 4096x4096x4096 | 723.0 | 361.5 | 0.50x | - |" in md
+    assert "1 results FAILED their check" in md and "- FAIL: mpgemm fp16-out at 4096x4096x4096 differs" in md
     assert "| verify | FAIL |" in md and "3 passed, 1 failed" in md and "| memcheck | TIMEOUT |" in md
     with tarfile.open(tmp_path / "gpu_check.tar.gz") as tar:
         names = tar.getnames()
@@ -193,3 +217,16 @@ def test_train_summary_gives_speedups_at_the_largest_complete_batch(tmp_path):
     assert headline == ("resnet50 batch 128: torch.amp 3.10x, mpgemm 1.40x; "
                         "resnet50 largest batch: fp32 600, mpgemm >=1024")
     assert lines == ["```", "model batch way", "resnet50 128 fp32", "```"]
+
+
+@pytest.mark.gpu
+def test_the_sanitizer_and_profiler_targets_run(tmp_path):
+    target = os.path.join(ROOT, "bench", "gpu_targets.py")
+    sanitize = subprocess.run([sys.executable, target, "sanitize"], capture_output=True, text=True)
+    assert sanitize.returncode == 0, sanitize.stdout + sanitize.stderr
+    assert sanitize.stdout.count("relative error") == 5
+    path = tmp_path / "profile.json"
+    profile = subprocess.run([sys.executable, target, "profile", "--size", "1024", "--without-ncu", "--json",
+                              str(path)], capture_output=True, text=True)
+    assert profile.returncode == 0, profile.stderr
+    assert json.loads(path.read_text())["kernel_ms"] > 0

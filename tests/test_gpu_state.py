@@ -54,9 +54,21 @@ def test_a_refused_reading_is_reported_not_raised(monkeypatch, gpu):
     assert gpu_state.read() == {"error": "RuntimeError: not supported"}
 
 
-def test_nothing_without_nvml(monkeypatch, gpu):
+def test_without_nvml_the_reading_says_why(monkeypatch, gpu):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
-    assert gpu_state.read() is None and gpu_state.driver_version() is None
+    assert gpu_state.read() == {"error": "pynvml (the nvidia-ml-py package) is not installed"}
+    assert gpu_state.driver_version() is None
+    assert gpu_state.describe(gpu_state.read()) == "not read (pynvml (the nvidia-ml-py package) is not installed)"
+
+
+def test_no_reading_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_state.read() is None and gpu_state.describe(None) == "no GPU"
+
+
+def test_a_reading_in_words(monkeypatch, gpu):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    assert gpu_state.describe(gpu_state.read()) == "SM 1755/1980 MHz, 412 of 700 W, 47 C, slowed by software power cap"
 
 
 def test_throttle_reasons_leave_idle_out():

@@ -78,7 +78,9 @@ def test_rounds_interleave_impls_and_rotate_inputs_across_every_call():
     impls = {name: kernel(gpu, 0.1, 0.01, log, name) for name in ("cublas", "mpgemm", "torch")}
     sets = [(i,) for i in range(4)]
     timing.time_interleaved(impls, sets, clock=gpu, warmup_ms=0.0, reps=5)
-    assert [name for name, _ in log] == ["cublas", "mpgemm", "torch"] * 6  # one warm-up round, then 5
+    rounds = [["cublas", "mpgemm", "torch"], ["mpgemm", "torch", "cublas"], ["torch", "cublas", "mpgemm"]]
+    # One warm-up round, then 5 rounds, each starting at the next impl.
+    assert [name for name, _ in log] == sum([rounds[0], *rounds, *rounds[:2]], [])
     assert [inputs[0] for _, inputs in log] == [i % 4 for i in range(18)]
 
 
@@ -99,6 +101,19 @@ def test_a_short_spin_is_lengthened_and_the_round_run_again():
     assert result["a"].times_ms == pytest.approx([0.001] * 4) and result["a"].starved_rounds == 0
     assert len(log) == 2 * (1 + 4 * 2)  # each round starved once, then passed with a doubled spin
     assert gpu.holds[1] == pytest.approx(2 * gpu.holds[0])
+
+
+def test_an_impl_that_waits_on_the_device_does_not_grow_the_spin_without_bound():
+    gpu = FakeGpu()
+
+    def synchronizing(*inputs):
+        gpu.launch(5.0, dispatch_ms=0.01)
+        gpu.synchronize()  # .item(), a host copy, a sync
+
+    result = timing.time_interleaved({"sync": synchronizing, "async": kernel(gpu, 1.0, 0.01)}, [()], clock=gpu,
+                                     warmup_ms=0.0, reps=6)
+    assert max(gpu.holds) == timing.MAX_HOLD_MS and result["sync"].starved_rounds == 6
+    assert len(gpu.holds) <= 6 * (timing.MAX_ROUND_RETRIES + 1)
 
 
 def test_rounds_the_spin_cannot_cover_are_counted():
@@ -126,3 +141,15 @@ def test_input_sets_exceed_the_cache():
     assert timing.input_sets_for(10 * 2**20, 50 * 2**20) == 10
     assert timing.input_sets_for(200 * 2**20, 50 * 2**20) == 1
     assert timing.input_sets_for(1, 50 * 2**20) == 16
+
+
+@pytest.mark.gpu
+def test_cuda_events_agree_with_the_profiler_on_a_real_gpu():
+    import torch
+
+    sets = [(torch.randn(2048, 2048, device="cuda").half(), torch.randn(2048, 2048, device="cuda").half())
+            for _ in range(4)]
+    result = timing.time_interleaved({"mm": torch.mm}, sets, clock=timing.CudaEventClock(), reps=10)["mm"]
+    assert result.starved_rounds == 0
+    kernel_ms = timing.profiled_kernel_ms(torch.mm, sets)
+    assert abs(result.median_ms / kernel_ms - 1) < 0.15

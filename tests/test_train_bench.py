@@ -236,7 +236,9 @@ def test_quick_cli_run_on_the_cpu(tmp_path, capsys):
     out = capsys.readouterr().out
     assert max(map(len, out.splitlines())) <= WIDTH
     assert "NOT GPU MEASUREMENTS" in out and "Largest-batch search skipped" in out
-    assert "img/s" not in out and "tok/s" not in out and "speedup" not in out.split("NOT GPU")[0]
+    header = next(line for line in out.splitlines() if line.startswith("model "))
+    assert header.split() == ["model", "batch", "way", "CPU", "ms/step", "saved", "MB", "skipped"]
+    assert "img/s" not in out and "tok/s" not in out
     report = json.loads(path.read_text())
     assert set(report) >= {"provenance", "config", "settings", "gpu_state", "runs", "largest_batch", "elapsed_s"}
     assert report["provenance"]["gpu_measurement"] is False
@@ -246,3 +248,14 @@ def test_quick_cli_run_on_the_cpu(tmp_path, capsys):
     assert report["runs"][0]["status"] == "ok"
     for r in report["runs"]:
         assert r["status"] == "not run" or (r["status"] == "ok" and 1 <= len(r["step_times_s"]) <= 2)
+
+
+@pytest.mark.gpu
+def test_a_small_gpu_run_measures_every_way():
+    config = train_bench.BenchConfig(models=("gpt2-block",), batch_sizes=(2,), seq_len=64, max_warmup_steps=2,
+                                     max_timed_steps=3, time_limit_s=60.0, search=False)
+    report = train_bench.run(config, "cuda", show_progress=False)
+    assert [r["way"] for r in report["runs"]] == list(training.WAYS)
+    for r in report["runs"]:
+        assert r["status"] == "ok" and r["peak_memory_mb"] > 0 and r["items_per_s"] > 0, r
+        assert r["speedup_vs_fp32"] == pytest.approx(r["items_per_s"] / report["runs"][0]["items_per_s"])

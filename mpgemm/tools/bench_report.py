@@ -5,7 +5,7 @@ no comparison at all."""
 
 import csv
 
-from . import display, provenance
+from . import display, gpu_state, provenance
 
 
 def failed_checks(report):
@@ -16,16 +16,43 @@ def _shape(r):
     return "x".join(map(str, r["shape"]))
 
 
-def _gpu_state_line(report):
-    readings = [s["reading"] for s in report.get("gpu_state", []) if s["reading"] and "error" not in s["reading"]]
-    if not readings:
-        return None
-    clocks = [r["sm_clock_mhz"] for r in readings]
-    reasons = sorted({reason for r in readings for reason in r["throttle_reasons"]})
-    return (f"GPU around the timings: SM clock {min(clocks)}-{max(clocks)} MHz "
-            f"(max {readings[0]['max_sm_clock_mhz']}), {max(r['power_w'] for r in readings):.0f} W peak "
-            f"of {readings[0]['power_limit_w']:.0f}, {max(r['temperature_c'] for r in readings)} C; "
-            f"throttling: {', '.join(reasons) or 'none'}")
+# Events and the profiler's kernel time of one call should agree this well
+# for a one-kernel call; more says the events time something else too.
+CROSS_CHECK_TOLERANCE = 0.10
+
+
+def cross_check_line(row):
+    events, kernels = row["median_ms"], row["profiler_kernel_ms"]
+    differs = abs(events / kernels - 1) if kernels > 0 else float("inf")
+    verdict = "agree" if differs <= CROSS_CHECK_TOLERANCE else f"DIFFER by {100 * differs:.0f}%"
+    return (f"timing cross-check, {row['impl']} at {_shape(row)}: events {events:.4f} ms, profiler kernel time "
+            f"{kernels:.4f} ms: {verdict}")
+
+
+def _gpu_state_lines(report):
+    by_suite = {}
+    for s in report.get("gpu_state", []):
+        by_suite.setdefault(s["suite"], {})[s["when"]] = gpu_state.describe(s["reading"])
+    return [f"GPU during {suite}: before {states.get('before', 'not read')}; after {states.get('after', 'not read')}"
+            for suite, states in by_suite.items()]
+
+
+def notes(report):
+    """What the table cannot show: GPU state, failed checks and cases,
+    rounds in which the GPU may have waited, the timing cross-check."""
+    lines = _gpu_state_lines(report) if report["gpu_measurement"] else []
+    for r in failed_checks(report):
+        against = r["baseline"] or "its float64 reference"
+        lines.append(f"FAIL: {r['impl']} at {_shape(r)} differs from {against} by a relative error of "
+                     f"{r['check_error']:.3g} (bound {report['timing']['baseline_tolerance']:g}): no speed posted")
+    for e in report.get("errors", []):
+        lines.append(f"ERROR: {e['suite']} at {_shape(e)}: {e['error']}")
+    for r in report["results"]:
+        if r["starved_rounds"]:
+            lines.append(f"note: {r['impl']} at {_shape(r)}: in {r['starved_rounds']} of {len(r['times_ms'])} rounds "
+                         "the GPU may have waited for the host; that time is in its number")
+    lines += [cross_check_line(r) for r in report["results"] if "profiler_kernel_ms" in r]
+    return lines
 
 
 def format_report(report):
@@ -37,8 +64,6 @@ def format_report(report):
         peak = report["peak_tflops"]
         lines.append(f"peak {peak['value']:.1f} TFLOP/s ({peak['source']}); median of {report['timing']['reps']} "
                      f"interleaved rounds, device time")
-        if state := _gpu_state_line(report):
-            lines.append(state)
     by_key = {(r["suite"], r["case"], _shape(r), r["impl"]): r for r in report["results"]}
     header = ["suite", "shape", "impl", "median ms", "TFLOP/s"]
     if on_gpu:
@@ -56,18 +81,7 @@ def format_report(report):
         row.append({None: "", True: "ok", False: "FAIL"}[r["check_passed"]])
         rows.append(row)
     lines.append(display.format_table(header, rows, rule=False))
-    for r in failed_checks(report):
-        against = r["baseline"] or "its float64 reference"
-        lines.append(f"FAIL: {r['impl']} at {_shape(r)} differs from {against} by a relative error of "
-                     f"{r['check_error']:.3g} (bound {report['timing']['baseline_tolerance']:g}): no speed posted")
-    starved = [r for r in report["results"] if r["starved_rounds"]]
-    for r in starved:
-        lines.append(f"note: {r['impl']} at {_shape(r)}: in {r['starved_rounds']} of {len(r['times_ms'])} rounds the "
-                     "GPU may have waited for the host; that time is in its number")
-    for r in report["results"]:
-        if "profiler_kernel_ms" in r:
-            lines.append(f"cross-check {r['impl']} at {_shape(r)}: events {r['median_ms']:.4f} ms, "
-                         f"profiler kernel time {r['profiler_kernel_ms']:.4f} ms")
+    lines += notes(report)
     if not report.get("complete", True):
         lines.append("incomplete: the run stopped before its last case")
     return "\n".join(lines)

@@ -21,7 +21,6 @@ reference on tiny shapes and say plainly that these are not GPU measurements.
 
 import argparse
 import dataclasses
-import json
 import re
 
 import torch
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 from .. import ops
 from .._build import build_info
 from ..testing import relative_error
-from . import bench_report, gpu_state, models, provenance
+from . import bench_report, display, gpu_state, models, provenance
 from .progress import Progress
 from .timing import CudaEventClock, WallClock, input_sets_for, profiled_kernel_ms, time_interleaved
 
@@ -38,6 +37,7 @@ from .timing import CudaEventClock, WallClock, input_sets_for, profiled_kernel_m
 # matched against torch.cuda.get_device_name() in order.
 KNOWN_PEAKS_TFLOPS = [
     (r"H100.*PCIe", 756.0),
+    (r"H100 NVL", 835.5),
     (r"H100|H200", 989.4),
     (r"A100", 312.0),
     (r"L40S", 362.0),
@@ -322,7 +322,7 @@ def measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check
                    tflops=impl.flops / (timing.median_ms * 1e-3) / 1e12 if impl.flops and passed is not False
                    else None)
         if cross_check:
-            row["profiler_kernel_ms"] = profiled_kernel_ms(impl.run, sets[0])
+            row["profiler_kernel_ms"] = profiled_kernel_ms(impl.run, sets)
         rows.append(row)
     return rows
 
@@ -347,7 +347,7 @@ def run(suites, device, *, quick=False, shapes=None, reps=20, warmup_ms=100.0, s
                   timing={"clock": type(clock).__name__, "warmup_ms": warmup_ms, "reps": reps,
                           "statistic": "median", "interleaved": True,
                           "baseline_tolerance": BASELINE_TOLERANCE},
-                  gpu_state=[], results=[])
+                  gpu_state=[], results=[], errors=[])
     if on_gpu:
         peak, source = device_peak(device)
         report["peak_tflops"] = {"value": peak, "source": source}
@@ -361,7 +361,10 @@ def run(suites, device, *, quick=False, shapes=None, reps=20, warmup_ms=100.0, s
         # the profiler: a reading independent of the events.
         cross_check = on_gpu and suite == "gemm" and not cross_checked
         cross_checked |= cross_check
-        report["results"] += measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check)
+        try:
+            report["results"] += measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check)
+        except Exception as e:  # one case that cannot run must not lose the others' numbers
+            report["errors"].append(dict(suite=suite, case=case, shape=list(shape), error=f"{type(e).__name__}: {e}"))
         if i + 1 == len(plan) or plan[i + 1][0] != suite:
             report["gpu_state"].append(dict(suite=suite, when="after", reading=gpu_state.read(device)))
         if progress:
@@ -379,11 +382,7 @@ def main(args):
         return 2
     suites = list(SUITES) if args.suite == "all" else [args.suite]
 
-    def save(report):
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
-
+    save = display.json_saver(args.json)
     report = run(suites, device, quick=args.quick, shapes=args.shapes, reps=args.reps, checkpoint=save)
     save(report)
     print(bench_report.format_report(report))
@@ -391,4 +390,4 @@ def main(args):
         bench_report.write_csv(report, args.csv)
     if args.plot:
         bench_report.plot_report(report, args.plot)
-    return 1 if bench_report.failed_checks(report) else 0
+    return 1 if bench_report.failed_checks(report) or report["errors"] else 0

@@ -1,5 +1,7 @@
-"""What the command-line tools share to show results: aligned text tables and
-matplotlib for --plot."""
+"""What the command-line tools share to show results: aligned text tables,
+matplotlib for --plot, and --json reports saved as they grow."""
+
+import json
 
 
 def format_table(header, rows, *, right_align=False, rule=True):
@@ -23,3 +25,15 @@ def pyplot(command):
     except ImportError as e:
         raise SystemExit(f"mpgemm {command} --plot needs matplotlib: pip install matplotlib") from e
     return plt
+
+
+def json_saver(path):
+    """save(report): writes the report to `path` as JSON (nothing without a
+    path). Reports are saved after each measurement, so that a run stopped by
+    a time limit leaves what it measured."""
+    def save(report):
+        if path:
+            with open(path, "w") as f:
+                json.dump(report, f, indent=1)
+
+    return save

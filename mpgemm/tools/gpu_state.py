@@ -1,7 +1,7 @@
 """The GPU's clocks, power and temperature, read through NVML (the
 nvidia-ml-py package, `pynvml`) around timings: a number taken while the
-card throttled says so. Everything here returns None where NVML is missing,
-so the tools run the same without it."""
+card throttled says so. Where NVML cannot be read the reading says why, and
+the tools run on."""
 
 import torch
 
@@ -20,13 +20,16 @@ THROTTLE_REASONS = {
 
 
 def _nvml():
+    """(the initialised pynvml module, None) or (None, why not)."""
     try:
         import pynvml
-
+    except ImportError:
+        return None, "pynvml (the nvidia-ml-py package) is not installed"
+    try:
         pynvml.nvmlInit()
-        return pynvml
-    except Exception:  # not installed, no driver, or NVML refuses: no readings
-        return None
+    except Exception as e:  # no driver, or NVML refuses
+        return None, f"NVML did not start: {type(e).__name__}: {e}"
+    return pynvml, None
 
 
 def _handle(nvml, device):
@@ -42,7 +45,7 @@ def _handle(nvml, device):
 
 
 def driver_version():
-    nvml = _nvml()
+    nvml, _ = _nvml()
     if nvml is None:
         return None
     version = nvml.nvmlSystemGetDriverVersion()
@@ -56,10 +59,13 @@ def throttle_reasons(mask):
 
 def read(device=None):
     """{sm_clock_mhz, memory_clock_mhz, max_sm_clock_mhz, power_w, power_limit_w,
-    temperature_c, throttle_reasons} now, or None without NVML."""
-    nvml = _nvml()
-    if nvml is None or not torch.cuda.is_available():
+    temperature_c, throttle_reasons} now; {error} where they cannot be read;
+    None without a GPU."""
+    if not torch.cuda.is_available():
         return None
+    nvml, why_not = _nvml()
+    if nvml is None:
+        return {"error": why_not}
     try:
         h = _handle(nvml, device if device is not None else torch.cuda.current_device())
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
@@ -75,3 +81,15 @@ def read(device=None):
         }
     except Exception as e:  # a reading NVML refuses on this card is reported, not fatal
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+def describe(reading):
+    """One reading in words."""
+    if reading is None:
+        return "no GPU"
+    if "error" in reading:
+        return f"not read ({reading['error']})"
+    text = (f"SM {reading['sm_clock_mhz']}/{reading['max_sm_clock_mhz']} MHz, {reading['power_w']:.0f} of "
+            f"{reading['power_limit_w']:.0f} W, {reading['temperature_c']} C")
+    reasons = reading["throttle_reasons"]
+    return text + (f", slowed by {', '.join(reasons)}" if reasons else ", not throttled")

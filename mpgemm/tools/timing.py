@@ -12,8 +12,9 @@ same run, so that their ratio means something:
   spin was still running when the last call was queued; if not, the round is
   run again with a longer spin, and a round that never passes is counted in
   `Timing.starved_rounds`.
-- Interleaved: round r runs impl 0, impl 1, ... once each, so clock or
-  thermal drift during the run falls on every implementation alike.
+- Interleaved: every round runs each impl once, round r starting at impl
+  r mod n, so clock or thermal drift during the run, and what the call before
+  leaves in L2, fall on every implementation alike.
 - Past the cache: call i (counting every call of every impl) reads input set
   i mod len(input_sets), so no call finds the operands of the one before it in
   L2 (`input_sets_for` sizes the rotation).
@@ -30,8 +31,11 @@ import torch
 
 MAX_ROUND_RETRIES = 3
 # A spin covers twice the host's launch time of a round, plus this margin for
-# a host thread descheduled now and then.
+# a host thread descheduled now and then; never more than MAX_HOLD_MS, which
+# only an impl that makes the host wait on the device (a sync) would need,
+# and no spin can help that one.
 HOLD_MARGIN_MS = 0.2
+MAX_HOLD_MS = 50.0
 
 
 @dataclasses.dataclass
@@ -152,36 +156,42 @@ def time_interleaved(impls, input_sets, *, clock, warmup_ms=100.0, reps=20):
 
     times = {name: [] for name in names}
     starved = 0
-    for _ in range(reps):
-        hold_ms = 2 * launch_ms + HOLD_MARGIN_MS
+    for r in range(reps):
+        order = names[r % len(names):] + names[:r % len(names)]
+        hold_ms = min(2 * launch_ms + HOLD_MARGIN_MS, MAX_HOLD_MS)
         for attempt in range(MAX_ROUND_RETRIES + 1):
             clock.hold(hold_ms)
             held = clock.mark()
-            marks, launch_ms = _launch_round(fns, input_sets, calls, clock)
-            calls += len(fns)
+            marks, round_launch_ms = _launch_round([impls[name] for name in order], input_sets, calls, clock)
+            calls += len(order)
             kept_full = not clock.asynchronous or not clock.reached(held)
             clock.synchronize()
             if kept_full:
+                # Only a round that kept the queue full says what launching costs:
+                # in another the host may have waited on the device.
+                launch_ms = round_launch_ms
                 break
-            hold_ms *= 2
-        else:
-            starved += 1
-        for name, begin, end in zip(names, marks, marks[1:]):
+            if hold_ms >= MAX_HOLD_MS:
+                break
+            hold_ms = min(2 * hold_ms, MAX_HOLD_MS)
+        starved += not kept_full
+        for name, begin, end in zip(order, marks, marks[1:]):
             times[name].append(clock.elapsed_ms(begin, end))
     return {name: Timing(times[name], starved) for name in names}
 
 
-def profiled_kernel_ms(fn, inputs, reps=5):
-    """The mean over `reps` calls of the summed duration of the CUDA kernels
-    one call of fn runs, as torch.profiler (CUPTI) records them: a reading
-    independent of the events that `time_interleaved` uses."""
+def profiled_kernel_ms(fn, input_sets, reps=5):
+    """The summed duration of the CUDA kernels fn runs per call, as
+    torch.profiler (CUPTI) records them, averaged over `reps` calls on the
+    rotated input sets: a reading independent of the events that
+    `time_interleaved` uses."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn(*inputs)
+    fn(*input_sets[0])
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn(*inputs)
+        for i in range(reps):
+            fn(*input_sets[(i + 1) % len(input_sets)])
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return sum(e.time_range.elapsed_us() for e in kernels) / 1000 / reps

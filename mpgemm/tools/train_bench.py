@@ -18,7 +18,6 @@ configuration that shows the benchmark works, not GPU measurements.
 import argparse
 import dataclasses
 import gc
-import json
 import statistics
 import time
 
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .._build import build_info
-from . import gpu_state, models, provenance, training
+from . import display, gpu_state, models, provenance, training
 from .progress import Progress
 from .train_report import format_report
 
@@ -412,12 +411,7 @@ def main(args):
                             "sequence 1024, batches up to 256) needs a GPU and a CUDA build of mpgemm. Without "
                             "one, `bench train --quick` runs a tiny configuration on the CPU."))
         return 2
-
-    def save(report):
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
-
+    save = display.json_saver(args.json)
     report = run(make_config(device.type == "cuda", args), device, checkpoint=save)
     save(report)
     print(format_report(report))

@@ -6,7 +6,7 @@ steps per model, batch size and way, then the largest batches that fit. On
 the CPU: ms/step and saved memory only, under a line saying that these are
 not GPU measurements."""
 
-from . import display, provenance, training
+from . import display, gpu_state, provenance, training
 
 UNIT_ABBREVIATIONS = {"images": "img/s", "tokens": "tok/s"}
 CPU_WARNING = ("NOT GPU MEASUREMENTS: without a GPU, --quick trains a tiny configuration on mpgemm's CPU "
@@ -30,16 +30,6 @@ def _setup_text(report):
             f"Per run up to {c['max_warmup_steps']} warm-up and {c['max_timed_steps']} timed steps, median "
             f"reported. {report['settings']['fp32']}; cudnn.benchmark "
             f"{'on' if report['settings']['cudnn_benchmark'] else 'off'}.")
-
-
-def _gpu_state_text(state):
-    if state is None:
-        return "not read (no NVML)"
-    if "error" in state:
-        return state["error"]
-    text = (f"SM {state['sm_clock_mhz']}/{state['max_sm_clock_mhz']} MHz, {state['power_w']:.0f} of "
-            f"{state['power_limit_w']:.0f} W, {state['temperature_c']} C")
-    return text + (f", slowed by {', '.join(state['throttle_reasons'])}" if state["throttle_reasons"] else "")
 
 
 def _runs_table(runs, on_gpu):
@@ -90,8 +80,8 @@ def format_report(report):
     lines.append(wrap(_setup_text(report)))
     if on_gpu:
         state = report["gpu_state"]
-        lines.append(wrap(f"GPU before the timed runs: {_gpu_state_text(state['before'])}; after: "
-                          f"{_gpu_state_text(state['after'])}."))
+        lines.append(wrap(f"GPU before the timed runs: {gpu_state.describe(state['before'])}; after: "
+                          f"{gpu_state.describe(state['after'])}."))
     lines.append(_runs_table(report["runs"], on_gpu))
     for r in report["runs"]:
         if r["status"] != "ok":
