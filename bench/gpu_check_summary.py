@@ -87,8 +87,6 @@ def gemm_section(report):
                      f"{_fmt(_ratio(mp16.get(shape), mm16.get(shape)), '.2f', 'x')} |")
         headline.append(f"{shape[0]}^3 {_fmt(ratio, '.2f', 'x')}" if len(set(shape)) == 1
                         else f"{'x'.join(map(str, shape))} {_fmt(ratio, '.2f', 'x')}")
-    lines += ["", *(f"- {_bench_report().cross_check_line(r)}" for r in report["results"]
-                    if "profiler_kernel_ms" in r)]
     return "mpgemm/cuBLAS " + ", ".join(headline), lines
 
 
@@ -108,7 +106,8 @@ def paired_section(report, pairs):
         ratios = [x for x in (_ratio(row, bases.get(shape)) for shape, row in rows.items()) if x]
         if ratios:
             mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-            parts.append(f"{impl} {mean:.2f}x of {base} (geomean of {len(ratios)}, {min(ratios):.2f}-{max(ratios):.2f})")
+            parts.append(f"{impl} {mean:.2f}x of {base} "
+                         f"(geomean of {len(ratios)}, {min(ratios):.2f}-{max(ratios):.2f})")
     return "; ".join(parts), []
 
 
@@ -239,7 +238,8 @@ def train_step(raw, result):
 
 
 SUMMARIZERS = {
-    "build": build_step, "inspect": log_step(r"contain Tensor Core instructions"), "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
+    "build": build_step, "inspect": log_step(r"contain Tensor Core instructions"),
+    "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
     "conv": bench_step("conv"), "profile": profile_step, "tests": tests_step,
     "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),
     "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),

@@ -197,15 +197,15 @@ def main(args):
     if args.steps is not None:
         config = dataclasses.replace(config, steps=args.steps)
     device, results = run(config, None if args.device == "auto" else args.device)
-    print(training.wrap(describe_device(device)))
-    print(training.wrap(f"{config.steps} steps per run, seed {config.seed}, SGD lr {config.lr} momentum 0.9 "
+    print(display.wrap(describe_device(device)))
+    print(display.wrap(f"{config.steps} steps per run, seed {config.seed}, SGD lr {config.lr} momentum 0.9 "
                         f"cosine-annealed, {config.train_size} training and {config.test_size} test images of "
                         f"3x{config.image_size}x{config.image_size}. {training.FP32_NOTE}."))
     print(format_table(device, results))
     print("Steps skipped on overflow:")
     for r in results:
         if r.way != "fp32":
-            print(training.wrap(describe_skips(r), indent="  "))
+            print(display.wrap(describe_skips(r), indent="  "))
     if args.plot:
         plot(results, args.plot)
         print(f"plot written to {args.plot}")

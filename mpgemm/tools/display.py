@@ -1,7 +1,17 @@
 """What the command-line tools share to show results: aligned text tables,
-matplotlib for --plot, and --json reports saved as they grow."""
+prose wrapped to REPORT_WIDTH columns, matplotlib for --plot, and --json
+reports saved as they grow."""
 
 import json
+import textwrap
+
+REPORT_WIDTH = 100
+
+
+def wrap(text, indent=""):
+    """text in lines of at most REPORT_WIDTH columns, continuation lines indented."""
+    return textwrap.fill(text, width=REPORT_WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False)
 
 
 def format_table(header, rows, *, right_align=False, rule=True):

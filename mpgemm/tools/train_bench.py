@@ -407,7 +407,7 @@ def make_config(on_gpu, args):
 def main(args):
     device = torch.device("cuda" if build_info()["cuda_available"] else "cpu")
     if device.type != "cuda" and not args.quick:
-        print(training.wrap("mpgemm bench train: the full benchmark (ResNet-50 at 224x224 and a GPT-2 block at "
+        print(display.wrap("mpgemm bench train: the full benchmark (ResNet-50 at 224x224 and a GPT-2 block at "
                             "sequence 1024, batches up to 256) needs a GPU and a CUDA build of mpgemm. Without "
                             "one, `bench train --quick` runs a tiny configuration on the CPU."))
         return 2

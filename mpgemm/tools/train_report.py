@@ -1,5 +1,5 @@
 """The text of `bench train`'s report, made from the report dict alone (the
-JSON it writes), in at most training.REPORT_WIDTH columns.
+JSON it writes), in at most display.REPORT_WIDTH columns.
 
 On a GPU: throughput, ms/step, speedup over fp32, peak memory and skipped
 steps per model, batch size and way, then the largest batches that fit. On
@@ -73,7 +73,7 @@ def _search_text(search):
 
 def format_report(report):
     on_gpu = report["provenance"]["gpu_measurement"]
-    wrap = training.wrap
+    wrap = display.wrap
     lines = [wrap(provenance.headline(report["provenance"]))]
     if not on_gpu:
         lines.append(wrap(CPU_WARNING))

@@ -10,13 +10,11 @@ one training step they share.
 
 The loss is computed in fp32 from the model's output, the same way for all
 three. A step is timed between two GPU synchronizations, so its time is the
-work it queued, not the time to queue it. Both reports print text wrapped
-to REPORT_WIDTH columns.
+work it queued, not the time to queue it.
 """
 
 import contextlib
 import dataclasses
-import textwrap
 import time
 
 import torch
@@ -25,12 +23,6 @@ from .. import amp
 
 WAYS = ("fp32", "torch.amp", "mpgemm")
 FP32_NOTE = "fp32 is IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls during its runs"
-REPORT_WIDTH = 100
-
-
-def wrap(text, indent=""):
-    return textwrap.fill(text, width=REPORT_WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_on_hyphens=False)
 
 
 @contextlib.contextmanager
