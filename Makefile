@@ -8,7 +8,7 @@ CUDA_VENV ?= $(HOME)/.cache/mpgemm/cuda-venv-torch2.15.0-cu13.2
 PY := $(VENV)/bin/python
 
 TORCH_CPU := torch==2.13.0
-TEST_TOOLS := tqdm pytest numpy ninja setuptools wheel expecttest matplotlib nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+TEST_TOOLS := tqdm transformers==5.23.0 pytest numpy ninja setuptools wheel expecttest matplotlib nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 TORCH_CUDA := torch==2.15.0 "nvidia-cuda-nvcc==13.2.*" "nvidia-cuda-crt==13.2.*" "nvidia-nvvm==13.2.*"
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')

@@ -52,7 +52,7 @@ def _pre_activation_grad(grad_out, activation, recompute_pre_activation):
 
 
 def _bias_grad(grad_z, bias):
-    return grad_z.reshape(-1, grad_z.shape[-1]).sum(0, dtype=FLOAT).to(bias.dtype)
+    return grad_z.reshape(grad_z.shape[:-1].numel(), grad_z.shape[-1]).sum(0, dtype=FLOAT).to(bias.dtype)
 
 
 # gemm(a, b, bias, *, activation, out_dtype)
@@ -85,8 +85,8 @@ def _gemm_backward(ctx, grad_out):
     if ctx.needs_input_grad[1]:
         if b.dim() == 2 and a.dim() == 3:
             # One GEMM over the flattened batch instead of a batched one and a sum.
-            k, n = b.shape
-            grad_b = torch.ops.mpgemm.gemm(a.reshape(-1, k).t(), grad_z16.reshape(-1, n), out_dtype=HALF)
+            (k, n), rows = b.shape, a.shape[:-1].numel()
+            grad_b = torch.ops.mpgemm.gemm(a.reshape(rows, k).t(), grad_z16.reshape(rows, n), out_dtype=HALF)
         else:
             grad_b = _operand_grad(a.transpose(-1, -2), grad_z16, b.shape)
     if bias is not None and ctx.needs_input_grad[2]:
@@ -107,14 +107,15 @@ def _linear_setup_context(ctx, inputs, keyword_only_inputs, output):
 def _linear_backward(ctx, grad_out):
     x, weight, bias = ctx.saved_tensors
     out_features, in_features = weight.shape
+    rows = x.shape[:-1].numel()  # not -1: an empty feature dimension leaves -1 ambiguous
     grad_z = _pre_activation_grad(
         grad_out, ctx.activation, lambda: torch.ops.mpgemm.linear(x, weight, bias, out_dtype=FLOAT))
-    grad_z16 = grad_z.reshape(-1, out_features).to(HALF)
+    grad_z16 = grad_z.reshape(rows, out_features).to(HALF)
     grad_x = grad_weight = grad_bias = None
     if ctx.needs_input_grad[0]:
         grad_x = torch.ops.mpgemm.gemm(grad_z16, weight.to(HALF), out_dtype=x.dtype).view(x.shape)
     if ctx.needs_input_grad[1]:
-        x16 = x.reshape(-1, in_features).to(HALF)
+        x16 = x.reshape(rows, in_features).to(HALF)
         grad_weight = torch.ops.mpgemm.gemm(grad_z16.t(), x16, out_dtype=weight.dtype)
     if bias is not None and ctx.needs_input_grad[2]:
         grad_bias = _bias_grad(grad_z, bias)

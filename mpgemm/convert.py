@@ -1,6 +1,8 @@
 """Swapping torch layers for their mpgemm counterparts in an existing model."""
 
+import collections
 import logging
+import sys
 
 import torch
 
@@ -8,53 +10,130 @@ from . import nn
 
 logger = logging.getLogger(__name__)
 
-# torch layer class -> mpgemm subclass with the same parameters and state.
-CONVERSIONS = {torch.nn.Linear: nn.Linear, torch.nn.Conv2d: nn.Conv2d}
 ELIGIBLE_DTYPES = (torch.float16, torch.float32)
+# mpgemm classes whose forward runs on mpgemm's kernels; a converted layer is an instance of one.
+FORWARD_CLASSES = (nn.Linear, nn.Conv2d, nn.Conv1D)
+# Layers with matrix products that stay on torch, and why (for the summary warning).
+LEFT_ON_TORCH = (
+    (torch.nn.MultiheadAttention, "torch computes its attention from the weights"),
+    (torch.nn.modules.conv._ConvNd, "no mpgemm kernel for this convolution"),
+    (torch.nn.Bilinear, "no mpgemm kernel"),
+)
 
 
-def _skipped(name, module, skip):
-    if callable(skip):
-        return bool(skip(name, module))
-    names = [skip] if isinstance(skip, str) else list(skip)
-    return any(name == s or name.startswith(s + ".") for s in names)
+def _convertible():
+    """(layer class, mpgemm forward class) for each layer family convert() takes.
+    transformers' Conv1D is looked up only where transformers is imported."""
+    families = [(torch.nn.Linear, nn.Linear), (torch.nn.Conv2d, nn.Conv2d)]
+    conv1d = getattr(sys.modules.get("transformers.pytorch_utils"), "Conv1D", None)
+    if conv1d is not None:
+        families.append((conv1d, nn.Conv1D))
+    return families
 
 
-def convert(model, *, skip=()):
-    """Replaces eligible layers of `model` with mpgemm layers, in place.
+_CONVERTED_CLASSES = {torch.nn.Linear: nn.Linear, torch.nn.Conv2d: nn.Conv2d}
 
-    A module is converted when its type is exactly one of CONVERSIONS' keys
-    (subclasses may compute differently and are left alone) and its weight is
-    fp16 or fp32. The module object is kept and only its class changes, so
-    parameters, buffers and hooks are shared, not copied. Converting twice
-    changes nothing.
+
+def converted_class(cls):
+    """The class a layer of class `cls` gets: mpgemm's forward first in its MRO,
+    everything else (methods, isinstance checks) still `cls`'s."""
+    if cls not in _CONVERTED_CLASSES:
+        forward = next(f for base, f in _convertible() if issubclass(cls, base))
+        _CONVERTED_CLASSES[cls] = type(cls.__name__, (forward, cls), {
+            "__module__": __name__, "__qualname__": f"converted_class({cls.__qualname__})",
+            "_mpgemm_source": cls, "__reduce_ex__": _reduce_converted,
+        })
+    return _CONVERTED_CLASSES[cls]
+
+
+def _reduce_converted(module, protocol):
+    # A class made at run time cannot be pickled by name: rebuild it from its source.
+    return _new_converted, (module._mpgemm_source,), module.__getstate__()
+
+
+def _new_converted(source):
+    cls = converted_class(source)
+    return cls.__new__(cls)
+
+
+def module_selector(option, option_name, where):
+    """A predicate (name, module) for an option that picks modules: a module
+    name (with everything under it), a module class, a list of those, or a
+    predicate option(name, module)."""
+    if callable(option) and not isinstance(option, type):
+        return lambda name, module: bool(option(name, module))
+    items = [option] if isinstance(option, (str, type)) else option
+    if not (isinstance(items, (list, tuple, set, frozenset)) and all(isinstance(i, (str, type)) for i in items)):
+        raise TypeError(f"{where}: {option_name} must be module names, module classes or a predicate "
+                        f"{option_name}(name, module), got {option!r}")
+    names = [i for i in items if isinstance(i, str)]
+    classes = tuple(i for i in items if isinstance(i, type))
+    return lambda name, module: isinstance(module, classes) or any(
+        name == n or name.startswith(n + ".") for n in names)
+
+
+def convert(model, *, skip=(), include=()):
+    """Replaces the matrix layers of `model` with mpgemm layers, in place.
+
+    Converted: ``torch.nn.Linear``, ``torch.nn.Conv2d`` and transformers'
+    ``Conv1D`` (GPT-2's layers, weight of shape (in, out), read in place as the
+    transposed operand), and their subclasses that do not override
+    ``forward``, with fp16 or fp32 weights. A subclass that overrides
+    ``forward`` may compute something else and is left alone unless `include`
+    names it. The module object is kept and only its class changes (to a
+    subclass of its own class), so parameters, buffers, hooks and isinstance
+    checks stay. Converting twice changes nothing.
+
+    One WARNING line sums up the matrix layers left on torch and why (other
+    convolutions, attention, overridden forwards, other dtypes).
 
     Args:
         model: the root module (itself converted if eligible).
-        skip: module names to leave alone, with everything under them (e.g.
-            ``["head", "blocks.3"]``), or a predicate ``skip(name, module)``.
+        skip: layers to leave alone: names (with everything under them, e.g.
+            ``["head", "blocks.3"]``), classes, or a predicate
+            ``skip(name, module)``, asked about each layer it could convert.
+        include: subclasses to convert although they override ``forward``
+            (e.g. ``[timm.layers.Linear]``): classes, names or a predicate.
 
     Returns:
         `model`. :func:`converted_layers` lists what now runs on mpgemm.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"mpgemm.convert: expected a torch.nn.Module, got {type(model).__name__}")
-    if not (callable(skip) or isinstance(skip, str)
-            or (isinstance(skip, (list, tuple, set, frozenset)) and all(isinstance(s, str) for s in skip))):
-        raise TypeError("mpgemm.convert: skip must be module names or a predicate skip(name, module)")
+    skipped = module_selector(skip, "skip", "mpgemm.convert")
+    included = module_selector(include, "include", "mpgemm.convert")
+    families = _convertible()
+    left = collections.Counter()
+    used_functionally = set()  # layers whose parent reads their weights without calling them
     for name, module in model.named_modules():
-        target = CONVERSIONS.get(type(module))
-        if target is None or _skipped(name, module, skip):
+        if isinstance(module, torch.nn.MultiheadAttention):
+            used_functionally.update(id(m) for m in module.modules() if m is not module)
+        base = next((base for base, _ in families if isinstance(module, base)), None)
+        if isinstance(module, FORWARD_CLASSES) or id(module) in used_functionally:
+            continue
+        if base is None:
+            reason = next((why for cls, why in LEFT_ON_TORCH if isinstance(module, cls)), None)
+            if reason is not None:
+                left[type(module).__qualname__, reason] += 1
+            continue
+        if skipped(name, module):
+            logger.info("mpgemm.convert: skipping %s", name or "<root>")
+            continue
+        cls = type(module)
+        if cls.forward is not base.forward and not included(name, module):
+            left[f"{cls.__module__}.{cls.__qualname__}", "overrides forward; include= converts it"] += 1
             continue
         if module.weight.dtype not in ELIGIBLE_DTYPES:
-            logger.info("mpgemm.convert: leaving %s (%s weight)", name or "<root>", module.weight.dtype)
+            left[cls.__qualname__, f"{module.weight.dtype} weight"] += 1
             continue
-        module.__class__ = target
-        logger.info("mpgemm.convert: %s -> %s", name or "<root>", target.__qualname__)
+        module.__class__ = converted_class(cls)
+        logger.info("mpgemm.convert: %s -> %s on mpgemm", name or "<root>", cls.__qualname__)
+    if left:
+        logger.warning("mpgemm.convert: %d matrix layer(s) left on torch: %s", sum(left.values()),
+                       "; ".join(f"{count} {layer} ({why})" for (layer, why), count in left.items()))
     return model
 
 
 def converted_layers(model):
     """Names of the modules of `model` that run on mpgemm ("" for the root)."""
-    targets = tuple(CONVERSIONS.values())
-    return [name for name, module in model.named_modules() if isinstance(module, targets)]
+    return [name for name, module in model.named_modules() if isinstance(module, FORWARD_CLASSES)]

@@ -1,4 +1,5 @@
-"""Drop-in layers whose products run on mpgemm's kernels."""
+"""Drop-in layers whose products run on mpgemm's kernels, and the forward
+that :func:`mpgemm.convert` gives transformers' ``Conv1D``."""
 
 import torch
 
@@ -40,3 +41,17 @@ class Conv2d(torch.nn.Conv2d):
 
     def extra_repr(self):
         return super().extra_repr() + ", backend=mpgemm"
+
+
+class Conv1D(torch.nn.Module):
+    """The forward of transformers' ``Conv1D`` on :func:`mpgemm.linear`.
+
+    GPT-2's matrix layers hold a weight of shape (in_features, out_features)
+    and compute ``x @ weight + bias``; the weight is read in place as the
+    transposed operand of a linear layer. :func:`mpgemm.convert` puts this
+    class before transformers' in a converted layer's class (mpgemm does not
+    import transformers).
+    """
+
+    def forward(self, input):
+        return linear(input, self.weight.t(), self.bias)

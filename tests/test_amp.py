@@ -141,7 +141,7 @@ def test_scaler_misuse():
         LossScaler(hysteresis=0)
     with pytest.raises(ValueError, match="backoff_factor must be in"):
         LossScaler(backoff_factor=2.0)
-    with pytest.raises(TypeError, match="expected a tensor or a list/tuple of tensors"):
+    with pytest.raises(TypeError, match="expected a tensor or an iterable of tensors, got str"):
         scaler.scale("loss")
 
 

@@ -115,9 +115,9 @@ def test_convert_root_and_ineligible_layers():
 def test_convert_bad_arguments():
     with pytest.raises(TypeError, match="mpgemm.convert: expected a torch.nn.Module, got list"):
         mpgemm.convert([torch.nn.Linear(2, 2)])
-    with pytest.raises(TypeError, match="skip must be module names or a predicate"):
+    with pytest.raises(TypeError, match="skip must be module names, module classes or a predicate"):
         mpgemm.convert(torch.nn.Linear(2, 2), skip=[3])
-    with pytest.raises(TypeError, match="skip must be module names or a predicate"):
+    with pytest.raises(TypeError, match="skip must be module names, module classes or a predicate"):
         mpgemm.convert(torch.nn.Linear(2, 2), skip=5)
 
 

@@ -3,6 +3,7 @@ weights, dynamic loss scaling, products accumulated in fp32 on Tensor Cores."""
 
 from .master import MasterWeightOptimizer
 from .prepare import prepare
+from .range_check import fp16_range_check
 from .scaler import LossScaler
 
-__all__ = ["LossScaler", "MasterWeightOptimizer", "prepare"]
+__all__ = ["LossScaler", "MasterWeightOptimizer", "fp16_range_check", "prepare"]

@@ -1,8 +1,11 @@
 """FP32 master weights for an optimizer over an fp16 model."""
 
 import collections
+import weakref
 
 import torch
+
+from .master_grads import GradientLink
 
 HALF, FLOAT = torch.float16, torch.float32
 
@@ -16,20 +19,33 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
     they are. After each step the masters are written back into the fp16
     model.
 
-    The gradient path is :meth:`unscale_grads_`: one pass over all parameters
-    (one kernel launch on GPU) that converts each gradient to fp32, multiplies
-    it by 1/scale and flags inf/NaN. ``mpgemm.amp.LossScaler`` calls it; without
-    a scaler, :meth:`step` calls it with a scale of 1.
+    Gradients: each fp16 gradient is added into its master's fp32 gradient as
+    backward produces it (:mod:`mpgemm.amp.master_grads`), so accumulation over
+    micro-batches sums in fp32; the fp16 parameter's ``.grad`` then stands for
+    the master's, and ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)``
+    clips what this optimizer steps with, as does :meth:`clip_grad_norm_`.
+    :meth:`unscale_grads_` multiplies them by 1/scale and flags inf/NaN in one
+    pass; ``mpgemm.amp.LossScaler`` calls it, and without a scaler :meth:`step`
+    calls it with a scale of 1.
 
-    Clip gradients on :meth:`master_params` after ``scaler.unscale_(optimizer)``.
+    Weights: changes made to the fp16 model between steps (``nn.init``,
+    in-place copies, DistributedDataParallel's initial broadcast) are taken
+    into the masters at the next step, wherever a model value differs from its
+    master's fp16 rounding. Writes through ``.data`` bypass the version
+    counter that tells of a change and are not seen: write under
+    ``torch.no_grad()`` instead. With ``model`` given, ``model.load_state_dict()`` loads the
+    masters too, with the exact values of fp32 entries.
     """
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer, model=None):
         if isinstance(optimizer, MasterWeightOptimizer):
             raise TypeError("mpgemm.amp.MasterWeightOptimizer: the optimizer already has master weights")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(
                 f"mpgemm.amp.MasterWeightOptimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"mpgemm.amp.MasterWeightOptimizer: expected model to be a torch.nn.Module, "
+                            f"got {type(model).__name__}")
         if optimizer.state:
             raise ValueError("mpgemm.amp.MasterWeightOptimizer: wrap the optimizer before its first step "
                              "(it already holds state for the fp16 parameters)")
@@ -47,6 +63,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
                 self._pairs.append((p, master))
                 masters.append(master)
             group["params"] = masters
+        self._link_gradients()
         self._grads_unscaled = False
         # torch.optim.Optimizer's hook registries, so its register_* methods work.
         self._optimizer_step_pre_hooks = collections.OrderedDict()
@@ -55,13 +72,27 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         self._optimizer_state_dict_post_hooks = collections.OrderedDict()
         self._optimizer_load_state_dict_pre_hooks = collections.OrderedDict()
         self._optimizer_load_state_dict_post_hooks = collections.OrderedDict()
+        if model is not None:
+            _MasterLoader.attach(model, self)
 
-    # Optimizer's own pickling expects the attributes its __init__ sets.
+    def _link_gradients(self):
+        self._links = [GradientLink(model, master) for model, master in self._pairs if model is not master]
+        self._link_of = {id(link.param): link for link in self._links}
+        self._record_versions()
+
+    def _record_versions(self):
+        self._versions = {id(link.param): link.param._version for link in self._links}
+
+    # Optimizer's own pickling expects the attributes its __init__ sets. The
+    # gradient links hold autograd nodes: a copy makes its own.
     def __getstate__(self):
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        del state["_links"], state["_link_of"], state["_versions"]
+        return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._link_gradients()
 
     # The Optimizer interface, forwarded to the inner optimizer.
     @property
@@ -86,33 +117,44 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         return [master for _, master in self._pairs]
 
     def zero_grad(self, set_to_none=True):
+        for link in self._links:
+            link.zero_grad(set_to_none)
         for model, master in self._pairs:
-            for p in (model, master):
-                if p.grad is None:
-                    continue
+            if model is master and model.grad is not None:
                 if set_to_none:
-                    p.grad = None
+                    model.grad = None
                 else:
-                    p.grad.zero_()
+                    model.grad.zero_()
         self._grads_unscaled = False
 
+    def _flush_grads(self):
+        for link in self._links:
+            link.flush()
+
     def unscale_grads_(self, inv_scale, found_inf):
-        """master.grad = fp32(model.grad) * inv_scale for every parameter with a
-        gradient, in one pass; found_inf (fp32, one element) is set to 1 on any
-        inf/NaN. No host synchronization."""
-        grads, outs = [], []
-        for model, master in self._pairs:
-            if model.grad is None:
-                # No gradient this step: nor may the master keep an old one.
-                if master is not model:
-                    master.grad = None
+        """Multiplies every master gradient by inv_scale in place, in one pass,
+        and sets found_inf (fp32, one element) to 1 on any inf/NaN. No host
+        synchronization."""
+        self._flush_grads()
+        grads = []
+        for _, master in self._pairs:
+            grad = master.grad
+            if grad is None:
                 continue
-            if master is not model and master.grad is None:
-                master.grad = torch.empty_like(master)
-            grads.append(model.grad)
-            outs.append(master.grad)
-        torch.ops.mpgemm.unscale_grads_(grads, outs, found_inf, inv_scale)
+            if grad.is_sparse:
+                # Duplicate indices summed before the inf check, as GradScaler does.
+                grad = master.grad = grad.coalesce()
+                grad = grad._values()
+            grads.append(grad)
+        torch.ops.mpgemm.unscale_grads_(grads, grads, found_inf, inv_scale)
         self._grads_unscaled = True
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """Clips the gradients this optimizer steps with to a total norm of at
+        most max_norm, as ``torch.nn.utils.clip_grad_norm_`` does, and returns
+        their total norm. Call it after ``scaler.unscale_(optimizer)``."""
+        self._flush_grads()
+        return torch.nn.utils.clip_grad_norm_(self.master_params(), max_norm, norm_type)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -123,6 +165,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
             self.unscale_grads_(torch.ones(1, device=device), torch.zeros(1, device=device))
         for hook in list(self._optimizer_step_pre_hooks.values()):
             hook(self, (), {})
+        self._adopt_model_changes()
         result = self.optimizer.step()
         self.copy_masters_to_model()
         self._grads_unscaled = False
@@ -131,10 +174,25 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         return result
 
     @torch.no_grad()
+    def _adopt_model_changes(self):
+        """Masters take the values of fp16 weights changed since the last step,
+        wherever the model no longer holds the master's rounding."""
+        for link in self._links:
+            if link.param._version != self._versions[id(link.param)]:
+                changed = link.master.to(link.param.dtype) != link.param
+                link.master.copy_(torch.where(changed, link.param.to(FLOAT), link.master))
+
+    @torch.no_grad()
     def copy_masters_to_model(self):
-        pairs = [(model, master) for model, master in self._pairs if model is not master]
-        if pairs:
-            torch._foreach_copy_([m for m, _ in pairs], [s for _, s in pairs])
+        if self._links:
+            torch._foreach_copy_([link.param for link in self._links], [link.master for link in self._links])
+        self._record_versions()
+
+    @torch.no_grad()
+    def _load_master(self, param, value):
+        """Loads a state_dict entry into the master of `param` (and `param`)."""
+        self._link_of[id(param)].master.copy_(value)
+        self._versions[id(param)] = param._version
 
     def state_dict(self):
         return {"optimizer": self.optimizer.state_dict(), "masters": [m.detach().clone() for m in self.master_params()]}
@@ -156,3 +214,51 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
 
     def add_param_group(self, param_group):
         raise NotImplementedError("mpgemm.amp.MasterWeightOptimizer: add parameter groups before wrapping")
+
+
+class _MasterLoader:
+    """load_state_dict hooks on each module that owns fp16 parameters with
+    masters: the masters take the state dict's values (fp32 ones exactly).
+
+    Holds the optimizer weakly. A pickled or deep-copied model gets inert
+    hooks, as its parameters are no longer the optimizer's."""
+
+    def __init__(self, optimizer):
+        self._optimizer = weakref.ref(optimizer)
+        self._pending = {}  # id(module) -> [(name, parameter, value)] between its pre- and post-hook
+
+    @classmethod
+    def attach(cls, model, optimizer):
+        loader = cls(optimizer)
+        for module in model.modules():
+            if any(p is not None and id(p) in optimizer._link_of for p in module._parameters.values()):
+                module.register_load_state_dict_pre_hook(loader.before_load)
+                module.register_load_state_dict_post_hook(loader.after_load)
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self._optimizer, self._pending = (lambda: None), {}
+
+    def before_load(self, module, state_dict, prefix, *args):
+        optimizer = self._optimizer()
+        if optimizer is None:
+            return
+        self._pending[id(module)] = [
+            (name, param, state_dict[prefix + name]) for name, param in module._parameters.items()
+            if param is not None and id(param) in optimizer._link_of
+            and isinstance(state_dict.get(prefix + name), torch.Tensor) and state_dict[prefix + name].shape == param.shape
+        ]
+
+    def after_load(self, module, incompatible_keys):
+        loaded = self._pending.pop(id(module), [])
+        optimizer = self._optimizer()
+        if optimizer is None:
+            return
+        for name, param, value in loaded:
+            if module._parameters[name] is not param:
+                raise RuntimeError(
+                    f"mpgemm.amp: load_state_dict(assign=True) replaced the parameter {name!r} that the optimizer "
+                    f"holds; after prepare(), load with assign=False")
+            optimizer._load_master(param, value)

@@ -1,18 +1,33 @@
 """The whole mixed-precision recipe in one call, as Apex's O2 level did."""
 
+import re
+import warnings
+
 import torch
 
-from ..convert import convert
+from ..convert import convert, module_selector
 from .master import MasterWeightOptimizer
 from .scaler import LossScaler
 
 HALF, FLOAT = torch.float16, torch.float32
 
-# Their statistics and affine parameters stay fp32; they compute in fp32.
+# Normalization layers stay fp32: torch's, and any class named like one that
+# holds no layers with parameters (transformers' LlamaRMSNorm and T5LayerNorm,
+# timm's RmsNorm, torchvision's FrozenBatchNorm2d).
 NORM_LAYERS = tuple(
     cls for cls in (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm,
                     getattr(torch.nn, "RMSNorm", None)) if cls is not None
 )
+NORM_NAME = re.compile(r"Norm([123][dD])?$")
+
+
+def is_norm_layer(module):
+    """torch's norm layers, and modules named like one that hold no layers with
+    parameters (a PreNorm(dim, fn) wrapper is not one)."""
+    if isinstance(module, NORM_LAYERS):
+        return True
+    return bool(NORM_NAME.search(type(module).__name__)) and not any(
+        True for child in module.children() for _ in child.parameters())
 
 
 def _cast_floats(obj, dtype):
@@ -28,18 +43,25 @@ def _cast_floats(obj, dtype):
     return obj
 
 
-def _inputs_to(dtype):
-    def hook(module, args, kwargs):
-        return _cast_floats(args, dtype), _cast_floats(kwargs, dtype)
+class CastInputs:
+    """Forward pre-hook: the module's floating-point inputs in `dtype`. A class,
+    not a closure, so that a prepared model pickles."""
 
-    return hook
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __call__(self, module, args, kwargs):
+        return _cast_floats(args, self.dtype), _cast_floats(kwargs, self.dtype)
 
 
-def _outputs_to(dtype):
-    def hook(module, args, output):
-        return _cast_floats(output, dtype)
+class CastOutputs:
+    """Forward hook: the module's floating-point outputs in `dtype`."""
 
-    return hook
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __call__(self, module, args, output):
+        return _cast_floats(output, self.dtype)
 
 
 def _check(model, optimizer):
@@ -62,48 +84,100 @@ def _check(model, optimizer):
         raise ValueError(f"mpgemm.amp.prepare: the optimizer holds {foreign} parameter(s) that are not in the model")
 
 
-def prepare(model, optimizer, **scaler_options):
+def _fp32_subtrees(model, keep_fp32):
+    """{id: module} of the modules that stay fp32: norm layers, the modules
+    keep_fp32 picks, and everything under them; and the roots of those subtrees."""
+    keep = module_selector(keep_fp32, "keep_fp32", "mpgemm.amp.prepare")
+    kept, roots = {}, []
+    for name, module in model.named_modules():
+        if id(module) in kept or not (is_norm_layer(module) or keep(name, module)):
+            continue
+        roots.append(module)
+        kept.update((id(m), m) for m in module.modules())
+    return kept, roots
+
+
+def _warn_about_casts(already_half, overflowed):
+    if already_half:
+        warnings.warn(f"mpgemm.amp.prepare: {already_half} parameter(s) were already torch.float16 (a model cast with "
+                      f".half()?): their fp32 master weights start from those fp16 values, and the fp32 layers were "
+                      f"put back in fp32. Prepare the fp32 model to keep full precision.", stacklevel=3)
+    if overflowed:
+        name, count = overflowed[0]
+        warnings.warn(f"mpgemm.amp.prepare: {name!r} has {count} value(s) beyond fp16's range that are inf in the fp16 "
+                      f"model ({len(overflowed)} parameter(s) in all); their fp32 masters keep the values",
+                      stacklevel=3)
+
+
+def prepare(model, optimizer, *, keep_fp32=(), include=(), **scaler_options):
     """Sets up mixed-precision training: returns (model, optimizer, scaler).
 
-    - converts ``nn.Linear`` and ``nn.Conv2d`` layers to mpgemm layers
-      (:func:`mpgemm.convert`);
-    - casts the model to fp16, keeping normalization layers (BatchNorm,
-      LayerNorm, GroupNorm, InstanceNorm, RMSNorm) and their statistics in
-      fp32: they take fp16 input, compute in fp32 and return fp16;
-    - lets the model take fp32 or fp16 input and makes its output fp32;
+    - converts the matrix layers to mpgemm layers (:func:`mpgemm.convert`,
+      with `include`);
+    - casts the parameters to fp16, except those of the layers that stay
+      fp32, which compute in fp32 on fp32 inputs and return fp16:
+      normalization layers (torch's, and classes whose name ends in ``Norm``,
+      ``Norm1d``, ``Norm2d`` or ``Norm3d``, such as ``LlamaRMSNorm``), the
+      modules `keep_fp32` picks (names, classes or a predicate ``(name,
+      module)``), and everything under them;
+    - leaves floating-point buffers in fp32 (running statistics, rotary
+      frequencies and tables are state, not activations; fp16 ones are put
+      back in fp32);
+    - has each module that owns fp16 parameters cast its floating-point
+      inputs to fp16 as it runs, so a float the model does not compute with
+      (a regression target passed as ``labels=``) keeps its dtype, and makes
+      the model's floating-point outputs fp32;
     - wraps the optimizer with fp32 master weights, initialised from the fp32
-      weights before the cast (:class:`MasterWeightOptimizer`);
+      weights before the cast, which follow ``model.load_state_dict()``
+      (:class:`MasterWeightOptimizer`);
     - returns a :class:`LossScaler` built with ``scaler_options``.
+
+    Warns when the model was already fp16 (the masters start from fp16
+    values) and when a weight overflows fp16's range.
 
     The training loop is then torch.amp's, without autocast::
 
         loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)                   # to clip, as with GradScaler
+        optimizer.clip_grad_norm_(max_norm)          # or torch.nn.utils.clip_grad_norm_(model.parameters(), ...)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
     """
     _check(model, optimizer)
-    convert(model)
-    fp32_values = {}
+    kept, kept_roots = _fp32_subtrees(model, keep_fp32)
+    convert(model, skip=lambda name, module: id(module) in kept, include=include)
+    names = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    fp32_values, seen, already_half, overflowed = {}, set(), 0, []
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, NORM_LAYERS):
-                module.register_forward_pre_hook(_inputs_to(FLOAT), with_kwargs=True)
-                module.register_forward_hook(_outputs_to(HALF))
-                continue
-            for p in module.parameters(recurse=False):
-                if p.is_floating_point() and p.dtype != HALF:
+            dtype = FLOAT if id(module) in kept else HALF
+            own = [p for p in module.parameters(recurse=False) if p.is_floating_point() and id(p) not in seen]
+            seen.update(id(p) for p in own)
+            for p in own:
+                already_half += p.dtype == HALF
+                if p.dtype == FLOAT and dtype == HALF:
                     fp32_values[id(p)] = p.detach().clone()
                     p.data = p.data.to(HALF)
+                    count = int(torch.isinf(p).sum() - torch.isinf(fp32_values[id(p)]).sum())
+                    if count:
+                        overflowed.append((names[id(p)], count))
+                elif p.dtype != dtype:
+                    p.data = p.data.to(dtype)
             for name, buffer in module.named_buffers(recurse=False):
-                if buffer.is_floating_point():
-                    setattr(module, name, buffer.to(HALF))
-    model.register_forward_pre_hook(_inputs_to(HALF), with_kwargs=True)
-    model.register_forward_hook(_outputs_to(FLOAT))
+                if buffer is not None and buffer.dtype == HALF:
+                    setattr(module, name, buffer.to(FLOAT))
+            if dtype == HALF and own:
+                module.register_forward_pre_hook(CastInputs(HALF), with_kwargs=True)
+    for module in kept_roots:
+        module.register_forward_pre_hook(CastInputs(FLOAT), with_kwargs=True)
+        module.register_forward_hook(CastOutputs(HALF))
+    model.register_forward_hook(CastOutputs(FLOAT))
     model._mpgemm_prepared = True
+    _warn_about_casts(already_half, overflowed)
 
-    optimizer = MasterWeightOptimizer(optimizer)
+    optimizer = MasterWeightOptimizer(optimizer, model)
     with torch.no_grad():
         for model_param, master in zip(optimizer.model_params(), optimizer.master_params()):
             if master is not model_param and id(model_param) in fp32_values:

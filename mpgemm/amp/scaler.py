@@ -1,5 +1,7 @@
 """Dynamic loss scaling with the API of torch.amp.GradScaler."""
 
+from collections import abc
+
 import torch
 import torch.distributed as dist
 
@@ -12,12 +14,13 @@ class LossScaler:
     """Scales the loss so that small fp16 gradients do not flush to zero, and
     skips the optimizer steps whose gradients overflowed.
 
-    Has the core API of ``torch.amp.GradScaler`` (``scale``, ``unscale_``,
+    Has the API of ``torch.amp.GradScaler`` (``scale``, ``unscale_``,
     ``step``, ``update``, ``get_scale``, ``is_enabled``, ``state_dict``,
-    ``load_state_dict``) and also takes fp16 gradients: with a
-    :class:`MasterWeightOptimizer`, unscaling writes into the fp32 master
-    gradients; with any other optimizer, gradients are unscaled in place. All
-    of an optimizer's gradients must be on one device.
+    ``load_state_dict``, and the getters and setters of ``growth_factor``,
+    ``backoff_factor`` and ``growth_interval``) and also takes fp16 gradients:
+    with a :class:`MasterWeightOptimizer`, unscaling acts on the fp32 master
+    gradients; with any other optimizer, gradients (dense or sparse) are
+    unscaled in place. All of an optimizer's gradients must be on one device.
 
     Beyond GradScaler:
       min_scale: floor of the scale (default 1.0).
@@ -34,18 +37,10 @@ class LossScaler:
 
     def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  enabled=True, *, min_scale=1.0, hysteresis=1, dynamic=True):
-        if not init_scale > 0:
-            raise ValueError(f"mpgemm.amp.LossScaler: init_scale must be positive, got {init_scale}")
-        if not growth_factor > 1.0:
-            raise ValueError(f"mpgemm.amp.LossScaler: growth_factor must be > 1, got {growth_factor}")
-        if not 0.0 < backoff_factor < 1.0:
-            raise ValueError(f"mpgemm.amp.LossScaler: backoff_factor must be in (0, 1), got {backoff_factor}")
-        if not (isinstance(growth_interval, int) and growth_interval > 0):
-            raise ValueError(f"mpgemm.amp.LossScaler: growth_interval must be a positive int, got {growth_interval}")
-        if not (isinstance(hysteresis, int) and hysteresis > 0):
-            raise ValueError(f"mpgemm.amp.LossScaler: hysteresis must be a positive int, got {hysteresis}")
-        if not min_scale > 0:
-            raise ValueError(f"mpgemm.amp.LossScaler: min_scale must be positive, got {min_scale}")
+        for name, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
+                            ("backoff_factor", backoff_factor), ("growth_interval", growth_interval),
+                            ("hysteresis", hysteresis), ("min_scale", min_scale)):
+            _check_option(name, value)
         if dynamic and init_scale < min_scale:
             raise ValueError(f"mpgemm.amp.LossScaler: init_scale ({init_scale}) must be at least min_scale "
                              f"({min_scale})")
@@ -63,6 +58,7 @@ class LossScaler:
         self.last_step_skipped = False
         self._optimizer_states = {}  # id(optimizer) -> {"stage", "found_inf"}
         self._scale_tensor = None
+        self._has_scaled = False  # GradScaler refuses unscale_/step before the first scale()
 
     def is_enabled(self):
         return self._enabled
@@ -70,22 +66,52 @@ class LossScaler:
     def get_scale(self):
         return self._scale if self._enabled else 1.0
 
+    def get_growth_factor(self):
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor):
+        _check_option("growth_factor", new_factor)
+        self._growth_factor = float(new_factor)
+
+    def get_backoff_factor(self):
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor):
+        _check_option("backoff_factor", new_factor)
+        self._backoff_factor = float(new_factor)
+
+    def get_growth_interval(self):
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval):
+        _check_option("growth_interval", new_interval)
+        self._growth_interval = new_interval
+
     def _scale_on(self, device):
         if self._scale_tensor is None or self._scale_tensor.device != device:
             self._scale_tensor = torch.full((), self._scale, dtype=torch.float32, device=device)
         return self._scale_tensor
 
     def scale(self, outputs):
-        """outputs * scale, for a tensor or a (nested) list/tuple of tensors."""
+        """outputs * scale, for a tensor or an iterable of tensors (nested):
+        lists and tuples come back as their type, other iterables as an
+        iterator, as with GradScaler."""
         if not self._enabled:
             return outputs
+        self._has_scaled = True
         if isinstance(outputs, torch.Tensor):
             # An fp32 scale promotes a 0-dim fp16 loss to fp32, as GradScaler's does.
             return outputs * self._scale_on(outputs.device)
-        if isinstance(outputs, (list, tuple)):
-            return type(outputs)(self.scale(o) for o in outputs)
-        raise TypeError(f"mpgemm.amp.LossScaler.scale: expected a tensor or a list/tuple of tensors, "
+        if isinstance(outputs, abc.Iterable) and not isinstance(outputs, (str, bytes)):
+            scaled = map(self.scale, outputs)
+            return type(outputs)(scaled) if isinstance(outputs, (list, tuple)) else scaled
+        raise TypeError(f"mpgemm.amp.LossScaler.scale: expected a tensor or an iterable of tensors, "
                         f"got {type(outputs).__name__}")
+
+    def _check_scaled(self, method):
+        if not self._has_scaled:
+            raise RuntimeError(f"mpgemm.amp.LossScaler: {method}() was called before any scale(); call "
+                               f"scaler.scale(loss).backward() first")
 
     def _state(self, optimizer):
         return self._optimizer_states.setdefault(id(optimizer), {"stage": _READY, "found_inf": None, "overflow": None})
@@ -99,6 +125,7 @@ class LossScaler:
         """
         if not self._enabled:
             return
+        self._check_scaled("unscale_")
         state = self._state(optimizer)
         if state["stage"] == _UNSCALED:
             raise RuntimeError("mpgemm.amp.LossScaler: unscale_() has already been called on this optimizer "
@@ -112,7 +139,7 @@ class LossScaler:
         if isinstance(optimizer, MasterWeightOptimizer):
             optimizer.unscale_grads_(inv_scale, found_inf)
         else:
-            grads = [p.grad for p in params if p.grad is not None]
+            grads = [_dense_values(p) for p in params if p.grad is not None]
             torch.ops.mpgemm.unscale_grads_(grads, grads, found_inf, inv_scale)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
@@ -126,6 +153,7 @@ class LossScaler:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
             raise RuntimeError("mpgemm.amp.LossScaler: closures are not supported with step()")
+        self._check_scaled("step")
         state = self._state(optimizer)
         if state["stage"] == _STEPPED:
             raise RuntimeError("mpgemm.amp.LossScaler: step() has already been called since the last update()")
@@ -211,3 +239,28 @@ class LossScaler:
         self.skipped_steps = int(state_dict.get("skipped_steps", 0))
         self.last_step_skipped = bool(state_dict.get("last_step_skipped", False))
         self._scale_tensor = None
+
+
+def _check_option(name, value):
+    """One validation for the options of __init__ and the setters."""
+    if name in ("growth_interval", "hysteresis"):
+        ok, expected = isinstance(value, int) and not isinstance(value, bool) and value > 0, "a positive int"
+    elif name == "growth_factor":
+        ok, expected = value > 1.0, "> 1"
+    elif name == "backoff_factor":
+        ok, expected = 0.0 < value < 1.0, "in (0, 1)"
+    else:
+        ok, expected = value > 0, "positive"
+    if not ok:
+        raise ValueError(f"mpgemm.amp.LossScaler: {name} must be {expected}, got {value}")
+
+
+def _dense_values(param):
+    """The tensor to unscale in place for param.grad: itself, or a sparse
+    gradient's values (fp16 ones coalesced first, so that the inf check sees
+    the sums, as GradScaler does)."""
+    if not param.grad.is_sparse:
+        return param.grad
+    if param.grad.dtype == torch.float16:
+        param.grad = param.grad.coalesce()
+    return param.grad._values()

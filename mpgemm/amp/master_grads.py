@@ -1,0 +1,155 @@
+"""fp32 gradient accumulation on the master weights.
+
+An fp16 parameter's gradient is moved into its fp32 master as backward
+produces it: a post-accumulate-grad hook adds it to ``master.grad`` in fp32 and
+frees it. Micro-batches of gradient accumulation then sum in fp32, where scaled
+fp16 sums would overflow, and no fp16 gradient outlives its backward.
+
+The parameter's ``.grad`` then holds a :class:`MasterGrad`, a stand-in with no
+storage through which Python code reads and writes the master's gradient: the
+torch.amp recipe ``clip_grad_norm_(model.parameters(), ...)`` clips what the
+optimizer steps with, and ``print(p.grad)`` shows it. The stand-in also says
+that the master's gradient is current: code that clears ``p.grad``
+(``model.zero_grad()``) clears the master's with it.
+
+Under torch.distributed (world size > 1) the fp16 gradients stay on the
+parameters until the optimizer flushes them (at unscale), because
+DistributedDataParallel reduces ``p.grad`` after this hook would have run.
+"""
+
+import weakref
+
+import torch
+import torch.distributed as dist
+
+FLOAT = torch.float32
+
+
+def _distributed():
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _resolve(obj):
+    """obj with every MasterGrad in it (through lists, tuples and dicts)
+    replaced by the master's gradient."""
+    if isinstance(obj, MasterGrad):
+        grad = obj._master.grad
+        if grad is None:
+            raise RuntimeError("mpgemm.amp: this parameter's master gradient has been cleared")
+        return grad
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_resolve(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _resolve(v) for k, v in obj.items()}
+    return obj
+
+
+class MasterGrad(torch.Tensor):
+    """The ``.grad`` of an fp16 parameter whose gradient lives on its fp32
+    master: every torch function and tensor method applied to it acts on
+    ``master.grad`` (norms, in-place scaling, printing), so what Python code
+    reads and clips is what the optimizer steps with."""
+
+    @staticmethod
+    def __new__(cls, param, master):
+        # One element broadcast to the parameter's shape: autograd accepts it
+        # as the parameter's gradient, and it costs no memory.
+        stub = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)
+        proxy = torch.Tensor._make_subclass(cls, stub)
+        proxy._master = master
+        return proxy
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            result = func(*_resolve(args), **_resolve(kwargs or {}))
+        # An in-place method returns the master's gradient; `p.grad *= c`
+        # then assigns the result to p.grad, which must stay the stand-in.
+        if args and isinstance(args[0], MasterGrad) and result is args[0]._master.grad:
+            return args[0]
+        return result
+
+
+class GradientLink:
+    """Moves the gradient of one fp16 parameter into its fp32 master.
+
+    Invariant: the master's gradient is current while ``param.grad`` is the
+    link's MasterGrad; a real tensor in ``param.grad`` (kept for DDP, or set by
+    the user) still has to be added to it (:meth:`flush`); ``None`` means no
+    gradient.
+    """
+
+    def __init__(self, param, master):
+        self.param, self.master = param, master
+        self.proxy = MasterGrad(param, master)
+        self._continues = False  # the pre-hook took the proxy off: a real grad adds to the master's
+        self._accumulator = None
+        self._install_hooks()
+
+    def _install_hooks(self):
+        if not self.param.requires_grad or self._accumulator is not None:
+            return
+        # The AccumulateGrad node lives only while something holds it. A hook
+        # on the node (not on the tensor) runs only when backward accumulates,
+        # never for torch.autograd.grad. The hooks hold the link weakly and go
+        # with it, so a discarded optimizer leaves nothing running.
+        with torch.enable_grad():
+            self._accumulator = self.param.view_as(self.param).grad_fn.next_functions[0][0]
+        link = weakref.ref(self)
+        handles = [
+            self._accumulator.register_prehook(lambda grads: _call(link, "_before_accumulate", grads)),
+            self.param.register_post_accumulate_grad_hook(lambda param: _call(link, "_after_accumulate", param)),
+        ]
+        for handle in handles:
+            weakref.finalize(self, handle.remove)
+
+    def _before_accumulate(self, grad_outputs):
+        if grad_outputs[0] is None:
+            return  # AccumulateGrad adds nothing and calls no post-accumulate hook
+        grad = self.param.grad
+        if grad is self.proxy:
+            self.param.grad = None  # AccumulateGrad cannot add into the stand-in
+            self._continues = True
+        elif grad is None:
+            self.master.grad = None
+            self._continues = False
+
+    def _after_accumulate(self, param):
+        if not _distributed():
+            self.flush()
+
+    def _absorb(self, grad):
+        master_grad = self.master.grad
+        if master_grad is None or not self._continues:
+            self.master.grad = grad.to(FLOAT)
+        elif master_grad.is_sparse and not grad.is_sparse:
+            self.master.grad = grad.to(FLOAT).add_(master_grad)
+        else:
+            master_grad.add_(grad)
+
+    def flush(self):
+        """Brings the master's gradient up to date with ``param.grad``."""
+        self._install_hooks()  # a parameter unfrozen since
+        grad = self.param.grad
+        if grad is self.proxy:
+            return
+        if grad is None:
+            self.master.grad = None
+        else:
+            self._absorb(grad)
+            if self._accumulator is not None:  # without hooks, AccumulateGrad would add into the stand-in
+                self.param.grad = self.proxy
+        self._continues = False
+
+    def zero_grad(self, set_to_none):
+        self.flush()
+        if set_to_none or self.master.grad is None:
+            self.param.grad = self.master.grad = None
+        else:
+            self.master.grad.zero_()
+
+
+def _call(link_ref, method, arg):
+    link = link_ref()
+    if link is not None:
+        getattr(link, method)(arg)
