@@ -190,7 +190,8 @@ def test_float_labels_keep_their_values():
 def test_timm_models_train_under_prepare(arch):
     timm = pytest.importorskip("timm", reason="timm needs torchvision, which does not install beside CPU torch here")
     torch.manual_seed(0)
-    model = timm.create_model(arch, pretrained=False, num_classes=10, img_size=64)
+    size = {"img_size": 64} if arch.startswith("vit") else {}
+    model = timm.create_model(arch, pretrained=False, num_classes=10, **size)
     linears = sum(isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)) for m in model.modules())
     model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
                                                   include=[timm.layers.Linear])
