@@ -5,7 +5,7 @@ import weakref
 
 import torch
 
-from .master_grads import GradientLink
+from .master_grads import GradientLink, unscale_target
 
 HALF, FLOAT = torch.float16, torch.float32
 
@@ -33,8 +33,9 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
     into the masters at the next step, wherever a model value differs from its
     master's fp16 rounding. Writes through ``.data`` bypass the version
     counter that tells of a change and are not seen: write under
-    ``torch.no_grad()`` instead. With ``model`` given, ``model.load_state_dict()`` loads the
-    masters too, with the exact values of fp32 entries.
+    ``torch.no_grad()`` instead. With ``model`` given,
+    ``model.load_state_dict()`` loads the masters too, with the exact values
+    of fp32 entries.
     """
 
     def __init__(self, optimizer, model=None):
@@ -136,16 +137,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         and sets found_inf (fp32, one element) to 1 on any inf/NaN. No host
         synchronization."""
         self._flush_grads()
-        grads = []
-        for _, master in self._pairs:
-            grad = master.grad
-            if grad is None:
-                continue
-            if grad.is_sparse:
-                # Duplicate indices summed before the inf check, as GradScaler does.
-                grad = master.grad = grad.coalesce()
-                grad = grad._values()
-            grads.append(grad)
+        grads = [unscale_target(master) for master in self.master_params() if master.grad is not None]
         torch.ops.mpgemm.unscale_grads_(grads, grads, found_inf, inv_scale)
         self._grads_unscaled = True
 
@@ -190,7 +182,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _load_master(self, param, value):
-        """Loads a state_dict entry into the master of `param` (and `param`)."""
+        """Loads a state_dict entry, already copied into `param`, into its master."""
         self._link_of[id(param)].master.copy_(value)
         self._versions[id(param)] = param._version
 

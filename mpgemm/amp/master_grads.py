@@ -25,8 +25,19 @@ import torch.distributed as dist
 FLOAT = torch.float32
 
 
-def _distributed():
+def distributed():
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def unscale_target(param):
+    """The tensor to unscale in place for param.grad: itself, or a sparse
+    gradient's values (fp16 ones coalesced first, so that the inf check sees
+    the sums, as GradScaler does)."""
+    if not param.grad.is_sparse:
+        return param.grad
+    if param.grad.dtype == torch.float16:
+        param.grad = param.grad.coalesce()
+    return param.grad._values()
 
 
 def _resolve(obj):
@@ -115,7 +126,7 @@ class GradientLink:
             self._continues = False
 
     def _after_accumulate(self, param):
-        if not _distributed():
+        if not distributed():
             self.flush()
 
     def _absorb(self, grad):

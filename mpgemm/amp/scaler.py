@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from .master import MasterWeightOptimizer
+from .master_grads import distributed, unscale_target
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
@@ -139,9 +140,9 @@ class LossScaler:
         if isinstance(optimizer, MasterWeightOptimizer):
             optimizer.unscale_grads_(inv_scale, found_inf)
         else:
-            grads = [_dense_values(p) for p in params if p.grad is not None]
+            grads = [unscale_target(p) for p in params if p.grad is not None]
             torch.ops.mpgemm.unscale_grads_(grads, grads, found_inf, inv_scale)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if distributed():
             dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
         state["found_inf"] = found_inf
         state["stage"] = _UNSCALED
@@ -254,13 +255,3 @@ def _check_option(name, value):
     if not ok:
         raise ValueError(f"mpgemm.amp.LossScaler: {name} must be {expected}, got {value}")
 
-
-def _dense_values(param):
-    """The tensor to unscale in place for param.grad: itself, or a sparse
-    gradient's values (fp16 ones coalesced first, so that the inf check sees
-    the sums, as GradScaler does)."""
-    if not param.grad.is_sparse:
-        return param.grad
-    if param.grad.dtype == torch.float16:
-        param.grad = param.grad.coalesce()
-    return param.grad._values()
