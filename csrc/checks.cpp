@@ -54,11 +54,41 @@ void check_same_device(const char* op, const at::Tensor& anchor, const char* anc
                     " (", anchor.device(), "), got ", name, " on ", t.device());
 }
 
-bool is_half_or_float(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kFloat; }
+bool is_16_bit(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
+bool is_float_type(at::ScalarType dtype) { return is_16_bit(dtype) || dtype == at::kFloat; }
+constexpr const char* kFloatTypes = "torch.float16, torch.bfloat16 or torch.float32";
+
+// The one rule for the type of a Tensor Core product's inputs. gemm takes two
+// 16-bit operands of one type. linear and conv2d take fp16, bf16 or fp32 for
+// each: the product is in bf16 if either is bf16, else in fp16, and an fp32
+// tensor is rounded to that type. fp16 with bf16 is refused, as no rounding of
+// one to the other is exact.
+at::ScalarType product_input_dtype(const char* op, const at::Tensor& x, const char* x_name, const at::Tensor& w,
+                                   const char* w_name, bool fp32_allowed) {
+  for (const auto& [t, name] : {std::pair{&x, x_name}, std::pair{&w, w_name}}) {
+    if (fp32_allowed) {
+      TORCH_CHECK_TYPE(is_float_type(t->scalar_type()), op, ": expected ", name, " to be ", kFloatTypes, ", got ",
+                       dtype_name(t->scalar_type()));
+    } else {
+      TORCH_CHECK_TYPE(is_16_bit(t->scalar_type()), op, ": expected ", name,
+                       " to be torch.float16 or torch.bfloat16, got ", dtype_name(t->scalar_type()),
+                       "; convert it with ", name, ".half() or ", name, ".bfloat16()");
+    }
+  }
+  const at::ScalarType xt = x.scalar_type(), wt = w.scalar_type();
+  TORCH_CHECK_TYPE(!(is_16_bit(xt) && is_16_bit(wt) && xt != wt), op, ": ", x_name, " is ", dtype_name(xt), " but ",
+                   w_name, " is ", dtype_name(wt), "; expected both torch.float16 or both torch.bfloat16",
+                   fp32_allowed ? " (an fp32 one is rounded to the other's type)" : "");
+  return xt == at::kBFloat16 || wt == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
+}
+
+// An output is fp32 or the product's input type.
+void check_output_dtype(const char* op, const char* name, at::ScalarType dtype, at::ScalarType input_dtype) {
+  TORCH_CHECK_VALUE(dtype == at::kFloat || dtype == input_dtype, op, ": ", name, " must be torch.float32 or ",
+                    dtype_name(input_dtype), " (the type of the product's inputs), got ", dtype_name(dtype));
+}
 
 void check_gemm_operand(const at::Tensor& t, const char* name, const char* shape_2d, const char* shape_3d) {
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kHalf, "mpgemm.gemm: expected ", name, " to be torch.float16, got ",
-                   dtype_name(t.scalar_type()), "; convert it with ", name, ".half()");
   TORCH_CHECK_VALUE(t.dim() == 2 || t.dim() == 3, "mpgemm.gemm: expected ", name, " to be 2-D ", shape_2d,
                     " or 3-D ", shape_3d, ", got a ", t.dim(), "-D tensor of shape ", shape_of(t));
 }
@@ -76,17 +106,11 @@ void check_bias(const char* op, const std::optional<at::Tensor>& bias, const Siz
                 const at::Tensor& anchor, const char* anchor_name) {
   if (!bias) return;
   const at::Tensor& t = *bias;
-  TORCH_CHECK_TYPE(is_half_or_float(t.scalar_type()), op, ": expected bias to be torch.float16 or torch.float32, got ",
+  TORCH_CHECK_TYPE(is_float_type(t.scalar_type()), op, ": expected bias to be ", kFloatTypes, ", got ",
                    dtype_name(t.scalar_type()));
   TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == n, op, ": expected bias of shape ", shape_name, " = (", n,
                     ",), got shape ", shape_of(t));
   check_same_device(op, anchor, anchor_name, t, "bias");
-}
-
-void check_fp16_or_fp32(const char* op, std::initializer_list<std::pair<const at::Tensor*, const char*>> tensors) {
-  for (const auto& [t, name] : tensors)
-    TORCH_CHECK_TYPE(is_half_or_float(t->scalar_type()), op, ": expected ", name,
-                     " to be torch.float16 or torch.float32, got ", dtype_name(t->scalar_type()));
 }
 
 // The epilogue's arguments, common to every op that ends in one.
@@ -98,8 +122,7 @@ void check_epilogue(const char* op, GemmProblem<Size>& problem, const at::Tensor
   check_bias(op, bias, problem.n, bias_shape, anchor, anchor_name);
   problem.activation = parse_activation(op, activation);
   problem.out_dtype = out_dtype.value_or(default_out_dtype);
-  TORCH_CHECK_VALUE(is_half_or_float(problem.out_dtype), op, ": out_dtype must be torch.float32 or torch.float16, got ",
-                    dtype_name(problem.out_dtype));
+  check_output_dtype(op, "out_dtype", problem.out_dtype, problem.input_dtype);
 }
 
 }  // namespace
@@ -108,11 +131,12 @@ template <class Size>
 GemmProblem<Size> check_gemm_args(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                                   std::optional<std::string_view> activation,
                                   std::optional<at::ScalarType> out_dtype) {
+  GemmProblem<Size> problem;
+  problem.input_dtype = product_input_dtype("mpgemm.gemm", a, "a", b, "b", /*fp32_allowed=*/false);
   check_gemm_operand(a, "a", "(M, K)", "(B, M, K)");
   check_gemm_operand(b, "b", "(K, N)", "(B, K, N)");
   check_same_device("mpgemm.gemm", a, "a", b, "b");
 
-  GemmProblem<Size> problem;
   problem.m = dim_size<Size>(a, -2);
   problem.k = dim_size<Size>(a, -1);
   problem.n = dim_size<Size>(b, -1);
@@ -143,13 +167,14 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
                                     const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                                     std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "mpgemm.linear";
-  check_fp16_or_fp32(op, {{&x, "x"}, {&weight, "weight"}});
+  const at::ScalarType input_dtype = product_input_dtype(op, x, "x", weight, "weight", /*fp32_allowed=*/true);
   TORCH_CHECK_VALUE(weight.dim() == 2, op, ": expected weight to be 2-D (out_features, in_features), got a ",
                     weight.dim(), "-D tensor of shape ", shape_of(weight));
   TORCH_CHECK_VALUE(x.dim() >= 1, op, ": expected x of shape (..., in_features), got a 0-D tensor");
   check_same_device(op, x, "x", weight, "weight");
 
   GemmProblem<Size> problem;
+  problem.input_dtype = input_dtype;
   problem.batch = 1;
   problem.k = dim_size<Size>(x, -1);
   problem.n = dim_size<Size>(weight, 0);
@@ -192,7 +217,7 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
                                     const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                                     std::optional<at::ScalarType> out_dtype) {
-  check_fp16_or_fp32(op, {{&x, "x"}, {&weight, "weight"}});
+  const at::ScalarType input_dtype = product_input_dtype(op, x, "x", weight, "weight", /*fp32_allowed=*/true);
   TORCH_CHECK_VALUE(x.dim() == 4, op, ": expected x to be 4-D (N, C, H, W) or 3-D (C, H, W), got a ", x.dim(),
                     "-D tensor of shape ", shape_of(x));
   TORCH_CHECK_VALUE(weight.dim() == 4, op, ": expected weight to be 4-D (out_channels, in_channels / groups, kH, kW),",
@@ -207,6 +232,7 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
   TORCH_CHECK_VALUE(groups > 0, op, ": groups must be positive, got ", groups);
 
   ConvProblem<Size> problem;
+  problem.input_dtype = input_dtype;
   problem.n = dim_size<Size>(x, 0);
   problem.c = dim_size<Size>(x, 1);
   problem.h = dim_size<Size>(x, 2);
@@ -233,8 +259,7 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
 
   check_bias(op, bias, problem.k, "(out_channels,)", x, "x");
   problem.out_dtype = out_dtype.value_or(x.scalar_type());
-  TORCH_CHECK_VALUE(is_half_or_float(problem.out_dtype), op, ": out_dtype must be torch.float32 or torch.float16, got ",
-                    dtype_name(problem.out_dtype));
+  check_output_dtype(op, "out_dtype", problem.out_dtype, problem.input_dtype);
   return problem;
 }
 
@@ -249,8 +274,9 @@ template ConvProblem<c10::SymInt> check_conv2d_args<c10::SymInt>(const char*, co
 
 void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, const at::Tensor& x,
                            const at::Tensor& grad_out) {
-  TORCH_CHECK_TYPE(is_half_or_float(grad_out.scalar_type()), op,
-                   ": expected grad_out to be torch.float16 or torch.float32, got ", dtype_name(grad_out.scalar_type()));
+  const at::ScalarType dtype = grad_out.scalar_type();
+  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == problem.input_dtype, op, ": expected grad_out to be torch.float32 or ",
+                   dtype_name(problem.input_dtype), " (the type of the product's inputs), got ", dtype_name(dtype));
   const std::vector<int64_t> expected{problem.n, problem.k, problem.p, problem.q};
   TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef(expected), op, ": expected grad_out of shape ",
                     at::IntArrayRef(expected), ", got ", grad_out.sizes());
@@ -278,8 +304,8 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
   check_same_device(op, found_inf, "found_inf", inv_scale, "inv_scale");
   for (size_t i = 0; i < grads.size(); ++i) {
     const std::string grad = "grads[" + std::to_string(i) + "]", out = "outs[" + std::to_string(i) + "]";
-    TORCH_CHECK_TYPE(is_half_or_float(grads[i].scalar_type()) && is_half_or_float(outs[i].scalar_type()), op,
-                     ": expected ", grad, " and ", out, " to be torch.float16 or torch.float32, got ",
+    TORCH_CHECK_TYPE(is_float_type(grads[i].scalar_type()) && is_float_type(outs[i].scalar_type()), op,
+                     ": expected ", grad, " and ", out, " to be ", kFloatTypes, ", got ",
                      dtype_name(grads[i].scalar_type()), " and ", dtype_name(outs[i].scalar_type()));
     TORCH_CHECK_VALUE(grads[i].sym_sizes() == outs[i].sym_sizes(), op, ": ", grad, " has shape ",
                       shape_of(grads[i]), " but ", out, " has shape ", shape_of(outs[i]));

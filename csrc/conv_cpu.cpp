@@ -1,5 +1,6 @@
 // CPU reference of conv2d and its gradients, with the kernels' semantics:
-// every input rounded to fp16, products summed in fp32 (torch's fp32
+// every input rounded to the product's input type (fp16 or bf16), products
+// summed in fp32 (torch's fp32
 // convolution on the rounded values), bias added in fp32, one rounding to the
 // output dtype. Asymmetric padding ("same" with an even kernel) is applied as
 // explicit zero padding.
@@ -10,7 +11,10 @@
 namespace mpgemm {
 namespace {
 
-at::Tensor as_fp16_values(const at::Tensor& t) { return t.to(at::kHalf).to(at::kFloat); }
+// t's values rounded to the product's input type, held in fp32 for torch's convolution.
+at::Tensor input_values(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
+  return t.to(problem.input_dtype).to(at::kFloat);
+}
 
 // at::constant_pad_nd takes (left, right, top, bottom).
 at::Tensor pad(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
@@ -22,7 +26,7 @@ at::Tensor pad(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const ConvProblem<int64_t>& problem,
                                                         const at::Tensor& grad_out, const at::Tensor& padded_x,
                                                         const at::Tensor& weight, bool input, bool filters) {
-  return at::convolution_backward(as_fp16_values(grad_out), padded_x, weight, std::nullopt,
+  return at::convolution_backward(input_values(grad_out, problem), padded_x, weight, std::nullopt,
                                   at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
                                   at::IntArrayRef(problem.dilation), false, at::IntArrayRef({0, 0}), problem.groups,
                                   {input, filters, false});
@@ -33,7 +37,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const ConvProblem<int64_
 at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
                       const std::optional<at::Tensor>& bias) {
   const std::optional<at::Tensor> no_bias;  // added below in fp32, after the products
-  at::Tensor out = at::conv2d(pad(as_fp16_values(x), problem), as_fp16_values(weight), no_bias,
+  at::Tensor out = at::conv2d(pad(input_values(x, problem), problem), input_values(weight, problem), no_bias,
                               at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
                               at::IntArrayRef(problem.dilation), problem.groups);
   if (bias) out.add_(bias->to(at::kFloat).view({1, -1, 1, 1}));
@@ -46,7 +50,7 @@ at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::
   const at::Tensor padded_shape = at::empty({problem.n, problem.c, problem.h + p[0] + p[1], problem.w + p[2] + p[3]},
                                             x.options().dtype(at::kFloat));
   const at::Tensor grad_padded =
-      std::get<0>(backward(problem, grad_out, padded_shape, as_fp16_values(weight), true, false));
+      std::get<0>(backward(problem, grad_out, padded_shape, input_values(weight, problem), true, false));
   return grad_padded.slice(2, p[0], p[0] + problem.h)
       .slice(3, p[2], p[2] + problem.w)
       .to(x.scalar_type())
@@ -55,8 +59,8 @@ at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::
 
 at::Tensor conv2d_grad_weight_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
                                   const at::Tensor& x, const at::Tensor& weight) {
-  const at::Tensor grad = std::get<1>(backward(problem, grad_out, pad(as_fp16_values(x), problem),
-                                               as_fp16_values(weight), false, true));
+  const at::Tensor grad = std::get<1>(backward(problem, grad_out, pad(input_values(x, problem), problem),
+                                               input_values(weight, problem), false, true));
   return grad.to(weight.scalar_type()).contiguous(weight.suggest_memory_format());
 }
 

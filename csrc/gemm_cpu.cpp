@@ -1,6 +1,7 @@
 // The CPU reference backend of gemm: the kernels' semantics without their
-// speed. Each input is an fp16 value and every product is summed in fp32
-// (fp16 x fp16 products are exact in fp32); the epilogue is the kernels' own.
+// speed. Each input is an fp16 (or bf16) value and every product is summed in
+// fp32 (products of two such values are exact in fp32); the epilogue is the
+// kernels' own.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 

@@ -27,8 +27,6 @@ at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at
 template <GemmInto Into>
 void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                      std::optional<std::string_view> activation, at::Tensor& out) {
-  TORCH_CHECK_TYPE(out.scalar_type() == at::kFloat || out.scalar_type() == at::kHalf,
-                   "mpgemm.gemm: expected out to be torch.float32 or torch.float16, got ", out.scalar_type());
   const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out.scalar_type());
   check_gemm_out(problem, a, out);
   at::assert_no_overlap(out, a);
@@ -37,15 +35,15 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   Into(problem, a, b, bias, out);
 }
 
-// fp32 operands are rounded to fp16 here, for the Tensor Core product only: an
-// fp32 weight stays the master copy. The (out, in) weight is read in place as
-// a column-major (in, out) operand.
+// fp32 operands are rounded to the product's input type here, for the Tensor
+// Core product only: an fp32 weight stays the master copy. The (out, in)
+// weight is read in place as a column-major (in, out) operand.
 template <GemmInto Into>
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_linear_args<int64_t>(x, weight, bias, activation, out_dtype);
-  const at::Tensor a = x.reshape({problem.m, problem.k}).to(at::kHalf);
-  const at::Tensor b = weight.to(at::kHalf).t();
+  const at::Tensor a = x.reshape({problem.m, problem.k}).to(problem.input_dtype);
+  const at::Tensor b = weight.to(problem.input_dtype).t();
   at::Tensor out = at::empty({problem.m, problem.n}, x.options().dtype(problem.out_dtype));
   Into(problem, a, b, bias, out);
   return out.view(problem.out_shape);

@@ -19,7 +19,8 @@ template <class Size>
 struct GemmProblem {
   Size batch, m, n, k;
   std::vector<Size> out_shape;  // (batch, m, n) if either operand is 3-D, else (m, n)
-  at::ScalarType out_dtype;
+  at::ScalarType input_dtype;   // of the Tensor Core product: at::kHalf or at::kBFloat16
+  at::ScalarType out_dtype;     // at::kFloat or input_dtype
   kernels::Activation activation;
 };
 
@@ -57,7 +58,8 @@ struct ConvProblem {
   int64_t groups;
   std::array<int64_t, 2> stride, dilation;
   std::array<int64_t, 4> padding;
-  at::ScalarType out_dtype;
+  at::ScalarType input_dtype;  // of the Tensor Core product: at::kHalf or at::kBFloat16
+  at::ScalarType out_dtype;    // at::kFloat or input_dtype
   bool channels_last;  // of x; the output follows it
 };
 
@@ -67,8 +69,8 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
                                     at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                                     std::optional<at::ScalarType> out_dtype);
 
-// Backends of conv2d and its two gradients. fp32 tensors are rounded to fp16
-// first; products are summed in fp32.
+// Backends of conv2d and its two gradients. Tensors are rounded to the
+// problem's input_dtype first; products are summed in fp32.
 at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
                       const std::optional<at::Tensor>& bias);
 at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
@@ -82,12 +84,18 @@ at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at:
 at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
                                    const at::Tensor& x, const at::Tensor& weight);
 
-// Checks the output gradient of a conv2d against its problem: (N, K, P, Q), fp16 or fp32.
+// Checks the output gradient of a conv2d against its problem: (N, K, P, Q),
+// fp32 or the problem's input_dtype.
 void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, const at::Tensor& x,
                            const at::Tensor& grad_out);
 
+// The kernels' name for a dtype the checks let through (fp16, bf16 or fp32).
 inline kernels::ElementType element_type(at::ScalarType dtype) {
-  return dtype == at::kHalf ? kernels::ElementType::kFloat16 : kernels::ElementType::kFloat32;
+  switch (dtype) {
+    case at::kHalf: return kernels::ElementType::kFloat16;
+    case at::kBFloat16: return kernels::ElementType::kBFloat16;
+    default: return kernels::ElementType::kFloat32;
+  }
 }
 
 // The memory format of a conv2d's x, which its output follows.
@@ -103,7 +111,7 @@ void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& fo
 void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
                         const at::Tensor& inv_scale);
 
-// cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) on 2-D fp16 operands: the baseline.
+// cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) on 2-D fp16 or bf16 operands: the baseline.
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);
 
 // _mma_ceiling: every (block, warp) slot of out = iterations rounds of

@@ -201,8 +201,12 @@ BAD = [
      lambda: mpgemm.conv2d(t(1, 1, 3, 5, 5), t(4, 3, 3, 3))),
     ("rank weight", ValueError, r"expected weight to be 4-D",
      lambda: mpgemm.conv2d(t(1, 3, 5, 5), t(4, 3, 3))),
-    ("dtype", TypeError, r"expected x to be torch.float16 or torch.float32, got torch.float64",
+    ("dtype", TypeError, r"expected x to be torch.float16, torch.bfloat16 or torch.float32, got torch.float64",
      lambda: mpgemm.conv2d(t(1, 3, 5, 5).double(), t(4, 3, 3, 3))),
+    ("fp16 with bf16", TypeError, r"x is torch.bfloat16 but weight is torch.float16; expected both torch.float16 or "
+     r"both torch.bfloat16", lambda: mpgemm.conv2d(t(1, 3, 5, 5).bfloat16(), t(4, 3, 3, 3).half())),
+    ("out_dtype", ValueError, r"out_dtype must be torch.float32 or torch.bfloat16 \(the type of the product's inputs\), "
+     r"got torch.float16", lambda: mpgemm.conv2d(t(1, 3, 5, 5), t(4, 3, 3, 3).bfloat16(), out_dtype=torch.float16)),
     ("too small", ValueError, r"the padded input \(2, 2\) is smaller than the dilated kernel \(3, 3\)",
      lambda: mpgemm.conv2d(t(1, 3, 2, 2), t(4, 3, 3, 3))),
     ("bias", ValueError, r"expected bias of shape \(out_channels,\) = \(4,\), got shape \(3,\)",

@@ -6,7 +6,7 @@ import torch
 
 import mpgemm
 
-H = torch.float16
+H, B = torch.float16, torch.bfloat16
 
 
 def bad_calls(device):
@@ -14,10 +14,14 @@ def bad_calls(device):
         return torch.randn(*shape).to(dtype=dtype, device=device)
 
     return [
-        ("a float32", TypeError, r"expected a to be torch\.float16, got torch\.float32; convert it with a\.half\(\)",
-         lambda: mpgemm.gemm(t(4, 5, dtype=torch.float32), t(5, 6))),
-        ("b bfloat16", TypeError, r"expected b to be torch\.float16, got torch\.bfloat16; convert it with b\.half\(\)",
-         lambda: mpgemm.gemm(t(4, 5), t(5, 6, dtype=torch.bfloat16))),
+        ("a float32", TypeError, r"expected a to be torch\.float16 or torch\.bfloat16, got torch\.float32; convert "
+         r"it with a\.half\(\) or a\.bfloat16\(\)", lambda: mpgemm.gemm(t(4, 5, dtype=torch.float32), t(5, 6))),
+        ("b float64", TypeError, r"expected b to be torch\.float16 or torch\.bfloat16, got torch\.float64",
+         lambda: mpgemm.gemm(t(4, 5, dtype=B), t(5, 6, dtype=torch.float64))),
+        ("fp16 with bf16", TypeError, r"a is torch\.float16 but b is torch\.bfloat16; expected both torch\.float16 "
+         r"or both torch\.bfloat16$", lambda: mpgemm.gemm(t(4, 5), t(5, 6, dtype=B))),
+        ("bf16 with fp16", TypeError, r"a is torch\.bfloat16 but b is torch\.float16",
+         lambda: mpgemm.gemm(t(4, 5, dtype=B), t(5, 6))),
         ("inner mismatch", ValueError, r"mismatched inner dimensions: a has shape \(4, 5\) and b has shape \(6, 7\)",
          lambda: mpgemm.gemm(t(4, 5), t(6, 7))),
         ("a 1-D", ValueError, r"expected a to be 2-D \(M, K\) or 3-D \(B, M, K\), got a 1-D tensor of shape \(5,\)",
@@ -30,17 +34,21 @@ def bad_calls(device):
          lambda: mpgemm.gemm(t(4, 5), t(5, 6), bias=t(5))),
         ("bias 2-D", ValueError, r"expected bias of shape \(N,\) = \(6,\), got shape \(1, 6\)",
          lambda: mpgemm.gemm(t(4, 5), t(5, 6), bias=t(1, 6))),
-        ("bias dtype", TypeError, r"expected bias to be torch\.float16 or torch\.float32, got torch\.float64",
+        ("bias dtype", TypeError, r"expected bias to be torch\.float16, torch\.bfloat16 or torch\.float32, got "
+         r"torch\.float64",
          lambda: mpgemm.gemm(t(4, 5), t(5, 6), bias=t(6, dtype=torch.float64))),
         ("activation", ValueError, r"activation must be None, 'relu' or 'gelu', got 'tanh'",
          lambda: mpgemm.gemm(t(4, 5), t(5, 6), activation="tanh")),
-        ("out_dtype", ValueError, r"out_dtype must be torch\.float32 or torch\.float16, got torch\.bfloat16",
-         lambda: mpgemm.gemm(t(4, 5), t(5, 6), out_dtype=torch.bfloat16)),
+        ("out_dtype", ValueError, r"out_dtype must be torch\.float32 or torch\.float16 \(the type of the product's "
+         r"inputs\), got torch\.bfloat16", lambda: mpgemm.gemm(t(4, 5), t(5, 6), out_dtype=B)),
+        ("out_dtype bf16", ValueError, r"out_dtype must be torch\.float32 or torch\.bfloat16 \(the type of the "
+         r"product's inputs\), got torch\.float16", lambda: mpgemm.gemm(t(4, 5, dtype=B), t(5, 6, dtype=B),
+                                                                           out_dtype=H)),
         ("out shape", ValueError, r"expected out of shape \[4, 6\], got \[4, 7\]",
          lambda: mpgemm.gemm(t(4, 5), t(5, 6), out=torch.empty(4, 7, device=device))),
         ("out dtype", ValueError, r"out has dtype torch\.float16 but out_dtype is torch\.float32",
          lambda: mpgemm.gemm(t(4, 5), t(5, 6), out=torch.empty(4, 6, dtype=H, device=device))),
-        ("out dtype op", TypeError, r"expected out to be torch\.float32 or torch\.float16",
+        ("out dtype op", ValueError, r"out_dtype must be torch\.float32 or torch\.float16 .*, got torch\.float64",
          lambda: torch.ops.mpgemm.gemm.out(t(4, 5), t(5, 6), out=torch.empty(4, 6, dtype=torch.float64,
                                                                                device=device))),
         ("out strided", ValueError, r"expected a contiguous out tensor",
@@ -92,10 +100,14 @@ def bad_linear_calls():
         return torch.randn(*shape, dtype=dtype)
 
     return [
-        ("x float64", TypeError, r"expected x to be torch\.float16 or torch\.float32, got torch\.float64",
-         lambda: mpgemm.linear(t(4, 5, dtype=torch.float64), t(6, 5))),
-        ("weight bfloat16", TypeError, r"expected weight to be torch\.float16 or torch\.float32, got torch\.bfloat16",
-         lambda: mpgemm.linear(t(4, 5), t(6, 5, dtype=torch.bfloat16))),
+        ("x float64", TypeError, r"expected x to be torch\.float16, torch\.bfloat16 or torch\.float32, got "
+         r"torch\.float64", lambda: mpgemm.linear(t(4, 5, dtype=torch.float64), t(6, 5))),
+        ("fp16 with bf16", TypeError, r"x is torch\.float16 but weight is torch\.bfloat16; expected both "
+         r"torch\.float16 or both torch\.bfloat16 \(an fp32 one is rounded to the other's type\)",
+         lambda: mpgemm.linear(t(4, 5, dtype=H), t(6, 5, dtype=B))),
+        ("bf16 out_dtype fp16", ValueError, r"out_dtype must be torch\.float32 or torch\.bfloat16 \(the type of "
+         r"the product's inputs\), got torch\.float16",
+         lambda: mpgemm.linear(t(4, 5), t(6, 5, dtype=B), out_dtype=H)),
         ("in_features", ValueError, r"x has shape \(4, 5\) but weight has shape \(6, 7\); x\.shape\[-1\] must "
          r"equal in_features = weight\.shape\[1\]", lambda: mpgemm.linear(t(4, 5), t(6, 7))),
         ("weight 1-D", ValueError, r"expected weight to be 2-D \(out_features, in_features\), got a 1-D tensor",
@@ -108,8 +120,8 @@ def bad_linear_calls():
          lambda: mpgemm.linear(t(4, 5), t(6, 5), t(5))),
         ("activation", ValueError, r"activation must be None, 'relu' or 'gelu', got 'silu'",
          lambda: mpgemm.linear(t(4, 5), t(6, 5), activation="silu")),
-        ("out_dtype", ValueError, r"out_dtype must be torch\.float32 or torch\.float16, got torch\.float64",
-         lambda: mpgemm.linear(t(4, 5), t(6, 5), out_dtype=torch.float64)),
+        ("out_dtype", ValueError, r"out_dtype must be torch\.float32 or torch\.float16 \(the type of the "
+         r"product's inputs\), got torch\.float64", lambda: mpgemm.linear(t(4, 5), t(6, 5), out_dtype=torch.float64)),
         ("weight device", ValueError, r"expected weight on the same device as x \(cpu\), got weight on meta",
          lambda: mpgemm.linear(t(4, 5), torch.empty(6, 5, device="meta"))),
     ]

@@ -60,7 +60,7 @@ def test_unscale_bad_input():
         unscale_grads_([g], [o], flag.double(), inv)
     with pytest.raises(ValueError, match=r"expected inv_scale to hold one element"):
         unscale_grads_([g], [o], flag, torch.ones(2))
-    with pytest.raises(TypeError, match=r"expected grads\[0\] and outs\[0\] to be torch\.float16 or torch\.float32"):
+    with pytest.raises(TypeError, match=r"expected grads\[0\] and outs\[0\] to be torch\.float16, torch\.bfloat16 or torch\.float32"):
         unscale_grads_([g.double()], [o], flag, inv)
     with pytest.raises(ValueError, match=r"grads\[0\] has shape \(4,\) but outs\[0\] has shape \(5,\)"):
         unscale_grads_([g], [torch.empty(5)], flag, inv)

@@ -1,6 +1,7 @@
 // A 2-D convolution as the kernels see it, torch-free: NHWC activations and
 // KRSC filters (K output channels, R x S taps, C / groups input channels
-// each), fp16 and dense, with sizes and raw pointers.
+// each), dense, all of input_type (fp16, or bf16 on sm_80+), with sizes and
+// raw pointers.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@ struct Conv2dParams {
   int64_t groups = 1;
   int stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dilation_h = 1, dilation_w = 1;
 
+  ElementType input_type = ElementType::kFloat16;  // of x, wt and dy
   const void* x = nullptr;   // fprop, wgrad
   const void* wt = nullptr;  // the filters: fprop, dgrad
   const void* dy = nullptr;  // the output's gradient: dgrad, wgrad

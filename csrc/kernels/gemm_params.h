@@ -3,7 +3,8 @@
 //
 //   D[b] = activation(A[b] @ B[b] + bias)      for b in [0, batch)
 //
-// A is (m, k) and B is (k, n), both fp16; products are summed in fp32. The
+// A is (m, k) and B is (k, n), both fp16 or both bf16 (ab_type); products are
+// summed in fp32. The
 // epilogue adds the bias and applies the activation in fp32, then rounds once
 // to D's element type. A batch stride of 0 broadcasts one matrix over the batch.
 #pragma once
@@ -12,7 +13,7 @@
 
 namespace mpgemm::kernels {
 
-enum class ElementType : int { kFloat16 = 0, kFloat32 = 1 };
+enum class ElementType : int { kFloat16 = 0, kFloat32 = 1, kBFloat16 = 2 };
 
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
 
@@ -21,12 +22,13 @@ struct GemmParams {
 
   // Element (i, j) of matrix b of A lives at a + b*a_batch_stride + i*a_row_stride + j*a_col_stride.
   // One of the two matrix strides must be 1: A is row- or column-major.
-  const void* a = nullptr;  // fp16
+  ElementType ab_type = ElementType::kFloat16;  // of A and B: kFloat16 or kBFloat16 (sm_80+)
+  const void* a = nullptr;
   int64_t a_batch_stride = 0, a_row_stride = 0, a_col_stride = 0;
-  const void* b = nullptr;  // fp16
+  const void* b = nullptr;
   int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
 
-  const void* bias = nullptr;  // (n,), optional
+  const void* bias = nullptr;  // (n,), optional, of any ElementType
   ElementType bias_type = ElementType::kFloat32;
   Activation activation = Activation::kNone;
 

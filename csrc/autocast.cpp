@@ -1,0 +1,70 @@
+// The ops under torch.autocast: gemm, linear and conv2d follow autocast's
+// dtype as torch's matmul, linear and conv2d do (the lower_precision_fp
+// policy): every floating-point tensor argument is cast to the autocast dtype
+// (fp16 or bf16), through autocast's cache of weight casts, then the op runs
+// with autocast off. The casts are ordinary ops, so autograd sees them.
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+namespace mpgemm {
+namespace {
+
+using at::autocast::cached_cast;
+
+template <c10::DeviceType Device>
+struct AutocastScope {
+  // Autocast is off for what this op calls, as it is for torch's own ops.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast{at::autocast::get_autocast_dispatch_key_from_device_type(Device)};
+  at::ScalarType dtype = at::autocast::get_autocast_dtype(Device);
+};
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> op_handle(const char* name, const char* overload = "") {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Signature>();
+}
+
+using GemmSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                 std::optional<std::string_view>, std::optional<at::ScalarType>);
+using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                 at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,
+                                 std::optional<at::ScalarType>);
+
+// gemm and linear share a signature: (a or x, b or weight, bias, activation, out_dtype).
+template <c10::DeviceType Device, const char* Name>
+at::Tensor gemm_like(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                     std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  static const auto op = op_handle<GemmSignature>(Name);
+  const AutocastScope<Device> scope;
+  return op.call(cached_cast(scope.dtype, a, Device), cached_cast(scope.dtype, b, Device),
+                 cached_cast(scope.dtype, bias, Device), activation, out_dtype);
+}
+
+template <c10::DeviceType Device>
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                  at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                  std::optional<at::ScalarType> out_dtype) {
+  static const auto op = op_handle<ConvSignature>("mpgemm::conv2d");
+  const AutocastScope<Device> scope;
+  return op.call(cached_cast(scope.dtype, x, Device), cached_cast(scope.dtype, weight, Device),
+                 cached_cast(scope.dtype, bias, Device), stride, padding, dilation, groups, out_dtype);
+}
+
+constexpr char kGemm[] = "mpgemm::gemm";
+constexpr char kLinear[] = "mpgemm::linear";
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mpgemm, AutocastCPU, m) {
+  m.impl("gemm", &gemm_like<c10::DeviceType::CPU, kGemm>);
+  m.impl("linear", &gemm_like<c10::DeviceType::CPU, kLinear>);
+  m.impl("conv2d", &conv2d<c10::DeviceType::CPU>);
+}
+
+TORCH_LIBRARY_IMPL(mpgemm, AutocastCUDA, m) {
+  m.impl("gemm", &gemm_like<c10::DeviceType::CUDA, kGemm>);
+  m.impl("linear", &gemm_like<c10::DeviceType::CUDA, kLinear>);
+  m.impl("conv2d", &conv2d<c10::DeviceType::CUDA>);
+}
+
+}  // namespace mpgemm
