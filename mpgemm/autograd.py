@@ -3,7 +3,8 @@ they work in eager mode and under torch.compile.
 
 For y = activation(a @ b + bias) (gemm, linear) the gradients are
     dz = dy * activation'(z)       (fp32; z recomputed, not stored)
-    da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to fp16,
+    da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to the
+                                    product's input type, fp16 or bf16;
                                     transposes read in place)
     dbias = sum(dz)                (accumulated in fp32)
 and each gradient has the dtype of its input. conv2d's are its dgrad and
@@ -15,7 +16,6 @@ import functools
 
 import torch
 
-HALF = torch.float16
 FLOAT = torch.float32
 
 
@@ -64,13 +64,18 @@ def _gemm_setup_context(ctx, inputs, keyword_only_inputs, output):
     ctx.save_for_backward(a, b, bias)
 
 
+def _product_dtype(x, weight):
+    """The 16-bit type linear and conv2d compute in (csrc/checks.cpp has the rule)."""
+    return torch.bfloat16 if torch.bfloat16 in (x.dtype, weight.dtype) else torch.float16
+
+
 def _operand_grad(x, y, operand_shape):
-    """x @ y as the gradient of an fp16 operand of `operand_shape`, summed over
-    the batch it was broadcast across."""
+    """x @ y as the gradient of a 16-bit operand of `operand_shape` and x's
+    dtype, summed over the batch it was broadcast across."""
     full_shape = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
     if full_shape == operand_shape:
-        return torch.ops.mpgemm.gemm(x, y, out_dtype=HALF)
-    return torch.ops.mpgemm.gemm(x, y, out_dtype=FLOAT).sum_to_size(operand_shape).to(HALF)
+        return torch.ops.mpgemm.gemm(x, y, out_dtype=x.dtype)
+    return torch.ops.mpgemm.gemm(x, y, out_dtype=FLOAT).sum_to_size(operand_shape).to(x.dtype)
 
 
 @_not_twice_differentiable("mpgemm.gemm")
@@ -78,7 +83,7 @@ def _gemm_backward(ctx, grad_out):
     a, b, bias = ctx.saved_tensors
     grad_z = _pre_activation_grad(
         grad_out, ctx.activation, lambda: torch.ops.mpgemm.gemm(a, b, bias, out_dtype=FLOAT))
-    grad_z16 = grad_z.to(HALF)
+    grad_z16 = grad_z.to(a.dtype)
     grad_a = grad_b = grad_bias = None
     if ctx.needs_input_grad[0]:
         grad_a = _operand_grad(grad_z16, b.transpose(-1, -2), a.shape)
@@ -86,7 +91,7 @@ def _gemm_backward(ctx, grad_out):
         if b.dim() == 2 and a.dim() == 3:
             # One GEMM over the flattened batch instead of a batched one and a sum.
             (k, n), rows = b.shape, a.shape[:-1].numel()
-            grad_b = torch.ops.mpgemm.gemm(a.reshape(rows, k).t(), grad_z16.reshape(rows, n), out_dtype=HALF)
+            grad_b = torch.ops.mpgemm.gemm(a.reshape(rows, k).t(), grad_z16.reshape(rows, n), out_dtype=a.dtype)
         else:
             grad_b = _operand_grad(a.transpose(-1, -2), grad_z16, b.shape)
     if bias is not None and ctx.needs_input_grad[2]:
@@ -110,12 +115,13 @@ def _linear_backward(ctx, grad_out):
     rows = x.shape[:-1].numel()  # not -1: an empty feature dimension leaves -1 ambiguous
     grad_z = _pre_activation_grad(
         grad_out, ctx.activation, lambda: torch.ops.mpgemm.linear(x, weight, bias, out_dtype=FLOAT))
-    grad_z16 = grad_z.reshape(rows, out_features).to(HALF)
+    dtype = _product_dtype(x, weight)
+    grad_z16 = grad_z.reshape(rows, out_features).to(dtype)
     grad_x = grad_weight = grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_x = torch.ops.mpgemm.gemm(grad_z16, weight.to(HALF), out_dtype=x.dtype).view(x.shape)
+        grad_x = torch.ops.mpgemm.gemm(grad_z16, weight.to(dtype), out_dtype=x.dtype).view(x.shape)
     if ctx.needs_input_grad[1]:
-        x16 = x.reshape(rows, in_features).to(HALF)
+        x16 = x.reshape(rows, in_features).to(dtype)
         grad_weight = torch.ops.mpgemm.gemm(grad_z16.t(), x16, out_dtype=weight.dtype)
     if bias is not None and ctx.needs_input_grad[2]:
         grad_bias = _bias_grad(grad_z, bias)

@@ -10,7 +10,7 @@ from . import nn
 
 logger = logging.getLogger(__name__)
 
-ELIGIBLE_DTYPES = (torch.float16, torch.float32)
+ELIGIBLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # mpgemm classes whose forward runs on mpgemm's kernels; a converted layer is an instance of one.
 FORWARD_CLASSES = (nn.Linear, nn.Conv2d, nn.Conv1D)
 # Layers with matrix products that stay on torch, and why (for the summary warning).
@@ -78,9 +78,10 @@ def convert(model, *, skip=(), include=()):
     Converted: ``torch.nn.Linear``, ``torch.nn.Conv2d`` and transformers'
     ``Conv1D`` (GPT-2's layers, weight of shape (in, out), read in place as the
     transposed operand), and their subclasses that do not override
-    ``forward``, with fp16 or fp32 weights. A subclass that overrides
-    ``forward`` may compute something else and is left alone unless `include`
-    names it. The module object is kept and only its class changes (to a
+    ``forward``, with fp16, bf16 or fp32 weights (a converted model may be
+    cast to another of these afterwards, e.g. ``model.to(torch.bfloat16)``).
+    A subclass that overrides ``forward`` may compute something else and is
+    left alone unless `include` names it. The module object is kept and only its class changes (to a
     subclass of its own class), so parameters, buffers, hooks and isinstance
     checks stay. Converting twice changes nothing.
 

@@ -12,9 +12,10 @@ class Linear(torch.nn.Linear):
     """``torch.nn.Linear`` computed by :func:`mpgemm.linear`.
 
     Same constructor, parameters, initialisation and ``state_dict`` keys as
-    ``torch.nn.Linear``, so checkpoints load into either. fp32 parameters stay
-    fp32 (their own master copy) and are rounded to fp16 for each product; the
-    output has the input's dtype.
+    ``torch.nn.Linear``, so checkpoints load into either. Parameters may be
+    fp32, fp16 or bf16; fp32 ones stay fp32 (their own master copy) and are
+    rounded to the product's 16-bit type (:func:`mpgemm.linear`) for each
+    product; the output has the input's dtype.
     """
 
     def forward(self, input):

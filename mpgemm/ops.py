@@ -8,17 +8,18 @@ import torch
 def gemm(a, b, *, bias=None, activation=None, out_dtype=torch.float32, out=None):
     """Matrix product on Tensor Cores: ``activation(a @ b + bias)``.
 
-    Semantics, identical on the CUDA and CPU backends: every input element is an
-    fp16 value and products are summed in fp32. The bias is added and the
-    activation applied in fp32, then the result is rounded once to ``out_dtype``.
+    Semantics, identical on the CUDA and CPU backends: a and b are both fp16
+    or both bf16 (bf16 Tensor Cores need sm_80 or newer) and products are
+    summed in fp32. The bias is added and the activation applied in fp32, then
+    the result is rounded once to ``out_dtype``.
 
     Args:
-        a: float16, (M, K) or (B, M, K).
-        b: float16, (K, N) or (B, K, N). A 2-D operand, or a batch of 1,
+        a: float16 or bfloat16, (M, K) or (B, M, K).
+        b: a's dtype, (K, N) or (B, K, N). A 2-D operand, or a batch of 1,
             broadcasts against the other's batch.
-        bias: optional (N,), float16 or float32.
+        bias: optional (N,), float16, bfloat16 or float32.
         activation: None, "relu" or "gelu" (the exact erf form, torch's default).
-        out_dtype: torch.float32 (default) or torch.float16.
+        out_dtype: torch.float32 (default) or the inputs' dtype.
         out: optional contiguous output of the result's shape and ``out_dtype``.
 
     Returns:
@@ -30,10 +31,12 @@ def gemm(a, b, *, bias=None, activation=None, out_dtype=torch.float32, out=None)
     an empty M or N gives an empty result, K = 0 gives bias (or zeros).
 
     Raises:
-        TypeError: a or b not float16, bias neither float16 nor float32.
+        TypeError: a or b not 16-bit, a and b of different dtypes, bias not
+            float16, bfloat16 or float32.
         ValueError: wrong rank, mismatched inner dimensions, batch sizes that do
             not broadcast, bias of the wrong shape, tensors on different
-            devices, unknown activation, out_dtype other than float16/float32.
+            devices, unknown activation, out_dtype neither float32 nor the
+            inputs' dtype.
     """
     if out is None:
         return torch.ops.mpgemm.gemm.default(a, b, bias, activation=activation, out_dtype=out_dtype)
@@ -52,20 +55,25 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
     ``activation(x @ weight.T + bias)``.
 
     Args:
-        x: (..., in_features), float16 or float32; any number of leading dimensions.
-        weight: (out_features, in_features), float16 or float32.
-        bias: optional (out_features,), float16 or float32.
+        x: (..., in_features), float16, bfloat16 or float32; any number of
+            leading dimensions.
+        weight: (out_features, in_features), float16, bfloat16 or float32.
+        bias: optional (out_features,), float16, bfloat16 or float32.
         activation: None, "relu" or "gelu" (the exact erf form).
-        out_dtype: torch.float16 or torch.float32; defaults to ``x.dtype``.
+        out_dtype: torch.float32 or the product's input type (below); defaults
+            to ``x.dtype``.
 
     Returns:
         (..., out_features) of ``out_dtype``.
 
-    An fp32 ``x`` or ``weight`` is rounded to fp16 for the Tensor Core product
-    (a temporary copy each call), so an fp32 weight stays its own master copy.
-    Products are summed in fp32 and the epilogue runs in fp32, as in
-    :func:`gemm`. Differentiable: gradients have the dtype of their input, and
-    the bias gradient is accumulated in fp32.
+    The Tensor Core product takes bfloat16 if ``x`` or ``weight`` is bfloat16,
+    else float16; an fp32 ``x`` or ``weight`` is rounded to that type (a
+    temporary copy each call), so an fp32 weight stays its own master copy.
+    float16 with bfloat16 is an error. Products are summed in fp32 and the
+    epilogue runs in fp32, as in :func:`gemm`. Under ``torch.autocast`` the
+    floating-point arguments are cast to autocast's dtype first, as for
+    ``torch.nn.functional.linear``. Differentiable: gradients have the dtype of
+    their input, and the bias gradient is accumulated in fp32.
     """
     return torch.ops.mpgemm.linear.default(x, weight, bias, activation=activation, out_dtype=out_dtype)
 
@@ -99,19 +107,23 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, o
     """``torch.nn.functional.conv2d`` on Tensor Cores, as implicit GEMMs.
 
     Args:
-        x: (N, C, H, W) or unbatched (C, H, W), float16 or float32, contiguous
-            (NCHW) or channels_last.
-        weight: (out_channels, C / groups, kH, kW), float16 or float32.
-        bias: optional (out_channels,), float16 or float32, added in fp32.
+        x: (N, C, H, W) or unbatched (C, H, W), float16, bfloat16 or float32,
+            contiguous (NCHW) or channels_last.
+        weight: (out_channels, C / groups, kH, kW), float16, bfloat16 or float32.
+        bias: optional (out_channels,), float16, bfloat16 or float32, added in fp32.
         stride, dilation: an int or a pair. padding: an int, a pair, "valid"
             or "same" (stride 1; an even kernel pads one more at the bottom and
             right, as torch does). groups: divides C and out_channels.
-        out_dtype: torch.float16 or torch.float32; defaults to ``x.dtype``.
+        out_dtype: torch.float32 or the product's input type; defaults to
+            ``x.dtype``.
 
-    Every input is rounded to fp16 and products are summed in fp32, on both
-    backends. The output follows x's memory format. The kernels read NHWC:
-    channels_last fp16 tensors are used in place; a contiguous (NCHW) or fp32
-    x is converted once on the way in, and an NCHW output once on the way out.
+    The dtype rule of :func:`linear`: every input is rounded to bfloat16 if x
+    or weight is bfloat16, else to float16, and products are summed in fp32,
+    on both backends; autocast casts the arguments first, as for
+    ``torch.nn.functional.conv2d``. The output follows x's memory format. The
+    kernels read NHWC: channels_last 16-bit tensors are used in place; a
+    contiguous (NCHW) or fp32 x is converted once on the way in, and an NCHW
+    output once on the way out.
     Channel counts per group that are not multiples of 8 (C = 3, depthwise)
     take a slower one-element path. Differentiable, like :func:`linear`.
     """

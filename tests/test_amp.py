@@ -309,9 +309,12 @@ def test_prepare_bad_input():
         mpgemm.amp.prepare(prepared, optimizer)
     with pytest.raises(RuntimeError, match="already prepared"):
         mpgemm.amp.prepare(make_model(), wrapped)
-    with pytest.raises(TypeError, match="must be torch.float32 or torch.float16"):
+    with pytest.raises(TypeError, match=r"must be torch.float32, torch.float16 or torch.bfloat16, found \['torch.float64'\]"):
         m = torch.nn.Linear(2, 2).double()
         mpgemm.amp.prepare(m, torch.optim.SGD(m.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="dtype must be torch.float16 or torch.bfloat16, got torch.float32"):
+        m = torch.nn.Linear(2, 2)
+        mpgemm.amp.prepare(m, torch.optim.SGD(m.parameters(), lr=0.1), dtype=torch.float32)
 
 
 def test_master_optimizer_bad_input():

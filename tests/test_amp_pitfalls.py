@@ -353,7 +353,7 @@ def test_sparse_gradients_are_unscaled_like_grad_scaler(prepared):
 
 def test_prepare_on_a_half_model_restores_norm_layers_and_warns():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)).half()
-    with pytest.warns(UserWarning, match="were already torch.float16.*masters? weights start from those fp16"):
+    with pytest.warns(UserWarning, match="were already 16-bit.*masters? weights start from those 16-bit"):
         model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     assert model[1].weight.dtype == torch.float32 and model[1].running_mean.dtype == torch.float32
     loss = F.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 1, 0]))

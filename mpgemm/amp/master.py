@@ -1,4 +1,4 @@
-"""FP32 master weights for an optimizer over an fp16 model."""
+"""FP32 master weights for an optimizer over a 16-bit (fp16 or bf16) model."""
 
 import collections
 import weakref
@@ -7,31 +7,33 @@ import torch
 
 from .master_grads import GradientLink, unscale_target
 
-HALF, FLOAT = torch.float16, torch.float32
+FLOAT = torch.float32
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 class MasterWeightOptimizer(torch.optim.Optimizer):
-    """Wraps any ``torch.optim`` optimizer built over a model with fp16 parameters.
+    """Wraps any ``torch.optim`` optimizer built over a model with 16-bit
+    (fp16 or bf16) parameters.
 
-    Each fp16 parameter in the optimizer's param groups is replaced by an fp32
-    master copy, so the inner optimizer, its state and any LR scheduler act on
-    the masters. fp32 parameters (normalization layers, say) are stepped as
-    they are. After each step the masters are written back into the fp16
+    Each 16-bit parameter in the optimizer's param groups is replaced by an
+    fp32 master copy, so the inner optimizer, its state and any LR scheduler
+    act on the masters. fp32 parameters (normalization layers, say) are stepped
+    as they are. After each step the masters are rounded back into the 16-bit
     model.
 
-    Gradients: each fp16 gradient is added into its master's fp32 gradient as
+    Gradients: each 16-bit gradient is added into its master's fp32 gradient as
     backward produces it (:mod:`mpgemm.amp.master_grads`), so accumulation over
-    micro-batches sums in fp32; the fp16 parameter's ``.grad`` then stands for
+    micro-batches sums in fp32; the 16-bit parameter's ``.grad`` then stands for
     the master's, and ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)``
     clips what this optimizer steps with, as does :meth:`clip_grad_norm_`.
     :meth:`unscale_grads_` multiplies them by 1/scale and flags inf/NaN in one
     pass; ``mpgemm.amp.LossScaler`` calls it, and without a scaler :meth:`step`
     calls it with a scale of 1.
 
-    Weights: changes made to the fp16 model between steps (``nn.init``,
+    Weights: changes made to the 16-bit model between steps (``nn.init``,
     in-place copies, DistributedDataParallel's initial broadcast) are taken
     into the masters at the next step, wherever a model value differs from its
-    master's fp16 rounding. Writes through ``.data`` bypass the version
+    master's 16-bit rounding. Writes through ``.data`` bypass the version
     counter that tells of a change and are not seen: write under
     ``torch.no_grad()`` instead. With ``model`` given,
     ``model.load_state_dict()`` loads the masters too, with the exact values
@@ -49,17 +51,17 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
                             f"got {type(model).__name__}")
         if optimizer.state:
             raise ValueError("mpgemm.amp.MasterWeightOptimizer: wrap the optimizer before its first step "
-                             "(it already holds state for the fp16 parameters)")
+                             "(it already holds state for the 16-bit parameters)")
         self.optimizer = optimizer
         # (model parameter, the tensor the optimizer steps): a new fp32 master
-        # for an fp16 parameter, the parameter itself for an fp32 one.
+        # for a 16-bit parameter, the parameter itself for an fp32 one.
         self._pairs = []
         for group in optimizer.param_groups:
             masters = []
             for p in group["params"]:
-                if p.dtype not in (HALF, FLOAT):
-                    raise TypeError(f"mpgemm.amp.MasterWeightOptimizer: parameters must be torch.float16 or "
-                                    f"torch.float32, got {p.dtype}")
+                if p.dtype not in (*LOW_PRECISION, FLOAT):
+                    raise TypeError(f"mpgemm.amp.MasterWeightOptimizer: parameters must be torch.float16, "
+                                    f"torch.bfloat16 or torch.float32, got {p.dtype}")
                 master = p if p.dtype == FLOAT else torch.nn.Parameter(p.detach().to(FLOAT))
                 self._pairs.append((p, master))
                 masters.append(master)
@@ -167,7 +169,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _adopt_model_changes(self):
-        """Masters take the values of fp16 weights changed since the last step,
+        """Masters take the values of 16-bit weights changed since the last step,
         wherever the model no longer holds the master's rounding."""
         for link in self._links:
             if link.param._version != self._versions[id(link.param)]:
@@ -209,7 +211,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
 
 
 class _MasterLoader:
-    """load_state_dict hooks on each module that owns fp16 parameters with
+    """load_state_dict hooks on each module that owns 16-bit parameters with
     masters: the masters take the state dict's values (fp32 ones exactly).
 
     Holds the optimizer weakly. A pickled or deep-copied model gets inert

@@ -1,9 +1,9 @@
 """fp32 gradient accumulation on the master weights.
 
-An fp16 parameter's gradient is moved into its fp32 master as backward
-produces it: a post-accumulate-grad hook adds it to ``master.grad`` in fp32 and
-frees it. Micro-batches of gradient accumulation then sum in fp32, where scaled
-fp16 sums would overflow, and no fp16 gradient outlives its backward.
+A 16-bit (fp16 or bf16) parameter's gradient is moved into its fp32 master
+as backward produces it: a post-accumulate-grad hook adds it to
+``master.grad`` in fp32 and frees it. Micro-batches of gradient accumulation then sum in fp32, where scaled
+fp16 sums would overflow, and no 16-bit gradient outlives its backward.
 
 The parameter's ``.grad`` then holds a :class:`MasterGrad`, a stand-in with no
 storage through which Python code reads and writes the master's gradient: the
@@ -12,7 +12,7 @@ optimizer steps with, and ``print(p.grad)`` shows it. The stand-in also says
 that the master's gradient is current: code that clears ``p.grad``
 (``model.zero_grad()``) clears the master's with it.
 
-Under torch.distributed (world size > 1) the fp16 gradients stay on the
+Under torch.distributed (world size > 1) the 16-bit gradients stay on the
 parameters until the optimizer flushes them (at unscale), because
 DistributedDataParallel reduces ``p.grad`` after this hook would have run.
 """
@@ -56,7 +56,7 @@ def _resolve(obj):
 
 
 class MasterGrad(torch.Tensor):
-    """The ``.grad`` of an fp16 parameter whose gradient lives on its fp32
+    """The ``.grad`` of a 16-bit parameter whose gradient lives on its fp32
     master: every torch function and tensor method applied to it acts on
     ``master.grad`` (norms, in-place scaling, printing), so what Python code
     reads and clips is what the optimizer steps with."""
@@ -82,7 +82,7 @@ class MasterGrad(torch.Tensor):
 
 
 class GradientLink:
-    """Moves the gradient of one fp16 parameter into its fp32 master.
+    """Moves the gradient of one 16-bit parameter into its fp32 master.
 
     Invariant: the master's gradient is current while ``param.grad`` is the
     link's MasterGrad; a real tensor in ``param.grad`` (kept for DDP, or set by

@@ -9,7 +9,8 @@ from ..convert import convert, module_selector
 from .master import MasterWeightOptimizer
 from .scaler import LossScaler
 
-HALF, FLOAT = torch.float16, torch.float32
+HALF, BFLOAT, FLOAT = torch.float16, torch.bfloat16, torch.float32
+LOW_PRECISION = (HALF, BFLOAT)
 
 # Normalization layers stay fp32: torch's, and any class named like one that
 # holds no layers with parameters (transformers' LlamaRMSNorm and T5LayerNorm,
@@ -74,9 +75,9 @@ def _check(model, optimizer):
     params = list(model.parameters())
     if not any(p.is_floating_point() for p in params):
         raise ValueError("mpgemm.amp.prepare: the model has no floating-point parameters to train")
-    other_dtypes = {p.dtype for p in params if p.is_floating_point() and p.dtype not in (HALF, FLOAT)}
+    other_dtypes = {p.dtype for p in params if p.is_floating_point() and p.dtype not in (*LOW_PRECISION, FLOAT)}
     if other_dtypes:
-        raise TypeError(f"mpgemm.amp.prepare: parameters must be torch.float32 or torch.float16, "
+        raise TypeError(f"mpgemm.amp.prepare: parameters must be torch.float32, torch.float16 or torch.bfloat16, "
                         f"found {sorted(map(str, other_dtypes))}")
     in_model = {id(p) for p in params}
     foreign = sum(id(p) not in in_model for group in optimizer.param_groups for p in group["params"])
@@ -97,43 +98,50 @@ def _fp32_subtrees(model, keep_fp32):
     return kept, roots
 
 
-def _warn_about_casts(already_half, overflowed):
-    if already_half:
-        warnings.warn(f"mpgemm.amp.prepare: {already_half} parameter(s) were already torch.float16 (a model cast with "
-                      f".half()?): their fp32 master weights start from those fp16 values, and the fp32 layers were "
-                      f"put back in fp32. Prepare the fp32 model to keep full precision.", stacklevel=3)
+def _warn_about_casts(already_low, overflowed, dtype):
+    if already_low:
+        warnings.warn(f"mpgemm.amp.prepare: {already_low} parameter(s) were already 16-bit (a model cast with .half() "
+                      f"or .bfloat16()?): their fp32 master weights start from those 16-bit values, and the fp32 "
+                      f"layers were put back in fp32. Prepare the fp32 model to keep full precision.", stacklevel=3)
     if overflowed:
         name, count = overflowed[0]
-        warnings.warn(f"mpgemm.amp.prepare: {name!r} has {count} value(s) beyond fp16's range that are inf in the fp16 "
-                      f"model ({len(overflowed)} parameter(s) in all); their fp32 masters keep the values",
+        short = {HALF: "fp16", BFLOAT: "bf16"}[dtype]
+        warnings.warn(f"mpgemm.amp.prepare: {name!r} has {count} value(s) beyond {short}'s range that are inf in the "
+                      f"{short} model ({len(overflowed)} parameter(s) in all); their fp32 masters keep the values",
                       stacklevel=3)
 
 
-def prepare(model, optimizer, *, keep_fp32=(), include=(), **scaler_options):
+def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_options):
     """Sets up mixed-precision training: returns (model, optimizer, scaler).
+
+    `dtype` is the model's 16-bit type: ``torch.float16`` (the default) or
+    ``torch.bfloat16``, whose fp32-sized exponent needs no loss scaling.
 
     - converts the matrix layers to mpgemm layers (:func:`mpgemm.convert`,
       with `include`);
-    - casts the parameters to fp16, except those of the layers that stay
-      fp32, which compute in fp32 on fp32 inputs and return fp16:
+    - casts the parameters to `dtype`, except those of the layers that stay
+      fp32, which compute in fp32 on fp32 inputs and return `dtype`:
       normalization layers (torch's, and classes whose name ends in ``Norm``,
       ``Norm1d``, ``Norm2d`` or ``Norm3d``, such as ``LlamaRMSNorm``), the
       modules `keep_fp32` picks (names, classes or a predicate ``(name,
       module)``), and everything under them;
     - leaves floating-point buffers in fp32 (running statistics, rotary
-      frequencies and tables are state, not activations; fp16 ones are put
+      frequencies and tables are state, not activations; 16-bit ones are put
       back in fp32);
-    - has each module that owns fp16 parameters cast its floating-point
-      inputs to fp16 as it runs, so a float the model does not compute with
+    - has each module that owns `dtype` parameters cast its floating-point
+      inputs to `dtype` as it runs, so a float the model does not compute with
       (a regression target passed as ``labels=``) keeps its dtype, and makes
       the model's floating-point outputs fp32;
     - wraps the optimizer with fp32 master weights, initialised from the fp32
       weights before the cast, which follow ``model.load_state_dict()``
       (:class:`MasterWeightOptimizer`);
-    - returns a :class:`LossScaler` built with ``scaler_options``.
+    - returns a :class:`LossScaler` built with ``scaler_options``; for
+      bfloat16 it is disabled unless ``enabled=True`` is passed
+      (``is_enabled()`` is False, ``scale()`` returns its input, ``step()``
+      steps), so the same training loop runs unchanged.
 
-    Warns when the model was already fp16 (the masters start from fp16
-    values) and when a weight overflows fp16's range.
+    Warns when the model was already 16-bit (the masters start from 16-bit
+    values) and when a weight overflows `dtype`'s range.
 
     The training loop is then torch.amp's, without autocast::
 
@@ -145,41 +153,45 @@ def prepare(model, optimizer, *, keep_fp32=(), include=(), **scaler_options):
         scaler.update()
         optimizer.zero_grad()
     """
+    if dtype not in LOW_PRECISION:
+        raise ValueError(f"mpgemm.amp.prepare: dtype must be torch.float16 or torch.bfloat16, got {dtype}")
     _check(model, optimizer)
     kept, kept_roots = _fp32_subtrees(model, keep_fp32)
     convert(model, skip=lambda name, module: id(module) in kept, include=include)
     names = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
-    fp32_values, seen, already_half, overflowed = {}, set(), 0, []
+    fp32_values, seen, already_low, overflowed = {}, set(), 0, []
     with torch.no_grad():
         for module in model.modules():
-            dtype = FLOAT if id(module) in kept else HALF
+            target = FLOAT if id(module) in kept else dtype
             own = [p for p in module.parameters(recurse=False) if p.is_floating_point() and id(p) not in seen]
             seen.update(id(p) for p in own)
             for p in own:
-                already_half += p.dtype == HALF
-                if p.dtype == FLOAT and dtype == HALF:
-                    fp32_values[id(p)] = p.detach().clone()
-                    p.data = p.data.to(HALF)
+                already_low += p.dtype in LOW_PRECISION
+                if target == dtype and p.dtype != dtype:
+                    # The master starts from the value before the cast (exact for a 16-bit one).
+                    fp32_values[id(p)] = p.detach().to(FLOAT, copy=True)
+                    p.data = p.data.to(dtype)
                     count = int(torch.isinf(p).sum() - torch.isinf(fp32_values[id(p)]).sum())
                     if count:
                         overflowed.append((names[id(p)], count))
-                elif p.dtype != dtype:
-                    p.data = p.data.to(dtype)
+                elif p.dtype != target:
+                    p.data = p.data.to(target)
             for name, buffer in module.named_buffers(recurse=False):
-                if buffer is not None and buffer.dtype == HALF:
+                if buffer is not None and buffer.dtype in LOW_PRECISION:
                     setattr(module, name, buffer.to(FLOAT))
-            if dtype == HALF and own:
-                module.register_forward_pre_hook(CastInputs(HALF), with_kwargs=True)
+            if target == dtype and own:
+                module.register_forward_pre_hook(CastInputs(dtype), with_kwargs=True)
     for module in kept_roots:
         module.register_forward_pre_hook(CastInputs(FLOAT), with_kwargs=True)
-        module.register_forward_hook(CastOutputs(HALF))
+        module.register_forward_hook(CastOutputs(dtype))
     model.register_forward_hook(CastOutputs(FLOAT))
     model._mpgemm_prepared = True
-    _warn_about_casts(already_half, overflowed)
+    _warn_about_casts(already_low, overflowed, dtype)
 
     optimizer = MasterWeightOptimizer(optimizer, model)
     with torch.no_grad():
         for model_param, master in zip(optimizer.model_params(), optimizer.master_params()):
             if master is not model_param and id(model_param) in fp32_values:
                 master.copy_(fp32_values[id(model_param)])
+    scaler_options.setdefault("enabled", dtype == HALF)
     return model, optimizer, LossScaler(**scaler_options)
