@@ -1,32 +1,37 @@
 """Gradients of mpgemm.linear and mpgemm.gemm against float64 autograd on the
-same fp16-rounded values, on every available backend."""
+same 16-bit values (fp16 or bf16), on every available backend."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import mpgemm
-from mpgemm.testing import random_operand, relative_error
+from mpgemm.testing import TOLERANCE, random_operand, relative_error
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-# dL/dz is rounded to fp16 for the Tensor Core products, and fp16 gradients
-# are rounded once more on output.
-GRAD_TOLERANCE = 5e-3
+# dL/dz is rounded to the product's type for the Tensor Core products (2**-11
+# for fp16, 2**-9 for bf16), and 16-bit gradients are rounded once more on output.
+GRAD_TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2}
 ACTIVATIONS = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu}
+H, BF = torch.float16, torch.bfloat16
 
 
-def float64_leaf(t):
-    """The fp16 value the kernels see, as a float64 leaf."""
-    return t.detach().half().double().requires_grad_()
+def product_dtype(*tensors):
+    return BF if any(t.dtype == BF for t in tensors) else H
 
 
-def assert_grads_close(tensors, references):
+def float64_leaf(t, product=H):
+    """The 16-bit value the kernels see, as a float64 leaf."""
+    return t.detach().to(product).double().requires_grad_()
+
+
+def assert_grads_close(tensors, references, product=H):
     for t, ref in zip(tensors, references):
         assert t.grad is not None
         assert t.grad.dtype == t.dtype, "a gradient must have its input's dtype"
         assert t.grad.shape == t.shape
         err = relative_error(t.grad, ref.grad)
-        assert err < GRAD_TOLERANCE, f"relative error {err:.3g} for a {tuple(t.shape)} gradient"
+        assert err < GRAD_TOLERANCE[product], f"relative error {err:.3g} for a {tuple(t.shape)} gradient"
 
 
 LINEAR_CASES = [
@@ -44,7 +49,7 @@ LINEAR_CASES = [
 @pytest.mark.parametrize("x_shape, out_features", LINEAR_CASES)
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
 @pytest.mark.parametrize("has_bias", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_linear_gradients(device, x_shape, out_features, activation, has_bias, dtype):
     in_features = x_shape[-1]
     x = torch.randn(x_shape, device=device).to(dtype).requires_grad_()
@@ -56,28 +61,32 @@ def test_linear_gradients(device, x_shape, out_features, activation, has_bias, d
     assert y.dtype == dtype
     y.backward(grad_out.to(dtype))
 
-    x64, w64 = float64_leaf(x), float64_leaf(weight)
+    product = product_dtype(x, weight)
+    x64, w64 = float64_leaf(x, product), float64_leaf(weight, product)
     b64 = bias.detach().double().requires_grad_() if has_bias else None
     y64 = ACTIVATIONS[activation](F.linear(x64, w64, b64))
-    y64.backward(grad_out.to(dtype).double())
-    assert relative_error(y, y64.detach()) < 2e-3
+    y64.backward(grad_out.to(dtype).to(product).double())
+    assert relative_error(y, y64.detach()) < TOLERANCE[dtype if dtype != torch.float32 else H]
     params = [x, weight] + ([bias] if has_bias else [])
-    assert_grads_close(params, [x64, w64] + ([b64] if has_bias else []))
+    assert_grads_close(params, [x64, w64] + ([b64] if has_bias else []), product)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_linear_mixed_dtypes(device):
-    # fp16 activations with fp32 master weights: dx fp16, dW and db fp32.
-    x = torch.randn(6, 20, device=device).half().requires_grad_()
-    weight = torch.randn(11, 20, device=device).requires_grad_()
+@pytest.mark.parametrize("x_dtype, w_dtype", [(H, torch.float32), (BF, torch.float32), (torch.float32, BF)])
+def test_linear_mixed_dtypes(device, x_dtype, w_dtype):
+    # 16-bit activations with fp32 master weights, or the other way round: each
+    # gradient in its input's dtype, the products in the 16-bit one's.
+    x = torch.randn(6, 20, device=device).to(x_dtype).requires_grad_()
+    weight = torch.randn(11, 20, device=device).to(w_dtype).requires_grad_()
     bias = torch.randn(11, device=device).requires_grad_()
     y = mpgemm.linear(x, weight, bias, activation="gelu", out_dtype=torch.float32)
     assert y.dtype == torch.float32
     grad_out = torch.randn(6, 11, device=device)
     y.backward(grad_out)
-    x64, w64, b64 = float64_leaf(x), float64_leaf(weight), bias.detach().double().requires_grad_()
-    F.gelu(F.linear(x64, w64, b64)).backward(grad_out.double())
-    assert_grads_close([x, weight, bias], [x64, w64, b64])
+    product = product_dtype(x, weight)
+    x64, w64, b64 = float64_leaf(x, product), float64_leaf(weight, product), bias.detach().double().requires_grad_()
+    F.gelu(F.linear(x64, w64, b64)).backward(grad_out.to(product).double())
+    assert_grads_close([x, weight, bias], [x64, w64, b64], product)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -87,22 +96,23 @@ def test_linear_mixed_dtypes(device):
      ((1, 7, 12), (5, 12, 9)), ((5, 7, 12), (1, 12, 9))],
 )
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
-@pytest.mark.parametrize("bias_dtype", [None, torch.float16, torch.float32])
-def test_gemm_gradients(device, a_shape, b_shape, activation, bias_dtype):
-    a = random_operand(a_shape, layout="col", device=device).requires_grad_()
-    b = random_operand(b_shape, device=device).requires_grad_()
+@pytest.mark.parametrize("bias_dtype", [None, torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [H, BF])
+def test_gemm_gradients(device, a_shape, b_shape, activation, bias_dtype, dtype):
+    a = random_operand(a_shape, layout="col", device=device, dtype=dtype).requires_grad_()
+    b = random_operand(b_shape, device=device, dtype=dtype).requires_grad_()
     n = b_shape[-1]
     bias = None if bias_dtype is None else torch.randn(n, dtype=bias_dtype, device=device).requires_grad_()
     out = mpgemm.gemm(a, b, bias=bias, activation=activation)
     grad_out = torch.randn(out.shape, device=device)
     out.backward(grad_out)
 
-    a64, b64 = float64_leaf(a), float64_leaf(b)
+    a64, b64 = float64_leaf(a, dtype), float64_leaf(b, dtype)
     bias64 = None if bias is None else bias.detach().double().requires_grad_()
     ref = torch.matmul(a64, b64) + (0 if bias64 is None else bias64)
-    ACTIVATIONS[activation](ref).backward(grad_out.double())
+    ACTIVATIONS[activation](ref).backward(grad_out.to(dtype).double())
     tensors = [a, b] + ([bias] if bias is not None else [])
-    assert_grads_close(tensors, [a64, b64] + ([bias64] if bias is not None else []))
+    assert_grads_close(tensors, [a64, b64] + ([bias64] if bias is not None else []), dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)

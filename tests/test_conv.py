@@ -1,17 +1,18 @@
 """mpgemm.conv2d, its gradients, mpgemm.nn.Conv2d and conversion, against
-torch.nn.functional.conv2d in float64 on the same fp16-rounded values."""
+torch.nn.functional.conv2d in float64 on the same 16-bit values."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import mpgemm
-from mpgemm.testing import relative_error
+from mpgemm.testing import TOLERANCE, relative_error
 from mpgemm.tools import models
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-OUT_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3}
-GRAD_TOLERANCE = 5e-3  # dL/dy is rounded to fp16 for the Tensor Core products
+# dL/dy is rounded to the product's type (2**-11 for fp16, 2**-9 for bf16)
+# for the Tensor Core products.
+GRAD_TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2}
 
 # Every distinct convolution of ResNet-50 at 224x224, read from the model that
 # `bench train` trains and `bench conv` times (test_models.py checks the list):
@@ -20,25 +21,27 @@ RESNET50 = models.resnet50_convolutions()
 
 
 def check_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, out_dtype=None):
-    """Forward and all gradients of mpgemm.conv2d against float64 F.conv2d."""
+    """Forward and all gradients of mpgemm.conv2d against float64 F.conv2d on
+    the values rounded to the product's type (bf16 if x or weight is)."""
+    product = torch.bfloat16 if torch.bfloat16 in (x.dtype, weight.dtype) else torch.float16
     x = x.detach().requires_grad_()
     weight = weight.detach().requires_grad_()
     bias = None if bias is None else bias.detach().requires_grad_()
     out = mpgemm.conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)
-    x64, w64 = (t.detach().half().double().requires_grad_() for t in (x, weight))
+    x64, w64 = (t.detach().to(product).double().requires_grad_() for t in (x, weight))
     b64 = None if bias is None else bias.detach().double().requires_grad_()
     ref = F.conv2d(x64, w64, b64, stride, padding, dilation, groups)
     assert out.shape == ref.shape and out.dtype == (out_dtype or x.dtype)
     if x.dim() == 4:
         channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
         assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-    assert relative_error(out, ref.detach()) < OUT_TOLERANCE[out.dtype]
+    assert relative_error(out, ref.detach()) < TOLERANCE[out.dtype]
     grad = torch.randn(out.shape, device=x.device)
     out.backward(grad.to(out.dtype))
-    ref.backward(grad.to(out.dtype).double())
+    ref.backward(grad.to(out.dtype).to(product).double())
     for t, r in [(x, x64), (weight, w64)] + ([(bias, b64)] if bias is not None else []):
         assert t.grad.dtype == t.dtype and t.grad.shape == t.shape
-        assert relative_error(t.grad, r.grad) < GRAD_TOLERANCE, f"gradient of a {tuple(t.shape)} tensor"
+        assert relative_error(t.grad, r.grad) < GRAD_TOLERANCE[product], f"gradient of a {tuple(t.shape)} tensor"
 
 
 def random(*shape, device="cpu", dtype=torch.float32, scale=1.0):
@@ -77,7 +80,7 @@ CASES = [
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("x_shape, k, kernel, kwargs", CASES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_conv_cases(device, x_shape, k, kernel, kwargs, dtype, channels_last):
     groups = kwargs.get("groups", 1)
@@ -90,10 +93,22 @@ def test_conv_cases(device, x_shape, k, kernel, kwargs, dtype, channels_last):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_conv_out_dtype_and_no_bias(device):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_conv_out_dtype_and_no_bias(device, dtype):
     x = random(2, 8, 7, 7, device=device)
-    weight = random(8, 8, 3, 3, device=device, dtype=torch.float16)
-    check_conv(x, weight, None, padding=1, out_dtype=torch.float16)
+    weight = random(8, 8, 3, 3, device=device, dtype=dtype)
+    check_conv(x, weight, None, padding=1, out_dtype=dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_dtype, w_dtype, b_dtype", [
+    (torch.float32, torch.bfloat16, torch.float16), (torch.bfloat16, torch.float32, torch.float32),
+    (torch.float16, torch.float32, torch.bfloat16)])
+def test_conv_mixed_dtypes_follow_the_rule(device, x_dtype, w_dtype, b_dtype):
+    # The product takes bf16 if either is bf16; the bias may be any float type.
+    x = random(2, 8, 7, 7, device=device, dtype=x_dtype).to(memory_format=torch.channels_last)
+    weight = random(16, 8, 3, 3, device=device, dtype=w_dtype, scale=0.1)
+    check_conv(x, weight, random(16, device=device, dtype=b_dtype), padding=1)
 
 
 def test_conv_empty_batch():
@@ -106,8 +121,9 @@ def test_conv_empty_batch():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_conv(device):
-    x = random(2, 8, 7, 6, device=device, dtype=torch.float16).requires_grad_()
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_opcheck_conv(device, dtype):
+    x = random(2, 8, 7, 6, device=device, dtype=dtype).requires_grad_()
     w = random(16, 4, 3, 3, device=device).requires_grad_()
     b = random(16, device=device).requires_grad_()
     geometry = ([2, 1], [1, 0, 2, 1], [1, 1], 2)

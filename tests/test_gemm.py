@@ -1,5 +1,6 @@
-"""mpgemm.gemm against a float64 reference on the same fp16 inputs, on every
-available backend (the CPU reference always, the WMMA kernels where a GPU is)."""
+"""mpgemm.gemm against a float64 reference on the same fp16 or bf16 inputs, on
+every available backend (the CPU reference always, the WMMA kernels where a
+GPU is)."""
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from mpgemm.testing import random_operand, reference_gemm, relative_error, toler
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 LAYOUTS = ["row", "col", "strided"]
+DTYPES = [torch.float16, torch.bfloat16]
 
 
 def check(out, a, b, bias=None, activation=None, out_dtype=torch.float32):
@@ -25,19 +27,22 @@ def check(out, a, b, bias=None, activation=None, out_dtype=torch.float32):
 @pytest.mark.parametrize("a_layout", LAYOUTS)
 @pytest.mark.parametrize("b_layout", LAYOUTS)
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 13, 5), (16, 16, 16), (33, 65, 17), (64, 48, 80), (129, 67, 131)])
-def test_shapes_and_layouts(device, a_layout, b_layout, m, n, k):
-    a = random_operand((m, k), layout=a_layout, device=device)
-    b = random_operand((k, n), layout=b_layout, device=device)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shapes_and_layouts(device, a_layout, b_layout, m, n, k, dtype):
+    a = random_operand((m, k), layout=a_layout, device=device, dtype=dtype)
+    b = random_operand((k, n), layout=b_layout, device=device, dtype=dtype)
     check(mpgemm.gemm(a, b), a, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("bias_dtype", [None, torch.float16, torch.float32])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
-@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
-def test_epilogue(device, bias_dtype, activation, out_dtype):
-    a = random_operand((45, 37), device=device)
-    b = random_operand((37, 70), layout="col", device=device)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("out_dtype", ["float32", "inputs'"])
+def test_epilogue(device, bias_dtype, activation, dtype, out_dtype):
+    out_dtype = torch.float32 if out_dtype == "float32" else dtype
+    a = random_operand((45, 37), device=device, dtype=dtype)
+    b = random_operand((37, 70), layout="col", device=device, dtype=dtype)
     bias = None if bias_dtype is None else torch.randn(70, dtype=bias_dtype, device=device)
     out = mpgemm.gemm(a, b, bias=bias, activation=activation, out_dtype=out_dtype)
     check(out, a, b, bias, activation, out_dtype)
@@ -55,9 +60,10 @@ def test_epilogue(device, bias_dtype, activation, out_dtype):
     ],
 )
 @pytest.mark.parametrize("layout", ["row", "col"])
-def test_batch_broadcast(device, a_shape, b_shape, layout):
-    a = random_operand(a_shape, layout=layout, device=device)
-    b = random_operand(b_shape, layout=layout, device=device)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_broadcast(device, a_shape, b_shape, layout, dtype):
+    a = random_operand(a_shape, layout=layout, device=device, dtype=dtype)
+    b = random_operand(b_shape, layout=layout, device=device, dtype=dtype)
     bias = torch.randn(b_shape[-1], device=device)
     check(mpgemm.gemm(a, b, bias=bias, activation="gelu"), a, b, bias, "gelu")
 

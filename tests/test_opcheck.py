@@ -20,6 +20,8 @@ def gemm_samples(device):
         ((a, b), {"bias": bias32, "activation": "gelu"}),
         ((a, b.expand(3, 24, 9)), {"bias": bias16, "activation": "relu", "out_dtype": torch.float16}),
         ((random_operand((7, 5), layout="strided", device=device), random_operand((5, 11), device=device)), {}),
+        ((a.bfloat16(), b.bfloat16()), {"bias": bias16, "activation": "gelu", "out_dtype": torch.bfloat16}),
+        ((a[1].bfloat16(), b.bfloat16()), {"bias": bias32.bfloat16()}),
     ]
 
 
@@ -39,6 +41,8 @@ def linear_samples(device, requires_grad):
         ((t(3, 20), t(9, 20, dtype=torch.float16), t(9, dtype=torch.float16)),
          {"activation": "relu", "out_dtype": torch.float16}),
         ((t(20), t(9, 20)), {}),
+        ((t(2, 5, 20, dtype=torch.bfloat16), t(9, 20), t(9, dtype=torch.bfloat16)), {"activation": "gelu"}),
+        ((t(3, 20), t(9, 20, dtype=torch.bfloat16), t(9)), {"out_dtype": torch.bfloat16}),
     ]
 
 

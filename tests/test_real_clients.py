@@ -69,13 +69,13 @@ def train_fp32(name):
     return losses
 
 
-def train_torch_amp(name):
+def train_torch_amp(name, dtype=torch.float16):
     model = build(name)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu")
+    scaler = torch.amp.GradScaler("cpu", enabled=dtype == torch.float16)  # bf16 needs no loss scaling
     losses, skipped = [], 0
     for step in range(STEPS):
-        with torch.autocast("cpu", dtype=torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
             loss = model(**data(name, step)).loss
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
@@ -89,13 +89,13 @@ def train_torch_amp(name):
     return losses, skipped
 
 
-def prepared(name):
+def prepared(name, dtype=torch.float16):
     model = build(name)
-    return mpgemm.amp.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    return mpgemm.amp.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3), dtype=dtype)
 
 
-def train_mpgemm(name, micro_batches=1):
-    model, optimizer, scaler = prepared(name)
+def train_mpgemm(name, micro_batches=1, dtype=torch.float16):
+    model, optimizer, scaler = prepared(name, dtype)
     losses = []
     for step in range(STEPS):
         for _ in range(micro_batches):
@@ -123,6 +123,21 @@ def test_prepare_converts_every_matrix_layer_and_keeps_norms_fp32(name, caplog):
     if name == "gpt2":
         assert type(model.transformer.h[0].attn.c_attn).__mro__[2] is transformers.pytorch_utils.Conv1D
         assert model.lm_head.weight is model.transformer.wte.weight  # tied weights stay tied
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_bf16_training_follows_fp32_and_torch_amp_bf16(name):
+    reference, (amp, amp_skipped) = train_fp32(name), train_torch_amp(name, torch.bfloat16)
+    model, optimizer, scaler, ours = train_mpgemm(name, dtype=torch.bfloat16)
+    assert not scaler.is_enabled() and scaler.skipped_steps == amp_skipped == 0
+    _, converted, norms = MODELS[name]
+    assert len(mpgemm.converted_layers(model)) == converted
+    dtypes = [{p.dtype for p in m.parameters(False)} for _, m in model.named_modules()]
+    assert dtypes.count({torch.float32}) == norms and {torch.float16} not in dtypes
+    assert all(m.dtype == torch.float32 for m in optimizer.master_params())
+    assert ours[-1] < 0.95 * ours[0]
+    for a, b, c in zip(ours, amp, reference):
+        assert a == pytest.approx(b, rel=0.01) and a == pytest.approx(c, rel=0.01)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -1,5 +1,5 @@
-"""The fused unscale op behind LossScaler: fp16/fp32 gradients into fp32 (or
-in place), times 1/scale, with an inf/NaN flag."""
+"""The fused unscale op behind LossScaler: fp16/bf16/fp32 gradients into fp32
+(or in place), times 1/scale, with an inf/NaN flag."""
 
 import pytest
 import torch
@@ -12,11 +12,13 @@ unscale_grads_ = torch.ops.mpgemm.unscale_grads_
 
 def sample(device, with_overflow=False):
     grads = [torch.randn(70000, device=device).half() * 1000, torch.randn(3, 5, device=device),
-             torch.randn(7, device=device).half()]
+             torch.randn(7, device=device).half(), torch.randn(300, device=device).bfloat16(),
+             torch.randn(40, device=device).bfloat16() * 1000]
     if with_overflow:
         grads[0][12345] = float("inf")
     outs = [torch.full((70000,), float("nan"), device=device), grads[1],
-            torch.full((7,), float("nan"), device=device).half()]
+            torch.full((7,), float("nan"), device=device).half(), torch.full((300,), float("nan"), device=device),
+            grads[4]]
     return grads, outs
 
 
@@ -28,10 +30,10 @@ def test_unscale_values_and_flag(device):
     unscale_grads_(grads, outs, found_inf, torch.tensor(1 / 1024, device=device))
     assert found_inf.item() == 0.0
     for out, ref in zip(outs, expected):
-        # fp16 outputs round once (and flush below fp16's smallest subnormal); fp32 ones are exact here.
-        half = out.dtype == torch.half
-        torch.testing.assert_close(out.double(), ref.view(out.shape), rtol=1e-3 if half else 0,
-                                   atol=6e-8 if half else 0)
+        # 16-bit outputs round once (fp16 ones flush below its smallest
+        # subnormal); fp32 ones are exact here (a power of two).
+        rtol, atol = {torch.half: (1e-3, 6e-8), torch.bfloat16: (4e-3, 0)}.get(out.dtype, (0, 0))
+        torch.testing.assert_close(out.double(), ref.view(out.shape), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
