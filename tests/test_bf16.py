@@ -227,3 +227,16 @@ def test_prepare_bf16_scaler_can_be_enabled():
     _, _, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), dtype=BF, enabled=True,
                                       init_scale=256.0)
     assert scaler.is_enabled() and scaler.get_scale() == 256.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_converted_model_under_autocast_matches_eager(device):
+    torch.manual_seed(0)
+    model = mpgemm.convert(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)))
+    model.to(device)
+    x = torch.randn(4, 16, device=device)
+    compiled = torch.compile(model)
+    with torch.autocast(device, dtype=BF):
+        got, expected = compiled(x), model(x)
+    assert got.dtype == expected.dtype == BF
+    assert torch.equal(got, expected)
