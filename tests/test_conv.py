@@ -157,11 +157,14 @@ def test_compiled_cnn_training_step_matches_eager(device):
     models = [mpgemm.convert(make_cnn()).to(device) for _ in range(2)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     compiled = torch.compile(step)
+    # Inductor's fused fp32 ops may differ from eager's by an ulp, which can
+    # flip the fp16 rounding of an input: one element then moves by about
+    # lr * 2**-11 * |activation|, so atol is a few times 1e-5.
     for _ in range(2):
         torch.testing.assert_close(compiled(models[0], optimizers[0], x, y), step(models[1], optimizers[1], x, y),
-                                   rtol=1e-4, atol=1e-5)
+                                   rtol=1e-4, atol=5e-5)
     for p, q in zip(models[0].parameters(), models[1].parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=5e-5)
 
 
 def test_conv_layer_is_a_drop_in():
