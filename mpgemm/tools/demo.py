@@ -183,7 +183,9 @@ def plot(results, path):
                                          ("accuracy", "test accuracy (%)")]):
         for way in WAYS:
             points = sorted((r.batch_size, getattr(r, field)) for r in results if r.way == way)
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=way)
+            # bf16 dashed: where a bf16 way's line lies on its fp16 twin's (memory), both show.
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=way,
+                    linestyle="--" if training.WAYS_BY_NAME[way].dtype == torch.bfloat16 else "-")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
         ax.set_title(title)
