@@ -74,20 +74,37 @@ def _fmt(x, spec=".2f", suffix=""):
     return "-" if x is None else f"{x:{spec}}{suffix}"
 
 
+# What an impl's name adds for fp16 and for bf16 operands (mpgemm/tools/benchmarks.py).
+BF16_TAGS = ("", " bf16")
+# The GEMM table's speed ratios: (impl, baseline, column). The first of each
+# operand type, against cuBLAS with fp32 out, makes the headline.
+GEMM_RATIOS = (("mpgemm fp32-out", "cublas fp32-out", "mpgemm/cuBLAS (fp32 out)"),
+               ("mpgemm fp16-out", "torch.mm fp16-out", "mpgemm/torch.mm (fp16 out)"),
+               ("mpgemm bf16 fp32-out", "cublas bf16 fp32-out", "mpgemm/cuBLAS (bf16 in, fp32 out)"),
+               ("mpgemm bf16-out", "torch.mm bf16-out", "mpgemm/torch.mm (bf16 out)"))
+
+
 def gemm_section(report):
-    mp32, cb32 = _rows_by(report, "mpgemm fp32-out"), _rows_by(report, "cublas fp32-out")
-    mp16, mm16 = _rows_by(report, "mpgemm fp16-out"), _rows_by(report, "torch.mm fp16-out")
-    lines = ["| M x N x K | cuBLAS TFLOP/s | mpgemm TFLOP/s | mpgemm/cuBLAS (fp32 out) | mpgemm/torch.mm (fp16 out) |",
-             "| --- | --- | --- | --- | --- |"]
-    headline = []
-    for shape, row in mp32.items():
-        ratio = _ratio(row, cb32.get(shape))
+    cb32, mp32 = _rows_by(report, "cublas fp32-out"), _rows_by(report, "mpgemm fp32-out")
+    ratios = {impl: {shape: _ratio(row, _rows_by(report, base).get(shape))
+                     for shape, row in _rows_by(report, impl).items()} for impl, base, _ in GEMM_RATIOS}
+    header = ["M x N x K", "cuBLAS fp16 TFLOP/s", "mpgemm fp16 TFLOP/s"] + [column for *_, column in GEMM_RATIOS]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    shapes = dict.fromkeys(tuple(r["shape"]) for r in report["results"] if r["impl"].startswith("mpgemm"))
+    for shape in shapes:
         lines.append(f"| {'x'.join(map(str, shape))} | {_fmt(cb32.get(shape, {}).get('tflops'), '.1f')} | "
-                     f"{_fmt(row['tflops'], '.1f')} | {_fmt(ratio, '.2f', 'x')} | "
-                     f"{_fmt(_ratio(mp16.get(shape), mm16.get(shape)), '.2f', 'x')} |")
-        headline.append(f"{shape[0]}^3 {_fmt(ratio, '.2f', 'x')}" if len(set(shape)) == 1
-                        else f"{'x'.join(map(str, shape))} {_fmt(ratio, '.2f', 'x')}")
-    return "mpgemm/cuBLAS " + ", ".join(headline), lines
+                     f"{_fmt(mp32.get(shape, {}).get('tflops'), '.1f')} | "
+                     + " | ".join(_fmt(ratios[impl].get(shape), '.2f', 'x') for impl, *_ in GEMM_RATIOS) + " |")
+
+    def against_cublas(impl):
+        return ", ".join(f"{shape[0]}^3 {_fmt(ratio, '.2f', 'x')}" if len(set(shape)) == 1
+                         else f"{'x'.join(map(str, shape))} {_fmt(ratio, '.2f', 'x')}"
+                         for shape, ratio in ratios[impl].items())
+
+    headline = "mpgemm/cuBLAS " + against_cublas("mpgemm fp32-out")
+    if ratios["mpgemm bf16 fp32-out"]:
+        headline += "; bf16 " + against_cublas("mpgemm bf16 fp32-out")
+    return headline, lines
 
 
 def ceiling_section(report):
@@ -116,11 +133,11 @@ def bench_step(name):
         report = _load_json(os.path.join(raw, f"{name}.json"))
         if report is None:
             return "no report", [], None
+        passes = [(tag, p) for tag in BF16_TAGS for p in ("fwd", "fwd+bwd")]
         section = {"gemm": gemm_section, "ceiling": ceiling_section,
-                   "mlp": lambda r: paired_section(r, [("mpgemm fused fwd", "torch unfused fwd"),
-                                                       ("mpgemm fused fwd+bwd", "torch unfused fwd+bwd")]),
-                   "conv": lambda r: paired_section(r, [("mpgemm fwd", "cudnn fwd"),
-                                                        ("mpgemm fwd+bwd", "cudnn fwd+bwd")])}[name]
+                   "mlp": lambda r: paired_section(r, [(f"mpgemm fused{t} {p}", f"torch unfused{t} {p}")
+                                                       for t, p in passes]),
+                   "conv": lambda r: paired_section(r, [(f"mpgemm{t} {p}", f"cudnn{t} {p}") for t, p in passes])}[name]
         headline, lines = section(report)
         lines = [f"- {note}" for note in _bench_report().notes(report)] + lines
         failed = [r for r in report["results"] if r["check_passed"] is False]
@@ -210,28 +227,30 @@ def build_step(raw, result):
 
 
 def train_step(raw, result):
-    """Per model, the speedups over fp32 at the largest batch all three ways
-    ran, and the largest batches found; the text report from the log."""
+    """Per model, the speedups over fp32 at the largest batch every way of
+    the report ran, and the largest batches found; the text report from the
+    log."""
     report = _load_json(os.path.join(raw, "train.json"))
     if report is None:
         return "no report", _log_tail(raw, result), None
     parts = []
+    all_ways = list(dict.fromkeys(r["way"] for r in report["runs"]))
     for model in report["config"]["models"]:
         runs = [r for r in report["runs"] if r["model"] == model and r["status"] == "ok"]
         by_batch = {}
         for r in runs:
             by_batch.setdefault(r["batch_size"], {})[r["way"]] = r
-        complete = [b for b, ways in by_batch.items() if len(ways) == 3]
+        complete = [b for b, ways in by_batch.items() if len(ways) == len(all_ways)]
         if complete:
             ways = by_batch[max(complete)]
             parts.append(f"{model} batch {max(complete)}: " + ", ".join(
-                f"{way} {_fmt(ways[way]['speedup_vs_fp32'], '.2f', 'x')}" for way in ("torch.amp", "mpgemm")))
+                f"{way} {_fmt(ways[way]['speedup_vs_fp32'], '.2f', 'x')}" for way in all_ways if way != "fp32"))
         fits = [f"{s['way']} {'>=' if s['status'] == 'at least' else ''}{s['largest_fitting']}"
                 for s in report["largest_batch"] if s["model"] == model and s["largest_fitting"]]
         if fits:
             parts.append(f"{model} largest batch: " + ", ".join(fits))
     lines = ["```", *_log_tail(raw, result, lines=80), "```"]
-    headline = "; ".join(parts) or "no run completed all three ways"
+    headline = "; ".join(parts) or "no batch ran in every way"
     if not report.get("complete", True):
         headline = "INCOMPLETE; " + headline
     return headline, lines, {"elapsed_s": report.get("elapsed_s")}

@@ -16,11 +16,15 @@ from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, sass
 CPU = torch.device("cpu")
 
 
-def test_parse_shapes():
+def test_parse_shapes_and_dtypes():
     assert benchmarks.parse_shapes("4096x4096x4096, 7x9x11") == [(4096, 4096, 4096), (7, 9, 11)]
     for bad in ("4096x4096", "0x1x1", "ax1x1", ""):
         with pytest.raises(Exception, match="MxNxK"):
             benchmarks.parse_shapes(bad)
+    assert benchmarks.parse_dtypes("bf16, fp16,bf16") == ("bf16", "fp16")
+    for bad in ("fp32", "", "fp16,half"):
+        with pytest.raises(Exception, match="operand types from fp16, bf16"):
+            benchmarks.parse_dtypes(bad)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU report")
@@ -35,12 +39,21 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
         assert key in report
     assert report["gpu_measurement"] is False and report["complete"] is True
     assert report["git_commit"] != "unknown"
-    assert {r["suite"] for r in report["results"]} == {"gemm", "linear", "conv", "ceiling"}
+    assert {(r["suite"], r["dtype"]) for r in report["results"]} == {
+        ("gemm", "fp16"), ("gemm", "bf16"), ("linear", "fp16"), ("linear", "bf16"), ("conv", "fp16"),
+        ("conv", "bf16"), ("ceiling", "fp16")}
     for r in report["results"]:
         assert len(r["times_ms"]) == report["timing"]["reps"] and r["median_ms"] > 0
         # Every mpgemm result was checked against torch (or, the ceiling, float64) and passed.
         assert r["check_passed"] is (True if r["baseline"] or r["suite"] == "ceiling" else None)
-    assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl")
+        assert r["check_tolerance"] == benchmarks.BASELINE_TOLERANCE[r["dtype"]]
+    # The bf16 impls, each checked against torch on the same bf16 operands.
+    bf16 = {r["impl"]: r["baseline"] for r in report["results"] if r["dtype"] == "bf16" and r["baseline"]}
+    assert bf16 == {"mpgemm bf16 fp32-out": "torch.mm bf16 fp32-out", "mpgemm bf16-out": "torch.mm bf16-out",
+                    "mpgemm fused bf16 fwd": "torch unfused bf16 fwd",
+                    "mpgemm fused bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm bf16 fwd": "torch bf16 fwd", "mpgemm bf16 fwd+bwd": "torch bf16 fwd+bwd"}
+    assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl,dtype")
 
 
 def test_no_tflops_where_the_cpu_reference_does_not_do_the_work(capsys):
@@ -74,16 +87,20 @@ class CountProducts(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("suite, shape, product", [
     ("linear", (64, 256, 128), 2.0 * 64 * 256 * 128),
     ("conv", (2, 16, 16, 3, 1, 1, 8), 2.0 * 2 * 16 * 8 * 8 * 16 * 9),
 ])
-def test_flops_count_the_products_each_impl_runs(suite, shape, product):
+def test_flops_count_the_products_each_impl_runs(suite, shape, product, dtype):
     """An impl's FLOPs are the products it runs times the forward's size:
     mpgemm's fused GELU backward recomputes the pre-activation, one product
     more than torch, which stored it."""
-    make, _, impls = benchmarks.CASE_BUILDERS[suite](shape, CPU)
+    make, bytes_per_set, impls = benchmarks.CASE_BUILDERS[suite](shape, CPU, dtype)
     inputs = make()
+    # What one call reads and writes: the input, the weight and the output (or its gradient).
+    assert bytes_per_set == sum(t.numel() * t.element_size() for t in (inputs[0], inputs[1], inputs[3]))
+    assert all(t.dtype == dtype for t in inputs)
     for name, impl in impls.items():
         with CountProducts() as counter:
             impl.run(*inputs)
@@ -99,10 +116,30 @@ def test_a_wrong_result_posts_no_number(monkeypatch, capsys):
     monkeypatch.setattr(benchmarks.ops, "linear", off_by_one_percent_and_more)
     assert cli.main(["bench", "linear"]) == 1
     out = capsys.readouterr().out
-    fwd = next(l for l in out.splitlines() if "mpgemm fused fwd " in l)
-    assert fwd.split()[-3:] == ["-", "-", "FAIL"]  # no median, no TFLOP/s
+    for name in ("mpgemm fused fwd ", "mpgemm fused bf16 fwd "):
+        fwd = next(l for l in out.splitlines() if name in l)
+        assert fwd.split()[-3:] == ["-", "-", "FAIL"]  # no median, no TFLOP/s
     assert "FAIL: mpgemm fused fwd at 64x256x128 differs from torch unfused fwd" in out
-    assert "FAIL: mpgemm fused fwd+bwd" in out
+    assert "FAIL: mpgemm fused bf16 fwd at 64x256x128 differs from torch unfused bf16 fwd" in out
+    assert "(bound 0.02)" in out and "FAIL: mpgemm fused fwd+bwd" in out and "FAIL: mpgemm fused bf16 fwd+bwd" in out
+
+
+def test_a_bf16_kernel_that_reads_its_operands_as_fp16_fails_its_check(monkeypatch):
+    real_gemm = benchmarks.ops.gemm
+
+    def bits_read_as_fp16(a, b, **kwargs):
+        if a.dtype == torch.bfloat16:
+            out = real_gemm(a.view(torch.float16), b.view(torch.float16), out_dtype=torch.float32)
+            return out.to(kwargs.get("out_dtype", torch.float32))
+        return real_gemm(a, b, **kwargs)
+
+    monkeypatch.setattr(benchmarks.ops, "gemm", bits_read_as_fp16)
+    report = benchmarks.run(["gemm"], CPU, shapes=[(16, 24, 32)], show_progress=False)
+    checked = {r["impl"]: r["check_passed"] for r in report["results"] if r["baseline"]}
+    assert checked == {"mpgemm fp32-out": True, "mpgemm fp16-out": True, "mpgemm bf16 fp32-out": False,
+                       "mpgemm bf16-out": False}
+    assert all(r["tflops"] is None for r in report["results"] if r["check_passed"] is False)
+    assert bench_report.failed_checks(report)
 
 
 def test_a_case_that_raises_is_reported_and_the_others_still_run(monkeypatch, capsys):
@@ -116,12 +153,13 @@ def test_a_case_that_raises_is_reported_and_the_others_still_run(monkeypatch, ca
     monkeypatch.setattr(benchmarks.ops, "gemm", fails_on_odd_shapes)
     assert cli.main(["bench", "gemm", "--shapes", "7x8x9,8x8x8"]) == 1
     out = capsys.readouterr().out
-    assert "ERROR: gemm at 7x8x9: RuntimeError: CUDA error: an illegal memory access" in out
+    for dtype in ("fp16", "bf16"):
+        assert f"ERROR: gemm {dtype} at 7x8x9: RuntimeError: CUDA error: an illegal memory access" in out
     assert {tuple(line.split()[1:2]) for line in out.splitlines() if line.startswith("gemm ")} == {("8x8x8",)}
 
 
 def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
-    _, _, impls = benchmarks._ceiling_case((1, 3), CPU)
+    _, _, impls = benchmarks._ceiling_case((1, 3), CPU, torch.float16)
     (impl,) = impls.values()
     broken = benchmarks.dataclasses.replace(impl, result=lambda a, b, out: (impl.result(a, b, out)[0] * 0.5,))
     inputs = (torch.randn(64, 16).half(), torch.randn(16, 32).half(), torch.empty(1, 8, 64, 32))
@@ -133,18 +171,32 @@ def test_partial_reports_are_saved_after_every_case():
     saved = []
     report = benchmarks.run(["gemm", "ceiling"], CPU, show_progress=False,
                             checkpoint=lambda r: saved.append((len(r["results"]), r["complete"])))
-    assert saved == [(4, False), (8, False), (9, False)] and report["complete"] is True
+    # Each gemm shape twice, fp16 then bf16; the ceiling in fp16 only.
+    assert saved == [(4, False), (8, False), (12, False), (16, False), (17, False)] and report["complete"] is True
     assert [s["when"] for s in report["gpu_state"]] == ["before", "after", "before", "after"]
 
 
-def test_bench_custom_shapes_and_bad_arguments(capsys):
+def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     report = benchmarks.run(["gemm"], CPU, shapes=[(5, 6, 7)], show_progress=False)
     assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
+    assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
+    assert len(rows) == 4 and all(" bf16 fwd" in row for row in rows)
     with pytest.raises(SystemExit):
         cli.main(["bench", "gemm", "--shapes", "5x6"])
     assert "expected MxNxK" in capsys.readouterr().err
     assert cli.main(["bench", "ceiling", "--shapes", "5x6x7"]) == 2
     assert "--shapes applies to the gemm and linear suites, not to ceiling" in capsys.readouterr().out
+
+
+def test_bf16_is_not_planned_on_a_gpu_without_bf16_tensor_cores(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert benchmarks.runnable_dtypes(("fp16", "bf16"), torch.device("cuda")) == (
+        ("fp16",), {"bf16": "bf16 Tensor Cores need sm_80 or newer"})
+    assert benchmarks.runnable_dtypes(("fp16", "bf16"), CPU) == (("fp16", "bf16"), {})
+    report = benchmarks.run(["ceiling"], CPU, show_progress=False)
+    report["dtypes_not_run"] = {"bf16": benchmarks.BF16_NEEDS}
+    assert "bf16 not run: bf16 Tensor Cores need sm_80 or newer" in bench_report.format_report(report)
 
 
 def gpu_row(impl, baseline, median_ms, tflops, passed=None):

@@ -28,6 +28,19 @@ def test_verify_fails_on_a_wrong_result(monkeypatch, capsys):
     assert "FAIL" in capsys.readouterr().out
 
 
+def test_verify_checks_bf16_inputs_to_bf16_precision(monkeypatch):
+    bf16 = [case for case in verify.CASES if case.dtype == torch.bfloat16]
+    assert {case.out_dtype for case in bf16} == {torch.float32, torch.bfloat16}
+    assert all(r.passed for r in verify.run(cases=bf16, device="cpu"))
+
+    def bf16_off_by_two_percent(a, b, **kwargs):
+        out = mpgemm.gemm(a, b, **kwargs)
+        return out * 1.02 if a.dtype == torch.bfloat16 else out
+
+    results = verify.run(cases=verify.CASES, device="cpu", gemm=bf16_off_by_two_percent)
+    assert [r.case for r in results if not r.passed] == bf16
+
+
 def test_verify_fails_on_a_wrong_shape():
     results = verify.run(cases=verify.CASES[:2], device="cpu", gemm=lambda a, b, **kw: mpgemm.gemm(a, b, **kw).t())
     assert not results[1].passed

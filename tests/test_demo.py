@@ -18,6 +18,11 @@ def test_demo_quick_matches_fp32_accuracy(tmp_path):
     assert set(accuracy) == set(demo.WAYS)
     assert accuracy["fp32"] > 80, "the demo task must be learnable"
     assert abs(accuracy["mpgemm"] - accuracy["fp32"]) <= 2.0
+    # bf16 keeps 8 significant bits to fp16's 11: within 3 points of fp32, far above chance (10%).
+    for way in ("torch.amp bf16", "mpgemm bf16"):
+        assert abs(accuracy[way] - accuracy["fp32"]) <= 3.0, way
+    bf16 = [r for r in results if r.way.endswith("bf16")]
+    assert bf16 and all((r.skipped_steps, r.first_scale, r.last_scale) == (0, 1.0, 1.0) for r in bf16)
     table = demo.format_table(device, results)
     assert "test acc%" in table and "speedup" not in table, "CPU times get no speedup"
     assert max(map(len, table.splitlines())) <= WIDTH
@@ -50,7 +55,7 @@ def test_demo_trains_through_the_shared_step(monkeypatch):
     config = dataclasses.replace(demo.QUICK, batch_sizes=(8,), steps=3, train_size=64, test_size=32)
     _, results = demo.run(config, "cpu", show_progress=False)
     assert calls == [way for way in demo.WAYS for _ in range(3)]
-    assert [r.steps for r in results] == [3, 3, 3]
+    assert [r.steps for r in results] == [3] * len(demo.WAYS)
 
 
 def _result(way, ms, batch=64, skipped_at=(), first_scale=65536.0):
@@ -75,10 +80,15 @@ def test_skipped_steps_are_said_in_words():
     later = demo.describe_skips(_result("mpgemm", 4.0, skipped_at=[17]))
     assert "(step 17)" in later and "initial" not in later and "not applied" in later
     assert "no step skipped" in demo.describe_skips(_result("mpgemm", 4.0))
+    for way in ("torch.amp bf16", "mpgemm bf16"):
+        bf16 = demo.describe_skips(_result(way, 4.0, first_scale=1.0))
+        assert bf16 == f"{way}, batch 64: no step skipped, as the bf16 ways use no loss scaling (bf16 has fp32's " \
+                       "exponent range)."
 
 
 def test_main_prints_within_100_columns_and_no_dicts(monkeypatch, capsys):
-    results = [_result("fp32", 10.0), _result("torch.amp", 4.0, skipped_at=[1]), _result("mpgemm", 5.0)]
+    results = [_result("fp32", 10.0), _result("torch.amp", 4.0, skipped_at=[1]), _result("mpgemm", 5.0),
+               _result("torch.amp bf16", 4.0, first_scale=1.0), _result("mpgemm bf16", 5.0, first_scale=1.0)]
     monkeypatch.setattr(demo, "run", lambda config, device: (torch.device("cpu"), results))
     args = argparse.Namespace(quick=True, batch_sizes=None, steps=None, device="cpu", plot=None)
     assert demo.main(args) == 0
@@ -87,3 +97,4 @@ def test_main_prints_within_100_columns_and_no_dicts(monkeypatch, capsys):
     assert "{" not in out
     assert not re.search(r"\d\.\d\dx", out), "no speedup for CPU times"
     assert "TF32 off" in out
+    assert out.count("use no loss scaling") == 2 and "mpgemm bf16, batch 64: no step skipped" in out

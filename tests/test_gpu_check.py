@@ -96,13 +96,17 @@ def fake_steps(raw_report):
 
 def gemm_report():
     def row(impl, baseline, ms, tflops, passed):
-        return dict(suite="gemm", case="square", shape=[4096, 4096, 4096], impl=impl, baseline=baseline,
+        dtype = "bf16" if "bf16" in impl else "fp16"
+        return dict(suite="gemm", case="square", shape=[4096, 4096, 4096], dtype=dtype, impl=impl, baseline=baseline,
                     median_ms=ms, tflops=tflops, check_passed=passed, check_error=None if passed is None else 0.5,
-                    starved_rounds=0, times_ms=[ms])
+                    check_tolerance={"fp16": 1e-2, "bf16": 2e-2}[dtype], starved_rounds=0, times_ms=[ms])
 
-    return {"complete": True, "gpu_measurement": True, "gpu_state": [], "timing": {"baseline_tolerance": 1e-2}, "errors": [], "results": [
+    return {"complete": True, "gpu_measurement": True, "gpu_state": [], "errors": [], "results": [
         row("cublas fp32-out", "", 0.19, 723.0, None), row("mpgemm fp32-out", "cublas fp32-out", 0.38, 361.5, True),
-        row("torch.mm fp16-out", "", 0.18, 760.0, None), row("mpgemm fp16-out", "torch.mm fp16-out", 0.72, 190, False)]}
+        row("torch.mm fp16-out", "", 0.18, 760.0, None), row("mpgemm fp16-out", "torch.mm fp16-out", 0.72, 190, False),
+        row("cublas bf16 fp32-out", "", 0.2, 690.0, None),
+        row("mpgemm bf16 fp32-out", "cublas bf16 fp32-out", 0.25, 550.0, True),
+        row("torch.mm bf16-out", "", 0.2, 690.0, None), row("mpgemm bf16-out", "torch.mm bf16-out", 0.4, 345.0, True)]}
 
 
 def test_a_run_keeps_going_past_failures_and_timeouts_and_leaves_three_files(tmp_path, monkeypatch):
@@ -117,7 +121,8 @@ def test_a_run_keeps_going_past_failures_and_timeouts_and_leaves_three_files(tmp
         ("gemm", "pass"), ("verify", "fail"), ("memcheck", "timeout"), ("tests", "pass")]
     assert summary["provenance"]["git_commit"] != "unknown"
     md = (tmp_path / "summary.md").read_text()
-    assert "| gemm | PASS |" in md and "4096^3 0.50x" in md and "| 4096x4096x4096 | 723.0 | 361.5 | 0.50x | - |" in md
+    assert "| gemm | PASS |" in md and "mpgemm/cuBLAS 4096^3 0.50x; bf16 4096^3 0.80x" in md
+    assert "| 4096x4096x4096 | 723.0 | 361.5 | 0.50x | - | 0.80x | 0.50x |" in md
     assert "1 results FAILED their check" in md and "- FAIL: mpgemm fp16-out at 4096x4096x4096 differs" in md
     assert "| verify | FAIL |" in md and "3 passed, 1 failed" in md and "| memcheck | TIMEOUT |" in md
     with tarfile.open(tmp_path / "gpu_check.tar.gz") as tar:
@@ -200,6 +205,19 @@ def test_make_gpu_bundle_records_the_commit(tmp_path):
     assert provenance.git_commit(str(repo)) == head
     (repo / "COMMIT").unlink()
     assert provenance.git_commit(str(repo)) == "unknown"
+
+
+def test_train_summary_gives_speedups_of_every_way_at_the_largest_batch_all_ran(tmp_path):
+    def run(batch, way, speedup, status="ok"):
+        return dict(model="gpt2-block", batch_size=batch, way=way, status=status, speedup_vs_fp32=speedup)
+
+    ways = ("fp32", "torch.amp", "mpgemm", "torch.amp bf16", "mpgemm bf16")
+    report = {"complete": True, "config": {"models": ["gpt2-block"]}, "largest_batch": [], "runs": [
+        *(run(8, way, speedup) for way, speedup in zip(ways, (1.0, 2.1, 1.5, 2.2, 1.6))),
+        *(run(16, way, 1.0) for way in ways[:4]), run(16, "mpgemm bf16", None, "out of memory")]}
+    (tmp_path / "train.json").write_text(json.dumps(report))
+    headline, _, _ = gpu_check_summary.train_step(str(tmp_path), {"log": "train.log"})
+    assert headline == "gpt2-block batch 8: torch.amp 2.10x, mpgemm 1.50x, torch.amp bf16 2.20x, mpgemm bf16 1.60x"
 
 
 def test_train_summary_gives_speedups_at_the_largest_complete_batch(tmp_path):

@@ -1,4 +1,4 @@
-"""`bench train` and the training step it shares with the demo: the three
+"""`bench train` and the training step it shares with the demo: the five
 ways, the time limit and how it is shared, out-of-memory handling, the
 largest-batch search, the report and the command line."""
 
@@ -68,7 +68,8 @@ def test_runs_take_their_step_counts_when_time_allows(tiny):
     report = train_bench.run(tiny_config(), "cpu", show_progress=False,
                              checkpoint=lambda r: saved.append(json.loads(json.dumps(r))))
     # Saved after each run, so that a run killed from outside leaves what it measured.
-    assert [(len(r["runs"]), r["complete"]) for r in saved[:6]] == [(n, False) for n in range(1, 7)]
+    runs = 2 * len(training.WAYS)
+    assert [(len(r["runs"]), r["complete"]) for r in saved[:runs]] == [(n, False) for n in range(1, runs + 1)]
     assert report["complete"] and saved[-1]["largest_batch"] == report["largest_batch"]
     assert [(r["way"], r["batch_size"]) for r in report["runs"]] == [
         (way, batch) for batch in (4, 8) for way in training.WAYS]
@@ -89,7 +90,7 @@ def test_time_limit_stops_the_run_and_reports_the_runs_it_did_not_reach(tiny):
     elapsed = time.perf_counter() - start
     assert elapsed < config.time_limit_s + 0.5, "at most about one step past the limit"
     runs = report["runs"]
-    assert len(runs) == 6, "no run is dropped from the report"
+    assert len(runs) == 2 * len(training.WAYS), "no run is dropped from the report"
     assert runs[0]["status"] == "ok"
     not_run = [r for r in runs if r["status"] == "not run"]
     assert not_run and all(r["reason"] for r in not_run)
@@ -103,8 +104,9 @@ def test_out_of_memory_is_reported_and_the_search_finds_the_largest_batch(tiny):
     tiny["oom_above"] = 10
     config = tiny_config(batch_sizes=(2, 16), search=True)
     report = train_bench.run(config, "cpu", show_progress=False)
-    assert [r["status"] for r in report["runs"]] == ["ok"] * 3 + ["out of memory"] * 3
-    assert all("OutOfMemoryError" in r["reason"] for r in report["runs"][3:])
+    ways = len(training.WAYS)
+    assert [r["status"] for r in report["runs"]] == ["ok"] * ways + ["out of memory"] * ways
+    assert all("OutOfMemoryError" in r["reason"] for r in report["runs"][ways:])
     for search in report["largest_batch"]:
         assert (search["status"], search["largest_fitting"], search["smallest_oom"]) == ("found", 10, 11)
         # From the timed runs: 2 fits, 16 does not; then bisection.
@@ -127,15 +129,16 @@ def test_search_doubles_then_stops_at_its_time_share(tiny):
 def test_a_failing_run_is_reported_and_the_others_still_run(tiny):
     tiny["fail_at"] = 8
     report = train_bench.run(tiny_config(), "cpu", show_progress=False)
-    assert [r["status"] for r in report["runs"]] == ["ok"] * 3 + ["error"] * 3
-    assert report["runs"][3]["reason"] == "ValueError: a bug at this batch"
+    ways = len(training.WAYS)
+    assert [r["status"] for r in report["runs"]] == ["ok"] * ways + ["error"] * ways
+    assert report["runs"][ways]["reason"] == "ValueError: a bug at this batch"
 
 
 def test_gpu_report_has_throughput_speedup_and_largest_batches(tiny):
     report = train_bench.run(tiny_config(batch_sizes=(4,)), "cpu", show_progress=False)
     report["provenance"].update(device="NVIDIA H100 80GB HBM3 (made-up report)", gpu_measurement=True)
     report["device_memory_mb"] = 81559.0
-    for r, speedup in zip(report["runs"], (1.0, 3.25, 2.5)):
+    for r, speedup in zip(report["runs"], (1.0, 3.25, 2.5, 3.5, 2.75), strict=True):
         r.update(speedup_vs_fp32=speedup, peak_memory_mb=1234.0)
     report["largest_batch"][0].update(status="found", largest_fitting=640, smallest_oom=672,
                                       tries=[{"batch_size": 512, "fits": True, "error": None}])
@@ -165,7 +168,8 @@ def test_ieee_fp32_turns_tf32_off_and_restores_it():
 
 def test_setup_refuses_an_unknown_way():
     model = torch.nn.Linear(4, 4)
-    with pytest.raises(ValueError, match="way must be one of fp32, torch.amp, mpgemm, got 'bf16'"):
+    with pytest.raises(ValueError, match="way must be one of fp32, torch.amp, mpgemm, torch.amp bf16, mpgemm bf16, "
+                                         "got 'bf16'"):
         with training.setup("bf16", model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu"):
             pass
 
@@ -198,6 +202,27 @@ def test_an_overflowing_step_is_skipped_and_the_scale_halved(way):
         assert not normal.skipped and not torch.equal(before[0], trainer.model.weight)
 
 
+@pytest.mark.parametrize("way", ["torch.amp bf16", "mpgemm bf16"])
+def test_bf16_ways_learn_without_loss_scaling(way):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(64, 16)
+    y = (x[:, :4] * 2).argmax(1)  # four classes a linear map separates
+    with training.setup(way, model, torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9), "cpu") as trainer:
+        with trainer.autocast():
+            first = trainer.model(x)
+        steps = [trainer.step(x, y, F.cross_entropy) for _ in range(40)]
+        with trainer.autocast():
+            accuracy = (trainer.model(x).argmax(1) == y).float().mean().item()
+    # bf16 products: torch.amp autocasts the layers, mpgemm's model holds bf16 weights over fp32 masters.
+    if way == "torch.amp bf16":
+        assert first.dtype == torch.bfloat16 and trainer.scaler is None
+    else:
+        assert trainer.model[0].weight.dtype == torch.bfloat16 and not trainer.scaler.is_enabled()
+    assert [(s.skipped, s.scale) for s in steps] == [(False, 1.0)] * 40
+    assert steps[-1].loss < 0.5 * steps[0].loss and accuracy > 0.8  # chance: 0.25
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_full_benchmark_needs_a_gpu(capsys):
     assert cli.main(["bench", "train"]) == 2
@@ -208,6 +233,7 @@ def test_full_benchmark_needs_a_gpu(capsys):
     (["bench", "train", "--shapes", "8x8x8"], "--shapes applies to the kernel suites, not to train"),
     (["bench", "train", "--reps", "3"], "--reps applies to the kernel suites, not to train"),
     (["bench", "train", "--csv", "out.csv"], "--csv applies to the kernel suites, not to train"),
+    (["bench", "train", "--dtypes", "bf16"], "--dtypes applies to the kernel suites, not to train"),
     (["bench", "gemm", "--time-limit", "5"], "--time-limit applies to bench train only, not to gemm"),
     (["bench", "--models", "resnet50"], "--models applies to bench train only, not to all"),
     (["bench", "conv", "--batch-sizes", "8"], "--batch-sizes applies to bench train only, not to conv"),

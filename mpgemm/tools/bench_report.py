@@ -44,9 +44,10 @@ def notes(report):
     for r in failed_checks(report):
         against = r["baseline"] or "its float64 reference"
         lines.append(f"FAIL: {r['impl']} at {_shape(r)} differs from {against} by a relative error of "
-                     f"{r['check_error']:.3g} (bound {report['timing']['baseline_tolerance']:g}): no speed posted")
+                     f"{r['check_error']:.3g} (bound {r['check_tolerance']:g}): no speed posted")
     for e in report.get("errors", []):
-        lines.append(f"ERROR: {e['suite']} at {_shape(e)}: {e['error']}")
+        lines.append(f"ERROR: {e['suite']} {e['dtype']} at {_shape(e)}: {e['error']}")
+    lines += [f"{dtype} not run: {why}" for dtype, why in report.get("dtypes_not_run", {}).items()]
     for r in report["results"]:
         if r["starved_rounds"]:
             lines.append(f"note: {r['impl']} at {_shape(r)}: in {r['starved_rounds']} of {len(r['times_ms'])} rounds "
@@ -90,10 +91,10 @@ def format_report(report):
 def write_csv(report, path):
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["suite", "case", "shape", "impl", "baseline", "median_ms", "tflops", "check_passed",
+        writer.writerow(["suite", "case", "shape", "impl", "dtype", "baseline", "median_ms", "tflops", "check_passed",
                          "times_ms"])
         for r in report["results"]:
-            writer.writerow([r["suite"], r["case"], _shape(r), r["impl"], r["baseline"], r["median_ms"],
+            writer.writerow([r["suite"], r["case"], _shape(r), r["impl"], r["dtype"], r["baseline"], r["median_ms"],
                              r["tflops"], r["check_passed"], " ".join(f"{t:.6f}" for t in r["times_ms"])])
 
 

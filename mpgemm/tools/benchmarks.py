@@ -6,7 +6,10 @@ extension, and torch.mm(..., out_dtype=torch.float32) where torch has it;
 fp16-out figures against torch's fp16 mm. linear: mpgemm.linear's fused
 bias+GELU against torch's F.linear plus gelu, forward and forward+backward.
 conv: mpgemm.conv2d against cuDNN (F.conv2d, fp16, channels_last) on
-ResNet-50's 23 distinct convolutions, forward and forward+backward. ceiling:
+ResNet-50's 23 distinct convolutions, forward and forward+backward. The
+three run again on bf16 operands against the same baselines in bf16; those
+impls' names say bf16 ("mpgemm bf16 fp32-out", "mpgemm bf16-out", "mpgemm
+fused bf16 fwd"), the fp16 ones keep their names. ceiling:
 the rate of WMMA's mma.sync with nothing else in the way (no loads, no
 barriers; the large GEMM tile's warps, 1 or 2 blocks per SM), the bound that
 GEMM's instruction mix can approach.
@@ -34,7 +37,8 @@ from .progress import Progress
 from .timing import CudaEventClock, WallClock, input_sets_for, profiled_kernel_ms, time_interleaved
 
 # Dense fp16 Tensor Core peaks with fp32 accumulation, from vendor datasheets,
-# matched against torch.cuda.get_device_name() in order.
+# matched against torch.cuda.get_device_name() in order. The bf16 peaks are the
+# same on each of these that has bf16 Tensor Cores (sm_80 and newer).
 KNOWN_PEAKS_TFLOPS = [
     (r"H100.*PCIe", 756.0),
     (r"H100 NVL", 835.5),
@@ -48,9 +52,20 @@ KNOWN_PEAKS_TFLOPS = [
 ]
 L2_BYTES_FALLBACK = 64 * 2**20
 # The result check stops a broken kernel from posting a number (its errors are
-# of order 1); accuracy itself is what `verify` and the tests measure. The bound
-# leaves room for cuBLAS's and cuDNN's reduced-precision fp16 reductions.
-BASELINE_TOLERANCE = 1e-2
+# of order 1); accuracy itself is what `verify` and the tests measure. The
+# bounds, on ||result - baseline|| / ||baseline||, per operand type: fp16's
+# leaves room for cuBLAS's and cuDNN's reduced-precision fp16 reductions. A
+# bf16 value (8 significant bits) is within 2**-9 relative of the exact one,
+# so two correctly rounded results may differ by 2**-8 (0.4%) from their last
+# rounding alone; torch's unfused ops round two or three times where mpgemm
+# rounds once, and cuBLAS and cuDNN may reduce in bf16. 2e-2 allows about five
+# times 2**-8 and still fails a kernel whose errors are a few percent.
+BASELINE_TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+# The operand types each suite runs; the ceiling times fp16 mma.sync alone.
+SUITE_DTYPES = {"gemm": tuple(DTYPES), "linear": tuple(DTYPES), "conv": tuple(DTYPES), "ceiling": ("fp16",)}
+BF16_NEEDS = "bf16 Tensor Cores need sm_80 or newer"
 
 
 def gpu_suites(quick=False):
@@ -98,6 +113,26 @@ class Impl:
     expected: object = None  # or a reference: expected(*input_set) -> tuple of float64 CPU tensors
 
 
+def parse_dtypes(text):
+    """"fp16,bf16" -> ("fp16", "bf16")"""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names or any(n not in DTYPES for n in names):
+        raise argparse.ArgumentTypeError(f"expected operand types from {', '.join(DTYPES)}, got {text!r}")
+    return names
+
+
+def runnable_dtypes(dtypes, device):
+    """(the dtypes this device runs, {dtype: why not} for the others)."""
+    if device.type == "cuda" and "bf16" in dtypes and torch.cuda.get_device_capability(device) < (8, 0):
+        return tuple(d for d in dtypes if d != "bf16"), {"bf16": BF16_NEEDS}
+    return tuple(dtypes), {}
+
+
+def _tag(dtype):
+    """What a bf16 impl's name adds; fp16 impls keep their names of old."""
+    return " bf16" if dtype == torch.bfloat16 else ""
+
+
 def parse_shapes(text):
     """"4096x4096x4096,1024x512x256" -> [(4096, 4096, 4096), (1024, 512, 256)]"""
     shapes = []
@@ -126,37 +161,41 @@ def _direct(fn, flops, baseline=""):
     return Impl(fn, lambda *inputs: (fn(*inputs),), flops, baseline)
 
 
-def gemm_impls(device, flops):
-    """The fp32-out and fp16-out comparisons. On the CPU torch's mm of the
-    same fp16 values stands in for cuBLAS, for the result check only."""
-    def mpgemm_fp32(a, b):
+def gemm_impls(device, flops, dtype=torch.float16):
+    """The fp32-out and 16-bit-out comparisons on `dtype` operands
+    ("mpgemm fp32-out" and "mpgemm fp16-out" on fp16, "mpgemm bf16 fp32-out"
+    and "mpgemm bf16-out" on bf16). On the CPU torch's mm of the same values
+    stands in for cuBLAS, for the result check only."""
+    wide, narrow = f"{_tag(dtype)} fp32-out", f" {DTYPE_NAMES[dtype]}-out"
+
+    def mpgemm_wide(a, b):
         return ops.gemm(a, b)
 
-    def mpgemm_fp16(a, b):
-        return ops.gemm(a, b, out_dtype=torch.float16)
+    def mpgemm_narrow(a, b):
+        return ops.gemm(a, b, out_dtype=dtype)
 
     if device.type != "cuda":
         return {
-            "torch.mm fp32-out": _direct(lambda a, b: torch.mm(a.float(), b.float()), flops),
-            "mpgemm fp32-out": _direct(mpgemm_fp32, flops, "torch.mm fp32-out"),
-            "torch.mm fp16-out": _direct(torch.mm, flops),
-            "mpgemm fp16-out": _direct(mpgemm_fp16, flops, "torch.mm fp16-out"),
+            f"torch.mm{wide}": _direct(lambda a, b: torch.mm(a.float(), b.float()), flops),
+            f"mpgemm{wide}": _direct(mpgemm_wide, flops, f"torch.mm{wide}"),
+            f"torch.mm{narrow}": _direct(torch.mm, flops),
+            f"mpgemm{narrow}": _direct(mpgemm_narrow, flops, f"torch.mm{narrow}"),
         }
     impls = {
-        "cublas fp32-out": _direct(lambda a, b: torch.ops.mpgemm._cublas_gemm(a, b, out_dtype=torch.float32), flops),
-        "mpgemm fp32-out": _direct(mpgemm_fp32, flops, "cublas fp32-out"),
-        "torch.mm fp16-out": _direct(torch.mm, flops),
-        "mpgemm fp16-out": _direct(mpgemm_fp16, flops, "torch.mm fp16-out"),
+        f"cublas{wide}": _direct(lambda a, b: torch.ops.mpgemm._cublas_gemm(a, b, out_dtype=torch.float32), flops),
+        f"mpgemm{wide}": _direct(mpgemm_wide, flops, f"cublas{wide}"),
+        f"torch.mm{narrow}": _direct(torch.mm, flops),
+        f"mpgemm{narrow}": _direct(mpgemm_narrow, flops, f"torch.mm{narrow}"),
     }
-    if _torch_has_out_dtype(device):
-        impls["torch.mm fp32-out"] = _direct(lambda a, b: torch.mm(a, b, out_dtype=torch.float32), flops,
-                                             "cublas fp32-out")
+    if _torch_has_out_dtype(device, dtype):
+        impls[f"torch.mm{wide}"] = _direct(lambda a, b: torch.mm(a, b, out_dtype=torch.float32), flops,
+                                           f"cublas{wide}")
     return impls
 
 
-def _torch_has_out_dtype(device):
+def _torch_has_out_dtype(device, dtype):
     try:
-        x = torch.ones(8, 8, device=device).half()
+        x = torch.ones(8, 8, device=device, dtype=dtype)
         torch.mm(x, x, out_dtype=torch.float32)
         return True
     except (TypeError, RuntimeError):
@@ -198,54 +237,54 @@ def _input_sets(make, bytes_per_set, device):
     return [make() for _ in range(input_sets_for(bytes_per_set, cache))]
 
 
-def _gemm_case(shape, device):
+def _gemm_case(shape, device, dtype):
     m, n, k = shape
 
     def make():
-        return torch.randn(m, k, device=device).half(), torch.randn(k, n, device=device).half()
+        return torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
 
-    return make, 2 * (m * k + k * n), gemm_impls(device, 2.0 * m * n * k)
+    return make, dtype.itemsize * (m * k + k * n), gemm_impls(device, 2.0 * m * n * k, dtype)
 
 
-def _linear_case(shape, device):
+def _linear_case(shape, device, dtype):
     m, n, k = shape
 
     def make():
-        x = torch.randn(m, k, device=device).half().requires_grad_()
-        w = (torch.randn(n, k, device=device) / k**0.5).half().requires_grad_()
-        b = torch.randn(n, device=device).half().requires_grad_()
-        return x, w, b, torch.randn(m, n, device=device).half()
+        x = torch.randn(m, k, device=device).to(dtype).requires_grad_()
+        w = (torch.randn(n, k, device=device) / k**0.5).to(dtype).requires_grad_()
+        b = torch.randn(n, device=device).to(dtype).requires_grad_()
+        return x, w, b, torch.randn(m, n, device=device).to(dtype)
 
     product = 2.0 * m * n * k
     # Backward: dX and dW, and mpgemm's GELU backward recomputes the
     # pre-activation (one more product) where torch stored it.
     impls = _forward_and_backward(lambda x, w, b: ops.linear(x, w, b, activation="gelu"),
                                   lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 4 * product,
-                                  "mpgemm fused", "torch unfused")
-    return make, 2 * (m * k + n * k + m * n), impls
+                                  f"mpgemm fused{_tag(dtype)}", f"torch unfused{_tag(dtype)}")
+    return make, dtype.itemsize * (m * k + n * k + m * n), impls
 
 
-def _conv_case(shape, device):
+def _conv_case(shape, device, dtype):
     batch, c, k, kernel, stride, padding, size = shape
     out = (size + 2 * padding - kernel) // stride + 1
     channels_last = torch.channels_last
 
     def make():
-        x = torch.randn(batch, c, size, size, device=device).half().to(memory_format=channels_last)
-        w = (torch.randn(k, c, kernel, kernel, device=device) * (c * kernel * kernel) ** -0.5).half()
-        grad = torch.randn(batch, k, out, out, device=device).half().to(memory_format=channels_last)
+        x = torch.randn(batch, c, size, size, device=device).to(dtype).to(memory_format=channels_last)
+        w = (torch.randn(k, c, kernel, kernel, device=device) * (c * kernel * kernel) ** -0.5).to(dtype)
+        grad = torch.randn(batch, k, out, out, device=device).to(dtype).to(memory_format=channels_last)
         return (x.requires_grad_(), w.to(memory_format=channels_last).requires_grad_(),
-                torch.randn(k, device=device).half().requires_grad_(), grad)
+                torch.randn(k, device=device).to(dtype).requires_grad_(), grad)
 
     product = 2.0 * batch * k * out * out * c * kernel**2
     impls = _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding),
                                   lambda x, w, b: F.conv2d(x, w, b, stride, padding), product, 3 * product,
-                                  "mpgemm", "cudnn" if device.type == "cuda" else "torch")
-    bytes_per_set = 2 * (batch * c * size * size + k * c * kernel * kernel + batch * k * out * out)
+                                  f"mpgemm{_tag(dtype)}", ("cudnn" if device.type == "cuda" else "torch") + _tag(dtype))
+    bytes_per_set = dtype.itemsize * (batch * c * size * size + k * c * kernel * kernel + batch * k * out * out)
     return make, bytes_per_set, impls
 
 
-def _ceiling_case(shape, device):
+def _ceiling_case(shape, device, dtype):
     blocks_per_sm, iterations = shape
     tile = build_info()["mma_ceiling"]
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
@@ -253,8 +292,8 @@ def _ceiling_case(shape, device):
     out_shape = torch.Size((blocks, tile["warps"], tile["warp_m"], tile["warp_n"]))
 
     def make():
-        return (torch.randn(tile["warp_m"], tile["k"], device=device).half(),
-                torch.randn(tile["k"], tile["warp_n"], device=device).half(),
+        return (torch.randn(tile["warp_m"], tile["k"], device=device).to(dtype),
+                torch.randn(tile["k"], tile["warp_n"], device=device).to(dtype),
                 torch.empty(out_shape, device=device))
 
     def ceiling(a, b, out):
@@ -305,9 +344,9 @@ def check_results(impls, inputs):
     return errors
 
 
-def measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check=False):
+def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cross_check=False):
     """One row per impl: the result check, then the interleaved timings."""
-    make, bytes_per_set, impls = CASE_BUILDERS[suite](shape, device)
+    make, bytes_per_set, impls = CASE_BUILDERS[suite](shape, device, DTYPES[dtype])
     sets = _input_sets(make, bytes_per_set, device)
     errors = check_results(impls, sets[0])
     timings = time_interleaved({name: impl.run for name, impl in impls.items()}, sets, clock=clock,
@@ -315,10 +354,11 @@ def measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check
     rows = []
     for name, impl in impls.items():
         timing, error = timings[name], errors[name]
-        passed = None if error is None else error < BASELINE_TOLERANCE  # NaN fails
-        row = dict(suite=suite, case=case, shape=list(shape), impl=name, baseline=impl.baseline, flops=impl.flops,
-                   times_ms=timing.times_ms, median_ms=timing.median_ms, starved_rounds=timing.starved_rounds,
-                   check_error=error, check_passed=passed,
+        passed = None if error is None else error < BASELINE_TOLERANCE[dtype]  # NaN fails
+        row = dict(suite=suite, case=case, shape=list(shape), dtype=dtype, impl=name, baseline=impl.baseline,
+                   flops=impl.flops, times_ms=timing.times_ms, median_ms=timing.median_ms,
+                   starved_rounds=timing.starved_rounds, check_error=error, check_passed=passed,
+                   check_tolerance=BASELINE_TOLERANCE[dtype],
                    tflops=impl.flops / (timing.median_ms * 1e-3) / 1e12 if impl.flops and passed is not False
                    else None)
         if cross_check:
@@ -327,33 +367,36 @@ def measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check
     return rows
 
 
-def plan_cases(suites, device, quick=False, shapes=None):
+def plan_cases(suites, device, quick=False, shapes=None, dtypes=tuple(DTYPES)):
+    """[(suite, case, shape, dtype)]: each case once per operand type its suite runs."""
     table = gpu_suites(quick) if device.type == "cuda" else CPU_SUITES
-    return [(suite, case, shape) for suite in suites for case, shape in
-            ([("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES else table[suite])]
+    return [(suite, case, shape, dtype) for suite in suites for case, shape in
+            ([("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES else table[suite])
+            for dtype in SUITE_DTYPES[suite] if dtype in dtypes]
 
 
-def run(suites, device, *, quick=False, shapes=None, reps=20, warmup_ms=100.0, show_progress=True,
-        checkpoint=None):
+def run(suites, device, *, quick=False, shapes=None, dtypes=tuple(DTYPES), reps=20, warmup_ms=100.0,
+        show_progress=True, checkpoint=None):
     """Measures the suites' cases; returns the report. checkpoint(report) is
     called after every case, so a run stopped by a time limit leaves what it
     measured."""
     on_gpu = device.type == "cuda"
     if not on_gpu:
         reps, warmup_ms = min(reps, 3), 0.0
-    plan = plan_cases(suites, device, quick, shapes)
+    dtypes, not_run = runnable_dtypes(dtypes, device)
+    plan = plan_cases(suites, device, quick, shapes, dtypes)
     clock = CudaEventClock() if on_gpu else WallClock()
     report = dict(provenance.describe(device), build_info=build_info(), complete=False,
                   timing={"clock": type(clock).__name__, "warmup_ms": warmup_ms, "reps": reps,
                           "statistic": "median", "interleaved": True,
                           "baseline_tolerance": BASELINE_TOLERANCE},
-                  gpu_state=[], results=[], errors=[])
+                  dtypes_not_run=not_run, gpu_state=[], results=[], errors=[])
     if on_gpu:
         peak, source = device_peak(device)
         report["peak_tflops"] = {"value": peak, "source": source}
     progress = Progress(len(plan), "bench") if show_progress and plan else None
     cross_checked = False
-    for i, (suite, case, shape) in enumerate(plan):
+    for i, (suite, case, shape, dtype) in enumerate(plan):
         if i == 0 or plan[i - 1][0] != suite:
             report["gpu_state"].append(dict(suite=suite, when="before", reading=gpu_state.read(device)))
         torch.manual_seed(i)
@@ -362,13 +405,15 @@ def run(suites, device, *, quick=False, shapes=None, reps=20, warmup_ms=100.0, s
         cross_check = on_gpu and suite == "gemm" and not cross_checked
         cross_checked |= cross_check
         try:
-            report["results"] += measure_case(suite, case, shape, device, clock, warmup_ms, reps, cross_check)
+            report["results"] += measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps,
+                                              cross_check)
         except Exception as e:  # one case that cannot run must not lose the others' numbers
-            report["errors"].append(dict(suite=suite, case=case, shape=list(shape), error=f"{type(e).__name__}: {e}"))
+            report["errors"].append(dict(suite=suite, case=case, shape=list(shape), dtype=dtype,
+                                         error=f"{type(e).__name__}: {e}"))
         if i + 1 == len(plan) or plan[i + 1][0] != suite:
             report["gpu_state"].append(dict(suite=suite, when="after", reading=gpu_state.read(device)))
         if progress:
-            progress.advance(note=f"{suite} {'x'.join(map(str, shape))}")
+            progress.advance(note=f"{suite} {'x'.join(map(str, shape))} {dtype}")
         if checkpoint:
             checkpoint(report)
     report["complete"] = True
@@ -383,7 +428,8 @@ def main(args):
     suites = list(SUITES) if args.suite == "all" else [args.suite]
 
     save = display.json_saver(args.json)
-    report = run(suites, device, quick=args.quick, shapes=args.shapes, reps=args.reps, checkpoint=save)
+    report = run(suites, device, quick=args.quick, shapes=args.shapes, dtypes=args.dtypes or tuple(DTYPES),
+                 reps=args.reps, checkpoint=save)
     save(report)
     print(bench_report.format_report(report))
     if args.csv:

@@ -7,7 +7,8 @@ from . import benchmarks, demo, kernel_report, train_bench, verify
 
 DEFAULT_REPS = 20
 # Options of one kind of bench that the other refuses: dest -> flag.
-KERNEL_SUITE_OPTIONS = {"shapes": "--shapes", "reps": "--reps", "csv": "--csv", "plot": "--plot"}
+KERNEL_SUITE_OPTIONS = {"shapes": "--shapes", "dtypes": "--dtypes", "reps": "--reps", "csv": "--csv",
+                        "plot": "--plot"}
 TRAIN_OPTIONS = {"time_limit": "--time-limit", "batch_sizes": "--batch-sizes", "models": "--models"}
 
 
@@ -44,7 +45,8 @@ def build_parser():
     p.add_argument("--sweep", type=int, default=0, metavar="N", help="also check N random shapes")
     p.set_defaults(run=verify.main)
 
-    p = commands.add_parser("demo", help="train a small CNN in fp32, with torch.amp and with mpgemm; print a table")
+    p = commands.add_parser("demo", help="train a small CNN in fp32, and with torch.amp and mpgemm in fp16 and "
+                                         "bf16; print a table")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--batch-sizes", type=positive_int, nargs="+", help="batch sizes to run (default 32 64 128)")
     p.add_argument("--steps", type=positive_int, help="training steps per run")
@@ -54,9 +56,11 @@ def build_parser():
 
     p = commands.add_parser("bench", help="time mpgemm against cuBLAS and torch; `train`: whole training steps")
     p.add_argument("suite", nargs="?", choices=[*benchmarks.SUITES, "all", "train"], default="all",
-                   help="all: the kernel suites; train: ResNet-50 and a GPT-2 block trained three ways")
+                   help="all: the kernel suites; train: ResNet-50 and a GPT-2 block trained five ways")
     p.add_argument("--shapes", type=benchmarks.parse_shapes, metavar="MxNxK[,MxNxK...]",
                    help="shapes to run instead of the suites' (linear: tokens x out_features x in_features)")
+    p.add_argument("--dtypes", type=benchmarks.parse_dtypes, metavar="fp16[,bf16]",
+                   help="operand types of the kernel suites (default fp16,bf16; the ceiling is fp16 only)")
     p.add_argument("--quick", action="store_true",
                    help="a few representative shapes (train: batch 32 for 60 s on a GPU, a tiny CPU run without)")
     p.add_argument("--reps", type=positive_int, help=f"timed repetitions per case (median reported; default "

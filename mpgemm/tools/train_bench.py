@@ -2,11 +2,12 @@
 
 ResNet-50 (224x224 images, channels_last) and a GPT-2-small-shaped
 transformer block (sequence 1024) are trained on synthetic data with SGD
-(momentum 0.9) in each of the three ways of `training` (fp32 with TF32 off,
-torch.amp, mpgemm), through the training step the demo uses. For each batch
-size: images/s or tokens/s (median step time after warm-up steps, the GPU
-synchronized around each step), the speedup over fp32 and the peak memory;
-then, per model and way, the largest batch that fits in the GPU's memory.
+(momentum 0.9) in each of the five ways of `training` (fp32 with TF32 off;
+torch.amp and mpgemm in fp16 and in bf16), through the training step the demo
+uses. For each batch size: images/s or tokens/s (median step time after
+warm-up steps, the GPU synchronized around each step), the speedup over fp32
+and the peak memory; then, per model and way, the largest batch that fits in
+the GPU's memory.
 
 The whole run is bounded by --time-limit: the timed runs share most of it and
 the largest-batch searches the rest; within its share a run sizes its number
@@ -93,7 +94,10 @@ class BenchConfig:
 
 NO_SEARCH_REASON = ("--quick on the CPU, where host memory bounds the batch, not a GPU's; the search needs a "
                     "GPU")
-CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=64, seq_len=64, max_warmup_steps=1, max_timed_steps=2,
+# Tiny: torch's fp16 and bf16 matmuls and convolutions are slow on most CPUs,
+# and the torch.amp ways run them (a GPT-2 block step at sequence 64 takes
+# seconds); at 32 the five ways cost what three did at 64.
+CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=32, seq_len=32, max_warmup_steps=1, max_timed_steps=2,
                         time_limit_s=CPU_QUICK_TIME_LIMIT_S, search=False)
 GPU_QUICK = BenchConfig(batch_sizes=(32,), time_limit_s=GPU_QUICK_TIME_LIMIT_S)
 
@@ -348,7 +352,8 @@ def run(config, device, show_progress=True, checkpoint=None):
               "config": dataclasses.asdict(config) | {
                   "batch_sizes": {name: list(config.batches(WORKLOADS[name])) for name in config.models},
                   "lr": LR, "search_share": SEARCH_SHARE, "warmup_share": WARMUP_SHARE},
-              "settings": {"fp32": training.FP32_NOTE, "cudnn_benchmark": torch.backends.cudnn.benchmark,
+              "settings": {"fp32": training.FP32_NOTE, "bf16": training.BF16_NOTE,
+                           "cudnn_benchmark": torch.backends.cudnn.benchmark,
                            "data": "synthetic, generated on the device from fixed seeds"},
               "device_memory_mb": (torch.cuda.get_device_properties(device).total_memory / 2**20
                                    if device.type == "cuda" else None),

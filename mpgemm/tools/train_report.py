@@ -28,7 +28,7 @@ def _setup_text(report):
     return (f"{setup[:1].upper()}{setup[1:]}. SGD lr {c['lr']} momentum 0.9, synthetic data on the device, "
             f"seed {c['seed']}. "
             f"Per run up to {c['max_warmup_steps']} warm-up and {c['max_timed_steps']} timed steps, median "
-            f"reported. {report['settings']['fp32']}; cudnn.benchmark "
+            f"reported. {report['settings']['fp32']}; {report['settings']['bf16']}; cudnn.benchmark "
             f"{'on' if report['settings']['cudnn_benchmark'] else 'off'}.")
 
 

@@ -1,15 +1,21 @@
-"""The three ways of training that the demo and `bench train` compare, and the
-one training step they share.
+"""The ways of training that the demo and `bench train` compare, and the one
+training step they share.
 
-  fp32       IEEE fp32: TF32 is switched off for cuDNN convolutions and cuBLAS
-             matmuls while the way runs (torch's default lets cuDNN use it),
-             and restored afterwards;
-  torch.amp  torch.autocast to fp16 with torch.amp.GradScaler, the peer;
-  mpgemm     mpgemm.amp.prepare(): fp16 model with fp32 master weights,
-             dynamic loss scaling, Conv2d and Linear layers on mpgemm.
+  fp32            IEEE fp32: TF32 is switched off for cuDNN convolutions and
+                  cuBLAS matmuls while the way runs (torch's default lets cuDNN
+                  use it), and restored afterwards;
+  torch.amp       torch.autocast to fp16 with torch.amp.GradScaler, the peer;
+  mpgemm          mpgemm.amp.prepare(): fp16 model with fp32 master weights,
+                  dynamic loss scaling, Conv2d and Linear layers on mpgemm;
+  torch.amp bf16  torch.autocast to bf16, without a GradScaler: bf16 has fp32's
+                  exponent range, so gradients need no loss scaling (torch's
+                  advice for bf16);
+  mpgemm bf16     mpgemm.amp.prepare(dtype=torch.bfloat16): bf16 model with
+                  fp32 master weights; its LossScaler is disabled, for the same
+                  reason, and the same step runs through it.
 
 The loss is computed in fp32 from the model's output, the same way for all
-three. A step is timed between two GPU synchronizations, so its time is the
+of them. A step is timed between two GPU synchronizations, so its time is the
 work it queued, not the time to queue it.
 """
 
@@ -21,8 +27,31 @@ import torch
 
 from .. import amp
 
-WAYS = ("fp32", "torch.amp", "mpgemm")
+
+@dataclasses.dataclass(frozen=True)
+class Way:
+    """How one of the WAYS trains: its recipe, and the type its products take."""
+
+    name: str
+    recipe: str  # "fp32", "torch.amp" or "mpgemm"
+    dtype: torch.dtype  # the type its products take
+
+    @property
+    def loss_scaled(self):
+        """fp16's narrow exponent range needs loss scaling; bf16's and fp32's do not."""
+        return self.dtype == torch.float16
+
+
+WAYS_BY_NAME = {way.name: way for way in (
+    Way("fp32", "fp32", torch.float32),
+    Way("torch.amp", "torch.amp", torch.float16),
+    Way("mpgemm", "mpgemm", torch.float16),
+    Way("torch.amp bf16", "torch.amp", torch.bfloat16),
+    Way("mpgemm bf16", "mpgemm", torch.bfloat16),
+)}
+WAYS = tuple(WAYS_BY_NAME)
 FP32_NOTE = "fp32 is IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls during its runs"
+BF16_NOTE = "the bf16 ways use no loss scaling (bf16 has fp32's exponent range)"
 
 
 @contextlib.contextmanager
@@ -46,7 +75,7 @@ class StepResult:
     seconds: float
     loss: float
     skipped: bool  # the scaler found inf/NaN gradients and did not apply the update
-    scale: float  # the loss scale the step used (1 for fp32)
+    scale: float  # the loss scale the step used (1 where there is none)
 
 
 @dataclasses.dataclass
@@ -56,11 +85,15 @@ class Trainer:
     way: str
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    scaler: object  # None, torch.amp.GradScaler or mpgemm.amp.LossScaler
+    scaler: object  # None, torch.amp.GradScaler or mpgemm.amp.LossScaler (disabled for bf16)
     device: torch.device
 
     def autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.float16, enabled=self.way == "torch.amp")
+        """torch.autocast to the way's 16-bit type for torch.amp's ways; nothing for the others."""
+        way = WAYS_BY_NAME[self.way]
+        if way.recipe != "torch.amp":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=way.dtype)
 
     def step(self, x, target, loss_fn):
         """One timed forward, backward and optimizer step on (x, target)."""
@@ -95,17 +128,17 @@ class Trainer:
 @contextlib.contextmanager
 def setup(way, model, optimizer, device):
     """A Trainer for `way` over an fp32 model and its optimizer, which
-    mpgemm's way replaces by prepared ones. The fp32 way runs in IEEE fp32
+    mpgemm's ways replace by prepared ones. The fp32 way runs in IEEE fp32
     inside the block."""
     if way not in WAYS:
         raise ValueError(f"way must be one of {', '.join(WAYS)}, got {way!r}")
-    device = torch.device(device)
-    with ieee_fp32() if way == "fp32" else contextlib.nullcontext():
+    chosen, device = WAYS_BY_NAME[way], torch.device(device)
+    with ieee_fp32() if chosen.recipe == "fp32" else contextlib.nullcontext():
         scaler = None
-        if way == "torch.amp":
+        if chosen.recipe == "torch.amp" and chosen.loss_scaled:
             scaler = torch.amp.GradScaler(device.type)
-        elif way == "mpgemm":
-            model, optimizer, scaler = amp.prepare(model, optimizer)
+        elif chosen.recipe == "mpgemm":
+            model, optimizer, scaler = amp.prepare(model, optimizer, dtype=chosen.dtype)
         yield Trainer(way, model, optimizer, scaler, device)
 
 

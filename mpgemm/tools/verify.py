@@ -1,6 +1,6 @@
 """`python -m mpgemm verify`: checks the active backend against a float64
-reference on the same fp16 inputs over a set of shapes (and, on a GPU, against
-cuBLAS), prints a table, and exits non-zero on any failure."""
+reference on the same fp16 or bf16 inputs over a set of shapes (and, on a GPU,
+against cuBLAS), prints a table, and exits non-zero on any failure."""
 
 import dataclasses
 import random
@@ -22,6 +22,7 @@ class Case:
     bias_dtype: torch.dtype = None
     activation: str = None
     out_dtype: torch.dtype = torch.float32
+    dtype: torch.dtype = torch.float16  # a's and b's
 
     def describe(self):
         batch = next((s[0] for s in (self.a_shape, self.b_shape) if len(s) == 3), None)
@@ -29,11 +30,15 @@ class Case:
         shape = f"{m}x{self.b_shape[-1]}x{k}" + (f" batch {batch}" if batch is not None else "")
         epilogue = []
         if self.bias_dtype is not None:
-            epilogue.append("bias " + str(self.bias_dtype).removeprefix("torch."))
+            epilogue.append("bias " + _name(self.bias_dtype))
         if self.activation:
             epilogue.append(self.activation)
-        epilogue.append("-> " + str(self.out_dtype).removeprefix("torch."))
-        return shape, f"{self.a_layout}/{self.b_layout}", " ".join(epilogue)
+        epilogue.append("-> " + _name(self.out_dtype))
+        return shape, _name(self.dtype), f"{self.a_layout}/{self.b_layout}", " ".join(epilogue)
+
+
+def _name(dtype):
+    return str(dtype).removeprefix("torch.")
 
 
 CASES = [
@@ -48,11 +53,14 @@ CASES = [
     Case((96, 80), (3, 80, 112), "col", "row", None, None, torch.float16),
     Case((5, 1, 40), (5, 40, 24), "row", "row", torch.float32, "gelu"),
     Case((16, 0), (0, 16), "row", "row", torch.float32, "relu"),
+    Case((64, 64), (64, 64), dtype=torch.bfloat16),
+    Case((127, 255), (255, 129), "col", "strided", torch.bfloat16, "gelu", torch.bfloat16, torch.bfloat16),
+    Case((4, 96, 80), (80, 112), "row", "col", torch.float32, "relu", torch.bfloat16, torch.bfloat16),
 ]
 
 
 def sweep_cases(count, seed):
-    """Random shapes (1 to 300 in each dimension), layouts, batches and epilogues."""
+    """Random shapes (1 to 300 in each dimension), input types, layouts, batches and epilogues."""
     rng = random.Random(seed)
     layouts = ["row", "col", "strided"]
     cases = []
@@ -60,15 +68,33 @@ def sweep_cases(count, seed):
         m, n, k = (rng.randint(1, 300) for _ in range(3))
         batch = rng.choice([None, None, 3])
         batched = rng.choice(["a", "b", "both"]) if batch else ""
+        dtype = rng.choice([torch.float16, torch.bfloat16])
         cases.append(Case(
             (batch, m, k) if batched in ("a", "both") else (m, k), (batch, k, n) if batched in ("b", "both") else (k, n),
-            rng.choice(layouts), rng.choice(layouts), rng.choice([None, torch.float16, torch.float32]),
-            rng.choice([None, "relu", "gelu"]), rng.choice([torch.float32, torch.float16])))
+            rng.choice(layouts), rng.choice(layouts), rng.choice([None, dtype, torch.float32]),
+            rng.choice([None, "relu", "gelu"]), rng.choice([torch.float32, dtype]), dtype))
     return cases
 
 
-# The WMMA kernels against cuBLAS: both sum fp32 products, in different orders.
+# The WMMA kernels against cuBLAS: both sum fp32 products, in different orders
+# (cuBLAS's fp32 result is rounded to the case's output type first).
 CUBLAS_TOLERANCE = 1e-3
+# mpgemm.testing's bounds cover fp32 and fp16 outputs. A bf16 output is rounded
+# once to 8 significant bits, within 2**-9 relative of the fp32 result; the
+# bound is about four times that, as fp16's 2e-3 is about four times 2**-11.
+BF16_OUT_TOLERANCE = 8e-3
+
+
+def out_tolerance(out_dtype, device):
+    return BF16_OUT_TOLERANCE if out_dtype == torch.bfloat16 else tolerance(out_dtype, device)
+
+
+def operand(shape, layout, dtype, device):
+    """random_operand's values and layout in `dtype`."""
+    fp16 = random_operand(shape, layout=layout, device=device)
+    if dtype == torch.float16:
+        return fp16
+    return torch.empty_strided(fp16.shape, fp16.stride(), dtype=dtype, device=device).copy_(fp16)
 
 
 @dataclasses.dataclass
@@ -98,26 +124,27 @@ def run(cases=CASES, device=None, gemm=None):
     backend = "cuda (WMMA)" if device == "cuda" else "cpu (reference)"
     results = []
     for case in cases:
-        a = random_operand(case.a_shape, layout=case.a_layout, device=device)
-        b = random_operand(case.b_shape, layout=case.b_layout, device=device)
+        a = operand(case.a_shape, case.a_layout, case.dtype, device)
+        b = operand(case.b_shape, case.b_layout, case.dtype, device)
         n = case.b_shape[-1]
         bias = None if case.bias_dtype is None else torch.randn(n, dtype=case.bias_dtype, device=device)
         out = gemm(a, b, bias=bias, activation=case.activation, out_dtype=case.out_dtype)
         ref = reference_gemm(a, b, bias, case.activation)
+        bound = out_tolerance(case.out_dtype, device)
         if out.shape != ref.shape:
-            results.append(Result(case, backend, float("inf"), float("inf"), tolerance(case.out_dtype, device)))
+            results.append(Result(case, backend, float("inf"), float("inf"), bound))
             continue
         cublas_err = None
         if device == "cuda":
-            cublas_err = relative_error(out, cublas_reference(a, b, bias, case.activation))
-        results.append(Result(case, backend, max_abs_error(out, ref), relative_error(out, ref),
-                              tolerance(case.out_dtype, device), cublas_err))
+            cublas = cublas_reference(a, b, bias, case.activation).to(case.out_dtype).double()
+            cublas_err = relative_error(out, cublas)
+        results.append(Result(case, backend, max_abs_error(out, ref), relative_error(out, ref), bound, cublas_err))
     return results
 
 
 def format_table(results):
     with_cublas = any(r.cublas_relative_error is not None for r in results)
-    header = ("shape MxNxK", "layout a/b", "epilogue", "backend", "max abs err", "rel err", "tol")
+    header = ("shape MxNxK", "inputs", "layout a/b", "epilogue", "backend", "max abs err", "rel err", "tol")
     header += ("rel err vs cuBLAS", "pass") if with_cublas else ("pass",)
     rows = []
     for r in results:
