@@ -79,22 +79,6 @@ def sweep_cases(count, seed):
 # The WMMA kernels against cuBLAS: both sum fp32 products, in different orders
 # (cuBLAS's fp32 result is rounded to the case's output type first).
 CUBLAS_TOLERANCE = 1e-3
-# mpgemm.testing's bounds cover fp32 and fp16 outputs. A bf16 output is rounded
-# once to 8 significant bits, within 2**-9 relative of the fp32 result; the
-# bound is about four times that, as fp16's 2e-3 is about four times 2**-11.
-BF16_OUT_TOLERANCE = 8e-3
-
-
-def out_tolerance(out_dtype, device):
-    return BF16_OUT_TOLERANCE if out_dtype == torch.bfloat16 else tolerance(out_dtype, device)
-
-
-def operand(shape, layout, dtype, device):
-    """random_operand's values and layout in `dtype`."""
-    fp16 = random_operand(shape, layout=layout, device=device)
-    if dtype == torch.float16:
-        return fp16
-    return torch.empty_strided(fp16.shape, fp16.stride(), dtype=dtype, device=device).copy_(fp16)
 
 
 @dataclasses.dataclass
@@ -124,13 +108,13 @@ def run(cases=CASES, device=None, gemm=None):
     backend = "cuda (WMMA)" if device == "cuda" else "cpu (reference)"
     results = []
     for case in cases:
-        a = operand(case.a_shape, case.a_layout, case.dtype, device)
-        b = operand(case.b_shape, case.b_layout, case.dtype, device)
+        a = random_operand(case.a_shape, layout=case.a_layout, device=device, dtype=case.dtype)
+        b = random_operand(case.b_shape, layout=case.b_layout, device=device, dtype=case.dtype)
         n = case.b_shape[-1]
         bias = None if case.bias_dtype is None else torch.randn(n, dtype=case.bias_dtype, device=device)
         out = gemm(a, b, bias=bias, activation=case.activation, out_dtype=case.out_dtype)
         ref = reference_gemm(a, b, bias, case.activation)
-        bound = out_tolerance(case.out_dtype, device)
+        bound = tolerance(case.out_dtype, device)
         if out.shape != ref.shape:
             results.append(Result(case, backend, float("inf"), float("inf"), bound))
             continue
