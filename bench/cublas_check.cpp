@@ -1,14 +1,16 @@
 // Cross-checks mpgemm's WMMA GEMM against cuBLAS on the GPU, without torch.
 //
-// For each case: random fp16 operands from a fixed seed, mpgemm's launch_gemm
-// into a NaN-filled output, cublasGemmStridedBatchedEx (fp16 in, fp32 out,
-// CUBLAS_COMPUTE_32F) with bias and activation applied on the host afterwards,
-// then ||out - ref|| / ||ref|| in double. Exits non-zero on any error >= 1e-3,
-// any NaN left in the output, or any CUDA/cuBLAS error.
+// For each case: random fp16 or bf16 operands from a fixed seed, mpgemm's
+// launch_gemm into a NaN-filled output, cublasGemmStridedBatchedEx (the same
+// inputs, fp32 out, CUBLAS_COMPUTE_32F) with bias and activation applied on the
+// host afterwards, then ||out - ref|| / ||ref|| in double. Exits non-zero on
+// any error >= 1e-3 (5e-3 for bf16 outputs), any NaN left in the output, or any
+// CUDA/cuBLAS error. bf16 cases are skipped on GPUs older than sm_80.
 //
 // The larger cases are also timed (median of a few runs). That is a quick
 // sanity timing to spot a gross slowdown, not the benchmark.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +35,9 @@ using mpgemm::kernels::ElementType;
 using mpgemm::kernels::GemmParams;
 
 constexpr double kTolerance = 1e-3;
+// A bf16 output keeps 8 significant bits: its one rounding errs by up to 2^-8
+// (3.9e-3) of each element, so by less than that in the norm.
+constexpr double kBFloat16OutTolerance = 5e-3;
 constexpr int kWarmupRuns = 3;
 constexpr int kTimedRuns = 10;
 
@@ -51,7 +56,7 @@ void check_cublas(cublasStatus_t status, const char* what) {
 #define CUDA_CHECK(call) check_cuda((call), #call)
 #define CUBLAS_CHECK(call) check_cublas((call), #call)
 
-enum class Bias { kNone, kFloat16, kFloat32 };
+enum class Bias { kNone, kFloat16, kFloat32, kBFloat16 };
 
 struct Case {
   int64_t batch, m, n, k;
@@ -61,7 +66,10 @@ struct Case {
   Activation activation = Activation::kNone;
   ElementType out = ElementType::kFloat32;
   bool timed = false;
+  ElementType input = ElementType::kFloat16;  // of A and B
 };
+
+constexpr ElementType kF16 = ElementType::kFloat16, kBF16 = ElementType::kBFloat16, kF32 = ElementType::kFloat32;
 
 const std::vector<Case> kCases = {
     {1, 1, 1, 1, true, true},
@@ -86,13 +94,42 @@ const std::vector<Case> kCases = {
     {1, 2048, 2048, 2048, true, true, false, false, Bias::kNone, Activation::kNone, ElementType::kFloat32, true},
     {1, 2048, 2048, 2048, false, false, false, false, Bias::kNone, Activation::kNone, ElementType::kFloat16, true},
     {1, 2048, 2048, 2048, true, true, false, false, Bias::kFloat32, Activation::kRelu, ElementType::kFloat16, true},
+    // bf16 inputs (sm_80 and newer).
+    {1, 127, 255, 129, false, true, false, false, Bias::kNone, Activation::kNone, kF32, false, kBF16},
+    {1, 257, 129, 65, true, false, false, false, Bias::kBFloat16, Activation::kGelu, kBF16, false, kBF16},
+    {3, 100, 37, 53, false, false, false, true, Bias::kFloat16, Activation::kRelu, kF32, false, kBF16},
+    {4, 192, 160, 72, true, true, true, false, Bias::kFloat32, Activation::kNone, kBF16, false, kBF16},
+    {1, 2048, 2048, 2048, true, true, false, false, Bias::kNone, Activation::kNone, kF32, true, kBF16},
+    {1, 2048, 2048, 2048, false, false, false, false, Bias::kNone, Activation::kNone, kBF16, true, kBF16},
 };
 
 const char* activation_name(Activation a) {
   return a == Activation::kRelu ? "relu" : a == Activation::kGelu ? "gelu" : "none";
 }
 
-const char* bias_name(Bias b) { return b == Bias::kFloat16 ? "f16" : b == Bias::kFloat32 ? "f32" : "none"; }
+const char* type_name(ElementType t) {
+  return t == ElementType::kFloat16 ? "f16" : t == ElementType::kBFloat16 ? "bf16" : "f32";
+}
+
+ElementType bias_type(Bias b) { return b == Bias::kFloat16 ? kF16 : b == Bias::kBFloat16 ? kBF16 : kF32; }
+
+const char* bias_name(Bias b) { return b == Bias::kNone ? "none" : type_name(bias_type(b)); }
+
+cudaDataType_t cuda_type(ElementType t) {
+  return t == ElementType::kFloat16 ? CUDA_R_16F : t == ElementType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+size_t element_size(ElementType t) { return t == ElementType::kFloat32 ? sizeof(float) : sizeof(uint16_t); }
+
+// v in a 16-bit `type`, as its bits, and back.
+uint16_t to_bits(ElementType type, float v) {
+  if (type == ElementType::kBFloat16) return __bfloat16_as_ushort(__float2bfloat16(v));
+  return __half_as_ushort(__float2half(v));
+}
+float from_bits(ElementType type, uint16_t bits) {
+  if (type == ElementType::kBFloat16) return __bfloat162float(__ushort_as_bfloat16(bits));
+  return __half2float(__ushort_as_half(bits));
+}
 
 template <class T>
 struct DeviceBuffer {
@@ -112,10 +149,11 @@ DeviceBuffer<T> upload(const std::vector<T>& host) {
   return buffer;
 }
 
-std::vector<__half> random_half(size_t count, std::mt19937& gen) {
+// `count` random values in a 16-bit `type`, as their bits.
+std::vector<uint16_t> random_16bit(ElementType type, size_t count, std::mt19937& gen) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<__half> out(count);
-  for (auto& x : out) x = __float2half(dist(gen));
+  std::vector<uint16_t> out(count);
+  for (auto& x : out) x = to_bits(type, dist(gen));
   return out;
 }
 
@@ -146,31 +184,32 @@ float median_ms(F&& run) {
 bool run_case(const Case& c, cublasHandle_t handle, std::mt19937& gen) {
   const int64_t a_batches = c.a_broadcast ? 1 : c.batch;
   const int64_t b_batches = c.b_broadcast ? 1 : c.batch;
-  const DeviceBuffer<__half> a = upload(random_half(a_batches * c.m * c.k, gen));
-  const DeviceBuffer<__half> b = upload(random_half(b_batches * c.k * c.n, gen));
+  const DeviceBuffer<uint16_t> a = upload(random_16bit(c.input, a_batches * c.m * c.k, gen));
+  const DeviceBuffer<uint16_t> b = upload(random_16bit(c.input, b_batches * c.k * c.n, gen));
 
   std::vector<float> bias_host(c.bias == Bias::kNone ? 0 : c.n);
-  std::vector<__half> bias_half;
+  std::vector<uint16_t> bias_bits;
   for (auto& x : bias_host) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(gen);
-  if (c.bias == Bias::kFloat16) {
+  if (c.bias == Bias::kFloat16 || c.bias == Bias::kBFloat16) {
     for (auto& x : bias_host) {
-      bias_half.push_back(__float2half(x));
-      x = __half2float(bias_half.back());  // the reference sees the rounded values
+      bias_bits.push_back(to_bits(bias_type(c.bias), x));
+      x = from_bits(bias_type(c.bias), bias_bits.back());  // the reference sees the rounded values
     }
   }
   const DeviceBuffer<float> bias32 = upload(c.bias == Bias::kFloat32 ? bias_host : std::vector<float>{});
-  const DeviceBuffer<__half> bias16 = upload(bias_half);
+  const DeviceBuffer<uint16_t> bias16 = upload(bias_bits);
 
   const int64_t out_count = c.batch * c.m * c.n;
-  const size_t out_elem = c.out == ElementType::kFloat16 ? sizeof(__half) : sizeof(float);
+  const size_t out_elem = element_size(c.out);
   DeviceBuffer<unsigned char> d(out_count * out_elem);
   DeviceBuffer<float> ref(out_count);
-  // All-ones bytes are NaN in fp16 and fp32, so any element the kernel skips shows up.
+  // All-ones bytes are NaN in fp16, bf16 and fp32, so any element the kernel skips shows up.
   CUDA_CHECK(cudaMemset(d.ptr, 0xFF, out_count * out_elem));
   CUDA_CHECK(cudaMemset(ref.ptr, 0xFF, out_count * sizeof(float)));
 
   GemmParams p;
   p.batch = c.batch, p.m = c.m, p.n = c.n, p.k = c.k;
+  p.ab_type = c.input;
   p.a = a.ptr;
   p.a_batch_stride = c.a_broadcast ? 0 : c.m * c.k;
   p.a_row_stride = c.a_row_major ? c.k : 1;
@@ -179,10 +218,10 @@ bool run_case(const Case& c, cublasHandle_t handle, std::mt19937& gen) {
   p.b_batch_stride = c.b_broadcast ? 0 : c.k * c.n;
   p.b_row_stride = c.b_row_major ? c.n : 1;
   p.b_col_stride = c.b_row_major ? 1 : c.k;
-  p.bias = c.bias == Bias::kFloat16 ? static_cast<const void*>(bias16.ptr)
+  p.bias = c.bias == Bias::kNone      ? nullptr
            : c.bias == Bias::kFloat32 ? static_cast<const void*>(bias32.ptr)
-                                      : nullptr;
-  p.bias_type = c.bias == Bias::kFloat16 ? ElementType::kFloat16 : ElementType::kFloat32;
+                                      : static_cast<const void*>(bias16.ptr);
+  p.bias_type = bias_type(c.bias);
   p.activation = c.activation;
   p.d = d.ptr;
   p.d_type = c.out;
@@ -196,8 +235,8 @@ bool run_case(const Case& c, cublasHandle_t handle, std::mt19937& gen) {
   auto run_cublas = [&] {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handle, c.b_row_major ? CUBLAS_OP_N : CUBLAS_OP_T, c.a_row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
-        static_cast<int>(c.n), static_cast<int>(c.m), static_cast<int>(c.k), &alpha, b.ptr, CUDA_R_16F,
-        static_cast<int>(c.b_row_major ? c.n : c.k), p.b_batch_stride, a.ptr, CUDA_R_16F,
+        static_cast<int>(c.n), static_cast<int>(c.m), static_cast<int>(c.k), &alpha, b.ptr, cuda_type(c.input),
+        static_cast<int>(c.b_row_major ? c.n : c.k), p.b_batch_stride, a.ptr, cuda_type(c.input),
         static_cast<int>(c.a_row_major ? c.k : c.m), p.a_batch_stride, &beta, ref.ptr, CUDA_R_32F,
         static_cast<int>(c.n), c.m * c.n, static_cast<int>(c.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
@@ -208,10 +247,10 @@ bool run_case(const Case& c, cublasHandle_t handle, std::mt19937& gen) {
   CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<float> out(out_count), expected(out_count);
-  if (c.out == ElementType::kFloat16) {
-    std::vector<__half> out16(out_count);
-    CUDA_CHECK(cudaMemcpy(out16.data(), d.ptr, out_count * sizeof(__half), cudaMemcpyDeviceToHost));
-    std::transform(out16.begin(), out16.end(), out.begin(), [](__half x) { return __half2float(x); });
+  if (c.out != ElementType::kFloat32) {
+    std::vector<uint16_t> out16(out_count);
+    CUDA_CHECK(cudaMemcpy(out16.data(), d.ptr, out_count * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    std::transform(out16.begin(), out16.end(), out.begin(), [&](uint16_t x) { return from_bits(c.out, x); });
   } else {
     CUDA_CHECK(cudaMemcpy(out.data(), d.ptr, out_count * sizeof(float), cudaMemcpyDeviceToHost));
   }
@@ -232,13 +271,13 @@ bool run_case(const Case& c, cublasHandle_t handle, std::mt19937& gen) {
     ref2 += static_cast<double>(r) * r;
   }
   const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-  const bool pass = nans == 0 && rel < kTolerance;
+  const bool pass = nans == 0 && rel < (c.out == ElementType::kBFloat16 ? kBFloat16OutTolerance : kTolerance);
 
-  std::printf("%2lldx%5lldx%5lldx%5lld  A %s%s  B %s%s  bias %-4s act %-4s out %s  rel_err %.3e%s  %s\n",
+  std::printf("%2lldx%5lldx%5lldx%5lld  in %-4s A %s%s  B %s%s  bias %-4s act %-4s out %-4s  rel_err %.3e%s  %s\n",
               static_cast<long long>(c.batch), static_cast<long long>(c.m), static_cast<long long>(c.n),
-              static_cast<long long>(c.k), c.a_row_major ? "row" : "col", c.a_broadcast ? "(bcast)" : "       ",
+              static_cast<long long>(c.k), type_name(c.input), c.a_row_major ? "row" : "col", c.a_broadcast ? "(bcast)" : "       ",
               c.b_row_major ? "row" : "col", c.b_broadcast ? "(bcast)" : "       ", bias_name(c.bias),
-              activation_name(c.activation), c.out == ElementType::kFloat16 ? "f16" : "f32", rel,
+              activation_name(c.activation), type_name(c.out), rel,
               nans ? (" NaN x" + std::to_string(nans)).c_str() : "", pass ? "PASS" : "FAIL");
 
   if (c.timed) {
@@ -267,11 +306,17 @@ int main() {
     cublasHandle_t handle;
     CUBLAS_CHECK(cublasCreate(&handle));
     std::mt19937 gen(20240607);
-    int failed = 0;
-    for (const Case& c : kCases) failed += run_case(c, handle, gen) ? 0 : 1;
+    int failed = 0, skipped = 0;
+    for (const Case& c : kCases) {
+      if (c.input == ElementType::kBFloat16 && prop.major < 8) {
+        ++skipped;  // no bf16 Tensor Cores
+        continue;
+      }
+      failed += run_case(c, handle, gen) ? 0 : 1;
+    }
     CUBLAS_CHECK(cublasDestroy(handle));
 
-    std::printf("%d of %zu cases failed\n", failed, kCases.size());
+    std::printf("%d of %zu cases failed, %d skipped (bf16 needs sm_80)\n", failed, kCases.size() - skipped, skipped);
     return failed ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -174,6 +174,7 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
   check_same_device(op, x, "x", weight, "weight");
 
   GemmProblem<Size> problem;
+  problem.op = op;
   problem.input_dtype = input_dtype;
   problem.batch = 1;
   problem.k = dim_size<Size>(x, -1);
@@ -195,6 +196,7 @@ template <class Size>
 GemmProblem<Size> check_cublas_gemm_args(const at::Tensor& a, const at::Tensor& b,
                                          std::optional<at::ScalarType> out_dtype) {
   auto problem = check_gemm_args<Size>(a, b, std::nullopt, std::nullopt, out_dtype);
+  problem.op = "mpgemm._cublas_gemm";
   TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mpgemm._cublas_gemm: expected 2-D a and b, got ", a.dim(),
                     "-D and ", b.dim(), "-D");
   return problem;
@@ -232,6 +234,7 @@ ConvProblem<Size> check_conv2d_args(const char* op, const at::Tensor& x, const a
   TORCH_CHECK_VALUE(groups > 0, op, ": groups must be positive, got ", groups);
 
   ConvProblem<Size> problem;
+  problem.op = op;
   problem.input_dtype = input_dtype;
   problem.n = dim_size<Size>(x, 0);
   problem.c = dim_size<Size>(x, 1);

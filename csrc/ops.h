@@ -22,6 +22,7 @@ struct GemmProblem {
   at::ScalarType input_dtype;   // of the Tensor Core product: at::kHalf or at::kBFloat16
   at::ScalarType out_dtype;     // at::kFloat or input_dtype
   kernels::Activation activation;
+  const char* op = "mpgemm.gemm";  // the op checked, for the backends' messages
 };
 
 template <class Size>
@@ -61,6 +62,7 @@ struct ConvProblem {
   at::ScalarType input_dtype;  // of the Tensor Core product: at::kHalf or at::kBFloat16
   at::ScalarType out_dtype;    // at::kFloat or input_dtype
   bool channels_last;  // of x; the output follows it
+  const char* op;      // the op checked, for the backends' messages
 };
 
 template <class Size>

@@ -1,8 +1,11 @@
-"""The convolution kernels against cuDNN and float64 (skipped without a GPU).
+"""The convolution kernels against cuDNN and float64, in fp16 and in bf16
+(skipped without a GPU; bf16 needs sm_80).
 
-The op allocates its output; the caching allocator hands back the block just
-freed, so filling a same-sized block with NaN right before each launch poisons
-the output: an element the kernel does not write stays NaN."""
+The ops allocate their outputs; the caching allocator hands back the blocks
+just freed, so filling same-sized blocks with NaN right before each call
+poisons the outputs: an element the kernels do not write stays NaN."""
+
+import re
 
 import pytest
 import torch
@@ -14,47 +17,69 @@ from mpgemm.testing import relative_error
 from test_conv import CASES, RESNET50
 
 pytestmark = pytest.mark.gpu
-TOLERANCE = 1e-3
+
+HAS_BF16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="bf16 Tensor Cores need sm_80")
+DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
+
+# Per input type: (reference, bound on ||out - ref|| / ||ref|| for the fp32
+# output, bound for the gradients), the references on the same rounded inputs
+# and output gradient. Against float64 mpgemm's output differs only in fp32
+# accumulation. cuDNN in the input type rounds its own output to it: fp16 keeps
+# 11 significant bits, bf16 8, so one bf16 rounding errs by up to 2**-8 = 3.9e-3
+# of an element (about 2**-9 on average). The gradients of 16-bit tensors are
+# 16-bit themselves, one more such rounding on mpgemm's side: looser bounds.
+REFERENCES = {
+    torch.float16: [(torch.float64, 1e-3, 5e-3), (torch.float16, 3e-3, 1.5e-2)],
+    torch.bfloat16: [(torch.float64, 1e-3, 1e-2), (torch.bfloat16, 8e-3, 2e-2)],
+}
 
 
-def poisoned(call, shape, dtype, memory_format=torch.contiguous_format):
-    torch.full(shape, float("nan"), dtype=dtype, device="cuda").contiguous(memory_format=memory_format)
-    return call()
+def poison(*outputs):
+    """Fills and frees a few blocks of each (shape, dtype), so that the next
+    allocations of those sizes start out as NaN."""
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for shape, dtype in outputs for _ in range(3)]
+    del blocks
 
 
 def compare(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """mpgemm.conv2d and both gradients against cuDNN and float64. x's dtype
+    (fp16 or bf16) is the products' input type; weight may be fp32."""
+    dtype = x.dtype
     x = x.detach().requires_grad_()
     weight = weight.detach().requires_grad_()
+    xq, wq = x.detach().to(dtype), weight.detach().to(dtype)  # the values the Tensor Cores see
+    out_shape = F.conv2d(x.to("meta"), weight.to("meta"), None, stride, padding, dilation, groups).shape
+    poison((out_shape, torch.float32))
     out = mpgemm.conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype=torch.float32)
-    assert not out.isnan().any()
-    grad = torch.randn_like(out)
-    grad_x, grad_w = torch.autograd.grad(out, (x, weight), grad.half().float())
-    assert not grad_x.isnan().any() and not grad_w.isnan().any()
-    x16, w16 = x.detach().half(), weight.detach().half()
-    for dtype in (torch.float16, torch.float32):  # cuDNN in fp16 and in fp32 on the fp16 values
-        xr, wr = x16.to(dtype).requires_grad_(), w16.to(dtype).requires_grad_()
-        ref = F.conv2d(xr, wr, None if bias is None else bias.to(dtype), stride, padding, dilation, groups)
-        ref_x, ref_w = torch.autograd.grad(ref, (xr, wr), grad.half().to(dtype))
-        tol = TOLERANCE if dtype == torch.float32 else 3e-3
-        assert relative_error(out, ref.detach().double().cpu()) < tol
-        assert relative_error(grad_x, ref_x.double().cpu()) < 5 * tol
-        assert relative_error(grad_w, ref_w.double().cpu()) < 5 * tol
+    assert not out.isnan().any(), "an output element was not written"
+    grad = torch.randn_like(out).to(dtype)  # the ops round dL/dy to the input type
+    poison((x.shape, x.dtype), (weight.shape, weight.dtype))
+    grad_x, grad_w = torch.autograd.grad(out, (x, weight), grad.float())
+    assert not grad_x.isnan().any() and not grad_w.isnan().any(), "a gradient element was not written"
+    for ref_dtype, out_tolerance, grad_tolerance in REFERENCES[dtype]:
+        xr, wr = xq.to(ref_dtype).requires_grad_(), wq.to(ref_dtype).requires_grad_()
+        ref = F.conv2d(xr, wr, None if bias is None else bias.to(ref_dtype), stride, padding, dilation, groups)
+        ref_x, ref_w = torch.autograd.grad(ref, (xr, wr), grad.to(ref_dtype))
+        assert relative_error(out, ref.detach().double()) < out_tolerance, ref_dtype
+        assert relative_error(grad_x, ref_x.double()) < grad_tolerance, f"grad x against {ref_dtype}"
+        assert relative_error(grad_w, ref_w.double()) < grad_tolerance, f"grad weight against {ref_dtype}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c, k, kernel, stride, padding, size", RESNET50)
 @pytest.mark.parametrize("batch", [1, 32])
-def test_resnet50_layers_against_cudnn(c, k, kernel, stride, padding, size, batch):
-    x = torch.randn(batch, c, size, size, device="cuda").half().to(memory_format=torch.channels_last)
+def test_resnet50_layers_against_cudnn(c, k, kernel, stride, padding, size, batch, dtype):
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
-    n_out = (size + 2 * padding - kernel) // stride + 1
-    poisoned(lambda: None, (batch, k, n_out, n_out), torch.float32, torch.channels_last)
     compare(x, weight, torch.randn(k, device="cuda"), stride, padding)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("x_shape, k, kernel, kwargs", CASES)
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_cases_against_cudnn(x_shape, k, kernel, kwargs, channels_last):
-    x = torch.randn(*x_shape, device="cuda").half()
+def test_cases_against_cudnn(x_shape, k, kernel, kwargs, channels_last, dtype):
+    x = torch.randn(*x_shape, device="cuda").to(dtype)
     if channels_last and x.dim() == 4:
         x = x.to(memory_format=torch.channels_last)
     c = x_shape[-3]
@@ -62,7 +87,27 @@ def test_cases_against_cudnn(x_shape, k, kernel, kwargs, channels_last):
     compare(x, weight, torch.randn(k, device="cuda"), **kwargs)
 
 
-def test_misaligned_channels_last_view():
-    base = torch.randn(2 * 16 * 9 * 9 + 1, device="cuda").half()
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_channels_last_view(dtype):
+    base = torch.randn(2 * 16 * 9 * 9 + 1, device="cuda").to(dtype)
     x = base[1:].view(2, 9, 9, 16).permute(0, 3, 1, 2)  # channels_last, 2-byte offset: one-element path
     compare(x, torch.randn(8, 16, 3, 3, device="cuda") / 12, None, 1, 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or HAS_BF16, reason="checks a GPU older than sm_80")
+def test_bf16_before_sm80_is_refused_with_a_clear_error():
+    x = torch.randn(2, 8, 5, 5, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(8, 8, 3, 3, device="cuda")
+    grad_out = torch.randn(2, 8, 3, 3, device="cuda")
+    geometry = ([1, 1], [0, 0, 0, 0], [1, 1], 1)
+    major, minor = torch.cuda.get_device_capability()
+    device = f"{x.device} ({torch.cuda.get_device_name()}) is {major}.{minor}"
+    for op, call in [
+        ("mpgemm.conv2d", lambda: mpgemm.conv2d(x, weight)),
+        ("mpgemm.conv2d backward", lambda: torch.ops.mpgemm.conv2d_grad_input(grad_out, x, weight, *geometry)),
+        ("mpgemm.conv2d backward", lambda: torch.ops.mpgemm.conv2d_grad_weight(grad_out, x, weight, *geometry)),
+    ]:
+        message = (f"{op}: torch.bfloat16 inputs need bf16 Tensor Cores (compute capability 8.0 or newer); "
+                   f"{device}")
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            call()

@@ -1,9 +1,11 @@
-"""The WMMA kernels against cuBLAS and float64 (skipped without a GPU).
+"""The WMMA kernels against cuBLAS and float64, in fp16 and in bf16 (skipped
+without a GPU; bf16 needs sm_80).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -13,11 +15,33 @@ from mpgemm.testing import random_operand, reference_gemm, relative_error
 
 pytestmark = pytest.mark.gpu
 
+HAS_BF16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="bf16 Tensor Cores need sm_80")
+DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
+
+# Bounds on ||out - ref|| / ||ref|| against float64 and against cuBLAS (fp32
+# out) on the same inputs. fp32 outputs differ only in fp32 accumulation, fp16
+# ones add one rounding to 11 significant bits. bf16 keeps 8: rounding to it
+# errs by up to 2**-8 = 3.9e-3 of each element (about 2**-9 on average), so the
+# norm-wise error of a bf16 output stays below that plus the fp32 sums' error.
 TOLERANCE = 1e-3
+BF16_OUT_TOLERANCE = 5e-3
+
+
+def tolerance(out_dtype):
+    return BF16_OUT_TOLERANCE if out_dtype == torch.bfloat16 else TOLERANCE
+
+
+def operand(shape, layout="row", dtype=torch.float16):
+    """random_operand's values and layout, in fp16 or bf16."""
+    t = random_operand(shape, layout=layout, device="cuda")
+    if dtype == torch.float16:
+        return t
+    return torch.empty_strided(t.shape, t.stride(), dtype=dtype, device="cuda").copy_(t)
 
 
 def cublas_gemm(a, b):
-    """cuBLAS doing the same computation: fp16 in, fp32 accumulate, fp32 out."""
+    """cuBLAS doing the same computation: fp16 or bf16 in, fp32 accumulate, fp32 out."""
     if a.dim() == 2 and b.dim() == 2:
         return torch.mm(a, b, out_dtype=torch.float32)
     batch = max(t.shape[0] for t in (a, b) if t.dim() == 3)
@@ -32,9 +56,10 @@ def poisoned_gemm(a, b, out_dtype=torch.float32, **kwargs):
     return mpgemm.gemm(a, b, out_dtype=out_dtype, out=out, **kwargs)
 
 
-def random_cases(count, rng):
-    """Shapes with every size from 1 to 300 in some dimension, then random
-    ones; random layouts, batches (one operand may broadcast) and epilogues."""
+def random_cases(count, rng, dtype=torch.float16):
+    """Shapes with every size from 1 to `count` (at most 300) in some
+    dimension, then random ones; random layouts, batches (one operand may
+    broadcast) and epilogues, for inputs of `dtype`."""
     layouts = ["row", "col", "strided"]
     cases = []
     for i in range(count):
@@ -47,45 +72,50 @@ def random_cases(count, rng):
             a_shape=(batch, m, k) if batched in ("a", "both") else (m, k),
             b_shape=(batch, k, n) if batched in ("b", "both") else (k, n),
             a_layout=rng.choice(layouts), b_layout=rng.choice(layouts),
-            bias=rng.choice([None, torch.float16, torch.float32]), activation=rng.choice([None, "relu", "gelu"]),
-            out_dtype=rng.choice([torch.float32, torch.float16]),
+            bias=rng.choice([None, torch.float16, torch.bfloat16, torch.float32]),
+            activation=rng.choice([None, "relu", "gelu"]), out_dtype=rng.choice([torch.float32, dtype]), dtype=dtype,
         ))
     return cases
 
 
-CASES = random_cases(320, random.Random(1234))
+CASES = random_cases(320, random.Random(1234)) + random_cases(160, random.Random(4321), torch.bfloat16)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c['a_shape']}@{c['b_shape']}-{c['a_layout']}-{c['b_layout']}"
-                                             for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=needs_bf16) if c["dtype"] == torch.bfloat16 else c
+                                  for c in CASES],
+                         ids=[f"{c['a_shape']}@{c['b_shape']}-{c['a_layout']}-{c['b_layout']}-{str(c['dtype'])[6:]}"
+                              for c in CASES])
 def test_against_cublas_and_float64(case):
-    a = random_operand(case["a_shape"], layout=case["a_layout"], device="cuda")
-    b = random_operand(case["b_shape"], layout=case["b_layout"], device="cuda")
+    a = operand(case["a_shape"], case["a_layout"], case["dtype"])
+    b = operand(case["b_shape"], case["b_layout"], case["dtype"])
     n = case["b_shape"][-1]
     bias = None if case["bias"] is None else torch.randn(n, dtype=case["bias"], device="cuda")
     out = poisoned_gemm(a, b, bias=bias, activation=case["activation"], out_dtype=case["out_dtype"])
     assert not out.isnan().any(), "an output element was not written"
     ref64 = reference_gemm(a, b, bias, case["activation"])
-    assert relative_error(out, ref64) < TOLERANCE
+    assert relative_error(out, ref64) < tolerance(case["out_dtype"])
     cublas = cublas_gemm(a, b)
     if bias is not None:
         cublas = cublas + bias.float()
     cublas = {None: lambda t: t, "relu": torch.relu, "gelu": torch.nn.functional.gelu}[case["activation"]](cublas)
-    assert relative_error(out, cublas.double().cpu()) < TOLERANCE
+    assert relative_error(out, cublas.double().cpu()) < tolerance(case["out_dtype"])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (4095, 4097, 4093), (8, 16384, 1024), (2048, 64, 8192)])
-def test_large_shapes(m, n, k):
-    a = random_operand((m, k), device="cuda")
-    b = random_operand((k, n), layout="col", device="cuda")
-    out = poisoned_gemm(a, b)
-    assert not out.isnan().any()
-    assert relative_error(out, cublas_gemm(a, b).double().cpu()) < TOLERANCE
+def test_large_shapes(m, n, k, dtype):
+    a = operand((m, k), dtype=dtype)
+    b = operand((k, n), "col", dtype)
+    for out_dtype in (torch.float32, dtype):
+        out = poisoned_gemm(a, b, out_dtype=out_dtype)
+        assert not out.isnan().any()
+        assert relative_error(out, cublas_gemm(a, b).double().cpu()) < tolerance(out_dtype)
 
 
-def test_batch_beyond_the_grid_limit():
-    a = random_operand((70000, 3, 8), device="cuda")
-    b = random_operand((8, 5), device="cuda")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_beyond_the_grid_limit(dtype):
+    a = operand((70000, 3, 8), dtype=dtype)
+    b = operand((8, 5), dtype=dtype)
     out = poisoned_gemm(a, b)
     assert relative_error(out, reference_gemm(a, b)) < TOLERANCE
 
@@ -106,9 +136,33 @@ def test_non_default_stream_is_honoured():
     assert relative_error(out, reference_gemm(new_a, b)) < TOLERANCE
 
 
-def test_misaligned_views():
-    base = random_operand((1, 64 * 40 + 1), device="cuda")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_views(dtype):
+    base = operand((1, 64 * 40 + 1), dtype=dtype)
     a = base[0, 1:].view(64, 40)  # 2-byte offset: no 16-byte loads
-    b = random_operand((40, 24), device="cuda")
+    b = operand((40, 24), dtype=dtype)
     out = poisoned_gemm(a, b)
     assert relative_error(out, reference_gemm(a, b)) < TOLERANCE
+
+
+@needs_bf16
+def test_bf16_linear_rounds_fp32_operands_to_bf16():
+    x, weight = torch.randn(33, 40, device="cuda"), torch.randn(24, 40, device="cuda").bfloat16()
+    out = mpgemm.linear(x, weight, out_dtype=torch.float32)
+    assert relative_error(out, reference_gemm(x.bfloat16(), weight.t())) < TOLERANCE
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or HAS_BF16, reason="checks a GPU older than sm_80")
+def test_bf16_before_sm80_is_refused_with_a_clear_error():
+    a = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
+    major, minor = torch.cuda.get_device_capability()
+    device = f"{a.device} ({torch.cuda.get_device_name()}) is {major}.{minor}"
+    for op, call in [
+        ("mpgemm.gemm", lambda: mpgemm.gemm(a, a)),
+        ("mpgemm.gemm", lambda: mpgemm.gemm(a, a, out=torch.empty(16, 16, device="cuda"))),
+        ("mpgemm.linear", lambda: mpgemm.linear(a.float(), a)),
+    ]:
+        message = (f"{op}: torch.bfloat16 inputs need bf16 Tensor Cores (compute capability 8.0 or newer); "
+                   f"{device}")
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            call()

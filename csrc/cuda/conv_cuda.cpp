@@ -1,6 +1,7 @@
-// CUDA launchers of conv2d and its gradients: tensors to NHWC/KRSC fp16 (no
-// copy for channels_last fp16 tensors, one otherwise), the implicit-GEMM
-// kernels, and the result back in the caller's memory format.
+// CUDA launchers of conv2d and its gradients: tensors to NHWC/KRSC in the
+// product's input type, fp16 or bf16 (no copy for channels_last tensors of
+// that type, one otherwise), the implicit-GEMM kernels, and the result back in
+// the caller's memory format.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -8,17 +9,23 @@
 
 #include "../kernels/conv_launch.h"
 #include "../ops.h"
+#include "tensor_core_support.h"
 
 namespace mpgemm {
 namespace {
 
-// NHWC (activations) or KRSC (filters) fp16: channels_last memory of an NCHW tensor.
-at::Tensor channels_innermost(const at::Tensor& t) {
-  return t.to(at::kHalf).contiguous(at::MemoryFormat::ChannelsLast);
+// NHWC (activations) or KRSC (filters) in the product's input type:
+// channels_last memory of an NCHW tensor.
+at::Tensor channels_innermost(const ConvProblem<int64_t>& problem, const at::Tensor& t) {
+  return t.to(problem.input_dtype).contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-kernels::Conv2dParams geometry(const ConvProblem<int64_t>& problem) {
+// The problem as the kernels see it, once the device is known to run it;
+// operands and output are left to each pass.
+kernels::Conv2dParams geometry(const ConvProblem<int64_t>& problem, const at::Tensor& anchor) {
+  check_tensor_cores_take(problem.op, problem.input_dtype, anchor);
   kernels::Conv2dParams p;
+  p.input_type = element_type(problem.input_dtype);
   p.n = problem.n;
   p.h = problem.h;
   p.w = problem.w;
@@ -54,9 +61,9 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
 
 at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias) {
-  const at::Tensor x_nhwc = channels_innermost(x), w_krsc = channels_innermost(weight);
+  kernels::Conv2dParams p = geometry(problem, x);
+  const at::Tensor x_nhwc = channels_innermost(problem, x), w_krsc = channels_innermost(problem, weight);
   at::Tensor bias_contiguous;
-  kernels::Conv2dParams p = geometry(problem);
   p.x = x_nhwc.data_ptr();
   p.wt = w_krsc.data_ptr();
   if (bias) {
@@ -70,8 +77,8 @@ at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x,
 
 at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
                                   const at::Tensor& x, const at::Tensor& weight) {
-  const at::Tensor dy_nhwc = channels_innermost(grad_out), w_krsc = channels_innermost(weight);
-  kernels::Conv2dParams p = geometry(problem);
+  kernels::Conv2dParams p = geometry(problem, x);
+  const at::Tensor dy_nhwc = channels_innermost(problem, grad_out), w_krsc = channels_innermost(problem, weight);
   p.dy = dy_nhwc.data_ptr();
   p.wt = w_krsc.data_ptr();
   return run(kernels::ConvPass::kDgrad, p, x.sizes(), x, x.scalar_type(), memory_format_of(problem));
@@ -79,8 +86,8 @@ at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at:
 
 at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
                                    const at::Tensor& x, const at::Tensor& weight) {
-  const at::Tensor dy_nhwc = channels_innermost(grad_out), x_nhwc = channels_innermost(x);
-  kernels::Conv2dParams p = geometry(problem);
+  kernels::Conv2dParams p = geometry(problem, x);
+  const at::Tensor dy_nhwc = channels_innermost(problem, grad_out), x_nhwc = channels_innermost(problem, x);
   p.dy = dy_nhwc.data_ptr();
   p.x = x_nhwc.data_ptr();
   return run(kernels::ConvPass::kWgrad, p, weight.sizes(), x, weight.scalar_type(), weight.suggest_memory_format());

@@ -7,6 +7,7 @@
 
 #include "../ops.h"
 #include "../kernels/gemm_launch.h"
+#include "tensor_core_support.h"
 
 namespace mpgemm {
 namespace {
@@ -37,6 +38,7 @@ MatrixOperand as_matrix_operand(const at::Tensor& t) {
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
                     const std::optional<at::Tensor>& bias, at::Tensor& out) {
   const c10::cuda::CUDAGuard device_guard(a.device());
+  check_tensor_cores_take(problem.op, problem.input_dtype, a);
   const MatrixOperand a_op = as_matrix_operand(a);
   const MatrixOperand b_op = as_matrix_operand(b);
 
@@ -45,6 +47,7 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.m = problem.m;
   p.n = problem.n;
   p.k = problem.k;
+  p.ab_type = element_type(problem.input_dtype);
   p.a = a_op.tensor.data_ptr();
   p.a_batch_stride = a_op.batch_stride;
   p.a_row_stride = a_op.row_stride;

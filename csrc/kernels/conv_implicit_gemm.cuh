@@ -1,5 +1,6 @@
 // Convolution on Tensor Cores as implicit GEMMs (fprop, dgrad, wgrad), fp16
-// in, fp32 accumulate.
+// or bf16 in (Element: x, the filters and dy alike), fp32 accumulate, the
+// output in fp32, fp16 or bf16.
 //
 // Each pass is a GEMM whose operands are the convolution's tensors read in
 // place: the patches of x (or of dy) are gathered chunk by chunk while the
@@ -16,9 +17,8 @@
 
 #include <cstdint>
 
-#include <cuda_fp16.h>
-
 #include "conv_params.h"
+#include "element_traits.cuh"
 #include "operand_loaders.cuh"
 #include "wmma_block.cuh"
 
@@ -39,11 +39,12 @@ struct ConvGeometry {
 // The input patches: row (n, p, q) of the output by column (r, s, c) of the
 // filter window is x at (n, p*stride - pad + r*dilation, ..., c), zero in the
 // padding. fprop's A, and wgrad's B (rows are then GEMM-K).
+template <class Element>
 struct InputPatches {
   ConvGeometry g;
-  const __half* x;  // at this group's first channel
+  const Element* x;  // at this group's first channel
 
-  __device__ const __half* address(int64_t pixel, int64_t tap) const {
+  __device__ const Element* address(int64_t pixel, int64_t tap) const {
     if (pixel >= int64_t(g.n) * g.p * g.q || tap >= int64_t(g.r) * g.s * g.cg) return nullptr;
     const int m = int(pixel), t = int(tap);
     const int q = m % g.q, p = (m / g.q) % g.p, n = m / (g.q * g.p);
@@ -57,11 +58,12 @@ struct InputPatches {
 
 // dgrad A: row m = (n, h, w) of dx, column kk = (r, s, k): the dy element that
 // tap (r, s) of filter k carried from input pixel (h, w), if any.
+template <class Element>
 struct DgradPatches {
   ConvGeometry g;
-  const __half* dy;  // at this group's first output channel
+  const Element* dy;  // at this group's first output channel
 
-  __device__ const __half* address(int64_t m, int64_t kk) const {
+  __device__ const Element* address(int64_t m, int64_t kk) const {
     if (m >= int64_t(g.n) * g.h * g.w || kk >= int64_t(g.r) * g.s * g.kg) return nullptr;
     const int mi = int(m), ki = int(kk);
     const int iw = mi % g.w, ih = (mi / g.w) % g.h, n = mi / (g.w * g.h);
@@ -75,11 +77,12 @@ struct DgradPatches {
 };
 
 // dgrad B: row kk = (r, s, k), column c: w[k, r, s, c] of this group.
+template <class Element>
 struct DgradFilters {
   ConvGeometry g;
-  const __half* w;  // at this group's first filter
+  const Element* w;  // at this group's first filter
 
-  __device__ const __half* address(int64_t kk, int64_t c) const {
+  __device__ const Element* address(int64_t kk, int64_t c) const {
     if (kk >= int64_t(g.r) * g.s * g.kg || c >= g.cg) return nullptr;
     const int ki = int(kk);
     const int k = ki % g.kg, s = (ki / g.kg) % g.s, r = ki / (g.kg * g.s);
@@ -115,61 +118,62 @@ struct ConvPassTraits<ConvPass::kWgrad> {
   MPGEMM_HOST_DEVICE static int64_t k(const Conv2dParams& a) { return a.n * a.p * a.q; }
 };
 
-template <class Config, ConvPass Pass, int Vector>
+template <class Element, class Config, ConvPass Pass, int Vector>
 __global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParams a) {
-  using Traits = ConvPassTraits<Pass>;
-  using Block = WmmaBlock<Config, Traits::kARowMajor, Traits::kBRowMajor>;
-  using TileA = typename Block::TileA;
-  using TileB = typename Block::TileB;
-  extern __shared__ __align__(128) unsigned char smem[];
+  if constexpr (kWmmaCompiled<Element>) {
+    using Traits = ConvPassTraits<Pass>;
+    using Block = WmmaBlock<Element, Config, Traits::kARowMajor, Traits::kBRowMajor>;
+    using TileA = typename Block::TileA;
+    using TileB = typename Block::TileB;
+    extern __shared__ __align__(128) unsigned char smem[];
 
-  const ConvGeometry g(a);
-  // The output side of this pass's GEMM, for the epilogue.
-  GemmParams out;
-  out.m = Traits::m(a);
-  out.n = Traits::n(a);
-  out.k = Traits::k(a);
-  out.d_type = a.out_type;
-  out.bias_type = a.bias_type;
-  out.d_row_stride = Pass == ConvPass::kFprop ? a.k : Pass == ConvPass::kDgrad ? a.c : out.n;
-  const int element_bytes = a.out_type == ElementType::kFloat32 ? 4 : 2;
-  const int bias_bytes = a.bias_type == ElementType::kFloat32 ? 4 : 2;
+    const ConvGeometry g(a);
+    // The output side of this pass's GEMM, for the epilogue.
+    GemmParams out;
+    out.m = Traits::m(a);
+    out.n = Traits::n(a);
+    out.k = Traits::k(a);
+    out.d_type = a.out_type;
+    out.bias_type = a.bias_type;
+    out.d_row_stride = Pass == ConvPass::kFprop ? a.k : Pass == ConvPass::kDgrad ? a.c : out.n;
 
-  const Block block(out.n);
-  for (int64_t group = blockIdx.y; group < a.groups; group += gridDim.y) {
-    const int64_t ci = group * g.cg, ko = group * g.kg;  // first input / output channel of the group
-    const __half* x = static_cast<const __half*>(a.x);
-    const __half* wt = static_cast<const __half*>(a.wt);
-    const __half* dy = static_cast<const __half*>(a.dy);
-    typename Block::Accumulators acc;
-    Block::clear(acc);
-    if constexpr (Pass == ConvPass::kFprop) {
-      GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, InputPatches> la(InputPatches{g, x + ci},
-                                                                                        block.m0);
-      const int cols_left = out.n - block.n0 < Config::kBlockN ? int(out.n - block.n0) : Config::kBlockN;
-      MatrixLoader<TileB, Config::kBlockK, Config::kThreads, Vector> lb(wt + (ko + block.n0) * out.k, out.k, 1,
-                                                                        cols_left, out.k);
-      block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
-    } else if constexpr (Pass == ConvPass::kDgrad) {
-      GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, DgradPatches> la(DgradPatches{g, dy + ko},
-                                                                                        block.m0);
-      const __half* filters = wt + ko * int64_t(g.r) * g.s * g.cg;
-      GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, DgradFilters> lb(DgradFilters{g, filters},
-                                                                                        block.n0);
-      block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
-    } else {
-      const int rows_left = out.m - block.m0 < Config::kBlockM ? int(out.m - block.m0) : Config::kBlockM;
-      MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0, a.k, a.k, rows_left,
-                                                                        out.k);
-      GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, InputPatches> lb(InputPatches{g, x + ci},
-                                                                                        block.n0);
-      block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), reinterpret_cast<__half*>(smem));
+    const Block block(out.n);
+    for (int64_t group = blockIdx.y; group < a.groups; group += gridDim.y) {
+      const int64_t ci = group * g.cg, ko = group * g.kg;  // first input / output channel of the group
+      const Element* x = static_cast<const Element*>(a.x);
+      const Element* wt = static_cast<const Element*>(a.wt);
+      const Element* dy = static_cast<const Element*>(a.dy);
+      Element* tiles = reinterpret_cast<Element*>(smem);
+      typename Block::Accumulators acc;
+      Block::clear(acc);
+      if constexpr (Pass == ConvPass::kFprop) {
+        GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, InputPatches<Element>> la({g, x + ci},
+                                                                                                 block.m0);
+        const int cols_left = out.n - block.n0 < Config::kBlockN ? int(out.n - block.n0) : Config::kBlockN;
+        MatrixLoader<TileB, Config::kBlockK, Config::kThreads, Vector> lb(wt + (ko + block.n0) * out.k, out.k, 1,
+                                                                          cols_left, out.k);
+        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
+      } else if constexpr (Pass == ConvPass::kDgrad) {
+        GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, DgradPatches<Element>> la({g, dy + ko},
+                                                                                                 block.m0);
+        const Element* filters = wt + ko * int64_t(g.r) * g.s * g.cg;
+        GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, DgradFilters<Element>> lb({g, filters},
+                                                                                                 block.n0);
+        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
+      } else {
+        const int rows_left = out.m - block.m0 < Config::kBlockM ? int(out.m - block.m0) : Config::kBlockM;
+        MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0, a.k, a.k, rows_left,
+                                                                          out.k);
+        GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, InputPatches<Element>> lb({g, x + ci},
+                                                                                                 block.n0);
+        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
+      }
+      // This group's slice of the output: its columns (fprop, dgrad) or rows (wgrad).
+      const int64_t out_offset = Pass == ConvPass::kFprop ? ko : Pass == ConvPass::kDgrad ? ci : ko * out.n;
+      out.d = static_cast<char*>(a.out) + out_offset * element_bytes(a.out_type);
+      out.bias = a.bias == nullptr ? nullptr : static_cast<const char*>(a.bias) + ko * element_bytes(a.bias_type);
+      block.epilogue(out, acc, smem, 0);
     }
-    // This group's slice of the output: its columns (fprop, dgrad) or rows (wgrad).
-    const int64_t out_offset = Pass == ConvPass::kFprop ? ko : Pass == ConvPass::kDgrad ? ci : ko * out.n;
-    out.d = static_cast<char*>(a.out) + out_offset * element_bytes;
-    out.bias = a.bias == nullptr ? nullptr : static_cast<const char*>(a.bias) + ko * bias_bytes;
-    block.epilogue(out, acc, smem, 0);
   }
 }
 

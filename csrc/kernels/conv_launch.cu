@@ -1,5 +1,5 @@
-// Host-side dispatch of the convolution kernels: picks the tile configuration
-// and the load width per pass, then launches.
+// Host-side dispatch of the convolution kernels: picks the element type, the
+// tile configuration and the load width per pass, then launches.
 #include <algorithm>
 #include <climits>
 
@@ -13,15 +13,12 @@ namespace {
 
 constexpr int64_t kMaxGridY = 65535;
 
-template <class Config, ConvPass Pass, int Vector>
+template <class Element, class Config, ConvPass Pass, int Vector>
 cudaError_t launch(const Conv2dParams& p, cudaStream_t stream) {
   using Traits = ConvPassTraits<Pass>;
-  constexpr int kSmemBytes = WmmaSmem<Config, Traits::kARowMajor, Traits::kBRowMajor>::kBytes;
-  auto* kernel = &conv2d_kernel<Config, Pass, Vector>;
-  if (kSmemBytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) return err;
-  }
+  constexpr int kSmemBytes = WmmaSmem<Element, Config, Traits::kARowMajor, Traits::kBRowMajor>::kBytes;
+  auto* kernel = &conv2d_kernel<Element, Config, Pass, Vector>;
+  if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
   const int64_t tiles = ((Traits::m(p) + Config::kBlockM - 1) / Config::kBlockM) *
                         ((Traits::n(p) + Config::kBlockN - 1) / Config::kBlockN);
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
@@ -31,7 +28,7 @@ cudaError_t launch(const Conv2dParams& p, cudaStream_t stream) {
   return cudaLaunchKernel(kernel, grid, dim3(Config::kThreads), args, kSmemBytes, stream);
 }
 
-template <ConvPass Pass>
+template <class Element, ConvPass Pass>
 cudaError_t launch_pass(const Conv2dParams& p, cudaStream_t stream) {
   using Traits = ConvPassTraits<Pass>;
   // An empty GEMM-K still launches: its output is zeros (wgrad of an empty batch).
@@ -41,9 +38,10 @@ cudaError_t launch_pass(const Conv2dParams& p, cudaStream_t stream) {
                           aligned16(p.wt) && aligned16(p.dy);
   const int64_t large_tiles = ((Traits::m(p) + LargeTileConfig::kBlockM - 1) / LargeTileConfig::kBlockM) *
                               ((Traits::n(p) + LargeTileConfig::kBlockN - 1) / LargeTileConfig::kBlockN) * p.groups;
-  if (vectorized && large_tiles >= multiprocessor_count()) return launch<LargeTileConfig, Pass, 8>(p, stream);
-  if (vectorized) return launch<SmallTileConfig, Pass, 8>(p, stream);
-  return launch<ScalarTileConfig, Pass, 1>(p, stream);
+  if (vectorized && large_tiles >= multiprocessor_count())
+    return launch<Element, LargeTileConfig, Pass, 8>(p, stream);
+  if (vectorized) return launch<Element, SmallTileConfig, Pass, 8>(p, stream);
+  return launch<Element, ScalarTileConfig, Pass, 1>(p, stream);
 }
 
 }  // namespace
@@ -53,12 +51,15 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, cudaStream_t str
   // The gathers index in 32 bits.
   const int64_t largest = std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * p.r * p.s * p.c});
   if (largest > INT_MAX) return cudaErrorInvalidValue;
-  switch (pass) {
-    case ConvPass::kFprop: return launch_pass<ConvPass::kFprop>(p, stream);
-    case ConvPass::kDgrad: return launch_pass<ConvPass::kDgrad>(p, stream);
-    case ConvPass::kWgrad: return launch_pass<ConvPass::kWgrad>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_input_element(p.input_type, [&](auto element) {
+    using Element = typename decltype(element)::type;
+    switch (pass) {
+      case ConvPass::kFprop: return launch_pass<Element, ConvPass::kFprop>(p, stream);
+      case ConvPass::kDgrad: return launch_pass<Element, ConvPass::kDgrad>(p, stream);
+      case ConvPass::kWgrad: return launch_pass<Element, ConvPass::kWgrad>(p, stream);
+    }
+    return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace mpgemm::kernels

@@ -1,5 +1,5 @@
-// Host-side dispatch of the WMMA GEMM: picks the tile configuration, the
-// operand layouts and the load width, then launches.
+// Host-side dispatch of the WMMA GEMM: picks the element type, the tile
+// configuration, the operand layouts and the load width, then launches.
 #include <climits>
 #include <type_traits>
 
@@ -13,15 +13,11 @@ namespace {
 
 constexpr int64_t kMaxGridY = 65535;
 
-template <class Config, bool ARowMajor, bool BRowMajor, int Vector>
+template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
 cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
-  constexpr int kSmemBytes = WmmaSmem<Config, ARowMajor, BRowMajor>::kBytes;
-  auto* kernel = &wmma_gemm_kernel<Config, ARowMajor, BRowMajor, Vector>;
-  if (kSmemBytes > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) return err;
-  }
+  constexpr int kSmemBytes = WmmaSmem<Element, Config, ARowMajor, BRowMajor>::kBytes;
+  auto* kernel = &wmma_gemm_kernel<Element, Config, ARowMajor, BRowMajor, Vector>;
+  if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
   const int64_t tiles =
       ((p.m + Config::kBlockM - 1) / Config::kBlockM) * ((p.n + Config::kBlockN - 1) / Config::kBlockN);
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
@@ -39,9 +35,12 @@ cudaError_t with_flag(bool value, F&& f) {
 
 template <class Config, bool Vectorized>
 cudaError_t launch_layout(const GemmParams& p, cudaStream_t stream, bool a_row_major, bool b_row_major) {
-  return with_flag(a_row_major, [&](auto a_row) {
-    return with_flag(b_row_major, [&](auto b_row) {
-      return launch<Config, decltype(a_row)::value, decltype(b_row)::value, Vectorized ? 8 : 1>(p, stream);
+  return with_input_element(p.ab_type, [&](auto element) {
+    return with_flag(a_row_major, [&](auto a_row) {
+      return with_flag(b_row_major, [&](auto b_row) {
+        return launch<typename decltype(element)::type, Config, decltype(a_row)::value, decltype(b_row)::value,
+                      Vectorized ? 8 : 1>(p, stream);
+      });
     });
   });
 }

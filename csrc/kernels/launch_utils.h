@@ -1,9 +1,11 @@
-// Host-side facts the launchers decide with.
+// Host-side facts and steps the launchers share.
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_runtime.h>
+
+#include "element_traits.cuh"
 
 namespace mpgemm::kernels {
 
@@ -18,5 +20,42 @@ inline int multiprocessor_count() {
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Calls f(ElementTag<T>{}) for the 16-bit type of a product's inputs;
+// cudaErrorInvalidValue for any other type.
+template <class F>
+cudaError_t with_input_element(ElementType type, F&& f) {
+  switch (type) {
+    case ElementType::kFloat16: return f(ElementTag<__half>{});
+    case ElementType::kBFloat16: return f(ElementTag<__nv_bfloat16>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Whether the code the current device would run for `kernel` was compiled for
+// an arch whose Tensor Cores take Element. Below its kMinArch a kernel's body
+// is compiled out (kWmmaCompiled), and a device may still pick such code: an
+// sm_75 GPU, or a newer one JIT-compiling compute_75 PTX. fp16 runs wherever
+// WMMA does, so only newer types pay for the query.
+template <class Element, class Kernel>
+cudaError_t check_kernel_arch(Kernel* kernel) {
+  if constexpr (ElementTraits<Element>::kMinArch > ElementTraits<__half>::kMinArch) {
+    cudaFuncAttributes attributes;
+    const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
+    if (err != cudaSuccess) return err;
+    if (attributes.ptxVersion * 10 < ElementTraits<Element>::kMinArch) return cudaErrorNotSupported;
+  }
+  return cudaSuccess;
+}
+
+// Everything a Tensor Core kernel needs before its launch: code that can run
+// it, and the dynamic shared memory beyond the default 48 KiB it asks for.
+template <class Element, class Kernel>
+cudaError_t prepare_launch(Kernel* kernel, int smem_bytes) {
+  if (const cudaError_t err = check_kernel_arch<Element>(kernel); err != cudaSuccess) return err;
+  if (smem_bytes > 48 * 1024)
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  return cudaSuccess;
+}
 
 }  // namespace mpgemm::kernels

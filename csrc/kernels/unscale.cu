@@ -1,10 +1,9 @@
-// Loss-scaling's unscale pass: every gradient of a model converted to fp32 (or
-// kept fp16 in place), multiplied by 1/scale and checked for inf/NaN, in a
-// single launch over a table of chunks so that the cost does not grow with
-// the number of parameters. Each block takes chunks in grid-stride order and
+// Loss-scaling's unscale pass: every gradient of a model (fp32, fp16 or bf16)
+// converted to fp32 (or kept in its type, in place), multiplied by 1/scale
+// and checked for inf/NaN, in a single launch over a table of chunks so that
+// the cost does not grow with the number of parameters. Each block takes chunks in grid-stride order and
 // its threads stride through the chunk's elements (memory-bound, coalesced).
-#include <cuda_fp16.h>
-
+#include "element_traits.cuh"
 #include "unscale.h"
 
 namespace mpgemm::kernels {
@@ -13,18 +12,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
-__device__ __forceinline__ float load(const void* p, ElementType type, int64_t i) {
-  return type == ElementType::kFloat16 ? __half2float(static_cast<const __half*>(p)[i])
-                                       : static_cast<const float*>(p)[i];
-}
-
-__device__ __forceinline__ void store(void* p, ElementType type, int64_t i, float v) {
-  if (type == ElementType::kFloat16)
-    static_cast<__half*>(p)[i] = __float2half_rn(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
-
 __global__ void __launch_bounds__(kThreads) unscale_kernel(const UnscaleChunk* chunks, int64_t num_chunks,
                                                            const float* inv_scale, float* found_inf) {
   const float factor = *inv_scale;
@@ -32,9 +19,9 @@ __global__ void __launch_bounds__(kThreads) unscale_kernel(const UnscaleChunk* c
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     const UnscaleChunk chunk = chunks[c];
     for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += kThreads) {
-      const float v = load(chunk.src, chunk.src_type, i) * factor;
+      const float v = load_as_float(chunk.src, chunk.src_type, i) * factor;
       non_finite |= !isfinite(v);
-      store(chunk.dst, chunk.dst_type, i, v);
+      store_from_float(chunk.dst, chunk.dst_type, i, v);
     }
   }
   // Every writer stores the same value, so no atomic is needed.

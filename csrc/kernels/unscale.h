@@ -14,7 +14,7 @@ struct UnscaleChunk {
   const void* src;
   void* dst;
   int64_t begin, end;
-  ElementType src_type, dst_type;
+  ElementType src_type, dst_type;  // each fp32, fp16 or bf16
 };
 
 // dst = src * inv_scale for every chunk, in one launch, and *found_inf = 1

@@ -1,6 +1,6 @@
 // The block level shared by every Tensor Core kernel of mpgemm: a block
 // computes one Config::kBlockM x kBlockN tile of an (implicit) GEMM
-// D = activation(A @ B + bias), fp16 in, fp32 accumulate.
+// D = activation(A @ B + bias), fp16 or bf16 in (Element), fp32 accumulate.
 //
 //   block  - walks K in kBlockK slices staged through shared memory: a
 //            kStages-deep cp.async pipeline on sm_80+, a register-staged double
@@ -8,33 +8,38 @@
 //            from is the operand loaders' business (a strided matrix, or a
 //            convolution's gathered patches), so every kernel shares this loop.
 //   warp   - owns a kWarpM x kWarpN tile of 16x16 fp32 accumulator fragments.
-//   instr  - wmma::mma_sync m16n16k16 (HMMA on the Tensor Cores).
+//   instr  - wmma::mma_sync m16n16k16 (HMMA on the Tensor Cores) on
+//            fragments loaded with ldmatrix (wmma_load.cuh). bf16 needs sm_80,
+//            so a kernel built on this block wraps its body in
+//            `if constexpr (kWmmaCompiled<Element>)`.
 // Epilogue: each warp parks one row of fragments in shared memory, then writes
-// it out with row-contiguous (coalesced, 16-byte where aligned) stores, adding
-// bias and activation in fp32 before the one rounding to D's type.
+// it out with row-contiguous (coalesced, 16- or 8-byte where aligned) stores,
+// adding bias and activation in fp32 before the one rounding to D's type
+// (fp32, fp16 or bf16, whatever Element is).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
-#include <cuda_fp16.h>
 #include <mma.h>
 
 #include "cp_async.cuh"
+#include "element_traits.cuh"
 #include "epilogue_math.h"
 #include "gemm_params.h"
 #include "tile_io.cuh"
+#include "wmma_load.cuh"
 
 namespace mpgemm::kernels {
 
 // Shared-memory footprint of one kernel instantiation. The epilogue reuses the
 // mainloop's buffers.
-template <class Config, bool ARowMajor, bool BRowMajor>
+template <class Element, class Config, bool ARowMajor, bool BRowMajor>
 struct WmmaSmem {
-  using TileA = OperandTile<Config::kBlockM, Config::kBlockK, /*KIsInner=*/ARowMajor>;
-  using TileB = OperandTile<Config::kBlockN, Config::kBlockK, /*KIsInner=*/!BRowMajor>;
+  using TileA = OperandTile<Element, Config::kBlockM, Config::kBlockK, /*KIsInner=*/ARowMajor>;
+  using TileB = OperandTile<Element, Config::kBlockN, Config::kBlockK, /*KIsInner=*/!BRowMajor>;
   static constexpr int kStageElements = TileA::Shape::kElements + TileB::Shape::kElements;
-  static constexpr int kMainloopBytes = Config::kStages * kStageElements * int(sizeof(__half));
+  static constexpr int kMainloopBytes = Config::kStages * kStageElements * int(sizeof(Element));
   // Per warp: a 16 x kWarpN fp32 strip, rows padded by 4 floats (16 bytes).
   static constexpr int kEpiloguePitch = Config::kWarpN + 4;
   static constexpr int kEpilogueWarpFloats = Config::kFragment * kEpiloguePitch;
@@ -43,15 +48,15 @@ struct WmmaSmem {
   static constexpr int kBytes = kMainloopBytes > kEpilogueBytes ? kMainloopBytes : kEpilogueBytes;
 };
 
-template <class Config, bool ARowMajor, bool BRowMajor>
+template <class Element, class Config, bool ARowMajor, bool BRowMajor>
 struct WmmaBlock {
-  using Smem = WmmaSmem<Config, ARowMajor, BRowMajor>;
+  using Smem = WmmaSmem<Element, Config, ARowMajor, BRowMajor>;
   using TileA = typename Smem::TileA;
   using TileB = typename Smem::TileB;
-  using FragmentA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half,
+  using FragmentA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, Element,
                                            std::conditional_t<ARowMajor, nvcuda::wmma::row_major,
                                                               nvcuda::wmma::col_major>>;
-  using FragmentB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half,
+  using FragmentB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, Element,
                                            std::conditional_t<BRowMajor, nvcuda::wmma::row_major,
                                                               nvcuda::wmma::col_major>>;
   using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
@@ -78,21 +83,19 @@ struct WmmaBlock {
   }
 
   // One K slice from shared memory into the warp's accumulators.
-  __device__ void mma_slice(Accumulators& acc, const __half* tile_a, const __half* tile_b) const {
+  __device__ void mma_slice(Accumulators& acc, const Element* tile_a, const Element* tile_b) const {
 #pragma unroll
     for (int kk = 0; kk < Config::kBlockK; kk += Config::kFragment) {
       FragmentA frag_a[Config::kFragmentsM];
       FragmentB frag_b[Config::kFragmentsN];
 #pragma unroll
       for (int i = 0; i < Config::kFragmentsM; ++i)
-        nvcuda::wmma::load_matrix_sync(
-            frag_a[i], TileA::fragment(tile_a, warp_m * Config::kWarpM + i * Config::kFragment, kk),
-            TileA::Shape::kPitch);
+        load_fragment(frag_a[i], TileA::fragment(tile_a, warp_m * Config::kWarpM + i * Config::kFragment, kk),
+                      TileA::Shape::kPitch);
 #pragma unroll
       for (int j = 0; j < Config::kFragmentsN; ++j)
-        nvcuda::wmma::load_matrix_sync(
-            frag_b[j], TileB::fragment(tile_b, warp_n * Config::kWarpN + j * Config::kFragment, kk),
-            TileB::Shape::kPitch);
+        load_fragment(frag_b[j], TileB::fragment(tile_b, warp_n * Config::kWarpN + j * Config::kFragment, kk),
+                      TileB::Shape::kPitch);
 #pragma unroll
       for (int i = 0; i < Config::kFragmentsM; ++i)
 #pragma unroll
@@ -101,15 +104,15 @@ struct WmmaBlock {
     }
   }
 
-  __device__ static __half* stage_a(__half* smem, int stage) { return smem + stage * Smem::kStageElements; }
-  __device__ static __half* stage_b(__half* smem, int stage) {
+  __device__ static Element* stage_a(Element* smem, int stage) { return smem + stage * Smem::kStageElements; }
+  __device__ static Element* stage_b(Element* smem, int stage) {
     return stage_a(smem, stage) + TileA::Shape::kElements;
   }
 
   // sm_80+: kStages-deep cp.async pipeline. One group is committed per slice,
   // empty ones included, so wait_group counts stay uniform.
   template <class LoaderA, class LoaderB>
-  __device__ void mainloop_async(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, __half* smem) const {
+  __device__ void mainloop_async(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, Element* smem) const {
     constexpr int kStages = Config::kStages;
     auto issue = [&](int s) {
       if (s < slices) {
@@ -136,7 +139,7 @@ struct WmmaBlock {
   // shared buffer.
   template <class LoaderA, class LoaderB>
   __device__ void mainloop_register_staged(Accumulators& acc, LoaderA& a, LoaderB& b, int slices,
-                                           __half* smem) const {
+                                           Element* smem) const {
     if (slices > 0) {
       a.load(0);
       b.load(0);
@@ -161,7 +164,7 @@ struct WmmaBlock {
   // The mainloop for this arch and load width, then a barrier so that the
   // epilogue may reuse the operand buffers.
   template <int Vector, class LoaderA, class LoaderB>
-  __device__ void mainloop(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, __half* smem) const {
+  __device__ void mainloop(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, Element* smem) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     if constexpr (Vector == 8)
       mainloop_async(acc, a, b, slices, smem);
@@ -173,37 +176,16 @@ struct WmmaBlock {
     __syncthreads();
   }
 
-  __device__ static float load_bias(const GemmParams& p, int64_t col) {
-    return p.bias_type == ElementType::kFloat16 ? __half2float(static_cast<const __half*>(p.bias)[col])
-                                                : static_cast<const float*>(p.bias)[col];
-  }
-
-  // Writes 4 consecutive outputs of one row, vectorized when in bounds and aligned.
-  __device__ static void store4(const GemmParams& p, void* row, int64_t col, const float (&v)[4]) {
-    const int valid = p.n - col < 4 ? int(p.n - col) : 4;
-    if (p.d_type == ElementType::kFloat32) {
-      float* out = static_cast<float*>(row) + col;
-      if (valid == 4 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-        *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (e < valid) out[e] = v[e];
-      }
+  // Writes 4 consecutive outputs of one row, in one store when in bounds and aligned.
+  template <class T>
+  __device__ static void store4(T* out, int valid, const float (&v)[4]) {
+    using Packed4 = typename ElementTraits<T>::Packed4;
+    if (valid == 4 && reinterpret_cast<uintptr_t>(out) % sizeof(Packed4) == 0) {
+      *reinterpret_cast<Packed4*>(out) = ElementTraits<T>::pack4(v);
     } else {
-      __half* out = static_cast<__half*>(row) + col;
-      if (valid == 4 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
-        const __half2 lo = __floats2half2_rn(v[0], v[1]);
-        const __half2 hi = __floats2half2_rn(v[2], v[3]);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const unsigned*>(&lo);
-        packed.y = *reinterpret_cast<const unsigned*>(&hi);
-        *reinterpret_cast<uint2*>(out) = packed;
-      } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (e < valid) out[e] = __float2half_rn(v[e]);
-      }
+      for (int e = 0; e < 4; ++e)
+        if (e < valid) out[e] = ElementTraits<T>::from_float(v[e]);
     }
   }
 
@@ -216,9 +198,9 @@ struct WmmaBlock {
     const int lane = threadIdx.x % 32;
     float* strip = reinterpret_cast<float*>(smem) + warp * Smem::kEpilogueWarpFloats;
     const int64_t col = n0 + warp_n * Config::kWarpN + (lane % kLanesPerRow) * 4;
-    const int element_bytes = p.d_type == ElementType::kFloat32 ? 4 : 2;
-    char* d = static_cast<char*>(p.d) + batch * p.d_batch_stride * element_bytes;
-    const int64_t row_bytes = p.d_row_stride * element_bytes;
+    const int d_bytes = element_bytes(p.d_type);
+    char* d = static_cast<char*>(p.d) + batch * p.d_batch_stride * d_bytes;
+    const int64_t row_bytes = p.d_row_stride * d_bytes;
 #pragma unroll
     for (int i = 0; i < Config::kFragmentsM; ++i) {
 #pragma unroll
@@ -235,10 +217,14 @@ struct WmmaBlock {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float x = strip[r * Smem::kEpiloguePitch + (lane % kLanesPerRow) * 4 + e];
-            if (p.bias != nullptr && col + e < p.n) x += load_bias(p, col + e);
+            if (p.bias != nullptr && col + e < p.n) x += load_as_float(p.bias, p.bias_type, col + e);
             v[e] = apply_activation(p.activation, x);
           }
-          store4(p, d + row * row_bytes, col, v);
+          const int valid = p.n - col < 4 ? int(p.n - col) : 4;
+          visit_element_type(p.d_type, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            store4(reinterpret_cast<T*>(d + row * row_bytes) + col, valid, v);
+          });
         }
       }
       __syncwarp();

@@ -1,9 +1,10 @@
 """`python -m mpgemm inspect`: the proof that Tensor Cores do the work.
 
-Lists every kernel compiled into the extension with its arch, registers,
-shared, stack and local memory, and its count of HMMA (and HGMMA) Tensor Core
-instructions, read from the machine code with cuobjdump. On a GPU it also runs
-each op once under torch.profiler and shows which kernels ran.
+Lists every kernel compiled into the extension with its arch, the type of its
+products' inputs (fp16 or bf16), registers, shared, stack and local memory,
+and its count of HMMA (and HGMMA) Tensor Core instructions, read from the
+machine code with cuobjdump. On a GPU it also runs each op once under
+torch.profiler and shows which kernels ran.
 """
 
 import dataclasses
@@ -21,12 +22,36 @@ from . import display
 # The kernels that must run on Tensor Cores, by name: GEMM, convolution and
 # the mma.sync ceiling.
 TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel", "mma_ceiling_kernel")
+# The oldest arch whose Tensor Cores take bf16. For older archs the bf16
+# kernels are compiled to an empty body, and their launchers refuse to run.
+BF16_MIN_ARCH = 80
+
+
+def input_element(name):
+    """The type of a kernel's Tensor Core inputs, from its (mangled or
+    demangled) name: "bf16", "fp16", or "" for a kernel templated on neither."""
+    if "__nv_bfloat16" in name:
+        return "bf16"
+    return "fp16" if "__half" in name else ""
+
+
+def arch_number(arch):
+    """75 for "sm_75" (90 for "sm_90a"), 0 if unknown."""
+    digits = "".join(c for c in arch.removeprefix("sm_") if c.isdigit())
+    return int(digits) if digits else 0
+
+
+def compiled_out(arch, name):
+    """Whether a Tensor Core kernel is built empty for `arch` by design: bf16
+    below sm_80."""
+    return input_element(name) == "bf16" and arch_number(arch) < BF16_MIN_ARCH
 
 
 @dataclasses.dataclass
 class KernelInfo:
     arch: str
     name: str
+    input: str
     registers: int
     shared_bytes: int
     stack_bytes: int
@@ -50,7 +75,7 @@ def inspect_binary(path):
     kernels = []
     for (arch, name), opcodes in sorted(code.items(), key=lambda item: (item[0][0] or "", item[0][1])):
         res = usage.get((arch, name)) or usage.get((None, name)) or {}
-        kernels.append(KernelInfo(arch or "?", name, res.get("REG", 0), res.get("SHARED", 0), res.get("STACK", 0),
+        kernels.append(KernelInfo(arch or "?", name, input_element(name), res.get("REG", 0), res.get("SHARED", 0), res.get("STACK", 0),
                                   res.get("LOCAL", 0), sass.count_opcodes(opcodes, "HMMA"),
                                   sass.count_opcodes(opcodes, "HGMMA")))
     for kernel, readable in zip(kernels, demangle([k.name for k in kernels])):
@@ -59,9 +84,9 @@ def inspect_binary(path):
 
 
 def format_kernels(kernels):
-    header = ("arch", "regs", "shared", "stack", "local", "HMMA", "HGMMA", "kernel")
-    rows = [(k.arch, k.registers, k.shared_bytes, k.stack_bytes, k.local_bytes, k.hmma, k.hgmma, k.name)
-            for k in kernels]
+    header = ("arch", "input", "regs", "shared", "stack", "local", "HMMA", "HGMMA", "kernel")
+    rows = [(k.arch, k.input or "-", k.registers, k.shared_bytes, k.stack_bytes, k.local_bytes, k.hmma, k.hgmma,
+             k.name) for k in kernels]
     return display.format_table(header, rows)
 
 
@@ -71,16 +96,19 @@ def profile_ops():
 
     a = torch.randn(512, 512, device="cuda").half()
     b = torch.randn(512, 512, device="cuda").half()
+    x = torch.randn(8, 64, 28, 28, device="cuda").to(memory_format=torch.channels_last)
+    weight = torch.randn(64, 64, 3, 3, device="cuda")
     calls = {
         "mpgemm.gemm": lambda: ops.gemm(a, b, bias=torch.randn(512, device="cuda"), activation="gelu"),
         "mpgemm.linear": lambda: ops.linear(a, b, activation="relu"),
-        "mpgemm.conv2d": lambda: ops.conv2d(
-            torch.randn(8, 64, 28, 28, device="cuda").half().to(memory_format=torch.channels_last),
-            torch.randn(64, 64, 3, 3, device="cuda").half(), padding=1),
+        "mpgemm.conv2d": lambda: ops.conv2d(x.half(), weight.half(), padding=1),
         "mpgemm.unscale_grads_": lambda: torch.ops.mpgemm.unscale_grads_(
             [a], [torch.empty(a.shape, device="cuda")], torch.zeros(1, device="cuda"),
             torch.ones(1, device="cuda")),
     }
+    if torch.cuda.get_device_capability() >= (BF16_MIN_ARCH // 10, BF16_MIN_ARCH % 10):
+        calls["mpgemm.gemm (bf16)"] = lambda: ops.gemm(a.bfloat16(), b.bfloat16())
+        calls["mpgemm.conv2d (bf16)"] = lambda: ops.conv2d(x.bfloat16(), weight.bfloat16(), padding=1)
     ran = {}
     for name, call in calls.items():
         call()
@@ -107,9 +135,14 @@ def main(args):
     print(f"{binary}: {len(kernels)} kernels for {', '.join(sorted({k.arch for k in kernels}))}")
     print(format_kernels(kernels))
     products = [k for k in kernels if any(name in k.name for name in TENSOR_CORE_KERNELS)]
+    empty = [k for k in products if compiled_out(k.arch, k.name)]
+    products = [k for k in products if not compiled_out(k.arch, k.name)]
     without = [k for k in products if k.hmma + k.hgmma == 0]
     print(f"\n{len(products) - len(without)} of {len(products)} GEMM, convolution and mma.sync ceiling kernels "
           "contain Tensor Core instructions")
+    if empty:
+        print(f"({len(empty)} bf16 kernels for {', '.join(sorted({k.arch for k in empty}))} are built empty: "
+              f"bf16 Tensor Cores need sm_{BF16_MIN_ARCH}; their launchers refuse to run them)")
     if args.binary is None and info["cuda_available"]:
         print("\nkernels that ran, per op (torch.profiler):")
         for op, names in profile_ops().items():

@@ -2,37 +2,43 @@
 // the host-side simulation, for driver.cpp. Every output element is checked
 // against a reference that scatters each product of the convolution into the
 // pass's output, so it shares no indexing with the kernels' gathers. Inputs are
-// small multiples of 1/8: fp32 sums are exact in any order and results must
-// match bit for bit; bytes around the output must stay untouched.
+// small multiples of 1/8, exact in fp16 and bf16: fp32 sums are exact in any
+// order and results must match bit for bit; bytes around the output must stay
+// untouched.
 //
 // Case i runs pass i % 3 on path i / 3 % 3: 16-byte chunks in large tiles, in
 // small tiles, or one element at a time (channels per group not a multiple of
-// 8, depthwise, or a misaligned base), so 9 cases launch all 9 kernels.
+// 8, depthwise, or a misaligned base), with inputs in fp16, or from sim arch
+// 800 on in bf16 when i / 9 is odd. So 18 cases launch all 18 kernels there,
+// 9 the 9 fp16 ones below it.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <vector>
-
-#include <cuda_fp16.h>
 
 #include "conv_launch.h"
 #include "kernel_sim/sim_common.h"
 
 using namespace mpgemm::kernels;
 using sim::Buffer;
+using sim::get;
 using sim::rnd;
 
 namespace {
 
-// An fp16 tensor of `count` random elements, its base `offset` elements into its buffer.
+// A 16-bit tensor of `count` random elements, its base `offset` elements into its buffer.
 struct Input {
   std::unique_ptr<Buffer> mem;
-  __half* data;
-  Input(int64_t count, int64_t offset) : mem(std::make_unique<Buffer>((offset + count) * sizeof(__half))) {
-    data = reinterpret_cast<__half*>(mem->p) + offset;
-    for (int64_t i = 0; i < count; ++i) data[i] = __half(rnd(-8, 8) / 8.0f);
+  ElementType type;
+  unsigned char* data;
+  Input(ElementType type, int64_t count, int64_t offset)
+      : mem(std::make_unique<Buffer>((offset + count) * 2)), type(type), data(mem->p + 2 * offset) {
+    for (int64_t i = 0; i < count; ++i) sim::set(data, type, i, rnd(-8, 8) / 8.0f);
   }
+  double operator[](int64_t i) const { return get(data, type, i); }
 };
+
+constexpr int kKernelsPerType = 9;
 
 // One spatial dimension: a window of `taps` taps `dilation` apart, padding
 // `pad` before and 0 .. window - 1 after (implied by the output size), an input
@@ -54,6 +60,7 @@ bool conv_case(int index) {
   const ConvPass pass = ConvPass(index % 3);
   const int path = index / 3 % 3;
   Conv2dParams a;
+  a.input_type = __CUDA_ARCH__ >= 800 && index / kKernelsPerType % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
   const bool depthwise = path == 2 && rnd(0, 2) == 0;
   a.groups = depthwise ? rnd(1, 12) : rnd(1, 2);
   int64_t cg = depthwise ? 1 : path < 2 ? 8 * rnd(1, 2) : rnd(0, 3) ? rnd(1, 12) : 3;
@@ -65,8 +72,8 @@ bool conv_case(int index) {
   const bool misaligned = path == 2 && (rnd(0, 2) == 0 || (cg % 8 == 0 && kg % 8 == 0));
   a.c = a.groups * cg, a.k = a.groups * kg;
   // An empty batch: nothing to do but in wgrad, whose output is then zeros.
-  // Kept out of the first 9 cases but for wgrad, which still launches.
-  a.n = (index >= 9 || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
+  // Kept out of the first 18 cases but for wgrad, which still launches.
+  a.n = (index >= 2 * kKernelsPerType || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
   if (index == 8 || index == 11) a.n = 0;  // wgrad, one element and 16-byte chunks
   const int64_t taps[] = {1, 3, 5};
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
@@ -84,25 +91,17 @@ bool conv_case(int index) {
     offsets[forced] = rnd(1, 7);
   }
   const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s * cg, dy_count = a.n * a.p * a.q * a.k;
-  const Input x(uses_x ? x_count : 0, offsets[0]), wt(uses_wt ? wt_count : 0, offsets[1]),
-      dy(uses_dy ? dy_count : 0, offsets[2]);
+  const Input x(a.input_type, uses_x ? x_count : 0, offsets[0]), wt(a.input_type, uses_wt ? wt_count : 0, offsets[1]),
+      dy(a.input_type, uses_dy ? dy_count : 0, offsets[2]);
   // Empty tensors come as null pointers, as torch's often do.
   a.x = uses_x && x_count ? x.data : nullptr, a.wt = uses_wt && wt_count ? wt.data : nullptr;
   a.dy = uses_dy && dy_count ? dy.data : nullptr;
 
-  const int bias_kind = pass == ConvPass::kFprop ? int(rnd(0, 2)) : 0;  // none, fp16, fp32
-  std::vector<float> bias(a.k, 0.0f);
-  Buffer bias_mem(a.k * (bias_kind == 1 ? 2 : 4));
-  for (int64_t j = 0; bias_kind && j < a.k; ++j) {
-    bias[j] = rnd(-16, 16) / 8.0f;
-    if (bias_kind == 1) reinterpret_cast<__half*>(bias_mem.p)[j] = __half(bias[j]);
-    else reinterpret_cast<float*>(bias_mem.p)[j] = bias[j];
-  }
-  if (bias_kind) a.bias = bias_mem.p, a.bias_type = bias_kind == 1 ? ElementType::kFloat16 : ElementType::kFloat32;
+  const sim::Bias bias(pass == ConvPass::kFprop && rnd(0, 3), a.k);
+  a.bias = bias.data(), a.bias_type = bias.type;
 
-  const bool half_out = rnd(0, 1);
-  a.out_type = half_out ? ElementType::kFloat16 : ElementType::kFloat32;
-  const int64_t esize = half_out ? 2 : 4;
+  a.out_type = sim::any_type();
+  const int64_t esize = sim::bytes_of(a.out_type);
   const int64_t count = pass == ConvPass::kFprop ? dy_count : pass == ConvPass::kDgrad ? x_count : wt_count;
   const int64_t out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
   Buffer out(esize * (out_offset + count + tail));
@@ -129,18 +128,16 @@ bool conv_case(int index) {
               for (int64_t c = 0; c < cg; ++c) {
                 const int64_t xi = ((n * a.h + ih) * a.w + iw) * a.c + k / kg * cg + c;
                 const int64_t wi = ((k * a.r + r) * a.s + s) * cg + c, yi = ((n * a.p + p) * a.q + q) * a.k + k;
-                if (pass == ConvPass::kFprop) want[yi] += double(x.data[xi]) * double(wt.data[wi]);
-                if (pass == ConvPass::kDgrad) want[xi] += double(dy.data[yi]) * double(wt.data[wi]);
-                if (pass == ConvPass::kWgrad) want[wi] += double(dy.data[yi]) * double(x.data[xi]);
+                if (pass == ConvPass::kFprop) want[yi] += x[xi] * wt[wi];
+                if (pass == ConvPass::kDgrad) want[xi] += dy[yi] * wt[wi];
+                if (pass == ConvPass::kWgrad) want[wi] += dy[yi] * x[xi];
               }
           }
 
   int bad = err != cudaSuccess;
   for (int64_t e = 0; e < count; ++e) {
-    const float sum = float(want[e]) + (pass == ConvPass::kFprop ? bias[e % a.k] : 0.0f);
-    const float expect = half_out ? float(__half(sum)) : sum;
-    const int64_t at = out_offset + e;
-    const float got = half_out ? float(reinterpret_cast<__half*>(out.p)[at]) : reinterpret_cast<float*>(out.p)[at];
+    const float expect = sim::rounded(float(want[e]) + bias.values[e % a.k], a.out_type);
+    const float got = get(out.p, a.out_type, out_offset + e);
     if (!(got == expect) && bad++ < 3) printf("  out[%ld] = %g, want %g\n", e, got, expect);
   }
   for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
@@ -148,10 +145,10 @@ bool conv_case(int index) {
       printf("  wrote outside the output, byte %ld of %zu\n", byte - esize * out_offset, size_t(esize * count));
   if (bad)
     printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
-           "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld bias=%d half_out=%d "
-           "multiprocessors=%d max_grid_y=%u\n",
+           "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld input_type=%d bias=%d "
+           "bias_type=%d out_type=%d multiprocessors=%d max_grid_y=%u\n",
            index, int(err), kPassNames[index % 3], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
            a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, offsets[0], offsets[1], offsets[2], out_offset,
-           bias_kind, half_out, sim::multiprocessors, max_grid_y);
+           int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_y);
   return bad;
 }

@@ -1,8 +1,9 @@
 // Runs the GEMM, unscale, convolution (conv_cases.cpp) and mma.sync ceiling
 // kernels of csrc/kernels on random problems through the host-side simulation
 // (mock/, cp_async_sim.h) and compares every output with a reference computed
-// here. Inputs are small multiples of 1/8, so fp32 sums are exact in any order
-// and results must match bit for bit.
+// here. Inputs are small multiples of 1/8, exact in fp16 and bf16 alike, so
+// fp32 sums are exact in any order and results must match bit for bit. bf16
+// products run from sim arch 800 on; below it their launches must be refused.
 //   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
 // Prints "gemm: F/N failed", "unscale: F/N failed", "conv: F/N failed" (and how
 // many distinct conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
@@ -28,21 +29,25 @@ alignas(128) unsigned char smem[228 * 1024];
 }
 
 using sim::Buffer;
+using sim::get;
 using sim::rnd;
 using sim::round8;
 using sim::rng;
+using sim::set;
 
-// A batch of fp16 (rows x cols) matrices, row- or column-major, with padded or
-// repeated (ld = 0) rows, batch stride 0 for broadcast, and a base that is
-// misaligned unless `aligned`.
+// A batch of fp16 or bf16 (rows x cols) matrices, row- or column-major, with
+// padded or repeated (ld = 0) rows, batch stride 0 for broadcast, and a base
+// that is misaligned unless `aligned`.
 struct Operand {
   std::unique_ptr<Buffer> mem;
-  __half* data;
+  void* data;
+  ElementType type;
   int64_t bs, rs, cs;
-  float at(int64_t b, int64_t i, int64_t j) const { return data[b * bs + i * rs + j * cs]; }
+  float at(int64_t b, int64_t i, int64_t j) const { return get(data, type, b * bs + i * rs + j * cs); }
 };
 
-static Operand make_operand(int64_t batch, int64_t rows, int64_t cols, bool row_major, bool aligned) {
+static Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols, bool row_major,
+                            bool aligned) {
   const int64_t inner = row_major ? cols : rows, outer = row_major ? rows : cols;
   int64_t ld = inner + (aligned ? 8 * rnd(0, 1) : rnd(0, 3));
   if (rnd(0, 15) == 0) ld = 0;
@@ -50,12 +55,12 @@ static Operand make_operand(int64_t batch, int64_t rows, int64_t cols, bool row_
   const int64_t bs = rnd(0, 3) == 0 ? 0 : aligned ? round8(footprint) + 8 * rnd(0, 1) : footprint + rnd(0, 3);
   const int64_t offset = aligned ? 0 : rnd(0, 7);
   const int64_t extent = footprint ? (batch - 1) * bs + footprint : 0;
-  Operand o{std::make_unique<Buffer>((offset + extent) * sizeof(__half)), nullptr, bs, row_major ? ld : 1,
+  Operand o{std::make_unique<Buffer>((offset + extent) * 2), nullptr, type, bs, row_major ? ld : 1,
             row_major ? 1 : ld};
-  o.data = reinterpret_cast<__half*>(o.mem->p) + offset;
+  o.data = o.mem->p + 2 * offset;
   for (int64_t b = 0; b < (bs ? batch : 1); ++b)
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) o.data[b * bs + i * o.rs + j * o.cs] = __half(rnd(-8, 8) / 8.0f);
+      for (int64_t j = 0; j < cols; ++j) set(o.data, type, b * bs + i * o.rs + j * o.cs, rnd(-8, 8) / 8.0f);
   return o;
 }
 
@@ -69,25 +74,22 @@ static bool gemm_case(int index) {
     (a_row ? k : m) = round8(a_row ? k : m);
     (b_row ? n : k) = round8(b_row ? n : k);
   }
-  const Operand a = make_operand(batch, m, k, a_row, aligned), b = make_operand(batch, k, n, b_row, aligned);
+  // Now and then bf16 below sm_80 too, which must be refused.
+  const ElementType ab_type = __CUDA_ARCH__ < 800 && rnd(0, 7) == 0 ? ElementType::kBFloat16 : sim::input_type();
+  const bool refused = ab_type == ElementType::kBFloat16 && __CUDA_ARCH__ < 800;
+  const Operand a = make_operand(ab_type, batch, m, k, a_row, aligned);
+  const Operand b = make_operand(ab_type, batch, k, n, b_row, aligned);
 
   GemmParams p;
   p.batch = batch, p.m = m, p.n = n, p.k = k;
+  p.ab_type = ab_type;
   p.a = a.data, p.a_batch_stride = a.bs, p.a_row_stride = a.rs, p.a_col_stride = a.cs;
   p.b = b.data, p.b_batch_stride = b.bs, p.b_row_stride = b.rs, p.b_col_stride = b.cs;
-  const int bias_kind = rnd(0, 2);  // none, fp16, fp32
-  std::vector<float> bias(n, 0.0f);
-  Buffer bias_mem(n * (bias_kind == 1 ? 2 : 4));
-  for (int64_t j = 0; bias_kind && j < n; ++j) {
-    bias[j] = rnd(-16, 16) / 8.0f;
-    if (bias_kind == 1) reinterpret_cast<__half*>(bias_mem.p)[j] = __half(bias[j]);
-    else reinterpret_cast<float*>(bias_mem.p)[j] = bias[j];
-  }
-  if (bias_kind) p.bias = bias_mem.p, p.bias_type = bias_kind == 1 ? ElementType::kFloat16 : ElementType::kFloat32;
+  const sim::Bias bias(rnd(0, 3), n);
+  p.bias = bias.data(), p.bias_type = bias.type;
   p.activation = Activation(rnd(0, 2));
-  const bool half_out = rnd(0, 1);
-  p.d_type = half_out ? ElementType::kFloat16 : ElementType::kFloat32;
-  const int64_t esize = half_out ? 2 : 4, d_offset = rnd(0, 1) ? 0 : rnd(1, 3);
+  p.d_type = sim::any_type();
+  const int64_t esize = sim::bytes_of(p.d_type), d_offset = rnd(0, 1) ? 0 : rnd(1, 3);
   p.d_row_stride = n + (rnd(0, 1) ? 0 : rnd(1, 5));
   p.d_batch_stride = m * p.d_row_stride + rnd(0, 2);
   Buffer d(esize * (d_offset + (batch - 1) * p.d_batch_stride + (m - 1) * p.d_row_stride + n));
@@ -97,17 +99,16 @@ static bool gemm_case(int index) {
   sim::max_grid.y = rnd(0, 1) ? 65535 : rnd(1, 2);  // batch loop runs more than once
   const cudaError_t err = launch_gemm(p, nullptr);
 
-  int bad = err != cudaSuccess;
+  int bad = err != (refused ? cudaErrorNotSupported : cudaSuccess);
   std::vector<bool> written(d.size / esize, false);
-  for (int64_t bi = 0; bi < batch; ++bi)
+  for (int64_t bi = 0; !refused && bi < batch; ++bi)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double sum = 0;
         for (int64_t q = 0; q < k; ++q) sum += double(a.at(bi, i, q)) * b.at(bi, q, j);
-        const float x = apply_activation(p.activation, float(sum) + bias[j]);
-        const float want = half_out ? float(__half(x)) : x;
+        const float want = sim::rounded(apply_activation(p.activation, float(sum) + bias.values[j]), p.d_type);
         const int64_t e = d_offset + bi * p.d_batch_stride + i * p.d_row_stride + j;
-        const float got = half_out ? float(reinterpret_cast<__half*>(d.p)[e]) : reinterpret_cast<float*>(d.p)[e];
+        const float got = get(d.p, p.d_type, e);
         written[e] = true;
         if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);
       }
@@ -115,10 +116,11 @@ static bool gemm_case(int index) {
     for (int64_t byte = 0; !written[e] && byte < esize; ++byte)
       if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
   if (bad)
-    printf("gemm case %d FAILED: err=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) bias=%d act=%d "
-           "half_out=%d d_offset=%ld ldd=%ld multiprocessors=%d max_grid_y=%u\n",
-           index, int(err), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias_kind, int(p.activation), half_out,
-           d_offset, p.d_row_stride, sim::multiprocessors, sim::max_grid.y);
+    printf("gemm case %d FAILED: err=%d ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
+           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld multiprocessors=%d max_grid_y=%u\n",
+           index, int(err), int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
+           int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, sim::multiprocessors,
+           sim::max_grid.y);
   return bad;
 }
 
@@ -127,8 +129,9 @@ static float special_value() {
   return values[rnd(0, 2)];
 }
 
-// Gradients of either type, unscaled into fp32 or fp16 (in place when the types
-// match), split into chunks given in random order; some elements are left out.
+// Gradients of any type, unscaled into fp32, fp16 or bf16 (in place when the
+// types match), split into chunks given in random order; some elements are
+// left out.
 static bool unscale_case(int index) {
   struct Tensor {
     ElementType src_type, dst_type;
@@ -139,30 +142,19 @@ static bool unscale_case(int index) {
     std::vector<float> before;
     const unsigned char* out() const { return in_place ? src->p : dst->p; }
   };
-  auto get = [](const void* p, ElementType t, int64_t i) {
-    return t == ElementType::kFloat16 ? float(static_cast<const __half*>(p)[i]) : static_cast<const float*>(p)[i];
-  };
   std::vector<Tensor> tensors(rnd(1, 4));
   std::vector<UnscaleChunk> chunks;
   bool any_special = false;
   for (Tensor& t : tensors) {
-    t.src_type = ElementType(rnd(0, 1)), t.dst_type = ElementType(rnd(0, 1));
+    t.src_type = sim::any_type(), t.dst_type = sim::any_type();
     t.size = rnd(0, 3) ? rnd(1, 700) : rnd(0, 3);
-    const auto bytes = [&](ElementType type) { return t.size * (type == ElementType::kFloat16 ? 2 : 4); };
+    const auto bytes = [&](ElementType type) { return t.size * sim::bytes_of(type); };
     t.src = std::make_unique<Buffer>(bytes(t.src_type));
     t.in_place = t.src_type == t.dst_type && rnd(0, 1);
     if (!t.in_place) t.dst = std::make_unique<Buffer>(bytes(t.dst_type));
     void* dst = t.in_place ? t.src->p : t.dst->p;
-    for (int64_t i = 0; i < t.size; ++i) {
-      const float v = rnd(-4000, 4000) / 8.0f;
-      if (t.src_type == ElementType::kFloat16) reinterpret_cast<__half*>(t.src->p)[i] = __half(v);
-      else reinterpret_cast<float*>(t.src->p)[i] = v;
-    }
-    if (t.size && rnd(0, 3) == 0) {
-      const int64_t i = rnd(0, t.size - 1);
-      if (t.src_type == ElementType::kFloat16) reinterpret_cast<__half*>(t.src->p)[i] = __half(special_value());
-      else reinterpret_cast<float*>(t.src->p)[i] = special_value();
-    }
+    for (int64_t i = 0; i < t.size; ++i) set(t.src->p, t.src_type, i, rnd(-4000, 4000) / 8.0f);
+    if (t.size && rnd(0, 3) == 0) set(t.src->p, t.src_type, rnd(0, t.size - 1), special_value());
     std::vector<int64_t> cuts{0, t.size};
     for (int c = rnd(0, 3); c > 0; --c) cuts.push_back(rnd(0, t.size));
     std::sort(cuts.begin(), cuts.end());
@@ -198,7 +190,7 @@ static bool unscale_case(int index) {
     for (int64_t i = 0; i < t.size; ++i) {
       const float got = get(t.out(), t.dst_type, i);
       const float v = t.before[i] * factor;
-      float expect = t.dst_type == ElementType::kFloat16 ? float(__half(v)) : v;
+      float expect = sim::rounded(v, t.dst_type);
       if (!t.covered[i]) expect = t.in_place ? t.before[i] : NAN;  // untouched
       if (!(got == expect || (std::isnan(got) && std::isnan(expect))) && bad++ < 3)
         printf("  tensor %zu element %ld = %g, want %g\n", ti, i, got, expect);

@@ -51,10 +51,18 @@
     }                                                                                 \
   } while (0)
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNotSupported = 801
+};
 using cudaStream_t = struct CUstream_st*;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+struct cudaFuncAttributes {
+  int binaryVersion, ptxVersion;  // of the arch the code was built for: 10 * major + minor
+};
 
 struct dim3 {
   unsigned x, y, z;
@@ -109,6 +117,13 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, i
   SIM_CHECK(attr == cudaFuncAttributeMaxDynamicSharedMemorySize, "attribute %d", int(attr));
   if (value < 0 || size_t(value) > sim::shared_limit) return cudaErrorInvalidValue;
   sim::opted_in_smem[reinterpret_cast<const void*>(kernel)] = value;
+  return cudaSuccess;
+}
+
+// Every kernel was built for the simulated arch.
+template <class... P>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, void (*)(P...)) {
+  attributes->binaryVersion = attributes->ptxVersion = __CUDA_ARCH__ / 10;
   return cudaSuccess;
 }
 

@@ -1,5 +1,5 @@
-// Stand-in for <mma.h> (WMMA, m16n16k16 only) in the host-side kernel
-// simulation. Lane 0 of a warp does the whole warp's work on the full 16x16
+// Stand-in for <mma.h> (WMMA, m16n16k16 only, fp16 or bf16 in) in the
+// host-side kernel simulation. Lane 0 of a warp does the whole warp's work on the full 16x16
 // tile, so a fragment's real distribution over lanes is not modelled; a lane
 // reading a stored fragment before the warp synchronizes still fails. Loads
 // and stores must stay inside shared memory, aligned as the hardware requires.
@@ -7,6 +7,7 @@
 
 #include <type_traits>
 
+#include "cuda_bf16.h"
 #include "cuda_fp16.h"
 
 namespace nvcuda::wmma {
@@ -21,6 +22,8 @@ enum layout_t { mem_row_major, mem_col_major };
 template <class Use, int M, int N, int K, class T, class Layout = void>
 struct fragment {
   static_assert(M == 16 && N == 16 && K == 16, "only m16n16k16 is modelled");
+  // As in <mma.h>, passes for archs before sm_80 have no bf16 fragments.
+  static_assert(!std::is_same_v<T, __nv_bfloat16> || __CUDA_ARCH__ >= 800, "bf16 fragments need sm_80");
   float x[16][16];
 };
 
@@ -35,18 +38,18 @@ inline void check_shared(const void* p, unsigned ldm, size_t element_bytes) {
 }
 }  // namespace detail
 
-template <class Use, class Layout>
-void load_matrix_sync(fragment<Use, 16, 16, 16, __half, Layout>& f, const __half* p, unsigned ldm) {
-  detail::check_shared(p, ldm, sizeof(__half));
+template <class Use, class T, class Layout>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+  detail::check_shared(p, ldm, sizeof(T));
   if (!detail::leader()) return;
   constexpr bool kRowMajor = std::is_same_v<Layout, row_major>;
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r][c] = kRowMajor ? p[r * ldm + c] : p[r + c * ldm];
 }
 
-template <class LayoutA, class LayoutB>
-void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, __half, LayoutA>& a,
-              const fragment<matrix_b, 16, 16, 16, __half, LayoutB>& b,
+template <class T, class LayoutA, class LayoutB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LayoutA>& a,
+              const fragment<matrix_b, 16, 16, 16, T, LayoutB>& b,
               const fragment<accumulator, 16, 16, 16, float>& c) {
   if (!detail::leader()) return;
   fragment<accumulator, 16, 16, 16, float> t;
