@@ -20,6 +20,7 @@
 #include "conv_params.h"
 #include "element_traits.cuh"
 #include "operand_loaders.cuh"
+#include "tile_scheduler.cuh"
 #include "wmma_block.cuh"
 
 namespace mpgemm::kernels {
@@ -119,7 +120,7 @@ struct ConvPassTraits<ConvPass::kWgrad> {
 };
 
 template <class Element, class Config, ConvPass Pass, int Vector>
-__global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParams a) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM) conv2d_kernel(Conv2dParams a) {
   if constexpr (kWmmaCompiled<Element>) {
     using Traits = ConvPassTraits<Pass>;
     using Block = WmmaBlock<Element, Config, Traits::kARowMajor, Traits::kBRowMajor>;
@@ -137,7 +138,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParam
     out.bias_type = a.bias_type;
     out.d_row_stride = Pass == ConvPass::kFprop ? a.k : Pass == ConvPass::kDgrad ? a.c : out.n;
 
-    const Block block(out.n);
+    const TileOrigin tile = TileScheduler<Config>::origin(out.m, out.n);
+    const Block block(tile.m0, tile.n0);
     for (int64_t group = blockIdx.y; group < a.groups; group += gridDim.y) {
       const int64_t ci = group * g.cg, ko = group * g.kg;  // first input / output channel of the group
       const Element* x = static_cast<const Element*>(a.x);
@@ -148,24 +150,24 @@ __global__ void __launch_bounds__(Config::kThreads, 1) conv2d_kernel(Conv2dParam
       Block::clear(acc);
       if constexpr (Pass == ConvPass::kFprop) {
         GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, InputPatches<Element>> la({g, x + ci},
-                                                                                                 block.m0);
+                                                                                                 block.m0, out.k);
         const int cols_left = out.n - block.n0 < Config::kBlockN ? int(out.n - block.n0) : Config::kBlockN;
         MatrixLoader<TileB, Config::kBlockK, Config::kThreads, Vector> lb(wt + (ko + block.n0) * out.k, out.k, 1,
                                                                           cols_left, out.k);
         block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
       } else if constexpr (Pass == ConvPass::kDgrad) {
         GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, DgradPatches<Element>> la({g, dy + ko},
-                                                                                                 block.m0);
+                                                                                                 block.m0, out.k);
         const Element* filters = wt + ko * int64_t(g.r) * g.s * g.cg;
         GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, DgradFilters<Element>> lb({g, filters},
-                                                                                                 block.n0);
+                                                                                                 block.n0, out.k);
         block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
       } else {
         const int rows_left = out.m - block.m0 < Config::kBlockM ? int(out.m - block.m0) : Config::kBlockM;
         MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0, a.k, a.k, rows_left,
                                                                           out.k);
         GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, InputPatches<Element>> lb({g, x + ci},
-                                                                                                 block.n0);
+                                                                                                 block.n0, out.k);
         block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
       }
       // This group's slice of the output: its columns (fprop, dgrad) or rows (wgrad).

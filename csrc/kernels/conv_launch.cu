@@ -19,8 +19,7 @@ cudaError_t launch(const Conv2dParams& p, cudaStream_t stream) {
   constexpr int kSmemBytes = WmmaSmem<Element, Config, Traits::kARowMajor, Traits::kBRowMajor>::kBytes;
   auto* kernel = &conv2d_kernel<Element, Config, Pass, Vector>;
   if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
-  const int64_t tiles = ((Traits::m(p) + Config::kBlockM - 1) / Config::kBlockM) *
-                        ((Traits::n(p) + Config::kBlockN - 1) / Config::kBlockN);
+  const int64_t tiles = TileScheduler<Config>::tiles(Traits::m(p), Traits::n(p));
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups < kMaxGridY ? p.groups : kMaxGridY));
   Conv2dParams params = p;
@@ -36,10 +35,10 @@ cudaError_t launch_pass(const Conv2dParams& p, cudaStream_t stream) {
   // 16-byte chunks hold 8 channels of one pixel and one tap.
   const bool vectorized = (p.c / p.groups) % 8 == 0 && (p.k / p.groups) % 8 == 0 && aligned16(p.x) &&
                           aligned16(p.wt) && aligned16(p.dy);
-  const int64_t large_tiles = ((Traits::m(p) + LargeTileConfig::kBlockM - 1) / LargeTileConfig::kBlockM) *
-                              ((Traits::n(p) + LargeTileConfig::kBlockN - 1) / LargeTileConfig::kBlockN) * p.groups;
-  if (vectorized && large_tiles >= multiprocessor_count())
-    return launch<Element, LargeTileConfig, Pass, 8>(p, stream);
+  const DeviceLimits device = device_limits();
+  const int64_t large_tiles = TileScheduler<CompactTileConfig>::tiles(Traits::m(p), Traits::n(p)) * p.groups;
+  if (vectorized && large_tiles >= device.multiprocessors)
+    return launch<Element, CompactTileConfig, Pass, 8>(p, stream);
   if (vectorized) return launch<Element, SmallTileConfig, Pass, 8>(p, stream);
   return launch<Element, ScalarTileConfig, Pass, 1>(p, stream);
 }

@@ -1,5 +1,6 @@
 // Host-side dispatch of the WMMA GEMM: picks the element type, the tile
 // configuration, the operand layouts and the load width, then launches.
+#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -18,8 +19,7 @@ cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
   constexpr int kSmemBytes = WmmaSmem<Element, Config, ARowMajor, BRowMajor>::kBytes;
   auto* kernel = &wmma_gemm_kernel<Element, Config, ARowMajor, BRowMajor, Vector>;
   if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
-  const int64_t tiles =
-      ((p.m + Config::kBlockM - 1) / Config::kBlockM) * ((p.n + Config::kBlockN - 1) / Config::kBlockN);
+  const int64_t tiles = TileScheduler<Config>::tiles(p.m, p.n);
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch < kMaxGridY ? p.batch : kMaxGridY));
   GemmParams params = p;
@@ -51,6 +51,21 @@ bool operand_vectorizable(const void* data, int64_t batch_stride, int64_t ld, in
   return aligned16(data) && batch_stride % 8 == 0 && ld % 8 == 0 && inner_extent % 8 == 0;
 }
 
+// Shared memory one block of a configuration asks for, whatever the layouts.
+template <class Config>
+constexpr int smem_bytes() {
+  using Element = __half;
+  constexpr int a = WmmaSmem<Element, Config, true, true>::kBytes, b = WmmaSmem<Element, Config, true, false>::kBytes,
+                c = WmmaSmem<Element, Config, false, true>::kBytes, d = WmmaSmem<Element, Config, false, false>::kBytes;
+  return std::max({a, b, c, d});
+}
+
+template <class Config>
+bool fits(const GemmParams& p, const DeviceLimits& device, int min_waves = 1) {
+  return smem_bytes<Config>() <= device.max_smem_per_block &&
+         TileScheduler<Config>::tiles(p.m, p.n) * p.batch >= int64_t(min_waves) * device.multiprocessors;
+}
+
 }  // namespace
 
 cudaError_t launch_gemm(const GemmParams& p, cudaStream_t stream) {
@@ -66,14 +81,17 @@ cudaError_t launch_gemm(const GemmParams& p, cudaStream_t stream) {
                            a_row_major ? p.k : p.m) &&
       operand_vectorizable(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                            b_row_major ? p.n : p.k);
+  if (!vectorized) return launch_layout<ScalarTileConfig, false>(p, stream, a_row_major, b_row_major);
 
-  // Large tiles unless they would leave most multiprocessors idle.
-  const int64_t large_tiles = ((p.m + LargeTileConfig::kBlockM - 1) / LargeTileConfig::kBlockM) *
-                              ((p.n + LargeTileConfig::kBlockN - 1) / LargeTileConfig::kBlockN) * p.batch;
-  if (vectorized && large_tiles >= multiprocessor_count())
-    return launch_layout<LargeTileConfig, true>(p, stream, a_row_major, b_row_major);
-  if (vectorized) return launch_layout<SmallTileConfig, true>(p, stream, a_row_major, b_row_major);
-  return launch_layout<ScalarTileConfig, false>(p, stream, a_row_major, b_row_major);
+  // The largest tiles that still give every multiprocessor a block.
+  const DeviceLimits device = device_limits();
+  if (p.m > p.n ? fits<TallTileConfig>(p, device) : fits<WideTileConfig>(p, device))
+    return p.m > p.n ? launch_layout<TallTileConfig, true>(p, stream, a_row_major, b_row_major)
+                     : launch_layout<WideTileConfig, true>(p, stream, a_row_major, b_row_major);
+  if (fits<SquareTileConfig>(p, device)) return launch_layout<SquareTileConfig, true>(p, stream, a_row_major, b_row_major);
+  if (fits<CompactTileConfig>(p, device))
+    return launch_layout<CompactTileConfig, true>(p, stream, a_row_major, b_row_major);
+  return launch_layout<SmallTileConfig, true>(p, stream, a_row_major, b_row_major);
 }
 
 }  // namespace mpgemm::kernels

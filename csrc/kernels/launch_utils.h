@@ -9,14 +9,23 @@
 
 namespace mpgemm::kernels {
 
-// Multiprocessors of the current device (0 if it cannot be asked): tile
-// configurations are chosen so that a problem fills them.
-inline int multiprocessor_count() {
-  int device = 0, count = 0;
+// What the tile choice needs to know of the current device: how many
+// multiprocessors a problem should fill, and the most shared memory one block
+// may opt into. Zeros if the device cannot be asked.
+struct DeviceLimits {
+  int multiprocessors = 0;
+  int max_smem_per_block = 0;
+};
+
+inline DeviceLimits device_limits() {
+  DeviceLimits limits;
+  int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 0;
-  return count;
+      cudaDeviceGetAttribute(&limits.multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess)
+    return {};
+  return limits;
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

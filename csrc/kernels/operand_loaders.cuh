@@ -1,6 +1,16 @@
-// Operand loaders: where each K slice of a block's A or B tile comes from.
-// WmmaBlock's mainloops call, per slice, copy_async(tile, slice) (cp.async,
-// 16-byte chunks) or load(slice) then store(tile) (through registers).
+// Operand loaders: iterators over the K slices of a block's A or B tile.
+//
+// WmmaBlock's mainloops drive every loader through one protocol:
+//   copy_async(tile)        the current slice into shared memory (cp.async,
+//                           16-byte chunks, zero-filling what lies outside)
+//   load(), store(tile)     the same through registers (sm_75, one-element loads)
+//   advance_past_first()    after slice 0
+//   advance()               after every later slice
+// and both operands of a block follow one K partition (KPartition below), so
+// the slices they stage line up. Addresses and predicates are worked out in
+// the constructor; stepping to the next slice is a pointer increment, so the
+// mainloop does no index arithmetic (CUTLASS's predicated tile iterators work
+// the same way).
 #pragma once
 
 #include <cstdint>
@@ -10,43 +20,73 @@
 
 namespace mpgemm::kernels {
 
+// How GEMM-K splits into slices of kBlockK: the partial slice comes first.
+// Slice 0 holds [0, r) with r = k - (slices - 1) * kBlockK in [1, kBlockK];
+// slice s > 0 holds [r + (s - 1) * kBlockK, r + s * kBlockK). Only slice 0
+// then needs predicates in K, and they are dropped once it has been issued.
+template <int kBlockK>
+struct KPartition {
+  __host__ __device__ static int slices(int64_t k) { return int((k + kBlockK - 1) / kBlockK); }
+  __host__ __device__ static int first_extent(int64_t k) {
+    return k <= 0 ? 0 : int(k - int64_t(slices(k) - 1) * kBlockK);
+  }
+};
+
 // A strided matrix: the operands of a GEMM. `base` points at the block's first
 // row (A) or column (B) at k = 0; stored rows are `ld` apart and one step in K
-// is `k_step` elements.
+// is `k_step` elements. Rows (columns) past `mn_left` read as zeros.
 template <class Tile, int kBlockK, int kThreads, int Vector>
 struct MatrixLoader {
   using Element = typename Tile::Element;
   using Copy = TileCopy<typename Tile::Shape, kThreads, Vector>;
-  const Element* base;
-  int64_t ld, k_step;
-  int mn_left;  // rows of A (columns of B) of this block inside the matrix
-  int64_t k;
+  static_assert(Copy::kPerThread <= 32, "chunk predicates are bits of one word");
+
+  const Element* ptr;      // this thread's chunk 0 in the current slice
+  int64_t chunk_stride;    // from one of this thread's chunks to the next
+  int64_t slice_stride;    // from one full slice to the next
+  int64_t first_stride;    // from slice 0 to slice 1
+  unsigned valid;          // bit i: chunk i is read, else zero-filled
+  unsigned valid_after_first;
   typename Copy::Chunk regs[Copy::kPerThread];
 
   __device__ MatrixLoader(const Element* base, int64_t ld, int64_t k_step, int mn_left, int64_t k)
-      : base(base), ld(ld), k_step(k_step), mn_left(mn_left), k(k) {}
-
-  // The slice's first element and its valid extent in (outer, inner) order.
-  struct Slice {
-    const Element* src;
-    int outer, inner;
-  };
-  __device__ Slice slice_at(int slice) const {
-    const int64_t k0 = int64_t(slice) * kBlockK;
-    const int k_left = k - k0 < kBlockK ? int(k - k0) : kBlockK;
-    const Element* src = base + k0 * k_step;
-    return Tile::kKIsInner ? Slice{src, mn_left, k_left} : Slice{src, k_left, mn_left};
+      : chunk_stride(Copy::kOuterStep * ld),
+        slice_stride(kBlockK * k_step),
+        first_stride(KPartition<kBlockK>::first_extent(k) * k_step),
+        valid(0),
+        valid_after_first(0) {
+    const typename Copy::Coord first = Copy::first();
+    ptr = base + first.outer * ld + first.inner;
+    const int first_extent = KPartition<kBlockK>::first_extent(k);
+#pragma unroll
+    for (int i = 0; i < Copy::kPerThread; ++i) {
+      const int outer = Copy::outer(i);
+      const bool in_mn = Tile::kKIsInner ? outer < mn_left : first.inner < mn_left;
+      const bool in_first = Tile::kKIsInner ? first.inner < first_extent : outer < first_extent;
+      valid_after_first |= unsigned(in_mn) << i;
+      valid |= unsigned(in_mn && in_first) << i;
+    }
   }
 
-  __device__ void copy_async(Element* tile, int slice) const {
-    const Slice s = slice_at(slice);
-    Copy::copy_async(tile, s.src, ld, s.outer, s.inner);
+  __device__ void copy_async(Element* tile) const {
+    Element* to = tile + Copy::smem_offset();
+    const Element* from = ptr;
+#pragma unroll
+    for (int i = 0; i < Copy::kPerThread; ++i, from += chunk_stride)
+      cp_async_16(to + i * Copy::kSmemStep, from, (valid >> i) & 1);
   }
-  __device__ void load(int slice) {
-    const Slice s = slice_at(slice);
-    Copy::load(regs, s.src, ld, s.outer, s.inner);
+  __device__ void load() {
+    const Element* from = ptr;
+#pragma unroll
+    for (int i = 0; i < Copy::kPerThread; ++i, from += chunk_stride)
+      regs[i] = (valid >> i) & 1 ? *reinterpret_cast<const typename Copy::Chunk*>(from) : typename Copy::Chunk{};
   }
   __device__ void store(Element* tile) const { Copy::store(tile, regs); }
+  __device__ void advance_past_first() {
+    ptr += first_stride;
+    valid = valid_after_first;
+  }
+  __device__ void advance() { ptr += slice_stride; }
 };
 
 // A gathered operand: a convolution's input patches or filters, read in place.
@@ -60,34 +100,46 @@ struct GatherLoader {
   using Copy = TileCopy<typename Tile::Shape, kThreads, Vector>;
   Gather gather;
   int64_t outer0, inner0;
+  int64_t k0;    // the current slice's first GEMM-K index
+  int k_extent;  // and how many it holds
   typename Copy::Chunk regs[Copy::kPerThread];
 
-  __device__ GatherLoader(const Gather& gather, int64_t mn0)
-      : gather(gather), outer0(Tile::kKIsInner ? mn0 : 0), inner0(Tile::kKIsInner ? 0 : mn0) {}
+  __device__ GatherLoader(const Gather& gather, int64_t mn0, int64_t k)
+      : gather(gather),
+        outer0(Tile::kKIsInner ? mn0 : 0),
+        inner0(Tile::kKIsInner ? 0 : mn0),
+        k0(0),
+        k_extent(KPartition<kBlockK>::first_extent(k)) {}
 
-  __device__ const Element* chunk(int slice, int i) const {
-    const typename Copy::Coord c = Copy::coord(i);
-    const int64_t k0 = int64_t(slice) * kBlockK;
-    return Tile::kKIsInner ? gather.address(outer0 + c.outer, k0 + c.inner)
-                           : gather.address(k0 + c.outer, inner0 + c.inner);
+  __device__ const Element* chunk(int i) const {
+    const typename Copy::Coord first = Copy::first();
+    const int outer = Copy::outer(i);
+    if ((Tile::kKIsInner ? first.inner : outer) >= k_extent) return nullptr;
+    return Tile::kKIsInner ? gather.address(outer0 + outer, k0 + first.inner)
+                           : gather.address(k0 + outer, inner0 + first.inner);
   }
 
-  __device__ void copy_async(Element* tile, int slice) const {
+  __device__ void copy_async(Element* tile) const {
+    Element* to = tile + Copy::smem_offset();
 #pragma unroll
     for (int i = 0; i < Copy::kPerThread; ++i) {
-      const typename Copy::Coord c = Copy::coord(i);
-      const Element* src = chunk(slice, i);
-      cp_async_16(tile + c.outer * Tile::Shape::kPitch + c.inner, src, src != nullptr);
+      const Element* src = chunk(i);
+      cp_async_16(to + i * Copy::kSmemStep, src, src != nullptr);
     }
   }
-  __device__ void load(int slice) {
+  __device__ void load() {
 #pragma unroll
     for (int i = 0; i < Copy::kPerThread; ++i) {
-      const Element* src = chunk(slice, i);
+      const Element* src = chunk(i);
       regs[i] = src ? *reinterpret_cast<const typename Copy::Chunk*>(src) : typename Copy::Chunk{};
     }
   }
   __device__ void store(Element* tile) const { Copy::store(tile, regs); }
+  __device__ void advance_past_first() {
+    k0 = k_extent;
+    k_extent = kBlockK;
+  }
+  __device__ void advance() { k0 += kBlockK; }
 };
 
 }  // namespace mpgemm::kernels

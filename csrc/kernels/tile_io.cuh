@@ -36,17 +36,18 @@ struct OperandTile {
   using Shape = SmemTileShape<Element, KIsInner ? BlockMN : BlockK, KIsInner ? BlockK : BlockMN>;
   static constexpr bool kKIsInner = KIsInner;
 
-  // The 16x16 fragment at (mn, k) of the shared tile.
-  __device__ static const Element* fragment(const Element* tile, int mn, int k) {
-    return KIsInner ? tile + mn * Shape::kPitch + k : tile + k * Shape::kPitch + mn;
+  // Where element (mn, k) lies in the shared tile: a 16x16 fragment starts there.
+  __host__ __device__ static constexpr int offset(int mn, int k) {
+    return KIsInner ? mn * Shape::kPitch + k : k * Shape::kPitch + mn;
   }
 };
 
-// Copies a Shape tile from global memory (rows `ld` elements apart) into shared
-// memory, zero-filling whatever lies outside outer_limit x inner_limit. Each of
-// kThreads threads moves kPerThread chunks of Vector contiguous elements: 8 (16
+// Which chunks of a Shape tile each of kThreads threads moves between global
+// and shared memory: kPerThread chunks of Vector contiguous elements, 8 (16
 // bytes) when the caller guarantees aligned rows and an inner extent that is a
-// multiple of 8, else 1.
+// multiple of 8, else 1. Consecutive threads take consecutive chunks of a row,
+// so a thread keeps one inner position and its chunks lie kOuterStep rows
+// apart: its addresses in both memories step by constants, worked out once.
 template <class Shape, int kThreads, int Vector>
 struct TileCopy {
   using Element = typename Shape::Element;
@@ -54,55 +55,26 @@ struct TileCopy {
   static constexpr int kChunksPerRow = Shape::kInner / Vector;
   static constexpr int kChunks = Shape::kOuter * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "threads must divide the tile evenly");
+  static_assert(kThreads % kChunksPerRow == 0, "each thread keeps one inner position");
   static constexpr int kPerThread = kChunks / kThreads;
+  static constexpr int kOuterStep = kThreads / kChunksPerRow;
   using Chunk = std::conditional_t<Vector == 8, uint4, unsigned short>;
 
   struct Coord {
     int outer, inner;
   };
-  __device__ static Coord coord(int i) {
-    const int chunk = threadIdx.x + i * kThreads;
-    return {chunk / kChunksPerRow, (chunk % kChunksPerRow) * Vector};
-  }
+  // This thread's chunk i: rows first().outer + i * kOuterStep, column first().inner.
+  __device__ static Coord first() { return {int(threadIdx.x) / kChunksPerRow, int(threadIdx.x) % kChunksPerRow * Vector}; }
+  __device__ static int outer(int i) { return first().outer + i * kOuterStep; }
+  // Where this thread's chunk 0 lies in the tile; chunk i is i * kSmemStep further.
+  __device__ static int smem_offset() { return first().outer * Shape::kPitch + first().inner; }
+  static constexpr int kSmemStep = kOuterStep * Shape::kPitch;
 
-  // Global -> registers, for the register-staged pipeline. The pointer steps
-  // from chunk to chunk so no per-chunk offsets stay live across the mainloop.
-  __device__ static void load(Chunk (&regs)[kPerThread], const Element* src, int64_t ld, int outer_limit,
-                              int inner_limit) {
-    static_assert(kThreads % kChunksPerRow == 0, "each thread keeps one inner position");
-    constexpr int kOuterStep = kThreads / kChunksPerRow;
-    const Coord first = coord(0);
-    const Element* from = src + first.outer * ld + first.inner;
-    const bool inner_inside = first.inner < inner_limit;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i, from += kOuterStep * ld) {
-      const bool inside = inner_inside && first.outer + i * kOuterStep < outer_limit;
-      regs[i] = inside ? *reinterpret_cast<const Chunk*>(from) : Chunk{};
-    }
-  }
-
-  // Registers -> shared memory.
+  // Registers -> shared memory, for the register-staged pipeline.
   __device__ static void store(Element* tile, const Chunk (&regs)[kPerThread]) {
+    Element* to = tile + smem_offset();
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const Coord c = coord(i);
-      *reinterpret_cast<Chunk*>(tile + c.outer * Shape::kPitch + c.inner) = regs[i];
-    }
-  }
-
-  // Global -> shared memory with cp.async (sm_80 and newer, 16-byte chunks only).
-  // Chunks outside the limits read 0 bytes and are zero-filled.
-  __device__ static void copy_async(Element* tile, const Element* src, int64_t ld, int outer_limit,
-                                    int inner_limit) {
-    static_assert(Vector == 8, "cp.async moves 16-byte chunks");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const Coord c = coord(i);
-      const bool inside = c.outer < outer_limit && c.inner < inner_limit;
-      cp_async_16(tile + c.outer * Shape::kPitch + c.inner, inside ? src + c.outer * ld + c.inner : src, inside);
-    }
-#endif
+    for (int i = 0; i < kPerThread; ++i) *reinterpret_cast<Chunk*>(to + i * kSmemStep) = regs[i];
   }
 };
 

@@ -27,6 +27,7 @@
 #include "element_traits.cuh"
 #include "epilogue_math.h"
 #include "gemm_params.h"
+#include "operand_loaders.cuh"
 #include "tile_io.cuh"
 #include "wmma_load.cuh"
 
@@ -64,16 +65,20 @@ struct WmmaBlock {
 
   int warp, warp_m, warp_n;
   int64_t m0, n0;  // the block's tile origin in D
+  // Where this warp's first A and B fragments lie in a stage's tiles: every
+  // fragment load is then a stage pointer plus a constant.
+  int a_warp_offset, b_warp_offset;
 
-  // Block tiles are numbered row by row through a flat grid.x.
-  __device__ explicit WmmaBlock(int64_t n)
+  __device__ WmmaBlock(int64_t m0, int64_t n0)
       : warp(threadIdx.x / 32),
         warp_m(warp / Config::kWarpsN),
         warp_n(warp % Config::kWarpsN),
-        m0((blockIdx.x / ((n + Config::kBlockN - 1) / Config::kBlockN)) * Config::kBlockM),
-        n0((blockIdx.x % ((n + Config::kBlockN - 1) / Config::kBlockN)) * Config::kBlockN) {}
+        m0(m0),
+        n0(n0),
+        a_warp_offset(TileA::offset(warp_m * Config::kWarpM, 0)),
+        b_warp_offset(TileB::offset(warp_n * Config::kWarpN, 0)) {}
 
-  __device__ static int slices(int64_t k) { return int((k + Config::kBlockK - 1) / Config::kBlockK); }
+  __device__ static int slices(int64_t k) { return KPartition<Config::kBlockK>::slices(k); }
 
   __device__ static void clear(Accumulators& acc) {
 #pragma unroll
@@ -82,20 +87,21 @@ struct WmmaBlock {
       for (int j = 0; j < Config::kFragmentsN; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
   }
 
-  // One K slice from shared memory into the warp's accumulators.
-  __device__ void mma_slice(Accumulators& acc, const Element* tile_a, const Element* tile_b) const {
+  // One K slice from a shared-memory stage (A's tile, then B's) into the
+  // warp's accumulators.
+  __device__ void mma_slice(Accumulators& acc, const Element* stage) const {
+    const Element* tile_a = stage + a_warp_offset;
+    const Element* tile_b = stage + TileA::Shape::kElements + b_warp_offset;
 #pragma unroll
     for (int kk = 0; kk < Config::kBlockK; kk += Config::kFragment) {
       FragmentA frag_a[Config::kFragmentsM];
       FragmentB frag_b[Config::kFragmentsN];
 #pragma unroll
       for (int i = 0; i < Config::kFragmentsM; ++i)
-        load_fragment(frag_a[i], TileA::fragment(tile_a, warp_m * Config::kWarpM + i * Config::kFragment, kk),
-                      TileA::Shape::kPitch);
+        load_fragment(frag_a[i], tile_a + TileA::offset(i * Config::kFragment, kk), TileA::Shape::kPitch);
 #pragma unroll
       for (int j = 0; j < Config::kFragmentsN; ++j)
-        load_fragment(frag_b[j], TileB::fragment(tile_b, warp_n * Config::kWarpN + j * Config::kFragment, kk),
-                      TileB::Shape::kPitch);
+        load_fragment(frag_b[j], tile_b + TileB::offset(j * Config::kFragment, kk), TileB::Shape::kPitch);
 #pragma unroll
       for (int i = 0; i < Config::kFragmentsM; ++i)
 #pragma unroll
@@ -110,26 +116,45 @@ struct WmmaBlock {
   }
 
   // sm_80+: kStages-deep cp.async pipeline. One group is committed per slice,
-  // empty ones included, so wait_group counts stay uniform.
+  // empty ones included, so wait_group counts stay uniform. The stage that
+  // slice s + kStages - 1 fills is the one slice s - 1 was read from, so two
+  // rotating pointers stand for all stage arithmetic.
   template <class LoaderA, class LoaderB>
   __device__ void mainloop_async(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, Element* smem) const {
     constexpr int kStages = Config::kStages;
-    auto issue = [&](int s) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
       if (s < slices) {
-        a.copy_async(stage_a(smem, s % kStages), s);
-        b.copy_async(stage_b(smem, s % kStages), s);
+        a.copy_async(stage_a(smem, s));
+        b.copy_async(stage_b(smem, s));
       }
       cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s);
+      if (s == 0) {
+        a.advance_past_first();
+        b.advance_past_first();
+      } else {
+        a.advance();
+        b.advance();
+      }
+    }
+    Element* const last = stage_a(smem, kStages - 1);
+    Element* read = smem;
+    Element* write = last;
     for (int s = 0; s < slices; ++s) {
       cp_async_wait<kStages - 2>();
       // Makes slice s visible to all warps, and tells the producer that every
       // warp is done with the buffer that slice s + kStages - 1 overwrites.
       __syncthreads();
-      issue(s + kStages - 1);
-      mma_slice(acc, stage_a(smem, s % kStages), stage_b(smem, s % kStages));
+      if (s + kStages - 1 < slices) {
+        a.copy_async(write);
+        b.copy_async(write + TileA::Shape::kElements);
+        a.advance();
+        b.advance();
+      }
+      cp_async_commit();
+      mma_slice(acc, read);
+      write = read;
+      read = read == last ? smem : read + Smem::kStageElements;
     }
     cp_async_wait<0>();
   }
@@ -140,24 +165,33 @@ struct WmmaBlock {
   template <class LoaderA, class LoaderB>
   __device__ void mainloop_register_staged(Accumulators& acc, LoaderA& a, LoaderB& b, int slices,
                                            Element* smem) const {
+    Element* read = stage_a(smem, 0);
+    Element* write = stage_a(smem, 1);
     if (slices > 0) {
-      a.load(0);
-      b.load(0);
-      a.store(stage_a(smem, 0));
-      b.store(stage_b(smem, 0));
+      a.load();
+      b.load();
+      a.store(read);
+      b.store(read + TileA::Shape::kElements);
+      a.advance_past_first();
+      b.advance_past_first();
     }
     __syncthreads();
     for (int s = 0; s < slices; ++s) {
       if (s + 1 < slices) {
-        a.load(s + 1);
-        b.load(s + 1);
+        a.load();
+        b.load();
+        a.advance();
+        b.advance();
       }
-      mma_slice(acc, stage_a(smem, s % 2), stage_b(smem, s % 2));
+      mma_slice(acc, read);
       if (s + 1 < slices) {
-        a.store(stage_a(smem, (s + 1) % 2));
-        b.store(stage_b(smem, (s + 1) % 2));
+        a.store(write);
+        b.store(write + TileA::Shape::kElements);
       }
       __syncthreads();
+      Element* const next = write;
+      write = read;
+      read = next;
     }
   }
 

@@ -11,19 +11,21 @@
 #include "element_traits.cuh"
 #include "gemm_params.h"
 #include "operand_loaders.cuh"
+#include "tile_scheduler.cuh"
 #include "wmma_block.cuh"
 
 namespace mpgemm::kernels {
 
 template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
-__global__ void __launch_bounds__(Config::kThreads, 1) wmma_gemm_kernel(GemmParams p) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM) wmma_gemm_kernel(GemmParams p) {
   if constexpr (kWmmaCompiled<Element>) {
     using Block = WmmaBlock<Element, Config, ARowMajor, BRowMajor>;
     using LoaderA = MatrixLoader<typename Block::TileA, Config::kBlockK, Config::kThreads, Vector>;
     using LoaderB = MatrixLoader<typename Block::TileB, Config::kBlockK, Config::kThreads, Vector>;
     extern __shared__ __align__(128) unsigned char smem[];
 
-    const Block block(p.n);
+    const TileOrigin tile = TileScheduler<Config>::origin(p.m, p.n);
+    const Block block(tile.m0, tile.n0);
     const int rows_left = p.m - block.m0 < Config::kBlockM ? int(p.m - block.m0) : Config::kBlockM;
     const int cols_left = p.n - block.n0 < Config::kBlockN ? int(p.n - block.n0) : Config::kBlockN;
     for (int64_t batch = blockIdx.y; batch < p.batch; batch += gridDim.y) {

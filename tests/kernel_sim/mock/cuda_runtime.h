@@ -59,7 +59,7 @@ enum cudaError_t {
 };
 using cudaStream_t = struct CUstream_st*;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 struct cudaFuncAttributes {
   int binaryVersion, ptxVersion;  // of the arch the code was built for: 10 * major + minor
 };
@@ -108,8 +108,9 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 
 inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-  SIM_CHECK(attr == cudaDevAttrMultiProcessorCount, "attribute %d", int(attr));
-  *value = sim::multiprocessors;
+  SIM_CHECK(attr == cudaDevAttrMultiProcessorCount || attr == cudaDevAttrMaxSharedMemoryPerBlockOptin, "attribute %d",
+            int(attr));
+  *value = attr == cudaDevAttrMultiProcessorCount ? sim::multiprocessors : int(sim::shared_limit);
   return cudaSuccess;
 }
 template <class... P>
