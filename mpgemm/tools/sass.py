@@ -59,23 +59,119 @@ def parse_ptxas_report(text):
 
 _SASS_ARCH = re.compile(r"code for (sm_\d+a?)")
 _SASS_FUNCTION = re.compile(r"Function : (\S+)")
-_SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+_SASS_INSTRUCTION = re.compile(
+    r"/\*(?P<address>[0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)(?P<operands>[^;]*);")
+_BRANCH_TARGET = re.compile(r"0x([0-9a-f]+)")
+
+
+@dataclasses.dataclass
+class Instruction:
+    """One SASS instruction: its byte address, opcode with modifiers (e.g.
+    "HMMA.16816.F32") and operand text."""
+
+    address: int
+    opcode: str
+    operands: str = ""
+
+    def branch_target(self):
+        """The address a branch (BRA) jumps to, or None for anything else."""
+        if self.opcode.split(".")[0] != "BRA":
+            return None
+        m = _BRANCH_TARGET.search(self.operands)
+        return int(m.group(1), 16) if m else None
+
+
+def parse_sass_instructions(text):
+    """{(arch, kernel name): [Instruction, ...]} from `cuobjdump --dump-sass` output."""
+    functions = {}
+    arch = None
+    instructions = None
+    for line in text.splitlines():
+        if m := _SASS_ARCH.search(line):
+            arch = m.group(1)
+        elif m := _SASS_FUNCTION.search(line):
+            instructions = functions.setdefault((arch, m.group(1)), [])
+        elif instructions is not None and (m := _SASS_INSTRUCTION.search(line)):
+            instructions.append(Instruction(int(m["address"], 16), m["opcode"], m["operands"].strip()))
+    return functions
 
 
 def parse_sass(text):
     """{(arch, kernel name): [opcode, ...]} from `cuobjdump --dump-sass` output.
     Opcodes keep their modifiers, e.g. "HMMA.16816.F32"."""
-    functions = {}
-    arch = None
-    opcodes = None
-    for line in text.splitlines():
-        if m := _SASS_ARCH.search(line):
-            arch = m.group(1)
-        elif m := _SASS_FUNCTION.search(line):
-            opcodes = functions.setdefault((arch, m.group(1)), [])
-        elif opcodes is not None and (m := _SASS_INSTRUCTION.search(line)):
-            opcodes.append(m.group(1))
-    return functions
+    return {key: [i.opcode for i in code] for key, code in parse_sass_instructions(text).items()}
+
+
+# How the mainloop's instructions are counted: the work (Tensor Core
+# products, fragment loads from shared memory, global loads, barriers and
+# cp.async waits, other shared-memory traffic), and everything else, which is
+# address arithmetic, predicates and loop control.
+MIX_CATEGORIES = {
+    "hmma": ("HMMA", "HGMMA"),
+    "ldsm": ("LDSM",),
+    "global": ("LDG", "LDGSTS"),
+    "barrier": ("BAR", "DEPBAR", "LDGDEPBAR"),
+    "shared": ("LDS", "STS"),
+}
+
+
+def mix_category(opcode):
+    base = opcode.split(".")[0]
+    for category, bases in MIX_CATEGORIES.items():
+        if base in bases:
+            return category
+    return "other"
+
+
+@dataclasses.dataclass
+class MainloopMix:
+    """The instruction mix of one pass through a kernel's mainloop: the
+    innermost loop (a backward branch and its target) that holds Tensor Core
+    instructions. Static counts, as the code reads."""
+
+    start: int
+    end: int
+    counts: dict
+
+    @property
+    def instructions(self):
+        return sum(self.counts.values())
+
+    @property
+    def hmma(self):
+        return self.counts.get("hmma", 0)
+
+    @property
+    def other(self):
+        return self.counts.get("other", 0)
+
+    @property
+    def other_per_hmma(self):
+        return self.other / self.hmma if self.hmma else float("inf")
+
+
+def mainloop_mix(instructions):
+    """MainloopMix of the innermost loop holding HMMA (or HGMMA) instructions;
+    the one with most of them where loops of equal depth tie; None if no loop
+    holds any."""
+    loops = []
+    for index, instruction in enumerate(instructions):
+        target = instruction.branch_target()
+        if target is None or target > instruction.address:
+            continue
+        body = [i for i in instructions[:index + 1] if i.address >= target]
+        if any(mix_category(i.opcode) == "hmma" for i in body):
+            loops.append((target, instruction.address, body))
+    # Innermost: no other such loop lies inside it.
+    innermost = [loop for loop in loops
+                 if not any(other is not loop and loop[0] <= other[0] and other[1] <= loop[1] for other in loops)]
+    if not innermost:
+        return None
+    start, end, body = max(innermost, key=lambda loop: sum(mix_category(i.opcode) == "hmma" for i in loop[2]))
+    counts = {category: 0 for category in (*MIX_CATEGORIES, "other")}
+    for i in body:
+        counts[mix_category(i.opcode)] += 1
+    return MainloopMix(start, end, counts)
 
 
 def find_tool(name):
@@ -93,9 +189,10 @@ def find_tool(name):
     return None
 
 
-def dump_sass(binary):
-    """SASS of every kernel in a cubin, object file or shared library."""
-    return parse_sass(_run_cuobjdump("--dump-sass", binary))
+def dump_sass_instructions(binary):
+    """SASS of every kernel in a cubin, object file or shared library:
+    {(arch, kernel name): [Instruction, ...]}."""
+    return parse_sass_instructions(_run_cuobjdump("--dump-sass", binary))
 
 
 _RESOURCE_ARCH = re.compile(r"arch = (sm_\d+a?)")
