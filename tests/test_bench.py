@@ -235,6 +235,20 @@ __global__ void tiny_gemm_kernel(const half* a, const half* b, float* c) {
   wmma::mma_sync(fc, fa, fb, fc);
   wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
 }
+// One m16n16k16 product per pass through its loop, which is not unrolled.
+__global__ void tiny_looped_gemm_kernel(const half* a, const half* b, float* c, int k) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 0.0f);
+#pragma unroll 1
+  for (int i = 0; i < k; i += 16) {
+    wmma::load_matrix_sync(fa, a + i, k);
+    wmma::load_matrix_sync(fb, b + i, k);
+    wmma::mma_sync(fc, fa, fb, fc);
+  }
+  wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}
 __global__ void scale_kernel(float* x, float s) { x[threadIdx.x] *= s; }
 """
 
@@ -253,18 +267,28 @@ def tiny_object(tmp_path_factory):
 
 def test_inspect_reads_a_known_object(tiny_object):
     kernels = {k.name.split("(")[0]: k for k in kernel_report.inspect_binary(str(tiny_object))}
-    assert set(kernels) == {"tiny_gemm_kernel", "scale_kernel"}
-    gemm, scale = kernels["tiny_gemm_kernel"], kernels["scale_kernel"]
+    assert set(kernels) == {"tiny_gemm_kernel", "tiny_looped_gemm_kernel", "scale_kernel"}
+    gemm, looped, scale = kernels["tiny_gemm_kernel"], kernels["tiny_looped_gemm_kernel"], kernels["scale_kernel"]
     assert gemm.arch == "sm_80" and gemm.hmma == 2 and gemm.hgmma == 0  # m16n16k16 = two m16n8k16 HMMAs
     assert scale.hmma == 0 and scale.registers > 0 and scale.stack_bytes == 0
+    assert gemm.mix is None and scale.mix is None  # no loop
+    assert looped.mix.hmma == 2 and looped.mix.other > 0
+    assert looped.mix.other_per_hmma == looped.mix.other / 2
 
 
 def test_inspect_cli(tiny_object):
     proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect", "--binary", str(tiny_object)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 of 1 GEMM, convolution and mma.sync ceiling kernels contain Tensor Core instructions" in proc.stdout
-    assert "HMMA" in proc.stdout and "tiny_gemm_kernel" in proc.stdout
+    assert "2 of 2 GEMM, convolution and mma.sync ceiling kernels contain Tensor Core instructions" in proc.stdout
+    header, _, *rows = proc.stdout.splitlines()[1:6]  # after the binary's line: header, rule, three kernels
+    assert header.split() == ["arch", "input", "regs", "shared", "stack", "local", "HMMA", "HGMMA", "loop", "HMMA",
+                              "LDSM", "LDG", "BAR", "LDS/STS", "other", "other/HMMA", "kernel"]
+    looped = next(row.split() for row in rows if "tiny_looped_gemm_kernel" in row)
+    assert looped[8] == "2" and float(looped[14]) > 0  # loop HMMA, other/HMMA
+    scale = next(row.split() for row in rows if "scale_kernel" in row)
+    assert scale[8:15] == ["-"] * 7
+    assert "innermost loop holding HMMA" in proc.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only build")

@@ -2,7 +2,8 @@
 support; ptxas reports no spills and no stack frame, and the SASS of every GEMM
 and convolution kernel holds the Tensor Core HMMA instructions of its input
 type (fp16 or bf16), except the bf16 ones below sm_80, which must hold none.
-No GPU needed."""
+The mainloops of the sm_90 kernels that stage 16-byte chunks must meet issue
+15's bound on instructions besides HMMA. No GPU needed."""
 
 import concurrent.futures
 import glob
@@ -13,7 +14,7 @@ import pytest
 
 from conftest import skip_or_fail
 from mpgemm.tools import sass
-from mpgemm.tools.kernel_report import TENSOR_CORE_KERNELS, input_element
+from mpgemm.tools.kernel_report import TENSOR_CORE_KERNELS, compiled_out, demangle, input_element
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_SOURCES = sorted(glob.glob(os.path.join(ROOT, "csrc", "kernels", "*.cu")))
@@ -27,20 +28,37 @@ EXPECTED_HMMA = {
 }
 # The GEMM and convolution kernels: every one is built for both input types.
 PRODUCT_KERNELS = ("gemm_kernel", "conv2d_kernel")
+# Kernels instantiated for 16-byte chunks: Vector = 8, their last template
+# argument, as it ends the mangled name.
+ALIGNED_VECTOR = "Li8EEEv"
+# Issue 15's targets for the mainloop on sm_90: at most this many other
+# instructions (address arithmetic, predicates, loop control) per HMMA in the
+# aligned kernels, fp16 and bf16. A mainloop of LARGE_TILE_HMMA or more HMMA
+# per iteration shares its overhead among more products, hence the tighter bound.
+MIX_ARCH = "sm_90"
+LARGE_TILE_HMMA = 64
+OTHER_PER_HMMA_LIMITS = {  # kernel: (bound from LARGE_TILE_HMMA HMMA per iteration, bound below)
+    "gemm_kernel": (0.75, 1.5),
+    "conv2d_kernel": (1.5, 3.0),  # fprop, dgrad and wgrad alike
+}
 
 
 def compile_source(nvcc, source, arch, out_dir):
-    """Compiles one kernel source for `arch`: (ptxas's kernels, {kernel name: SASS opcodes})."""
+    """Compiles one kernel source for `arch`: (ptxas's kernels, {kernel name: SASS opcodes},
+    {kernel name: SASS Instructions})."""
     cubin = os.path.join(out_dir, f"{os.path.basename(source)}.{arch}.cubin")
     cmd = [nvcc, "-std=c++17", "-O3", "-cubin", f"-arch={arch}", "-Xptxas", "-v", source, "-o", cubin]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"nvcc failed for {source} on {arch}:\n{proc.stderr}"
-    return sass.parse_ptxas_report(proc.stderr), {name: ops for (_, name), ops in sass.dump_sass(cubin).items()}
+    code = {name: instructions for (_, name), instructions in sass.dump_sass_instructions(cubin).items()}
+    opcodes = {name: [i.opcode for i in instructions] for name, instructions in code.items()}
+    return sass.parse_ptxas_report(proc.stderr), opcodes, code
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """{arch: (ptxas's kernels, {kernel name: SASS opcodes})} over every source."""
+    """{arch: (ptxas's kernels, {kernel name: SASS opcodes}, {kernel name: SASS Instructions})} over every
+    source."""
     nvcc = sass.find_tool("nvcc")
     if nvcc is None:
         skip_or_fail("nvcc not found")
@@ -52,12 +70,19 @@ def compiled(tmp_path_factory):
             for arch in EXPECTED_HMMA]
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [(arch, pool.submit(compile_source, nvcc, source, arch, out_dir)) for source, arch in jobs]
-        results = {arch: ([], {}) for arch in EXPECTED_HMMA}
+        results = {arch: ([], {}, {}) for arch in EXPECTED_HMMA}
         for arch, future in futures:
-            kernels, functions = future.result()
+            kernels, opcodes, code = future.result()
             results[arch][0].extend(kernels)
-            results[arch][1].update(functions)
+            results[arch][1].update(opcodes)
+            results[arch][2].update(code)
         return results
+
+
+def aligned_kernels(functions, kernels=PRODUCT_KERNELS):
+    """The entries of {kernel name: ...} for `kernels` instantiated for 16-byte chunks."""
+    return {name: value for name, value in functions.items()
+            if any(k in name for k in kernels) and ALIGNED_VECTOR in name}
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED_HMMA))
@@ -96,11 +121,9 @@ def test_every_gemm_and_conv_kernel_uses_tensor_cores_of_its_type(compiled, arch
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_aligned_kernels_copy_16_bytes_asynchronously(compiled, arch):
-    # Kernels instantiated for 16-byte chunks (Vector = 8, their last template
-    # argument: "Li8EEEv" in the mangled name), fp16 and bf16 alike, must stage
-    # tiles with 16-byte cp.async (LDGSTS.128).
-    aligned = {name: ops for name, ops in compiled[arch][1].items()
-               if any(k in name for k in PRODUCT_KERNELS) and "Li8EEEv" in name}
+    # The aligned kernels, fp16 and bf16 alike, must stage tiles with 16-byte
+    # cp.async (LDGSTS.128).
+    aligned = aligned_kernels(compiled[arch][1])
     assert {input_element(name) for name in aligned} == {"fp16", "bf16"}
     for name, opcodes in aligned.items():
         assert sass.count_opcodes(opcodes, "LDGSTS.E.BYPASS.128") > 0, name
@@ -135,6 +158,116 @@ def test_sass_parser_reads_known_listing():
     assert sass.count_opcodes(functions[("sm_80", "kernel_a")], "HMMA") == 2
 
 
+def listed_instructions(listing):
+    """The Instructions of the one function in a hand-written cuobjdump listing."""
+    (instructions,) = sass.parse_sass_instructions(listing).values()
+    return instructions
+
+
+def test_mainloop_mix_counts_one_pass_through_the_loop_holding_hmma():
+    instructions = listed_instructions("""
+	code for sm_90
+		Function : one_loop
+        /*0000*/                   IMAD.MOV.U32 R1, RZ, RZ, c[0x0][0x28] ;
+        /*0010*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+        /*0020*/                   LDGDEPBAR ;
+        /*0030*/                   DEPBAR.LE SB0, 0x1 ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0050*/                   LDSM.16.M88.4 R8, [R3] ;
+        /*0060*/                   LDS.128 R16, [R3+0x100] ;
+        /*0070*/                   HMMA.16816.F32.BF16 R12, R8, R10, R12 ;
+        /*0080*/                   HMMA.16816.F32.BF16 R20, R8, R18, R20 ;
+        /*0090*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*00a0*/                   ISETP.GE.AND P0, PT, R0, c[0x0][0x160], PT ;
+        /*00b0*/              @!P0 BRA 0x10 ;
+        /*00c0*/                   STG.E [R6.64], R12 ;
+        /*00d0*/                   EXIT ;
+        /*00e0*/                   BRA 0xe0;
+""")
+    mix = sass.mainloop_mix(instructions)
+    assert (mix.start, mix.end) == (0x10, 0xb0)
+    assert mix.counts == {"hmma": 2, "ldsm": 1, "global": 1, "barrier": 3, "shared": 1, "other": 3}
+    assert (mix.instructions, mix.hmma, mix.other, mix.other_per_hmma) == (11, 2, 3, 1.5)
+
+
+def test_mainloop_mix_takes_the_inner_loop_and_ignores_forward_branches():
+    # The outer loop (0x10 to 0xf0) holds more HMMA, but the inner one (0x60
+    # to 0xa0) is the mainloop; the forward branch at 0x40 is no loop.
+    instructions = listed_instructions("""
+	code for sm_90
+		Function : nested_loops
+        /*0000*/                   MOV R0, RZ ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   STS.128 [R1], R4 ;
+        /*0030*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0040*/               @P1 BRA 0x60 ;
+        /*0050*/                   IADD3 R9, R9, 0x1, RZ ;
+        /*0060*/                   LDSM.16.MT88.4 R8, [R3] ;
+        /*0070*/                   HMMA.16816.F32 R12, R8, R10, R12 ;
+        /*0080*/                   IADD3 R3, R3, 0x20, RZ ;
+        /*0090*/                   ISETP.NE.AND P0, PT, R3, R5, PT ;
+        /*00a0*/               @P0 BRA 0x60 ;
+        /*00b0*/                   HMMA.16816.F32 R20, R8, R10, R20 ;
+        /*00c0*/                   HMMA.16816.F32 R24, R8, R10, R24 ;
+        /*00d0*/                   IADD3 R2, P2, R2, 0x40, RZ ;
+        /*00e0*/                   ISETP.GE.AND P0, PT, R2, R7, PT ;
+        /*00f0*/              @!P0 BRA P2, 0x10 ;
+        /*0100*/                   EXIT ;
+        /*0110*/                   BRA 0x110 ;
+""")
+    mix = sass.mainloop_mix(instructions)
+    assert (mix.start, mix.end) == (0x60, 0xa0)
+    assert mix.counts == {"hmma": 1, "ldsm": 1, "global": 0, "barrier": 0, "shared": 0, "other": 3}
+    assert mix.other_per_hmma == 3.0
+
+
+def test_mainloop_mix_of_side_by_side_loops_takes_the_one_with_most_hmma():
+    # An unrolled loop and its remainder, as nvcc splits a loop of unknown trip count.
+    instructions = listed_instructions("""
+	code for sm_80
+		Function : unrolled_and_remainder
+        /*0000*/                   HMMA.16816.F32 R12, R8, R10, R12 ;
+        /*0010*/                   HMMA.16816.F32 R12, R8, R10, R12 ;
+        /*0020*/                   ISETP.GT.AND P0, PT, R0, 0x1, PT ;
+        /*0030*/               @P0 BRA 0x0 ;
+        /*0040*/                   HMMA.16816.F32 R12, R8, R10, R12 ;
+        /*0050*/               @P1 BRA 0x40 ;
+        /*0060*/                   EXIT ;
+""")
+    mix = sass.mainloop_mix(instructions)
+    assert (mix.start, mix.end, mix.hmma, mix.other) == (0x0, 0x30, 2, 2)
+
+
+def test_mainloop_mix_is_none_without_a_loop_holding_hmma():
+    # HMMA after a forward branch, and a loop of other work: no mainloop.
+    instructions = listed_instructions("""
+	code for sm_90
+		Function : no_mainloop
+        /*0000*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0010*/                   ISETP.GE.AND P0, PT, R0, 0x10, PT ;
+        /*0020*/              @!P0 BRA 0x0 ;
+        /*0030*/               @P1 BRA 0x50 ;
+        /*0040*/                   HMMA.16816.F32 R12, R8, R10, R12 ;
+        /*0050*/                   EXIT ;
+        /*0060*/                   BRA 0x60 ;
+""")
+    assert sass.mainloop_mix(instructions) is None
+    assert sass.mainloop_mix([]) is None
+
+
+def test_branch_targets_and_mix_categories_of_real_opcodes():
+    assert sass.Instruction(0x190, "BRA", "P2, 0x5e0").branch_target() == 0x5e0
+    assert sass.Instruction(0x190, "BRA.U", "!UP0, 0x40").branch_target() == 0x40
+    assert sass.Instruction(0x30, "DEPBAR.LE", "SB0, 0x1").branch_target() is None
+    expected = {
+        "LDGSTS.E.BYPASS.128": "global", "LDG.E.128": "global", "LDSM.16.M88.4": "ldsm", "LDSM.16.MT88.4": "ldsm",
+        "DEPBAR.LE": "barrier", "BAR.SYNC.DEFER_BLOCKING": "barrier", "LDGDEPBAR": "barrier",
+        "HMMA.16816.F32.BF16": "hmma", "HMMA.1688.F32": "hmma", "HGMMA.64x128x16.F32": "hmma",
+        "LDS.128": "shared", "STS.128": "shared", "IMAD.WIDE": "other", "LDL": "other", "BRA": "other",
+    }
+    assert {opcode: sass.mix_category(opcode) for opcode in expected} == expected
+
+
 def test_ptxas_parser_reads_known_report():
     report = """ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'
 ptxas info    : Function properties for _Z1kv
@@ -157,3 +290,38 @@ def test_mma_ceiling_issues_hmma_from_registers_alone(compiled, arch):
                                                            "BAR", "ATOM", "RED")]
     assert not memory, f"memory or barrier instructions among the HMMA: {sorted(set(memory))}"
     assert sass.count_opcodes(between, "HMMA") > len(between) // 2, "the loop is mostly not HMMA"
+
+
+def aligned_mainloops(compiled, kernel):
+    """{kernel name: MainloopMix or None} of the aligned `kernel`s compiled for MIX_ARCH."""
+    return {name: sass.mainloop_mix(code) for name, code in aligned_kernels(compiled[MIX_ARCH][2], (kernel,)).items()
+            if not compiled_out(MIX_ARCH, name)}
+
+
+def other_per_hmma_limit(kernel, mix):
+    large_tile, smaller = OTHER_PER_HMMA_LIMITS[kernel]
+    return large_tile if mix.hmma >= LARGE_TILE_HMMA else smaller
+
+
+@pytest.mark.parametrize("kernel", sorted(OTHER_PER_HMMA_LIMITS))
+def test_aligned_mainloops_spend_few_instructions_besides_hmma(compiled, kernel):
+    mixes = aligned_mainloops(compiled, kernel)
+    assert {input_element(name) for name in mixes} == {"fp16", "bf16"}
+    offending = {name: mix for name, mix in mixes.items()
+                 if mix is None or mix.other_per_hmma > other_per_hmma_limit(kernel, mix)}
+    lines = []
+    for readable, mix in zip(demangle(list(offending)), offending.values()):
+        if mix is None:
+            lines.append(f"{readable}: no loop holds HMMA")
+        else:
+            counts = " ".join(f"{category}={n}" for category, n in mix.counts.items())
+            lines.append(f"{readable}: {mix.other_per_hmma:.2f} other per HMMA > "
+                         f"{other_per_hmma_limit(kernel, mix)} ({counts})")
+    assert not offending, (f"{len(offending)} of {len(mixes)} aligned {kernel}s on {MIX_ARCH} miss issue 15's "
+                           "bound on other instructions per HMMA in the mainloop:\n" + "\n".join(lines))
+
+
+def test_large_tile_gemm_mainloops_exist(compiled):
+    most = max((mix.hmma for mix in aligned_mainloops(compiled, "gemm_kernel").values() if mix), default=0)
+    assert most >= LARGE_TILE_HMMA, (f"the aligned GEMM kernels on {MIX_ARCH} issue at most {most} HMMA per mainloop "
+                                     f"iteration; issue 15's large tiles issue {LARGE_TILE_HMMA} or more")

@@ -2,9 +2,9 @@
 
 Lists every kernel compiled into the extension with its arch, the type of its
 products' inputs (fp16 or bf16), registers, shared, stack and local memory,
-and its count of HMMA (and HGMMA) Tensor Core instructions, read from the
-machine code with cuobjdump. On a GPU it also runs each op once under
-torch.profiler and shows which kernels ran.
+its count of HMMA (and HGMMA) Tensor Core instructions, and the instruction
+mix of its mainloop, read from the machine code with cuobjdump. On a GPU it
+also runs each op once under torch.profiler and shows which kernels ran.
 """
 
 import dataclasses
@@ -22,6 +22,11 @@ from . import display
 # The kernels that must run on Tensor Cores, by name: GEMM, convolution and
 # the mma.sync ceiling.
 TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel", "mma_ceiling_kernel")
+# The mainloop mix's columns, by sass.mix_category: one pass through the
+# innermost loop that holds HMMA. "other" is what keeps the Tensor Cores
+# waiting: address arithmetic, predicates and loop control.
+MIX_COLUMNS = {"hmma": "loop HMMA", "ldsm": "LDSM", "global": "LDG", "barrier": "BAR", "shared": "LDS/STS",
+               "other": "other"}
 # The oldest arch whose Tensor Cores take bf16. For older archs the bf16
 # kernels are compiled to an empty body, and their launchers refuse to run.
 BF16_MIN_ARCH = 80
@@ -58,6 +63,7 @@ class KernelInfo:
     local_bytes: int
     hmma: int
     hgmma: int
+    mix: object = None  # sass.MainloopMix, None where no loop holds HMMA
 
 
 def demangle(names):
@@ -71,23 +77,41 @@ def demangle(names):
 def inspect_binary(path):
     """KernelInfo for every kernel of every arch in a cubin, object or shared library."""
     usage = sass.resource_usage(path)
-    code = sass.dump_sass(path)
+    code = sass.dump_sass_instructions(path)
     kernels = []
-    for (arch, name), opcodes in sorted(code.items(), key=lambda item: (item[0][0] or "", item[0][1])):
+    for (arch, name), instructions in sorted(code.items(), key=lambda item: (item[0][0] or "", item[0][1])):
         res = usage.get((arch, name)) or usage.get((None, name)) or {}
+        opcodes = [i.opcode for i in instructions]
         kernels.append(KernelInfo(arch or "?", name, input_element(name), res.get("REG", 0), res.get("SHARED", 0), res.get("STACK", 0),
                                   res.get("LOCAL", 0), sass.count_opcodes(opcodes, "HMMA"),
-                                  sass.count_opcodes(opcodes, "HGMMA")))
+                                  sass.count_opcodes(opcodes, "HGMMA"), sass.mainloop_mix(instructions)))
     for kernel, readable in zip(kernels, demangle([k.name for k in kernels])):
         kernel.name = readable
     return kernels
 
 
+def mix_cells(mix):
+    """The mix columns of one kernel: counts, then other per HMMA; "-" without a mainloop."""
+    if mix is None:
+        return ("-",) * (len(MIX_COLUMNS) + 1)
+    return (*(mix.counts[category] for category in MIX_COLUMNS), f"{mix.other_per_hmma:.2f}")
+
+
 def format_kernels(kernels):
-    header = ("arch", "input", "regs", "shared", "stack", "local", "HMMA", "HGMMA", "kernel")
+    header = ("arch", "input", "regs", "shared", "stack", "local", "HMMA", "HGMMA", *MIX_COLUMNS.values(),
+              "other/HMMA", "kernel")
     rows = [(k.arch, k.input or "-", k.registers, k.shared_bytes, k.stack_bytes, k.local_bytes, k.hmma, k.hgmma,
-             k.name) for k in kernels]
+             *mix_cells(k.mix), k.name) for k in kernels]
     return display.format_table(header, rows)
+
+
+def mix_legend():
+    """What the mix columns count, from sass.MIX_CATEGORIES."""
+    counted = [f"{MIX_COLUMNS[category]} counts {'+'.join(opcodes)}"
+               for category, opcodes in sass.MIX_CATEGORIES.items() if MIX_COLUMNS[category] != "/".join(opcodes)]
+    return display.wrap(f"{MIX_COLUMNS['hmma']} to other/HMMA: one pass through the mainloop (the innermost loop "
+                        f"holding HMMA) as compiled; {', '.join(counted)}; other is address arithmetic, predicates "
+                        "and loop control; '-': no such loop.")
 
 
 def profile_ops():
@@ -134,6 +158,8 @@ def main(args):
         return 1
     print(f"{binary}: {len(kernels)} kernels for {', '.join(sorted({k.arch for k in kernels}))}")
     print(format_kernels(kernels))
+    if any(k.mix for k in kernels):
+        print(mix_legend())
     products = [k for k in kernels if any(name in k.name for name in TENSOR_CORE_KERNELS)]
     empty = [k for k in products if compiled_out(k.arch, k.name)]
     products = [k for k in products if not compiled_out(k.arch, k.name)]

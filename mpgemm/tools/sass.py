@@ -189,9 +189,10 @@ def find_tool(name):
     return None
 
 
-def dump_sass(binary):
-    """SASS of every kernel in a cubin, object file or shared library."""
-    return parse_sass(_run_cuobjdump("--dump-sass", binary))
+def dump_sass_instructions(binary):
+    """SASS of every kernel in a cubin, object file or shared library:
+    {(arch, kernel name): [Instruction, ...]}."""
+    return parse_sass_instructions(_run_cuobjdump("--dump-sass", binary))
 
 
 _RESOURCE_ARCH = re.compile(r"arch = (sm_\d+a?)")
