@@ -12,11 +12,19 @@
 namespace mpgemm::kernels {
 
 // Copies 16 bytes (both addresses 16-byte aligned). With valid = false nothing
-// is read and the destination is zero-filled.
+// is read and the destination is zero-filled. The predicate is formed inside
+// the asm, next to its one use: predicates hoisted out of the mainloop would
+// outnumber the 7 predicate registers and be spilled and restored instead.
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+  asm volatile(
+      "{\n"
+      "  .reg .pred ignore_src;\n"
+      "  setp.eq.u32 ignore_src, %2, 0;\n"
+      "  cp.async.cg.shared.global [%0], [%1], 16, ignore_src;\n"
+      "}\n" ::"r"(dst),
+      "l"(global_src), "r"(unsigned(valid)));
 #endif
 }
 

@@ -39,32 +39,33 @@ template <class Tile, int kBlockK, int kThreads, int Vector>
 struct MatrixLoader {
   using Element = typename Tile::Element;
   using Copy = TileCopy<typename Tile::Shape, kThreads, Vector>;
-  static_assert(Copy::kPerThread <= 32, "chunk predicates are bits of one word");
 
-  const Element* ptr;      // this thread's chunk 0 in the current slice
-  int64_t chunk_stride;    // from one of this thread's chunks to the next
-  int64_t slice_stride;    // from one full slice to the next
-  int64_t first_stride;    // from slice 0 to slice 1
-  unsigned valid;          // bit i: chunk i is read, else zero-filled
-  unsigned valid_after_first;
+  const Element* ptr;    // this thread's chunk 0 in the current slice
+  int64_t chunk_stride;  // from one of this thread's chunks to the next
+  int64_t slice_stride;  // from one full slice to the next
+  int64_t first_stride;  // from slice 0 to slice 1
+  // A thread's chunks lie kOuterStep rows apart, so those inside the matrix
+  // are always its first ones: chunk i is read if i < valid, else zero-filled.
+  int valid, valid_after_first;
   typename Copy::Chunk regs[Copy::kPerThread];
 
   __device__ MatrixLoader(const Element* base, int64_t ld, int64_t k_step, int mn_left, int64_t k)
       : chunk_stride(Copy::kOuterStep * ld),
         slice_stride(kBlockK * k_step),
-        first_stride(KPartition<kBlockK>::first_extent(k) * k_step),
-        valid(0),
-        valid_after_first(0) {
+        first_stride(KPartition<kBlockK>::first_extent(k) * k_step) {
     const typename Copy::Coord first = Copy::first();
     ptr = base + first.outer * ld + first.inner;
     const int first_extent = KPartition<kBlockK>::first_extent(k);
-#pragma unroll
-    for (int i = 0; i < Copy::kPerThread; ++i) {
-      const int outer = Copy::outer(i);
-      const bool in_mn = Tile::kKIsInner ? outer < mn_left : first.inner < mn_left;
-      const bool in_first = Tile::kKIsInner ? first.inner < first_extent : outer < first_extent;
-      valid_after_first |= unsigned(in_mn) << i;
-      valid |= unsigned(in_mn && in_first) << i;
+    // Chunks whose row lies below `limit`.
+    const auto rows_below = [&](int limit) {
+      return limit <= first.outer ? 0 : min(Copy::kPerThread, (limit - first.outer + Copy::kOuterStep - 1) / Copy::kOuterStep);
+    };
+    if (Tile::kKIsInner) {
+      valid_after_first = rows_below(mn_left);
+      valid = first.inner < first_extent ? valid_after_first : 0;
+    } else {
+      valid_after_first = first.inner < mn_left ? Copy::kPerThread : 0;
+      valid = min(valid_after_first, rows_below(first_extent));
     }
   }
 
@@ -73,13 +74,13 @@ struct MatrixLoader {
     const Element* from = ptr;
 #pragma unroll
     for (int i = 0; i < Copy::kPerThread; ++i, from += chunk_stride)
-      cp_async_16(to + i * Copy::kSmemStep, from, (valid >> i) & 1);
+      cp_async_16(to + i * Copy::kSmemStep, from, i < valid);
   }
   __device__ void load() {
     const Element* from = ptr;
 #pragma unroll
     for (int i = 0; i < Copy::kPerThread; ++i, from += chunk_stride)
-      regs[i] = (valid >> i) & 1 ? *reinterpret_cast<const typename Copy::Chunk*>(from) : typename Copy::Chunk{};
+      regs[i] = i < valid ? *reinterpret_cast<const typename Copy::Chunk*>(from) : typename Copy::Chunk{};
   }
   __device__ void store(Element* tile) const { Copy::store(tile, regs); }
   __device__ void advance_past_first() {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <mma.h>
 
@@ -32,6 +33,17 @@
 #include "wmma_load.cuh"
 
 namespace mpgemm::kernels {
+
+// f(std::integral_constant<int, i>) for i in [0, N): loop indices that must be
+// compile-time constants (fragment offsets are immediates of the load).
+template <class F, int... I>
+__device__ __forceinline__ void static_for(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for(f, std::make_integer_sequence<int, N>{});
+}
 
 // Shared-memory footprint of one kernel instantiation. The epilogue reuses the
 // mainloop's buffers.
@@ -87,27 +99,30 @@ struct WmmaBlock {
       for (int j = 0; j < Config::kFragmentsN; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
   }
 
-  // One K slice from a shared-memory stage (A's tile, then B's) into the
-  // warp's accumulators.
-  __device__ void mma_slice(Accumulators& acc, const Element* stage) const {
-    const Element* tile_a = stage + a_warp_offset;
-    const Element* tile_b = stage + TileA::Shape::kElements + b_warp_offset;
-#pragma unroll
-    for (int kk = 0; kk < Config::kBlockK; kk += Config::kFragment) {
+  // One K slice from shared memory into the warp's accumulators: A's tile
+  // lies kOffset elements past `warp_a` (this warp's rows of a stage's A
+  // tile), B's kOffset plus A's tile size past `warp_b`. With kOffset a
+  // constant, every fragment load addresses its stage by an immediate.
+  template <int kOffset>
+  __device__ void mma_slice(Accumulators& acc, const Element* warp_a, const Element* warp_b) const {
+    static_for<Config::kBlockK / Config::kFragment>([&](auto step) {
+      constexpr int kk = decltype(step)::value * Config::kFragment;
       FragmentA frag_a[Config::kFragmentsM];
       FragmentB frag_b[Config::kFragmentsN];
-#pragma unroll
-      for (int i = 0; i < Config::kFragmentsM; ++i)
-        load_fragment(frag_a[i], tile_a + TileA::offset(i * Config::kFragment, kk), TileA::Shape::kPitch);
-#pragma unroll
-      for (int j = 0; j < Config::kFragmentsN; ++j)
-        load_fragment(frag_b[j], tile_b + TileB::offset(j * Config::kFragment, kk), TileB::Shape::kPitch);
+      static_for<Config::kFragmentsM>([&](auto i) {
+        constexpr int kAt = kOffset + TileA::offset(decltype(i)::value * Config::kFragment, kk);
+        load_fragment<kAt, TileA::Shape::kPitch>(frag_a[decltype(i)::value], warp_a);
+      });
+      static_for<Config::kFragmentsN>([&](auto j) {
+        constexpr int kAt = kOffset + TileA::Shape::kElements + TileB::offset(decltype(j)::value * Config::kFragment, kk);
+        load_fragment<kAt, TileB::Shape::kPitch>(frag_b[decltype(j)::value], warp_b);
+      });
 #pragma unroll
       for (int i = 0; i < Config::kFragmentsM; ++i)
 #pragma unroll
         for (int j = 0; j < Config::kFragmentsN; ++j)
           nvcuda::wmma::mma_sync(acc[i][j], frag_a[i], frag_b[j], acc[i][j]);
-    }
+    });
   }
 
   __device__ static Element* stage_a(Element* smem, int stage) { return smem + stage * Smem::kStageElements; }
@@ -116,45 +131,50 @@ struct WmmaBlock {
   }
 
   // sm_80+: kStages-deep cp.async pipeline. One group is committed per slice,
-  // empty ones included, so wait_group counts stay uniform. The stage that
-  // slice s + kStages - 1 fills is the one slice s - 1 was read from, so two
-  // rotating pointers stand for all stage arithmetic.
+  // empty ones included, so wait_group counts stay uniform. The loop body is
+  // unrolled over the kStages stages, so that every stage's place in shared
+  // memory is a constant: fragment loads and copies address it by immediates.
   template <class LoaderA, class LoaderB>
   __device__ void mainloop_async(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, Element* smem) const {
     constexpr int kStages = Config::kStages;
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    static_for<kStages - 1>([&](auto stage) {
+      constexpr int s = decltype(stage)::value;
       if (s < slices) {
         a.copy_async(stage_a(smem, s));
         b.copy_async(stage_b(smem, s));
       }
       cp_async_commit();
-      if (s == 0) {
+      if constexpr (s == 0) {
         a.advance_past_first();
         b.advance_past_first();
       } else {
         a.advance();
         b.advance();
       }
-    }
-    Element* const last = stage_a(smem, kStages - 1);
-    Element* read = smem;
-    Element* write = last;
-    for (int s = 0; s < slices; ++s) {
-      cp_async_wait<kStages - 2>();
-      // Makes slice s visible to all warps, and tells the producer that every
-      // warp is done with the buffer that slice s + kStages - 1 overwrites.
-      __syncthreads();
-      if (s + kStages - 1 < slices) {
-        a.copy_async(write);
-        b.copy_async(write + TileA::Shape::kElements);
-        a.advance();
-        b.advance();
-      }
-      cp_async_commit();
-      mma_slice(acc, read);
-      write = read;
-      read = read == last ? smem : read + Smem::kStageElements;
+    });
+    const Element* warp_a = smem + a_warp_offset;
+    const Element* warp_b = smem + b_warp_offset;
+    for (int s0 = 0; s0 < slices; s0 += kStages) {
+      // Slice s = s0 + j is read from stage j; the slice kStages - 1 ahead
+      // goes into the stage slice s - 1 was read from.
+      static_for<kStages>([&](auto j) {
+        constexpr int kRead = decltype(j)::value, kWrite = (kRead + kStages - 1) % kStages;
+        const int s = s0 + kRead;
+        if (s < slices) {
+          cp_async_wait<kStages - 2>();
+          // Makes slice s visible to all warps, and tells the producer that
+          // every warp is done with the stage that slice s + kStages - 1 overwrites.
+          __syncthreads();
+          if (s + kStages - 1 < slices) {
+            a.copy_async(stage_a(smem, kWrite));
+            b.copy_async(stage_b(smem, kWrite));
+            a.advance();
+            b.advance();
+          }
+          cp_async_commit();
+          mma_slice<kRead * Smem::kStageElements>(acc, warp_a, warp_b);
+        }
+      });
     }
     cp_async_wait<0>();
   }
@@ -183,7 +203,7 @@ struct WmmaBlock {
         a.advance();
         b.advance();
       }
-      mma_slice(acc, read);
+      mma_slice<0>(acc, read + a_warp_offset, read + b_warp_offset);
       if (s + 1 < slices) {
         a.store(write);
         b.store(write + TileA::Shape::kElements);
