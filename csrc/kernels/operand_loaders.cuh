@@ -58,14 +58,16 @@ struct MatrixLoader {
     const int first_extent = KPartition<kBlockK>::first_extent(k);
     // Chunks whose row lies below `limit`.
     const auto rows_below = [&](int limit) {
-      return limit <= first.outer ? 0 : min(Copy::kPerThread, (limit - first.outer + Copy::kOuterStep - 1) / Copy::kOuterStep);
+      const int rows = limit <= first.outer ? 0 : (limit - first.outer + Copy::kOuterStep - 1) / Copy::kOuterStep;
+      return rows < Copy::kPerThread ? rows : Copy::kPerThread;
     };
     if (Tile::kKIsInner) {
       valid_after_first = rows_below(mn_left);
       valid = first.inner < first_extent ? valid_after_first : 0;
     } else {
       valid_after_first = first.inner < mn_left ? Copy::kPerThread : 0;
-      valid = min(valid_after_first, rows_below(first_extent));
+      const int in_first = rows_below(first_extent);
+      valid = in_first < valid_after_first ? in_first : valid_after_first;
     }
   }
 
