@@ -132,6 +132,9 @@ class MainloopMix:
     start: int
     end: int
     counts: dict
+    # Block-wide barriers (BAR.SYNC) in the pass: mpgemm's mainloops meet at
+    # one per K slice, and a pass may be unrolled over several slices.
+    block_barriers: int = 1
 
     @property
     def instructions(self):
@@ -148,6 +151,11 @@ class MainloopMix:
     @property
     def other_per_hmma(self):
         return self.other / self.hmma if self.hmma else float("inf")
+
+    @property
+    def hmma_per_slice(self):
+        """HMMA per K slice: per block-wide barrier of the pass."""
+        return self.hmma / max(self.block_barriers, 1)
 
 
 def mainloop_mix(instructions):
@@ -171,7 +179,8 @@ def mainloop_mix(instructions):
     counts = {category: 0 for category in (*MIX_CATEGORIES, "other")}
     for i in body:
         counts[mix_category(i.opcode)] += 1
-    return MainloopMix(start, end, counts)
+    barriers = sum(1 for i in body if i.opcode.split(".")[0] == "BAR" and ".SYNC" in i.opcode)
+    return MainloopMix(start, end, counts, barriers)
 
 
 def find_tool(name):
