@@ -11,13 +11,27 @@
 
 namespace mpgemm::kernels {
 
-// Copies 16 bytes (both addresses 16-byte aligned). With valid = false nothing
-// is read and the destination is zero-filled.
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
+// Copies Bytes (16, 8 or 4; both addresses aligned to Bytes). With valid =
+// false nothing is read and the destination is zero-filled. 16-byte copies
+// bypass L1 (.cg: every byte is used once per block); the narrower ones, only
+// allowed through L1 (.ca), serve operands whose rows are merely 4- or 8-byte
+// aligned (odd leading dimensions).
+template <int Bytes>
+__device__ __forceinline__ void cp_async(void* smem_dst, const void* global_src, bool valid) {
+  static_assert(Bytes == 16 || Bytes == 8 || Bytes == 4, "cp.async copies 4, 8 or 16 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(global_src), "n"(Bytes),
+                 "r"(valid ? Bytes : 0));
 #endif
+}
+
+// The 16-byte form, as the gather loaders spell it.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
+  cp_async<16>(smem_dst, global_src, valid);
 }
 
 // Closes the group of copies issued since the last commit.
