@@ -141,6 +141,40 @@ def test_misaligned_views(dtype):
     assert relative_error(out, reference_gemm(a, b)) < TOLERANCE
 
 
+def narrow_operand(shape, layout, dtype, align):
+    """A (rows, cols) operand whose rows (layout "row") or columns ("col") lie a
+    multiple of `align` elements apart, but not of 8, from a base `align`
+    elements past a 16-byte boundary: the launcher's loads then take chunks of
+    exactly `align` elements (4 bytes for 2, 8 for 4) where the contiguous
+    extent is a multiple of `align`."""
+    rows, cols = shape
+    inner, outer = (cols, rows) if layout == "row" else (rows, cols)
+    ld = -(-inner // align) * align
+    ld += align if ld % 8 == 0 else 0
+    flat = operand((align + outer * ld,), dtype=dtype)
+    stored = flat[align:].view(outer, ld)[:, :inner]
+    return stored if layout == "row" else stored.t()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, a_layout, b_layout, align", [
+    (4095, 4097, 4094, "row", "col", 2),   # K contiguous in both, M and N odd
+    (4095, 4097, 4092, "row", "col", 4),
+    (1024, 1026, 1027, "col", "row", 2),   # M and N contiguous, K odd: its remainder in slice 0
+    (1020, 1028, 1027, "col", "row", 4),
+    (1023, 1026, 1028, "row", "row", 2),
+    (1028, 1025, 1020, "col", "col", 4),
+    (4095, 4097, 4093, "row", "col", 2),   # odd K: one-element loads, padded rows
+])
+def test_odd_shapes_on_narrow_loads(m, n, k, a_layout, b_layout, align, dtype):
+    a = narrow_operand((m, k), a_layout, dtype, align)
+    b = narrow_operand((k, n), b_layout, dtype, align)
+    for out_dtype in (torch.float32, dtype):
+        out = poisoned_gemm(a, b, out_dtype=out_dtype)
+        assert not out.isnan().any()
+        assert relative_error(out, cublas_gemm(a, b).double().cpu()) < tolerance(out_dtype)
+
+
 @needs_bf16
 def test_bf16_linear_rounds_fp32_operands_to_bf16():
     x, weight = torch.randn(33, 40, device="cuda"), torch.randn(24, 40, device="cuda").bfloat16()

@@ -11,21 +11,37 @@
 
 namespace mpgemm::kernels {
 
-// Copies 16 bytes (both addresses 16-byte aligned). With valid = false nothing
-// is read and the destination is zero-filled. The predicate is formed inside
+// Copies Bytes (16, 8 or 4; both addresses aligned to Bytes). With valid =
+// false nothing is read and the destination is zero-filled. 16-byte copies
+// bypass L1 (.cg: every byte is used once per block); the narrower ones, only
+// allowed through L1 (.ca), serve operands whose rows are merely 4- or 8-byte
+// aligned (odd leading dimensions). The zero-fill predicate is formed inside
 // the asm, next to its one use: predicates hoisted out of the mainloop would
 // outnumber the 7 predicate registers and be spilled and restored instead.
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
+template <int Bytes>
+__device__ __forceinline__ void cp_async(void* smem_dst, const void* global_src, bool valid) {
+  static_assert(Bytes == 16 || Bytes == 8 || Bytes == 4, "cp.async copies 4, 8 or 16 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile(
-      "{\n"
-      "  .reg .pred ignore_src;\n"
-      "  setp.eq.u32 ignore_src, %2, 0;\n"
-      "  cp.async.cg.shared.global [%0], [%1], 16, ignore_src;\n"
-      "}\n" ::"r"(dst),
-      "l"(global_src), "r"(unsigned(valid)));
+#define MPGEMM_CP_ASYNC(CACHE)                                     \
+  asm volatile(                                                    \
+      "{\n"                                                        \
+      "  .reg .pred ignore_src;\n"                                 \
+      "  setp.eq.u32 ignore_src, %2, 0;\n"                         \
+      "  cp.async." CACHE ".shared.global [%0], [%1], %3, ignore_src;\n" \
+      "}\n" ::"r"(dst),                                            \
+      "l"(global_src), "r"(unsigned(valid)), "n"(Bytes))
+  if constexpr (Bytes == 16)
+    MPGEMM_CP_ASYNC("cg");
+  else
+    MPGEMM_CP_ASYNC("ca");
+#undef MPGEMM_CP_ASYNC
 #endif
+}
+
+// The 16-byte form, as the gather loaders spell it.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
+  cp_async<16>(smem_dst, global_src, valid);
 }
 
 // Closes the group of copies issued since the last commit.

@@ -2,7 +2,7 @@
 //
 // WmmaBlock's mainloops drive every loader through one protocol:
 //   copy_async(tile)        the current slice into shared memory (cp.async,
-//                           16-byte chunks, zero-filling what lies outside)
+//                           4- to 16-byte chunks, zero-filling what lies outside)
 //   load(), store(tile)     the same through registers (sm_75, one-element loads)
 //   advance_past_first()    after slice 0
 //   advance()               after every later slice
@@ -76,7 +76,7 @@ struct MatrixLoader {
     const Element* from = ptr;
 #pragma unroll
     for (int i = 0; i < Copy::kPerThread; ++i, from += chunk_stride)
-      cp_async_16(to + i * Copy::kSmemStep, from, i < valid);
+      cp_async<sizeof(typename Copy::Chunk)>(to + i * Copy::kSmemStep, from, i < valid);
   }
   __device__ void load() {
     const Element* from = ptr;

@@ -43,22 +43,25 @@ struct OperandTile {
 };
 
 // Which chunks of a Shape tile each of kThreads threads moves between global
-// and shared memory: kPerThread chunks of Vector contiguous elements, 8 (16
-// bytes) when the caller guarantees aligned rows and an inner extent that is a
-// multiple of 8, else 1. Consecutive threads take consecutive chunks of a row,
+// and shared memory: kPerThread chunks of Vector contiguous elements: 8, 4 or
+// 2 (16, 8 or 4 bytes) when the caller guarantees rows aligned to the chunk and
+// an inner extent that is a multiple of Vector, else 1. Consecutive threads take consecutive chunks of a row,
 // so a thread keeps one inner position and its chunks lie kOuterStep rows
 // apart: its addresses in both memories step by constants, worked out once.
 template <class Shape, int kThreads, int Vector>
 struct TileCopy {
   using Element = typename Shape::Element;
-  static_assert(Vector == 8 || Vector == 1, "chunks are 16 bytes or one element");
+  static_assert(Vector == 8 || Vector == 4 || Vector == 2 || Vector == 1, "chunks are 16, 8, 4 or 2 bytes");
   static constexpr int kChunksPerRow = Shape::kInner / Vector;
   static constexpr int kChunks = Shape::kOuter * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "threads must divide the tile evenly");
   static_assert(kThreads % kChunksPerRow == 0, "each thread keeps one inner position");
   static constexpr int kPerThread = kChunks / kThreads;
   static constexpr int kOuterStep = kThreads / kChunksPerRow;
-  using Chunk = std::conditional_t<Vector == 8, uint4, unsigned short>;
+  using Chunk = std::conditional_t<Vector == 8, uint4,
+                                   std::conditional_t<Vector == 4, uint2,
+                                                      std::conditional_t<Vector == 2, unsigned, unsigned short>>>;
+  static_assert(sizeof(Chunk) == Vector * sizeof(Element), "a chunk holds Vector elements");
 
   struct Coord {
     int outer, inner;

@@ -220,7 +220,9 @@ struct WmmaBlock {
   template <int Vector, class LoaderA, class LoaderB>
   __device__ void mainloop(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, Element* smem) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if constexpr (Vector == 8)
+    // cp.async copies 4, 8 or 16 bytes: chunks of one 2-byte element go
+    // through registers.
+    if constexpr (Vector > 1)
       mainloop_async(acc, a, b, slices, smem);
     else
       mainloop_register_staged(acc, a, b, slices, smem);

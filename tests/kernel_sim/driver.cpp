@@ -31,13 +31,14 @@ alignas(128) unsigned char smem[228 * 1024];
 using sim::Buffer;
 using sim::get;
 using sim::rnd;
-using sim::round8;
 using sim::rng;
 using sim::set;
 
 // A batch of fp16 or bf16 (rows x cols) matrices, row- or column-major, with
-// padded or repeated (ld = 0) rows, batch stride 0 for broadcast, and a base
-// that is misaligned unless `aligned`.
+// padded or repeated (ld = 0) rows and batch stride 0 for broadcast. `align`
+// (8, 4 or 2 elements) makes the base, ld and batch stride multiples of it and
+// the base no multiple of twice it (below 8), so that the launcher loads
+// chunks of exactly `align` elements; 1 leaves them anything.
 struct Operand {
   std::unique_ptr<Buffer> mem;
   void* data;
@@ -46,15 +47,16 @@ struct Operand {
   float at(int64_t b, int64_t i, int64_t j) const { return get(data, type, b * bs + i * rs + j * cs); }
 };
 
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
 static Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols, bool row_major,
-                            bool aligned) {
+                            int64_t align) {
   const int64_t inner = row_major ? cols : rows, outer = row_major ? rows : cols;
-  int64_t ld = inner + (aligned ? 8 * rnd(0, 1) : rnd(0, 3));
+  int64_t ld = align > 1 ? round_up(inner, align) + align * rnd(0, 1) : inner + rnd(0, 3);
   if (rnd(0, 15) == 0) ld = 0;
   const int64_t footprint = inner && outer ? (outer - 1) * ld + inner : 0;
-  const int64_t bs = rnd(0, 3) == 0 ? 0 : aligned ? round8(footprint) + 8 * rnd(0, 1) : footprint + rnd(0, 3);
-  const int64_t offset = aligned ? 0 : rnd(0, 7);
-  const int64_t extent = footprint ? (batch - 1) * bs + footprint : 0;
+  const int64_t bs = rnd(0, 3) == 0 ? 0 : round_up(footprint, align) + align * rnd(0, 1);
+  const int64_t offset = align == 8 ? 0 : align > 1 ? align * (2 * rnd(0, 3 / align) + 1) : rnd(0, 7);
   Operand o{std::make_unique<Buffer>((offset + extent) * 2), nullptr, type, bs, row_major ? ld : 1,
             row_major ? 1 : ld};
   o.data = o.mem->p + 2 * offset;
@@ -69,16 +71,21 @@ static bool gemm_case(int index) {
   int64_t m = rnd(0, 3) ? rnd(1, 200) : rnd(1, 16);
   int64_t n = rnd(0, 3) ? rnd(1, 200) : rnd(1, 16);
   int64_t k = rnd(0, 7) ? rnd(1, 100) : 0;
-  const bool a_row = rnd(0, 1), b_row = rnd(0, 1), aligned = rnd(0, 1);
-  if (aligned) {  // contiguous extents in whole 16-byte chunks
-    (a_row ? k : m) = round8(a_row ? k : m);
-    (b_row ? n : k) = round8(b_row ? n : k);
+  // Every 16 cases run each load width (16, 8, 4 and 2 bytes) with each
+  // layout; from sm_80 on, cases 0-15 in fp16 and 16-31 in bf16.
+  const int64_t align = 8 >> index % 4;
+  const bool a_row = index / 4 % 2, b_row = index / 8 % 2;
+  if (align > 1) {  // contiguous extents in whole chunks; the others stay odd where they fall so
+    (a_row ? k : m) = round_up(a_row ? k : m, align);
+    (b_row ? n : k) = round_up(b_row ? n : k, align);
   }
   // Now and then bf16 below sm_80 too, which must be refused.
-  const ElementType ab_type = __CUDA_ARCH__ < 800 && rnd(0, 7) == 0 ? ElementType::kBFloat16 : sim::input_type();
+  const ElementType ab_type = __CUDA_ARCH__ < 800 ? (rnd(0, 7) == 0 ? ElementType::kBFloat16 : ElementType::kFloat16)
+                              : index / 16 % 2                ? ElementType::kBFloat16
+                                                               : ElementType::kFloat16;
   const bool refused = ab_type == ElementType::kBFloat16 && __CUDA_ARCH__ < 800;
-  const Operand a = make_operand(ab_type, batch, m, k, a_row, aligned);
-  const Operand b = make_operand(ab_type, batch, k, n, b_row, aligned);
+  const Operand a = make_operand(ab_type, batch, m, k, a_row, align);
+  const Operand b = make_operand(ab_type, batch, k, n, b_row, align);
 
   GemmParams p;
   p.batch = batch, p.m = m, p.n = n, p.k = k;
@@ -116,9 +123,9 @@ static bool gemm_case(int index) {
     for (int64_t byte = 0; !written[e] && byte < esize; ++byte)
       if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
   if (bad)
-    printf("gemm case %d FAILED: err=%d ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
+    printf("gemm case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
            "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld multiprocessors=%d max_grid_y=%u\n",
-           index, int(err), int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
+           index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
            int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, sim::multiprocessors,
            sim::max_grid.y);
   return bad;

@@ -18,7 +18,6 @@ namespace sim {
 
 inline std::mt19937_64 rng;
 inline int64_t rnd(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
-inline int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
 // Global memory of exactly `bytes`, filled with 0xff (NaN in fp16 and fp32):
 // AddressSanitizer catches any access past either end.
@@ -61,10 +60,6 @@ inline float rounded(float v, ElementType type) {
   return get(bytes, type, 0);
 }
 
-// A random type of a product's inputs: bf16 from sm_80 on, where its kernels are compiled.
-inline ElementType input_type() {
-  return __CUDA_ARCH__ >= 800 && rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
-}
 inline ElementType any_type() { return ElementType(rnd(0, 2)); }
 
 // An epilogue's bias of n random elements of a random type, or none; `values`
