@@ -55,8 +55,9 @@ std::atomic<bool> any_tuned{false};  // spares launches the lock while the table
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
   if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;
   const TileConfigInfo& c = tile_config(id);
-  // Split-K runs single matrices only, and each split gets at least one slice.
-  return fits_device(c, s, d) && (split_k == 1 || (s.batch == 1 && split_k <= slices(c, s.k)));
+  // Split-K runs single matrices only. A split with no K slice (more splits
+  // than slices) is correct, only wasteful: candidate_plans leaves it out.
+  return fits_device(c, s, d) && (split_k == 1 || s.batch == 1);
 }
 
 // The rule:
@@ -106,7 +107,8 @@ std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d)
   std::vector<GemmPlan> plans;
   for (const TileConfigInfo& c : kTileConfigs)
     for (int split_k = 1; split_k <= kMaxSplitK; split_k *= 2)
-      if (admissible(s, d, c.id, split_k)) plans.push_back(make_plan(c.id, s, split_k, false));
+      if (admissible(s, d, c.id, split_k) && (split_k == 1 || split_k <= slices(c, s.k)))
+        plans.push_back(make_plan(c.id, s, split_k, false));
   // The heuristic's split count need not be a power of two.
   const GemmPlan heuristic = heuristic_plan(s, d);
   const bool listed = std::any_of(plans.begin(), plans.end(), [&](const GemmPlan& p) {
