@@ -1,5 +1,6 @@
 """Kernel simulation: g++ compiles the CUDA kernels of csrc/kernels against the
-stand-in CUDA headers of tests/kernel_sim and runs random GEMM, unscale,
+stand-in CUDA headers of tests/kernel_sim and runs random GEMM (every tile
+configuration of gemm_plan.h, split-K, grouped tile orders), unscale,
 convolution (fprop, dgrad, wgrad) and mma.sync ceiling problems on the host,
 with fp16 and bf16 inputs (bf16 from sim arch 800 on; below it launches must be
 refused),

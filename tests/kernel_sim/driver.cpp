@@ -5,8 +5,10 @@
 // fp32 sums are exact in any order and results must match bit for bit. bf16
 // products run from sim arch 800 on; below it their launches must be refused.
 //   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
-// Prints "gemm: F/N failed", "unscale: F/N failed", "conv: F/N failed" (and how
-// many distinct conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
+// Prints "gemm: F/N failed" (random problems on the launcher's plan), "gemm
+// plans: F/N failed" (split-K, every configuration of the table, grouped tile
+// orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
+// conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
