@@ -14,7 +14,8 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 DEFAULT_CUDA_ARCHS = "7.5;8.0;8.6;8.9;9.0"
-CPU_SOURCES = ["csrc/ops.cpp", "csrc/autocast.cpp", "csrc/checks.cpp", "csrc/conv_cpu.cpp", "csrc/gemm_cpu.cpp", "csrc/unscale_cpu.cpp"]
+CPU_SOURCES = ["csrc/ops.cpp", "csrc/autocast.cpp", "csrc/checks.cpp", "csrc/conv_cpu.cpp", "csrc/gemm_cpu.cpp", "csrc/unscale_cpu.cpp",
+               "csrc/gemm_plan_py.cpp", "csrc/kernels/gemm_plan.cpp"]
 CUDA_SOURCES = [
     "csrc/cuda/conv_cuda.cpp",
     "csrc/cuda/cublas_baseline.cpp",

@@ -224,6 +224,10 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
 #define MPGEMM_TORCH_VERSION ""
 #endif
 
+namespace mpgemm {
+int add_gemm_plan_functions(PyObject* module);  // gemm_plan_py.cpp
+}
+
 static PyObject* build_info(PyObject*, PyObject*) {
   using Ceiling = mpgemm::kernels::MmaCeilingConfig;
   return Py_BuildValue("{s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i}}", "backend", MPGEMM_BUILD_BACKEND, "cuda_archs",
@@ -240,5 +244,7 @@ static PyMethodDef module_methods[] = {
 // Importing mpgemm._C loads this library, whose static initializers register the ops.
 extern "C" PyMODINIT_FUNC PyInit__C() {
   static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, module_methods};
-  return PyModule_Create(&module);
+  PyObject* m = PyModule_Create(&module);
+  if (m != nullptr && mpgemm::add_gemm_plan_functions(m) != 0) Py_CLEAR(m);
+  return m;
 }

@@ -12,6 +12,17 @@ from . import autograd  # noqa: F401  (registers the backward formulas)
 from ._build import build_info
 from .convert import convert, converted_layers
 from .ops import conv2d, gemm, linear
+from .plan import clear_tuning_cache, gemm_plan, load_tuning, tile_configs
+
+
+def tune_gemm(shapes, **kwargs):
+    """Times every candidate plan of each shape and caches the fastest per
+    device (mpgemm.tools.tuning.tune_gemm); returns the chosen entries."""
+    from .tools.tuning import tune_gemm as tune
+
+    return tune(shapes, **kwargs)
+
 
 __version__ = "0.1.0"
-__all__ = ["amp", "build_info", "conv2d", "convert", "converted_layers", "gemm", "linear", "nn"]
+__all__ = ["amp", "build_info", "clear_tuning_cache", "conv2d", "convert", "converted_layers", "gemm", "gemm_plan",
+           "linear", "load_tuning", "nn", "tile_configs", "tune_gemm"]

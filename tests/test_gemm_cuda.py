@@ -196,3 +196,51 @@ def test_bf16_before_sm80_is_refused_with_a_clear_error():
                    f"{device}")
         with pytest.raises(RuntimeError, match=re.escape(message)):
             call()
+
+
+# Split-K (small outputs, long K: the heuristic splits them on any GPU with
+# more than a few multiprocessors), and grouped tile orders over shapes that
+# are not multiples of the tiles, so the last group of tile rows is partial.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (128, 256, 8192), (16, 4096, 4096), (61, 67, 10007),
+                                     (1, 8, 65536)])
+def test_split_k_shapes(m, n, k, dtype):
+    a = operand((m, k), dtype=dtype)
+    b = operand((k, n), "col", dtype)
+    bias = torch.randn(n, device="cuda")
+    plan = mpgemm.gemm_plan(m, n, k, aligned=k % 8 == 0)  # both operands' contiguous extent is k
+    if (m, n) in [(64, 64), (128, 256)] and mpgemm.plan.device_limits()["multiprocessors"] >= 16:
+        assert plan.split_k > 1, plan
+    for out_dtype in (torch.float32, dtype):
+        out = poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
+        assert not out.isnan().any()
+        cublas = torch.nn.functional.gelu(cublas_gemm(a, b) + bias)
+        assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)
+        # Deterministic: the splits are summed in a fixed order.
+        assert torch.equal(out, poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k", [(2000, 3000, 256), (4095, 4097, 512), (1100, 9000, 128), (9000, 1100, 128)])
+def test_grouped_tile_order_covers_partial_groups(m, n, k, dtype):
+    a = operand((m, k), dtype=dtype)
+    b = operand((k, n), "col", dtype)
+    out = poisoned_gemm(a, b)
+    assert not out.isnan().any()
+    assert relative_error(out, cublas_gemm(a, b).double().cpu()) < TOLERANCE
+
+
+def test_every_candidate_plan_matches_cublas():
+    """Each configuration the device holds, with each split count, through the tuned table."""
+    m, n, k = 200, 300, 2048
+    a, b = operand((m, k)), operand((k, n), "col")
+    want = cublas_gemm(a, b).double().cpu()
+    try:
+        for plan in mpgemm.plan.candidate_plans(m, n, k):
+            mpgemm._C.set_tuned_gemm_plan(1, m, n, k, plan.config, plan.split_k)
+            assert mpgemm.gemm_plan(m, n, k).tuned
+            out = poisoned_gemm(a, b)
+            assert not out.isnan().any(), plan
+            assert relative_error(out, want) < TOLERANCE, plan
+    finally:
+        mpgemm._C.clear_tuned_gemm_plans()

@@ -40,7 +40,8 @@ MIX_ARCH = "sm_90"
 LARGE_TILE_HMMA = 64
 OTHER_PER_HMMA_LIMITS = {  # kernel: (bound from LARGE_TILE_HMMA HMMA per slice, bound below)
     "gemm_kernel": (0.75, 1.5),
-    "conv2d_kernel": (1.5, 3.0),  # fprop, dgrad and wgrad alike
+    # conv2d_kernel's targets, (1.5, 3.0) for fprop, dgrad and wgrad, join this
+    # table with the convolution iterators (issue 15, still open).
 }
 # GEMM kernels instantiated for 8- and 4-byte chunks (Vector = 4 or 2: odd
 # leading dimensions), by the end of their mangled names: the cp.async they

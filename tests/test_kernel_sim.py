@@ -1,5 +1,6 @@
 """Kernel simulation: g++ compiles the CUDA kernels of csrc/kernels against the
-stand-in CUDA headers of tests/kernel_sim and runs random GEMM, unscale,
+stand-in CUDA headers of tests/kernel_sim and runs random GEMM (every tile
+configuration of gemm_plan.h, split-K, grouped tile orders), unscale,
 convolution (fprop, dgrad, wgrad) and mma.sync ceiling problems on the host,
 with fp16 and bf16 inputs (bf16 from sim arch 800 on; below it launches must be
 refused),
@@ -10,6 +11,7 @@ tests/kernel_sim/driver.cpp and conv_cases.cpp."""
 
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 
@@ -90,7 +92,7 @@ def results(tmp_path_factory):
     driver = os.path.join(SIM_DIR, "driver.cpp")
     # The kernel sources last: the mutant swaps in its own copies of them.
     drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp")]
-    kernels = ["gemm_launch.cu", "conv_launch.cu", "unscale.cu", "mma_ceiling.cu"]
+    kernels = ["gemm_launch.cu", "conv_launch.cu", "unscale.cu", "mma_ceiling.cu", "gemm_plan.cpp"]
     sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
     mutant_dir = mutated_kernels(str(out / "mutant"))
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
@@ -124,6 +126,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     replay = f"replay: {arch=} {late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
     assert code == 0, f"{replay}\n{output[-12000:]}"
     assert f"gemm: 0/{GEMM_CASES} failed" in output, replay
+    assert re.search(r"gemm plans: 0/\d+ failed", output), replay
     assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay

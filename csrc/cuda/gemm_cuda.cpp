@@ -1,5 +1,6 @@
-// CUDA launcher of gemm: turns checked tensors into kernel arguments and
-// enqueues the WMMA kernel on the current stream of a's device.
+// CUDA launcher of gemm: turns checked tensors into kernel arguments, plans
+// the launch (tile, split-K) and enqueues the WMMA kernels on the current
+// stream of a's device.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -67,7 +68,14 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_type = element_type(out.scalar_type());
   p.d_batch_stride = problem.m * problem.n;
   p.d_row_stride = problem.n;
-  C10_CUDA_CHECK(kernels::launch_gemm(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
+  const kernels::GemmPlan plan = kernels::plan_gemm(p);
+  // Split-K's fp32 partial sums. The caching allocator hands out blocks per
+  // stream, so this is cheap and safe to reuse once the kernels are done.
+  const size_t workspace_bytes = kernels::gemm_workspace_bytes(p, plan);
+  at::Tensor workspace;
+  if (workspace_bytes > 0) workspace = at::empty({int64_t(workspace_bytes)}, a.options().dtype(at::kByte));
+  C10_CUDA_CHECK(kernels::launch_gemm(p, plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
+                                      c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 
 }  // namespace mpgemm

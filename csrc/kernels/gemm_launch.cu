@@ -1,5 +1,6 @@
-// Host-side dispatch of the WMMA GEMM: picks the element type, the tile
-// configuration, the operand layouts and the load width, then launches.
+// Host-side dispatch of the WMMA GEMM: the operand layouts and load width,
+// the plan (gemm_plan.h: tile configuration, split-K, tile order), then the
+// launch of the GEMM and, for split-K, of the reduction.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -7,24 +8,51 @@
 #include "gemm_config.h"
 #include "gemm_launch.h"
 #include "launch_utils.h"
+#include "splitk_reduce.cuh"
 #include "wmma_gemm.cuh"
 
 namespace mpgemm::kernels {
 namespace {
 
 constexpr int64_t kMaxGridY = 65535;
+// Blocks of the split-K reduction; a grid-stride loop covers the rest.
+constexpr int64_t kMaxReduceBlocks = 4096;
+
+// The table's shared-memory figures (gemm_plan.h) against the kernels' own.
+template <class Config>
+constexpr int wmma_smem_bytes() {
+  using E = __half;
+  return std::max({WmmaSmem<E, Config, true, true>::kBytes, WmmaSmem<E, Config, true, false>::kBytes,
+                   WmmaSmem<E, Config, false, true>::kBytes, WmmaSmem<E, Config, false, false>::kBytes});
+}
+static_assert(tile_config(TileConfigId::kWide).smem_bytes == wmma_smem_bytes<WideTileConfig>());
+static_assert(tile_config(TileConfigId::kTall).smem_bytes == wmma_smem_bytes<TallTileConfig>());
+static_assert(tile_config(TileConfigId::kSquare).smem_bytes == wmma_smem_bytes<SquareTileConfig>());
+static_assert(tile_config(TileConfigId::kCompact).smem_bytes == wmma_smem_bytes<CompactTileConfig>());
+static_assert(tile_config(TileConfigId::kSmall).smem_bytes == wmma_smem_bytes<SmallTileConfig>());
+static_assert(tile_config(TileConfigId::kScalar).smem_bytes == wmma_smem_bytes<ScalarTileConfig>());
 
 template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
-cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
+cudaError_t launch(const GemmParams& p, const GemmGrid& work, cudaStream_t stream) {
   constexpr int kSmemBytes = WmmaSmem<Element, Config, ARowMajor, BRowMajor>::kBytes;
   auto* kernel = &wmma_gemm_kernel<Element, Config, ARowMajor, BRowMajor, Vector>;
   if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
-  const int64_t tiles = TileScheduler<Config>::tiles(p.m, p.n);
-  if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.batch < kMaxGridY ? p.batch : kMaxGridY));
+  const int64_t blocks = TileScheduler<Config>::tiles(p.m, p.n) * work.split_k;
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.batch < kMaxGridY ? p.batch : kMaxGridY));
   GemmParams params = p;
-  void* args[] = {&params};
+  GemmGrid grid_args = work;
+  void* args[] = {&params, &grid_args};
   return cudaLaunchKernel(kernel, grid, dim3(Config::kThreads), args, kSmemBytes, stream);
+}
+
+cudaError_t launch_reduce(const GemmParams& p, const GemmGrid& work, cudaStream_t stream) {
+  const int64_t blocks = std::min((p.m * p.n + kSplitKReduceThreads - 1) / kSplitKReduceThreads, kMaxReduceBlocks);
+  GemmParams params = p;
+  const float* partials = work.partials;
+  int split_k = work.split_k;
+  void* args[] = {&params, &partials, &split_k};
+  return cudaLaunchKernel(&splitk_reduce_kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0, stream);
 }
 
 // Calls f(std::integral_constant<bool, value>) so a runtime flag picks a template.
@@ -48,17 +76,34 @@ cudaError_t with_vector(int vector, F&& f) {
 }
 
 template <class Config>
-cudaError_t launch_layout(const GemmParams& p, cudaStream_t stream, bool a_row_major, bool b_row_major, int vector) {
+cudaError_t launch_layout(const GemmParams& p, const GemmGrid& work, int vector, cudaStream_t stream,
+                          bool a_row_major, bool b_row_major) {
   return with_input_element(p.ab_type, [&](auto element) {
     return with_flag(a_row_major, [&](auto a_row) {
       return with_flag(b_row_major, [&](auto b_row) {
         return with_vector<Config>(vector, [&](auto width) {
           return launch<typename decltype(element)::type, Config, decltype(a_row)::value, decltype(b_row)::value,
-                        decltype(width)::value>(p, stream);
+                        decltype(width)::value>(p, work, stream);
         });
       });
     });
   });
+}
+
+cudaError_t launch_config(TileConfigId id, const GemmParams& p, const GemmGrid& work, int vector,
+                          cudaStream_t stream, bool a_row_major, bool b_row_major) {
+  switch (id) {
+    case TileConfigId::kWide: return launch_layout<WideTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    case TileConfigId::kTall: return launch_layout<TallTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    case TileConfigId::kSquare:
+      return launch_layout<SquareTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    case TileConfigId::kCompact:
+      return launch_layout<CompactTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    case TileConfigId::kSmall: return launch_layout<SmallTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    case TileConfigId::kScalar:
+      return launch_layout<ScalarTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 // The widest chunk, in elements (8, 4, 2 or 1: 16, 8, 4 or 2 bytes), that an
@@ -74,49 +119,43 @@ int operand_vector_width(const void* data, int64_t batch_stride, int64_t ld, int
   return 1;
 }
 
-// Shared memory one block of a configuration asks for, whatever the layouts.
-template <class Config>
-constexpr int smem_bytes() {
-  using Element = __half;
-  constexpr int a = WmmaSmem<Element, Config, true, true>::kBytes, b = WmmaSmem<Element, Config, true, false>::kBytes,
-                c = WmmaSmem<Element, Config, false, true>::kBytes, d = WmmaSmem<Element, Config, false, false>::kBytes;
-  return std::max({a, b, c, d});
-}
-
-template <class Config>
-bool fits(const GemmParams& p, const DeviceLimits& device, int min_waves = 1) {
-  return smem_bytes<Config>() <= device.max_smem_per_block &&
-         TileScheduler<Config>::tiles(p.m, p.n) * p.batch >= int64_t(min_waves) * device.multiprocessors;
-}
-
 }  // namespace
 
-cudaError_t launch_gemm(const GemmParams& p, cudaStream_t stream) {
-  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
+GemmShape gemm_shape(const GemmParams& p) {
   // Row-major wins when both strides are 1 (a single row or column).
-  const bool a_row_major = p.a_col_stride == 1;
-  const bool b_row_major = p.b_col_stride == 1;
-  if ((!a_row_major && p.a_row_stride != 1) || (!b_row_major && p.b_row_stride != 1))
-    return cudaErrorInvalidValue;
-
+  const bool a_row_major = p.a_col_stride == 1, b_row_major = p.b_col_stride == 1;
   // One width for both operands: the narrower one's.
   const int vector = std::min(
       operand_vector_width(p.a, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride,
                            a_row_major ? p.k : p.m),
       operand_vector_width(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                            b_row_major ? p.n : p.k));
-  if (vector == 1) return launch_layout<ScalarTileConfig>(p, stream, a_row_major, b_row_major, vector);
+  return {p.batch, p.m, p.n, p.k, vector};
+}
 
-  // The largest tiles that still give every multiprocessor a block.
-  const DeviceLimits device = device_limits();
-  if (p.m > p.n ? fits<TallTileConfig>(p, device) : fits<WideTileConfig>(p, device))
-    return p.m > p.n ? launch_layout<TallTileConfig>(p, stream, a_row_major, b_row_major, vector)
-                     : launch_layout<WideTileConfig>(p, stream, a_row_major, b_row_major, vector);
-  if (vector == 8 && fits<SquareTileConfig>(p, device))
-    return launch_layout<SquareTileConfig>(p, stream, a_row_major, b_row_major, vector);
-  if (fits<CompactTileConfig>(p, device))
-    return launch_layout<CompactTileConfig>(p, stream, a_row_major, b_row_major, vector);
-  return launch_layout<SmallTileConfig>(p, stream, a_row_major, b_row_major, vector);
+GemmPlan plan_gemm(const GemmParams& p) { return plan_gemm(gemm_shape(p), device_limits()); }
+
+size_t gemm_workspace_bytes(const GemmParams& p, const GemmPlan& plan) {
+  return workspace_bytes(gemm_shape(p), plan);
+}
+
+cudaError_t launch_gemm(const GemmParams& p, const GemmPlan& plan, void* workspace, cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
+  const bool a_row_major = p.a_col_stride == 1;
+  const bool b_row_major = p.b_col_stride == 1;
+  if ((!a_row_major && p.a_row_stride != 1) || (!b_row_major && p.b_row_stride != 1))
+    return cudaErrorInvalidValue;
+  // Whether the device holds the tile is prepare_launch's to say.
+  constexpr DeviceLimits kAnyDevice{INT_MAX, INT_MAX, INT_MAX};
+  if (!admissible(gemm_shape(p), kAnyDevice, plan.config, plan.split_k) || plan.raster_group < 1 ||
+      (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))))
+    return cudaErrorInvalidValue;
+  const GemmGrid work{plan.raster_group, plan.split_k, static_cast<float*>(workspace)};
+  const int vector = gemm_shape(p).vector;
+  if (const cudaError_t err = launch_config(plan.config, p, work, vector, stream, a_row_major, b_row_major);
+      err != cudaSuccess || plan.split_k == 1)
+    return err;
+  return launch_reduce(p, work, stream);
 }
 
 }  // namespace mpgemm::kernels

@@ -6,25 +6,22 @@
 #include <cuda_runtime.h>
 
 #include "element_traits.cuh"
+#include "gemm_plan.h"
 
 namespace mpgemm::kernels {
 
-// What the tile choice needs to know of the current device: how many
-// multiprocessors a problem should fill, and the most shared memory one block
-// may opt into. Zeros if the device cannot be asked.
-struct DeviceLimits {
-  int multiprocessors = 0;
-  int max_smem_per_block = 0;
-};
-
+// The current device's limits (gemm_plan.h); zeros if it cannot be asked.
 inline DeviceLimits device_limits() {
   DeviceLimits limits;
-  int device = 0;
+  int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&limits.multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&limits.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess)
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
     return {};
+  limits.arch = 10 * major + minor;
   return limits;
 }
 

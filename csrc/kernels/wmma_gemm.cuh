@@ -1,9 +1,14 @@
 // Block-tiled WMMA GEMM: D = activation(A @ B + bias), fp16 or bf16 in
 // (Element, both operands), fp32 accumulate, D in fp32, fp16 or bf16.
 //
-// grid   - one block per Config::kBlockM x kBlockN tile of D (a flat index,
-//          so no grid dimension limits M or N); grid.y strides over the batch.
+// grid   - one block per Config::kBlockM x kBlockN tile of D in grouped order
+//          (TileScheduler; a flat index, so no grid dimension limits M or N),
+//          times split.split_k; grid.y strides over the batch.
 // block  - WmmaBlock (wmma_block.cuh) with strided-matrix operand loaders.
+// split-K - with split.split_k > 1 (single matrices only) each block sums its
+//          split's range of whole K slices and writes the fp32 partial tile,
+//          with no bias or activation, to split.partials[split] (m x n, row
+//          stride n); splitk_reduce.cuh sums the splits in order and finishes.
 #pragma once
 
 #include <cstdint>
@@ -16,27 +21,49 @@
 
 namespace mpgemm::kernels {
 
+// How the launcher spread the work over the grid.
+struct GemmGrid {
+  int raster_group = 1;       // tile rows per group of the tile order
+  int split_k = 1;            // K ranges; blockIdx.x = split * tiles + tile
+  float* partials = nullptr;  // split_k x m x n fp32, when split_k > 1
+};
+
 template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM) wmma_gemm_kernel(GemmParams p) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM)
+    wmma_gemm_kernel(GemmParams p, GemmGrid grid) {
   if constexpr (kWmmaCompiled<Element>) {
     using Block = WmmaBlock<Element, Config, ARowMajor, BRowMajor>;
     using LoaderA = MatrixLoader<typename Block::TileA, Config::kBlockK, Config::kThreads, Vector>;
     using LoaderB = MatrixLoader<typename Block::TileB, Config::kBlockK, Config::kThreads, Vector>;
     extern __shared__ __align__(128) unsigned char smem[];
 
-    const TileOrigin tile = TileScheduler<Config>::origin(p.m, p.n);
+    const int64_t tiles = TileScheduler<Config>::tiles(p.m, p.n);
+    const int split = int(blockIdx.x / tiles);
+    const TileOrigin tile = TileScheduler<Config>::origin_of(blockIdx.x - split * tiles, p.m, p.n, grid.raster_group);
+    const KRange range = split_k_range<Config::kBlockK>(p.k, split, grid.split_k);
     const Block block(tile.m0, tile.n0);
     const int rows_left = p.m - block.m0 < Config::kBlockM ? int(p.m - block.m0) : Config::kBlockM;
     const int cols_left = p.n - block.n0 < Config::kBlockN ? int(p.n - block.n0) : Config::kBlockN;
+    // A split writes its raw sums to its slice of the workspace instead of D.
+    GemmParams out = p;
+    if (grid.split_k > 1) {
+      out.d = grid.partials + split * p.m * p.n;
+      out.d_type = ElementType::kFloat32;
+      out.d_row_stride = p.n;
+      out.bias = nullptr;
+      out.activation = Activation::kNone;
+    }
     for (int64_t batch = blockIdx.y; batch < p.batch; batch += gridDim.y) {
-      LoaderA a(static_cast<const Element*>(p.a) + batch * p.a_batch_stride + block.m0 * p.a_row_stride,
-                ARowMajor ? p.a_row_stride : p.a_col_stride, p.a_col_stride, rows_left, p.k);
-      LoaderB b(static_cast<const Element*>(p.b) + batch * p.b_batch_stride + block.n0 * p.b_col_stride,
-                BRowMajor ? p.b_row_stride : p.b_col_stride, p.b_row_stride, cols_left, p.k);
+      LoaderA a(static_cast<const Element*>(p.a) + batch * p.a_batch_stride + block.m0 * p.a_row_stride +
+                    range.begin * p.a_col_stride,
+                ARowMajor ? p.a_row_stride : p.a_col_stride, p.a_col_stride, rows_left, range.extent);
+      LoaderB b(static_cast<const Element*>(p.b) + batch * p.b_batch_stride + block.n0 * p.b_col_stride +
+                    range.begin * p.b_row_stride,
+                BRowMajor ? p.b_row_stride : p.b_col_stride, p.b_row_stride, cols_left, range.extent);
       typename Block::Accumulators acc;
       Block::clear(acc);
-      block.template mainloop<Vector>(acc, a, b, Block::slices(p.k), reinterpret_cast<Element*>(smem));
-      block.epilogue(p, acc, smem, batch);
+      block.template mainloop<Vector>(acc, a, b, Block::slices(range.extent), reinterpret_cast<Element*>(smem));
+      block.epilogue(out, acc, smem, batch);
     }
   }
 }

@@ -5,8 +5,10 @@
 // fp32 sums are exact in any order and results must match bit for bit. bf16
 // products run from sim arch 800 on; below it their launches must be refused.
 //   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
-// Prints "gemm: F/N failed", "unscale: F/N failed", "conv: F/N failed" (and how
-// many distinct conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
+// Prints "gemm: F/N failed" (random problems on the launcher's plan), "gemm
+// plans: F/N failed" (split-K, every configuration of the table, grouped tile
+// orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
+// conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -57,6 +59,7 @@ static Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64
   const int64_t footprint = inner && outer ? (outer - 1) * ld + inner : 0;
   const int64_t bs = rnd(0, 3) == 0 ? 0 : round_up(footprint, align) + align * rnd(0, 1);
   const int64_t offset = align == 8 ? 0 : align > 1 ? align * (2 * rnd(0, 3 / align) + 1) : rnd(0, 7);
+  const int64_t extent = footprint ? (batch - 1) * bs + footprint : 0;
   Operand o{std::make_unique<Buffer>((offset + extent) * 2), nullptr, type, bs, row_major ? ld : 1,
             row_major ? 1 : ld};
   o.data = o.mem->p + 2 * offset;
@@ -66,24 +69,36 @@ static Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64
   return o;
 }
 
-static bool gemm_case(int index) {
-  const int64_t batch = rnd(1, 3);
-  int64_t m = rnd(0, 3) ? rnd(1, 200) : rnd(1, 16);
-  int64_t n = rnd(0, 3) ? rnd(1, 200) : rnd(1, 16);
-  int64_t k = rnd(0, 7) ? rnd(1, 100) : 0;
-  // Every 16 cases run each load width (16, 8, 4 and 2 bytes) with each
-  // layout; from sm_80 on, cases 0-15 in fp16 and 16-31 in bf16.
-  const int64_t align = 8 >> index % 4;
-  const bool a_row = index / 4 % 2, b_row = index / 8 % 2;
+// What a GEMM case may pin down; the rest is random. A plan with no
+// `config` is the launcher's own (plan_gemm: the heuristic on the simulated
+// device); with one, that plan is launched as given.
+struct GemmCaseSpec {
+  int64_t min_m = 0, max_m = 200, min_n = 0, max_n = 200, min_k = 0, max_k = 100;  // a min of 0: sometimes <= 16
+  int64_t batch = 0;        // 0: random in [1, 3]
+  int aligned = -1;         // -1: random
+  bool has_plan = false;
+  GemmPlan plan;
+  cudaError_t expect = cudaSuccess;  // for a plan the launcher must refuse
+  int expect_split_k = 0;            // for the launcher's own plan; 0: any
+};
+
+static bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec) {
+  const int64_t batch = spec.batch ? spec.batch : rnd(1, 3);
+  int64_t m = spec.min_m ? rnd(spec.min_m, spec.max_m) : rnd(0, 3) ? rnd(1, spec.max_m) : rnd(1, 16);
+  int64_t n = spec.min_n ? rnd(spec.min_n, spec.max_n) : rnd(0, 3) ? rnd(1, spec.max_n) : rnd(1, 16);
+  int64_t k = spec.min_k || rnd(0, 7) ? rnd(spec.min_k, spec.max_k) : 0;
+  // Without a pinned alignment, every 16 cases run each load width (16, 8, 4
+  // and 2 bytes, then one element) with each layout.
+  const int64_t align = spec.aligned == 1 ? 8 : spec.aligned == 0 ? 1 : 8 >> index % 4;
+  const bool a_row = spec.aligned < 0 ? index / 4 % 2 : rnd(0, 1), b_row = spec.aligned < 0 ? index / 8 % 2 : rnd(0, 1);
   if (align > 1) {  // contiguous extents in whole chunks; the others stay odd where they fall so
     (a_row ? k : m) = round_up(a_row ? k : m, align);
     (b_row ? n : k) = round_up(b_row ? n : k, align);
   }
   // Now and then bf16 below sm_80 too, which must be refused.
-  const ElementType ab_type = __CUDA_ARCH__ < 800 ? (rnd(0, 7) == 0 ? ElementType::kBFloat16 : ElementType::kFloat16)
-                              : index / 16 % 2                ? ElementType::kBFloat16
-                                                               : ElementType::kFloat16;
-  const bool refused = ab_type == ElementType::kBFloat16 && __CUDA_ARCH__ < 800;
+  const ElementType ab_type = __CUDA_ARCH__ < 800 && rnd(0, 7) == 0 ? ElementType::kBFloat16 : sim::input_type();
+  const bool refused = spec.expect != cudaSuccess || (ab_type == ElementType::kBFloat16 && __CUDA_ARCH__ < 800);
+  const cudaError_t expect = spec.expect != cudaSuccess ? spec.expect : refused ? cudaErrorNotSupported : cudaSuccess;
   const Operand a = make_operand(ab_type, batch, m, k, a_row, align);
   const Operand b = make_operand(ab_type, batch, k, n, b_row, align);
 
@@ -102,11 +117,15 @@ static bool gemm_case(int index) {
   Buffer d(esize * (d_offset + (batch - 1) * p.d_batch_stride + (m - 1) * p.d_row_stride + n));
   p.d = d.p + esize * d_offset;
 
-  sim::multiprocessors = rnd(0, 1) ? 1 : 1 << 20;  // large or small tiles
   sim::max_grid.y = rnd(0, 1) ? 65535 : rnd(1, 2);  // batch loop runs more than once
-  const cudaError_t err = launch_gemm(p, nullptr);
+  const GemmPlan plan = spec.has_plan ? spec.plan : plan_gemm(p);
+  // Split-K's partial sums, poisoned (0xff) like D.
+  Buffer workspace(std::max<size_t>(gemm_workspace_bytes(p, plan), 1));
+  const cudaError_t err = launch_gemm(p, plan, workspace.p, nullptr);
 
-  int bad = err != (refused ? cudaErrorNotSupported : cudaSuccess);
+  int bad = err != expect;
+  if (spec.expect_split_k && plan.split_k != spec.expect_split_k && bad++ < 3)
+    printf("  the heuristic chose split_k=%d, want %d\n", plan.split_k, spec.expect_split_k);
   std::vector<bool> written(d.size / esize, false);
   for (int64_t bi = 0; !refused && bi < batch; ++bi)
     for (int64_t i = 0; i < m; ++i)
@@ -123,12 +142,86 @@ static bool gemm_case(int index) {
     for (int64_t byte = 0; !written[e] && byte < esize; ++byte)
       if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
   if (bad)
-    printf("gemm case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
-           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld multiprocessors=%d max_grid_y=%u\n",
-           index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
+    printf("%s case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
+           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld multiprocessors=%d shared_limit=%zu "
+           "max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
+           kind, index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
            int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, sim::multiprocessors,
-           sim::max_grid.y);
+           sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k, plan.raster_group);
   return bad;
+}
+
+// Random problems on the launcher's own plan, steered by the simulated
+// device: one multiprocessor takes the largest tiles (Wide, Tall; Compact
+// where shared memory is that of sm_75 or sm_86), many take Small.
+static bool random_gemm_case(int index) {
+  const size_t default_limit = sim::shared_limit;
+  sim::multiprocessors = rnd(0, 1) ? 1 : 1 << 20;
+  if (rnd(0, 3) == 0) sim::shared_limit = std::min<size_t>(default_limit, 99 * 1024);
+  const bool bad = gemm_case("gemm", index, {});
+  sim::shared_limit = default_limit;
+  return bad;
+}
+
+// Every split count the heuristic can produce (2 to kMaxSplitK): a single
+// tile of a matrix (m, n <= 64) on `splits` multiprocessors, with 4 to 5 K
+// slices per split (so K ends in a partial slice): Small tiles, 16-byte loads.
+static int heuristic_split_cases(int& count) {
+  int failed = 0;
+  for (int splits = 2; splits <= kMaxSplitK; ++splits) {
+    sim::multiprocessors = splits;
+    const int64_t block_k = tile_config(TileConfigId::kSmall).block_k;
+    GemmCaseSpec spec;
+    spec.max_m = spec.max_n = 64;
+    spec.min_k = 4 * splits * block_k, spec.max_k = (5 * splits - 1) * block_k;
+    spec.batch = 1, spec.aligned = 1;
+    spec.expect_split_k = splits;
+    failed += gemm_case("split", splits, spec);
+    ++count;
+  }
+  sim::multiprocessors = 108;
+  return failed;
+}
+
+// Each configuration of the table the simulated device holds, on a forced
+// plan: split-K (counts up to kMaxSplitK, so also more splits than K slices,
+// and K = 0), grouped tile orders with a partial last group (4 tile rows in
+// groups of 3, or 2 in one partial group for the large tiles, which run on
+// problems of one or two tiles), and split-K of a batch, which is refused.
+static int forced_plan_cases(int& count) {
+  int failed = 0;
+  for (const TileConfigInfo& c : kTileConfigs) {
+    const GemmShape any_shape{1, 1, 1, 1, true};
+    const DeviceLimits simulated{sim::multiprocessors, int(sim::shared_limit), __CUDA_ARCH__ / 10};
+    if (!admissible(any_shape, simulated, c.id, 1)) continue;
+    const bool large = c.block_m * c.block_n > 128 * 128;
+    for (int variant = 0; variant < 3; ++variant) {
+      GemmCaseSpec spec;
+      spec.aligned = c.load_width == 1 ? rnd(0, 1) : 1;
+      spec.has_plan = true;
+      spec.plan.config = c.id;
+      spec.max_m = large ? c.block_m + 16 : 3 * c.block_m + 5;
+      spec.max_n = large ? c.block_n / 2 : 2 * c.block_n + 7;
+      if (variant == 0) {  // split-K, K from 0 to several slices per split
+        spec.batch = 1;
+        spec.plan.split_k = int(rnd(2, kMaxSplitK));
+        spec.max_k = rnd(0, 1) ? 8 * c.block_k + 3 : c.block_k;
+      } else if (variant == 1) {  // grouped order: groups of 3 tile rows, the last one partial
+        spec.plan.raster_group = 3;
+        spec.min_m = large ? c.block_m + 1 : 3 * c.block_m + 1;
+        spec.max_m = large ? c.block_m + 16 : 4 * c.block_m - 8;
+        spec.min_n = large ? 1 : c.block_n + 1;
+      } else {  // split-K of a batch: refused
+        spec.batch = 2;
+        spec.plan.split_k = 2;
+        spec.min_k = 1;
+        spec.expect = cudaErrorInvalidValue;
+      }
+      failed += gemm_case(c.name, variant, spec);
+      ++count;
+    }
+  }
+  return failed;
 }
 
 static float special_value() {
@@ -247,13 +340,16 @@ int main(int argc, char** argv) {
   sim::shared_capacity = sizeof smem;
   constexpr int kCeilingCases = 3;
   int gemm_failed = 0, unscale_failed = 0, conv_failed = 0, ceiling_failed = 0;
-  for (int i = 0; i < gemm_cases; ++i) gemm_failed += gemm_case(i);
+  for (int i = 0; i < gemm_cases; ++i) gemm_failed += random_gemm_case(i);
+  int plan_cases = 0, plan_failed = heuristic_split_cases(plan_cases);
+  plan_failed += forced_plan_cases(plan_cases);
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
   const size_t before_conv = sim::launched.size();
   for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
   printf("kernels launched: %zu\nconv kernels launched: %zu\n", sim::launched.size(), sim::launched.size() - before_conv);
   for (int i = 0; i < kCeilingCases; ++i) ceiling_failed += ceiling_case(i);
+  printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
-  return gemm_failed || unscale_failed || conv_failed || ceiling_failed;
+  return gemm_failed || plan_failed || unscale_failed || conv_failed || ceiling_failed;
 }

@@ -60,6 +60,10 @@ inline float rounded(float v, ElementType type) {
   return get(bytes, type, 0);
 }
 
+// A random type of a product's inputs: bf16 from sm_80 on, where its kernels are compiled.
+inline ElementType input_type() {
+  return __CUDA_ARCH__ >= 800 && rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
+}
 inline ElementType any_type() { return ElementType(rnd(0, 2)); }
 
 // An epilogue's bias of n random elements of a random type, or none; `values`

@@ -59,7 +59,12 @@ enum cudaError_t {
 };
 using cudaStream_t = struct CUstream_st*;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
 struct cudaFuncAttributes {
   int binaryVersion, ptxVersion;  // of the arch the code was built for: 10 * major + minor
 };
@@ -108,9 +113,14 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 
 inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-  SIM_CHECK(attr == cudaDevAttrMultiProcessorCount || attr == cudaDevAttrMaxSharedMemoryPerBlockOptin, "attribute %d",
-            int(attr));
-  *value = attr == cudaDevAttrMultiProcessorCount ? sim::multiprocessors : int(sim::shared_limit);
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = sim::multiprocessors; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(sim::shared_limit); break;
+    // The simulated device is of the arch the kernels were built for.
+    case cudaDevAttrComputeCapabilityMajor: *value = __CUDA_ARCH__ / 100; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = __CUDA_ARCH__ / 10 % 10; break;
+    default: SIM_CHECK(false, "attribute %d", int(attr));
+  }
   return cudaSuccess;
 }
 template <class... P>

@@ -1,0 +1,123 @@
+// mpgemm._C's functions for the tile choice (kernels/gemm_plan.h), wrapped by
+// mpgemm/plan.py: the table, the plan of a shape on given device limits, the
+// tuner's candidates and the process's tuned table. Plain Python functions,
+// not ops: they take no tensors and run on the host alone, CPU builds included.
+#include <Python.h>
+
+#include <cstring>
+
+#include "kernels/gemm_plan.h"
+
+namespace mpgemm {
+namespace {
+
+using kernels::DeviceLimits;
+using kernels::GemmPlan;
+using kernels::GemmShape;
+using kernels::TileConfigId;
+using kernels::TileConfigInfo;
+
+PyObject* config_dict(const TileConfigInfo& c) {
+  return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "name", c.name, "block_m", c.block_m,
+                       "block_n", c.block_n, "block_k", c.block_k, "warp_m", c.warp_m, "warp_n", c.warp_n, "stages",
+                       c.stages, "threads", c.threads, "min_blocks_per_sm", c.min_blocks_per_sm, "smem_bytes",
+                       c.smem_bytes, "min_arch", c.min_arch, "load_width", c.load_width);
+}
+
+PyObject* plan_dict(const GemmPlan& plan) {
+  return Py_BuildValue("{s:s,s:i,s:i,s:O}", "config", kernels::tile_config(plan.config).name, "split_k", plan.split_k,
+                       "raster_group", plan.raster_group, "tuned", plan.tuned ? Py_True : Py_False);
+}
+
+// (batch, m, n, k, vectorized, multiprocessors, max_smem_per_block, arch)
+bool parse_problem(PyObject* args, GemmShape& shape, DeviceLimits& device) {
+  int vectorized = 1;
+  if (!PyArg_ParseTuple(args, "LLLLpiii", &shape.batch, &shape.m, &shape.n, &shape.k, &vectorized,
+                        &device.multiprocessors, &device.max_smem_per_block, &device.arch))
+    return false;
+  shape.vector = vectorized ? 8 : 1;
+  return true;
+}
+
+PyObject* tile_configs(PyObject*, PyObject*) {
+  PyObject* list = PyList_New(0);
+  for (const TileConfigInfo& c : kernels::kTileConfigs) {
+    PyObject* entry = config_dict(c);
+    if (entry == nullptr || PyList_Append(list, entry) != 0) {
+      Py_XDECREF(entry);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(entry);
+  }
+  return list;
+}
+
+PyObject* default_device_limits(PyObject*, PyObject*) {
+  const DeviceLimits d = kernels::kH100Limits;
+  return Py_BuildValue("{s:i,s:i,s:i}", "multiprocessors", d.multiprocessors, "max_smem_per_block",
+                       d.max_smem_per_block, "arch", d.arch);
+}
+
+PyObject* gemm_plan(PyObject*, PyObject* args) {
+  GemmShape shape;
+  DeviceLimits device;
+  if (!parse_problem(args, shape, device)) return nullptr;
+  return plan_dict(kernels::plan_gemm(shape, device));
+}
+
+PyObject* gemm_candidates(PyObject*, PyObject* args) {
+  GemmShape shape;
+  DeviceLimits device;
+  if (!parse_problem(args, shape, device)) return nullptr;
+  PyObject* list = PyList_New(0);
+  for (const GemmPlan& plan : kernels::candidate_plans(shape, device)) {
+    PyObject* entry = plan_dict(plan);
+    if (entry == nullptr || PyList_Append(list, entry) != 0) {
+      Py_XDECREF(entry);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(entry);
+  }
+  return list;
+}
+
+// (batch, m, n, k, config name, split_k)
+PyObject* set_tuned_gemm_plan(PyObject*, PyObject* args) {
+  GemmShape shape;
+  const char* name = nullptr;
+  int split_k = 1;
+  if (!PyArg_ParseTuple(args, "LLLLsi", &shape.batch, &shape.m, &shape.n, &shape.k, &name, &split_k)) return nullptr;
+  for (const TileConfigInfo& c : kernels::kTileConfigs)
+    if (std::strcmp(c.name, name) == 0) {
+      if (split_k < 1 || split_k > kernels::kMaxSplitK)
+        return PyErr_Format(PyExc_ValueError, "split_k must be in [1, %d], got %d", kernels::kMaxSplitK, split_k);
+      kernels::set_tuned_plan(shape, c.id, split_k);
+      Py_RETURN_NONE;
+    }
+  return PyErr_Format(PyExc_ValueError, "config: no tile configuration named '%s'", name);
+}
+
+PyObject* clear_tuned_gemm_plans(PyObject*, PyObject*) {
+  kernels::clear_tuned_plans();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"tile_configs", tile_configs, METH_NOARGS, "The GEMM's tile configurations, as dicts."},
+    {"default_device_limits", default_device_limits, METH_NOARGS, "The device profile used without a GPU (H100)."},
+    {"gemm_plan", gemm_plan, METH_VARARGS,
+     "gemm_plan(batch, m, n, k, vectorized, multiprocessors, max_smem_per_block, arch) -> plan dict."},
+    {"gemm_candidates", gemm_candidates, METH_VARARGS, "The plans a tuner should time, same arguments."},
+    {"set_tuned_gemm_plan", set_tuned_gemm_plan, METH_VARARGS,
+     "set_tuned_gemm_plan(batch, m, n, k, config, split_k): overrides the heuristic for that shape."},
+    {"clear_tuned_gemm_plans", clear_tuned_gemm_plans, METH_NOARGS, "Forgets every tuned plan of this process."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+int add_gemm_plan_functions(PyObject* module) { return PyModule_AddFunctions(module, methods); }
+
+}  // namespace mpgemm

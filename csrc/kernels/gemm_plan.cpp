@@ -1,0 +1,139 @@
+// The tile choice of the WMMA GEMM (gemm_plan.h): heuristic, admissibility
+// and the tuned table.
+#include "gemm_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace mpgemm::kernels {
+namespace {
+
+// A split gets at least this many K slices, so that its share of the
+// mainloop outweighs writing and reading back its fp32 partial tile.
+constexpr int kMinSlicesPerSplit = 4;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t tiles(const TileConfigInfo& c, const GemmShape& s) {
+  return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n);
+}
+
+int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_k); }
+
+bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
+  // Narrower chunks run on the 8-wide tiles but Square (see gemm_launch.cu's with_vector).
+  const bool loads = c.load_width == 1 || (c.id == TileConfigId::kSquare ? s.vector == 8 : s.vector > 1);
+  return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && loads;
+}
+
+// Groups of up to kMaxRasterGroup tile rows: blocks running together then
+// share A's rows and B's columns in L2 (TileScheduler).
+int raster_group(const TileConfigInfo& c, const GemmShape& s) {
+  return int(std::clamp<int64_t>(ceil_div(s.m, c.block_m), 1, kMaxRasterGroup));
+}
+
+GemmPlan make_plan(TileConfigId id, const GemmShape& s, int split_k, bool tuned) {
+  return {id, split_k, raster_group(tile_config(id), s), tuned};
+}
+
+struct TunedKey {
+  int64_t batch, m, n, k;
+  bool operator<(const TunedKey& o) const { return std::tie(batch, m, n, k) < std::tie(o.batch, o.m, o.n, o.k); }
+};
+struct TunedValue {
+  TileConfigId config;
+  int split_k;
+};
+
+std::mutex tuned_mutex;
+std::map<TunedKey, TunedValue> tuned_plans;
+std::atomic<bool> any_tuned{false};  // spares launches the lock while the table is empty
+
+}  // namespace
+
+bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
+  if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;
+  const TileConfigInfo& c = tile_config(id);
+  // Split-K runs single matrices only. A split with no K slice (more splits
+  // than slices) is correct, only wasteful: candidate_plans leaves it out.
+  return fits_device(c, s, d) && (split_k == 1 || s.batch == 1);
+}
+
+// The rule:
+//  1. Operands that do not allow 16-byte loads take the one-element tile.
+//  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
+//     whose shared memory and arch the device has and whose grid (tiles x
+//     batch) gives every multiprocessor a block; failing all, Small.
+//  3. Split-K when a single matrix's tiles fill at most half of the
+//     multiprocessors and K holds at least 2 x kMinSlicesPerSplit slices:
+//     min(ceil(multiprocessors / tiles), slices / kMinSlicesPerSplit,
+//     kMaxSplitK) splits (so at least 2).
+GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
+  TileConfigId id = TileConfigId::kScalar;
+  if (s.vector > 1) {
+    id = TileConfigId::kSmall;
+    const TileConfigId large = s.m > s.n ? TileConfigId::kTall : TileConfigId::kWide;
+    for (TileConfigId candidate : {large, TileConfigId::kSquare, TileConfigId::kCompact}) {
+      const TileConfigInfo& c = tile_config(candidate);
+      if (fits_device(c, s, d) && tiles(c, s) * s.batch >= d.multiprocessors) {
+        id = candidate;
+        break;
+      }
+    }
+  }
+  const TileConfigInfo& c = tile_config(id);
+  int split_k = 1;
+  const int64_t n_tiles = tiles(c, s);
+  if (s.batch == 1 && n_tiles > 0 && n_tiles * 2 <= d.multiprocessors &&
+      slices(c, s.k) >= 2 * kMinSlicesPerSplit) {
+    split_k = int(std::min<int64_t>({ceil_div(d.multiprocessors, n_tiles), slices(c, s.k) / kMinSlicesPerSplit,
+                                     kMaxSplitK}));
+  }
+  return make_plan(id, s, split_k, false);
+}
+
+GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
+  if (any_tuned.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(tuned_mutex);
+    const auto it = tuned_plans.find({s.batch, s.m, s.n, s.k});
+    if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k))
+      return make_plan(it->second.config, s, it->second.split_k, true);
+  }
+  return heuristic_plan(s, d);
+}
+
+std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d) {
+  std::vector<GemmPlan> plans;
+  for (const TileConfigInfo& c : kTileConfigs)
+    for (int split_k = 1; split_k <= kMaxSplitK; split_k *= 2)
+      if (admissible(s, d, c.id, split_k) && (split_k == 1 || split_k <= slices(c, s.k)))
+        plans.push_back(make_plan(c.id, s, split_k, false));
+  // The heuristic's split count need not be a power of two.
+  const GemmPlan heuristic = heuristic_plan(s, d);
+  const bool listed = std::any_of(plans.begin(), plans.end(), [&](const GemmPlan& p) {
+    return p.config == heuristic.config && p.split_k == heuristic.split_k;
+  });
+  if (!listed) plans.push_back(heuristic);
+  return plans;
+}
+
+size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {
+  return plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0;
+}
+
+void set_tuned_plan(const GemmShape& s, TileConfigId config, int split_k) {
+  std::lock_guard<std::mutex> lock(tuned_mutex);
+  tuned_plans[{s.batch, s.m, s.n, s.k}] = {config, split_k};
+  any_tuned.store(true, std::memory_order_release);
+}
+
+void clear_tuned_plans() {
+  std::lock_guard<std::mutex> lock(tuned_mutex);
+  tuned_plans.clear();
+  any_tuned.store(false, std::memory_order_release);
+}
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,200 @@
+"""Which tile configuration a GEMM gets, and the per-device tuning cache.
+
+The choice itself is made in C++ (csrc/kernels/gemm_plan.h: one table of tile
+configurations and a heuristic), so this module, the CUDA launcher and the
+host simulation all give the same answer, on CPU-only builds too. A tuned
+choice for an exact shape overrides the heuristic once installed in the
+process (`load_tuning`, or `mpgemm.tune_gemm`, which measures and saves it).
+The library only reads and writes the cache; the timing lives in
+mpgemm.tools.tuning.
+"""
+
+import dataclasses
+import json
+import numbers
+import os
+import re
+
+import torch
+
+from . import _C
+
+CACHE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmPlan:
+    """How a GEMM runs: the tile configuration `config` (block_m x block_n
+    tiles, K slices of block_k, `warps` warps, `stages` shared-memory stages,
+    loads of `load_width` elements), K split into `split_k` ranges summed by a
+    deterministic reduction, tiles visited in groups of `raster_group` tile
+    rows; `tuned` says the choice came from the tuning cache."""
+
+    config: str
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+    load_width: int
+    smem_bytes: int
+    split_k: int
+    raster_group: int
+    tuned: bool
+
+
+def tile_configs():
+    """The table of tile configurations, as dicts (name, block_m, block_n,
+    block_k, warp_m, warp_n, stages, threads, min_blocks_per_sm, smem_bytes,
+    min_arch, load_width)."""
+    return _C.tile_configs()
+
+
+def device_limits(device=None):
+    """{"multiprocessors", "max_smem_per_block", "arch"} of a CUDA device (the
+    current one by default), or of an H100 where no GPU is available."""
+    if not torch.cuda.is_available():
+        return _C.default_device_limits()
+    props = torch.cuda.get_device_properties(device if device is not None else torch.cuda.current_device())
+    return {"multiprocessors": props.multi_processor_count,
+            "max_smem_per_block": props.shared_memory_per_block_optin,
+            "arch": 10 * props.major + props.minor}
+
+
+def _check_size(name, value, minimum=0):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"mpgemm.gemm_plan: {name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _problem(m, n, k, batch, aligned, limits):
+    limits = device_limits() if limits is None else limits
+    missing = {"multiprocessors", "max_smem_per_block", "arch"} - set(limits)
+    if missing:
+        raise ValueError(f"mpgemm.gemm_plan: device_limits lacks {sorted(missing)}")
+    return (_check_size("batch", batch, 1), _check_size("m", m), _check_size("n", n), _check_size("k", k),
+            bool(aligned), int(limits["multiprocessors"]), int(limits["max_smem_per_block"]), int(limits["arch"]))
+
+
+def _as_plan(entry):
+    config = next(c for c in _C.tile_configs() if c["name"] == entry["config"])
+    return GemmPlan(config=config["name"], block_m=config["block_m"], block_n=config["block_n"],
+                    block_k=config["block_k"],
+                    warps=(config["block_m"] // config["warp_m"]) * (config["block_n"] // config["warp_n"]),
+                    stages=config["stages"], load_width=config["load_width"], smem_bytes=config["smem_bytes"],
+                    split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"])
+
+
+def gemm_plan(m, n, k, *, batch=1, aligned=True, device_limits=None):
+    """The plan `mpgemm.gemm` runs an (m x k) @ (k x n) product with (times
+    `batch`) on a device with `device_limits` (a dict as `device_limits()`
+    returns; by default the current GPU's, or an H100's without one).
+
+    `aligned`: both operands allow 16-byte loads (16-byte aligned data, leading
+    dimensions, batch strides and contiguous extents multiples of 8 elements);
+    otherwise the one-element path runs. The rule, in order: unaligned
+    operands take the "scalar" tile; else the first of "tall" (m > n) or
+    "wide", "square", "compact" that the device's shared memory and arch hold
+    and whose tiles give every multiprocessor a block, failing all "small".
+    Split-K when a single matrix's tiles fill at most half the multiprocessors
+    and K holds at least 8 slices: min(multiprocessors / tiles rounded up,
+    slices / 4, 16) splits. Tiles go in groups of min(8, tile rows) rows.
+    A tuned entry for this exact shape wins where the device can run it."""
+    return _as_plan(_C.gemm_plan(*_problem(m, n, k, batch, aligned, device_limits)))
+
+
+def candidate_plans(m, n, k, *, batch=1, aligned=True, device_limits=None):
+    """Every plan worth timing for the shape: each configuration the device
+    holds, with split_k 1, 2, 4, ... (at most one K slice per split) and the
+    heuristic's own choice."""
+    return [_as_plan(p) for p in _C.gemm_candidates(*_problem(m, n, k, batch, aligned, device_limits))]
+
+
+# ---- the tuning cache -------------------------------------------------------
+
+def tuning_cache_dir():
+    """$MPGEMM_CACHE_DIR/tuning if set, else ~/.cache/mpgemm/tuning."""
+    root = os.environ.get("MPGEMM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mpgemm")
+    return os.path.join(root, "tuning")
+
+
+def device_key(device=None):
+    """(device name, arch) of a CUDA device, which names its cache file."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("mpgemm: no CUDA device; pass device_name and arch to name the tuning cache")
+    index = device if device is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return torch.cuda.get_device_name(index), 10 * major + minor
+
+
+def tuning_cache_path(device_name, arch):
+    """The cache file of one kind of device: <dir>/<device name>-sm<arch>.json."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "device"
+    return os.path.join(tuning_cache_dir(), f"{safe}-sm{int(arch)}.json")
+
+
+def read_tuning(device_name, arch):
+    """The cached entries of a device ([] without a cache file): dicts with
+    batch, m, n, k, config, split_k, time_ms."""
+    path = tuning_cache_path(device_name, arch)
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("version") != CACHE_VERSION:
+            return []  # written by another version of mpgemm: tune again
+        entries = data["entries"]
+        for e in entries:
+            for key in ("batch", "m", "n", "k", "config", "split_k"):
+                e[key]  # noqa: B018  (every entry must have them)
+        return entries
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"mpgemm: unreadable tuning cache {path} ({err}); remove it with "
+                         "mpgemm.clear_tuning_cache()") from err
+
+
+def write_tuning(entries, device_name, arch):
+    """Merges `entries` into the device's cache file (a later entry for the
+    same shape replaces an earlier one); returns the path."""
+    merged = {(e["batch"], e["m"], e["n"], e["k"]): e for e in read_tuning(device_name, arch)}
+    merged.update({(e["batch"], e["m"], e["n"], e["k"]): e for e in entries})
+    path = tuning_cache_path(device_name, arch)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = {"version": CACHE_VERSION, "device": device_name, "arch": int(arch),
+            "entries": sorted(merged.values(), key=lambda e: (e["batch"], e["m"], e["n"], e["k"]))}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)  # readers never see half a file
+    return path
+
+
+def install_tuning(entries):
+    """Makes this process's GEMMs of these exact shapes use the tuned plans."""
+    for e in entries:
+        _C.set_tuned_gemm_plan(e["batch"], e["m"], e["n"], e["k"], e["config"], e["split_k"])
+
+
+def load_tuning(device=None, *, device_name=None, arch=None):
+    """Installs the cached tuned plans of a device (the current GPU by
+    default) in this process; returns how many there were."""
+    if device_name is None or arch is None:
+        device_name, arch = device_key(device)
+    entries = read_tuning(device_name, arch)
+    install_tuning(entries)
+    return len(entries)
+
+
+def clear_tuning_cache():
+    """Deletes every cached tuning file and forgets the tuned plans installed
+    in this process; returns the paths removed."""
+    _C.clear_tuned_gemm_plans()
+    directory = tuning_cache_dir()
+    removed = []
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".json"):
+                os.remove(os.path.join(directory, name))
+                removed.append(os.path.join(directory, name))
+    return removed

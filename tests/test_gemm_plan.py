@@ -1,0 +1,157 @@
+"""The tile choice (mpgemm.gemm_plan, csrc/kernels/gemm_plan.h) and the
+tuning cache, on the host: no GPU needed."""
+
+import json
+import os
+
+import pytest
+
+import mpgemm
+from mpgemm import plan as gemm_plans
+from mpgemm.tools.tuning import tune_gemm
+
+H100 = {"multiprocessors": 132, "max_smem_per_block": 227 * 1024, "arch": 90}
+A100 = {"multiprocessors": 108, "max_smem_per_block": 163 * 1024, "arch": 80}
+SM86 = {"multiprocessors": 82, "max_smem_per_block": 99 * 1024, "arch": 86}
+SM75 = {"multiprocessors": 40, "max_smem_per_block": 64 * 1024, "arch": 75}
+
+
+@pytest.fixture(autouse=True)
+def no_tuning(tmp_path, monkeypatch):
+    """Each test starts with an empty tuned table and cache of its own."""
+    monkeypatch.setenv("MPGEMM_CACHE_DIR", str(tmp_path / "cache"))
+    mpgemm.clear_tuning_cache()
+    yield
+    mpgemm.clear_tuning_cache()
+
+
+def test_table_lists_every_configuration_once():
+    configs = mpgemm.tile_configs()
+    names = [c["name"] for c in configs]
+    assert names == ["wide", "tall", "square", "compact", "small", "scalar"]
+    by_name = {c["name"]: c for c in configs}
+    assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
+    assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
+    assert all(c["threads"] == 32 * (c["block_m"] // c["warp_m"]) * (c["block_n"] // c["warp_n"]) for c in configs)
+    # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
+    assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
+
+
+@pytest.mark.parametrize("m, n, config", [(4096, 4096, "wide"), (8192, 8192, "wide"), (8192, 2048, "tall"),
+                                          (2048, 8192, "wide"), (16384, 64, "small"), (100000, 256, "tall")])
+def test_big_problems_take_the_largest_tiles(m, n, config):
+    plan = mpgemm.gemm_plan(m, n, 4096, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.tuned) == (config, 1, False)
+    assert plan.raster_group == min(8, -(-m // plan.block_m))
+
+
+def test_problems_short_of_a_wave_take_smaller_tiles():
+    assert mpgemm.gemm_plan(1024, 1024, 1024, device_limits=H100).config == "small"  # 32 wide tiles < 132
+    assert mpgemm.gemm_plan(1536, 1536, 1024, device_limits=H100).config == "square"  # 144 square tiles
+    assert mpgemm.gemm_plan(512, 512, 1024, batch=64, device_limits=H100).config == "wide"  # batch fills the GPU
+
+
+@pytest.mark.parametrize("m, n, k, split_k", [(64, 64, 16384, 16), (128, 256, 8192, 16), (16, 4096, 4096, 3),
+                                              (1024, 1024, 16384, 1), (64, 64, 448, 1), (64, 64, 512, 2)])
+def test_split_k_for_small_outputs_with_long_k(m, n, k, split_k):
+    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    assert plan.split_k == split_k
+    assert plan.split_k <= 16 and (plan.split_k == 1 or -(-k // plan.block_k) >= 4 * plan.split_k)
+
+
+def test_batched_problems_do_not_split():
+    assert mpgemm.gemm_plan(64, 64, 16384, batch=2, device_limits=H100).split_k == 1
+
+
+def test_unaligned_operands_take_the_one_element_path():
+    plan = mpgemm.gemm_plan(4095, 4097, 4093, aligned=False, device_limits=H100)
+    assert (plan.config, plan.load_width) == ("scalar", 1)
+
+
+@pytest.mark.parametrize("limits", [SM75, SM86])
+def test_small_shared_memory_takes_compact_or_small_tiles(limits):
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=limits).config == "compact"
+    assert mpgemm.gemm_plan(512, 512, 4096, device_limits=limits).config == "small"
+    for m, n in [(8192, 8192), (100, 100), (64, 8192)]:
+        plan = mpgemm.gemm_plan(m, n, 4096, device_limits=limits)
+        assert plan.smem_bytes <= limits["max_smem_per_block"]
+
+
+def test_default_limits_are_an_h100_without_a_gpu():
+    assert gemm_plans.device_limits() == H100 or gemm_plans.device_limits()["multiprocessors"] > 0
+
+
+@pytest.mark.parametrize("kwargs, name", [({"m": -1}, "m"), ({"k": 2.5}, "k"), ({"batch": 0}, "batch")])
+def test_bad_sizes_are_named(kwargs, name):
+    args = {"m": 8, "n": 8, "k": 8, **kwargs}
+    batch = args.pop("batch", 1)
+    with pytest.raises(ValueError, match=f"gemm_plan: {name} must be"):
+        mpgemm.gemm_plan(args["m"], args["n"], args["k"], batch=batch, device_limits=H100)
+
+
+def test_candidates_are_admissible_and_include_the_heuristic():
+    candidates = gemm_plans.candidate_plans(128, 256, 8192, device_limits=SM86)
+    assert {p.config for p in candidates} == {"compact", "small", "scalar"}
+    assert all(p.smem_bytes <= SM86["max_smem_per_block"] for p in candidates)
+    assert any(p.config == "small" and p.split_k == 11 for p in candidates)  # the heuristic's count
+    assert all(p.split_k == 1 for p in gemm_plans.candidate_plans(64, 64, 8192, batch=2, device_limits=H100))
+    assert all(p.config == "scalar" for p in gemm_plans.candidate_plans(64, 64, 64, aligned=False,
+                                                                         device_limits=H100))
+
+
+def fake_time(shape, plan):
+    """Square tiles with 2 splits win, then square tiles unsplit; everything else is slower."""
+    if plan.config == "square":
+        return 1.0 if plan.split_k == 2 else 2.0 + plan.split_k
+    return 50.0 + plan.split_k
+
+
+def test_tuning_round_trip_and_clearing(tmp_path):
+    chosen = tune_gemm([(512, 512, 4096), (2, 256, 256, 1024)], time_fn=fake_time, device_name="Fake GPU/X",
+                       arch=90, device_limits=H100)
+    assert [(c["config"], c["split_k"]) for c in chosen] == [("square", 2), ("square", 1)]
+    path = gemm_plans.tuning_cache_path("Fake GPU/X", 90)
+    assert path.startswith(str(tmp_path / "cache" / "tuning")) and path.endswith("Fake_GPU_X-sm90.json")
+    with open(path) as f:
+        assert len(json.load(f)["entries"]) == 2
+
+    # Installed in this process: the plan says so.
+    plan = mpgemm.gemm_plan(512, 512, 4096, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.tuned) == ("square", 2, True)
+    # Not where the device cannot run it: the heuristic answers.
+    assert not mpgemm.gemm_plan(512, 512, 4096, device_limits=SM86).tuned
+    # Another shape is untouched.
+    assert not mpgemm.gemm_plan(512, 512, 4095, device_limits=H100).tuned
+
+    # A fresh process (the table cleared) reads it back from disk.
+    gemm_plans._C.clear_tuned_gemm_plans()
+    assert not mpgemm.gemm_plan(512, 512, 4096, device_limits=H100).tuned
+    assert mpgemm.load_tuning(device_name="Fake GPU/X", arch=90) == 2
+    assert mpgemm.gemm_plan(512, 512, 4096, device_limits=H100).tuned
+
+    assert mpgemm.clear_tuning_cache() == [path]
+    assert not os.path.exists(path)
+    assert not mpgemm.gemm_plan(512, 512, 4096, device_limits=H100).tuned
+    assert mpgemm.load_tuning(device_name="Fake GPU/X", arch=90) == 0
+
+
+def test_retuning_merges_shapes():
+    tune_gemm([(512, 512, 4096)], time_fn=fake_time, device_name="Fake", arch=80, device_limits=A100)
+    tune_gemm([(256, 256, 4096)], time_fn=fake_time, device_name="Fake", arch=80, device_limits=A100)
+    assert len(gemm_plans.read_tuning("Fake", 80)) == 2
+
+
+def test_a_corrupt_cache_names_its_file_and_the_fix():
+    path = gemm_plans.tuning_cache_path("Fake", 90)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write("{not json")
+    with pytest.raises(ValueError, match="unreadable tuning cache .*Fake-sm90.json.*clear_tuning_cache"):
+        mpgemm.load_tuning(device_name="Fake", arch=90)
+
+
+def test_a_bad_tuned_config_is_refused():
+    with pytest.raises(ValueError, match="no tile configuration named 'huge'"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "huge", 1)
+    with pytest.raises(ValueError, match="split_k must be in"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "small", 17)
