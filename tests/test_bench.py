@@ -65,8 +65,8 @@ def test_no_tflops_where_the_cpu_reference_does_not_do_the_work(capsys):
 
 
 def test_ceiling_flops_count_every_warps_products():
-    # 8 warps, each 64x32 accumulators, 16 deep per round.
-    assert benchmarks.ceiling_flops(blocks=264, iterations=20000) == 2.0 * 264 * 8 * 64 * 32 * 16 * 20000
+    # The large GEMM tile's warps: 8 of them, each 64x64 accumulators, 16 deep per round.
+    assert benchmarks.ceiling_flops(blocks=264, iterations=20000) == 2.0 * 264 * 8 * 64 * 64 * 16 * 20000
 
 
 # Ops that run products of the forward's size, and how many each runs
@@ -162,7 +162,7 @@ def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
     _, _, impls = benchmarks._ceiling_case((1, 3), CPU, torch.float16)
     (impl,) = impls.values()
     broken = benchmarks.dataclasses.replace(impl, result=lambda a, b, out: (impl.result(a, b, out)[0] * 0.5,))
-    inputs = (torch.randn(64, 16).half(), torch.randn(16, 32).half(), torch.empty(1, 8, 64, 32))
+    inputs = (torch.randn(64, 16).half(), torch.randn(16, 64).half(), torch.empty(1, 8, 64, 64))
     assert benchmarks.check_results({"ok": impl}, inputs)["ok"] < 1e-6
     assert benchmarks.check_results({"broken": broken}, inputs)["broken"] > 0.4
 

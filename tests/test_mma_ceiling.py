@@ -30,7 +30,7 @@ def ceiling(a, b, iterations, blocks):
 
 def test_tile_matches_the_large_gemm_tile():
     # 8 warps of 64x32 fp32 accumulators, stepping K by one 16-deep fragment.
-    assert TILE == {"warps": 8, "warp_m": 64, "warp_n": 32, "k": 16}
+    assert TILE == {"warps": 8, "warp_m": 64, "warp_n": 64, "k": 16}
 
 
 @pytest.mark.parametrize("device", DEVICES)
