@@ -32,10 +32,24 @@ static_assert(tile_config(TileConfigId::kCompact).smem_bytes == wmma_smem_bytes<
 static_assert(tile_config(TileConfigId::kSmall).smem_bytes == wmma_smem_bytes<SmallTileConfig>());
 static_assert(tile_config(TileConfigId::kScalar).smem_bytes == wmma_smem_bytes<ScalarTileConfig>());
 
+// Refuses a tile whose kernel is empty in the code the device runs (built for
+// an arch below the tile's min_arch: kTileCompiled), as check_kernel_arch does
+// for element types.
+template <class Config, class Kernel>
+cudaError_t check_tile_arch(Kernel* kernel) {
+  if constexpr (tile_min_arch<Config>() > 75) {
+    cudaFuncAttributes attributes;
+    if (const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel); err != cudaSuccess) return err;
+    if (attributes.ptxVersion < tile_min_arch<Config>()) return cudaErrorNotSupported;
+  }
+  return cudaSuccess;
+}
+
 template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
 cudaError_t launch(const GemmParams& p, const GemmGrid& work, cudaStream_t stream) {
   constexpr int kSmemBytes = WmmaSmem<Element, Config, ARowMajor, BRowMajor>::kBytes;
   auto* kernel = &wmma_gemm_kernel<Element, Config, ARowMajor, BRowMajor, Vector>;
+  if (const cudaError_t err = check_tile_arch<Config>(kernel); err != cudaSuccess) return err;
   if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
   const int64_t blocks = TileScheduler<Config>::tiles(p.m, p.n) * work.split_k;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;

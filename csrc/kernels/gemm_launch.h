@@ -28,8 +28,9 @@ size_t gemm_workspace_bytes(const GemmParams& params, const GemmPlan& plan);
 // operand that is neither row- nor column-major, an ab_type that is not
 // 16-bit, a plan the operands or the problem do not allow (16-byte loads of
 // unaligned operands, split-K of a batch) or a missing workspace,
-// cudaErrorNotSupported for bf16 where the device runs code built for an arch
-// below sm_80, cudaSuccess otherwise.
+// cudaErrorNotSupported for bf16, or a tile whose min_arch is sm_80
+// (gemm_plan.h), where the device runs code built for an arch below sm_80,
+// cudaSuccess otherwise.
 cudaError_t launch_gemm(const GemmParams& params, const GemmPlan& plan, void* workspace, cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

@@ -87,6 +87,16 @@ static_assert(sizeof(kTileConfigs) / sizeof(kTileConfigs[0]) == int(TileConfigId
 
 constexpr const TileConfigInfo& tile_config(TileConfigId id) { return kTileConfigs[int(id)]; }
 
+// The table's min_arch for the configuration Config (0 if it is not listed).
+template <class Config>
+constexpr int tile_min_arch() {
+  for (const TileConfigInfo& c : kTileConfigs)
+    if (c.block_m == Config::kBlockM && c.block_n == Config::kBlockN && c.block_k == Config::kBlockK &&
+        c.warp_m == Config::kWarpM && c.warp_n == Config::kWarpN && c.stages == Config::kStages)
+      return c.min_arch;
+  return 0;
+}
+
 // The problem as the choice sees it. `vector`: the widest load, in elements,
 // both operands allow (gemm_launch.cu's operand_vector_width): 8 (16 bytes),
 // 4 or 2 on the cp.async pipeline, 1 on the one-element path.

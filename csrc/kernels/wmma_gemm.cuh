@@ -15,6 +15,7 @@
 
 #include "element_traits.cuh"
 #include "gemm_params.h"
+#include "gemm_plan.h"
 #include "operand_loaders.cuh"
 #include "tile_scheduler.cuh"
 #include "wmma_block.cuh"
@@ -28,10 +29,34 @@ struct GemmGrid {
   float* partials = nullptr;  // split_k x m x n fp32, when split_k > 1
 };
 
+// Whether this compilation pass builds Config's kernels: a tile meant for a
+// newer arch (gemm_plan.h's min_arch: the 3-stage 64-deep tiles need sm_80's
+// shared memory, and on sm_75's register-staged path they would spill) has an
+// empty body in older passes, which the launcher refuses to run.
+template <class Config>
+inline constexpr bool kTileCompiled =
+#if defined(__CUDA_ARCH__)
+    __CUDA_ARCH__ >= tile_min_arch<Config>() * 10;
+#else
+    true;
+#endif
+
+// Where split `split` writes its raw sums: its slice of the workspace, fp32,
+// with no bias or activation (the reduction applies them once).
+__device__ inline GemmParams split_partials(const GemmParams& p, const GemmGrid& grid, int split) {
+  GemmParams out;
+  out.m = p.m;
+  out.n = p.n;
+  out.d = grid.partials + split * p.m * p.n;
+  out.d_type = ElementType::kFloat32;
+  out.d_row_stride = p.n;
+  return out;
+}
+
 template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM)
     wmma_gemm_kernel(GemmParams p, GemmGrid grid) {
-  if constexpr (kWmmaCompiled<Element>) {
+  if constexpr (kWmmaCompiled<Element> && kTileCompiled<Config>) {
     using Block = WmmaBlock<Element, Config, ARowMajor, BRowMajor>;
     using LoaderA = MatrixLoader<typename Block::TileA, Config::kBlockK, Config::kThreads, Vector>;
     using LoaderB = MatrixLoader<typename Block::TileB, Config::kBlockK, Config::kThreads, Vector>;
@@ -44,15 +69,6 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM)
     const Block block(tile.m0, tile.n0);
     const int rows_left = p.m - block.m0 < Config::kBlockM ? int(p.m - block.m0) : Config::kBlockM;
     const int cols_left = p.n - block.n0 < Config::kBlockN ? int(p.n - block.n0) : Config::kBlockN;
-    // A split writes its raw sums to its slice of the workspace instead of D.
-    GemmParams out = p;
-    if (grid.split_k > 1) {
-      out.d = grid.partials + split * p.m * p.n;
-      out.d_type = ElementType::kFloat32;
-      out.d_row_stride = p.n;
-      out.bias = nullptr;
-      out.activation = Activation::kNone;
-    }
     for (int64_t batch = blockIdx.y; batch < p.batch; batch += gridDim.y) {
       LoaderA a(static_cast<const Element*>(p.a) + batch * p.a_batch_stride + block.m0 * p.a_row_stride +
                     range.begin * p.a_col_stride,
@@ -63,7 +79,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM)
       typename Block::Accumulators acc;
       Block::clear(acc);
       block.template mainloop<Vector>(acc, a, b, Block::slices(range.extent), reinterpret_cast<Element*>(smem));
-      block.epilogue(out, acc, smem, batch);
+      // The split is worked out again rather than kept in a register
+      // through the mainloop.
+      block.epilogue(grid.split_k > 1 ? split_partials(p, grid, int(blockIdx.x / tiles)) : p, acc, smem, batch);
     }
   }
 }

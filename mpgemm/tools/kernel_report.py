@@ -8,6 +8,7 @@ also runs each op once under torch.profiler and shows which kernels ran.
 """
 
 import dataclasses
+import re
 import shutil
 import subprocess
 
@@ -16,6 +17,7 @@ import torch
 from .. import _C
 from . import sass
 from .._build import build_info
+from ..plan import tile_configs
 from . import display
 
 
@@ -46,10 +48,22 @@ def arch_number(arch):
     return int(digits) if digits else 0
 
 
+def gemm_tile_min_arch(name):
+    """The tile table's min_arch (10 * major + minor) of a GEMM kernel's tile
+    (mpgemm.tile_configs()); 0 for other kernels."""
+    found = re.search(r"GemmTileConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", name)
+    if "wmma_gemm_kernel" not in name or not found:
+        return 0
+    dims = tuple(int(d) for d in found.groups())
+    keys = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "stages")
+    return next((c["min_arch"] for c in tile_configs() if tuple(c[k] for k in keys) == dims), 0)
+
+
 def compiled_out(arch, name):
     """Whether a Tensor Core kernel is built empty for `arch` by design: bf16
-    below sm_80."""
-    return input_element(name) == "bf16" and arch_number(arch) < BF16_MIN_ARCH
+    below sm_80, and GEMM tiles below their min_arch (kTileCompiled)."""
+    return ((input_element(name) == "bf16" and arch_number(arch) < BF16_MIN_ARCH)
+            or gemm_tile_min_arch(name) > arch_number(arch))
 
 
 @dataclasses.dataclass
