@@ -24,7 +24,14 @@ CUDA_SOURCES = [
     "csrc/cuda/unscale_cuda.cpp",
     "csrc/kernels/conv_launch.cu",
     "csrc/kernels/gemm_launch.cu",
+    "csrc/kernels/gemm_tile_compact.cu",
+    "csrc/kernels/gemm_tile_scalar.cu",
+    "csrc/kernels/gemm_tile_small.cu",
+    "csrc/kernels/gemm_tile_square.cu",
+    "csrc/kernels/gemm_tile_tall.cu",
+    "csrc/kernels/gemm_tile_wide.cu",
     "csrc/kernels/mma_ceiling.cu",
+    "csrc/kernels/splitk_reduce.cu",
     "csrc/kernels/unscale.cu",
 ]
 

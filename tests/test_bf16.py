@@ -138,10 +138,18 @@ def test_converted_model_runs_under_autocast_like_the_unconverted_one(device, na
     loss.backward()
     expected_loss.backward()
     assert all(p.grad.dtype == q.grad.dtype == FLOAT for p, q in zip(ours.parameters(), theirs.parameters()))
-    # All gradients as one vector: a bias that a norm layer follows has a
-    # gradient of rounding noise alone.
-    grads, expected_grads = (torch.cat([p.grad.flatten() for p in m.parameters()]) for m in (ours, theirs))
-    assert relative_error(grads, expected_grads.double()) < 0.05
+    # All gradients as one vector (a bias that a norm layer follows has a
+    # gradient of rounding noise alone), each against the float64 model's: a
+    # 16-bit rounding that moves a max-pool's argmax or a ReLU's sign sends a
+    # gradient elsewhere in torch's run as in ours, so ours may err as much as
+    # torch.amp's own, not less.
+    reference = copy.deepcopy(theirs).double()
+    reference.zero_grad(set_to_none=True)
+    output(reference(*(a.double() if a.is_floating_point() else a for a in args))).square().mean().backward()
+    grads, expected_grads, exact_grads = (torch.cat([p.grad.flatten().double() for p in m.parameters()])
+                                          for m in (ours, theirs, reference))
+    torch_error = relative_error(expected_grads, exact_grads)
+    assert relative_error(grads, exact_grads) < max(2 * torch_error, 0.05), torch_error
 
 
 @pytest.mark.parametrize("device", DEVICES)

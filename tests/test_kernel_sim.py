@@ -10,6 +10,7 @@ zero-fill and synchronization are tested wherever the tests run. See
 tests/kernel_sim/driver.cpp and conv_cases.cpp."""
 
 import concurrent.futures
+import glob
 import os
 import re
 import shutil
@@ -92,8 +93,10 @@ def results(tmp_path_factory):
     driver = os.path.join(SIM_DIR, "driver.cpp")
     # The kernel sources last: the mutant swaps in its own copies of them.
     drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp")]
-    kernels = ["gemm_launch.cu", "conv_launch.cu", "unscale.cu", "mma_ceiling.cu", "gemm_plan.cpp"]
+    kernels = sorted(os.path.basename(p) for p in glob.glob(os.path.join(KERNEL_DIR, "*.cu"))) + ["gemm_plan.cpp"]
     sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
+    # Only the units with a pipeline get the mutant's copies; the rest are the real ones.
+    mutated = [name for name in kernels if name.startswith("gemm_tile_") or name == "conv_launch.cu"]
     mutant_dir = mutated_kernels(str(out / "mutant"))
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         objects = {
@@ -101,12 +104,11 @@ def results(tmp_path_factory):
                    for i, src in enumerate(sources)]
             for arch in sorted({arch for arch, _ in RUNS})
         }
-        # unscale.cu and mma_ceiling.cu have no pipeline: the mutant keeps the real ones.
         mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
-                                      str(out / f"mutant.{name}.o")) for name in ("gemm_launch.cu", "conv_launch.cu")]
+                                      str(out / f"mutant.{name}.o")) for name in mutated]
+        kept = [o for src, o in zip(sources, objects[800]) if os.path.basename(src) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
-        mutant = link([o.result() for o in objects[800][:len(drivers)] + objects[800][len(drivers) + 2:]] +
-                      [o.result() for o in mutant_objects], str(out / "sim_mutant"))
+        mutant = link([o.result() for o in kept + mutant_objects], str(out / "sim_mutant"))
 
         jobs = {}
         for arch, late in RUNS:
@@ -130,6 +132,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay
+    assert int(re.search(r"wgrad cases that split K: (\d+)", output).group(1)) > 0, replay
     assert "ceiling: 0/3 failed" in output, replay
 
 

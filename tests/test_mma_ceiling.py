@@ -49,9 +49,15 @@ def test_random_values_within_fp32_accumulation_error(device):
     iterations = 300
     out = ceiling(a, b, iterations, 2).double().cpu()
     ref64 = iterations * (a.double() @ b.double()).cpu()
-    # Each round adds one fp32 rounding of at most 2^-24 of the running sum.
-    bound = iterations * 2.0**-24 * (iterations * (a.double().abs() @ b.double().abs()).cpu())
-    assert ((out - ref64).abs() <= bound).all()
+    # Each round adds one fp32 rounding of the running sum: to nearest, at most
+    # 2^-24 of it, on the CPU. Tensor Cores align the products to the largest
+    # addend and truncate instead of rounding (Fasi et al., "Numerical behavior
+    # of NVIDIA tensor cores", PeerJ CS 2021), so allow 2^-22 on a GPU: still
+    # a thousandth of one round's product.
+    per_round = 2.0**-24 if device == "cpu" else 2.0**-22
+    bound = iterations * per_round * (iterations * (a.double().abs() @ b.double().abs()).cpu())
+    worst = ((out - ref64).abs() / bound).max().item()
+    assert worst <= 1, f"error {worst:.2f}x the bound"
 
 
 @pytest.mark.gpu

@@ -10,9 +10,14 @@
 // one tap: a 16-byte load when channels per group are a multiple of 8, one
 // element at a time otherwise (C = 3 first layers, depthwise).
 //
-// grid   - one block per kBlockM x kBlockN tile of the pass's GEMM; grid.y
-//          strides over the groups, each an independent GEMM.
+// grid   - one block per kBlockM x kBlockN tile of the pass's GEMM, times
+//          work.split_k; grid.y strides over the groups, each an independent
+//          GEMM.
 // block  - WmmaBlock (wmma_block.cuh) with the gathers below as loaders.
+// split-K - wgrad only, whose GEMM-K (every output pixel) dwarfs its M x N
+//          (the filters): each split sums a range of whole K slices and
+//          writes its fp32 partial tile to work.partials[split] (K x R*S*C/g,
+//          groups stacked as in dw); splitk_reduce.cu sums them in order.
 #pragma once
 
 #include <cstdint>
@@ -120,7 +125,8 @@ struct ConvPassTraits<ConvPass::kWgrad> {
 };
 
 template <class Element, class Config, ConvPass Pass, int Vector>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM) conv2d_kernel(Conv2dParams a) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM)
+    conv2d_kernel(Conv2dParams a, GemmGrid work) {
   if constexpr (kWmmaCompiled<Element>) {
     using Traits = ConvPassTraits<Pass>;
     using Block = WmmaBlock<Element, Config, Traits::kARowMajor, Traits::kBRowMajor>;
@@ -138,14 +144,17 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM) con
     out.bias_type = a.bias_type;
     out.d_row_stride = Pass == ConvPass::kFprop ? a.k : Pass == ConvPass::kDgrad ? a.c : out.n;
 
-    const TileOrigin tile = TileScheduler<Config>::origin(out.m, out.n);
+    const int64_t tiles = TileScheduler<Config>::tiles(out.m, out.n);
+    const int split = int(blockIdx.x / tiles);
+    const TileOrigin tile = TileScheduler<Config>::origin_of(blockIdx.x - split * tiles, out.m, out.n, 1);
+    const KRange range = split_k_range<Config::kBlockK>(out.k, split, work.split_k);
     const Block block(tile.m0, tile.n0);
     for (int64_t group = blockIdx.y; group < a.groups; group += gridDim.y) {
       const int64_t ci = group * g.cg, ko = group * g.kg;  // first input / output channel of the group
       const Element* x = static_cast<const Element*>(a.x);
       const Element* wt = static_cast<const Element*>(a.wt);
       const Element* dy = static_cast<const Element*>(a.dy);
-      Element* tiles = reinterpret_cast<Element*>(smem);
+      Element* stages = reinterpret_cast<Element*>(smem);
       typename Block::Accumulators acc;
       Block::clear(acc);
       if constexpr (Pass == ConvPass::kFprop) {
@@ -154,25 +163,30 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM) con
         const int cols_left = out.n - block.n0 < Config::kBlockN ? int(out.n - block.n0) : Config::kBlockN;
         MatrixLoader<TileB, Config::kBlockK, Config::kThreads, Vector> lb(wt + (ko + block.n0) * out.k, out.k, 1,
                                                                           cols_left, out.k);
-        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
+        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), stages);
       } else if constexpr (Pass == ConvPass::kDgrad) {
         GatherLoader<TileA, Config::kBlockK, Config::kThreads, Vector, DgradPatches<Element>> la({g, dy + ko},
                                                                                                  block.m0, out.k);
         const Element* filters = wt + ko * int64_t(g.r) * g.s * g.cg;
         GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, DgradFilters<Element>> lb({g, filters},
                                                                                                  block.n0, out.k);
-        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
+        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), stages);
       } else {
         const int rows_left = out.m - block.m0 < Config::kBlockM ? int(out.m - block.m0) : Config::kBlockM;
-        MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0, a.k, a.k, rows_left,
-                                                                          out.k);
-        GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, InputPatches<Element>> lb({g, x + ci},
-                                                                                                 block.n0, out.k);
-        block.template mainloop<Vector>(acc, la, lb, Block::slices(out.k), tiles);
+        MatrixLoader<TileA, Config::kBlockK, Config::kThreads, Vector> la(dy + ko + block.m0 + range.begin * a.k,
+                                                                          a.k, a.k, rows_left, range.extent);
+        GatherLoader<TileB, Config::kBlockK, Config::kThreads, Vector, InputPatches<Element>> lb(
+            {g, x + ci}, block.n0, range.extent, range.begin);
+        block.template mainloop<Vector>(acc, la, lb, Block::slices(range.extent), stages);
       }
       // This group's slice of the output: its columns (fprop, dgrad) or rows (wgrad).
       const int64_t out_offset = Pass == ConvPass::kFprop ? ko : Pass == ConvPass::kDgrad ? ci : ko * out.n;
-      out.d = static_cast<char*>(a.out) + out_offset * element_bytes(a.out_type);
+      if (work.split_k > 1) {
+        out.d = work.partials + (split * a.k * out.n + out_offset);
+        out.d_type = ElementType::kFloat32;
+      } else {
+        out.d = static_cast<char*>(a.out) + out_offset * element_bytes(a.out_type);
+      }
       out.bias = a.bias == nullptr ? nullptr : static_cast<const char*>(a.bias) + ko * element_bytes(a.bias_type);
       block.epilogue(out, acc, smem, 0);
     }

@@ -37,4 +37,11 @@ struct GemmParams {
   int64_t d_batch_stride = 0, d_row_stride = 0;
 };
 
+// How the launcher spread the work over the grid.
+struct GemmGrid {
+  int raster_group = 1;       // tile rows per group of the tile order
+  int split_k = 1;            // K ranges; blockIdx.x = split * tiles + tile
+  float* partials = nullptr;  // split_k x m x n fp32, when split_k > 1
+};
+
 }  // namespace mpgemm::kernels

@@ -107,11 +107,12 @@ struct GatherLoader {
   int k_extent;  // and how many it holds
   typename Copy::Chunk regs[Copy::kPerThread];
 
-  __device__ GatherLoader(const Gather& gather, int64_t mn0, int64_t k)
+  // GEMM-K runs over [k_begin, k_begin + k).
+  __device__ GatherLoader(const Gather& gather, int64_t mn0, int64_t k, int64_t k_begin = 0)
       : gather(gather),
         outer0(Tile::kKIsInner ? mn0 : 0),
         inner0(Tile::kKIsInner ? 0 : mn0),
-        k0(0),
+        k0(k_begin),
         k_extent(KPartition<kBlockK>::first_extent(k)) {}
 
   __device__ const Element* chunk(int i) const {
@@ -139,7 +140,7 @@ struct GatherLoader {
   }
   __device__ void store(Element* tile) const { Copy::store(tile, regs); }
   __device__ void advance_past_first() {
-    k0 = k_extent;
+    k0 += k_extent;
     k_extent = kBlockK;
   }
   __device__ void advance() { k0 += kBlockK; }

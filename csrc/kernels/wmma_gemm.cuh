@@ -8,7 +8,7 @@
 // split-K - with split.split_k > 1 (single matrices only) each block sums its
 //          split's range of whole K slices and writes the fp32 partial tile,
 //          with no bias or activation, to split.partials[split] (m x n, row
-//          stride n); splitk_reduce.cuh sums the splits in order and finishes.
+//          stride n); splitk_reduce.cu sums the splits in order and finishes.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +21,6 @@
 #include "wmma_block.cuh"
 
 namespace mpgemm::kernels {
-
-// How the launcher spread the work over the grid.
-struct GemmGrid {
-  int raster_group = 1;       // tile rows per group of the tile order
-  int split_k = 1;            // K ranges; blockIdx.x = split * tiles + tile
-  float* partials = nullptr;  // split_k x m x n fp32, when split_k > 1
-};
 
 // Whether this compilation pass builds Config's kernels: a tile meant for a
 // newer arch (gemm_plan.h's min_arch: the 3-stage 64-deep tiles need sm_80's

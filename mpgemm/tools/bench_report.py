@@ -99,17 +99,32 @@ def write_csv(report, path):
 
 
 def plot_report(report, path):
+    """TFLOP/s of each GEMM implementation: against size for the square
+    sweep, else one group of bars per shape run."""
     plt = display.pyplot("bench")
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    square = [r for r in report["results"] if r["suite"] == "gemm" and r["case"] == "square" and r["tflops"]]
-    for impl in dict.fromkeys(r["impl"] for r in square):
-        points = sorted((r["shape"][0], r["tflops"]) for r in square if r["impl"] == impl)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=impl)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("M = N = K")
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    gemm = [r for r in report["results"] if r["suite"] == "gemm" and r["tflops"]]
+    square = [r for r in gemm if r["case"] == "square"]
+    if square:
+        for impl in dict.fromkeys(r["impl"] for r in square):
+            points = sorted((r["shape"][0], r["tflops"]) for r in square if r["impl"] == impl)
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M = N = K")
+    else:
+        shapes = list(dict.fromkeys(_shape(r) for r in gemm))
+        impls = list(dict.fromkeys(r["impl"] for r in gemm))
+        # fp32 out against cuBLAS: the 16-bit-out and torch.mm rows are the same story twice over.
+        impls = [i for i in impls if i.endswith("fp32-out") and not i.startswith("torch.mm")] or impls
+        width = 0.8 / max(len(impls), 1)
+        for i, impl in enumerate(impls):
+            values = {_shape(r): r["tflops"] for r in gemm if r["impl"] == impl}
+            ax.bar([j + i * width for j in range(len(shapes))], [values.get(s, 0) for s in shapes], width, label=impl)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], shapes)
+        ax.set_xlabel("M x N x K")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"{report['device']} @ {report['git_commit'][:10]}, {report['date'][:10]}")
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

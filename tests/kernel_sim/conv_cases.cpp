@@ -12,7 +12,9 @@
 // 800 on in bf16 when i / 9 is odd. So 18 cases launch all 18 kernels there,
 // 9 the 9 fp16 ones below it.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -43,18 +45,20 @@ constexpr int kKernelsPerType = 9;
 // One spatial dimension: a window of `taps` taps `dilation` apart, padding
 // `pad` before and 0 .. window - 1 after (implied by the output size), an input
 // at least one window long with the padding, and `out` outputs `stride` apart.
-void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, int64_t& out) {
+void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, int64_t& out, int64_t extra) {
   const int64_t window = (taps - 1) * dilation + 1;
   pad = int(rnd(0, std::min<int64_t>(window - 1, 4)));
   const int64_t pad_end = rnd(0, std::min<int64_t>(window - 1, 4));
   const int64_t least = std::max<int64_t>(1, window - pad - pad_end);
-  in = rnd(least, least + 5);
+  in = rnd(least, least + extra);
   out = (in + pad + pad_end - window) / stride + 1;
 }
 
 const char* const kPassNames[] = {"fprop", "dgrad", "wgrad"};
 
 }  // namespace
+
+int conv_splits_run = 0;
 
 bool conv_case(int index) {
   const ConvPass pass = ConvPass(index % 3);
@@ -79,8 +83,12 @@ bool conv_case(int index) {
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
   a.stride_h = int(rnd(1, 2)), a.stride_w = int(rnd(1, 2));
   a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
-  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p);
-  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q);
+  // A third of the wgrad cases have many output pixels (GEMM-K): enough K
+  // slices for the launcher to split K.
+  const bool long_k = pass == ConvPass::kWgrad && a.n > 0 && rnd(0, 2) == 0;
+  if (long_k) a.n = rnd(4, 8);
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 14 : 5);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 14 : 5);
 
   // The pass's two operands, one of them misaligned on the one-element path.
   const bool uses_x = pass != ConvPass::kDgrad, uses_wt = pass != ConvPass::kWgrad, uses_dy = pass != ConvPass::kFprop;
@@ -110,7 +118,12 @@ bool conv_case(int index) {
   sim::multiprocessors = path == 0 ? 1 : path == 1 ? 1 << 20 : int(rnd(1, 200));
   const unsigned max_grid_y = rnd(0, 1) ? 65535 : unsigned(rnd(1, 2));  // the group loop runs more than once
   sim::max_grid.y = max_grid_y;
-  const cudaError_t err = launch_conv2d(pass, a, nullptr);
+  // The workspace poisoned: the reduction must read only what the splits wrote.
+  const size_t workspace_bytes = conv2d_workspace_bytes(pass, a);
+  std::vector<float> workspace(workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
+  void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
+  const cudaError_t err = launch_conv2d(pass, a, workspace_bytes ? aligned : nullptr, nullptr);
+  conv_splits_run += workspace_bytes > 0;
   sim::max_grid.y = 65535;
 
   // The reference: every product x[n, ih, iw, g*cg + c] * wt[k, r, s, c] *
@@ -146,9 +159,10 @@ bool conv_case(int index) {
   if (bad)
     printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
            "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld input_type=%d bias=%d "
-           "bias_type=%d out_type=%d multiprocessors=%d max_grid_y=%u\n",
+           "bias_type=%d out_type=%d multiprocessors=%d max_grid_y=%u workspace=%zu\n",
            index, int(err), kPassNames[index % 3], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
            a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, offsets[0], offsets[1], offsets[2], out_offset,
-           int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_y);
+           int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_y,
+           workspace_bytes);
   return bad;
 }

@@ -330,6 +330,7 @@ static bool ceiling_case(int index) {
 }
 
 bool conv_case(int index);  // conv_cases.cpp
+extern int conv_splits_run;  // wgrad cases that split K
 
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6, "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1>", argv[0]);
@@ -346,7 +347,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
   const size_t before_conv = sim::launched.size();
   for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
-  printf("kernels launched: %zu\nconv kernels launched: %zu\n", sim::launched.size(), sim::launched.size() - before_conv);
+  printf("kernels launched: %zu\nconv kernels launched: %zu\nwgrad cases that split K: %d\n", sim::launched.size(),
+         sim::launched.size() - before_conv, conv_splits_run);
   for (int i = 0; i < kCeilingCases; ++i) ceiling_failed += ceiling_case(i);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,

@@ -1,20 +1,22 @@
 // Split-K reduction: D = activation(sum over s of partials[s] + bias), the
-// partials (split_k x m x n fp32, row stride n) written by wmma_gemm_kernel's
-// splits. Each thread finishes one element of D at a time (grid-stride),
+// partials (split_k x m x n fp32, row stride n) written by the splits of
+// wmma_gemm_kernel or of conv2d_kernel's wgrad. Each thread finishes one element of D at a time (grid-stride),
 // summing the splits in index order, so the result does not depend on which
 // split finished first: the reduction is deterministic. Consecutive threads
 // take consecutive columns, so loads and stores coalesce. Single matrices
 // only (batch 1); D's row stride is honored.
-#pragma once
-
+#include <algorithm>
 #include <cstdint>
 
 #include "element_traits.cuh"
 #include "epilogue_math.h"
-#include "gemm_params.h"
+#include "splitk_reduce.h"
 
 namespace mpgemm::kernels {
+namespace {
 
+// Blocks of the reduction; a grid-stride loop covers the rest.
+constexpr int64_t kMaxReduceBlocks = 4096;
 constexpr int kSplitKReduceThreads = 256;
 
 __global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(GemmParams p, const float* partials,
@@ -31,6 +33,15 @@ __global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(Gem
       static_cast<T*>(p.d)[row * p.d_row_stride + col] = ElementTraits<T>::from_float(v);
     });
   }
+}
+
+}  // namespace
+
+cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int split_k, cudaStream_t stream) {
+  const int64_t blocks = std::min((p.m * p.n + kSplitKReduceThreads - 1) / kSplitKReduceThreads, kMaxReduceBlocks);
+  GemmParams params = p;
+  void* args[] = {&params, &partials, &split_k};
+  return cudaLaunchKernel(&splitk_reduce_kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0, stream);
 }
 
 }  // namespace mpgemm::kernels
