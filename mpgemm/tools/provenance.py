@@ -17,21 +17,26 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 
 def git_commit(root=REPO_ROOT):
-    """The commit of the tree at `root` ("-dirty" when tracked files differ
-    from it): from git, else from the COMMIT file, else "unknown"."""
+    """The commit of the tree at `root`: git's HEAD when the tracked files
+    match it; else the COMMIT file that `make gpu-bundle` writes before a tree
+    is copied to a GPU machine (where a .git, if any, is not this tree's);
+    else HEAD with "-dirty"; else "unknown"."""
+    head = dirty = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         pass
+    if head and not dirty:
+        return head
     try:
         with open(os.path.join(root, "COMMIT")) as f:
-            return f.read().strip() or "unknown"
+            bundled = f.read().strip()
     except OSError:
-        return "unknown"
+        bundled = ""
+    return bundled or (head + "-dirty" if head else "unknown")
 
 
 def utc_now():
