@@ -100,7 +100,7 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 STEPS = (
     Step("build", 1, 100, 45, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
-    Step("inspect", 1, 30, 20, f"{PY} -m mpgemm inspect",
+    Step("inspect", 1, 45, 25, f"{PY} -m mpgemm inspect",
          "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),
     Step("gemm", 1, 45, 15, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
          "GEMM vs cuBLAS, fp16 and bf16 in, fp32 and 16-bit out; events cross-checked with the profiler at "
