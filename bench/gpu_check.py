@@ -109,7 +109,7 @@ STEPS = (
          "the mma.sync ceiling, 1 and 2 blocks per SM"),
     Step("mlp", 1, 45, 17, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
-    # fp16 only: bf16 would double the step's cases past its limit, and part 1 has no time left to give it.
+    # fp16 only: bf16 would double the step (about 95 s on an H100), leaving part 1 no margin.
     Step("conv", 1, 120, 65, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
          "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions, batch 32 and 256, fwd and fwd+bwd, fp16"),
     Step("profile", 1, 60, 10, _ncu_command(),
