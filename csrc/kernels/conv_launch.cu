@@ -1,5 +1,6 @@
 // Host-side dispatch of the convolution kernels: picks the element type, the
-// tile configuration and the load width per pass, then launches.
+// tile configuration and the load width per pass, and wgrad's split of K,
+// then launches (and, for a split wgrad, the reduction).
 #include <algorithm>
 #include <climits>
 

@@ -24,7 +24,7 @@ int64_t tiles(const TileConfigInfo& c, const GemmShape& s) {
 int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_k); }
 
 bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
-  // Narrower chunks run on the 8-wide tiles but Square (see gemm_launch.cu's with_vector).
+  // Narrower chunks run on the 8-wide tiles but Square (see gemm_tile_launch.cuh's with_vector).
   const bool loads = c.load_width == 1 || (c.id == TileConfigId::kSquare ? s.vector == 8 : s.vector > 1);
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && loads;
 }

@@ -41,7 +41,7 @@ struct TileConfigInfo {
 // Shared memory of one block of Config, the largest over the operand layouts:
 // kStages slices of A's and B's tiles, each shared row padded by 8 elements
 // (tile_io.cuh's SmemTileShape), or the epilogue's fp32 strips if larger
-// (WmmaSmem). gemm_launch.cu checks these figures against WmmaSmem itself.
+// (WmmaSmem). gemm_tile_launch.cuh checks these figures against WmmaSmem itself.
 template <class Config>
 constexpr int tile_smem_bytes() {
   auto tile = [](int mn, int k, bool k_inner) { return k_inner ? mn * (k + 8) : k * (mn + 8); };
