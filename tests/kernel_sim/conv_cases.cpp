@@ -45,12 +45,13 @@ constexpr int kKernelsPerType = 9;
 // One spatial dimension: a window of `taps` taps `dilation` apart, padding
 // `pad` before and 0 .. window - 1 after (implied by the output size), an input
 // at least one window long with the padding, and `out` outputs `stride` apart.
-void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, int64_t& out, int64_t extra) {
+void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, int64_t& out, int64_t least_extra,
+               int64_t extra) {
   const int64_t window = (taps - 1) * dilation + 1;
   pad = int(rnd(0, std::min<int64_t>(window - 1, 4)));
   const int64_t pad_end = rnd(0, std::min<int64_t>(window - 1, 4));
   const int64_t least = std::max<int64_t>(1, window - pad - pad_end);
-  in = rnd(least, least + extra);
+  in = rnd(least + least_extra, least + extra);
   out = (in + pad + pad_end - window) / stride + 1;
 }
 
@@ -83,12 +84,13 @@ bool conv_case(int index) {
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
   a.stride_h = int(rnd(1, 2)), a.stride_w = int(rnd(1, 2));
   a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
-  // A third of the wgrad cases have many output pixels (GEMM-K): enough K
-  // slices for the launcher to split K.
-  const bool long_k = pass == ConvPass::kWgrad && a.n > 0 && rnd(0, 2) == 0;
-  if (long_k) a.n = rnd(4, 8);
-  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 14 : 5);
-  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 14 : 5);
+  // The wgrad cases of the small-tile path, and a third of the others, have
+  // many output pixels (GEMM-K: at least 4 x 11 x 11): enough K slices on
+  // every path for the launcher to split K.
+  const bool long_k = pass == ConvPass::kWgrad && (index % 9 == 5 || (a.n > 0 && rnd(0, 2) == 0));
+  if (long_k) a.n = rnd(4, 8), a.stride_h = a.stride_w = 1;
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 10 : 0, long_k ? 14 : 5);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 10 : 0, long_k ? 14 : 5);
 
   // The pass's two operands, one of them misaligned on the one-element path.
   const bool uses_x = pass != ConvPass::kDgrad, uses_wt = pass != ConvPass::kWgrad, uses_dy = pass != ConvPass::kFprop;
