@@ -22,21 +22,11 @@ constexpr int64_t kSplitBlocksPerSM = 4;
 constexpr int64_t kMinSlicesPerSplit = 4;
 constexpr int64_t kMaxSplits = 256;
 
-enum class ConvTile { kCompact, kSmall, kScalar };
-
+// One of gemm_plan.h's tiles (Compact, Small or Scalar), and wgrad's split of K.
 struct ConvPlan {
-  ConvTile tile = ConvTile::kScalar;
+  TileConfigId tile = TileConfigId::kScalar;
   int split_k = 1;
 };
-
-template <class F>
-int64_t with_tile(ConvTile tile, F&& f) {
-  switch (tile) {
-    case ConvTile::kCompact: return f(CompactTileConfig{});
-    case ConvTile::kSmall: return f(SmallTileConfig{});
-    default: return f(ScalarTileConfig{});
-  }
-}
 
 // The tile, and for wgrad the split of GEMM-K: wgrad's M x N is the filters
 // and its K every output pixel, so its tiles alone leave most multiprocessors
@@ -49,17 +39,15 @@ ConvPlan plan_pass(const Conv2dParams& p, const DeviceLimits& device) {
   const bool vectorized = (p.c / p.groups) % 8 == 0 && (p.k / p.groups) % 8 == 0 && aligned16(p.x) &&
                           aligned16(p.wt) && aligned16(p.dy);
   ConvPlan plan;
-  plan.tile = !vectorized ? ConvTile::kScalar
+  plan.tile = !vectorized ? TileConfigId::kScalar
               : TileScheduler<CompactTileConfig>::tiles(Traits::m(p), Traits::n(p)) * p.groups >= device.multiprocessors
-                  ? ConvTile::kCompact
-                  : ConvTile::kSmall;
+                  ? TileConfigId::kCompact
+                  : TileConfigId::kSmall;
   if (Pass != ConvPass::kWgrad) return plan;
-  const int64_t tiles = with_tile(plan.tile, [&](auto config) {
-    return TileScheduler<decltype(config)>::tiles(Traits::m(p), Traits::n(p)) * p.groups;
-  });
-  const int64_t slices = with_tile(plan.tile, [&](auto config) {
-    return (Traits::k(p) + decltype(config)::kBlockK - 1) / decltype(config)::kBlockK;
-  });
+  const TileConfigInfo& tile = tile_config(plan.tile);
+  const int64_t tiles = (Traits::m(p) + tile.block_m - 1) / tile.block_m *
+                        ((Traits::n(p) + tile.block_n - 1) / tile.block_n) * p.groups;
+  const int64_t slices = (Traits::k(p) + tile.block_k - 1) / tile.block_k;
   const int64_t wanted = (kSplitBlocksPerSM * device.multiprocessors + tiles - 1) / tiles;
   plan.split_k = int(std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits})));
   return plan;
@@ -113,8 +101,8 @@ cudaError_t launch_pass(const Conv2dParams& p, const ConvPlan& plan, const GemmG
   if (Traits::m(p) == 0 || Traits::n(p) == 0) return cudaSuccess;
   cudaError_t err;
   switch (plan.tile) {
-    case ConvTile::kCompact: err = launch<Element, CompactTileConfig, Pass, 8>(p, work, stream); break;
-    case ConvTile::kSmall: err = launch<Element, SmallTileConfig, Pass, 8>(p, work, stream); break;
+    case TileConfigId::kCompact: err = launch<Element, CompactTileConfig, Pass, 8>(p, work, stream); break;
+    case TileConfigId::kSmall: err = launch<Element, SmallTileConfig, Pass, 8>(p, work, stream); break;
     default: err = launch<Element, ScalarTileConfig, Pass, 1>(p, work, stream); break;
   }
   if (err != cudaSuccess || work.split_k == 1) return err;
