@@ -30,6 +30,11 @@ CUDA_SOURCES = [
     "csrc/kernels/gemm_tile_square.cu",
     "csrc/kernels/gemm_tile_tall.cu",
     "csrc/kernels/gemm_tile_wide.cu",
+    "csrc/kernels/gemm_wgmma.cu",
+    "csrc/kernels/gemm_wgmma_kk.cu",
+    "csrc/kernels/gemm_wgmma_km.cu",
+    "csrc/kernels/gemm_wgmma_mk.cu",
+    "csrc/kernels/gemm_wgmma_mm.cu",
     "csrc/kernels/mma_ceiling.cu",
     "csrc/kernels/splitk_reduce.cu",
     "csrc/kernels/unscale.cu",
@@ -43,9 +48,17 @@ def build_cuda():
 
 
 def cuda_archs():
-    """The sm_XY targets nvcc will build, read from torch's own arch flags."""
-    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCHS
+    """The sm_XY targets nvcc will build, read from torch's own arch flags.
+    Hopper (9.0) is built as sm_90a, whose code alone has wgmma and setmaxnreg
+    (the Hopper GEMM path) and which runs on every 9.0 device."""
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if not archs:
+        if torch.cuda.is_available():
+            archs = ";".join(sorted({"%d.%d" % torch.cuda.get_device_capability(i)
+                                     for i in range(torch.cuda.device_count())}))
+        else:
+            archs = DEFAULT_CUDA_ARCHS
+    os.environ["TORCH_CUDA_ARCH_LIST"] = re.sub(r"(?<![\d.])9\.0(?![\da-z])", "9.0a", archs.replace(" ", ";"))
     flags = cpp_extension._get_cuda_arch_flags()
     return sorted({f"sm_{m}" for flag in flags for m in re.findall(r"code=(?:sm|compute)_(\d+a?)", flag)})
 

@@ -86,6 +86,10 @@ def _ncu_command():
 
 BUILD = ("TORCH_CUDA_ARCH_LIST={arch} MAX_JOBS=$(nproc) " + PY + " setup.py build_ext --inplace && "
          + PY + " -c 'import json, mpgemm; print(json.dumps(mpgemm.build_info()))' | tee {raw}/build_info.json")
+HOPPER = ('if [ "{arch}" = "9.0" ]; then nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels '
+          'bench/hopper_probes.cu -o build/hopper_probes && build/hopper_probes | tee {raw}/probes.txt && '
+          'PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-speed --json {raw}/wgmma.json; '
+          'else echo "not an sm_90 GPU: no Hopper path here"; fi')
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
          "-DCMAKE_CUDA_COMPILER=$(command -v nvcc) {cublas_args} && "
          "cmake --build build/cmake && build/cmake/gemm_cublas_check")
@@ -99,7 +103,9 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 
 STEPS = (
-    Step("build", 1, 100, 45, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("build", 1, 100, 85, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("hopper", 1, 30, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
+         "then its GEMM on every operand layout, type and edge against float64"),
     Step("inspect", 1, 45, 25, f"{PY} -m mpgemm inspect",
          "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),
     Step("gemm", 1, 45, 15, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
@@ -114,7 +120,7 @@ STEPS = (
          "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions, batch 32 and 256, fwd and fwd+bwd, fp16"),
     Step("profile", 1, 60, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
-    Step("build", 2, 100, 45, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
+    Step("build", 2, 100, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
     Step("tests", 2, 100, 50, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu), in 8 processes where pytest-xdist is installed"),
     Step("verify", 2, 20, 5, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
@@ -250,7 +256,10 @@ def run(steps, outdir, label):
     os.makedirs(os.path.join(raw, "logs"), exist_ok=True)
     info = provenance()
     arch = info["compute_capability"] or ""
-    context = {"arch": arch, "arch_digits": arch.replace(".", ""), "cublas_args": cublas_cmake_args()}
+    # Hopper is built as sm_90a, as setup.py does, so that the Hopper path is in.
+    digits = arch.replace(".", "")
+    context = {"arch": arch, "arch_digits": digits + "a" if digits == "90" else digits,
+               "cublas_args": cublas_cmake_args()}
     results = []
     for step in steps:
         print(f"== {step.name} (part {step.part}, limit {step.limit_s} s)", flush=True)

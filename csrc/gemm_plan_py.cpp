@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/gemm_plan.h"
 
@@ -36,6 +37,7 @@ bool parse_problem(PyObject* args, GemmShape& shape, DeviceLimits& device) {
                         &device.multiprocessors, &device.max_smem_per_block, &device.arch))
     return false;
   shape.vector = vectorized ? 8 : 1;
+  shape.tma = vectorized;
   return true;
 }
 
@@ -59,19 +61,36 @@ PyObject* default_device_limits(PyObject*, PyObject*) {
                        d.max_smem_per_block, "arch", d.arch);
 }
 
+// Runs f, turning a bad MPGEMM_GEMM_PATH (kernels::wgmma_enabled) into a ValueError.
+template <class F>
+PyObject* raising_value_error(F&& f) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    return PyErr_Format(PyExc_ValueError, "%s", e.what());
+  }
+}
+
 PyObject* gemm_plan(PyObject*, PyObject* args) {
   GemmShape shape;
   DeviceLimits device;
   if (!parse_problem(args, shape, device)) return nullptr;
-  return plan_dict(kernels::plan_gemm(shape, device));
+  return raising_value_error([&] { return plan_dict(kernels::plan_gemm(shape, device)); });
 }
 
 PyObject* gemm_candidates(PyObject*, PyObject* args) {
   GemmShape shape;
   DeviceLimits device;
   if (!parse_problem(args, shape, device)) return nullptr;
+  std::vector<GemmPlan> plans;
+  if (PyObject* error = raising_value_error([&]() -> PyObject* {
+        plans = kernels::candidate_plans(shape, device);
+        return Py_None;
+      });
+      error == nullptr)
+    return nullptr;
   PyObject* list = PyList_New(0);
-  for (const GemmPlan& plan : kernels::candidate_plans(shape, device)) {
+  for (const GemmPlan& plan : plans) {
     PyObject* entry = plan_dict(plan);
     if (entry == nullptr || PyList_Append(list, entry) != 0) {
       Py_XDECREF(entry);

@@ -80,7 +80,7 @@ def _as_plan(entry):
     config = next(c for c in _C.tile_configs() if c["name"] == entry["config"])
     return GemmPlan(config=config["name"], block_m=config["block_m"], block_n=config["block_n"],
                     block_k=config["block_k"],
-                    warps=(config["block_m"] // config["warp_m"]) * (config["block_n"] // config["warp_n"]),
+                    warps=config["threads"] // 32,
                     stages=config["stages"], load_width=config["load_width"], smem_bytes=config["smem_bytes"],
                     split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"])
 

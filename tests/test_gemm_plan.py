@@ -28,24 +28,32 @@ def no_tuning(tmp_path, monkeypatch):
 def test_table_lists_every_configuration_once():
     configs = mpgemm.tile_configs()
     names = [c["name"] for c in configs]
-    assert names == ["wide", "tall", "square", "compact", "small", "scalar"]
+    assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma"]
     by_name = {c["name"]: c for c in configs}
     assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
     assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
-    assert all(c["threads"] == 32 * (c["block_m"] // c["warp_m"]) * (c["block_n"] // c["warp_n"]) for c in configs)
+    assert all(c["threads"] == 32 * (c["block_m"] // c["warp_m"]) * (c["block_n"] // c["warp_n"])
+               for c in configs if c["name"] != "wgmma")
+    # The Hopper tile: two consumer warpgroups of 64 x 256 and one producer, 4 stages of 48 KB.
+    hopper = by_name["wgmma"]
+    assert (hopper["block_m"], hopper["block_n"], hopper["block_k"], hopper["stages"]) == (128, 256, 64, 4)
+    assert (hopper["warp_m"], hopper["warp_n"], hopper["threads"], hopper["min_arch"]) == (64, 256, 384, 90)
+    assert 4 * 48 * 1024 < hopper["smem_bytes"] <= 227 * 1024
     # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
     assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
 
 
 @pytest.mark.parametrize("m, n, config", [(4096, 4096, "wide"), (8192, 8192, "wide"), (8192, 2048, "tall"),
                                           (2048, 8192, "wide"), (16384, 64, "small"), (100000, 256, "tall")])
-def test_big_problems_take_the_largest_tiles(m, n, config):
+def test_big_problems_take_the_largest_tiles(m, n, config, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wmma")  # the WMMA rules, which H100s also run without the Hopper path
     plan = mpgemm.gemm_plan(m, n, 4096, device_limits=H100)
     assert (plan.config, plan.split_k, plan.tuned) == (config, 1, False)
     assert plan.raster_group == min(8, -(-m // plan.block_m))
 
 
-def test_problems_short_of_a_wave_take_smaller_tiles():
+def test_problems_short_of_a_wave_take_smaller_tiles(monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wmma")
     assert mpgemm.gemm_plan(1024, 1024, 1024, device_limits=H100).config == "small"  # 32 wide tiles < 132
     assert mpgemm.gemm_plan(1536, 1536, 1024, device_limits=H100).config == "square"  # 144 square tiles
     assert mpgemm.gemm_plan(512, 512, 1024, batch=64, device_limits=H100).config == "wide"  # batch fills the GPU
@@ -57,6 +65,51 @@ def test_split_k_for_small_outputs_with_long_k(m, n, k, split_k):
     plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
     assert plan.split_k == split_k
     assert plan.split_k <= 16 and (plan.split_k == 1 or -(-k // plan.block_k) >= 4 * plan.split_k)
+
+
+@pytest.mark.parametrize("m, n, k, batch", [(4096, 4096, 4096, 1), (8192, 2048, 4096, 1), (1024, 1024, 1024, 1),
+                                            (1024, 1024, 16384, 1), (512, 512, 1024, 64), (8, 8, 8, 1)])
+def test_hopper_path_by_default_on_sm90(m, n, k, batch):
+    plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.warps, plan.stages) == ("wgmma", 1, 12, 4)
+    assert plan.raster_group == min(8, -(-m // 128))
+    # Not on other archs: sm_90a code runs on compute capability 9.0 alone.
+    for limits in (A100, SM86, SM75, dict(H100, arch=100)):
+        assert mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=limits).config != "wgmma"
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (16, 4096, 4096), (256, 256, 8192), (512, 512, 512)])
+def test_small_outputs_with_long_k_split_on_wmma_tiles_instead(m, n, k):
+    """Where WMMA's rule splits K, its smaller tiles fill the GPU that a few
+    128 x 256 tiles would leave idle (measured up to 9x faster on an H100)."""
+    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    assert plan.config != "wgmma" and plan.split_k > 1
+
+
+@pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", ""])
+def test_the_environment_switches_the_hopper_path(path, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
+    assert (mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma") == (path != "wmma")
+
+
+def test_a_bad_path_is_named(monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "hopper")
+    with pytest.raises(ValueError, match="MPGEMM_GEMM_PATH must be 'auto', 'wgmma' or 'wmma', got 'hopper'"):
+        mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
+    with pytest.raises(ValueError, match="MPGEMM_GEMM_PATH"):
+        mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
+
+
+def test_operands_the_copy_engine_cannot_describe_stay_on_wmma():
+    assert mpgemm.gemm_plan(4095, 4097, 4093, aligned=False, device_limits=H100).config == "scalar"
+
+
+def test_the_hopper_path_never_splits_k():
+    candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
+    assert [p.split_k for p in candidates if p.config == "wgmma"] == [1]
+    gemm_plans.install_tuning([{"batch": 1, "m": 256, "n": 256, "k": 8192, "config": "wgmma", "split_k": 4}])
+    plan = mpgemm.gemm_plan(256, 256, 8192, device_limits=H100)
+    assert not (plan.config == "wgmma" and plan.split_k > 1)
 
 
 def test_batched_problems_do_not_split():

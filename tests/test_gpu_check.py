@@ -31,7 +31,7 @@ def test_each_part_fits_the_lease(part):
 
 
 def test_part_one_measures_and_part_two_proves():
-    assert [s.name for s in gpu_check.steps_of(1)] == ["build", "inspect", "gemm", "ceiling", "mlp", "conv",
+    assert [s.name for s in gpu_check.steps_of(1)] == ["build", "hopper", "inspect", "gemm", "ceiling", "mlp", "conv",
                                                        "profile"]
     assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "cublas-check", "memcheck",
                                                        "racecheck", "train"]

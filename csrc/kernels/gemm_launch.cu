@@ -6,6 +6,7 @@
 
 #include "gemm_launch.h"
 #include "gemm_tile_launch.h"
+#include "gemm_wgmma.h"
 #include "launch_utils.h"
 #include "splitk_reduce.h"
 
@@ -24,6 +25,7 @@ cudaError_t launch_config(TileConfigId id, const GemmParams& p, const GemmGrid& 
     case TileConfigId::kSmall: return launch_tile<SmallTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
     case TileConfigId::kScalar:
       return launch_tile<ScalarTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
+    case TileConfigId::kWgmma: return launch_wgmma_gemm(p, work.raster_group, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -41,6 +43,12 @@ int operand_vector_width(const void* data, int64_t batch_stride, int64_t ld, int
   return 1;
 }
 
+// Whether the tensor copy engine can describe an operand: a 16-byte aligned
+// base, and row pitch and batch stride multiples of 16 bytes.
+bool tma_describable(const void* data, int64_t batch_stride, int64_t ld) {
+  return aligned16(data) && batch_stride % 8 == 0 && ld % 8 == 0;
+}
+
 }  // namespace
 
 GemmShape gemm_shape(const GemmParams& p) {
@@ -52,10 +60,20 @@ GemmShape gemm_shape(const GemmParams& p) {
                            a_row_major ? p.k : p.m),
       operand_vector_width(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                            b_row_major ? p.n : p.k));
-  return {p.batch, p.m, p.n, p.k, vector};
+  const bool tma = tma_describable(p.a, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride) &&
+                   tma_describable(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride) &&
+                   std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
+  return {p.batch, p.m, p.n, p.k, vector, tma};
 }
 
-GemmPlan plan_gemm(const GemmParams& p) { return plan_gemm(gemm_shape(p), device_limits()); }
+GemmPlan plan_gemm(const GemmParams& p) {
+  const DeviceLimits device = device_limits();
+  GemmShape shape = gemm_shape(p);
+  // A Hopper GPU running a build without sm_90a code (an arch list without
+  // 9.0) takes the WMMA tiles: the Hopper kernels there are empty.
+  if (device.arch == 90 && !wgmma_available()) shape.tma = false;
+  return plan_gemm(shape, device);
+}
 
 size_t gemm_workspace_bytes(const GemmParams& p, const GemmPlan& plan) {
   return workspace_bytes(gemm_shape(p), plan);
@@ -67,9 +85,11 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmPlan& plan, void* workspa
   const bool b_row_major = p.b_col_stride == 1;
   if ((!a_row_major && p.a_row_stride != 1) || (!b_row_major && p.b_row_stride != 1))
     return cudaErrorInvalidValue;
-  // Whether the device holds the tile is prepare_launch's to say.
-  constexpr DeviceLimits kAnyDevice{INT_MAX, INT_MAX, INT_MAX};
-  if (!admissible(gemm_shape(p), kAnyDevice, plan.config, plan.split_k) || plan.raster_group < 1 ||
+  // Whether the device holds the tile is prepare_launch's to say (and whether
+  // it runs the Hopper path's sm_90a code, launch_wgmma_gemm's).
+  const int any_arch = plan.config == TileConfigId::kWgmma ? 90 : INT_MAX;
+  const DeviceLimits any_device{INT_MAX, INT_MAX, any_arch};
+  if (!admissible(gemm_shape(p), any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
       (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
   const GemmGrid work{plan.raster_group, plan.split_k, static_cast<float*>(workspace)};

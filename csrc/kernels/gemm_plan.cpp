@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -24,6 +28,10 @@ int64_t tiles(const TileConfigInfo& c, const GemmShape& s) {
 int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_k); }
 
 bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
+  // sm_90a code runs on compute capability 9.0 alone; the copy engine needs
+  // describable operands, and the kernel at least one K slice.
+  if (c.id == TileConfigId::kWgmma)
+    return wgmma_enabled() && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma && s.k > 0;
   // Narrower chunks run on the 8-wide tiles but Square (see gemm_tile_launch.cuh's with_vector).
   const bool loads = c.load_width == 1 || (c.id == TileConfigId::kSquare ? s.vector == 8 : s.vector > 1);
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && loads;
@@ -54,24 +62,28 @@ std::atomic<bool> any_tuned{false};  // spares launches the lock while the table
 
 }  // namespace
 
+bool wgmma_enabled() {
+  const char* path = std::getenv("MPGEMM_GEMM_PATH");
+  if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0 || std::strcmp(path, "wgmma") == 0)
+    return true;
+  if (std::strcmp(path, "wmma") == 0) return false;
+  throw std::invalid_argument(std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma' or 'wmma', got '") + path +
+                              "'");
+}
+
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
   if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;
   const TileConfigInfo& c = tile_config(id);
-  // Split-K runs single matrices only. A split with no K slice (more splits
-  // than slices) is correct, only wasteful: candidate_plans leaves it out.
-  return fits_device(c, s, d) && (split_k == 1 || s.batch == 1);
+  // Split-K runs single matrices only, and not on the Hopper path. A split
+  // with no K slice (more splits than slices) is correct, only wasteful:
+  // candidate_plans leaves it out.
+  return fits_device(c, s, d) && (split_k == 1 || (s.batch == 1 && id != TileConfigId::kWgmma));
 }
 
-// The rule:
-//  1. Operands that do not allow 16-byte loads take the one-element tile.
-//  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
-//     whose shared memory and arch the device has and whose grid (tiles x
-//     batch) gives every multiprocessor a block; failing all, Small.
-//  3. Split-K when a single matrix's tiles fill at most half of the
-//     multiprocessors and K holds at least 2 x kMinSlicesPerSplit slices:
-//     min(ceil(multiprocessors / tiles), slices / kMinSlicesPerSplit,
-//     kMaxSplitK) splits (so at least 2).
-GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
+namespace {
+
+// Rules 1 to 3: the WMMA tiles.
+GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   TileConfigId id = TileConfigId::kScalar;
   if (s.vector > 1) {
     id = TileConfigId::kSmall;
@@ -93,6 +105,28 @@ GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
                                      kMaxSplitK}));
   }
   return make_plan(id, s, split_k, false);
+}
+
+}  // namespace
+
+// The rule:
+//  0. The Hopper path wherever it can run the problem (wgmma_enabled, sm_90,
+//     describable operands), unless rule 3 below splits K: its 128 x 256
+//     tiles leave most multiprocessors idle on small outputs with long K,
+//     where split-K of smaller WMMA tiles ran up to 9x faster on an H100.
+//  1. Operands that do not allow 16-byte loads take the one-element tile.
+//  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
+//     whose shared memory and arch the device has and whose grid (tiles x
+//     batch) gives every multiprocessor a block; failing all, Small.
+//  3. Split-K when a single matrix's tiles fill at most half of the
+//     multiprocessors and K holds at least 2 x kMinSlicesPerSplit slices:
+//     min(ceil(multiprocessors / tiles), slices / kMinSlicesPerSplit,
+//     kMaxSplitK) splits (so at least 2).
+GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
+  const GemmPlan wmma = wmma_heuristic_plan(s, d);
+  if (wmma.split_k == 1 && fits_device(tile_config(TileConfigId::kWgmma), s, d))
+    return make_plan(TileConfigId::kWgmma, s, 1, false);
+  return wmma;
 }
 
 GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {

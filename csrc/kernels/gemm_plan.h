@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gemm_config.h"
+#include "wgmma_layout.h"
 
 namespace mpgemm::kernels {
 
@@ -25,7 +26,7 @@ struct DeviceLimits {
 // An H100 SXM: the profile used where no GPU can be asked.
 inline constexpr DeviceLimits kH100Limits{132, 227 * 1024, 90};
 
-enum class TileConfigId : int { kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kCount };
+enum class TileConfigId : int { kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kCount };
 
 // One row of the table: a GemmTileConfig's numbers plus what the launcher and
 // the heuristic need around them.
@@ -73,8 +74,19 @@ constexpr TileConfigInfo describe(TileConfigId id, const char* name, int min_arc
           load_width};
 }
 
+// The Hopper path's one configuration (wgmma_gemm.cuh): warp_m x warp_n is a
+// consumer warpgroup's share of the tile, and threads count the producer
+// warpgroup too.
+constexpr TileConfigInfo describe_wgmma() {
+  using C = sm90::WgmmaTileConfig;
+  return {TileConfigId::kWgmma, "wgmma", C::kBlockM, C::kBlockN, C::kBlockK, C::kInstrM, C::kInstrN, C::kStages,
+          C::kThreads, 1, C::kSmemBytes, 90, 8};
+}
+
 // Indexed by TileConfigId. The 3-stage 64-deep tiles are for the cp.async
-// pipeline of sm_80+ (and need more shared memory than sm_75 has).
+// pipeline of sm_80+ (and need more shared memory than sm_75 has); "wgmma"
+// runs on sm_90 alone (its code is sm_90a's), while it is opt-in
+// (wgmma_enabled).
 inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<WideTileConfig>(TileConfigId::kWide, "wide", 80, 8),
     describe<TallTileConfig>(TileConfigId::kTall, "tall", 80, 8),
@@ -82,6 +94,7 @@ inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<CompactTileConfig>(TileConfigId::kCompact, "compact", 75, 8),
     describe<SmallTileConfig>(TileConfigId::kSmall, "small", 75, 8),
     describe<ScalarTileConfig>(TileConfigId::kScalar, "scalar", 75, 1),
+    describe_wgmma(),
 };
 static_assert(sizeof(kTileConfigs) / sizeof(kTileConfigs[0]) == int(TileConfigId::kCount), "one row per id");
 
@@ -99,11 +112,19 @@ constexpr int tile_min_arch() {
 
 // The problem as the choice sees it. `vector`: the widest load, in elements,
 // both operands allow (gemm_launch.cu's operand_vector_width): 8 (16 bytes),
-// 4 or 2 on the cp.async pipeline, 1 on the one-element path.
+// 4 or 2 on the cp.async pipeline, 1 on the one-element path. `tma`: the
+// tensor copy engine can describe both operands (16-byte aligned bases, row
+// pitches and batch strides; sizes within its 32-bit coordinates).
 struct GemmShape {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int vector = 8;
+  bool tma = true;
 };
+
+// Whether the Hopper path is switched on: MPGEMM_GEMM_PATH=wgmma (until it
+// has passed on a Hopper GPU; "wmma" or unset: off). Throws
+// std::invalid_argument for any other value.
+bool wgmma_enabled();
 
 // Split-K cuts K into at most this many ranges of whole slices.
 inline constexpr int kMaxSplitK = 16;

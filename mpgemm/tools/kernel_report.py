@@ -61,9 +61,11 @@ def gemm_tile_min_arch(name):
 
 def compiled_out(arch, name):
     """Whether a Tensor Core kernel is built empty for `arch` by design: bf16
-    below sm_80, and GEMM tiles below their min_arch (kTileCompiled)."""
+    below sm_80, GEMM tiles below their min_arch (kTileCompiled), and the
+    Hopper GEMM everywhere but sm_90a (wgmma and setmaxnreg exist there alone)."""
     return ((input_element(name) == "bf16" and arch_number(arch) < BF16_MIN_ARCH)
-            or gemm_tile_min_arch(name) > arch_number(arch))
+            or gemm_tile_min_arch(name) > arch_number(arch)
+            or ("wgmma_gemm_kernel" in name and arch != "sm_90a"))
 
 
 @dataclasses.dataclass

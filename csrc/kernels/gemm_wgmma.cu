@@ -1,0 +1,106 @@
+// Host side of the Hopper GEMM: one tensor map per operand, which tells the
+// copy engine the matrix's sizes, strides and box (wgmma_layout.h's
+// OperandTile), and the kernel arguments; the kernels themselves are launched
+// from gemm_wgmma_<a><b>.cu.
+#include <climits>
+
+#include <cuda.h>
+
+#include "gemm_plan.h"
+#include "gemm_wgmma.h"
+#include "launch_utils.h"
+#include "element_traits.cuh"
+#include "wgmma_gemm.cuh"
+#include "wgmma_layout.h"
+
+namespace mpgemm::kernels {
+namespace {
+
+using Config = sm90::WgmmaTileConfig;
+
+// cuTensorMapEncodeTiled, looked up in the driver at run time, so that the
+// extension does not link libcuda.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return EncodeTiled{nullptr};
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encode;
+}
+
+// One operand as the copy engine sees it: `mn` rows of M (or N) by `k`, its
+// leading dimension `ld` and batch stride in elements, read in boxes of
+// Tile's shape. A K-major operand's dimensions run (K, M/N, batch), an
+// MN-major one's (M/N, K, batch); a broadcast operand has a batch extent of 1.
+template <class Tile>
+cudaError_t operand_map(CUtensorMap* map, ElementType type, const void* base, int64_t mn, int64_t k, int64_t ld,
+                        int64_t batch_stride, int64_t batch) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  constexpr bool kKMajor = Tile::kKMajor;
+  const int64_t inner = kKMajor ? k : mn, outer = kKMajor ? mn : k;
+  const bool broadcast = batch_stride == 0 || batch == 1;
+  const cuuint64_t dims[3] = {cuuint64_t(inner), cuuint64_t(outer), cuuint64_t(broadcast ? 1 : batch)};
+  const cuuint64_t strides[2] = {cuuint64_t(ld) * 2, cuuint64_t(broadcast ? ld * outer : batch_stride) * 2};
+  const cuuint32_t box[3] = {cuuint32_t(sm90::kSwizzleElements),
+                             cuuint32_t(kKMajor ? Tile::kBytes / sm90::kSwizzleBytes : sm90::kSwizzleElements), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult err =
+      encode(map, type == ElementType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             3, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return err == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <class Element, bool AKMajor, bool BKMajor>
+cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  using ATile = sm90::OperandTile<Config::kBlockM, AKMajor>;
+  using BTile = sm90::OperandTile<Config::kBlockN, BKMajor>;
+  CUtensorMap a_map, b_map;
+  if (const cudaError_t err = operand_map<ATile>(&a_map, p.ab_type, p.a, p.m, p.k,
+                                                 AKMajor ? p.a_row_stride : p.a_col_stride, p.a_batch_stride, p.batch);
+      err != cudaSuccess)
+    return err;
+  if (const cudaError_t err = operand_map<BTile>(&b_map, p.ab_type, p.b, p.n, p.k,
+                                                 BKMajor ? p.b_col_stride : p.b_row_stride, p.b_batch_stride, p.batch);
+      err != cudaSuccess)
+    return err;
+  sm90::WgmmaSchedule schedule;
+  schedule.raster_group = raster_group;
+  schedule.a_broadcast = p.a_batch_stride == 0;
+  schedule.b_broadcast = p.b_batch_stride == 0;
+  schedule.d_pairs = p.d_row_stride % 2 == 0 && p.d_batch_stride % 2 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.d) % (2 * element_bytes(p.d_type)) == 0;
+  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor>(a_map, b_map, p, schedule, stream);
+}
+
+}  // namespace
+
+bool wgmma_available() { return device_limits().arch == 90 && sm90::wgmma_compiled(); }
+
+cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  // K-major: A row-major (m, k), B column-major (B^T row-major, as
+  // nn.Linear's weight). Row-major wins when both strides are 1, as in
+  // gemm_shape.
+  const bool a_k_major = p.a_col_stride == 1, b_k_major = p.b_col_stride != 1;
+  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
+    return cudaErrorInvalidValue;
+  return with_input_element(p.ab_type, [&](auto element) {
+    using E = typename decltype(element)::type;
+    if (a_k_major && b_k_major) return launch<E, true, true>(p, raster_group, stream);
+    if (a_k_major) return launch<E, true, false>(p, raster_group, stream);
+    if (b_k_major) return launch<E, false, true>(p, raster_group, stream);
+    return launch<E, false, false>(p, raster_group, stream);
+  });
+}
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,42 @@
+// Entry points of the Hopper GEMM (wgmma_gemm.cuh) for the GEMM launcher.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "gemm_params.h"
+
+namespace mpgemm::kernels {
+namespace sm90 {
+
+// Kernel arguments besides the problem: the tile order, and each operand's
+// batch coordinate rule (a batch stride of 0 broadcasts one matrix, whose
+// tensor map then has a batch extent of 1).
+struct WgmmaSchedule {
+  int raster_group = 1;
+  bool a_broadcast = false, b_broadcast = false;
+  bool d_pairs = false;  // D's rows and base allow two-element stores
+};
+
+// Launches the kernel of one input type and pair of operand layouts
+// (K-major or not) on tensor maps built for them: one translation unit per
+// layout pair (gemm_wgmma_<a><b>.cu), so that they compile in parallel.
+template <class Element, bool AKMajor, bool BKMajor>
+cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const GemmParams& params,
+                                const WgmmaSchedule& schedule, cudaStream_t stream);
+
+}  // namespace sm90
+
+// Whether the current device runs this build's Hopper kernels: an sm_90 GPU,
+// and code built for sm_90a (an arch list with 9.0, see setup.py). Asked once
+// per device.
+bool wgmma_available();
+
+// Enqueues `params` on `stream` on the Hopper path, its tiles in groups of
+// `raster_group` tile rows. The operands must be describable by the tensor
+// copy engine (GemmShape::tma) and K at least 1. Returns
+// cudaErrorNotSupported where the code the device runs has no sm_90a kernel,
+// cudaErrorInvalidValue for operands the path cannot take.
+cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,253 @@
+// Hopper GEMM (sm_90a): D[b] = activation(A[b] @ B[b] + bias), 16-bit inputs,
+// fp32 accumulation, with wgmma and the tensor copy engine (TMA).
+//
+// Work: a persistent grid, one block per multiprocessor, walks the
+// 128 x 256 tiles of every matrix of the batch in grouped order
+// (TileScheduler), each block taking every gridDim.x-th tile.
+// Block: three warpgroups with split roles (warp specialization). Warpgroup 0
+// produces: one of its threads issues the box copies of each 64-deep K slice
+// of A's 128 rows and B's 256 columns into a ring of kStages shared-memory
+// stages, each guarded by two mbarriers: `full` completes when the copy
+// engine has written the stage's bytes, `empty` when both consumers have
+// finished reading it. Warpgroups 1 and 2 consume: each runs 64 x 256 x 16
+// wgmmas over its 64 rows of the tile, with the 64 x 256 fp32 accumulators in
+// registers (128 per thread), keeps one slice's wgmmas in flight while it
+// waits for the next, then applies the epilogue straight from registers.
+// Why: mma.sync reaches about two thirds of Hopper's Tensor Core rate and
+// wgmma all of it; the copy engine computes every address and bound itself
+// (elements past the matrix arrive as zeros), so the consumers do no address
+// arithmetic at all; setmaxnreg moves the producer's unneeded registers to
+// the consumers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda.h>
+
+#include "element_traits.cuh"
+#include "gemm_params.h"
+#include "gemm_wgmma.h"
+#include "hopper_ptx.cuh"
+#include "tile_scheduler.cuh"
+#include "wgmma_layout.h"
+
+namespace mpgemm::kernels::sm90 {
+
+using Config = WgmmaTileConfig;
+
+namespace {
+// 1 in code built for sm_90a, where wgmma_gemm_kernel has its body, 0 in
+// code for any other arch: the launcher reads it from the code the device
+// loaded, since a kernel's binary version (90) does not tell sm_90a code
+// from plain sm_90's.
+__device__ int kWgmmaCompiled = MPGEMM_SM90A;
+
+// Whether the code the current device runs for this translation unit has the
+// Hopper kernels, asked once per device (the copy synchronizes).
+bool wgmma_compiled() {
+  static std::atomic<int> known[64] = {};  // per device: 0 not yet asked, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  if (known[device].load() == 0) {
+    int compiled = 0;
+    const bool read = cudaMemcpyFromSymbol(&compiled, kWgmmaCompiled, sizeof(compiled)) == cudaSuccess;
+    known[device].store(read && compiled == 1 ? 1 : 2);
+  }
+  return known[device].load() == 1;
+}
+}  // namespace
+
+template <class Element, bool AKMajor, bool BKMajor>
+struct WgmmaSmem {
+  using ATile = OperandTile<Config::kBlockM, AKMajor>;
+  using BTile = OperandTile<Config::kBlockN, BKMajor>;
+  alignas(kSwizzleAtomBytes) uint8_t a[Config::kStages][ATile::kBytes];
+  alignas(kSwizzleAtomBytes) uint8_t b[Config::kStages][BTile::kBytes];
+  uint64_t full[Config::kStages];
+  uint64_t empty[Config::kStages];
+  static constexpr int kBytes = Config::kSmemBytes;
+};
+
+// The ring's position: stage index and the parity of the round through it.
+struct PipelineState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == Config::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// Tile `t` of the whole batch: its matrix and its origin within it.
+struct BatchTile {
+  int64_t batch;
+  TileOrigin origin;
+};
+
+__device__ __forceinline__ BatchTile batch_tile(int64_t t, const GemmParams& p, int group) {
+  const int64_t per_matrix = TileScheduler<Config>::tiles(p.m, p.n);
+  const int64_t b = t / per_matrix;
+  return {b, TileScheduler<Config>::origin_of(t - b * per_matrix, p.m, p.n, group)};
+}
+
+// Copies a tile of `Rows` rows (M or N, from mn0) by kBlockK (from k0) of the
+// operand behind `map` into `dst`: one box when K-major, Rows / 64 when not.
+template <class Tile>
+__device__ __forceinline__ void load_tile(uint8_t* dst, const void* map, uint64_t* full, int mn0, int k0, int batch) {
+#pragma unroll
+  for (int box = 0; box < Tile::kBoxes; ++box) {
+    if constexpr (Tile::kBoxes == 1) tma_load_3d(dst, map, full, k0, mn0, batch);
+    else tma_load_3d(dst + box * Tile::kBoxBytes, map, full, mn0 + box * kSwizzleElements, k0, batch);
+  }
+}
+
+// Rounds and stores the consumer's 64 x 256 accumulators (rows from row0,
+// columns from col0 of matrix `batch` of D), after bias and activation.
+// Registers r..r+3 (r a multiple of 4) hold columns c and c+1 of two rows 8
+// apart, so each bias pair is read once. Threads whose rows and columns all
+// lie inside D skip every bound check. Everything that varies per launch
+// but not per element (output type, activation) is a template argument: the
+// unrolled loop then holds no branch but the bounds, and stays small enough
+// for the instruction cache.
+template <class Out, Activation kActivation>
+__device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmParams& p, const WgmmaSchedule& s,
+                                           int64_t batch, int64_t row0, int64_t col0, int thread) {
+  Out* d = static_cast<Out*>(p.d) + batch * p.d_batch_stride;
+  const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
+  // Registers r..r+3 at column `col` (columns only grow with r), each pair
+  // stored whole where `pairs`, checked against the edges where `bounded`.
+  auto store_columns = [&](int r, int64_t col, bool pairs, bool bounded) {
+    const bool both = !bounded || col + 1 < p.n;
+    float bias[2] = {0.0f, 0.0f};
+    if (p.bias != nullptr) {
+      bias[0] = load_as_float(p.bias, p.bias_type, col);
+      if (both) bias[1] = load_as_float(p.bias, p.bias_type, col + 1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (bounded && rows[h] >= p.m) continue;
+      const float v0 = apply_activation(kActivation, acc[r + 2 * h] + bias[0]);
+      const float v1 = apply_activation(kActivation, acc[r + 2 * h + 1] + bias[1]);
+      Out* out = d + rows[h] * p.d_row_stride + col;
+      if (both && pairs) {
+        if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+        else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(out) = ElementTraits<Out>::round_pair(v0, v1);
+      } else {
+        out[0] = ElementTraits<Out>::from_float(v0);
+        if (both) out[1] = ElementTraits<Out>::from_float(v1);
+      }
+    }
+  };
+  if (s.d_pairs && rows[1] < p.m && col0 + Config::kInstrN <= p.n) {  // inside D: no checks
+#pragma unroll
+    for (int r = 0; r < 128; r += 4) store_columns(r, col0 + accumulator_col(thread, r), true, false);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 128; r += 4) {
+      const int64_t col = col0 + accumulator_col(thread, r);
+      if (col >= p.n) break;
+      store_columns(r, col, s.d_pairs, true);
+    }
+  }
+}
+
+// store_tile for the launch's output type and activation.
+__device__ __forceinline__ void store_accumulators(const float (&acc)[128], const GemmParams& p,
+                                                   const WgmmaSchedule& s, int64_t batch, int64_t row0, int64_t col0,
+                                                   int thread) {
+  visit_element_type(p.d_type, [&](auto out) {
+    using Out = typename decltype(out)::type;
+    switch (p.activation) {
+      case Activation::kRelu: return store_tile<Out, Activation::kRelu>(acc, p, s, batch, row0, col0, thread);
+      case Activation::kGelu: return store_tile<Out, Activation::kGelu>(acc, p, s, batch, row0, col0, thread);
+      default: return store_tile<Out, Activation::kNone>(acc, p, s, batch, row0, col0, thread);
+    }
+  });
+}
+
+template <class Element, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Config::kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                      const GemmParams p, const WgmmaSchedule schedule) {
+#if MPGEMM_SM90A
+  using Smem = WgmmaSmem<Element, AKMajor, BKMajor>;
+  using ATile = typename Smem::ATile;
+  using BTile = typename Smem::BTile;
+  extern __shared__ uint8_t smem_raw[];
+  Smem& smem = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAtomBytes - 1) &
+                                        ~uintptr_t(kSwizzleAtomBytes - 1));
+
+  const int warpgroup = threadIdx.x / Config::kWarpgroupThreads;
+  const int thread = threadIdx.x % Config::kWarpgroupThreads;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Config::kStages; ++s) {
+      mbarrier_init(&smem.full[s], 1);
+      mbarrier_init(&smem.empty[s], Config::kConsumers);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int64_t tiles = p.batch * TileScheduler<Config>::tiles(p.m, p.n);
+  const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
+  PipelineState pipe;
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<Config::kProducerRegisters>();
+    if (thread != 0) return;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const BatchTile tile = batch_tile(t, p, schedule.raster_group);
+      const int a_batch = schedule.a_broadcast ? 0 : int(tile.batch);
+      const int b_batch = schedule.b_broadcast ? 0 : int(tile.batch);
+      for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
+        mbarrier_wait(&smem.empty[pipe.stage], pipe.phase ^ 1);
+        mbarrier_arrive_expect_tx(&smem.full[pipe.stage], ATile::kBytes + BTile::kBytes);
+        const int k0 = slice * Config::kBlockK;
+        load_tile<ATile>(smem.a[pipe.stage], &a_map, &smem.full[pipe.stage], int(tile.origin.m0), k0, a_batch);
+        load_tile<BTile>(smem.b[pipe.stage], &b_map, &smem.full[pipe.stage], int(tile.origin.n0), k0, b_batch);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<Config::kConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  float acc[128];
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const BatchTile tile = batch_tile(t, p, schedule.raster_group);
+    PipelineState reading = pipe;  // the stage whose wgmmas may still be in flight
+    for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
+      mbarrier_wait(&smem.full[pipe.stage], pipe.phase);
+      const uint32_t a_base = smem_address(smem.a[pipe.stage]) + consumer * ATile::kBytesPer64Rows;
+      const uint32_t b_base = smem_address(smem.b[pipe.stage]);
+      wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16) {
+        const uint64_t desc_a = wgmma_descriptor(a_base + k16 * ATile::kBytesPerK16, ATile::kLeadingByteOffset,
+                                                 ATile::kStrideByteOffset);
+        const uint64_t desc_b = wgmma_descriptor(b_base + k16 * BTile::kBytesPerK16, BTile::kLeadingByteOffset,
+                                                 BTile::kStrideByteOffset);
+        wgmma_m64n256k16<Element, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, desc_a, desc_b, slice > 0 || k16 > 0);
+      }
+      wgmma_commit();
+      // The previous slice's wgmmas are done once at most this one's are
+      // pending: hand its stage back to the producer.
+      wgmma_wait<1>();
+      if (slice > 0) {
+        if (thread == 0) mbarrier_arrive(&smem.empty[reading.stage]);
+        reading.advance();
+      }
+    }
+    wgmma_wait<0>();
+    if (thread == 0) mbarrier_arrive(&smem.empty[reading.stage]);
+    const int64_t row0 = tile.origin.m0 + consumer * Config::kInstrM;
+    store_accumulators(acc, p, schedule, tile.batch, row0, tile.origin.n0, thread);
+  }
+#endif
+}
+
+}  // namespace mpgemm::kernels::sm90

@@ -1,0 +1,108 @@
+// Where the Hopper GEMM's data lives: its tile configuration, the shared-memory
+// layout the tensor copy engine writes with 128-byte swizzle, the wgmma
+// shared-memory matrix descriptors that read it back, and which accumulator
+// element each thread holds. Plain integer functions for host and device, so
+// the host models (tests/test_wgmma_layout.py, after the PTX ISA's text) can
+// check the kernel's own index code element by element.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MPGEMM_LAYOUT_FN __host__ __device__ __forceinline__ constexpr
+#else
+#define MPGEMM_LAYOUT_FN inline constexpr
+#endif
+
+namespace mpgemm::kernels::sm90 {
+
+// A block computes a kBlockM x kBlockN tile of D, staging K slices of kBlockK
+// in kStages shared-memory buffers. kConsumers warpgroups each own kBlockM /
+// kConsumers = 64 rows and issue 64 x kBlockN x 16 wgmmas (one instruction
+// spans the tile's width); one more warpgroup issues the copies.
+struct WgmmaTileConfig {
+  static constexpr int kBlockM = 128, kBlockN = 256, kBlockK = 64, kStages = 4;
+  static constexpr int kConsumers = 2;
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kThreads = kWarpgroupThreads * (kConsumers + 1);
+  static constexpr int kInstrM = 64, kInstrN = kBlockN, kInstrK = 16;
+  // Registers per thread after setmaxnreg: the producer gives up what the
+  // consumers' 128 accumulators need (both within the 64K of the SM).
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  // kStages of A's and B's tiles, the 2 x kStages mbarriers, and an atom of
+  // slack to align the dynamic shared memory (only 16-byte aligned) to 1024.
+  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 + 2 * kStages * 8 + 1024;
+  static_assert(kBlockM == kConsumers * kInstrM, "each consumer owns one instruction's rows");
+  static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * kWarpgroupThreads * kConsumers <= 65536,
+                "the register file holds every warpgroup");
+};
+
+// --- 128-byte swizzle (the copy engine's CU_TENSOR_MAP_SWIZZLE_128B and the
+// descriptor's swizzle mode 1). A box whose inner extent is 128 bytes (64
+// 16-bit elements) lands as consecutive 128-byte rows, the 16-byte chunk c of
+// row r stored at chunk c ^ (r % 8), so that the 8 rows of a 1024-byte atom
+// spread a column of chunks over all 32 banks. The buffer must be
+// 1024-byte aligned.
+inline constexpr int kSwizzleBytes = 128;
+inline constexpr int kSwizzleAtomBytes = 8 * kSwizzleBytes;
+inline constexpr int kSwizzleElements = kSwizzleBytes / 2;  // 16-bit elements per row
+
+// Byte offset, within a box of 128-byte rows, of byte `byte` of row `row`.
+MPGEMM_LAYOUT_FN uint32_t swizzle128_offset(uint32_t row, uint32_t byte) {
+  return row * kSwizzleBytes + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
+}
+
+// --- Operand tiles in shared memory, as the copy engine stores them and
+// wgmma reads them. A tile holds `Rows` rows of M (A) or N (B) by kBlockK of
+// K. K-major (the operand's K is contiguous in global memory): one box of
+// Rows x 64 K, each row one 128-byte swizzle row. MN-major: Rows / 64 boxes
+// of 64 K rows by 64 M (or N) elements, 8 KB apart.
+template <int Rows, bool KMajor>
+struct OperandTile {
+  static constexpr bool kKMajor = KMajor;
+  static constexpr int kBoxes = KMajor ? 1 : Rows / kSwizzleElements;
+  static constexpr int kBoxBytes = Rows * 64 * 2 / kBoxes;
+  static constexpr int kBytes = Rows * 64 * 2;
+  // Byte offset of element (mn, k) of the tile.
+  MPGEMM_LAYOUT_FN static uint32_t offset(uint32_t mn, uint32_t k) {
+    if constexpr (KMajor) return swizzle128_offset(mn, 2 * k);
+    else return (mn / kSwizzleElements) * kBoxBytes + swizzle128_offset(k, 2 * (mn % kSwizzleElements));
+  }
+  // Descriptor strides (PTX ISA 9.7.15.5.1, "Strides"): the stride byte
+  // offset steps between groups of 8 rows of the swizzle atom (the rows run
+  // along M/N when K-major, along K when MN-major); the leading byte offset,
+  // unused by a K-major swizzled operand whose 16 K fit in one row, steps
+  // from one 64-element atom column of M/N to the next when MN-major.
+  static constexpr uint32_t kStrideByteOffset = kSwizzleAtomBytes;
+  static constexpr uint32_t kLeadingByteOffset = KMajor ? 16 : kBoxBytes;
+  // Start address step of a wgmma's 16 K: two columns of 16-byte chunks in a
+  // K-major row (the hardware applies the swizzle to the advanced address),
+  // sixteen 128-byte K rows when MN-major.
+  static constexpr uint32_t kBytesPerK16 = KMajor ? 32 : 16 * kSwizzleBytes;
+  // Start of the 64 rows a consumer warpgroup reads: one atom column when
+  // MN-major, 64 swizzle rows when K-major, 8 KB either way.
+  static constexpr uint32_t kBytesPer64Rows = 64 * kSwizzleBytes;
+};
+
+// --- Shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2): start address,
+// leading and stride byte offsets, each in 16-byte units in bits 0-13, 16-29
+// and 32-45; base offset 0 (bits 49-51: atoms 1024-byte aligned); swizzle
+// mode in bits 62-63, 1 for 128 bytes.
+MPGEMM_LAYOUT_FN uint64_t wgmma_descriptor(uint32_t smem_address, uint32_t leading_byte_offset,
+                                           uint32_t stride_byte_offset) {
+  return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading_byte_offset & 0x3FFFF) >> 4) << 16 |
+         uint64_t((stride_byte_offset & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// --- The m64nNk16 fp32 accumulator fragment (PTX ISA 9.7.15.5.2, "Matrix
+// fragments for wgmma .m64nNk16", figure "WGMMA .m64nNk16 register fragment
+// layout for accumulator matrix D"): warp w of the warpgroup holds rows
+// 16w..16w+15; register r of lane l holds row 16w + l/4 + 8*((r/2)%2) and
+// column 8*(r/4) + 2*(l%4) + r%2. Registers r and r+1 (r even) are
+// neighbours in a row: the epilogue stores them as a pair.
+MPGEMM_LAYOUT_FN int accumulator_row(int thread, int reg) {
+  return 16 * (thread / 32) + (thread % 32) / 4 + 8 * ((reg / 2) % 2);
+}
+MPGEMM_LAYOUT_FN int accumulator_col(int thread, int reg) { return 8 * (reg / 4) + 2 * (thread % 4) + reg % 2; }
+
+}  // namespace mpgemm::kernels::sm90
