@@ -103,33 +103,33 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 
 STEPS = (
-    Step("build", 1, 100, 85, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("build", 1, 120, 85, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
     Step("hopper", 1, 30, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
          "then its GEMM on every operand layout, type and edge against float64"),
-    Step("inspect", 1, 45, 25, f"{PY} -m mpgemm inspect",
+    Step("inspect", 1, 60, 25, f"{PY} -m mpgemm inspect",
          "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),
-    Step("gemm", 1, 45, 15, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
+    Step("gemm", 1, 30, 15, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
          "GEMM vs cuBLAS, fp16 and bf16 in, fp32 and 16-bit out; events cross-checked with the profiler at "
          "1024^3"),
-    Step("ceiling", 1, 30, 10, f"{PY} -m mpgemm bench ceiling --json {{raw}}/ceiling.json",
+    Step("ceiling", 1, 20, 10, f"{PY} -m mpgemm bench ceiling --json {{raw}}/ceiling.json",
          "the mma.sync ceiling, 1 and 2 blocks per SM"),
-    Step("mlp", 1, 45, 17, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
+    Step("mlp", 1, 30, 17, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: bf16 would double the step (about 95 s on an H100), leaving part 1 no margin.
-    Step("conv", 1, 120, 65, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
+    Step("conv", 1, 90, 45, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
          "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions, batch 32 and 256, fwd and fwd+bwd, fp16"),
-    Step("profile", 1, 60, 10, _ncu_command(),
+    Step("profile", 1, 30, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
-    Step("build", 2, 100, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
-    Step("tests", 2, 100, 50, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
+    Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
+    Step("tests", 2, 90, 55, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu), in 8 processes where pytest-xdist is installed"),
     Step("verify", 2, 20, 5, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
-    Step("cublas-check", 2, 90, 45, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
-    Step("memcheck", 2, 30, 10, SANITIZER.replace("{tool}", "memcheck"),
+    Step("cublas-check", 2, 120, 85, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
+    Step("memcheck", 2, 20, 10, SANITIZER.replace("{tool}", "memcheck"),
          "compute-sanitizer memcheck: small GEMMs and each conv pass"),
-    Step("racecheck", 2, 30, 10, SANITIZER.replace("{tool}", "racecheck"),
+    Step("racecheck", 2, 20, 10, SANITIZER.replace("{tool}", "racecheck"),
          "compute-sanitizer racecheck (shared memory): the same calls"),
-    Step("train", 2, 95, 65, f"{PY} -m mpgemm bench train --time-limit 60 --json {{raw}}/train.json",
+    Step("train", 2, 85, 65, f"{PY} -m mpgemm bench train --time-limit 60 --json {{raw}}/train.json",
          "ResNet-50 and a GPT-2 block: fp32; torch.amp and mpgemm in fp16 and bf16"),
 )
 

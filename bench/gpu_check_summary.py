@@ -256,8 +256,16 @@ def train_step(raw, result):
     return headline, lines, {"elapsed_s": report.get("elapsed_s")}
 
 
+def hopper_step(raw, result):
+    """The probes' verdict and the Hopper GEMM's count of right cases."""
+    tail = _log_tail(raw, result, lines=400)
+    found = [line.strip() for line in tail
+             if re.search(r"probes match|PROBES FAILED|cases right|no Hopper path|failed$", line)]
+    return ("; ".join(found) or "no summary line: " + (tail[-1] if tail else "empty log")), [], None
+
+
 SUMMARIZERS = {
-    "build": build_step, "inspect": log_step(r"contain Tensor Core instructions"),
+    "build": build_step, "hopper": hopper_step, "inspect": log_step(r"contain Tensor Core instructions"),
     "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
     "conv": bench_step("conv"), "profile": profile_step, "tests": tests_step,
     "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),

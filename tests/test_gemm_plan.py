@@ -90,6 +90,9 @@ def test_small_outputs_with_long_k_split_on_wmma_tiles_instead(m, n, k):
 def test_the_environment_switches_the_hopper_path(path, monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
     assert (mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma") == (path != "wmma")
+    # "wgmma" forces the path even where the heuristic would split K on WMMA tiles.
+    assert (mpgemm.gemm_plan(64, 64, 16384, device_limits=H100).config == "wgmma") == (path == "wgmma")
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=A100).config != "wgmma"
 
 
 def test_a_bad_path_is_named(monkeypatch):

@@ -47,7 +47,7 @@ def test_dry_run_prints_each_step_with_its_limit_and_the_files_returned():
         limits = sum(s.limit_s for s in gpu_check.steps_of(part))
         assert f"part {part}: {limits} s of limits (budget 480 s)" in out
     assert out.count("returns summary.md, summary.json, gpu_check.tar.gz") == 2
-    assert "  profile       limit   60 s" in out
+    assert "  profile       limit   30 s" in out
 
 
 def test_every_step_command_is_valid_bash():

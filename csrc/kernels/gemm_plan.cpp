@@ -31,7 +31,7 @@ bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits
   // sm_90a code runs on compute capability 9.0 alone; the copy engine needs
   // describable operands, and the kernel at least one K slice.
   if (c.id == TileConfigId::kWgmma)
-    return wgmma_enabled() && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma && s.k > 0;
+    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma && s.k > 0;
   // Narrower chunks run on the 8-wide tiles but Square (see gemm_tile_launch.cuh's with_vector).
   const bool loads = c.load_width == 1 || (c.id == TileConfigId::kSquare ? s.vector == 8 : s.vector > 1);
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && loads;
@@ -62,11 +62,11 @@ std::atomic<bool> any_tuned{false};  // spares launches the lock while the table
 
 }  // namespace
 
-bool wgmma_enabled() {
+GemmPath gemm_path() {
   const char* path = std::getenv("MPGEMM_GEMM_PATH");
-  if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0 || std::strcmp(path, "wgmma") == 0)
-    return true;
-  if (std::strcmp(path, "wmma") == 0) return false;
+  if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0) return GemmPath::kAuto;
+  if (std::strcmp(path, "wgmma") == 0) return GemmPath::kWgmma;
+  if (std::strcmp(path, "wmma") == 0) return GemmPath::kWmma;
   throw std::invalid_argument(std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma' or 'wmma', got '") + path +
                               "'");
 }
@@ -110,10 +110,11 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 }  // namespace
 
 // The rule:
-//  0. The Hopper path wherever it can run the problem (wgmma_enabled, sm_90,
-//     describable operands), unless rule 3 below splits K: its 128 x 256
-//     tiles leave most multiprocessors idle on small outputs with long K,
-//     where split-K of smaller WMMA tiles ran up to 9x faster on an H100.
+//  0. The Hopper path wherever it can run the problem (sm_90, describable
+//     operands, not switched off by gemm_path), unless rule 3 below splits K
+//     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
+//     idle on small outputs with long K, where split-K of smaller WMMA tiles
+//     ran up to 9x faster on an H100.
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
 //  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
 //     whose shared memory and arch the device has and whose grid (tiles x
@@ -124,7 +125,7 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     kMaxSplitK) splits (so at least 2).
 GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
-  if (wmma.split_k == 1 && fits_device(tile_config(TileConfigId::kWgmma), s, d))
+  if ((wmma.split_k == 1 || gemm_path() == GemmPath::kWgmma) && fits_device(tile_config(TileConfigId::kWgmma), s, d))
     return make_plan(TileConfigId::kWgmma, s, 1, false);
   return wmma;
 }

@@ -85,8 +85,7 @@ constexpr TileConfigInfo describe_wgmma() {
 
 // Indexed by TileConfigId. The 3-stage 64-deep tiles are for the cp.async
 // pipeline of sm_80+ (and need more shared memory than sm_75 has); "wgmma"
-// runs on sm_90 alone (its code is sm_90a's), while it is opt-in
-// (wgmma_enabled).
+// runs on sm_90 alone (its code is sm_90a's).
 inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<WideTileConfig>(TileConfigId::kWide, "wide", 80, 8),
     describe<TallTileConfig>(TileConfigId::kTall, "tall", 80, 8),
@@ -121,10 +120,11 @@ struct GemmShape {
   bool tma = true;
 };
 
-// Whether the Hopper path is switched on: MPGEMM_GEMM_PATH=wgmma (until it
-// has passed on a Hopper GPU; "wmma" or unset: off). Throws
-// std::invalid_argument for any other value.
-bool wgmma_enabled();
+// Which kernels MPGEMM_GEMM_PATH asks for: "auto" (or unset) lets the
+// heuristic choose, "wgmma" takes the Hopper path wherever it can run,
+// "wmma" never does. Throws std::invalid_argument for any other value.
+enum class GemmPath : int { kAuto = 0, kWgmma, kWmma };
+GemmPath gemm_path();
 
 // Split-K cuts K into at most this many ranges of whole slices.
 inline constexpr int kMaxSplitK = 16;
