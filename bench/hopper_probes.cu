@@ -2,15 +2,17 @@
 // seconds, run before the GEMM itself so that a failure names its part:
 //   tma    one box copy with 128-byte swizzle of an iota matrix, per operand
 //          layout: every element must land where OperandTile::offset says;
-//   wgmma  one m64n256k16 on small-integer operands placed by
+//   wgmma  one K slice of m64n256k16 (four k16 steps, two warpgroups, with
+//          the GEMM's descriptors) on small-integer operands placed by
 //          OperandTile::offset, per pair of layouts: every accumulator
 //          register must hold the exact product at (accumulator_row,
-//          accumulator_col).
-// The host models (tests/test_wgmma_layout.py) check the same index code
-// against the PTX ISA's text on any machine; these check it against the chip.
+//          accumulator_col) of its warpgroup's rows.
+// The host models (tests/kernel_sim/hopper_models.h, run by
+// tests/test_hopper_sim.py) check the same index code against the PTX ISA's
+// text on any machine; these check it against the chip.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
-//        bench/hopper_probes.cu -o hopper_probes -lcuda && ./hopper_probes
+//        bench/hopper_probes.cu -o hopper_probes && ./hopper_probes
 // Exit status 0 when every probe matches; each mismatch is printed (first 8).
 #include <cuda.h>
 #include <cuda_fp16.h>
@@ -56,22 +58,30 @@ __global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, in
   for (int i = threadIdx.x; i < boxes * box_bytes; i += blockDim.x) out[i] = tile[i];
 }
 
-// One wgmma of the A and B tiles in `a_bytes` / `b_bytes` (already in the
-// OperandTile layout), dumping each thread's 128 accumulators.
-template <int TransA, int TransB>
-__global__ void wgmma_probe(const uint8_t* a_bytes, const uint8_t* b_bytes, uint32_t a_lbo, uint32_t b_lbo,
-                            float* out) {
-  __shared__ alignas(1024) uint8_t a[64 * 64 * 2];
-  __shared__ alignas(1024) uint8_t b[256 * 64 * 2];
-  for (int i = threadIdx.x; i < int(sizeof(a)); i += blockDim.x) a[i] = a_bytes[i];
-  for (int i = threadIdx.x; i < int(sizeof(b)); i += blockDim.x) b[i] = b_bytes[i];
+// One 64-deep K slice of wgmmas on the GEMM's A (128 rows) and B (256 rows)
+// tiles, already in the OperandTile layout in `a_bytes` / `b_bytes`: two
+// warpgroups, each issuing the four k16 steps on its 64 rows as the GEMM's
+// consumers do, then dumping each thread's 128 accumulators. Dynamic shared
+// memory, aligned to the swizzle pattern as in the GEMM.
+template <bool AKMajor, bool BKMajor>
+__global__ void wgmma_probe(const uint8_t* a_bytes, const uint8_t* b_bytes, float* out) {
+  using ATile = OperandTile<128, AKMajor>;
+  using BTile = OperandTile<256, BKMajor>;
+  extern __shared__ uint8_t probe_smem[];
+  uint8_t* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(probe_smem) + kSwizzleAtomBytes - 1) &
+                                          ~uintptr_t(kSwizzleAtomBytes - 1));
+  uint8_t* b = a + ATile::kBytes;
+  for (int i = threadIdx.x; i < ATile::kBytes; i += blockDim.x) a[i] = a_bytes[i];
+  for (int i = threadIdx.x; i < BTile::kBytes; i += blockDim.x) b[i] = b_bytes[i];
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ordinary stores, read by wgmma
   __syncthreads();
+  const int warpgroup = threadIdx.x / 128;
   float acc[128];
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   wgmma_fence();
-  wgmma_m64n256k16<__half, TransA, TransB>(acc, wgmma_descriptor(smem_address(a), a_lbo, kSwizzleAtomBytes),
-                                           wgmma_descriptor(smem_address(b), b_lbo, kSwizzleAtomBytes), true);
+  for (int k16 = 0; k16 < 4; ++k16)
+    wgmma_m64n256k16<__half, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, ATile::descriptor(smem_address(a), k16, warpgroup),
+                                                              BTile::descriptor(smem_address(b), k16), k16 > 0);
   wgmma_commit();
   wgmma_wait<0>();
   for (int i = 0; i < 128; ++i) out[threadIdx.x * 128 + i] = acc[i];
@@ -124,44 +134,45 @@ int probe_tma(EncodeTiled encode) {
   return wrong != 0;
 }
 
-// Small integers, exact in fp16 and in fp32 sums of 16 products.
+// Small integers, exact in fp16 and in fp32 sums of 64 products.
 float a_value(int m, int k) { return float((m * 3 + k * 5) % 7 - 3); }
 float b_value(int k, int n) { return float((k * 2 + n * 7) % 9 - 4); }
 
 template <bool AKMajor, bool BKMajor>
 int probe_wgmma() {
-  using ATile = OperandTile<64, AKMajor>;
+  using ATile = OperandTile<128, AKMajor>;
   using BTile = OperandTile<256, BKMajor>;
-  std::vector<__half> a(64 * 64, __float2half(0.0f)), b(256 * 64, __float2half(0.0f));
-  for (int m = 0; m < 64; ++m)
-    for (int k = 0; k < 16; ++k) a[ATile::offset(m, k) / 2] = __float2half(a_value(m, k));
-  for (int n = 0; n < 256; ++n)
-    for (int k = 0; k < 16; ++k) b[BTile::offset(n, k) / 2] = __float2half(b_value(k, n));
+  constexpr int kThreads = 256, kSmemBytes = ATile::kBytes + BTile::kBytes + kSwizzleAtomBytes;
+  std::vector<__half> a(ATile::kBytes / 2, __float2half(0.0f)), b(BTile::kBytes / 2, __float2half(0.0f));
+  for (int k = 0; k < 64; ++k) {
+    for (int m = 0; m < 128; ++m) a[ATile::offset(m, k) / 2] = __float2half(a_value(m, k));
+    for (int n = 0; n < 256; ++n) b[BTile::offset(n, k) / 2] = __float2half(b_value(k, n));
+  }
   uint8_t *a_dev = nullptr, *b_dev = nullptr;
   float* out = nullptr;
   CHECK(cudaMalloc(&a_dev, a.size() * 2));
   CHECK(cudaMalloc(&b_dev, b.size() * 2));
-  CHECK(cudaMalloc(&out, 128 * 128 * sizeof(float)));
+  CHECK(cudaMalloc(&out, kThreads * 128 * sizeof(float)));
   CHECK(cudaMemcpy(a_dev, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(b_dev, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  wgmma_probe<AKMajor ? 0 : 1, BKMajor ? 0 : 1>
-      <<<1, 128>>>(a_dev, b_dev, ATile::kLeadingByteOffset, BTile::kLeadingByteOffset, out);
+  CHECK(cudaFuncSetAttribute(wgmma_probe<AKMajor, BKMajor>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  wgmma_probe<AKMajor, BKMajor><<<1, kThreads, kSmemBytes>>>(a_dev, b_dev, out);
   CHECK(cudaGetLastError());
-  std::vector<float> d(128 * 128);
+  std::vector<float> d(kThreads * 128);
   CHECK(cudaMemcpy(d.data(), out, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
   int wrong = 0;
-  for (int t = 0; t < 128; ++t)
+  for (int t = 0; t < kThreads; ++t)
     for (int r = 0; r < 128; ++r) {
-      const int row = accumulator_row(t, r), col = accumulator_col(t, r);
+      const int row = 64 * (t / 128) + accumulator_row(t % 128, r), col = accumulator_col(t % 128, r);
       float expected = 0.0f;
-      for (int k = 0; k < 16; ++k) expected += a_value(row, k) * b_value(k, col);
+      for (int k = 0; k < 64; ++k) expected += a_value(row, k) * b_value(k, col);
       if (d[t * 128 + r] != expected && wrong++ < 8)
         std::printf("wgmma A %s B %s: thread %d register %d (row %d, column %d) holds %g, expected %g\n",
                     AKMajor ? "K-major" : "M-major", BKMajor ? "K-major" : "N-major", t, r, row, col,
                     d[t * 128 + r], expected);
     }
-  std::printf("wgmma A %-7s B %-7s m64n256k16: %s\n", AKMajor ? "K-major" : "M-major", BKMajor ? "K-major" : "N-major",
-              wrong ? "WRONG" : "ok");
+  std::printf("wgmma A %-7s B %-7s 2 x 4 m64n256k16: %s\n", AKMajor ? "K-major" : "M-major",
+              BKMajor ? "K-major" : "N-major", wrong ? "WRONG" : "ok");
   CHECK(cudaFree(a_dev));
   CHECK(cudaFree(b_dev));
   CHECK(cudaFree(out));

@@ -1,6 +1,9 @@
 """CUDA build check: the full CUDA extension (CPU reference plus WMMA kernels)
 compiles, links and imports on a machine without a GPU, and every op has a
-CUDA kernel registered.
+CUDA kernel registered. The Hopper GEMM's sm_90a code in the built library
+is read back: wgmma (HGMMA) in its mainloop and no mma.sync, the copy engine
+(UTMALDG), mbarriers (SYNCS) and register reallocation, no spills, and no
+ptxas advisory that it serialized the wgmmas or ignored setmaxnreg.
 
 It needs a Python whose torch is a CUDA build, named by MPGEMM_CUDA_PYTHON
 (`make test` sets one up), and a CUDA compiler of torch's CUDA minor version:
@@ -16,6 +19,7 @@ import subprocess
 import pytest
 
 from conftest import skip_or_fail
+from mpgemm.tools import sass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A pre-Ampere and a Hopper target keep both mainloops (register-staged and
@@ -78,14 +82,17 @@ def cuda_build(tmp_path_factory):
     assert build.returncode == 0, f"CUDA build failed:\n{build.stdout[-6000:]}\n{build.stderr[-6000:]}"
     probe = subprocess.run([python, "-c", PROBE], cwd=src, env=env, capture_output=True, text=True)
     assert probe.returncode == 0, f"importing the CUDA build failed:\n{probe.stderr[-6000:]}"
-    return dict(json.loads(probe.stdout.strip().splitlines()[-1]), src=str(src), log=build.stdout + build.stderr)
+    library = next(str(p) for p in (src / "mpgemm").iterdir() if p.name.startswith("_C") and p.suffix == ".so")
+    return dict(json.loads(probe.stdout.strip().splitlines()[-1]), src=str(src), log=build.stdout + build.stderr,
+                library=library)
 
 
 def test_imports_the_cuda_build(cuda_build):
     assert cuda_build["module"].startswith(cuda_build["src"])
     info = cuda_build["build_info"]
     assert info["backend"] == "cuda"
-    expected = sorted("sm_" + arch.replace(".", "") for arch in BUILD_ARCHS.split(";"))
+    # 9.0 is built as sm_90a, whose code alone has the Hopper GEMM (setup.py).
+    expected = sorted("sm_" + arch.replace(".", "") + ("a" if arch == "9.0" else "") for arch in BUILD_ARCHS.split(";"))
     assert info["cuda_archs"] == expected
 
 
@@ -102,3 +109,45 @@ def test_cpu_reference_in_the_cuda_build(cuda_build):
 def test_no_spill_warnings(cuda_build):
     # setup.py passes -Xptxas=-warn-spills to nvcc.
     assert "spill" not in cuda_build["log"].lower().replace("warn-spills", "")
+
+
+@pytest.fixture(scope="module")
+def hopper_kernels(cuda_build):
+    """{kernel name: [sass.Instruction]} of the Hopper GEMM kernels in the built library's sm_90a code."""
+    if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
+        pytest.skip("the build has no sm_90a code")
+    if sass.find_tool("cuobjdump") is None or sass.find_tool("nvdisasm") is None:
+        skip_or_fail("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    code = sass.dump_sass_instructions(cuda_build["library"])
+    kernels = {name: instructions for (arch, name), instructions in code.items()
+               if arch == "sm_90a" and "wgmma_gemm_kernel" in name}
+    # Two input types by four operand layouts.
+    assert len(kernels) == 8, sorted(kernels)
+    return kernels
+
+
+def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernels):
+    for name, instructions in hopper_kernels.items():
+        opcodes = [i.opcode for i in instructions]
+        hgmma = "HGMMA.64x256x16.F32.BF16" if "__nv_bfloat16" in name else "HGMMA.64x256x16.F32"
+        assert {op for op in opcodes if op.startswith("HGMMA")} == {hgmma}, name
+        assert sass.count_opcodes(opcodes, "HMMA") == 0, f"{name} runs mma.sync"
+        mix = sass.mainloop_mix(instructions)
+        # One K slice: four k16 steps, no global loads (the copy engine's) and no block barrier.
+        assert mix is not None and mix.counts["hmma"] == 4, f"{name}: {mix}"
+        assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
+        for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
+                       "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR"):
+            assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
+
+
+def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, hopper_kernels):
+    usage = sass.resource_usage(cuda_build["library"])
+    for name in hopper_kernels:
+        res = usage.get(("sm_90a", name)) or usage.get((None, name)) or {}
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+    # ptxas reports wgmmas it had to serialize, waits it injected and a
+    # setmaxnreg it ignored as performance advisories (codes C75xx).
+    advisories = [line for line in cuda_build["log"].splitlines()
+                  if "Potential Performance Loss" in line or "is injected" in line or "(C75" in line]
+    assert not advisories, "\n".join(advisories[:10])

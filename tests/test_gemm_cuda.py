@@ -1,5 +1,7 @@
-"""The WMMA kernels against cuBLAS and float64, in fp16 and in bf16 (skipped
-without a GPU; bf16 needs sm_80).
+"""The GEMM kernels against cuBLAS and float64, in fp16 and in bf16 (skipped
+without a GPU; bf16 needs sm_80). On an sm_90 GPU with a build holding sm_90a
+code, random cases and the large shapes also run with each path forced
+(MPGEMM_GEMM_PATH=wgmma: the Hopper kernel wherever it can run; wmma: never).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -18,6 +20,11 @@ pytestmark = pytest.mark.gpu
 HAS_BF16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="bf16 Tensor Cores need sm_80")
 DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
+HAS_HOPPER_PATH = (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+                   and "sm_90a" in mpgemm.build_info()["cuda_archs"])
+needs_hopper_path = pytest.mark.skipif(not HAS_HOPPER_PATH, reason="the Hopper path needs sm_90 and sm_90a code")
+# MPGEMM_GEMM_PATH values: the default everywhere, each path forced on Hopper.
+PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper_path) for path in ("wgmma", "wmma")]
 
 # Bounds on ||out - ref|| / ||ref|| against float64 and against cuBLAS (fp32
 # out) on the same inputs. fp32 outputs differ only in fp32 accumulation, fp16
@@ -74,14 +81,30 @@ def random_cases(count, rng, dtype=torch.float16):
     return cases
 
 
+def case_params(cases):
+    return dict(argvalues=[pytest.param(c, marks=needs_bf16) if c["dtype"] == torch.bfloat16 else c for c in cases],
+                ids=[f"{c['a_shape']}@{c['b_shape']}-{c['a_layout']}-{c['b_layout']}-{str(c['dtype'])[6:]}"
+                     for c in cases])
+
+
 CASES = random_cases(320, random.Random(1234)) + random_cases(160, random.Random(4321), torch.bfloat16)
+HOPPER_CASES = random_cases(40, random.Random(90)) + random_cases(20, random.Random(91), torch.bfloat16)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=needs_bf16) if c["dtype"] == torch.bfloat16 else c
-                                  for c in CASES],
-                         ids=[f"{c['a_shape']}@{c['b_shape']}-{c['a_layout']}-{c['b_layout']}-{str(c['dtype'])[6:]}"
-                              for c in CASES])
+@pytest.mark.parametrize("case", **case_params(CASES))
 def test_against_cublas_and_float64(case):
+    check_case(case)
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("path", ["wgmma", "wmma"])
+@pytest.mark.parametrize("case", **case_params(HOPPER_CASES))
+def test_each_path_on_hopper_against_cublas_and_float64(case, path, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
+    check_case(case)
+
+
+def check_case(case):
     a = operand(case["a_shape"], case["a_layout"], case["dtype"])
     b = operand(case["b_shape"], case["b_layout"], case["dtype"])
     n = case["b_shape"][-1]
@@ -97,9 +120,11 @@ def test_against_cublas_and_float64(case):
     assert relative_error(out, cublas.double().cpu()) < tolerance(case["out_dtype"])
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (4095, 4097, 4093), (8, 16384, 1024), (2048, 64, 8192)])
-def test_large_shapes(m, n, k, dtype):
+def test_large_shapes(m, n, k, dtype, path, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
     a = operand((m, k), dtype=dtype)
     b = operand((k, n), "col", dtype)
     for out_dtype in (torch.float32, dtype):

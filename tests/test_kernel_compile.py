@@ -211,6 +211,17 @@ def test_mainloop_mix_counts_one_pass_through_the_loop_holding_hmma():
     assert (mix.instructions, mix.hmma, mix.other, mix.other_per_hmma) == (11, 2, 3, 1.5)
 
 
+def test_sass_parser_keeps_the_shape_of_warpgroup_mma():
+    # wgmma's shape modifier is spelled in lower case: 64x256x16.
+    (instruction,) = listed_instructions("""
+	code for sm_90a
+		Function : hopper
+        /*1440*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR16], R24, gsb0 ;
+""")
+    assert (instruction.address, instruction.opcode) == (0x1440, "HGMMA.64x256x16.F32.BF16")
+    assert sass.mix_category(instruction.opcode) == "hmma"
+
+
 def test_mainloop_mix_takes_the_inner_loop_and_ignores_forward_branches():
     # The outer loop (0x10 to 0xf0) holds more HMMA, but the inner one (0x60
     # to 0xa0) is the mainloop; the forward branch at 0x40 is no loop.

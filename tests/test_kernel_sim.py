@@ -7,7 +7,14 @@ refused),
 every CUDA thread a std::thread, under AddressSanitizer and UBSan, checking
 each output against a reference. No GPU and no nvcc needed, so the kernels' indexing, bounds,
 zero-fill and synchronization are tested wherever the tests run. See
-tests/kernel_sim/driver.cpp and conv_cases.cpp."""
+tests/kernel_sim/driver.cpp and conv_cases.cpp.
+
+At sim arch 900 the Hopper GEMM (wgmma, the tensor copy engine, mbarriers)
+runs on models of those instructions written from the PTX ISA
+(tests/kernel_sim/hopper_models.h, hopper_sim.h), with copies and wgmmas
+completing early or late; its index code is checked against the models
+element by element, and planted pipeline bugs must be caught. See
+tests/kernel_sim/hopper_cases.cpp."""
 
 import concurrent.futures
 import glob
@@ -24,7 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIM_DIR = os.path.join(ROOT, "tests", "kernel_sim")
 KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
 # -g1: line tables for the sanitizers' reports, a third faster to build than -g.
-CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread"]
+# -Wno-psabi: the note that GCC 4.6 changed how 64-byte aligned arguments (CUtensorMap) pass.
+CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread",
+            "-Wno-psabi"]
 # CI has two cores; the case counts keep the whole module well under 90 s there.
 WORKERS = 2
 GEMM_CASES = 60
@@ -40,13 +49,34 @@ RUNS = [(750, False), (800, False), (800, True)]
 FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
 # A pipeline that waits for one cp.async group too few: must fail.
 MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
+# The Hopper runs: (copies land late, wgmmas read late), and their seeds.
+HOPPER_CASES = 24
+HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
+# About half of the cases take the Hopper path (the rest: split-K on WMMA
+# tiles, operands the copy engine cannot describe); a run must have some.
+HOPPER_MIN_WGMMA_CASES = 3
+# Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh), each with the
+# timing that exposes it soonest and what the simulation must say.
+HOPPER_MUTATIONS = {
+    "consumer waits on the wrong parity": (
+        ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)", "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
+        (True, True), "a wgmma is issued on shared memory"),
+    "producer waits on the wrong parity": (
+        ("mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1)", "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase)"),
+        (False, False), "deadlock"),
+    "stage handed back before its wgmmas retire": (
+        ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
+}
+HOPPER_KERNELS = ["gemm_wgmma_kk.cu", "gemm_wgmma_km.cu", "gemm_wgmma_mk.cu", "gemm_wgmma_mm.cu"]
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
 
 
 def compile_object(source, arch, kernel_dir, out):
-    cmd = ["g++", *CXXFLAGS, f"-D__CUDA_ARCH__={arch}", "-DMPGEMM_KERNEL_SIM",
+    # Sim arch 900 is sm_90a, whose code alone has the Hopper GEMM.
+    hopper = ["-D__CUDA_ARCH_FEAT_SM90_ALL"] if arch >= 900 else []
+    cmd = ["g++", *CXXFLAGS, f"-D__CUDA_ARCH__={arch}", *hopper, "-DMPGEMM_KERNEL_SIM",
            # The stand-ins must shadow the real CUDA headers.
            "-I", os.path.join(SIM_DIR, "mock"), "-I", os.path.join(ROOT, "tests"), "-I", kernel_dir,
            "-x", "c++", "-c", source, "-o", out]
@@ -61,54 +91,80 @@ def link(objects, out):
     return out
 
 
-def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
-    args = [binary, str(gemm_cases), str(unscale_cases), str(conv_cases), str(seed), str(int(late))]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600,
+def run(args, timeout=600):
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **SANITIZER_ENV})
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def mutated_kernels(dest):
+def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
+    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late)])
+
+
+def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES):
+    return run([binary, cases, seed, int(copies_late), int(wgmma_late)])
+
+
+def mutated_kernels(dest, mutation, files=None):
+    """A copy of csrc/kernels in `dest` with mutation[0] replaced by mutation[1] (in `files`, or anywhere)."""
     shutil.copytree(KERNEL_DIR, dest)
     found = False
-    for name in os.listdir(dest):
+    for name in files or os.listdir(dest):
         path = os.path.join(dest, name)
         with open(path) as f:
             text = f.read()
-        if MUTATION[0] in text:
+        if mutation[0] in text:
             found = True
             with open(path, "w") as f:
-                f.write(text.replace(MUTATION[0], MUTATION[1]))
-    assert found, f"{MUTATION[0]!r} is gone from csrc/kernels: update MUTATION"
+                f.write(text.replace(mutation[0], mutation[1]))
+    assert found, f"{mutation[0]!r} is gone from csrc/kernels: update the mutation"
     return dest
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """Builds the driver per arch (and one mutant), runs every case set in
-    parallel: {(arch, late, seed) or "mutant": (exit code, output)}."""
+    """Builds the driver per arch (and one mutant) and the Hopper driver (and
+    its mutants), runs every case set in parallel: {(arch, late, seed),
+    "mutant", ("hopper", copies_late, wgmma_late) or ("hopper mutant", name):
+    (exit code, output)}."""
     if shutil.which("g++") is None:
         skip_or_fail("g++ not found")
     out = tmp_path_factory.mktemp("kernel_sim")
     driver = os.path.join(SIM_DIR, "driver.cpp")
     # The kernel sources last: the mutant swaps in its own copies of them.
-    drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp")]
+    drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")]
     kernels = sorted(os.path.basename(p) for p in glob.glob(os.path.join(KERNEL_DIR, "*.cu"))) + ["gemm_plan.cpp"]
     sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
     # Only the units with a pipeline get the mutant's copies; the rest are the real ones.
     mutated = [name for name in kernels if name.startswith("gemm_tile_") or name == "conv_launch.cu"]
-    mutant_dir = mutated_kernels(str(out / "mutant"))
+    mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION)
+    # The Hopper driver runs GEMMs alone: the GEMM launcher and every kernel it may pick.
+    hopper_sources = [os.path.join(SIM_DIR, "hopper_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")] + [
+        os.path.join(KERNEL_DIR, name) for name in kernels
+        if name.startswith(("gemm_", "splitk_")) and name not in HOPPER_KERNELS] + [
+        os.path.join(KERNEL_DIR, name) for name in HOPPER_KERNELS]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-        objects = {
-            arch: [pool.submit(compile_object, src, arch, KERNEL_DIR, str(out / f"{i}.{arch}.o"))
-                   for i, src in enumerate(sources)]
-            for arch in sorted({arch for arch, _ in RUNS})
-        }
+        def compile_all(srcs, arch, kernel_dir, prefix):
+            return [pool.submit(compile_object, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"))
+                    for i, src in enumerate(srcs)]
+
+        objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
+        hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
         mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
                                       str(out / f"mutant.{name}.o")) for name in mutated]
+        hopper_mutants = {}
+        for i, (name, (mutation, _, _)) in enumerate(HOPPER_MUTATIONS.items()):
+            mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, ["wgmma_gemm.cuh"])
+            hopper_mutants[name] = compile_all([os.path.join(mutant_kernels, n) for n in HOPPER_KERNELS], 900,
+                                               mutant_kernels, f"hopper_mutant{i}.")
         kept = [o for src, o in zip(sources, objects[800]) if os.path.basename(src) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         mutant = link([o.result() for o in kept + mutant_objects], str(out / "sim_mutant"))
+        hopper = link([o.result() for o in hopper_objects], str(out / "sim_hopper"))
+        hopper_kept = [o.result() for o in hopper_objects[:-len(HOPPER_KERNELS)]]
+        hopper_mutant_binaries = {
+            name: link(hopper_kept + [o.result() for o in objs], str(out / f"sim_hopper_mutant{i}"))
+            for i, (name, objs) in enumerate(hopper_mutants.items())}
 
         jobs = {}
         for arch, late in RUNS:
@@ -116,6 +172,11 @@ def results(tmp_path_factory):
                 jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
                                                        CONV_CASES, seed, late)
         jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True)
+        for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
+            jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper, seed, copies_late, wgmma_late)
+        for name, (_, (copies_late, wgmma_late), _) in HOPPER_MUTATIONS.items():
+            jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
+                                                        wgmma_late)
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -139,3 +200,23 @@ def test_kernels_match_reference(results, arch, late, seeded):
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
     code, output = results["mutant"]
     assert code != 0 and "gemm: 0/" not in output and "conv: 0/" not in output, output[-4000:]
+
+
+@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS,
+                         ids=[f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}"
+                              for c, w in HOPPER_RUNS])
+def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, wgmma_late):
+    seed = HOPPER_RUNS[(copies_late, wgmma_late)]
+    code, output = results[("hopper", copies_late, wgmma_late)]
+    print(f"seed {seed}\n{output}")
+    replay = f"replay: hopper {copies_late=} {wgmma_late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
+    assert code == 0, f"{replay}\n{output[-12000:]}"
+    assert re.search(r"layout: 0/\d+ mismatches", output), replay
+    assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
+    assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
+
+
+@pytest.mark.parametrize("name", HOPPER_MUTATIONS)
+def test_hopper_simulation_catches_a_planted_pipeline_bug(results, name):
+    code, output = results[("hopper mutant", name)]
+    assert code != 0 and HOPPER_MUTATIONS[name][2] in output, output[-4000:]

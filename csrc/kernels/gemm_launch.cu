@@ -43,10 +43,15 @@ int operand_vector_width(const void* data, int64_t batch_stride, int64_t ld, int
   return 1;
 }
 
-// Whether the tensor copy engine can describe an operand: a 16-byte aligned
-// base, and row pitch and batch stride multiples of 16 bytes.
-bool tma_describable(const void* data, int64_t batch_stride, int64_t ld) {
-  return aligned16(data) && batch_stride % 8 == 0 && ld % 8 == 0;
+// Whether the tensor copy engine can describe an operand of `outer` rows of
+// `inner` contiguous elements (cuTensorMapEncodeTiled's documented
+// requirements): a 16-byte aligned base; a row pitch and batch stride that
+// are multiples of 16 bytes, rows that do not overlap, and matrices that do
+// not either unless one is broadcast over the batch.
+bool tma_describable(const void* data, int64_t batch, int64_t batch_stride, int64_t ld, int64_t inner,
+                     int64_t outer) {
+  return aligned16(data) && ld % 8 == 0 && ld >= inner && batch_stride % 8 == 0 &&
+         (batch == 1 || batch_stride == 0 || batch_stride >= ld * outer);
 }
 
 }  // namespace
@@ -60,9 +65,12 @@ GemmShape gemm_shape(const GemmParams& p) {
                            a_row_major ? p.k : p.m),
       operand_vector_width(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                            b_row_major ? p.n : p.k));
-  const bool tma = tma_describable(p.a, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride) &&
-                   tma_describable(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride) &&
-                   std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
+  const bool tma =
+      tma_describable(p.a, p.batch, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride,
+                      a_row_major ? p.k : p.m, a_row_major ? p.m : p.k) &&
+      tma_describable(p.b, p.batch, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
+                      b_row_major ? p.n : p.k, b_row_major ? p.k : p.n) &&
+      std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
   return {p.batch, p.m, p.n, p.k, vector, tma};
 }
 

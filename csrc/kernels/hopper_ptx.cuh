@@ -4,6 +4,8 @@
 // register reallocation (setmaxnreg, 9.7.19.6). Their bodies exist only in
 // the sm_90a pass (MPGEMM_SM90A); elsewhere they compile to nothing, the
 // kernel that calls them is compiled out and its launcher refuses to run it.
+// The host-side kernel simulation runs its models of them instead
+// (tests/kernel_sim/hopper_sim.h).
 #pragma once
 
 #include <cstdint>
@@ -18,37 +20,57 @@
 #define MPGEMM_SM90A 0
 #endif
 
+// Whether the wrappers emit PTX: in the sm_90a pass, but not in the
+// simulation, which models what it must of them (fences and register
+// reallocation it has no need of).
+#if defined(MPGEMM_KERNEL_SIM)
+#include "kernel_sim/hopper_sim.h"
+#define MPGEMM_SM90A_PTX 0
+#else
+#define MPGEMM_SM90A_PTX MPGEMM_SM90A
+#endif
+
 namespace mpgemm::kernels::sm90 {
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
+#if defined(MPGEMM_KERNEL_SIM)
+  return sim::shared_address(p);
+#else
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+#endif
 }
 
 // --- mbarrier: a phase completes when `count` arrivals and every expected
 // transaction byte have come in; waiters name the parity of the phase they
 // wait for (9.7.13.15.16).
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::mbarrier_init(bar, count);
+#elif MPGEMM_SM90A
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
 #endif
 }
 
 // Makes the initialised barriers visible to the copy engine (async proxy).
 __device__ __forceinline__ void fence_barrier_init() {
-#if MPGEMM_SM90A
+#if MPGEMM_SM90A_PTX
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
 
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::mbarrier_arrive(bar);
+#elif MPGEMM_SM90A
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
 #endif
 }
 
 // One arrival that also announces `bytes` of copies completing on `bar`.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::mbarrier_arrive(bar, bytes);
+#elif MPGEMM_SM90A
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
                : "memory");
 #endif
@@ -56,6 +78,9 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 
 // Returns once the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::mbarrier_wait(bar, parity);
+#else
   const uint32_t address = smem_address(bar);
   uint32_t done = 0;
   do {
@@ -71,13 +96,16 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
 #endif
   } while (!done);
+#endif
 }
 
 // --- Tensor copy: box (c0, c1, c2) of `map` into shared memory at `dst`,
 // its bytes counted against `bar`'s expected transactions. Elements outside
 // the tensor arrive as zeros (and still count).
 __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::tma_load(dst, map, bar, c0, c1, c2);
+#elif MPGEMM_SM90A
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
       "[%2];" ::"r"(smem_address(dst)),
@@ -87,15 +115,21 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
 }
 
 // --- Register reallocation between warpgroups (all threads of the warpgroup).
+// The count must be a multiple of 8 in [24, 256] (9.7.19.6).
+template <int Registers>
+inline constexpr bool kValidRegisterCount = Registers % 8 == 0 && Registers >= 24 && Registers <= 256;
+
 template <int Registers>
 __device__ __forceinline__ void setmaxnreg_dec() {
-#if MPGEMM_SM90A
+  static_assert(kValidRegisterCount<Registers>, "setmaxnreg takes a multiple of 8 in [24, 256]");
+#if MPGEMM_SM90A_PTX
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Registers));
 #endif
 }
 template <int Registers>
 __device__ __forceinline__ void setmaxnreg_inc() {
-#if MPGEMM_SM90A
+  static_assert(kValidRegisterCount<Registers>, "setmaxnreg takes a multiple of 8 in [24, 256]");
+#if MPGEMM_SM90A_PTX
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
 #endif
 }
@@ -104,18 +138,22 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // touches accumulators the warpgroup wrote otherwise; commit closes a group;
 // wait<N> returns once at most N groups are pending (9.7.15.6).
 __device__ __forceinline__ void wgmma_fence() {
-#if MPGEMM_SM90A
+#if MPGEMM_SM90A_PTX
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void wgmma_commit() {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::warpgroup_step(-1);
+#elif MPGEMM_SM90A
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 #endif
 }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::warpgroup_step(N);
+#elif MPGEMM_SM90A
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
 }
@@ -149,7 +187,9 @@ __device__ __forceinline__ void wgmma_wait() {
 
 template <class Element, int TransA, int TransB>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-#if MPGEMM_SM90A
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::wgmma<Element, 256>(d, desc_a, desc_b, accumulate, TransA, TransB);
+#elif MPGEMM_SM90A
   if constexpr (std::is_same_v<Element, __half>) MPGEMM_WGMMA_M64N256K16("f16.f16");
   else MPGEMM_WGMMA_M64N256K16("bf16.bf16");
 #endif

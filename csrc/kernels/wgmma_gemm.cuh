@@ -33,7 +33,12 @@
 #include "tile_scheduler.cuh"
 #include "wgmma_layout.h"
 
-namespace mpgemm::kernels::sm90 {
+namespace mpgemm::kernels {
+
+// The block's dynamic shared memory, the one array every kernel here names.
+extern __shared__ __align__(128) unsigned char smem[];
+
+namespace sm90 {
 
 using Config = WgmmaTileConfig;
 
@@ -177,16 +182,16 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   using Smem = WgmmaSmem<Element, AKMajor, BKMajor>;
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
-  extern __shared__ uint8_t smem_raw[];
-  Smem& smem = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAtomBytes - 1) &
-                                        ~uintptr_t(kSwizzleAtomBytes - 1));
+  // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
+  Smem& shared = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem) + kSwizzleAtomBytes - 1) &
+                                          ~uintptr_t(kSwizzleAtomBytes - 1));
 
   const int warpgroup = threadIdx.x / Config::kWarpgroupThreads;
   const int thread = threadIdx.x % Config::kWarpgroupThreads;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Config::kStages; ++s) {
-      mbarrier_init(&smem.full[s], 1);
-      mbarrier_init(&smem.empty[s], Config::kConsumers);
+      mbarrier_init(&shared.full[s], 1);
+      mbarrier_init(&shared.empty[s], Config::kConsumers);
     }
     fence_barrier_init();
   }
@@ -204,11 +209,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const int a_batch = schedule.a_broadcast ? 0 : int(tile.batch);
       const int b_batch = schedule.b_broadcast ? 0 : int(tile.batch);
       for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
-        mbarrier_wait(&smem.empty[pipe.stage], pipe.phase ^ 1);
-        mbarrier_arrive_expect_tx(&smem.full[pipe.stage], ATile::kBytes + BTile::kBytes);
+        mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1);
+        mbarrier_arrive_expect_tx(&shared.full[pipe.stage], ATile::kBytes + BTile::kBytes);
         const int k0 = slice * Config::kBlockK;
-        load_tile<ATile>(smem.a[pipe.stage], &a_map, &smem.full[pipe.stage], int(tile.origin.m0), k0, a_batch);
-        load_tile<BTile>(smem.b[pipe.stage], &b_map, &smem.full[pipe.stage], int(tile.origin.n0), k0, b_batch);
+        load_tile<ATile>(shared.a[pipe.stage], &a_map, &shared.full[pipe.stage], int(tile.origin.m0), k0, a_batch);
+        load_tile<BTile>(shared.b[pipe.stage], &b_map, &shared.full[pipe.stage], int(tile.origin.n0), k0, b_batch);
       }
     }
     return;
@@ -221,33 +226,30 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const BatchTile tile = batch_tile(t, p, schedule.raster_group);
     PipelineState reading = pipe;  // the stage whose wgmmas may still be in flight
     for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
-      mbarrier_wait(&smem.full[pipe.stage], pipe.phase);
-      const uint32_t a_base = smem_address(smem.a[pipe.stage]) + consumer * ATile::kBytesPer64Rows;
-      const uint32_t b_base = smem_address(smem.b[pipe.stage]);
+      mbarrier_wait(&shared.full[pipe.stage], pipe.phase);
+      const uint32_t a_tile = smem_address(shared.a[pipe.stage]), b_tile = smem_address(shared.b[pipe.stage]);
       wgmma_fence();
 #pragma unroll
-      for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16) {
-        const uint64_t desc_a = wgmma_descriptor(a_base + k16 * ATile::kBytesPerK16, ATile::kLeadingByteOffset,
-                                                 ATile::kStrideByteOffset);
-        const uint64_t desc_b = wgmma_descriptor(b_base + k16 * BTile::kBytesPerK16, BTile::kLeadingByteOffset,
-                                                 BTile::kStrideByteOffset);
-        wgmma_m64n256k16<Element, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, desc_a, desc_b, slice > 0 || k16 > 0);
-      }
+      for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16)
+        wgmma_m64n256k16<Element, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, ATile::descriptor(a_tile, k16, consumer),
+                                                                  BTile::descriptor(b_tile, k16),
+                                                                  slice > 0 || k16 > 0);
       wgmma_commit();
       // The previous slice's wgmmas are done once at most this one's are
       // pending: hand its stage back to the producer.
       wgmma_wait<1>();
       if (slice > 0) {
-        if (thread == 0) mbarrier_arrive(&smem.empty[reading.stage]);
+        if (thread == 0) mbarrier_arrive(&shared.empty[reading.stage]);
         reading.advance();
       }
     }
     wgmma_wait<0>();
-    if (thread == 0) mbarrier_arrive(&smem.empty[reading.stage]);
+    if (thread == 0) mbarrier_arrive(&shared.empty[reading.stage]);
     const int64_t row0 = tile.origin.m0 + consumer * Config::kInstrM;
     store_accumulators(acc, p, schedule, tile.batch, row0, tile.origin.n0, thread);
   }
 #endif
 }
 
-}  // namespace mpgemm::kernels::sm90
+}  // namespace sm90
+}  // namespace mpgemm::kernels

@@ -2,8 +2,8 @@
 // layout the tensor copy engine writes with 128-byte swizzle, the wgmma
 // shared-memory matrix descriptors that read it back, and which accumulator
 // element each thread holds. Plain integer functions for host and device, so
-// the host models (tests/test_wgmma_layout.py, after the PTX ISA's text) can
-// check the kernel's own index code element by element.
+// that the host models (tests/kernel_sim/hopper_models.h, after the PTX ISA's
+// text) can check the kernel's own index code element by element.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +82,9 @@ struct OperandTile {
   // Start of the 64 rows a consumer warpgroup reads: one atom column when
   // MN-major, 64 swizzle rows when K-major, 8 KB either way.
   static constexpr uint32_t kBytesPer64Rows = 64 * kSwizzleBytes;
+  // The descriptor of the wgmma operand that rows [64 * row_block, ...) by
+  // K [16 * k16, 16 * k16 + 16) of the tile at shared address `tile` form.
+  MPGEMM_LAYOUT_FN static uint64_t descriptor(uint32_t tile, int k16, int row_block = 0);
 };
 
 // --- Shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2): start address,
@@ -92,6 +95,12 @@ MPGEMM_LAYOUT_FN uint64_t wgmma_descriptor(uint32_t smem_address, uint32_t leadi
                                            uint32_t stride_byte_offset) {
   return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading_byte_offset & 0x3FFFF) >> 4) << 16 |
          uint64_t((stride_byte_offset & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
+}
+
+template <int Rows, bool KMajor>
+MPGEMM_LAYOUT_FN uint64_t OperandTile<Rows, KMajor>::descriptor(uint32_t tile, int k16, int row_block) {
+  return wgmma_descriptor(tile + row_block * kBytesPer64Rows + k16 * kBytesPerK16, kLeadingByteOffset,
+                          kStrideByteOffset);
 }
 
 // --- The m64nNk16 fp32 accumulator fragment (PTX ISA 9.7.15.5.2, "Matrix

@@ -60,7 +60,7 @@ def parse_ptxas_report(text):
 _SASS_ARCH = re.compile(r"code for (sm_\d+a?)")
 _SASS_FUNCTION = re.compile(r"Function : (\S+)")
 _SASS_INSTRUCTION = re.compile(
-    r"/\*(?P<address>[0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)(?P<operands>[^;]*);")
+    r"/\*(?P<address>[0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?P<operands>[^;]*);")
 _BRANCH_TARGET = re.compile(r"0x([0-9a-f]+)")
 
 

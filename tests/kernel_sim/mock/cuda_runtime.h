@@ -38,6 +38,7 @@
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 
@@ -76,7 +77,9 @@ struct dim3 {
 struct uint3 { unsigned x, y, z; };
 struct alignas(8) uint2 { unsigned x, y; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 inline thread_local uint3 threadIdx, blockIdx;
@@ -92,9 +95,13 @@ inline dim3 max_grid(1u << 31, 65535, 65535);
 // it the running launch asked for.
 inline unsigned char* shared_memory = nullptr;
 inline size_t shared_capacity = 0, shared_size = 0;
-inline size_t shared_limit = __CUDA_ARCH__ >= 800 ? 163 * 1024 : 64 * 1024;  // opt-in maximum per block
+inline size_t shared_limit =  // opt-in maximum per block
+    __CUDA_ARCH__ >= 900 ? 227 * 1024 : __CUDA_ARCH__ >= 800 ? 163 * 1024 : 64 * 1024;
 inline std::map<const void*, size_t> opted_in_smem;
 inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
+// Run once after each block, all its threads done: checks and resets of
+// state that lives for one block (../hopper_sim.h's barriers and copies).
+inline std::vector<void (*)()> block_exit_hooks;
 
 inline thread_local std::barrier<>* block_barrier;
 inline thread_local std::barrier<>* warp_barrier;
@@ -103,6 +110,16 @@ inline thread_local std::barrier<>* warp_barrier;
 inline bool async_copies_late = false;
 inline thread_local std::vector<std::vector<std::function<void()>>> async_groups;
 inline thread_local std::vector<std::function<void()>> async_open;
+}  // namespace sim
+
+namespace sim {
+// The address of `p` in the shared state space: its offset in the block's
+// shared memory, which stands at address 0.
+inline uint32_t shared_address(const void* p) {
+  const auto* byte = static_cast<const unsigned char*>(p);
+  SIM_CHECK(byte >= shared_memory && byte < shared_memory + shared_size, "not in the launch's shared memory");
+  return uint32_t(byte - shared_memory);
+}
 }  // namespace sim
 
 inline void __syncthreads() { sim::block_barrier->arrive_and_wait(); }
@@ -128,6 +145,14 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, i
   SIM_CHECK(attr == cudaFuncAttributeMaxDynamicSharedMemorySize, "attribute %d", int(attr));
   if (value < 0 || size_t(value) > sim::shared_limit) return cudaErrorInvalidValue;
   sim::opted_in_smem[reinterpret_cast<const void*>(kernel)] = value;
+  return cudaSuccess;
+}
+
+// __device__ variables are host variables here.
+template <class T>
+cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0) {
+  SIM_CHECK(offset + count <= sizeof(T), "reads past the symbol");
+  memcpy(dst, reinterpret_cast<const unsigned char*>(&symbol) + offset, count);
   return cudaSuccess;
 }
 
@@ -157,9 +182,13 @@ cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void**
   sim::shared_size = smem;
   ASAN_POISON_MEMORY_REGION(sim::shared_memory + smem, sim::shared_capacity - smem);
   auto poison = [&]() noexcept { memset(sim::shared_memory, 0xff, smem); };  // NaN as fp16 and fp32
+  auto end_block = [&]() noexcept {
+    for (auto hook : sim::block_exit_hooks) hook();
+    poison();
+  };
   poison();
   std::barrier<> block_barrier(threads);
-  std::barrier<decltype(poison)> next_block(threads, poison);
+  std::barrier<decltype(end_block)> next_block(threads, end_block);
   std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
   for (unsigned w = 0; w < threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
   std::vector<std::thread> pool;

@@ -1,0 +1,34 @@
+// The GEMM cases the drivers of the kernel simulation share (driver.cpp,
+// hopper_cases.cpp): a random problem, steered by a spec, launched on the
+// launcher's plan or a given one, its output checked against a reference.
+#pragma once
+
+#include "gemm_launch.h"
+#include "gemm_plan.h"
+
+namespace sim {
+
+using mpgemm::kernels::GemmPlan;
+
+// What a GEMM case may pin down; the rest is random. A plan with no
+// `config` is the launcher's own (plan_gemm: the heuristic on the simulated
+// device); with one, that plan is launched as given.
+struct GemmCaseSpec {
+  int64_t min_m = 0, max_m = 200, min_n = 0, max_n = 200, min_k = 0, max_k = 100;  // a min of 0: sometimes <= 16
+  int64_t batch = 0;        // 0: random in [1, 3]
+  int aligned = -1;         // -1: random
+  // Contiguous extents in whole chunks of the load width, as the narrow
+  // cp.async paths need; false leaves them anything (the copy engine takes
+  // any extent).
+  bool whole_chunks = true;
+  bool has_plan = false;
+  GemmPlan plan;
+  cudaError_t expect = cudaSuccess;  // for a plan the launcher must refuse
+  int expect_split_k = 0;            // for the launcher's own plan; 0: any
+};
+
+// Runs one case; whether it failed (and then prints why). `ran`, if given,
+// receives the plan it ran on.
+bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran = nullptr);
+
+}  // namespace sim

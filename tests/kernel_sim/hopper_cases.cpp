@@ -1,0 +1,167 @@
+// Runs the Hopper GEMM (csrc/kernels/wgmma_gemm.cuh) in the host-side
+// simulation at sim arch 900, its copies, wgmmas and mbarriers modelled by
+// hopper_sim.h after the PTX ISA (hopper_models.h):
+//  - layout: the models against facts of the PTX ISA's figures, then the
+//    kernel's index code (wgmma_layout.h: OperandTile::offset and descriptor
+//    with their per-k16 and per-consumer steps, accumulator_row and
+//    accumulator_col; the ring's PipelineState) against the models, element
+//    by element (printed as got, expected);
+//  - gemm: random problems on the launcher's plan for an sm_90 device, every
+//    operand layout, fp16 and bf16, ragged edges, K remainders, batches and
+//    broadcasts, on 1 to 4 multiprocessors (each block then walks several
+//    tiles through the ring) or 132 (small outputs take split-K on WMMA
+//    tiles); one in four with MPGEMM_GEMM_PATH=wgmma, which takes the Hopper
+//    path there too; and tall problems whose tile order has a partial group.
+// Inputs are multiples of 1/8, so results must match the reference exactly.
+//   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>
+// Prints "layout: F/N mismatches", "gemm: F/N failed" and "wgmma cases: N";
+// exits 1 on a failure.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "gemm_launch.h"
+#include "kernel_sim/gemm_cases.h"
+#include "kernel_sim/hopper_models.h"
+#include "kernel_sim/sim_common.h"
+#include "wgmma_gemm.cuh"
+#include "wgmma_layout.h"
+
+using namespace mpgemm::kernels;
+namespace model = sim::hopper_model;
+
+// The storage behind the kernels' `extern __shared__` array, at a swizzle
+// pattern boundary as the shared window's start is.
+namespace mpgemm::kernels {
+alignas(1024) unsigned char smem[228 * 1024];
+}
+
+// Counts a mismatch, printing the first few.
+static void mismatch(int& count, const char* what, int i, int j, int64_t got, int64_t want) {
+  if (count++ < 5) printf("  %s (%d, %d): %ld, expected %ld\n", what, i, j, long(got), long(want));
+}
+
+// OperandTile<Rows, KMajor> against the copy engine's placement of the boxes
+// load_tile issues (one of Rows x 64 K when K-major, Rows / 64 of 64 x 64,
+// kBoxBytes apart, when MN-major) and against wgmma's reads through
+// OperandTile::descriptor, for every k16 step and every block of the
+// InstrRows rows one instruction spans.
+template <int Rows, bool KMajor, int InstrRows>
+static int check_operand_tile(int& mismatches) {
+  using Tile = sm90::OperandTile<Rows, KMajor>;
+  const char* layout = KMajor ? "K-major" : "MN-major";
+  const uint32_t base = 4 * sm90::kSwizzleAtomBytes;  // any pattern boundary
+  const uint32_t box[3] = {64, KMajor ? uint32_t(Rows) : 64u, 1};
+  int checked = 0;
+  for (int mn = 0; mn < Rows; ++mn)
+    for (int k = 0; k < 64; ++k, ++checked) {
+      const uint32_t kernel = base + Tile::offset(mn, k);
+      const uint32_t copied = KMajor ? model::tma_box_address(base, box, 2, k, mn, 0, true)
+                                     : model::tma_box_address(base + (mn / 64) * Tile::kBoxBytes, box, 2, mn % 64, k,
+                                                              0, true);
+      if (kernel != copied) mismatch(mismatches, layout, mn, k, kernel, copied);
+      const auto d = model::decode_descriptor(Tile::descriptor(base, k / 16, mn / InstrRows));
+      const uint32_t read = model::wgmma_operand_address(d, !KMajor, mn % InstrRows, k % 16);
+      if (kernel != read) mismatch(mismatches, layout, mn, k, kernel, read);
+    }
+  return checked;
+}
+
+// The models against facts read off the PTX ISA's figures and bit tables,
+// so that they cannot drift along with the kernel's code.
+static int check_models(int& mismatches) {
+  struct Fact {
+    const char* what;
+    int64_t model, isa;
+  };
+  const model::MatrixDescriptor d = model::decode_descriptor(0x4000004000200040ull);
+  const auto element = [](int thread, int reg) {
+    const model::FragmentElement e = model::accumulator_element(thread, reg);
+    return int64_t(e.row) * 1000 + e.col;
+  };
+  const Fact facts[] = {
+      // 128-byte swizzle: chunk c of row r of a 1024-byte pattern lands at chunk c ^ r.
+      {"swizzle of row 0", model::swizzle_128b(0x70), 0x70},
+      {"swizzle of row 1, chunk 0", model::swizzle_128b(0x80), 0x90},
+      {"swizzle of row 7, chunk 7", model::swizzle_128b(0x3f8), 0x388},
+      {"swizzle of the next pattern", model::swizzle_128b(0x4a0), 0x4b0},
+      // Descriptor fields, in 16-byte units: start 0x400, leading 0x200, stride 0x400, 128-byte swizzle.
+      {"descriptor start", d.start, 0x400},
+      {"descriptor leading byte offset", d.leading_byte_offset, 0x200},
+      {"descriptor stride byte offset", d.stride_byte_offset, 0x400},
+      {"descriptor swizzle mode", d.swizzle_mode, 1},
+      // The accumulator figure: row * 1000 + column of (thread, register).
+      {"d0 of thread 0", element(0, 0), 0},
+      {"d1 of thread 0", element(0, 1), 1},
+      {"d2 of thread 0", element(0, 2), 8000},
+      {"d3 of thread 0", element(0, 3), 8001},
+      {"d4 of thread 0", element(0, 4), 8},
+      {"d0 of thread 1", element(1, 0), 2},
+      {"d0 of thread 4", element(4, 0), 1000},
+      {"d0 of thread 32", element(32, 0), 16000},
+      {"d127 of thread 127", element(127, 127), 63255},
+  };
+  for (const Fact& f : facts)
+    if (f.model != f.isa) mismatch(mismatches, f.what, 0, 0, f.model, f.isa);
+  return int(sizeof(facts) / sizeof(facts[0]));
+}
+
+static int check_layouts(int& mismatches) {
+  using Config = sm90::WgmmaTileConfig;
+  int checked = check_models(mismatches) + check_operand_tile<Config::kBlockM, true, Config::kInstrM>(mismatches) +
+                check_operand_tile<Config::kBlockM, false, Config::kInstrM>(mismatches) +
+                check_operand_tile<Config::kBlockN, true, Config::kInstrN>(mismatches) +
+                check_operand_tile<Config::kBlockN, false, Config::kInstrN>(mismatches);
+  for (int thread = 0; thread < Config::kWarpgroupThreads; ++thread)
+    for (int reg = 0; reg < Config::kInstrN / 2; ++reg, ++checked) {
+      const model::FragmentElement e = model::accumulator_element(thread, reg);
+      if (sm90::accumulator_row(thread, reg) != e.row)
+        mismatch(mismatches, "accumulator row", thread, reg, sm90::accumulator_row(thread, reg), e.row);
+      if (sm90::accumulator_col(thread, reg) != e.col)
+        mismatch(mismatches, "accumulator column", thread, reg, sm90::accumulator_col(thread, reg), e.col);
+    }
+  // The ring: after i slices, stage i mod kStages in round i / kStages,
+  // whose parity the waits name.
+  sm90::PipelineState pipe;
+  for (int i = 0; i < 1000; ++i, pipe.advance(), ++checked)
+    if (pipe.stage != i % Config::kStages || int(pipe.phase) != i / Config::kStages % 2)
+      mismatch(mismatches, "ring position (stage, parity)", i, 0, pipe.stage * 2 + pipe.phase,
+               i % Config::kStages * 2 + i / Config::kStages % 2);
+  return checked;
+}
+
+// A random problem on the launcher's plan for an sm_90 device.
+static bool hopper_gemm_case(int index, int& on_wgmma) {
+  const bool forced = index % 4 == 3, tall = index % 8 == 5;
+  sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(1, 4)) : 132;
+  if (forced) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
+  sim::GemmCaseSpec spec;
+  spec.aligned = sim::rnd(0, 7) ? 1 : 0;  // mostly operands the copy engine can describe
+  spec.whole_chunks = false;
+  spec.max_m = 300, spec.max_n = 560, spec.max_k = 200;
+  if (forced) spec.max_m = spec.max_n = 100, spec.min_k = 64, spec.max_k = 640;  // long K on one tile
+  if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.max_k = 64, spec.batch = 1;
+  GemmPlan plan;
+  const bool bad = sim::gemm_case(forced ? "forced" : tall ? "tall" : "gemm", index, spec, &plan);
+  unsetenv("MPGEMM_GEMM_PATH");
+  on_wgmma += plan.config == TileConfigId::kWgmma;
+  return bad;
+}
+
+int main(int argc, char** argv) {
+  SIM_CHECK(argc == 5, "usage: %s <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>", argv[0]);
+  const int cases = std::stoi(argv[1]);
+  sim::rng.seed(std::stoull(argv[2]));
+  sim::hopper::copies_late = std::stoi(argv[3]);
+  sim::hopper::wgmma_late = std::stoi(argv[4]);
+  sim::shared_memory = smem;
+  sim::shared_capacity = sizeof smem;
+
+  int mismatches = 0;
+  const int checked = check_layouts(mismatches);
+  printf("layout: %d/%d mismatches\n", mismatches, checked);
+  int failed = 0, on_wgmma = 0;
+  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma);
+  printf("wgmma cases: %d\ngemm: %d/%d failed\n", on_wgmma, failed, cases);
+  return mismatches || failed;
+}

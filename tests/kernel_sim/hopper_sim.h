@@ -1,0 +1,363 @@
+// The sm_90a instructions of csrc/kernels/hopper_ptx.cuh for the host-side
+// kernel simulation: mbarriers, the tensor copy engine's box loads and
+// warpgroup MMA, placing and reading shared memory as hopper_models.h (the
+// PTX ISA's text) says. Two timings widen what a run can catch:
+//  - copies_late: a box copy lands only when a thread waits on the mbarrier
+//    it completes (otherwise at issue), so reading a stage before its
+//    barrier completes finds what was there before;
+//  - wgmma_late: a wgmma reads its operands only when wait_group retires it
+//    (otherwise at commit), so a stage handed back before then is
+//    overwritten under it.
+// Whatever the timing, the contracts are checked as they are used: no copy
+// lands on shared memory that a wgmma not yet retired reads, no wgmma is
+// issued on shared memory a copy has yet to write, an mbarrier phase never
+// gets more arrivals than its count, every copy and wgmma group is waited for
+// before the block exits, and a thread waiting on an mbarrier while nothing
+// in the block moves for kDeadlockSeconds aborts the run, naming the barrier.
+#pragma once
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "kernel_sim/hopper_models.h"
+
+namespace sim::hopper {
+
+namespace model = sim::hopper_model;
+
+inline bool copies_late = false;
+inline bool wgmma_late = false;
+inline constexpr int kDeadlockSeconds = 10;
+inline constexpr int kWarpgroupThreads = 128;
+
+struct Barrier {
+  int count = 0, pending = 0;  // arrivals the phase needs, and still awaits
+  int64_t tx = 0;              // transaction bytes announced and not yet landed
+  uint32_t phase = 0;          // parity of the phase in progress
+};
+
+// One box copy: its tensor map (copied at issue, as the kernel's parameter
+// may not outlive it), destination, box origin and mbarrier.
+struct Copy {
+  TensorMap map;
+  uint32_t dst;
+  int64_t origin[3];
+  uint32_t barrier;
+};
+
+// One wgmma of a warpgroup: what every thread of it must issue alike, and
+// each thread's accumulators.
+struct Wgmma {
+  uint64_t desc_a = 0, desc_b = 0;
+  bool a_mn_major = false, b_mn_major = false, bf16 = false;
+  int n = 0;
+  float* acc[kWarpgroupThreads] = {};
+  bool accumulate[kWarpgroupThreads] = {};
+  int issued = 0;  // threads that have issued it
+  bool executed = false;
+  std::vector<uint32_t> chunks;  // the 16-byte chunks of shared memory it reads
+};
+
+struct Warpgroup;
+// The one thread's work when all 128 threads of a warpgroup meet in a
+// collective wgmma instruction (commit_group or wait_group).
+struct WarpgroupStep {
+  Warpgroup* warpgroup;
+  void operator()() noexcept;
+};
+
+struct Warpgroup {
+  std::barrier<WarpgroupStep> sync{kWarpgroupThreads, WarpgroupStep{this}};
+  std::vector<Wgmma> open;                   // issued since the last commit
+  std::deque<std::vector<Wgmma>> committed;  // groups not yet retired, oldest first
+  int step = 0;                              // the collective being met: -1 commit, N >= 0 wait_group N
+  int arrived = 0;
+};
+
+// The state of the running block.
+struct Block {
+  std::mutex mutex;
+  std::condition_variable changed;
+  uint64_t progress = 0;  // counts every arrival, landing and retirement
+  std::map<uint32_t, Barrier> barriers;
+  std::vector<Copy> in_flight;          // copies not yet landed (copies_late)
+  std::vector<int> reads, writes;       // per 16-byte chunk: wgmmas not retired reading it, copies to land on it
+  Warpgroup warpgroups[1024 / kWarpgroupThreads];
+  std::mt19937_64 rng{1};
+};
+inline Block block;
+inline thread_local int issued_since_commit = 0;
+
+inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
+  if (counts.size() < sim::shared_capacity / 16) counts.assign(sim::shared_capacity / 16, 0);
+  return counts;
+}
+
+inline void moved() {
+  ++block.progress;
+  block.changed.notify_all();
+}
+
+// The caller holds block.mutex.
+inline Barrier& barrier_at(uint32_t address) {
+  const auto it = block.barriers.find(address);
+  SIM_CHECK(it != block.barriers.end(), "the mbarrier at %u is used before mbarrier.init", address);
+  return it->second;
+}
+
+// A phase completes once all its arrivals and transaction bytes are in; the
+// next one then expects `count` arrivals again (PTX ISA 9.7.13.15.1).
+inline void complete_if_done(Barrier& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    b.phase ^= 1;
+    b.pending = b.count;
+  }
+  moved();
+}
+
+inline void mbarrier_init(uint64_t* bar, int count) {
+  const uint32_t address = sim::shared_address(bar);
+  SIM_CHECK(address % 8 == 0 && count >= 1 && count < (1 << 20), "mbarrier.init at %u, count %d", address, count);
+  std::lock_guard lock(block.mutex);
+  block.barriers[address] = Barrier{count, count, 0, 0};
+}
+
+inline void mbarrier_arrive(uint64_t* bar, uint32_t expect_tx_bytes = 0) {
+  const uint32_t address = sim::shared_address(bar);
+  std::lock_guard lock(block.mutex);
+  Barrier& b = barrier_at(address);
+  SIM_CHECK(b.pending > 0, "more arrivals on the mbarrier at %u than its count %d in one phase", address, b.count);
+  b.tx += expect_tx_bytes;
+  --b.pending;
+  complete_if_done(b);
+}
+
+// Calls f(i0, i1, i2, shared address) for each element of a copy's box.
+template <class F>
+void for_each_box_element(const Copy& c, F&& f) {
+  const TensorMap& t = c.map;
+  const bool swizzle = t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B;
+  for (uint32_t i2 = 0; i2 < t.box[2]; ++i2)
+    for (uint32_t i1 = 0; i1 < t.box[1]; ++i1)
+      for (uint32_t i0 = 0; i0 < t.box[0]; ++i0) {
+        const uint32_t address = model::tma_box_address(c.dst, t.box, t.element_bytes, i0, i1, i2, swizzle);
+        SIM_CHECK(address + t.element_bytes <= sim::shared_size, "a box copy writes past the block's shared memory");
+        f(i0, i1, i2, address);
+      }
+}
+
+// Writes a copy's box into shared memory (the caller holds block.mutex).
+inline void land(const Copy& c) {
+  const TensorMap& t = c.map;
+  std::vector<int>& reads = chunk_counts(block.reads);
+  std::vector<int>& writes = chunk_counts(block.writes);
+  for_each_box_element(c, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
+    const int64_t at[3] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2};
+    bool inside = true;
+    int64_t offset = 0;
+    for (int d = 0; d < 3; ++d) {
+      inside = inside && at[d] >= 0 && at[d] < int64_t(t.dims[d]);
+      offset += at[d] * int64_t(t.strides[d]);
+    }
+    SIM_CHECK(reads[address / 16] == 0, "a box copy lands on shared memory (byte %u) that a wgmma not yet "
+              "retired by wait_group reads", address);
+    unsigned char* dst = sim::shared_memory + address;
+    if (inside) memcpy(dst, t.base + offset, t.element_bytes);  // AddressSanitizer checks the read
+    else memset(dst, 0, t.element_bytes);
+    --writes[address / 16];
+  });
+  Barrier& b = barrier_at(c.barrier);
+  b.tx -= int64_t(t.box[0]) * t.box[1] * t.box[2] * t.element_bytes;  // the whole box counts, zeros too
+  complete_if_done(b);
+}
+
+// Lands the copies in flight that complete the mbarrier at `address`, in a
+// random order; whether there were any. The caller holds block.mutex.
+inline bool land_copies_for(uint32_t address) {
+  std::vector<Copy> now, later;
+  for (const Copy& c : block.in_flight) (c.barrier == address ? now : later).push_back(c);
+  if (now.empty()) return false;
+  block.in_flight = std::move(later);
+  std::shuffle(now.begin(), now.end(), block.rng);
+  for (const Copy& c : now) land(c);
+  return true;
+}
+
+inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  using Clock = std::chrono::steady_clock;
+  const uint32_t address = sim::shared_address(bar);
+  std::unique_lock lock(block.mutex);
+  uint64_t seen = block.progress;
+  Clock::time_point since = Clock::now();
+  // The phase of parity `parity` has completed once the phase in progress has the other one.
+  while (barrier_at(address).phase == (parity & 1)) {
+    if (copies_late && land_copies_for(address)) continue;
+    block.changed.wait_for(lock, std::chrono::milliseconds(20));
+    if (block.progress != seen) {
+      seen = block.progress;
+      since = Clock::now();
+    }
+    SIM_CHECK(Clock::now() - since < std::chrono::seconds(kDeadlockSeconds),
+              "deadlock: thread %u of block %u waits for the phase of parity %u of the mbarrier at %u, and nothing "
+              "in the block has moved for %d s", threadIdx.x, blockIdx.x, parity & 1, address, kDeadlockSeconds);
+  }
+}
+
+inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
+  const TensorMap& t = sim::tensor_map(map);
+  const Copy c{t, sim::shared_address(dst), {c0, c1, c2}, sim::shared_address(bar)};
+  // A swizzled box's pattern starts over every 1024 bytes (hopper_models.h):
+  // the destination must start one, as it does for the descriptors' base offset 0.
+  SIM_CHECK(c.dst % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box copy to byte %u", c.dst);
+  std::lock_guard lock(block.mutex);
+  barrier_at(c.barrier);
+  std::vector<int>& writes = chunk_counts(block.writes);
+  for_each_box_element(c, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
+  if (copies_late) block.in_flight.push_back(c);
+  else land(c);
+}
+
+// Element (row, col) of a wgmma operand as fp32 (the caller holds block.mutex).
+template <class Element>
+float operand(const model::MatrixDescriptor& d, bool mn_major, uint32_t mn, uint32_t k) {
+  const uint32_t address = model::wgmma_operand_address(d, mn_major, mn, k);
+  SIM_CHECK(address + 2 <= sim::shared_size, "a wgmma reads past the block's shared memory");
+  Element e;
+  memcpy(&e, sim::shared_memory + address, 2);
+  return float(e);
+}
+
+// D (64 x N, fp32) = A (64 x 16) B (16 x N) + (accumulate ? D : 0) for each
+// thread's registers (the caller holds block.mutex).
+template <class Element>
+void execute(Wgmma& op) {
+  const model::MatrixDescriptor da = model::decode_descriptor(op.desc_a), db = model::decode_descriptor(op.desc_b);
+  std::vector<float> a(64 * 16), b(size_t(op.n) * 16);
+  for (uint32_t k = 0; k < 16; ++k) {
+    for (uint32_t m = 0; m < 64; ++m) a[m * 16 + k] = operand<Element>(da, op.a_mn_major, m, k);
+    for (uint32_t n = 0; n < uint32_t(op.n); ++n) b[n * 16 + k] = operand<Element>(db, op.b_mn_major, n, k);
+  }
+  for (int t = 0; t < kWarpgroupThreads; ++t)
+    for (int r = 0; r < op.n / 2; ++r) {
+      const model::FragmentElement e = model::accumulator_element(t, r);
+      float sum = 0.0f;
+      for (int k = 0; k < 16; ++k) sum += a[e.row * 16 + k] * b[e.col * 16 + k];
+      op.acc[t][r] = (op.accumulate[t] ? op.acc[t][r] : 0.0f) + sum;
+    }
+  op.executed = true;
+}
+
+inline void execute_any(Wgmma& op) {
+  if (op.bf16) execute<__nv_bfloat16>(op);
+  else execute<__half>(op);
+}
+
+// The 16-byte chunks a wgmma reads, once its descriptors pass the checks.
+inline std::vector<uint32_t> operand_chunks(uint64_t desc_a, bool a_mn_major, uint64_t desc_b, bool b_mn_major, int n) {
+  std::vector<uint32_t> chunks;
+  for (auto [desc, mn_major, rows] : {std::tuple{desc_a, a_mn_major, 64}, std::tuple{desc_b, b_mn_major, n}}) {
+    const model::MatrixDescriptor d = model::decode_descriptor(desc);
+    // Only what the kernels use is modelled: 128-byte swizzle from the start
+    // of a pattern row (base offset 0, start bits 7-9 zero).
+    SIM_CHECK(d.swizzle_mode == 1 && d.base_offset == 0 && (d.start >> 7) % 8 == 0,
+              "descriptor swizzle %u base offset %u start %u", d.swizzle_mode, d.base_offset, d.start);
+    for (int mn = 0; mn < rows; ++mn)
+      for (int k = 0; k < 16; ++k) chunks.push_back(model::wgmma_operand_address(d, mn_major, mn, k) / 16);
+  }
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  return chunks;
+}
+
+template <class Element, int N>
+void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate, bool a_mn_major, bool b_mn_major) {
+  Warpgroup& w = block.warpgroups[threadIdx.x / kWarpgroupThreads];
+  const int thread = threadIdx.x % kWarpgroupThreads;
+  std::lock_guard lock(block.mutex);
+  const size_t index = issued_since_commit++;
+  if (index == w.open.size()) {  // the first thread to issue it
+    Wgmma op;
+    op.desc_a = desc_a, op.desc_b = desc_b, op.a_mn_major = a_mn_major, op.b_mn_major = b_mn_major;
+    op.bf16 = std::is_same_v<Element, __nv_bfloat16>, op.n = N;
+    op.chunks = operand_chunks(desc_a, a_mn_major, desc_b, b_mn_major, N);
+    std::vector<int>& reads = chunk_counts(block.reads);
+    std::vector<int>& writes = chunk_counts(block.writes);
+    for (uint32_t c : op.chunks) {
+      SIM_CHECK(writes[c] == 0, "a wgmma is issued on shared memory (byte %u) that a box copy has yet to write",
+                c * 16);
+      ++reads[c];
+    }
+    w.open.push_back(std::move(op));
+  }
+  Wgmma& op = w.open[index];
+  SIM_CHECK(op.desc_a == desc_a && op.desc_b == desc_b && op.a_mn_major == a_mn_major &&
+                op.b_mn_major == b_mn_major && op.n == N && op.acc[thread] == nullptr,
+            "the threads of warpgroup %u issue different wgmmas", threadIdx.x / kWarpgroupThreads);
+  op.acc[thread] = d;
+  op.accumulate[thread] = accumulate;
+  ++op.issued;
+}
+
+inline void WarpgroupStep::operator()() noexcept {
+  Warpgroup& w = *warpgroup;
+  std::lock_guard lock(block.mutex);
+  w.arrived = 0;
+  if (w.step < 0) {
+    for (const Wgmma& op : w.open)
+      SIM_CHECK(op.issued == kWarpgroupThreads, "only %d threads of a warpgroup issued a wgmma", op.issued);
+    w.committed.push_back(std::move(w.open));
+    w.open.clear();
+    if (!wgmma_late)
+      for (Wgmma& op : w.committed.back()) execute_any(op);
+  } else {
+    std::vector<int>& reads = chunk_counts(block.reads);
+    while (w.committed.size() > size_t(w.step)) {
+      for (Wgmma& op : w.committed.front()) {
+        if (!op.executed) execute_any(op);
+        for (uint32_t c : op.chunks) --reads[c];
+      }
+      w.committed.pop_front();
+    }
+  }
+  moved();
+}
+
+// commit_group (step -1) and wait_group N (step N): every thread of the
+// warpgroup meets the others there, as .sync.aligned requires.
+inline void warpgroup_step(int step) {
+  Warpgroup& w = block.warpgroups[threadIdx.x / kWarpgroupThreads];
+  {
+    std::lock_guard lock(block.mutex);
+    if (w.arrived++ == 0) w.step = step;
+    SIM_CHECK(w.step == step, "the threads of warpgroup %u meet in different wgmma steps",
+              threadIdx.x / kWarpgroupThreads);
+  }
+  if (step < 0) issued_since_commit = 0;
+  w.sync.arrive_and_wait();
+}
+
+// After each block: nothing may be left in flight; the barriers go.
+inline void end_block() {
+  std::lock_guard lock(block.mutex);
+  for (const Warpgroup& w : block.warpgroups)
+    SIM_CHECK(w.open.empty() && w.committed.empty(), "a block exits with wgmmas never retired by wait_group");
+  SIM_CHECK(block.in_flight.empty(), "a block exits with %zu box copies in flight", block.in_flight.size());
+  block.barriers.clear();
+}
+inline const bool end_block_registered = (sim::block_exit_hooks.push_back(&end_block), true);
+
+}  // namespace sim::hopper
