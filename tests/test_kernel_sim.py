@@ -56,7 +56,9 @@ HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False
 # tiles, operands the copy engine cannot describe); a run must have some.
 HOPPER_MIN_WGMMA_CASES = 3
 # Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh), each with the
-# timing that exposes it soonest and what the simulation must say.
+# timing that exposes it soonest and what the simulation must say (the wrong
+# consumer parity: "...that a box copy has yet to write" or "...that no box
+# copy has written", whichever the race gives).
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
         ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)", "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
@@ -66,6 +68,7 @@ HOPPER_MUTATIONS = {
         (False, False), "deadlock"),
     "stage handed back before its wgmmas retire": (
         ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
+    "accumulators reused without wgmma.fence": (("      wgmma_fence();\n", ""), (False, False), "without wgmma.fence"),
 }
 HOPPER_KERNELS = ["gemm_wgmma_kk.cu", "gemm_wgmma_km.cu", "gemm_wgmma_mk.cu", "gemm_wgmma_mm.cu"]
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
@@ -91,9 +94,15 @@ def link(objects, out):
     return out
 
 
-def run(args, timeout=600):
-    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **SANITIZER_ENV})
+def run(args, timeout=300):
+    """(exit code, output) of a driver; 124 and what it printed if it hangs."""
+    try:
+        proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **SANITIZER_ENV})
+    except subprocess.TimeoutExpired as hung:
+        output = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                         for part in (hung.stdout, hung.stderr))
+        return 124, f"{output}\n{' '.join(map(str, args))}: no end after {timeout} s"
     return proc.returncode, proc.stdout + proc.stderr
 
 

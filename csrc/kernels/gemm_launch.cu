@@ -45,13 +45,16 @@ int operand_vector_width(const void* data, int64_t batch_stride, int64_t ld, int
 
 // Whether the tensor copy engine can describe an operand of `outer` rows of
 // `inner` contiguous elements (cuTensorMapEncodeTiled's documented
-// requirements): a 16-byte aligned base; a row pitch and batch stride that
-// are multiples of 16 bytes, rows that do not overlap, and matrices that do
-// not either unless one is broadcast over the batch.
+// requirements, 16-bit elements): a 16-byte aligned base; a row pitch that is
+// a multiple of 16 bytes below 2^40 and keeps rows apart; and, where the
+// batch has several matrices that are not one broadcast, a batch stride of
+// the same kind that keeps them apart.
 bool tma_describable(const void* data, int64_t batch, int64_t batch_stride, int64_t ld, int64_t inner,
                      int64_t outer) {
-  return aligned16(data) && ld % 8 == 0 && ld >= inner && batch_stride % 8 == 0 &&
-         (batch == 1 || batch_stride == 0 || batch_stride >= ld * outer);
+  constexpr int64_t kMaxStride = (int64_t(1) << 40) / 2;
+  const bool one_matrix = batch == 1 || batch_stride == 0;
+  return aligned16(data) && ld % 8 == 0 && ld >= inner && ld < kMaxStride &&
+         (one_matrix || (batch_stride % 8 == 0 && batch_stride >= ld * outer && batch_stride < kMaxStride));
 }
 
 }  // namespace

@@ -21,8 +21,8 @@
 #endif
 
 // Whether the wrappers emit PTX: in the sm_90a pass, but not in the
-// simulation, which models what it must of them (fences and register
-// reallocation it has no need of).
+// simulation, which models what it must of them (the mbarrier init fence and
+// register reallocation it has no need of).
 #if defined(MPGEMM_KERNEL_SIM)
 #include "kernel_sim/hopper_sim.h"
 #define MPGEMM_SM90A_PTX 0
@@ -138,7 +138,9 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // touches accumulators the warpgroup wrote otherwise; commit closes a group;
 // wait<N> returns once at most N groups are pending (9.7.15.6).
 __device__ __forceinline__ void wgmma_fence() {
-#if MPGEMM_SM90A_PTX
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::wgmma_fence();
+#elif MPGEMM_SM90A
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #endif
 }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -74,6 +75,12 @@ struct WgmmaSmem {
   uint64_t empty[Config::kStages];
   static constexpr int kBytes = Config::kSmemBytes;
 };
+
+// The kernel rounds the dynamic shared memory's start (16-byte aligned) up to
+// a swizzle pattern: the launch's bytes hold the ring from any such start.
+template <class Smem>
+constexpr bool kFitsFromAnyStart =
+    offsetof(Smem, empty) + sizeof(Smem::empty) + (kSwizzleAtomBytes - 16) <= size_t(Smem::kBytes);
 
 // The ring's position: stage index and the parity of the round through it.
 struct PipelineState {
@@ -180,6 +187,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                       const GemmParams p, const WgmmaSchedule schedule) {
 #if MPGEMM_SM90A
   using Smem = WgmmaSmem<Element, AKMajor, BKMajor>;
+  static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.

@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
   SIM_CHECK(argc == 5, "usage: %s <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>", argv[0]);
   const int cases = std::stoi(argv[1]);
   sim::rng.seed(std::stoull(argv[2]));
+  sim::hopper::block.rng.seed(std::stoull(argv[2]));
   sim::hopper::copies_late = std::stoi(argv[3]);
   sim::hopper::wgmma_late = std::stoi(argv[4]);
   sim::shared_memory = smem;

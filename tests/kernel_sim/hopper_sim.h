@@ -9,15 +9,18 @@
 //    (otherwise at commit), so a stage handed back before then is
 //    overwritten under it.
 // Whatever the timing, the contracts are checked as they are used: no copy
-// lands on shared memory that a wgmma not yet retired reads, no wgmma is
-// issued on shared memory a copy has yet to write, an mbarrier phase never
-// gets more arrivals than its count, every copy and wgmma group is waited for
-// before the block exits, and a thread waiting on an mbarrier while nothing
-// in the block moves for kDeadlockSeconds aborts the run, naming the barrier.
+// lands on shared memory that a wgmma not yet retired reads; no wgmma is
+// issued on shared memory that no copy has written since the block began,
+// or that a copy has yet to write; a warpgroup fences before its first wgmma
+// after touching the accumulators, and its 128 threads issue the same
+// wgmmas; an arrival never finds its phase already complete and waiting on
+// transaction bytes; every copy and wgmma group is waited for before the
+// block exits; and a thread that waits (on an mbarrier, or for its
+// warpgroup) while nothing in the block moves for kDeadlockSeconds aborts
+// the run, saying what it waits for.
 #pragma once
 
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -66,26 +69,20 @@ struct Wgmma {
   bool a_mn_major = false, b_mn_major = false, bf16 = false;
   int n = 0;
   float* acc[kWarpgroupThreads] = {};
-  bool accumulate[kWarpgroupThreads] = {};
+  bool scale_d = false;  // accumulate into D (the same for every thread)
   int issued = 0;  // threads that have issued it
   bool executed = false;
   std::vector<uint32_t> chunks;  // the 16-byte chunks of shared memory it reads
 };
 
-struct Warpgroup;
-// The one thread's work when all 128 threads of a warpgroup meet in a
-// collective wgmma instruction (commit_group or wait_group).
-struct WarpgroupStep {
-  Warpgroup* warpgroup;
-  void operator()() noexcept;
-};
-
+// A warpgroup's wgmmas, and where its threads stand in the collective steps
+// (commit_group, wait_group) that all 128 must meet in.
 struct Warpgroup {
-  std::barrier<WarpgroupStep> sync{kWarpgroupThreads, WarpgroupStep{this}};
   std::vector<Wgmma> open;                   // issued since the last commit
   std::deque<std::vector<Wgmma>> committed;  // groups not yet retired, oldest first
-  int step = 0;                              // the collective being met: -1 commit, N >= 0 wait_group N
+  int step = 0;                              // the step being met: -1 commit, N >= 0 wait_group N
   int arrived = 0;
+  uint64_t generation = 0;  // steps completed
 };
 
 // The state of the running block.
@@ -95,12 +92,15 @@ struct Block {
   uint64_t progress = 0;  // counts every arrival, landing and retirement
   std::map<uint32_t, Barrier> barriers;
   std::vector<Copy> in_flight;          // copies not yet landed (copies_late)
-  std::vector<int> reads, writes;       // per 16-byte chunk: wgmmas not retired reading it, copies to land on it
+  // Per 16-byte chunk of shared memory: wgmmas not yet retired that read it,
+  // copies yet to land on it, and copies landed on it since the block began.
+  std::vector<int> reads, writes, written;
   Warpgroup warpgroups[1024 / kWarpgroupThreads];
   std::mt19937_64 rng{1};
 };
 inline Block block;
 inline thread_local int issued_since_commit = 0;
+inline thread_local bool fenced = false;  // since this thread last waited on its wgmmas
 
 inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
   if (counts.size() < sim::shared_capacity / 16) counts.assign(sim::shared_capacity / 16, 0);
@@ -119,8 +119,35 @@ inline Barrier& barrier_at(uint32_t address) {
   return it->second;
 }
 
+// Waits on block.changed until `done()` (the caller holds `lock`), aborting
+// with `what` if nothing in the block moves for kDeadlockSeconds meanwhile.
+template <class Done, class... Args>
+void wait_until(std::unique_lock<std::mutex>& lock, Done&& done, const char* what, Args... args) {
+  using Clock = std::chrono::steady_clock;
+  uint64_t seen = block.progress;
+  Clock::time_point since = Clock::now();
+  while (!done()) {
+    block.changed.wait_for(lock, std::chrono::milliseconds(20));
+    if (block.progress != seen) {
+      seen = block.progress;
+      since = Clock::now();
+    } else if (Clock::now() - since >= std::chrono::seconds(kDeadlockSeconds)) {
+      fprintf(stderr, "deadlock: thread %u of block %u waits ", threadIdx.x, blockIdx.x);
+      fprintf(stderr, what, args...);
+      fprintf(stderr, ", and nothing in the block has moved for %d s\n", kDeadlockSeconds);
+      abort();
+    }
+  }
+}
+
+// Transaction counts stay within the mbarrier's range (PTX ISA 9.7.13.15).
+inline void check_tx(const Barrier& b, uint32_t address) {
+  SIM_CHECK(b.tx > -(1 << 20) && b.tx < (1 << 20), "the mbarrier at %u counts %ld transaction bytes", address,
+            long(b.tx));
+}
+
 // A phase completes once all its arrivals and transaction bytes are in; the
-// next one then expects `count` arrivals again (PTX ISA 9.7.13.15.1).
+// next one then expects `count` arrivals again (PTX ISA 9.7.13.15).
 inline void complete_if_done(Barrier& b) {
   if (b.pending == 0 && b.tx == 0) {
     b.phase ^= 1;
@@ -140,8 +167,10 @@ inline void mbarrier_arrive(uint64_t* bar, uint32_t expect_tx_bytes = 0) {
   const uint32_t address = sim::shared_address(bar);
   std::lock_guard lock(block.mutex);
   Barrier& b = barrier_at(address);
-  SIM_CHECK(b.pending > 0, "more arrivals on the mbarrier at %u than its count %d in one phase", address, b.count);
+  SIM_CHECK(b.pending > 0, "an arrival on the mbarrier at %u, whose phase has all its %d arrivals and awaits only "
+            "transaction bytes", address, b.count);
   b.tx += expect_tx_bytes;
+  check_tx(b, address);
   --b.pending;
   complete_if_done(b);
 }
@@ -151,6 +180,9 @@ template <class F>
 void for_each_box_element(const Copy& c, F&& f) {
   const TensorMap& t = c.map;
   const bool swizzle = t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B;
+  // A swizzled box is modelled where its rows are whole 128-byte swizzle rows.
+  SIM_CHECK(t.swizzle == CU_TENSOR_MAP_SWIZZLE_NONE || (swizzle && t.box[0] * t.element_bytes == 128),
+            "swizzle mode %d with a %u-byte inner box is not modelled", int(t.swizzle), t.box[0] * t.element_bytes);
   for (uint32_t i2 = 0; i2 < t.box[2]; ++i2)
     for (uint32_t i1 = 0; i1 < t.box[1]; ++i1)
       for (uint32_t i0 = 0; i0 < t.box[0]; ++i0) {
@@ -165,6 +197,7 @@ inline void land(const Copy& c) {
   const TensorMap& t = c.map;
   std::vector<int>& reads = chunk_counts(block.reads);
   std::vector<int>& writes = chunk_counts(block.writes);
+  std::vector<int>& written = chunk_counts(block.written);
   for_each_box_element(c, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
     const int64_t at[3] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2};
     bool inside = true;
@@ -179,9 +212,11 @@ inline void land(const Copy& c) {
     if (inside) memcpy(dst, t.base + offset, t.element_bytes);  // AddressSanitizer checks the read
     else memset(dst, 0, t.element_bytes);
     --writes[address / 16];
+    written[address / 16] = 1;
   });
   Barrier& b = barrier_at(c.barrier);
   b.tx -= int64_t(t.box[0]) * t.box[1] * t.box[2] * t.element_bytes;  // the whole box counts, zeros too
+  check_tx(b, c.barrier);
   complete_if_done(b);
 }
 
@@ -198,23 +233,15 @@ inline bool land_copies_for(uint32_t address) {
 }
 
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  using Clock = std::chrono::steady_clock;
   const uint32_t address = sim::shared_address(bar);
   std::unique_lock lock(block.mutex);
-  uint64_t seen = block.progress;
-  Clock::time_point since = Clock::now();
   // The phase of parity `parity` has completed once the phase in progress has the other one.
-  while (barrier_at(address).phase == (parity & 1)) {
-    if (copies_late && land_copies_for(address)) continue;
-    block.changed.wait_for(lock, std::chrono::milliseconds(20));
-    if (block.progress != seen) {
-      seen = block.progress;
-      since = Clock::now();
-    }
-    SIM_CHECK(Clock::now() - since < std::chrono::seconds(kDeadlockSeconds),
-              "deadlock: thread %u of block %u waits for the phase of parity %u of the mbarrier at %u, and nothing "
-              "in the block has moved for %d s", threadIdx.x, blockIdx.x, parity & 1, address, kDeadlockSeconds);
-  }
+  const auto done = [&] {
+    while (barrier_at(address).phase == (parity & 1))
+      if (!copies_late || !land_copies_for(address)) return false;
+    return true;
+  };
+  wait_until(lock, done, "for the phase of parity %u of the mbarrier at %u", parity & 1, address);
 }
 
 inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
@@ -256,7 +283,7 @@ void execute(Wgmma& op) {
       const model::FragmentElement e = model::accumulator_element(t, r);
       float sum = 0.0f;
       for (int k = 0; k < 16; ++k) sum += a[e.row * 16 + k] * b[e.col * 16 + k];
-      op.acc[t][r] = (op.accumulate[t] ? op.acc[t][r] : 0.0f) + sum;
+      op.acc[t][r] = (op.scale_d ? op.acc[t][r] : 0.0f) + sum;
     }
   op.executed = true;
 }
@@ -287,6 +314,8 @@ template <class Element, int N>
 void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate, bool a_mn_major, bool b_mn_major) {
   Warpgroup& w = block.warpgroups[threadIdx.x / kWarpgroupThreads];
   const int thread = threadIdx.x % kWarpgroupThreads;
+  // The accumulators may have been touched by other instructions (PTX ISA, wgmma.fence).
+  SIM_CHECK(fenced, "thread %u issues a wgmma without wgmma.fence since it last waited on its wgmmas", threadIdx.x);
   std::lock_guard lock(block.mutex);
   const size_t index = issued_since_commit++;
   if (index == w.open.size()) {  // the first thread to issue it
@@ -296,26 +325,28 @@ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate,
     op.chunks = operand_chunks(desc_a, a_mn_major, desc_b, b_mn_major, N);
     std::vector<int>& reads = chunk_counts(block.reads);
     std::vector<int>& writes = chunk_counts(block.writes);
+    std::vector<int>& written = chunk_counts(block.written);
     for (uint32_t c : op.chunks) {
       SIM_CHECK(writes[c] == 0, "a wgmma is issued on shared memory (byte %u) that a box copy has yet to write",
                 c * 16);
+      SIM_CHECK(written[c], "a wgmma is issued on shared memory (byte %u) that no box copy has written", c * 16);
       ++reads[c];
     }
     w.open.push_back(std::move(op));
   }
   Wgmma& op = w.open[index];
   SIM_CHECK(op.desc_a == desc_a && op.desc_b == desc_b && op.a_mn_major == a_mn_major &&
-                op.b_mn_major == b_mn_major && op.n == N && op.acc[thread] == nullptr,
+                op.b_mn_major == b_mn_major && op.n == N && op.acc[thread] == nullptr &&
+                (op.issued == 0 || op.scale_d == accumulate),
             "the threads of warpgroup %u issue different wgmmas", threadIdx.x / kWarpgroupThreads);
   op.acc[thread] = d;
-  op.accumulate[thread] = accumulate;
+  op.scale_d = accumulate;
   ++op.issued;
 }
 
-inline void WarpgroupStep::operator()() noexcept {
-  Warpgroup& w = *warpgroup;
-  std::lock_guard lock(block.mutex);
-  w.arrived = 0;
+// What a collective step does once all 128 threads have met in it (the
+// caller holds block.mutex).
+inline void complete_step(Warpgroup& w) {
   if (w.step < 0) {
     for (const Wgmma& op : w.open)
       SIM_CHECK(op.issued == kWarpgroupThreads, "only %d threads of a warpgroup issued a wgmma", op.issued);
@@ -333,22 +364,31 @@ inline void WarpgroupStep::operator()() noexcept {
       w.committed.pop_front();
     }
   }
-  moved();
 }
 
 // commit_group (step -1) and wait_group N (step N): every thread of the
 // warpgroup meets the others there, as .sync.aligned requires.
 inline void warpgroup_step(int step) {
-  Warpgroup& w = block.warpgroups[threadIdx.x / kWarpgroupThreads];
-  {
-    std::lock_guard lock(block.mutex);
-    if (w.arrived++ == 0) w.step = step;
-    SIM_CHECK(w.step == step, "the threads of warpgroup %u meet in different wgmma steps",
-              threadIdx.x / kWarpgroupThreads);
-  }
+  const unsigned index = threadIdx.x / kWarpgroupThreads;
+  Warpgroup& w = block.warpgroups[index];
+  std::unique_lock lock(block.mutex);
+  if (w.arrived == 0) w.step = step;
+  SIM_CHECK(w.step == step, "the threads of warpgroup %u meet in different wgmma steps", index);
   if (step < 0) issued_since_commit = 0;
-  w.sync.arrive_and_wait();
+  else fenced = false;  // the accumulators are the thread's again
+  const uint64_t generation = w.generation;
+  if (++w.arrived == kWarpgroupThreads) {
+    w.arrived = 0;
+    complete_step(w);
+    ++w.generation;
+    moved();
+    return;
+  }
+  wait_until(lock, [&] { return w.generation != generation; }, "for the rest of warpgroup %u at a wgmma %s", index,
+             step < 0 ? "commit_group" : "wait_group");
 }
+
+inline void wgmma_fence() { fenced = true; }
 
 // After each block: nothing may be left in flight; the barriers go.
 inline void end_block() {
@@ -357,6 +397,7 @@ inline void end_block() {
     SIM_CHECK(w.open.empty() && w.committed.empty(), "a block exits with wgmmas never retired by wait_group");
   SIM_CHECK(block.in_flight.empty(), "a block exits with %zu box copies in flight", block.in_flight.size());
   block.barriers.clear();
+  std::fill(block.written.begin(), block.written.end(), 0);
 }
 inline const bool end_block_registered = (sim::block_exit_hooks.push_back(&end_block), true);
 
