@@ -92,7 +92,10 @@ def gemm_plan(m, n, k, *, batch=1, aligned=True, device_limits=None):
 
     `aligned`: both operands allow 16-byte loads (16-byte aligned data, leading
     dimensions, batch strides and contiguous extents multiples of 8 elements);
-    otherwise the one-element path runs. The rule, in order: unaligned
+    otherwise the one-element path runs. The rule, in order: on sm_90 aligned
+    operands take the Hopper kernel, "wgmma" (which needs a build with sm_90a
+    code: an arch list holding 9.0), unless the WMMA rule below would split K
+    (MPGEMM_GEMM_PATH=wgmma takes it there too, =wmma never); unaligned
     operands take the "scalar" tile; else the first of "tall" (m > n) or
     "wide", "square", "compact" that the device's shared memory and arch hold
     and whose tiles give every multiprocessor a block, failing all "small".
