@@ -61,10 +61,12 @@ HOPPER_MIN_WGMMA_CASES = 3
 # copy has written", whichever the race gives).
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
-        ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)", "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
+        ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
+         "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
         (True, True), "a wgmma is issued on shared memory"),
     "producer waits on the wrong parity": (
-        ("mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1)", "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase)"),
+        ("mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1)",
+         "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase)"),
         (False, False), "deadlock"),
     "stage handed back before its wgmmas retire": (
         ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
@@ -147,7 +149,8 @@ def results(tmp_path_factory):
     # Only the units with a pipeline get the mutant's copies; the rest are the real ones.
     mutated = [name for name in kernels if name.startswith("gemm_tile_") or name == "conv_launch.cu"]
     mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION)
-    # The Hopper driver runs GEMMs alone: the GEMM launcher and every kernel it may pick.
+    # The Hopper driver runs GEMMs alone: the GEMM launcher and every kernel it
+    # may pick, the Hopper kernel's units last (its mutants swap in their own).
     hopper_sources = [os.path.join(SIM_DIR, "hopper_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")] + [
         os.path.join(KERNEL_DIR, name) for name in kernels
         if name.startswith(("gemm_", "splitk_")) and name not in HOPPER_KERNELS] + [
