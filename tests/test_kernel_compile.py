@@ -40,8 +40,7 @@ MIX_ARCH = "sm_90"
 LARGE_TILE_HMMA = 64
 OTHER_PER_HMMA_LIMITS = {  # kernel: (bound from LARGE_TILE_HMMA HMMA per slice, bound below)
     "gemm_kernel": (0.75, 1.5),
-    # conv2d_kernel's targets, (1.5, 3.0) for fprop, dgrad and wgrad, join this
-    # table with the convolution iterators (issue 15, still open).
+    "conv2d_kernel": (1.5, 3.0),  # fprop, dgrad and wgrad alike
 }
 # GEMM kernels instantiated for 8- and 4-byte chunks (Vector = 4 or 2: odd
 # leading dimensions), by the end of their mangled names: the cp.async they
@@ -369,17 +368,26 @@ def test_narrow_gemm_mainloops_stay_within_their_bounds(compiled, vector):
                        "bound on other instructions per HMMA in the mainloop:\n" + "\n".join(lines))
 
 
-def test_large_tile_gemm_mainloops_exist(compiled):
-    most = max((mix.hmma_per_slice for mix in aligned_mainloops(compiled, "gemm_kernel").values() if mix), default=0)
-    assert most >= LARGE_TILE_HMMA, (f"the aligned GEMM kernels on {MIX_ARCH} issue at most {most} HMMA per K slice "
-                                     f"of the mainloop; issue 15's large tiles issue {LARGE_TILE_HMMA} or more")
+# Kernels that must have large-tile mainloops, by a part of their (mangled)
+# names: the GEMM, and the convolution's fprop and dgrad (ConvPass 0 and 1;
+# wgrad runs on the compact tile, bench/NOTES.md).
+LARGE_TILE_KERNELS = {"gemm": "gemm_kernel", "conv fprop": "ConvPassE0ELi8", "conv dgrad": "ConvPassE1ELi8"}
+
+
+@pytest.mark.parametrize("kernel", sorted(LARGE_TILE_KERNELS))
+def test_large_tile_mainloops_exist(compiled, kernel):
+    part = LARGE_TILE_KERNELS[kernel]
+    mixes = aligned_mainloops(compiled, "gemm_kernel") | aligned_mainloops(compiled, "conv2d_kernel")
+    most = max((mix.hmma_per_slice for name, mix in mixes.items() if mix and part in name), default=0)
+    assert most >= LARGE_TILE_HMMA, (f"the aligned {kernel} kernels on {MIX_ARCH} issue at most {most} HMMA per K "
+                                     f"slice of the mainloop; issue 15's large tiles issue {LARGE_TILE_HMMA} or more")
 
 
 def test_large_tile_mainloops_load_the_next_fragments_among_the_mma(compiled):
     # The k16 steps of a slice are unrolled, so ptxas can issue the next
     # step's ldmatrix while this step's mma_sync run; a loop that loads every
     # fragment before its first HMMA would leave the Tensor Cores waiting.
-    for name, code in aligned_kernels(compiled[MIX_ARCH][2], ("gemm_kernel",)).items():
+    for name, code in aligned_kernels(compiled[MIX_ARCH][2]).items():
         mix = sass.mainloop_mix(code)
         if compiled_out(MIX_ARCH, name) or mix is None or mix.hmma_per_slice < LARGE_TILE_HMMA:
             continue

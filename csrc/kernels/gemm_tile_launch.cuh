@@ -23,19 +23,6 @@ constexpr int wmma_smem_bytes() {
                    WmmaSmem<E, Config, false, true>::kBytes, WmmaSmem<E, Config, false, false>::kBytes});
 }
 
-// Refuses a tile whose kernel is empty in the code the device runs (built for
-// an arch below the tile's min_arch: kTileCompiled), as check_kernel_arch does
-// for element types.
-template <class Config, class Kernel>
-cudaError_t check_tile_arch(Kernel* kernel) {
-  if constexpr (tile_min_arch<Config>() > 75) {
-    cudaFuncAttributes attributes;
-    if (const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel); err != cudaSuccess) return err;
-    if (attributes.ptxVersion < tile_min_arch<Config>()) return cudaErrorNotSupported;
-  }
-  return cudaSuccess;
-}
-
 template <class Element, class Config, bool ARowMajor, bool BRowMajor, int Vector>
 cudaError_t launch(const GemmParams& p, const GemmGrid& work, cudaStream_t stream) {
   constexpr int kSmemBytes = WmmaSmem<Element, Config, ARowMajor, BRowMajor>::kBytes;

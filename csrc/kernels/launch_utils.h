@@ -54,6 +54,19 @@ cudaError_t check_kernel_arch(Kernel* kernel) {
   return cudaSuccess;
 }
 
+// Refuses a tile whose kernel is empty in the code the device runs (built for
+// an arch below the tile's min_arch: kTileCompiled), as check_kernel_arch does
+// for element types.
+template <class Config, class Kernel>
+cudaError_t check_tile_arch(Kernel* kernel) {
+  if constexpr (tile_min_arch<Config>() > 75) {
+    cudaFuncAttributes attributes;
+    if (const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel); err != cudaSuccess) return err;
+    if (attributes.ptxVersion < tile_min_arch<Config>()) return cudaErrorNotSupported;
+  }
+  return cudaSuccess;
+}
+
 // Everything a Tensor Core kernel needs before its launch: code that can run
 // it, and the dynamic shared memory beyond the default 48 KiB it asks for.
 template <class Element, class Kernel>

@@ -61,6 +61,11 @@ struct WmmaSmem {
   static constexpr int kBytes = kMainloopBytes > kEpilogueBytes ? kMainloopBytes : kEpilogueBytes;
 };
 
+// Row i of a GEMM's output is row i of D.
+struct ContiguousRows {
+  __device__ int64_t operator()(int64_t row) const { return row; }
+};
+
 template <class Element, class Config, bool ARowMajor, bool BRowMajor>
 struct WmmaBlock {
   using Smem = WmmaSmem<Element, Config, ARowMajor, BRowMajor>;
@@ -246,8 +251,11 @@ struct WmmaBlock {
   }
 
   // D rows are p.d_row_stride elements apart and batches p.d_batch_stride;
-  // p.m, p.n, bias, activation and d_type describe the output side.
-  __device__ void epilogue(const GemmParams& p, Accumulators& acc, unsigned char* smem, int64_t batch) const {
+  // p.m, p.n, bias, activation and d_type describe the output side. Row i of
+  // the tile's GEMM is row rows(i) of D (dgrad's phases scatter them).
+  template <class RowMap = ContiguousRows>
+  __device__ void epilogue(const GemmParams& p, Accumulators& acc, unsigned char* smem, int64_t batch,
+                           RowMap rows = {}) const {
     constexpr int kLanesPerRow = Config::kWarpN / 4;
     constexpr int kRowsPerPass = 32 / kLanesPerRow;
     static_assert(32 % kLanesPerRow == 0 && Config::kFragment % kRowsPerPass == 0, "lanes must tile the strip");
@@ -279,7 +287,7 @@ struct WmmaBlock {
           const int valid = p.n - col < 4 ? int(p.n - col) : 4;
           visit_element_type(p.d_type, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            store4(reinterpret_cast<T*>(d + row * row_bytes) + col, valid, v);
+            store4(reinterpret_cast<T*>(d + rows(row) * row_bytes) + col, valid, v);
           });
         }
       }

@@ -48,11 +48,11 @@ def arch_number(arch):
     return int(digits) if digits else 0
 
 
-def gemm_tile_min_arch(name):
-    """The tile table's min_arch (10 * major + minor) of a GEMM kernel's tile
-    (mpgemm.tile_configs()); 0 for other kernels."""
+def tile_min_arch(name):
+    """The tile table's min_arch (10 * major + minor) of a GEMM or convolution
+    kernel's tile (mpgemm.tile_configs()); 0 for other kernels."""
     found = re.search(r"GemmTileConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", name)
-    if "wmma_gemm_kernel" not in name or not found:
+    if not ("wmma_gemm_kernel" in name or "conv2d_kernel" in name) or not found:
         return 0
     dims = tuple(int(d) for d in found.groups())
     keys = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "stages")
@@ -61,10 +61,10 @@ def gemm_tile_min_arch(name):
 
 def compiled_out(arch, name):
     """Whether a Tensor Core kernel is built empty for `arch` by design: bf16
-    below sm_80, GEMM tiles below their min_arch (kTileCompiled), and the
+    below sm_80, GEMM and convolution tiles below their min_arch (kTileCompiled), and the
     Hopper GEMM everywhere but sm_90a (wgmma and setmaxnreg exist there alone)."""
     return ((input_element(name) == "bf16" and arch_number(arch) < BF16_MIN_ARCH)
-            or gemm_tile_min_arch(name) > arch_number(arch)
+            or tile_min_arch(name) > arch_number(arch)
             or ("wgmma_gemm_kernel" in name and arch != "sm_90a"))
 
 

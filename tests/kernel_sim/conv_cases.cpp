@@ -6,11 +6,15 @@
 // order and results must match bit for bit; bytes around the output must stay
 // untouched.
 //
-// Case i runs pass i % 3 on path i / 3 % 3: 16-byte chunks in large tiles, in
-// small tiles, or one element at a time (channels per group not a multiple of
-// 8, depthwise, or a misaligned base), with inputs in fp16, or from sim arch
-// 800 on in bf16 when i / 9 is odd. So 18 cases launch all 18 kernels there,
-// 9 the 9 fp16 ones below it.
+// Case i runs pass i % 3 on path i / 3 % 4: 16-byte chunks in the large
+// (Square, from sim arch 800 on), compact and small tiles (on a device with
+// room for the large tile, with too little for it, and with too many
+// multiprocessors for either; wgrad takes the compact tile on all three), or
+// one element at a time (channels per group not a multiple of 8, depthwise, or
+// a misaligned base), with inputs in fp16, or from sim arch 800 on in bf16
+// when i / 12 is odd. So 24 cases launch all 20 kernels there, 8 the 8 fp16
+// ones below it.
+// Strides up to 3 give dgrad phases that no tap reaches.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -40,7 +44,8 @@ struct Input {
   double operator[](int64_t i) const { return get(data, type, i); }
 };
 
-constexpr int kKernelsPerType = 9;
+constexpr int kKernelsPerType = 12;
+constexpr int kScalarPath = 3;
 
 // One spatial dimension: a window of `taps` taps `dilation` apart, padding
 // `pad` before and 0 .. window - 1 after (implied by the output size), an input
@@ -63,31 +68,34 @@ int conv_splits_run = 0;
 
 bool conv_case(int index) {
   const ConvPass pass = ConvPass(index % 3);
-  const int path = index / 3 % 3;
+  const int path = index / 3 % 4;
   Conv2dParams a;
   a.input_type = __CUDA_ARCH__ >= 800 && index / kKernelsPerType % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
-  const bool depthwise = path == 2 && rnd(0, 2) == 0;
+  const bool depthwise = path == kScalarPath && rnd(0, 2) == 0;
   a.groups = depthwise ? rnd(1, 12) : rnd(1, 2);
-  int64_t cg = depthwise ? 1 : path < 2 ? 8 * rnd(1, 2) : rnd(0, 3) ? rnd(1, 12) : 3;
-  int64_t kg = depthwise ? rnd(1, 2) : path < 2 ? 8 * rnd(1, 3) : rnd(1, 20);
+  const bool vectorized = path != kScalarPath;
+  int64_t cg = depthwise ? 1 : vectorized ? 8 * rnd(1, 2) : rnd(0, 3) ? rnd(1, 12) : 3;
+  int64_t kg = depthwise ? rnd(1, 2) : vectorized ? 8 * rnd(1, 3) : rnd(1, 20);
   // Sometimes more channels than one tile holds, on the side where channels
   // index the GEMM's N (fprop, dgrad) or M (wgrad): blocks past the first tile.
   if (!depthwise && rnd(0, 3) == 0)
-    (pass == ConvPass::kDgrad ? cg : kg) = path < 2 ? 8 * rnd(9, 17) : rnd(65, 140);
-  const bool misaligned = path == 2 && (rnd(0, 2) == 0 || (cg % 8 == 0 && kg % 8 == 0));
+    (pass == ConvPass::kDgrad ? cg : kg) = vectorized ? 8 * rnd(9, 17) : rnd(65, 140);
+  // dgrad's GEMM-K walks its output channels in blocks of the K slice: several.
+  if (pass == ConvPass::kDgrad && !depthwise && rnd(0, 3) == 0) kg = vectorized ? 8 * rnd(5, 17) : rnd(17, 70);
+  const bool misaligned = !vectorized && (rnd(0, 2) == 0 || (cg % 8 == 0 && kg % 8 == 0));
   a.c = a.groups * cg, a.k = a.groups * kg;
   // An empty batch: nothing to do but in wgrad, whose output is then zeros.
   // Kept out of the first 18 cases but for wgrad, which still launches.
   a.n = (index >= 2 * kKernelsPerType || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
-  if (index == 8 || index == 11) a.n = 0;  // wgrad, one element and 16-byte chunks
+  if (index == 11 || index == 14) a.n = 0;  // wgrad, one element and 16-byte chunks
   const int64_t taps[] = {1, 3, 5};
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
-  a.stride_h = int(rnd(1, 2)), a.stride_w = int(rnd(1, 2));
+  a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
   a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
   // The wgrad cases of the small-tile path, and a third of the others, have
   // many output pixels (GEMM-K: at least 4 x 11 x 11): enough K slices on
   // every path for the launcher to split K.
-  const bool long_k = pass == ConvPass::kWgrad && (index % 9 == 5 || (a.n > 0 && rnd(0, 2) == 0));
+  const bool long_k = pass == ConvPass::kWgrad && (index % 12 == 8 || (a.n > 0 && rnd(0, 2) == 0));
   if (long_k) a.n = rnd(4, 8), a.stride_h = a.stride_w = 1;
   dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 10 : 0, long_k ? 14 : 5);
   dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 10 : 0, long_k ? 14 : 5);
@@ -117,7 +125,10 @@ bool conv_case(int index) {
   Buffer out(esize * (out_offset + count + tail));
   a.out = out.p + esize * out_offset;
 
-  sim::multiprocessors = path == 0 ? 1 : path == 1 ? 1 << 20 : int(rnd(1, 200));
+  sim::multiprocessors = path <= 1 ? 1 : path == 2 ? 1 << 20 : int(rnd(1, 200));
+  // The compact tile's device: less shared memory per block than the large tile takes.
+  const size_t shared_limit = sim::shared_limit;
+  if (path == 1) sim::shared_limit = std::min<size_t>(shared_limit, 99 * 1024);
   const unsigned max_grid_y = rnd(0, 1) ? 65535 : unsigned(rnd(1, 2));  // the group loop runs more than once
   sim::max_grid.y = max_grid_y;
   // The workspace poisoned: the reduction must read only what the splits wrote.
@@ -127,6 +138,7 @@ bool conv_case(int index) {
   const cudaError_t err = launch_conv2d(pass, a, workspace_bytes ? aligned : nullptr, nullptr);
   conv_splits_run += workspace_bytes > 0;
   sim::max_grid.y = 65535;
+  sim::shared_limit = shared_limit;
 
   // The reference: every product x[n, ih, iw, g*cg + c] * wt[k, r, s, c] *
   // dy[n, p, q, k] of the convolution, the pass's output operand left out.
