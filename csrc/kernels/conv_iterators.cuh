@@ -25,6 +25,30 @@ constexpr int kOffImage = -(1 << 29);
 
 MPGEMM_HOST_DEVICE bool inside(int coordinate, int extent) { return unsigned(coordinate) < unsigned(extent); }
 
+// The copies of a gathering loader (Loader: CRTP) whose chunk i lies at
+// address(i) and is read if valid(i), zero-filled otherwise.
+template <class Loader, class Tile, int kThreads, int Vector>
+struct GatheredChunks {
+  using Element = typename Tile::Element;
+  using Copy = TileCopy<typename Tile::Shape, kThreads, Vector>;
+  typename Copy::Chunk regs[Copy::kPerThread];
+
+  __device__ const Loader& loader() const { return static_cast<const Loader&>(*this); }
+  __device__ void copy_async(Element* tile) const {
+    Element* to = tile + Copy::smem_offset();
+#pragma unroll
+    for (int i = 0; i < Copy::kPerThread; ++i)
+      cp_async<sizeof(typename Copy::Chunk)>(to + i * Copy::kSmemStep, loader().address(i), loader().valid(i));
+  }
+  __device__ void load() {
+#pragma unroll
+    for (int i = 0; i < Copy::kPerThread; ++i)
+      regs[i] = loader().valid(i) ? *reinterpret_cast<const typename Copy::Chunk*>(loader().address(i))
+                                  : typename Copy::Chunk{};
+  }
+  __device__ void store(Element* tile) const { Copy::store(tile, regs); }
+};
+
 // fprop's GEMM-K as one thread walks it: its column of the slice is channel
 // c of filter tap (r, s), stepped through (c, s, r) by ConvGemm::k_step. The
 // partial slice comes first (KPartition), so only slice 0 checks K's end.
@@ -111,7 +135,7 @@ struct PhaseTapPatchWalk {
 // Vector channels of one pixel and one tap: read if the tap's source pixel
 // lies in the image, else zero (padding, or a tap that skips the pixel).
 template <class Tile, int kBlockK, int kThreads, int Vector, class Walk>
-struct PatchLoader {
+struct PatchLoader : GatheredChunks<PatchLoader<Tile, kBlockK, kThreads, Vector, Walk>, Tile, kThreads, Vector> {
   using Element = typename Tile::Element;
   using Copy = TileCopy<typename Tile::Shape, kThreads, Vector>;
   static_assert(Tile::kKIsInner, "patch rows are GEMM rows, K their columns");
@@ -121,7 +145,6 @@ struct PatchLoader {
   int row_offset[Copy::kPerThread];  // of each row's pixel at tap (0, 0)
   int row_h[Copy::kPerThread], row_w[Copy::kPerThread];
   Walk walk;
-  typename Copy::Chunk regs[Copy::kPerThread];
 
   // `source` is the group's first channel; GEMM-K runs over [0, k).
   __device__ PatchLoader(const ConvGemm& g, const Element* source, int64_t m0, int64_t k)
@@ -146,18 +169,6 @@ struct PatchLoader {
   }
   __device__ const Element* address(int i) const { return src + wrap_add(row_offset[i], walk.offset()); }
 
-  __device__ void copy_async(Element* tile) const {
-    Element* to = tile + Copy::smem_offset();
-#pragma unroll
-    for (int i = 0; i < Copy::kPerThread; ++i)
-      cp_async<sizeof(typename Copy::Chunk)>(to + i * Copy::kSmemStep, address(i), valid(i));
-  }
-  __device__ void load() {
-#pragma unroll
-    for (int i = 0; i < Copy::kPerThread; ++i)
-      regs[i] = valid(i) ? *reinterpret_cast<const typename Copy::Chunk*>(address(i)) : typename Copy::Chunk{};
-  }
-  __device__ void store(Element* tile) const { Copy::store(tile, regs); }
   __device__ void advance_past_first() { walk.advance_past_first(); }
   __device__ void advance() { walk.advance(); }
 };
@@ -219,7 +230,7 @@ struct PhaseFilterLoader {
 // ConvGemm::pixel_step. GEMM-K runs over [begin, begin + extent), the partial
 // slice first (KPartition): only slice 0 checks K's end.
 template <class Tile, int kBlockK, int kThreads, int Vector>
-struct PixelRowLoader {
+struct PixelRowLoader : GatheredChunks<PixelRowLoader<Tile, kBlockK, kThreads, Vector>, Tile, kThreads, Vector> {
   using Element = typename Tile::Element;
   using Copy = TileCopy<typename Tile::Shape, kThreads, Vector>;
   static_assert(!Tile::kKIsInner, "pixel rows are GEMM-K");
@@ -232,7 +243,6 @@ struct PixelRowLoader {
   int first_extent;
   RadixPoint pixel[Copy::kPerThread];
   int row_h[Copy::kPerThread];  // column_h, or kOffImage for a row past K's end
-  typename Copy::Chunk regs[Copy::kPerThread];
 
   // `source`: x at the group's first channel; columns past `cols_left` read zeros.
   __device__ PixelRowLoader(const ConvGemm& g, const Element* source, int64_t n0, int cols_left, int64_t begin,
@@ -264,18 +274,6 @@ struct PixelRowLoader {
   }
   __device__ const Element* address(int i) const { return src + pixel[i].offset; }
 
-  __device__ void copy_async(Element* tile) const {
-    Element* to = tile + Copy::smem_offset();
-#pragma unroll
-    for (int i = 0; i < Copy::kPerThread; ++i)
-      cp_async<sizeof(typename Copy::Chunk)>(to + i * Copy::kSmemStep, address(i), valid(i));
-  }
-  __device__ void load() {
-#pragma unroll
-    for (int i = 0; i < Copy::kPerThread; ++i)
-      regs[i] = valid(i) ? *reinterpret_cast<const typename Copy::Chunk*>(address(i)) : typename Copy::Chunk{};
-  }
-  __device__ void store(Element* tile) const { Copy::store(tile, regs); }
   __device__ void advance_past_first() {
     first_row += first_extent;
     start(INT64_MAX);  // every later slice is whole
