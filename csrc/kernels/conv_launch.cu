@@ -50,29 +50,28 @@ ConvPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   // 16-byte chunks hold 8 channels of one pixel and one tap.
   const bool vectorized = (p.c / p.groups) % 8 == 0 && (p.k / p.groups) % 8 == 0 && aligned16(p.x) &&
                           aligned16(p.wt) && aligned16(p.dy);
-  const auto fills = [&](TileConfigId id) {
+  // Blocks of one split over every group.
+  const auto blocks = [&](TileConfigId id) {
     const TileConfigInfo& tile = tile_config(id);
-    const int64_t tiles = (g.m + tile.block_m - 1) / tile.block_m * ((g.n + tile.block_n - 1) / tile.block_n);
-    return tiles * p.groups >= device.multiprocessors;
+    return (g.m + tile.block_m - 1) / tile.block_m * ((g.n + tile.block_n - 1) / tile.block_n) * p.groups;
   };
+  const auto fills = [&](TileConfigId id) { return blocks(id) >= device.multiprocessors; };
   const TileConfigInfo& square = tile_config(TileConfigId::kSquare);
   const bool square_fits = device.arch >= square.min_arch && device.max_smem_per_block >= square.smem_bytes;
   ConvPlan plan;
-  if (pass == ConvPass::kWgrad) {
-    // wgrad splits K to fill the device, on the compact tile alone: each
-    // pixel row of its B costs a thread about 17 instructions per K slice
-    // (bench/NOTES.md), which keeps it to the tiles where a thread holds 2.
-    plan.tile = vectorized ? TileConfigId::kCompact : TileConfigId::kScalar;
-  } else {
+  if (pass != ConvPass::kWgrad) {
     plan.tile = !vectorized                                 ? TileConfigId::kScalar
                 : square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
                 : fills(TileConfigId::kCompact)             ? TileConfigId::kCompact
                                                             : TileConfigId::kSmall;
     return plan;
   }
-  const TileConfigInfo& tile = tile_config(plan.tile);
-  const int64_t tiles = (g.m + tile.block_m - 1) / tile.block_m * ((g.n + tile.block_n - 1) / tile.block_n) * p.groups;
-  const int64_t slices = (g.k + tile.block_k - 1) / tile.block_k;
+  // wgrad splits K to fill the device, on the compact tile alone: each pixel
+  // row of its B costs a thread about 17 instructions per K slice
+  // (bench/NOTES.md), which keeps it to the tiles where a thread holds 2.
+  plan.tile = vectorized ? TileConfigId::kCompact : TileConfigId::kScalar;
+  const int64_t tiles = blocks(plan.tile);
+  const int64_t slices = (g.k + tile_config(plan.tile).block_k - 1) / tile_config(plan.tile).block_k;
   const int64_t wanted = (kSplitBlocksPerSM * device.multiprocessors + tiles - 1) / tiles;
   plan.split_k = int(std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits})));
   return plan;
