@@ -36,6 +36,7 @@ CUDA_SOURCES = [
     "csrc/kernels/gemm_wgmma_mk.cu",
     "csrc/kernels/gemm_wgmma_mm.cu",
     "csrc/kernels/mma_ceiling.cu",
+    "csrc/kernels/padded_copy.cu",
     "csrc/kernels/splitk_reduce.cu",
     "csrc/kernels/unscale.cu",
 ]

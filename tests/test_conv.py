@@ -74,6 +74,11 @@ CASES = [
     ((2, 16, 9, 9), 8, 3, dict(groups=2, padding=1)),
     ((2, 16, 9, 9), 16, 3, dict(groups=16, padding=1)),
     ((2, 8, 9, 9), 16, 3, dict(groups=8, stride=2)),
+    # 8-byte chunks in place (4 channels per group), a 3-channel 7x7 first
+    # layer (padded to 4 channels), and 65 channels (padded to 72).
+    ((2, 16, 9, 9), 16, 3, dict(groups=4, padding=1)),
+    ((2, 3, 24, 22), 64, 7, dict(stride=2, padding=3)),
+    ((1, 65, 6, 7), 24, 3, dict(padding=1)),
     # dgrad phases: stride 3 with dilation 2 (taps 3 rows apart), and a 1x1
     # stride-2 layer whose odd rows and columns no tap reaches (zeros in dx).
     ((2, 16, 11, 10), 16, 3, dict(stride=3, dilation=2, padding=1)),

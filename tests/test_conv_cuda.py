@@ -90,7 +90,7 @@ def test_cases_against_cudnn(x_shape, k, kernel, kwargs, channels_last, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_misaligned_channels_last_view(dtype):
     base = torch.randn(2 * 16 * 9 * 9 + 1, device="cuda").to(dtype)
-    x = base[1:].view(2, 9, 9, 16).permute(0, 3, 1, 2)  # channels_last, 2-byte offset: one-element path
+    x = base[1:].view(2, 9, 9, 16).permute(0, 3, 1, 2)  # channels_last, 2-byte offset: the padded copy
     compare(x, torch.randn(8, 16, 3, 3, device="cuda") / 12, None, 1, 1)
 
 

@@ -42,15 +42,18 @@ OTHER_PER_HMMA_LIMITS = {  # kernel: (bound from LARGE_TILE_HMMA HMMA per slice,
     "gemm_kernel": (0.75, 1.5),
     "conv2d_kernel": (1.5, 3.0),  # fprop, dgrad and wgrad alike
 }
-# GEMM kernels instantiated for 8- and 4-byte chunks (Vector = 4 or 2: odd
-# leading dimensions), by the end of their mangled names: the cp.async they
-# must stage tiles with on sm_80+, and bounds on their mainloops' other
-# instructions per HMMA on MIX_ARCH as in OTHER_PER_HMMA_LIMITS. Each chunk
-# costs a pointer step and a predicate, and they move 2x and 4x the chunks of
-# the aligned kernels: these bounds guard what they reach (bench/NOTES.md),
-# not issue 15's 1.5.
+# Kernels instantiated for 8- and 4-byte chunks (Vector = 4 or 2: odd
+# leading dimensions of a GEMM; convolutions with channels per group a
+# multiple of 4, or padded to one), by the end of their mangled names: the
+# cp.async they must stage tiles with on sm_80+, and bounds on their
+# mainloops' other instructions per HMMA on MIX_ARCH as in
+# OTHER_PER_HMMA_LIMITS. Each chunk costs a pointer step and a predicate, and
+# they move 2x and 4x the chunks of the aligned kernels: these bounds guard
+# what they reach (bench/NOTES.md), not issue 15's 1.5. Convolutions take
+# 8-byte chunks alone, on the compact and small tiles.
 NARROW_VECTORS = {"Li4EEEv": "LDGSTS.E.64", "Li2EEEv": "LDGSTS.E"}
-NARROW_OTHER_PER_HMMA_LIMITS = {"Li4EEEv": (2.5, 3.5), "Li2EEEv": (3.5, 7.0)}
+NARROW_OTHER_PER_HMMA_LIMITS = {("gemm_kernel", "Li4EEEv"): (2.5, 3.5), ("gemm_kernel", "Li2EEEv"): (3.5, 7.0),
+                                ("conv2d_kernel", "Li4EEEv"): (4.5, 4.5)}
 
 
 def compile_source(nvcc, source, arch, out_dir):
@@ -140,9 +143,9 @@ def test_aligned_kernels_copy_16_bytes_asynchronously(compiled, arch):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("vector", sorted(NARROW_VECTORS))
-def test_narrow_gemm_kernels_copy_their_chunks_asynchronously(compiled, arch, vector):
-    narrow = aligned_kernels(compiled[arch][1], ("gemm_kernel",), vector)
+@pytest.mark.parametrize("kernel,vector", sorted(NARROW_OTHER_PER_HMMA_LIMITS))
+def test_narrow_kernels_copy_their_chunks_asynchronously(compiled, arch, kernel, vector):
+    narrow = aligned_kernels(compiled[arch][1], (kernel,), vector)
     assert {input_element(name) for name in narrow} == {"fp16", "bf16"}
     for name, opcodes in narrow.items():
         copies = {op for op in opcodes if op.split(".")[0] == "LDGSTS"}
@@ -359,12 +362,12 @@ def test_aligned_mainloops_spend_few_instructions_besides_hmma(compiled, kernel)
                        "bound on other instructions per HMMA in the mainloop:\n" + "\n".join(lines))
 
 
-@pytest.mark.parametrize("vector", sorted(NARROW_OTHER_PER_HMMA_LIMITS))
-def test_narrow_gemm_mainloops_stay_within_their_bounds(compiled, vector):
-    mixes = aligned_mainloops(compiled, "gemm_kernel", vector)
+@pytest.mark.parametrize("kernel,vector", sorted(NARROW_OTHER_PER_HMMA_LIMITS))
+def test_narrow_mainloops_stay_within_their_bounds(compiled, kernel, vector):
+    mixes = aligned_mainloops(compiled, kernel, vector)
     assert {input_element(name) for name in mixes} == {"fp16", "bf16"}
-    lines = mainloops_over_limits(mixes, NARROW_OTHER_PER_HMMA_LIMITS[vector])
-    assert not lines, (f"{len(lines)} of {len(mixes)} narrow GEMM kernels ({vector}) on {MIX_ARCH} exceed their "
+    lines = mainloops_over_limits(mixes, NARROW_OTHER_PER_HMMA_LIMITS[(kernel, vector)])
+    assert not lines, (f"{len(lines)} of {len(mixes)} narrow {kernel}s ({vector}) on {MIX_ARCH} exceed their "
                        "bound on other instructions per HMMA in the mainloop:\n" + "\n".join(lines))
 
 

@@ -38,12 +38,13 @@ CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sa
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20
-# Case i is pass i % 3 on load path i / 3 % 4 in element type i / 12 % 2 (fp16,
-# bf16), so every 24 cases run all 20 conv kernels (fprop and dgrad on four
-# tiles, wgrad on the compact and one-element ones); sm_75 runs the 8 fp16
-# ones (no large tile there).
-CONV_CASES = 72
-CONV_KERNELS = {750: 8, 800: 20}
+# Case i is pass i % 3 on load path i / 3 % 5 in element type i / 15 % 2 (fp16,
+# bf16), so every 30 cases run all 24 conv kernels (fprop and dgrad on three
+# tiles at 16-byte chunks and two at 8-byte ones, wgrad on the compact tile at
+# both) and the padded copy's two (2- and 4-byte elements); sm_75 runs the 10
+# fp16 ones (no large tile there) and the copy's two.
+CONV_CASES = 60
+CONV_KERNELS = {750: 12, 800: 26}
 # (arch, cp.async copies land only when waited for). sm_75 has only the
 # register-staged mainloop; sm_80 adds the cp.async pipeline, run with copies
 # landing at issue and as late as wait_group allows.

@@ -6,9 +6,10 @@
 // place: the patches of x (or of dy) are gathered chunk by chunk while the
 // block's tiles are staged into shared memory, so no im2col buffer exists in
 // global memory. Channels are innermost (NHWC, KRSC), so a chunk of 8
-// consecutive GEMM-K (or N) indices is 8 consecutive channels of one pixel and
-// one tap: a 16-byte load when channels per group are a multiple of 8, one
-// element at a time otherwise (C = 3 first layers, depthwise). The gathers
+// consecutive GEMM-K (or N) indices is Vector consecutive channels of one
+// pixel and one tap: a 16-byte load when channels per group are a multiple of
+// 8, an 8-byte one when they are a multiple of 4 (the launcher pads other
+// channel counts with zeros to one of these). The gathers
 // (conv_iterators.cuh) step through taps and pixels by constants that the
 // launcher worked out (ConvGemm), with no division in the mainloop.
 //

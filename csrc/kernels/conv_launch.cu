@@ -1,32 +1,60 @@
 // Host-side dispatch of the convolution kernels: picks the element type, the
-// tile configuration and the load width per pass, and wgrad's split of K,
-// works out each launch's ConvGemm, then launches (dgrad once per phase; a
-// split wgrad, then the reduction).
+// load width, the tile configuration per pass and wgrad's split of K, works
+// out each launch's ConvGemm, then launches (dgrad once per phase; a split
+// wgrad, then the reduction). Channels per group that no 8- or 16-byte chunk
+// divides (3-channel first layers, depthwise), and misaligned operands, run
+// on a copy of the problem whose channels are padded with zeros to whole
+// chunks, in the workspace.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <type_traits>
 
 #include "conv_implicit_gemm.cuh"
 #include "conv_launch.h"
 #include "gemm_config.h"
 #include "launch_utils.h"
+#include "padded_copy.h"
 #include "splitk_reduce.h"
 
 namespace mpgemm::kernels {
 namespace {
 
 constexpr int64_t kMaxGridY = 65535;
-// wgrad's split-K aims at this many blocks per multiprocessor (the Scalar
-// tile fits four, the Compact one two or three, on sm_80 and newer);
-// each split keeps at least kMinSlicesPerSplit K slices, so that the pipeline
-// fills, and there are at most kMaxSplits.
+// wgrad's split-K aims at this many blocks per multiprocessor (the Compact
+// tile fits two or three on sm_80 and newer); each split keeps at least
+// kMinSlicesPerSplit K slices, so that the pipeline fills, and there are at
+// most kMaxSplits.
 constexpr int64_t kSplitBlocksPerSM = 4;
 constexpr int64_t kMinSlicesPerSplit = 4;
 constexpr int64_t kMaxSplits = 256;
+// The padded copy rounds channels per group up to whole 8-byte chunks (4
+// channels: a 3-channel first layer does 4/3 of its products, not 8/3), and
+// from this many channels on to 16-byte ones (at most 1/8 more products, and
+// the large tile).
+constexpr int64_t kPadToSixteenBytesFrom = 64;
 
-// One of gemm_plan.h's tiles (Square, Compact, Small or Scalar), and
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Elements per chunk of the gathers: 8 (16 bytes) or 4 (8 bytes), the widest
+// that divides the channels per group on both sides and to whose size the
+// base of every operand the pass reads is aligned; 0 if neither does (the
+// padded copy's case).
+int conv_vector_width(ConvPass pass, const Conv2dParams& p) {
+  const int64_t cg = p.c / p.groups, kg = p.k / p.groups;
+  for (int vector : {8, 4})
+    if (cg % vector == 0 && kg % vector == 0 && (pass == ConvPass::kDgrad || aligned_to(p.x, 2 * vector)) &&
+        (pass == ConvPass::kWgrad || aligned_to(p.wt, 2 * vector)) &&
+        (pass == ConvPass::kFprop || aligned_to(p.dy, 2 * vector)))
+      return vector;
+  return 0;
+}
+
+// One of gemm_plan.h's tiles (Square, Compact or Small), its load width, and
 // wgrad's split of K.
 struct ConvPlan {
-  TileConfigId tile = TileConfigId::kScalar;
+  TileConfigId tile = TileConfigId::kCompact;
+  int vector = 8;
   int split_k = 1;
 };
 
@@ -39,29 +67,28 @@ ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
   }
 }
 
-// The tile: the largest whose tiles fill the device, as for a GEMM of the
-// pass's M x N (times the groups); and for wgrad the split of GEMM-K: wgrad's
-// M x N is the filters and its K every output pixel, so its tiles alone leave
-// most multiprocessors idle (one 64x64 tile for a 64-to-64 1x1 convolution);
-// splitting K gives each multiprocessor blocks.
+// For a problem conv_vector_width takes: the tile, the largest whose tiles
+// fill the device, as for a GEMM of the pass's M x N (times the groups); and
+// for wgrad the split of GEMM-K: wgrad's M x N is the filters and its K every
+// output pixel, so its tiles alone leave most multiprocessors idle (one 64x64
+// tile for a 64-to-64 1x1 convolution); splitting K gives each multiprocessor
+// blocks.
 ConvPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   const DeviceLimits device = device_limits();
   const ConvGemm g = pass_gemm(pass, p, 1);
-  // 16-byte chunks hold 8 channels of one pixel and one tap.
-  const bool vectorized = (p.c / p.groups) % 8 == 0 && (p.k / p.groups) % 8 == 0 && aligned16(p.x) &&
-                          aligned16(p.wt) && aligned16(p.dy);
   // Blocks of one split over every group.
   const auto blocks = [&](TileConfigId id) {
     const TileConfigInfo& tile = tile_config(id);
     return (g.m + tile.block_m - 1) / tile.block_m * ((g.n + tile.block_n - 1) / tile.block_n) * p.groups;
   };
   const auto fills = [&](TileConfigId id) { return blocks(id) >= device.multiprocessors; };
-  const TileConfigInfo& square = tile_config(TileConfigId::kSquare);
-  const bool square_fits = device.arch >= square.min_arch && device.max_smem_per_block >= square.smem_bytes;
   ConvPlan plan;
+  plan.vector = conv_vector_width(pass, p);
+  const TileConfigInfo& square = tile_config(TileConfigId::kSquare);
+  const bool square_fits = device.arch >= square.min_arch && device.max_smem_per_block >= square.smem_bytes &&
+                           tile_takes_width(square, plan.vector);
   if (pass != ConvPass::kWgrad) {
-    plan.tile = !vectorized                                 ? TileConfigId::kScalar
-                : square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
+    plan.tile = square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
                 : fills(TileConfigId::kCompact)             ? TileConfigId::kCompact
                                                             : TileConfigId::kSmall;
     return plan;
@@ -69,7 +96,6 @@ ConvPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   // wgrad splits K to fill the device, on the compact tile alone: each pixel
   // row of its B costs a thread about 17 instructions per K slice
   // (bench/NOTES.md), which keeps it to the tiles where a thread holds 2.
-  plan.tile = vectorized ? TileConfigId::kCompact : TileConfigId::kScalar;
   const int64_t tiles = blocks(plan.tile);
   const int64_t slices = (g.k + tile_config(plan.tile).block_k - 1) / tile_config(plan.tile).block_k;
   const int64_t wanted = (kSplitBlocksPerSM * device.multiprocessors + tiles - 1) / tiles;
@@ -134,29 +160,25 @@ cudaError_t launch_pass(const Conv2dParams& p, const GemmGrid& work, cudaStream_
   }
 }
 
+// Config's kernels at the plan's load width; Square's at 16-byte chunks alone.
+template <class Element, class Config, ConvPass Pass>
+cudaError_t launch_width(const Conv2dParams& p, const ConvPlan& plan, const GemmGrid& work, cudaStream_t stream) {
+  if (plan.vector == 8) return launch_pass<Element, Config, Pass, 8>(p, work, stream);
+  if constexpr (!std::is_same_v<Config, SquareTileConfig>) return launch_pass<Element, Config, Pass, 4>(p, work, stream);
+  return cudaErrorInvalidValue;
+}
+
 template <class Element, ConvPass Pass>
 cudaError_t launch_tile(const Conv2dParams& p, const ConvPlan& plan, const GemmGrid& work, cudaStream_t stream) {
-  if constexpr (Pass == ConvPass::kWgrad) {
-    if (plan.tile == TileConfigId::kCompact) return launch_pass<Element, CompactTileConfig, Pass, 8>(p, work, stream);
-  } else {
-    switch (plan.tile) {
-      case TileConfigId::kSquare: return launch_pass<Element, SquareTileConfig, Pass, 8>(p, work, stream);
-      case TileConfigId::kCompact: return launch_pass<Element, CompactTileConfig, Pass, 8>(p, work, stream);
-      case TileConfigId::kSmall: return launch_pass<Element, SmallTileConfig, Pass, 8>(p, work, stream);
-      default: break;
-    }
+  if constexpr (Pass != ConvPass::kWgrad) {
+    if (plan.tile == TileConfigId::kSquare) return launch_width<Element, SquareTileConfig, Pass>(p, plan, work, stream);
+    if (plan.tile == TileConfigId::kSmall) return launch_width<Element, SmallTileConfig, Pass>(p, plan, work, stream);
   }
-  return launch_pass<Element, ScalarTileConfig, Pass, 1>(p, work, stream);
+  return launch_width<Element, CompactTileConfig, Pass>(p, plan, work, stream);
 }
 
-}  // namespace
-
-size_t conv2d_workspace_bytes(ConvPass pass, const Conv2dParams& p) {
-  return partials_bytes(p, plan_conv2d(pass, p));
-}
-
-cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
-  if (p.groups <= 0) return cudaErrorInvalidValue;
+// A problem conv_vector_width takes, with `workspace` for its plan's partials.
+cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
   // The gathers index in 32 bits.
   const int64_t largest = std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * p.r * p.s * p.c});
   if (largest > INT_MAX) return cudaErrorInvalidValue;
@@ -172,6 +194,96 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, void* workspace,
     }
     return cudaErrorInvalidValue;
   });
+}
+
+// A problem on whole chunks: `padded` reads the copies below and writes its
+// output into the workspace; `copies_in` make the operands (and fprop's bias)
+// from the caller's, zero in the added channels; `copy_out` takes the
+// caller's channels of the padded output back to p.out. Built with a null
+// workspace, the pointers are null but the sizes, and so the plan, are the same.
+struct PaddedConv {
+  Conv2dParams padded;
+  PaddedCopy copies_in[4];
+  int copy_count = 0;
+  PaddedCopy copy_out;
+  void* inner_workspace = nullptr;  // the padded problem's own (wgrad's partials)
+  size_t bytes = 0;                 // all of the workspace
+};
+
+// A copy between tensors of dims `from` and `to` (padded_copy.h).
+PaddedCopy copy_between(const void* src, const int64_t (&from)[4], void* dst, const int64_t (&to)[4], int bytes) {
+  PaddedCopy copy;
+  copy.src = src, copy.dst = dst, copy.element_bytes = bytes;
+  std::copy(from, from + 4, copy.from);
+  std::copy(to, to + 4, copy.to);
+  return copy;
+}
+
+PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, void* workspace) {
+  const int64_t g = p.groups, cg = p.c / g, kg = p.k / g, taps = p.r * p.s;
+  const auto padded_channels = [](int64_t channels) {
+    return round_up(channels, channels >= kPadToSixteenBytesFrom ? 8 : 4);
+  };
+  const int64_t cgp = padded_channels(cg), kgp = padded_channels(kg);
+  const int64_t x_pixels = p.n * p.h * p.w, y_pixels = p.n * p.p * p.q;
+  PaddedConv conv;
+  conv.padded = p;
+  conv.padded.c = g * cgp, conv.padded.k = g * kgp;
+  // The next 16-byte aligned region of the workspace, for a tensor of `dims`.
+  const auto take = [&](const int64_t (&dims)[4], int bytes) -> void* {
+    void* at = workspace == nullptr ? nullptr : static_cast<char*>(workspace) + conv.bytes;
+    conv.bytes += size_t(round_up(dims[0] * dims[1] * dims[2] * dims[3] * bytes, 16));
+    return at;
+  };
+  const auto pad = [&](const void*& operand, int bytes, const int64_t (&from)[4], const int64_t (&to)[4]) {
+    void* copy = take(to, bytes);
+    conv.copies_in[conv.copy_count++] = copy_between(operand, from, copy, to, bytes);
+    operand = copy;
+  };
+  // x and dy as (pixels, groups, 1, channels per group), the filters as
+  // (groups, filters per group, taps, channels per group), the bias as (1, groups, 1, filters per group).
+  if (pass != ConvPass::kDgrad) pad(conv.padded.x, 2, {x_pixels, g, 1, cg}, {x_pixels, g, 1, cgp});
+  if (pass != ConvPass::kWgrad) pad(conv.padded.wt, 2, {g, kg, taps, cg}, {g, kgp, taps, cgp});
+  if (pass != ConvPass::kFprop) pad(conv.padded.dy, 2, {y_pixels, g, 1, kg}, {y_pixels, g, 1, kgp});
+  if (pass == ConvPass::kFprop && p.bias != nullptr)
+    pad(conv.padded.bias, element_bytes(p.bias_type), {1, g, 1, kg}, {1, g, 1, kgp});
+
+  const int out_bytes = element_bytes(p.out_type);
+  const auto take_back = [&](const int64_t (&padded)[4], const int64_t (&out)[4]) {
+    conv.padded.out = take(padded, out_bytes);
+    conv.copy_out = copy_between(conv.padded.out, padded, p.out, out, out_bytes);
+  };
+  if (pass == ConvPass::kFprop) take_back({y_pixels, g, 1, kgp}, {y_pixels, g, 1, kg});
+  if (pass == ConvPass::kDgrad) take_back({x_pixels, g, 1, cgp}, {x_pixels, g, 1, cg});
+  if (pass == ConvPass::kWgrad) take_back({g, kgp, taps, cgp}, {g, kg, taps, cg});
+
+  const size_t inner_bytes = partials_bytes(conv.padded, plan_conv2d(pass, conv.padded));
+  conv.inner_workspace = take({1, 1, 1, int64_t(inner_bytes)}, 1);
+  return conv;
+}
+
+cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
+  if (workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
+  const PaddedConv conv = pad_channels(pass, p, workspace);
+  for (int i = 0; i < conv.copy_count; ++i)
+    if (const cudaError_t err = launch_padded_copy(conv.copies_in[i], stream); err != cudaSuccess) return err;
+  if (const cudaError_t err = launch_in_place(pass, conv.padded, conv.inner_workspace, stream); err != cudaSuccess)
+    return err;
+  return launch_padded_copy(conv.copy_out, stream);
+}
+
+}  // namespace
+
+size_t conv2d_workspace_bytes(ConvPass pass, const Conv2dParams& p) {
+  if (p.groups <= 0) return 0;
+  if (conv_vector_width(pass, p) == 0) return pad_channels(pass, p, nullptr).bytes;
+  return partials_bytes(p, plan_conv2d(pass, p));
+}
+
+cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
+  if (p.groups <= 0) return cudaErrorInvalidValue;
+  if (conv_vector_width(pass, p) == 0) return launch_padded(pass, p, workspace, stream);
+  return launch_in_place(pass, p, workspace, stream);
 }
 
 }  // namespace mpgemm::kernels

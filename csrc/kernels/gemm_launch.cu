@@ -37,7 +37,7 @@ cudaError_t launch_config(TileConfigId id, const GemmParams& p, const GemmGrid& 
 // alignment, see KPartition).
 int operand_vector_width(const void* data, int64_t batch_stride, int64_t ld, int64_t inner_extent) {
   for (int vector : {8, 4, 2})
-    if (reinterpret_cast<uintptr_t>(data) % (vector * 2) == 0 && batch_stride % vector == 0 && ld % vector == 0 &&
+    if (aligned_to(data, 2 * vector) && batch_stride % vector == 0 && ld % vector == 0 &&
         inner_extent % vector == 0)
       return vector;
   return 1;

@@ -32,9 +32,7 @@ bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits
   // describable operands, and the kernel at least one K slice.
   if (c.id == TileConfigId::kWgmma)
     return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma && s.k > 0;
-  // Narrower chunks run on the 8-wide tiles but Square (see gemm_tile_launch.cuh's with_vector).
-  const bool loads = c.load_width == 1 || (c.id == TileConfigId::kSquare ? s.vector == 8 : s.vector > 1);
-  return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && loads;
+  return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
 }
 
 // Groups of up to kMaxRasterGroup tile rows: blocks running together then

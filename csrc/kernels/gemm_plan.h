@@ -99,6 +99,13 @@ static_assert(sizeof(kTileConfigs) / sizeof(kTileConfigs[0]) == int(TileConfigId
 
 constexpr const TileConfigInfo& tile_config(TileConfigId id) { return kTileConfigs[int(id)]; }
 
+// Whether c's kernels run on operands that allow chunks of `vector` elements
+// (8, 4, 2 or 1): the one-element tile on any; Square on 16-byte chunks
+// alone (gemm_tile_launch.cuh's with_vector says why); the others on 8, 4 or 2.
+constexpr bool tile_takes_width(const TileConfigInfo& c, int vector) {
+  return c.load_width == 1 || (c.id == TileConfigId::kSquare ? vector == 8 : vector > 1);
+}
+
 // The table's min_arch for the configuration Config (0 if it is not listed).
 template <class Config>
 constexpr int tile_min_arch() {

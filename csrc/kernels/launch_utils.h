@@ -25,7 +25,8 @@ inline DeviceLimits device_limits() {
   return limits;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned_to(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool aligned16(const void* p) { return aligned_to(p, 16); }
 
 // Calls f(ElementTag<T>{}) for the 16-bit type of a product's inputs;
 // cudaErrorInvalidValue for any other type.

@@ -6,14 +6,16 @@
 // order and results must match bit for bit; bytes around the output must stay
 // untouched.
 //
-// Case i runs pass i % 3 on path i / 3 % 4: 16-byte chunks in the large
+// Case i runs pass i % 3 on path i / 3 % 5: 16-byte chunks in the large
 // (Square, from sim arch 800 on), compact and small tiles (on a device with
 // room for the large tile, with too little for it, and with too many
-// multiprocessors for either; wgrad takes the compact tile on all three), or
-// one element at a time (channels per group not a multiple of 8, depthwise, or
-// a misaligned base), with inputs in fp16, or from sim arch 800 on in bf16
-// when i / 12 is odd. So 24 cases launch all 20 kernels there, 8 the 8 fp16
-// ones below it.
+// multiprocessors for either; wgrad takes the compact tile on all three),
+// 8-byte chunks in place on the compact tile (channels per group multiples of
+// 4, or bases 8-byte aligned), and the padded copy on the small tile
+// (channels per group that no chunk divides, depthwise, or a misaligned
+// base), with inputs in fp16, or from sim arch 800 on in bf16 when i / 15 is
+// odd. So 30 cases launch all 26 kernels there (the padded copy's two), 12 the
+// fp16 ones below it.
 // Strides up to 3 give dgrad phases that no tap reaches.
 #include <algorithm>
 #include <cstdint>
@@ -44,8 +46,8 @@ struct Input {
   double operator[](int64_t i) const { return get(data, type, i); }
 };
 
-constexpr int kKernelsPerType = 12;
-constexpr int kScalarPath = 3;
+constexpr int kKernelsPerType = 15;
+constexpr int kNarrowPath = 3, kPaddedPath = 4;
 
 // One spatial dimension: a window of `taps` taps `dilation` apart, padding
 // `pad` before and 0 .. window - 1 after (implied by the output size), an input
@@ -68,26 +70,35 @@ int conv_splits_run = 0;
 
 bool conv_case(int index) {
   const ConvPass pass = ConvPass(index % 3);
-  const int path = index / 3 % 4;
+  const int path = index / 3 % 5;
   Conv2dParams a;
   a.input_type = __CUDA_ARCH__ >= 800 && index / kKernelsPerType % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
-  const bool depthwise = path == kScalarPath && rnd(0, 2) == 0;
+  const bool depthwise = path == kPaddedPath && rnd(0, 2) == 0;
   a.groups = depthwise ? rnd(1, 12) : rnd(1, 2);
-  const bool vectorized = path != kScalarPath;
-  int64_t cg = depthwise ? 1 : vectorized ? 8 * rnd(1, 2) : rnd(0, 3) ? rnd(1, 12) : 3;
-  int64_t kg = depthwise ? rnd(1, 2) : vectorized ? 8 * rnd(1, 3) : rnd(1, 20);
+  // Bases offset by a few elements (misaligned) on the padded path, by 4 (8-byte aligned) on the narrow one.
+  const bool offset = path == kNarrowPath ? rnd(0, 2) == 0 : path == kPaddedPath && rnd(0, 3) == 0;
+  // The padded path's channels per group round up to 4 or 12 (8-byte chunks).
+  const int64_t padded_counts[] = {1, 2, 3, 9, 10, 11};
+  int64_t cg = 8 * rnd(1, 2), kg = 8 * rnd(1, 3);
+  if (depthwise) cg = 1, kg = rnd(1, 2);
+  else if (path == kPaddedPath) cg = padded_counts[rnd(0, 5)], kg = rnd(1, 20);
+  else if (path == kNarrowPath && !offset) (rnd(0, 1) ? cg : kg) = 4 * (2 * rnd(0, 2) + 1);
   // Sometimes more channels than one tile holds, on the side where channels
   // index the GEMM's N (fprop, dgrad) or M (wgrad): blocks past the first tile.
-  if (!depthwise && rnd(0, 3) == 0)
-    (pass == ConvPass::kDgrad ? cg : kg) = vectorized ? 8 * rnd(9, 17) : rnd(65, 140);
+  // Odd multiples of 4 keep the narrow path's chunks at 8 bytes; the padded
+  // path's dgrad keeps its input channels (padded from 64 on to 16-byte chunks).
+  const bool unaligned = path == kPaddedPath;
+  if (!depthwise && !(unaligned && pass == ConvPass::kDgrad) && rnd(0, 3) == 0)
+    (pass == ConvPass::kDgrad ? cg : kg) =
+        unaligned ? rnd(65, 140) : path == kNarrowPath ? 4 * (2 * rnd(8, 17) + 1) : 8 * rnd(9, 17);
   // dgrad's GEMM-K walks its output channels in blocks of the K slice: several.
-  if (pass == ConvPass::kDgrad && !depthwise && rnd(0, 3) == 0) kg = vectorized ? 8 * rnd(5, 17) : rnd(17, 70);
-  const bool misaligned = !vectorized && (rnd(0, 2) == 0 || (cg % 8 == 0 && kg % 8 == 0));
+  if (pass == ConvPass::kDgrad && !depthwise && rnd(0, 3) == 0)
+    kg = unaligned ? rnd(17, 70) : path == kNarrowPath ? 4 * (2 * rnd(4, 17) + 1) : 8 * rnd(5, 17);
   a.c = a.groups * cg, a.k = a.groups * kg;
   // An empty batch: nothing to do but in wgrad, whose output is then zeros.
-  // Kept out of the first 18 cases but for wgrad, which still launches.
+  // Kept out of the first 2 * kKernelsPerType cases but for wgrad, which still launches.
   a.n = (index >= 2 * kKernelsPerType || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
-  if (index == 11 || index == 14) a.n = 0;  // wgrad, one element and 16-byte chunks
+  if (index == 5 || index == 11 || index == 14) a.n = 0;  // wgrad: 16-byte chunks, 8-byte ones, padded
   const int64_t taps[] = {1, 3, 5};
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
   a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
@@ -95,18 +106,19 @@ bool conv_case(int index) {
   // The wgrad cases of the small-tile path, and a third of the others, have
   // many output pixels (GEMM-K: at least 4 x 11 x 11): enough K slices on
   // every path for the launcher to split K.
-  const bool long_k = pass == ConvPass::kWgrad && (index % 12 == 8 || (a.n > 0 && rnd(0, 2) == 0));
+  const bool long_k = pass == ConvPass::kWgrad && (index % 15 == 8 || (a.n > 0 && rnd(0, 2) == 0));
   if (long_k) a.n = rnd(4, 8), a.stride_h = a.stride_w = 1;
   dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 10 : 0, long_k ? 14 : 5);
   dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 10 : 0, long_k ? 14 : 5);
 
-  // The pass's two operands, one of them misaligned on the one-element path.
+  // The pass's two operands, one of them offset on the narrow and padded paths.
   const bool uses_x = pass != ConvPass::kDgrad, uses_wt = pass != ConvPass::kWgrad, uses_dy = pass != ConvPass::kFprop;
   int64_t offsets[3] = {0, 0, 0};  // x, wt, dy
-  if (misaligned) {
-    for (int64_t& o : offsets) o = rnd(0, 1) ? rnd(1, 7) : 0;
+  if (offset) {
+    const auto shift = [&] { return path == kNarrowPath ? 4 : rnd(1, 7); };
+    for (int64_t& o : offsets) o = rnd(0, 1) ? shift() : 0;
     const int forced = pass == ConvPass::kFprop ? int(rnd(0, 1)) : pass == ConvPass::kDgrad ? int(rnd(1, 2)) : 2 * int(rnd(0, 1));
-    offsets[forced] = rnd(1, 7);
+    offsets[forced] = shift();
   }
   const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s * cg, dy_count = a.n * a.p * a.q * a.k;
   const Input x(a.input_type, uses_x ? x_count : 0, offsets[0]), wt(a.input_type, uses_wt ? wt_count : 0, offsets[1]),
@@ -119,13 +131,14 @@ bool conv_case(int index) {
   a.bias = bias.data(), a.bias_type = bias.type;
 
   a.out_type = sim::any_type();
+  if (index == 12) a.out_type = ElementType::kFloat32;  // the padded copy of 4-byte elements, in every run
   const int64_t esize = sim::bytes_of(a.out_type);
   const int64_t count = pass == ConvPass::kFprop ? dy_count : pass == ConvPass::kDgrad ? x_count : wt_count;
   const int64_t out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
   Buffer out(esize * (out_offset + count + tail));
   a.out = out.p + esize * out_offset;
 
-  sim::multiprocessors = path <= 1 ? 1 : path == 2 ? 1 << 20 : int(rnd(1, 200));
+  sim::multiprocessors = path <= 1 || path == kNarrowPath ? 1 : 1 << 20;
   // The compact tile's device: less shared memory per block than the large tile takes.
   const size_t shared_limit = sim::shared_limit;
   if (path == 1) sim::shared_limit = std::min<size_t>(shared_limit, 99 * 1024);
