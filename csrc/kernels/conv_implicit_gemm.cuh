@@ -5,7 +5,7 @@
 // Each pass is a GEMM whose operands are the convolution's tensors read in
 // place: the patches of x (or of dy) are gathered chunk by chunk while the
 // block's tiles are staged into shared memory, so no im2col buffer exists in
-// global memory. Channels are innermost (NHWC, KRSC), so a chunk of 8
+// global memory. Channels are innermost (NHWC, KRSC), so a chunk of Vector
 // consecutive GEMM-K (or N) indices is Vector consecutive channels of one
 // pixel and one tap: a 16-byte load when channels per group are a multiple of
 // 8, an 8-byte one when they are a multiple of 4 (the launcher pads other

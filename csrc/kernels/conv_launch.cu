@@ -177,11 +177,14 @@ cudaError_t launch_tile(const Conv2dParams& p, const ConvPlan& plan, const GemmG
   return launch_width<Element, CompactTileConfig, Pass>(p, plan, work, stream);
 }
 
+// The gathers index x, dy and the filters in 32 bits.
+bool indexes_in_32_bits(const Conv2dParams& p) {
+  return std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * p.r * p.s * (p.c / p.groups)}) <= INT_MAX;
+}
+
 // A problem conv_vector_width takes, with `workspace` for its plan's partials.
 cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
-  // The gathers index in 32 bits.
-  const int64_t largest = std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * p.r * p.s * p.c});
-  if (largest > INT_MAX) return cudaErrorInvalidValue;
+  if (!indexes_in_32_bits(p)) return cudaErrorInvalidValue;
   const ConvPlan plan = plan_conv2d(pass, p);
   if (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   const GemmGrid work{1, plan.split_k, static_cast<float*>(workspace)};
@@ -196,15 +199,19 @@ cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, void* workspac
   });
 }
 
-// A problem on whole chunks: `padded` reads the copies below and writes its
-// output into the workspace; `copies_in` make the operands (and fprop's bias)
-// from the caller's, zero in the added channels; `copy_out` takes the
-// caller's channels of the padded output back to p.out. Built with a null
-// workspace, the pointers are null but the sizes, and so the plan, are the same.
+// A problem on whole chunks: `padded` reads the copies below, and writes its
+// output into the workspace where that needs padding too; `copies_in` make
+// the operands (and fprop's bias) from the caller's, zero in the added
+// channels; `copy_out` takes the caller's channels of the padded output back
+// to p.out. An operand whose channels need no padding is read in place if
+// its base is 16-byte aligned, and an output whose channels need none is
+// written in place. Built with a null workspace, the copies' pointers are
+// null but the sizes, and so the plan, are the same.
 struct PaddedConv {
   Conv2dParams padded;
   PaddedCopy copies_in[4];
   int copy_count = 0;
+  bool copies_out = false;
   PaddedCopy copy_out;
   void* inner_workspace = nullptr;  // the padded problem's own (wgrad's partials)
   size_t bytes = 0;                 // all of the workspace
@@ -235,7 +242,9 @@ PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, void* workspace) {
     conv.bytes += size_t(round_up(dims[0] * dims[1] * dims[2] * dims[3] * bytes, 16));
     return at;
   };
+  const auto same = [](const int64_t (&from)[4], const int64_t (&to)[4]) { return std::equal(from, from + 4, to); };
   const auto pad = [&](const void*& operand, int bytes, const int64_t (&from)[4], const int64_t (&to)[4]) {
+    if (same(from, to) && aligned16(operand)) return;
     void* copy = take(to, bytes);
     conv.copies_in[conv.copy_count++] = copy_between(operand, from, copy, to, bytes);
     operand = copy;
@@ -250,6 +259,8 @@ PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, void* workspace) {
 
   const int out_bytes = element_bytes(p.out_type);
   const auto take_back = [&](const int64_t (&padded)[4], const int64_t (&out)[4]) {
+    if (same(padded, out)) return;
+    conv.copies_out = true;
     conv.padded.out = take(padded, out_bytes);
     conv.copy_out = copy_between(conv.padded.out, padded, p.out, out, out_bytes);
   };
@@ -263,13 +274,15 @@ PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, void* workspace) {
 }
 
 cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
-  if (workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
   const PaddedConv conv = pad_channels(pass, p, workspace);
+  // An empty problem needs no workspace.
+  if (conv.bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
+  if (!indexes_in_32_bits(conv.padded)) return cudaErrorInvalidValue;
   for (int i = 0; i < conv.copy_count; ++i)
     if (const cudaError_t err = launch_padded_copy(conv.copies_in[i], stream); err != cudaSuccess) return err;
   if (const cudaError_t err = launch_in_place(pass, conv.padded, conv.inner_workspace, stream); err != cudaSuccess)
     return err;
-  return launch_padded_copy(conv.copy_out, stream);
+  return conv.copies_out ? launch_padded_copy(conv.copy_out, stream) : cudaSuccess;
 }
 
 }  // namespace

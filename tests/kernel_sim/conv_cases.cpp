@@ -11,11 +11,13 @@
 // room for the large tile, with too little for it, and with too many
 // multiprocessors for either; wgrad takes the compact tile on all three),
 // 8-byte chunks in place on the compact tile (channels per group multiples of
-// 4, or bases 8-byte aligned), and the padded copy on the small tile
-// (channels per group that no chunk divides, depthwise, or a misaligned
-// base), with inputs in fp16, or from sim arch 800 on in bf16 when i / 15 is
-// odd. So 30 cases launch all 26 kernels there (the padded copy's two), 12 the
-// fp16 ones below it.
+// 4, or bases 8-byte aligned), and the padded copy on the small tile (wgrad:
+// compact), with inputs in fp16, or from sim arch 800 on in bf16 when i / 15
+// is odd. The padded path's first cases have channels per group that no
+// chunk divides (depthwise among them), padded to 8-byte chunks; later ones
+// also misaligned bases (with channel counts that need no padding, too) and
+// input channels padded to 16-byte chunks. So the first 30 cases launch all
+// 26 kernels there (the padded copy's two), 12 the fp16 ones below it.
 // Strides up to 3 give dgrad phases that no tap reaches.
 #include <algorithm>
 #include <cstdint>
@@ -75,14 +77,22 @@ bool conv_case(int index) {
   a.input_type = __CUDA_ARCH__ >= 800 && index / kKernelsPerType % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
   const bool depthwise = path == kPaddedPath && rnd(0, 2) == 0;
   a.groups = depthwise ? rnd(1, 12) : rnd(1, 2);
+  // The cases that must launch every kernel: their channels fix the load width.
+  const bool first_round = index < 2 * kKernelsPerType;
   // Bases offset by a few elements (misaligned) on the padded path, by 4 (8-byte aligned) on the narrow one.
-  const bool offset = path == kNarrowPath ? rnd(0, 2) == 0 : path == kPaddedPath && rnd(0, 3) == 0;
+  const bool offset = path == kNarrowPath ? rnd(0, 2) == 0 : path == kPaddedPath && !first_round && rnd(0, 2) == 0;
   // The padded path's channels per group round up to 4 or 12 (8-byte chunks).
   const int64_t padded_counts[] = {1, 2, 3, 9, 10, 11};
   int64_t cg = 8 * rnd(1, 2), kg = 8 * rnd(1, 3);
-  if (depthwise) cg = 1, kg = rnd(1, 2);
-  else if (path == kPaddedPath) cg = padded_counts[rnd(0, 5)], kg = rnd(1, 20);
-  else if (path == kNarrowPath && !offset) (rnd(0, 1) ? cg : kg) = 4 * (2 * rnd(0, 2) + 1);
+  if (depthwise) {
+    cg = 1, kg = rnd(1, 2);
+  } else if (path == kPaddedPath) {
+    cg = padded_counts[rnd(0, 5)], kg = rnd(1, 20);
+    if (offset && rnd(0, 1)) cg = 4 * rnd(1, 4), kg = 4 * rnd(1, 5);    // nothing to pad, only to align
+    if (!first_round && pass != ConvPass::kDgrad && rnd(0, 2) == 0) cg = rnd(65, 140);  // to 16-byte chunks
+  } else if (path == kNarrowPath && !offset) {
+    (rnd(0, 1) ? cg : kg) = 4 * (2 * rnd(0, 2) + 1);
+  }
   // Sometimes more channels than one tile holds, on the side where channels
   // index the GEMM's N (fprop, dgrad) or M (wgrad): blocks past the first tile.
   // Odd multiples of 4 keep the narrow path's chunks at 8 bytes; the padded
@@ -98,7 +108,7 @@ bool conv_case(int index) {
   // An empty batch: nothing to do but in wgrad, whose output is then zeros.
   // Kept out of the first 2 * kKernelsPerType cases but for wgrad, which still launches.
   a.n = (index >= 2 * kKernelsPerType || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
-  if (index == 5 || index == 11 || index == 14) a.n = 0;  // wgrad: 16-byte chunks, 8-byte ones, padded
+  if (index == 5 || index == 14) a.n = 0;  // wgrad: 16-byte chunks, padded
   const int64_t taps[] = {1, 3, 5};
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
   a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
