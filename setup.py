@@ -22,6 +22,7 @@ CUDA_SOURCES = [
     "csrc/cuda/gemm_cuda.cpp",
     "csrc/cuda/mma_ceiling_cuda.cpp",
     "csrc/cuda/unscale_cuda.cpp",
+    "csrc/kernels/conv_depthwise.cu",
     "csrc/kernels/conv_launch.cu",
     "csrc/kernels/gemm_launch.cu",
     "csrc/kernels/gemm_tile_compact.cu",

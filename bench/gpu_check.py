@@ -117,7 +117,8 @@ STEPS = (
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: bf16 would double the step (about 95 s on an H100), leaving part 1 no margin.
     Step("conv", 1, 90, 45, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
-         "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions, batch 32 and 256, fwd and fwd+bwd, fp16"),
+         "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions (batch 32 and 256) and 5 depthwise layers "
+         "(batch 64), fwd and fwd+bwd, fp16"),
     Step("profile", 1, 30, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),

@@ -124,8 +124,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, o
     kernels read NHWC: channels_last 16-bit tensors are used in place; a
     contiguous (NCHW) or fp32 x is converted once on the way in, and an NCHW
     output once on the way out.
-    Channel counts per group that are not multiples of 8 (C = 3, depthwise)
-    take a slower one-element path. Differentiable, like :func:`linear`.
+    Depthwise convolutions (one channel per group, up to 15 filters each)
+    run on direct CUDA-core kernels; other channel counts per group that are
+    not multiples of 8 load 8-byte chunks (multiples of 4) or run on copies
+    padded with zeros (C = 3). Differentiable, like :func:`linear`.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"mpgemm.conv2d: expected x to be a tensor, got {type(x).__name__}")

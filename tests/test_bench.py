@@ -91,6 +91,7 @@ class CountProducts(TorchDispatchMode):
 @pytest.mark.parametrize("suite, shape, product", [
     ("linear", (64, 256, 128), 2.0 * 64 * 256 * 128),
     ("conv", (2, 16, 16, 3, 1, 1, 8), 2.0 * 2 * 16 * 8 * 8 * 16 * 9),
+    ("conv", (2, 16, 16, 3, 1, 1, 8, 16), 2.0 * 2 * 16 * 8 * 8 * 1 * 9),  # depthwise
 ])
 def test_flops_count_the_products_each_impl_runs(suite, shape, product, dtype):
     """An impl's FLOPs are the products it runs times the forward's size:

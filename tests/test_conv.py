@@ -79,6 +79,13 @@ CASES = [
     ((2, 16, 9, 9), 16, 3, dict(groups=4, padding=1)),
     ((2, 3, 24, 22), 64, 7, dict(stride=2, padding=3)),
     ((1, 65, 6, 7), 24, 3, dict(padding=1)),
+    # Depthwise kernels: 8 channels a thread (a 7x7 window), one (12 channels,
+    # stride 2), and 15 filters per channel, the most they take; 16 run as
+    # padded implicit GEMMs.
+    ((2, 24, 9, 10), 24, 7, dict(groups=24, padding=3)),
+    ((2, 12, 11, 10), 12, 3, dict(groups=12, stride=2, padding=1)),
+    ((1, 4, 7, 7), 60, 3, dict(groups=4, padding=1)),
+    ((1, 4, 7, 7), 64, 3, dict(groups=4, padding=1)),
     # dgrad phases: stride 3 with dilation 2 (taps 3 rows apart), and a 1x1
     # stride-2 layer whose odd rows and columns no tap reaches (zeros in dx).
     ((2, 16, 11, 10), 16, 3, dict(stride=3, dilation=2, padding=1)),

@@ -1,15 +1,18 @@
 // Host-side dispatch of the convolution kernels: picks the element type, the
 // load width, the tile configuration per pass and wgrad's split of K, works
 // out each launch's ConvGemm, then launches (dgrad once per phase; a split
-// wgrad, then the reduction). Channels per group that no 8- or 16-byte chunk
-// divides (3-channel first layers, depthwise), and misaligned operands, run
-// on a copy of the problem whose channels are padded with zeros to whole
-// chunks, in the workspace.
+// wgrad, then the reduction). One channel per group (depthwise, with up to
+// kDepthwiseMaxFiltersPerGroup filters each) runs on the direct kernels of
+// conv_depthwise.cu instead. Other channel counts per group that no 8- or
+// 16-byte chunk divides (3-channel first layers), and misaligned operands,
+// run on a copy of the problem whose channels are padded with zeros to
+// whole chunks, in the workspace.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
 
+#include "conv_depthwise.h"
 #include "conv_implicit_gemm.cuh"
 #include "conv_launch.h"
 #include "gemm_config.h"
@@ -289,12 +292,16 @@ cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, void* workspace,
 
 size_t conv2d_workspace_bytes(ConvPass pass, const Conv2dParams& p) {
   if (p.groups <= 0) return 0;
+  if (const DepthwisePlan direct = plan_depthwise(pass, p); direct.vector > 0)
+    return depthwise_workspace_bytes(p, direct);
   if (conv_vector_width(pass, p) == 0) return pad_channels(pass, p, nullptr).bytes;
   return partials_bytes(p, plan_conv2d(pass, p));
 }
 
 cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
   if (p.groups <= 0) return cudaErrorInvalidValue;
+  if (const DepthwisePlan direct = plan_depthwise(pass, p); direct.vector > 0)
+    return launch_depthwise(pass, p, direct, workspace, stream);
   if (conv_vector_width(pass, p) == 0) return launch_padded(pass, p, workspace, stream);
   return launch_in_place(pass, p, workspace, stream);
 }

@@ -10,9 +10,10 @@
 namespace mpgemm::kernels {
 
 // Bytes of device workspace launch_conv2d needs for `pass` of `params` on
-// the current device: wgrad's split-K partial sums, and for channels per
-// group that no 8-byte chunk divides (or misaligned operands) the copies
-// padded to whole chunks; 0 when neither applies. The caller allocates them.
+// the current device: wgrad's split partial sums (of the implicit GEMM, or of
+// the depthwise kernels), and for channels per group that no 8-byte chunk
+// divides (or misaligned operands) the copies padded to whole chunks; 0 when
+// neither applies. The caller allocates them.
 size_t conv2d_workspace_bytes(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`,

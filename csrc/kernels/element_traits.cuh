@@ -99,4 +99,18 @@ __device__ __forceinline__ void store_from_float(void* p, ElementType type, int6
   });
 }
 
+// Writes the first `valid` (at most 4) of v to out[0..valid), each rounded
+// once: one store when all 4 are valid and out is aligned to them.
+template <class T>
+__device__ __forceinline__ void store4(T* out, int valid, const float (&v)[4]) {
+  using Packed4 = typename ElementTraits<T>::Packed4;
+  if (valid == 4 && reinterpret_cast<uintptr_t>(out) % sizeof(Packed4) == 0) {
+    *reinterpret_cast<Packed4*>(out) = ElementTraits<T>::pack4(v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (e < valid) out[e] = ElementTraits<T>::from_float(v[e]);
+  }
+}
+
 }  // namespace mpgemm::kernels

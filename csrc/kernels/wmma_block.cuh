@@ -237,19 +237,6 @@ struct WmmaBlock {
     __syncthreads();
   }
 
-  // Writes 4 consecutive outputs of one row, in one store when in bounds and aligned.
-  template <class T>
-  __device__ static void store4(T* out, int valid, const float (&v)[4]) {
-    using Packed4 = typename ElementTraits<T>::Packed4;
-    if (valid == 4 && reinterpret_cast<uintptr_t>(out) % sizeof(Packed4) == 0) {
-      *reinterpret_cast<Packed4*>(out) = ElementTraits<T>::pack4(v);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (e < valid) out[e] = ElementTraits<T>::from_float(v[e]);
-    }
-  }
-
   // D rows are p.d_row_stride elements apart and batches p.d_batch_stride;
   // p.m, p.n, bias, activation and d_type describe the output side. Row i of
   // the tile's GEMM is row rows(i) of D (dgrad's phases scatter them).

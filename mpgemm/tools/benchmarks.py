@@ -6,7 +6,8 @@ extension, and torch.mm(..., out_dtype=torch.float32) where torch has it;
 fp16-out figures against torch's fp16 mm. linear: mpgemm.linear's fused
 bias+GELU against torch's F.linear plus gelu, forward and forward+backward.
 conv: mpgemm.conv2d against cuDNN (F.conv2d, fp16, channels_last) on
-ResNet-50's 23 distinct convolutions, forward and forward+backward. The
+ResNet-50's 23 distinct convolutions and five depthwise layers (MobileNetV2,
+ConvNeXt-T), forward and forward+backward. The
 three run again on bf16 operands against the same baselines in bf16; those
 impls' names say bf16 ("mpgemm bf16 fp32-out", "mpgemm bf16-out", "mpgemm
 fused bf16 fwd"), the fp16 ones keep their names. ceiling:
@@ -72,28 +73,35 @@ def gpu_suites(quick=False):
     """suite -> [(case, shape)] on a GPU: the full suites, or a few
     representative cases each. Conv runs every distinct convolution of
     ResNet-50 at 224x224 (read from `models.resnet50`, the model `bench
-    train` trains); shape (batch, in, out, kernel, stride, padding, size)."""
+    train` trains), shape (batch, in, out, kernel, stride, padding, size),
+    and depthwise layers of MobileNetV2 and ConvNeXt-T, whose shapes add the
+    groups."""
     resnet50 = models.resnet50_convolutions()
     if quick:
         return {
             "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
             "linear": [("mlp", (4096, 16384, 4096))],
-            "conv": [("resnet50", (32,) + layer) for layer in resnet50[1:4]],
+            "conv": [("resnet50", (32,) + layer) for layer in resnet50[1:4]] + DEPTHWISE[:1],
             "ceiling": [("mma.sync", (1, 20000))],
         }
     return {
         "gemm": [("square", (s, s, s)) for s in (512, 1024, 2048, 4096, 8192)]
         + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))],
         "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))],
-        "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50],
+        "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE,
         "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
     }
 
 
+# (batch, channels, channels, kernel, stride, padding, size, groups = channels).
+DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2", (64, 144, 144, 3, 2, 1, 56, 144)),
+             ("mobilenet_v2", (64, 576, 576, 3, 1, 1, 14, 576)), ("convnext_t", (64, 96, 96, 7, 1, 3, 56, 96)),
+             ("convnext_t", (64, 384, 384, 7, 1, 3, 14, 384))]
+
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
     "linear": [("mlp", (64, 256, 128))],
-    "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8))],
+    "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8)), ("depthwise", (2, 16, 16, 3, 1, 1, 8, 16))],
     "ceiling": [("mma.sync", (1, 10))],
 }
 
@@ -265,22 +273,23 @@ def _linear_case(shape, device, dtype):
 
 
 def _conv_case(shape, device, dtype):
-    batch, c, k, kernel, stride, padding, size = shape
+    batch, c, k, kernel, stride, padding, size, *rest = shape
+    groups = rest[0] if rest else 1
     out = (size + 2 * padding - kernel) // stride + 1
     channels_last = torch.channels_last
 
     def make():
         x = torch.randn(batch, c, size, size, device=device).to(dtype).to(memory_format=channels_last)
-        w = (torch.randn(k, c, kernel, kernel, device=device) * (c * kernel * kernel) ** -0.5).to(dtype)
+        w = (torch.randn(k, c // groups, kernel, kernel, device=device) * (c // groups * kernel**2) ** -0.5).to(dtype)
         grad = torch.randn(batch, k, out, out, device=device).to(dtype).to(memory_format=channels_last)
         return (x.requires_grad_(), w.to(memory_format=channels_last).requires_grad_(),
                 torch.randn(k, device=device).to(dtype).requires_grad_(), grad)
 
-    product = 2.0 * batch * k * out * out * c * kernel**2
-    impls = _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding),
-                                  lambda x, w, b: F.conv2d(x, w, b, stride, padding), product, 3 * product,
+    product = 2.0 * batch * k * out * out * c // groups * kernel**2
+    impls = _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding, 1, groups),
+                                  lambda x, w, b: F.conv2d(x, w, b, stride, padding, 1, groups), product, 3 * product,
                                   f"mpgemm{_tag(dtype)}", ("cudnn" if device.type == "cuda" else "torch") + _tag(dtype))
-    bytes_per_set = dtype.itemsize * (batch * c * size * size + k * c * kernel * kernel + batch * k * out * out)
+    bytes_per_set = dtype.itemsize * (batch * c * size * size + k * c // groups * kernel**2 + batch * k * out * out)
     return make, bytes_per_set, impls
 
 

@@ -6,19 +6,23 @@
 // order and results must match bit for bit; bytes around the output must stay
 // untouched.
 //
-// Case i runs pass i % 3 on path i / 3 % 5: 16-byte chunks in the large
+// Case i runs pass i % 3 on path i / 3 % 7: 16-byte chunks in the large
 // (Square, from sim arch 800 on), compact and small tiles (on a device with
 // room for the large tile, with too little for it, and with too many
 // multiprocessors for either; wgrad takes the compact tile on all three),
 // 8-byte chunks in place on the compact tile (channels per group multiples of
-// 4, or bases 8-byte aligned), and the padded copy on the small tile (wgrad:
-// compact), with inputs in fp16, or from sim arch 800 on in bf16 when i / 15
-// is odd. The padded path's first cases have channels per group that no
-// chunk divides (depthwise among them), padded to 8-byte chunks; later ones
+// 4, or bases 8-byte aligned), the padded copy on the small tile (wgrad:
+// compact), and the depthwise kernels (one channel per group) at 8 channels
+// a thread and at one, with inputs in fp16, or from sim arch 800 on in bf16
+// when i / 21 is odd. The padded path's first cases have channels per group
+// that no chunk divides (single channels with more filters than the
+// depthwise kernels take among them), padded to 8-byte chunks; later ones
 // also misaligned bases (with channel counts that need no padding, too) and
-// input channels padded to 16-byte chunks. So the first 30 cases launch all
-// 26 kernels there (the padded copy's two), 12 the fp16 ones below it.
-// Strides up to 3 give dgrad phases that no tap reaches.
+// input channels padded to 16-byte chunks. The depthwise one-channel path
+// takes channel multipliers, channel counts that are not multiples of 8, or
+// misaligned bases. So the first 42 cases launch all 34 kernels there (the
+// padded copy's two), 16 the fp16 ones below it. Strides up to 3 give dgrad
+// phases that no tap reaches.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +30,7 @@
 #include <memory>
 #include <vector>
 
+#include "conv_depthwise.h"
 #include "conv_launch.h"
 #include "kernel_sim/sim_common.h"
 
@@ -48,8 +53,9 @@ struct Input {
   double operator[](int64_t i) const { return get(data, type, i); }
 };
 
-constexpr int kKernelsPerType = 15;
-constexpr int kNarrowPath = 3, kPaddedPath = 4;
+constexpr int kPaths = 7;
+constexpr int kKernelsPerType = 3 * kPaths;
+constexpr int kNarrowPath = 3, kPaddedPath = 4, kDepthwiseWidePath = 5, kDepthwisePath = 6;
 
 // One spatial dimension: a window of `taps` taps `dilation` apart, padding
 // `pad` before and 0 .. window - 1 after (implied by the output size), an input
@@ -72,20 +78,36 @@ int conv_splits_run = 0;
 
 bool conv_case(int index) {
   const ConvPass pass = ConvPass(index % 3);
-  const int path = index / 3 % 5;
+  const int path = index / 3 % kPaths;
   Conv2dParams a;
   a.input_type = __CUDA_ARCH__ >= 800 && index / kKernelsPerType % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
-  const bool depthwise = path == kPaddedPath && rnd(0, 2) == 0;
-  a.groups = depthwise ? rnd(1, 12) : rnd(1, 2);
+  const bool direct = path >= kDepthwiseWidePath;
+  // One channel per group, with more filters each than the depthwise kernels take.
+  const bool single_channels = path == kPaddedPath && rnd(0, 2) == 0;
+  // The depthwise one-channel path: a channel multiplier, a channel count
+  // that is not a multiple of 8, or misaligned bases.
+  const int depthwise_kind = int(rnd(0, 2));
+  a.groups = single_channels ? rnd(1, 12) : rnd(1, 2);
   // The cases that must launch every kernel: their channels fix the load width.
   const bool first_round = index < 2 * kKernelsPerType;
-  // Bases offset by a few elements (misaligned) on the padded path, by 4 (8-byte aligned) on the narrow one.
-  const bool offset = path == kNarrowPath ? rnd(0, 2) == 0 : path == kPaddedPath && !first_round && rnd(0, 2) == 0;
+  // Bases offset by a few elements (misaligned) on the padded and depthwise
+  // paths, by 4 (8-byte aligned) on the narrow one.
+  const bool offset = path == kNarrowPath      ? rnd(0, 2) == 0
+                      : path == kDepthwisePath ? depthwise_kind == 2
+                                               : path == kPaddedPath && !first_round && rnd(0, 2) == 0;
   // The padded path's channels per group round up to 4 or 12 (8-byte chunks).
   const int64_t padded_counts[] = {1, 2, 3, 9, 10, 11};
   int64_t cg = 8 * rnd(1, 2), kg = 8 * rnd(1, 3);
-  if (depthwise) {
-    cg = 1, kg = rnd(1, 2);
+  if (direct) {
+    // Sometimes more channels than one block's lanes hold (32 threads across channels).
+    const bool many = rnd(0, 3) == 0 || (first_round && pass == ConvPass::kWgrad);
+    cg = 1, kg = 1;
+    a.groups = path == kDepthwiseWidePath ? 8 * (many ? rnd(33, 36) : rnd(1, 5)) : many ? rnd(33, 70) : rnd(1, 40);
+    if (path == kDepthwisePath && depthwise_kind == 0) kg = rnd(2, kDepthwiseMaxFiltersPerGroup);
+    if (path == kDepthwisePath && depthwise_kind == 1 && a.groups % 8 == 0) a.groups += rnd(1, 7);
+    if (path == kDepthwisePath && depthwise_kind == 2) a.groups = 8 * rnd(1, 5);
+  } else if (single_channels) {
+    cg = 1, kg = rnd(kDepthwiseMaxFiltersPerGroup + 2, kDepthwiseMaxFiltersPerGroup + 4);  // 17 to 19: padded
   } else if (path == kPaddedPath) {
     cg = padded_counts[rnd(0, 5)], kg = rnd(1, 20);
     if (offset && rnd(0, 1)) cg = 4 * rnd(1, 4), kg = 4 * rnd(1, 5);    // nothing to pad, only to align
@@ -98,25 +120,29 @@ bool conv_case(int index) {
   // Odd multiples of 4 keep the narrow path's chunks at 8 bytes; the padded
   // path's dgrad keeps its input channels (padded from 64 on to 16-byte chunks).
   const bool unaligned = path == kPaddedPath;
-  if (!depthwise && !(unaligned && pass == ConvPass::kDgrad) && rnd(0, 3) == 0)
+  if (!direct && !single_channels && !(unaligned && pass == ConvPass::kDgrad) && rnd(0, 3) == 0)
     (pass == ConvPass::kDgrad ? cg : kg) =
         unaligned ? rnd(65, 140) : path == kNarrowPath ? 4 * (2 * rnd(8, 17) + 1) : 8 * rnd(9, 17);
   // dgrad's GEMM-K walks its output channels in blocks of the K slice: several.
-  if (pass == ConvPass::kDgrad && !depthwise && rnd(0, 3) == 0)
+  if (pass == ConvPass::kDgrad && !direct && !single_channels && rnd(0, 3) == 0)
     kg = unaligned ? rnd(17, 70) : path == kNarrowPath ? 4 * (2 * rnd(4, 17) + 1) : 8 * rnd(5, 17);
   a.c = a.groups * cg, a.k = a.groups * kg;
   // An empty batch: nothing to do but in wgrad, whose output is then zeros.
-  // Kept out of the first 2 * kKernelsPerType cases but for wgrad, which still launches.
-  a.n = (index >= 2 * kKernelsPerType || pass == ConvPass::kWgrad) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
-  if (index == 5 || index == 14) a.n = 0;  // wgrad: 16-byte chunks, padded
+  // Kept out of the first 2 * kKernelsPerType cases but for the implicit
+  // GEMM's wgrad, which still launches (the depthwise one's empty operands,
+  // null, would count as aligned).
+  a.n = (!first_round || (pass == ConvPass::kWgrad && !direct)) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
+  if (index == 5 || index == 14 || index == 17) a.n = 0;  // wgrad: 16-byte chunks, padded, depthwise
   const int64_t taps[] = {1, 3, 5};
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
   a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
   a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
-  // The wgrad cases of the small-tile path, and a third of the others, have
-  // many output pixels (GEMM-K: at least 4 x 11 x 11): enough K slices on
-  // every path for the launcher to split K.
-  const bool long_k = pass == ConvPass::kWgrad && (index % 15 == 8 || (a.n > 0 && rnd(0, 2) == 0));
+  // The wgrad cases of the small-tile path, the first round's depthwise
+  // ones, and a third of the others, have many output pixels (GEMM-K: at
+  // least 4 x 11 x 11): enough K slices on every path for the launcher to
+  // split K, and enough runs for the depthwise kernels to split them.
+  const bool long_k = pass == ConvPass::kWgrad && a.n > 0 &&
+                      (index % kKernelsPerType == 8 || (direct && first_round) || rnd(0, 2) == 0);
   if (long_k) a.n = rnd(4, 8), a.stride_h = a.stride_w = 1;
   dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 10 : 0, long_k ? 14 : 5);
   dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 10 : 0, long_k ? 14 : 5);
@@ -127,7 +153,11 @@ bool conv_case(int index) {
   if (offset) {
     const auto shift = [&] { return path == kNarrowPath ? 4 : rnd(1, 7); };
     for (int64_t& o : offsets) o = rnd(0, 1) ? shift() : 0;
-    const int forced = pass == ConvPass::kFprop ? int(rnd(0, 1)) : pass == ConvPass::kDgrad ? int(rnd(1, 2)) : 2 * int(rnd(0, 1));
+    // The depthwise kernels read the filters one at a time: one of the gathered operands.
+    const int forced = direct ? (pass == ConvPass::kFprop ? 0 : pass == ConvPass::kDgrad ? 2 : 2 * int(rnd(0, 1)))
+                       : pass == ConvPass::kFprop ? int(rnd(0, 1))
+                       : pass == ConvPass::kDgrad ? int(rnd(1, 2))
+                                                  : 2 * int(rnd(0, 1));
     offsets[forced] = shift();
   }
   const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s * cg, dy_count = a.n * a.p * a.q * a.k;
@@ -148,7 +178,11 @@ bool conv_case(int index) {
   Buffer out(esize * (out_offset + count + tail));
   a.out = out.p + esize * out_offset;
 
-  sim::multiprocessors = path <= 1 || path == kNarrowPath ? 1 : 1 << 20;
+  // Many multiprocessors split the depthwise wgrad's runs, one makes the
+  // depthwise gathers stride over theirs.
+  const bool many_multiprocessors = direct ? (first_round ? pass == ConvPass::kWgrad : rnd(0, 1) == 1)
+                                           : !(path <= 1 || path == kNarrowPath);
+  sim::multiprocessors = many_multiprocessors ? 1 << 20 : 1;
   // The compact tile's device: less shared memory per block than the large tile takes.
   const size_t shared_limit = sim::shared_limit;
   if (path == 1) sim::shared_limit = std::min<size_t>(shared_limit, 99 * 1024);
