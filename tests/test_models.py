@@ -97,9 +97,13 @@ def test_bench_conv_suite_times_every_resnet50_convolution():
     from mpgemm.tools import benchmarks
 
     cases = benchmarks.gpu_suites()["conv"]
-    assert {shape[0] for _, shape in cases} == {32, 256}
+    resnet50 = [shape for case, shape in cases if case == "resnet50"]
+    assert {shape[0] for shape in resnet50} == {32, 256}
     for batch in (32, 256):
-        assert {shape[1:] for _, shape in cases if shape[0] == batch} == RESNET50_CONVOLUTIONS_224
+        assert {shape[1:] for shape in resnet50 if shape[0] == batch} == RESNET50_CONVOLUTIONS_224
+    # The rest are depthwise: (batch, c, c, kernel, stride, padding, size, groups = c), "same" padding.
+    depthwise = [shape for case, shape in cases if case != "resnet50"]
+    assert depthwise and all(len(s) == 8 and s[1] == s[2] == s[7] and s[5] == s[3] // 2 for s in depthwise)
 
 
 def test_resnet50_trains_a_step_under_prepare():

@@ -333,20 +333,26 @@ DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p) {
   if (p.groups <= 0 || p.c != p.groups || p.k % p.groups != 0) return {};
   const int64_t kg = p.k / p.groups, taps = p.r * p.s;
   if (kg < 1 || kg > kDepthwiseMaxFiltersPerGroup || taps < 1) return {};
-  // The kernels count pixels, runs and filter elements in int (offsets are
-  // 64-bit), and a run's stride may pass the run count by a grid's width.
-  if (std::max({p.n * p.h * p.w, p.n * p.p * p.q, p.k * taps}) > INT_MAX / 2) return {};
+  // As the implicit GEMM's gathers, the launch geometry (conv_geometry.h)
+  // counts elements in int; runs are int too, and a run's stride may pass
+  // their count by a grid's width.
+  if (std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * taps}) > INT_MAX / 2) return {};
   const bool dgrad = pass == ConvPass::kDgrad, wgrad = pass == ConvPass::kWgrad;
-  DepthwisePlan plan;
-  plan.vector = kg == 1 && p.c % 8 == 0 && (dgrad || aligned16(p.x)) && (pass == ConvPass::kFprop || aligned16(p.dy))
-                    ? 8
-                    : 1;
-  const int64_t chunks = (dgrad ? p.c : p.k) / plan.vector;
+  const bool wide = kg == 1 && p.c % 8 == 0 && (dgrad || aligned16(p.x)) && (pass == ConvPass::kFprop || aligned16(p.dy));
   // A lane's share of shared memory: its filters at every tap and its bias
   // (fprop, dgrad), or its running sums (wgrad, at most 8 KB for the block).
-  const int64_t lane_bytes = wgrad ? 0 : (taps + 1) * plan.vector * (dgrad ? kg : 1) * int64_t(sizeof(float));
-  const int64_t max_lanes = wgrad ? kMaxLanes : std::min<int64_t>(kMaxLanes, kSmemLimit / lane_bytes);
+  // A window too large for 8 channels a lane may still fit at one.
+  DepthwisePlan plan;
+  int64_t lane_bytes = 0, max_lanes = 0;
+  for (const int vector : {8, 1}) {
+    if (vector == 8 && !wide) continue;
+    plan.vector = vector;
+    lane_bytes = wgrad ? 0 : (taps + 1) * vector * (dgrad ? kg : 1) * int64_t(sizeof(float));
+    max_lanes = wgrad ? kMaxLanes : std::min<int64_t>(kMaxLanes, kSmemLimit / lane_bytes);
+    if (max_lanes > 0) break;
+  }
   if (max_lanes == 0) return {};
+  const int64_t chunks = (dgrad ? p.c : p.k) / plan.vector;
   plan.channel_tiles = ceil_div(chunks, max_lanes);
   plan.lanes = int(ceil_div(chunks, plan.channel_tiles));
   plan.pixel_lanes = kThreads / plan.lanes;

@@ -18,7 +18,8 @@ namespace mpgemm::kernels {
 // How the direct kernels run a pass of a problem; `vector` is 0 for the
 // problems they leave to the implicit GEMMs: channels per group other than
 // 1, filters per group from kDepthwiseMaxFiltersPerGroup + 1 on, a filter
-// window too large for a block's shared memory, or pixel counts past int.
+// window too large for a block's shared memory, or tensors past 32-bit
+// element indices (which the implicit GEMMs refuse as well).
 struct DepthwisePlan {
   int vector = 0;            // channels per thread: 8 (16-byte loads) or 1
   int lanes = 0;             // threads of a block across channels

@@ -19,8 +19,8 @@
 // depthwise kernels take among them), padded to 8-byte chunks; later ones
 // also misaligned bases (with channel counts that need no padding, too) and
 // input channels padded to 16-byte chunks. The depthwise one-channel path
-// takes channel multipliers, channel counts that are not multiples of 8, or
-// misaligned bases. So the first 42 cases launch all 34 kernels there (the
+// takes, round by round (i / 21 % 3), channel multipliers, channel counts
+// that are not multiples of 8, and misaligned bases. So the first 42 cases launch all 34 kernels there (the
 // padded copy's two), 16 the fp16 ones below it. Strides up to 3 give dgrad
 // phases that no tap reaches.
 #include <algorithm>
@@ -84,12 +84,13 @@ bool conv_case(int index) {
   const bool direct = path >= kDepthwiseWidePath;
   // One channel per group, with more filters each than the depthwise kernels take.
   const bool single_channels = path == kPaddedPath && rnd(0, 2) == 0;
-  // The depthwise one-channel path: a channel multiplier, a channel count
-  // that is not a multiple of 8, or misaligned bases.
-  const int depthwise_kind = int(rnd(0, 2));
-  a.groups = single_channels ? rnd(1, 12) : rnd(1, 2);
   // The cases that must launch every kernel: their channels fix the load width.
-  const bool first_round = index < 2 * kKernelsPerType;
+  const int round = index / kKernelsPerType;
+  const bool first_round = round < 2;
+  // The depthwise one-channel path, by round: a channel multiplier, a
+  // channel count that is not a multiple of 8, or misaligned bases.
+  const int depthwise_kind = round % 3;
+  a.groups = single_channels ? rnd(1, 12) : rnd(1, 2);
   // Bases offset by a few elements (misaligned) on the padded and depthwise
   // paths, by 4 (8-byte aligned) on the narrow one.
   const bool offset = path == kNarrowPath      ? rnd(0, 2) == 0
@@ -99,8 +100,9 @@ bool conv_case(int index) {
   const int64_t padded_counts[] = {1, 2, 3, 9, 10, 11};
   int64_t cg = 8 * rnd(1, 2), kg = 8 * rnd(1, 3);
   if (direct) {
-    // Sometimes more channels than one block's lanes hold (32 threads across channels).
-    const bool many = rnd(0, 3) == 0 || (first_round && pass == ConvPass::kWgrad);
+    // More channels than one block's lanes hold (32 threads across channels):
+    // every pass in the first round's bf16 cases, and wgrad's fp16 ones (to split).
+    const bool many = first_round ? round == 1 || pass == ConvPass::kWgrad : rnd(0, 3) == 0;
     cg = 1, kg = 1;
     a.groups = path == kDepthwiseWidePath ? 8 * (many ? rnd(33, 36) : rnd(1, 5)) : many ? rnd(33, 70) : rnd(1, 40);
     if (path == kDepthwisePath && depthwise_kind == 0) kg = rnd(2, kDepthwiseMaxFiltersPerGroup);
@@ -110,6 +112,8 @@ bool conv_case(int index) {
     cg = 1, kg = rnd(kDepthwiseMaxFiltersPerGroup + 2, kDepthwiseMaxFiltersPerGroup + 4);  // 17 to 19: padded
   } else if (path == kPaddedPath) {
     cg = padded_counts[rnd(0, 5)], kg = rnd(1, 20);
+    // One channel per group with few filters is the depthwise kernels'.
+    if (cg == 1 && kg <= kDepthwiseMaxFiltersPerGroup) kg = rnd(kDepthwiseMaxFiltersPerGroup + 2, kDepthwiseMaxFiltersPerGroup + 4);
     if (offset && rnd(0, 1)) cg = 4 * rnd(1, 4), kg = 4 * rnd(1, 5);    // nothing to pad, only to align
     if (!first_round && pass != ConvPass::kDgrad && rnd(0, 2) == 0) cg = rnd(65, 140);  // to 16-byte chunks
   } else if (path == kNarrowPath && !offset) {
@@ -126,13 +130,14 @@ bool conv_case(int index) {
   // dgrad's GEMM-K walks its output channels in blocks of the K slice: several.
   if (pass == ConvPass::kDgrad && !direct && !single_channels && rnd(0, 3) == 0)
     kg = unaligned ? rnd(17, 70) : path == kNarrowPath ? 4 * (2 * rnd(4, 17) + 1) : 8 * rnd(5, 17);
+  if (index == 12 && kg % 4 == 0) ++kg;  // fprop's output padded, so copied back in fp32
   a.c = a.groups * cg, a.k = a.groups * kg;
   // An empty batch: nothing to do but in wgrad, whose output is then zeros.
   // Kept out of the first 2 * kKernelsPerType cases but for the implicit
   // GEMM's wgrad, which still launches (the depthwise one's empty operands,
   // null, would count as aligned).
   a.n = (!first_round || (pass == ConvPass::kWgrad && !direct)) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
-  if (index == 5 || index == 14 || index == 17) a.n = 0;  // wgrad: 16-byte chunks, padded, depthwise
+  if (index == 5 || index == 14 || index == 59) a.n = 0;  // wgrad: 16-byte chunks, padded, depthwise
   const int64_t taps[] = {1, 3, 5};
   a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
   a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
@@ -141,11 +146,17 @@ bool conv_case(int index) {
   // ones, and a third of the others, have many output pixels (GEMM-K: at
   // least 4 x 11 x 11): enough K slices on every path for the launcher to
   // split K, and enough runs for the depthwise kernels to split them.
-  const bool long_k = pass == ConvPass::kWgrad && a.n > 0 &&
-                      (index % kKernelsPerType == 8 || (direct && first_round) || rnd(0, 2) == 0);
+  const bool long_k = pass == ConvPass::kWgrad && (index % kKernelsPerType == 8 ||
+                                                   (a.n > 0 && ((direct && first_round) || rnd(0, 2) == 0)));
   if (long_k) a.n = rnd(4, 8), a.stride_h = a.stride_w = 1;
-  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, long_k ? 10 : 0, long_k ? 14 : 5);
-  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, long_k ? 10 : 0, long_k ? 14 : 5);
+  // The first round's depthwise gathers with many channels: enough runs of
+  // pixels (at least 3 x 10 rows) that a block of 8 to 15 pixel lanes, alone
+  // on a clipped grid, strides over them.
+  const bool long_rows = direct && round == 1 && pass != ConvPass::kWgrad;
+  if (long_rows) a.n = rnd(3, 4), a.stride_h = 1;
+  const bool large = long_k || long_rows;
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, large ? 10 : 0, large ? 14 : 5);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, large ? 10 : 0, large ? 14 : 5);
 
   // The pass's two operands, one of them offset on the narrow and padded paths.
   const bool uses_x = pass != ConvPass::kDgrad, uses_wt = pass != ConvPass::kWgrad, uses_dy = pass != ConvPass::kFprop;
@@ -178,23 +189,29 @@ bool conv_case(int index) {
   Buffer out(esize * (out_offset + count + tail));
   a.out = out.p + esize * out_offset;
 
-  // Many multiprocessors split the depthwise wgrad's runs, one makes the
-  // depthwise gathers stride over theirs.
+  // Many multiprocessors split the depthwise wgrad's runs (in the first
+  // round always), one gives the depthwise gathers few blocks.
   const bool many_multiprocessors = direct ? (first_round ? pass == ConvPass::kWgrad : rnd(0, 1) == 1)
                                            : !(path <= 1 || path == kNarrowPath);
   sim::multiprocessors = many_multiprocessors ? 1 << 20 : 1;
   // The compact tile's device: less shared memory per block than the large tile takes.
   const size_t shared_limit = sim::shared_limit;
   if (path == 1) sim::shared_limit = std::min<size_t>(shared_limit, 99 * 1024);
-  const unsigned max_grid_y = rnd(0, 1) ? 65535 : unsigned(rnd(1, 2));  // the group loop runs more than once
-  sim::max_grid.y = max_grid_y;
+  // Clipped grids: the implicit GEMM's group loop runs more than once, and
+  // the depthwise kernels stride over channel tiles and (x) over runs or wgrad's
+  // (split, tap) items; always so in the first round.
+  const bool clipped = direct && first_round ? true : rnd(0, 1) == 1;
+  const unsigned max_grid_y = clipped ? unsigned(rnd(1, 2)) : 65535;
+  const unsigned max_grid_x = long_rows ? 1 : direct && clipped ? unsigned(rnd(1, 2)) : 1u << 31;
+  sim::max_grid.x = max_grid_x, sim::max_grid.y = max_grid_y;
   // The workspace poisoned: the reduction must read only what the splits wrote.
   const size_t workspace_bytes = conv2d_workspace_bytes(pass, a);
   std::vector<float> workspace(workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
   void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
   const cudaError_t err = launch_conv2d(pass, a, workspace_bytes ? aligned : nullptr, nullptr);
-  conv_splits_run += workspace_bytes > 0;
-  sim::max_grid.y = 65535;
+  // The implicit GEMM's wgrad split in place (its workspace is the partials alone).
+  conv_splits_run += pass == ConvPass::kWgrad && !direct && path != kPaddedPath && workspace_bytes > 0;
+  sim::max_grid.x = 1u << 31, sim::max_grid.y = 65535;
   sim::shared_limit = shared_limit;
 
   // The reference: every product x[n, ih, iw, g*cg + c] * wt[k, r, s, c] *
@@ -230,10 +247,10 @@ bool conv_case(int index) {
   if (bad)
     printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
            "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld input_type=%d bias=%d "
-           "bias_type=%d out_type=%d multiprocessors=%d max_grid_y=%u workspace=%zu\n",
+           "bias_type=%d out_type=%d multiprocessors=%d max_grid=%u,%u workspace=%zu\n",
            index, int(err), kPassNames[index % 3], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
            a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, offsets[0], offsets[1], offsets[2], out_offset,
-           int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_y,
+           int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_x, max_grid_y,
            workspace_bytes);
   return bad;
 }
