@@ -398,3 +398,33 @@ def test_large_tile_mainloops_load_the_next_fragments_among_the_mma(compiled):
         first_hmma = body.index("HMMA")
         between = body[first_hmma:len(body) - body[::-1].index("HMMA")]
         assert between.count("LDSM") >= mix.counts["ldsm"] // 2, f"{name}: {between.count('LDSM')} of {mix.counts['ldsm']} LDSM among the HMMA"
+
+
+def test_block_barriers_leave_the_tensor_cores_work(compiled):
+    # The block meets once per K slice, after its second-to-last k16 step:
+    # the last step's fragments are already in registers, so its mma_sync run
+    # while warps wait at the barrier and load the next slice's first
+    # fragments. A barrier at the top of a slice, before its copies and loads,
+    # would leave every warp with no HMMA to issue until its first ldmatrix
+    # returns. From each barrier to the next slice's copies (the loop wraps
+    # around), at least a quarter slice of HMMA: one k16 step of the 64-deep
+    # slices, half of one of the 32-deep ones.
+    checked = 0
+    for name, code in aligned_kernels(compiled[MIX_ARCH][2]).items():
+        mix = sass.mainloop_mix(code)
+        if compiled_out(MIX_ARCH, name) or mix is None:
+            continue
+        body = [i.opcode for i in code if mix.start <= i.address <= mix.end]
+        barriers = [at for at, op in enumerate(body) if op.startswith("BAR.SYNC")]
+        assert barriers, f"{name}: no block barrier in the mainloop"
+        for at in barriers:
+            hmma = 0
+            for op in body[at + 1:] + body[:at]:
+                if op.startswith("LDGSTS"):
+                    break
+                hmma += op.startswith("HMMA")
+            assert hmma >= mix.hmma_per_slice // 4, (
+                f"{name}: {hmma} HMMA between a block barrier and the next copies, of {mix.hmma_per_slice:.0f} "
+                "per slice")
+        checked += 1
+    assert checked > 0

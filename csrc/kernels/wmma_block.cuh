@@ -104,30 +104,37 @@ struct WmmaBlock {
       for (int j = 0; j < Config::kFragmentsN; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
   }
 
-  // One K slice from shared memory into the warp's accumulators: A's tile
-  // lies kOffset elements past `warp_a` (this warp's rows of a stage's A
-  // tile), B's kOffset plus A's tile size past `warp_b`. With kOffset a
-  // constant, every fragment load addresses its stage by an immediate.
-  template <int kOffset>
-  __device__ void mma_slice(Accumulators& acc, const Element* warp_a, const Element* warp_b) const {
-    static_for<Config::kBlockK / Config::kFragment>([&](auto step) {
-      constexpr int kk = decltype(step)::value * Config::kFragment;
-      FragmentA frag_a[Config::kFragmentsM];
-      FragmentB frag_b[Config::kFragmentsN];
-      static_for<Config::kFragmentsM>([&](auto i) {
-        constexpr int kAt = kOffset + TileA::offset(decltype(i)::value * Config::kFragment, kk);
-        load_fragment<kAt, TileA::Shape::kPitch>(frag_a[decltype(i)::value], warp_a);
-      });
-      static_for<Config::kFragmentsN>([&](auto j) {
-        constexpr int kAt = kOffset + TileA::Shape::kElements + TileB::offset(decltype(j)::value * Config::kFragment, kk);
-        load_fragment<kAt, TileB::Shape::kPitch>(frag_b[decltype(j)::value], warp_b);
-      });
-#pragma unroll
-      for (int i = 0; i < Config::kFragmentsM; ++i)
-#pragma unroll
-        for (int j = 0; j < Config::kFragmentsN; ++j)
-          nvcuda::wmma::mma_sync(acc[i][j], frag_a[i], frag_b[j], acc[i][j]);
+  // The A and B fragments of one k16 step: the mainloop holds two sets, so
+  // that one loads while the other feeds mma_sync.
+  struct Fragments {
+    FragmentA a[Config::kFragmentsM];
+    FragmentB b[Config::kFragmentsN];
+  };
+  static constexpr int kSteps = Config::kBlockK / Config::kFragment;  // k16 steps per slice
+
+  // Loads k16 step kStep of the slice whose A tile lies kOffset elements past
+  // `warp_a` (this warp's rows of a stage's A tile) and whose B tile lies
+  // kOffset plus A's tile size past `warp_b`. With kOffset a constant, every
+  // fragment load addresses its stage by an immediate.
+  template <int kOffset, int kStep>
+  __device__ static void load_step(Fragments& f, const Element* warp_a, const Element* warp_b) {
+    constexpr int kk = kStep * Config::kFragment;
+    static_for<Config::kFragmentsM>([&](auto i) {
+      constexpr int kAt = kOffset + TileA::offset(decltype(i)::value * Config::kFragment, kk);
+      load_fragment<kAt, TileA::Shape::kPitch>(f.a[decltype(i)::value], warp_a);
     });
+    static_for<Config::kFragmentsN>([&](auto j) {
+      constexpr int kAt = kOffset + TileA::Shape::kElements + TileB::offset(decltype(j)::value * Config::kFragment, kk);
+      load_fragment<kAt, TileB::Shape::kPitch>(f.b[decltype(j)::value], warp_b);
+    });
+  }
+
+  __device__ static void mma_step(Accumulators& acc, const Fragments& f) {
+#pragma unroll
+    for (int i = 0; i < Config::kFragmentsM; ++i)
+#pragma unroll
+      for (int j = 0; j < Config::kFragmentsN; ++j)
+        nvcuda::wmma::mma_sync(acc[i][j], f.a[i], f.b[j], acc[i][j]);
   }
 
   __device__ static Element* stage_a(Element* smem, int stage) { return smem + stage * Smem::kStageElements; }
@@ -135,13 +142,19 @@ struct WmmaBlock {
     return stage_a(smem, stage) + TileA::Shape::kElements;
   }
 
-  // sm_80+: kStages-deep cp.async pipeline. One group is committed per slice,
-  // empty ones included, so wait_group counts stay uniform. The loop body is
-  // unrolled over the kStages stages, so that every stage's place in shared
-  // memory is a constant: fragment loads and copies address it by immediates.
+  // sm_80+: kStages-deep cp.async pipeline, after CUTLASS's sm80 multistage
+  // mainloop. One group is committed per slice, empty ones included, so
+  // wait_group counts stay uniform. Each k16 step's mma_sync run while the
+  // next step's fragments load; the block meets once per slice, after the
+  // second-to-last step's mma_sync are issued, so the last step's products
+  // cover both the barrier and the loads of the next slice's first fragments.
+  // The loop body is unrolled over the kStages stages, so that every stage's
+  // place in shared memory is a constant: fragment loads and copies address it
+  // by immediates.
   template <class LoaderA, class LoaderB>
   __device__ void mainloop_async(Accumulators& acc, LoaderA& a, LoaderB& b, int slices, Element* smem) const {
     constexpr int kStages = Config::kStages;
+    static_assert(kSteps >= 2 && kSteps % 2 == 0, "the barrier precedes a slice's last step; slices start on set 0");
     static_for<kStages - 1>([&](auto stage) {
       constexpr int s = decltype(stage)::value;
       if (s < slices) {
@@ -159,25 +172,48 @@ struct WmmaBlock {
     });
     const Element* warp_a = smem + a_warp_offset;
     const Element* warp_b = smem + b_warp_offset;
+    Fragments frag[2];
+    if (slices > 0) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      load_step<0, 0>(frag[0], warp_a, warp_b);
+    }
     for (int s0 = 0; s0 < slices; s0 += kStages) {
-      // Slice s = s0 + j is read from stage j; the slice kStages - 1 ahead
-      // goes into the stage slice s - 1 was read from.
+      // Slice s = s0 + j is read from stage j.
       static_for<kStages>([&](auto j) {
-        constexpr int kRead = decltype(j)::value, kWrite = (kRead + kStages - 1) % kStages;
+        constexpr int kRead = decltype(j)::value;
+        constexpr int kNext = (kRead + 1) % kStages, kWrite = (kRead + kStages - 1) % kStages;
         const int s = s0 + kRead;
         if (s < slices) {
-          cp_async_wait<kStages - 2>();
-          // Makes slice s visible to all warps, and tells the producer that
-          // every warp is done with the stage that slice s + kStages - 1 overwrites.
-          __syncthreads();
-          if (s + kStages - 1 < slices) {
-            a.copy_async(stage_a(smem, kWrite));
-            b.copy_async(stage_b(smem, kWrite));
-            a.advance();
-            b.advance();
-          }
-          cp_async_commit();
-          mma_slice<kRead * Smem::kStageElements>(acc, warp_a, warp_b);
+          static_for<kSteps>([&](auto step) {
+            constexpr int k = decltype(step)::value;
+            // The last step loads the next slice's first fragments. After the
+            // last slice it reads a stage no copy writes any more and leaves
+            // the fragments unused: cheaper than a branch, after which ptxas
+            // would work out the lanes' addresses again.
+            if constexpr (k + 1 < kSteps)
+              load_step<kRead * Smem::kStageElements, k + 1>(frag[(k + 1) % 2], warp_a, warp_b);
+            else
+              load_step<kNext * Smem::kStageElements, 0>(frag[(k + 1) % 2], warp_a, warp_b);
+            mma_step(acc, frag[k % 2]);
+            if constexpr (k == 0) {
+              // The slice kStages - 1 ahead goes into the stage slice s - 1
+              // was read from, which every warp left before the last barrier.
+              if (s + kStages - 1 < slices) {
+                a.copy_async(stage_a(smem, kWrite));
+                b.copy_async(stage_b(smem, kWrite));
+                a.advance();
+                b.advance();
+              }
+              cp_async_commit();
+            }
+            if constexpr (k == kSteps - 2) {
+              // Slice s + 1 has landed and is visible to all warps; slice s's
+              // stage is read no more (its last step is in registers).
+              cp_async_wait<kStages - 2>();
+              __syncthreads();
+            }
+          });
         }
       });
     }
@@ -208,7 +244,11 @@ struct WmmaBlock {
         a.advance();
         b.advance();
       }
-      mma_slice<0>(acc, read + a_warp_offset, read + b_warp_offset);
+      static_for<kSteps>([&](auto step) {
+        Fragments frag;
+        load_step<0, decltype(step)::value>(frag, read + a_warp_offset, read + b_warp_offset);
+        mma_step(acc, frag);
+      });
       if (s + 1 < slices) {
         a.store(write);
         b.store(write + TileA::Shape::kElements);
