@@ -88,7 +88,9 @@ def test_time_limit_stops_the_run_and_reports_the_runs_it_did_not_reach(tiny):
     start = time.perf_counter()
     report = train_bench.run(config, "cpu", show_progress=False)
     elapsed = time.perf_counter() - start
-    assert elapsed < config.time_limit_s + 0.5, "at most about one step past the limit"
+    # One 0.2 s step past the limit, plus the host's own time on a loaded CI
+    # machine; without the limit the runs would take well over 10 s.
+    assert elapsed < config.time_limit_s + 1.0, "at most about one step past the limit"
     runs = report["runs"]
     assert len(runs) == 2 * len(training.WAYS), "no run is dropped from the report"
     assert runs[0]["status"] == "ok"

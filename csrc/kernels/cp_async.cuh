@@ -39,11 +39,6 @@ __device__ __forceinline__ void cp_async(void* smem_dst, const void* global_src,
 #endif
 }
 
-// The 16-byte form, as the gather loaders spell it.
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
-  cp_async<16>(smem_dst, global_src, valid);
-}
-
 // Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -32,10 +32,6 @@ void cp_async(void* smem_dst, const void* global_src, bool valid) {
     copy();
 }
 
-inline void cp_async_16(void* smem_dst, const void* global_src, bool valid) {
-  cp_async<16>(smem_dst, global_src, valid);
-}
-
 inline void cp_async_commit() {
   sim::async_groups.push_back(std::move(sim::async_open));
   sim::async_open.clear();
