@@ -30,14 +30,14 @@ PyObject* plan_dict(const GemmPlan& plan) {
                        "raster_group", plan.raster_group, "tuned", plan.tuned ? Py_True : Py_False);
 }
 
-// (batch, m, n, k, vectorized, multiprocessors, max_smem_per_block, arch)
+// (batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch);
+// load_width (8, 4, 2 or 1) checked by mpgemm/plan.py. The copy engine
+// describes operands that allow 16-byte loads.
 bool parse_problem(PyObject* args, GemmShape& shape, DeviceLimits& device) {
-  int vectorized = 1;
-  if (!PyArg_ParseTuple(args, "LLLLpiii", &shape.batch, &shape.m, &shape.n, &shape.k, &vectorized,
+  if (!PyArg_ParseTuple(args, "LLLLiiii", &shape.batch, &shape.m, &shape.n, &shape.k, &shape.vector,
                         &device.multiprocessors, &device.max_smem_per_block, &device.arch))
     return false;
-  shape.vector = vectorized ? 8 : 1;
-  shape.tma = vectorized;
+  shape.tma = shape.vector == 8;
   return true;
 }
 
@@ -127,7 +127,7 @@ PyMethodDef methods[] = {
     {"tile_configs", tile_configs, METH_NOARGS, "The GEMM's tile configurations, as dicts."},
     {"default_device_limits", default_device_limits, METH_NOARGS, "The device profile used without a GPU (H100)."},
     {"gemm_plan", gemm_plan, METH_VARARGS,
-     "gemm_plan(batch, m, n, k, vectorized, multiprocessors, max_smem_per_block, arch) -> plan dict."},
+     "gemm_plan(batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch) -> plan dict."},
     {"gemm_candidates", gemm_candidates, METH_VARARGS, "The plans a tuner should time, same arguments."},
     {"set_tuned_gemm_plan", set_tuned_gemm_plan, METH_VARARGS,
      "set_tuned_gemm_plan(batch, m, n, k, config, split_k): overrides the heuristic for that shape."},

@@ -67,50 +67,77 @@ def _check_size(name, value, minimum=0):
     return int(value)
 
 
-def _problem(m, n, k, batch, aligned, limits):
+# Elements per global load that operands may allow, widest first.
+LOAD_WIDTHS = (8, 4, 2, 1)
+
+
+def _problem(m, n, k, batch, load_width, limits):
     limits = device_limits() if limits is None else limits
     missing = {"multiprocessors", "max_smem_per_block", "arch"} - set(limits)
     if missing:
         raise ValueError(f"mpgemm.gemm_plan: device_limits lacks {sorted(missing)}")
+    if not isinstance(load_width, numbers.Integral) or isinstance(load_width, bool) or load_width not in LOAD_WIDTHS:
+        raise ValueError("mpgemm.gemm_plan: load_width must be 8, 4, 2 or 1 (elements per load that both operands "
+                         f"allow), got {load_width!r}")
     return (_check_size("batch", batch, 1), _check_size("m", m), _check_size("n", n), _check_size("k", k),
-            bool(aligned), int(limits["multiprocessors"]), int(limits["max_smem_per_block"]), int(limits["arch"]))
+            int(load_width), int(limits["multiprocessors"]), int(limits["max_smem_per_block"]), int(limits["arch"]))
 
 
-def _as_plan(entry):
+def _as_plan(entry, load_width):
     config = next(c for c in _C.tile_configs() if c["name"] == entry["config"])
+    # A 16-byte tile runs at the operands' width where they allow less.
     return GemmPlan(config=config["name"], block_m=config["block_m"], block_n=config["block_n"],
                     block_k=config["block_k"],
                     warps=config["threads"] // 32,
-                    stages=config["stages"], load_width=config["load_width"], smem_bytes=config["smem_bytes"],
+                    stages=config["stages"], load_width=min(config["load_width"], load_width),
+                    smem_bytes=config["smem_bytes"],
                     split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"])
 
 
-def gemm_plan(m, n, k, *, batch=1, aligned=True, device_limits=None):
+def operand_load_width(t):
+    """The widest load (8, 4, 2 or 1 elements) that the GEMM launcher can use
+    on the CUDA operand `t` (a matrix or a batch of them, one of its two last
+    strides 1): its base aligned to the load's bytes, and its leading
+    dimension, batch stride and contiguous extent multiples of it."""
+    rows, cols = t.shape[-2:]
+    row_stride, col_stride = t.stride()[-2:]
+    ld, extent = (row_stride, cols) if col_stride == 1 else (col_stride, rows)
+    batch_stride = t.stride(0) if t.dim() == 3 else 0
+    return next(w for w in LOAD_WIDTHS
+                if t.data_ptr() % (2 * w) == 0 and ld % w == 0 and extent % w == 0 and batch_stride % w == 0)
+
+
+def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     """The plan `mpgemm.gemm` runs an (m x k) @ (k x n) product with (times
     `batch`) on a device with `device_limits` (a dict as `device_limits()`
     returns; by default the current GPU's, or an H100's without one).
 
-    `aligned`: both operands allow 16-byte loads (16-byte aligned data, leading
-    dimensions, batch strides and contiguous extents multiples of 8 elements);
-    otherwise the one-element path runs. The rule, in order: on sm_90 aligned
-    operands take the Hopper kernel, "wgmma" (which needs a build with sm_90a
+    `load_width`: the elements per load that both operands allow (the
+    narrower of `operand_load_width` of each): 8 for 16-byte aligned data
+    whose leading dimensions, batch strides and contiguous extents are
+    multiples of 8 elements; 4 or 2 for 8- or 4-byte chunks, which the tiles
+    below load with narrower cp.async; 1 for anything else, on the
+    one-element path. The rule, in order: on sm_90 operands of width 8 take
+    the Hopper kernel, "wgmma" (which needs a build with sm_90a
     code: an arch list holding 9.0), unless the WMMA rule below would split K
-    (MPGEMM_GEMM_PATH=wgmma takes it there too, =wmma never); unaligned
-    operands take the "scalar" tile; else the first of "tall" (m > n) or
-    "wide", "square", "compact" that the device's shared memory and arch hold
-    and whose tiles give every multiprocessor a block, failing all "small".
+    (MPGEMM_GEMM_PATH=wgmma takes it there too, =wmma never); width 1 takes
+    the "scalar" tile; else the first of "tall" (m > n) or
+    "wide", "square" (width 8 alone), "compact" that the device's shared
+    memory and arch hold and whose tiles give every multiprocessor a block,
+    failing all "small".
     Split-K when a single matrix's tiles fill at most half the multiprocessors
     and K holds at least 8 slices: min(multiprocessors / tiles rounded up,
     slices / 4, 16) splits. Tiles go in groups of min(8, tile rows) rows.
     A tuned entry for this exact shape wins where the device can run it."""
-    return _as_plan(_C.gemm_plan(*_problem(m, n, k, batch, aligned, device_limits)))
+    return _as_plan(_C.gemm_plan(*_problem(m, n, k, batch, load_width, device_limits)), load_width)
 
 
-def candidate_plans(m, n, k, *, batch=1, aligned=True, device_limits=None):
+def candidate_plans(m, n, k, *, batch=1, load_width=8, device_limits=None):
     """Every plan worth timing for the shape: each configuration the device
     holds, with split_k 1, 2, 4, ... (at most one K slice per split) and the
     heuristic's own choice."""
-    return [_as_plan(p) for p in _C.gemm_candidates(*_problem(m, n, k, batch, aligned, device_limits))]
+    return [_as_plan(p, load_width)
+            for p in _C.gemm_candidates(*_problem(m, n, k, batch, load_width, device_limits))]
 
 
 # ---- the tuning cache -------------------------------------------------------

@@ -6,6 +6,7 @@ code, random cases and the large shapes also run with each path forced
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
 
+import math
 import random
 import re
 
@@ -233,7 +234,7 @@ def test_split_k_shapes(m, n, k, dtype):
     a = operand((m, k), dtype=dtype)
     b = operand((k, n), "col", dtype)
     bias = torch.randn(n, device="cuda")
-    plan = mpgemm.gemm_plan(m, n, k, aligned=k % 8 == 0)  # both operands' contiguous extent is k
+    plan = mpgemm.gemm_plan(m, n, k, load_width=math.gcd(k, 8))  # both operands' contiguous extent is k
     if (m, n) in [(64, 64), (128, 256)] and mpgemm.plan.device_limits()["multiprocessors"] >= 16:
         assert plan.split_k > 1, plan
     for out_dtype in (torch.float32, dtype):

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import torch
 
 import mpgemm
 from mpgemm import plan as gemm_plans
@@ -104,7 +105,10 @@ def test_a_bad_path_is_named(monkeypatch):
 
 
 def test_operands_the_copy_engine_cannot_describe_stay_on_wmma():
-    assert mpgemm.gemm_plan(4095, 4097, 4093, aligned=False, device_limits=H100).config == "scalar"
+    assert mpgemm.gemm_plan(4095, 4097, 4093, load_width=1, device_limits=H100).config == "scalar"
+    # 8-byte chunks: the WMMA tiles at that width, not the Hopper path's 16-byte copies.
+    plan = mpgemm.gemm_plan(4096, 4096, 4092, load_width=4, device_limits=H100)
+    assert (plan.config, plan.load_width) == ("wide", 4)
 
 
 def test_the_hopper_path_never_splits_k():
@@ -120,7 +124,7 @@ def test_batched_problems_do_not_split():
 
 
 def test_unaligned_operands_take_the_one_element_path():
-    plan = mpgemm.gemm_plan(4095, 4097, 4093, aligned=False, device_limits=H100)
+    plan = mpgemm.gemm_plan(4095, 4097, 4093, load_width=1, device_limits=H100)
     assert (plan.config, plan.load_width) == ("scalar", 1)
 
 
@@ -151,8 +155,12 @@ def test_candidates_are_admissible_and_include_the_heuristic():
     assert all(p.smem_bytes <= SM86["max_smem_per_block"] for p in candidates)
     assert any(p.config == "small" and p.split_k == 11 for p in candidates)  # the heuristic's count
     assert all(p.split_k == 1 for p in gemm_plans.candidate_plans(64, 64, 8192, batch=2, device_limits=H100))
-    assert all(p.config == "scalar" for p in gemm_plans.candidate_plans(64, 64, 64, aligned=False,
+    assert all(p.config == "scalar" for p in gemm_plans.candidate_plans(64, 64, 64, load_width=1,
                                                                          device_limits=H100))
+    # Square tiles copy 16-byte chunks alone.
+    narrow = gemm_plans.candidate_plans(1024, 1024, 1024, load_width=2, device_limits=H100)
+    assert {p.config for p in narrow} == {"wide", "tall", "compact", "small", "scalar"}
+    assert {p.load_width for p in narrow} == {2, 1}
 
 
 def fake_time(shape, plan):
@@ -211,3 +219,22 @@ def test_a_bad_tuned_config_is_refused():
         gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "huge", 1)
     with pytest.raises(ValueError, match="split_k must be in"):
         gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "small", 17)
+
+
+def test_operand_load_width_is_the_widest_chunk_the_launcher_can_copy():
+    a = torch.randn(64, 96, dtype=torch.float16)
+    width = gemm_plans.operand_load_width
+    assert width(a) == 8 and width(a.t()) == 8  # row- and column-major
+    assert width(a[:, :94]) == 2  # the contiguous extent
+    assert width(a[:, 1:]) == 1  # a base 2 bytes past 16-byte alignment
+    assert width(a[:, 4:]) == 4  # 8 bytes past
+    batch = torch.randn(3, 8, 12, dtype=torch.float16)
+    assert width(batch) == 4  # leading dimension and batch stride 12
+    assert width(torch.randn(3, 8, 16, dtype=torch.float16)[:, :, :8]) == 8
+    assert width(torch.randn(8, 16, dtype=torch.float16)[:, :8].expand(3, 8, 8)) == 8  # one matrix, broadcast
+
+
+@pytest.mark.parametrize("load_width", [3, 16, True, 8.0])
+def test_a_bad_load_width_is_named(load_width):
+    with pytest.raises(ValueError, match="gemm_plan: load_width must be 8, 4, 2 or 1"):
+        mpgemm.gemm_plan(64, 64, 64, load_width=load_width, device_limits=H100)

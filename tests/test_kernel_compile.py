@@ -8,6 +8,7 @@ The mainloops of the sm_90 kernels that stage 16-byte chunks must meet issue
 import concurrent.futures
 import glob
 import os
+import re
 import subprocess
 
 import pytest
@@ -400,31 +401,66 @@ def test_large_tile_mainloops_load_the_next_fragments_among_the_mma(compiled):
         assert between.count("LDSM") >= mix.counts["ldsm"] // 2, f"{name}: {between.count('LDSM')} of {mix.counts['ldsm']} LDSM among the HMMA"
 
 
+def _registers(operand, count):
+    """The `count` registers from the one `operand` names (R12 -> 12 ... 12 + count - 1); none for RZ or others."""
+    m = re.match(r"R(\d+)", operand.strip())
+    return set(range(int(m.group(1)), int(m.group(1)) + count)) if m else set()
+
+
+def hmma_ready_at_barriers(code, mix):
+    """For each block barrier of the mainloop: the HMMA between it and the next
+    copies (the loop wraps around) whose A and B registers no ldmatrix past
+    the barrier writes: products on fragments loaded before it."""
+    body = [i for i in code if mix.start <= i.address <= mix.end]
+    counts = []
+    for at, barrier in enumerate(body):
+        if not barrier.opcode.startswith("BAR.SYNC"):
+            continue
+        loaded, ready = set(), 0
+        for i in body[at + 1:] + body[:at]:
+            if i.opcode.startswith("LDGSTS"):
+                break
+            operands = i.operands.split(",")
+            if i.opcode.startswith("LDSM"):  # LDSM.16.M88.4 writes 4 registers, .2 two, else one
+                width = i.opcode.rsplit(".", 1)[-1]
+                loaded |= _registers(operands[0], int(width) if width.isdigit() else 1)
+            elif i.opcode.startswith("HMMA"):  # HMMA.16816: D, A (4 registers), B (2), C
+                ready += not (_registers(operands[1], 4) | _registers(operands[2], 2)) & loaded
+        counts.append(ready)
+    return counts
+
+
 def test_block_barriers_leave_the_tensor_cores_work(compiled):
     # The block meets once per K slice, after its second-to-last k16 step:
-    # the last step's fragments are already in registers, so its mma_sync run
-    # while warps wait at the barrier and load the next slice's first
-    # fragments. A barrier at the top of a slice, before its copies and loads,
-    # would leave every warp with no HMMA to issue until its first ldmatrix
-    # returns. From each barrier to the next slice's copies (the loop wraps
-    # around), at least a quarter slice of HMMA: one k16 step of the 64-deep
-    # slices, half of one of the 32-deep ones.
+    # the last step's fragments are already in registers, so its mma_sync
+    # issue as soon as the barrier lets warps go, while the next slice's
+    # first fragments load. A barrier at the top of a slice, before its
+    # loads, leaves every warp with no HMMA to issue until its first ldmatrix
+    # returns: 0 ready products. At least a sixteenth of a slice's HMMA must
+    # be ready after each barrier (a k16 step is a quarter or a half).
     checked = 0
     for name, code in aligned_kernels(compiled[MIX_ARCH][2]).items():
         mix = sass.mainloop_mix(code)
         if compiled_out(MIX_ARCH, name) or mix is None:
             continue
-        body = [i.opcode for i in code if mix.start <= i.address <= mix.end]
-        barriers = [at for at, op in enumerate(body) if op.startswith("BAR.SYNC")]
-        assert barriers, f"{name}: no block barrier in the mainloop"
-        for at in barriers:
-            hmma = 0
-            for op in body[at + 1:] + body[:at]:
-                if op.startswith("LDGSTS"):
-                    break
-                hmma += op.startswith("HMMA")
-            assert hmma >= mix.hmma_per_slice // 4, (
-                f"{name}: {hmma} HMMA between a block barrier and the next copies, of {mix.hmma_per_slice:.0f} "
-                "per slice")
+        counts = hmma_ready_at_barriers(code, mix)
+        assert counts, f"{name}: no block barrier in the mainloop"
+        assert min(counts) >= mix.hmma_per_slice // 16, (
+            f"{name}: {min(counts)} HMMA on fragments loaded before a block barrier, of {mix.hmma_per_slice:.0f} "
+            "per slice")
         checked += 1
     assert checked > 0
+
+
+def test_ready_hmma_count_follows_the_registers():
+    I = sass.Instruction
+    loop = [I(0x00, "HMMA.16816.F32", "R40, R4, R8, R40"),
+            I(0x10, "BAR.SYNC.DEFER_BLOCKING", "0x0"),
+            I(0x20, "LDSM.16.M88.4", "R4, [R100]"),           # the next A fragment: R4 .. R7
+            I(0x30, "HMMA.16816.F32", "R44, R12.reuse, R8, R44"),  # fragments from before the barrier
+            I(0x40, "HMMA.16816.F32", "R48, R6, R8, R48"),     # A in R6: loaded past the barrier
+            I(0x50, "LDGSTS.E.BYPASS.128", "[R1], desc[UR4][R2.64]"),
+            I(0x60, "HMMA.16816.F32", "R52, R12, R10, R52"),   # after the copies: not counted
+            I(0x70, "BRA", "0x0")]
+    mix = sass.mainloop_mix(loop)
+    assert hmma_ready_at_barriers(loop, mix) == [1]

@@ -53,10 +53,11 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   at::Tensor out = at::empty(shape, anchor.options().dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast));
   p.out = out.data_ptr();
   p.out_type = element_type(dtype);
-  const size_t workspace_bytes = kernels::conv2d_workspace_bytes(pass, p);
+  const kernels::Conv2dPlan plan = kernels::plan_conv2d(pass, p);
   at::Tensor workspace;
-  if (workspace_bytes > 0) workspace = at::empty({int64_t(workspace_bytes)}, anchor.options().dtype(at::kByte));
-  C10_CUDA_CHECK(kernels::launch_conv2d(pass, p, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
+  if (plan.workspace_bytes > 0)
+    workspace = at::empty({int64_t(plan.workspace_bytes)}, anchor.options().dtype(at::kByte));
+  C10_CUDA_CHECK(kernels::launch_conv2d(pass, p, plan, plan.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                         c10::cuda::getCurrentCUDAStream(anchor.get_device()).stream()));
   return out.contiguous(format);
 }

@@ -53,14 +53,6 @@ int conv_vector_width(ConvPass pass, const Conv2dParams& p) {
   return 0;
 }
 
-// One of gemm_plan.h's tiles (Square, Compact or Small), its load width, and
-// wgrad's split of K.
-struct ConvPlan {
-  TileConfigId tile = TileConfigId::kCompact;
-  int vector = 8;
-  int split_k = 1;
-};
-
 // The pass's GEMM for slices of block_k; dgrad's first phase (its largest).
 ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
   switch (pass) {
@@ -76,7 +68,7 @@ ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
 // output pixel, so its tiles alone leave most multiprocessors idle (one 64x64
 // tile for a 64-to-64 1x1 convolution); splitting K gives each multiprocessor
 // blocks.
-ConvPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
+ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
   const DeviceLimits device = device_limits();
   const ConvGemm g = pass_gemm(pass, p, 1);
   // Blocks of one split over every group.
@@ -85,7 +77,7 @@ ConvPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     return (g.m + tile.block_m - 1) / tile.block_m * ((g.n + tile.block_n - 1) / tile.block_n) * p.groups;
   };
   const auto fills = [&](TileConfigId id) { return blocks(id) >= device.multiprocessors; };
-  ConvPlan plan;
+  ConvTilePlan plan;
   plan.vector = conv_vector_width(pass, p);
   const TileConfigInfo& square = tile_config(TileConfigId::kSquare);
   const bool square_fits = device.arch >= square.min_arch && device.max_smem_per_block >= square.smem_bytes &&
@@ -107,7 +99,7 @@ ConvPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
 }
 
 // wgrad's partial sums: split_k copies of dw in fp32.
-size_t partials_bytes(const Conv2dParams& p, const ConvPlan& plan) {
+size_t partials_bytes(const Conv2dParams& p, const ConvTilePlan& plan) {
   if (plan.split_k == 1) return 0;
   return size_t(plan.split_k) * size_t(p.k) * size_t(p.r * p.s * (p.c / p.groups)) * sizeof(float);
 }
@@ -165,14 +157,14 @@ cudaError_t launch_pass(const Conv2dParams& p, const GemmGrid& work, cudaStream_
 
 // Config's kernels at the plan's load width; Square's at 16-byte chunks alone.
 template <class Element, class Config, ConvPass Pass>
-cudaError_t launch_width(const Conv2dParams& p, const ConvPlan& plan, const GemmGrid& work, cudaStream_t stream) {
+cudaError_t launch_width(const Conv2dParams& p, const ConvTilePlan& plan, const GemmGrid& work, cudaStream_t stream) {
   if (plan.vector == 8) return launch_pass<Element, Config, Pass, 8>(p, work, stream);
   if constexpr (!std::is_same_v<Config, SquareTileConfig>) return launch_pass<Element, Config, Pass, 4>(p, work, stream);
   return cudaErrorInvalidValue;
 }
 
 template <class Element, ConvPass Pass>
-cudaError_t launch_tile(const Conv2dParams& p, const ConvPlan& plan, const GemmGrid& work, cudaStream_t stream) {
+cudaError_t launch_tile(const Conv2dParams& p, const ConvTilePlan& plan, const GemmGrid& work, cudaStream_t stream) {
   if constexpr (Pass != ConvPass::kWgrad) {
     if (plan.tile == TileConfigId::kSquare) return launch_width<Element, SquareTileConfig, Pass>(p, plan, work, stream);
     if (plan.tile == TileConfigId::kSmall) return launch_width<Element, SmallTileConfig, Pass>(p, plan, work, stream);
@@ -185,10 +177,11 @@ bool indexes_in_32_bits(const Conv2dParams& p) {
   return std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * p.r * p.s * (p.c / p.groups)}) <= INT_MAX;
 }
 
-// A problem conv_vector_width takes, with `workspace` for its plan's partials.
-cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
+// A problem conv_vector_width takes, on plan_tiles's `plan`, with `workspace`
+// for its partials.
+cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, const ConvTilePlan& plan, void* workspace,
+                            cudaStream_t stream) {
   if (!indexes_in_32_bits(p)) return cudaErrorInvalidValue;
-  const ConvPlan plan = plan_conv2d(pass, p);
   if (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   const GemmGrid work{1, plan.split_k, static_cast<float*>(workspace)};
   return with_input_element(p.input_type, [&](auto element) {
@@ -209,9 +202,10 @@ cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, void* workspac
 // to p.out. An operand whose channels need no padding is read in place if
 // its base is 16-byte aligned, and an output whose channels need none is
 // written in place. Built with a null workspace, the copies' pointers are
-// null but the sizes, and so the plan, are the same.
+// null but the sizes, and so the padded problem's tiles, are the same.
 struct PaddedConv {
   Conv2dParams padded;
+  ConvTilePlan tiles;  // the padded problem's
   PaddedCopy copies_in[4];
   int copy_count = 0;
   bool copies_out = false;
@@ -229,7 +223,8 @@ PaddedCopy copy_between(const void* src, const int64_t (&from)[4], void* dst, co
   return copy;
 }
 
-PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, void* workspace) {
+// `tiles`: the padded problem's plan where already known, or null to work it out.
+PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, void* workspace) {
   const int64_t g = p.groups, cg = p.c / g, kg = p.k / g, taps = p.r * p.s;
   const auto padded_channels = [](int64_t channels) {
     return round_up(channels, channels >= kPadToSixteenBytesFrom ? 8 : 4);
@@ -271,39 +266,56 @@ PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, void* workspace) {
   if (pass == ConvPass::kDgrad) take_back({x_pixels, g, 1, cgp}, {x_pixels, g, 1, cg});
   if (pass == ConvPass::kWgrad) take_back({g, kgp, taps, cgp}, {g, kg, taps, cg});
 
-  const size_t inner_bytes = partials_bytes(conv.padded, plan_conv2d(pass, conv.padded));
-  conv.inner_workspace = take({1, 1, 1, int64_t(inner_bytes)}, 1);
+  conv.tiles = tiles != nullptr ? *tiles : plan_tiles(pass, conv.padded);
+  conv.inner_workspace = take({1, 1, 1, int64_t(partials_bytes(conv.padded, conv.tiles))}, 1);
   return conv;
 }
 
-cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
-  const PaddedConv conv = pad_channels(pass, p, workspace);
+cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, const ConvTilePlan& tiles, void* workspace,
+                          cudaStream_t stream) {
+  const PaddedConv conv = pad_channels(pass, p, &tiles, workspace);
   // An empty problem needs no workspace.
   if (conv.bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   if (!indexes_in_32_bits(conv.padded)) return cudaErrorInvalidValue;
   for (int i = 0; i < conv.copy_count; ++i)
     if (const cudaError_t err = launch_padded_copy(conv.copies_in[i], stream); err != cudaSuccess) return err;
-  if (const cudaError_t err = launch_in_place(pass, conv.padded, conv.inner_workspace, stream); err != cudaSuccess)
+  if (const cudaError_t err = launch_in_place(pass, conv.padded, conv.tiles, conv.inner_workspace, stream);
+      err != cudaSuccess)
     return err;
   return conv.copies_out ? launch_padded_copy(conv.copy_out, stream) : cudaSuccess;
 }
 
 }  // namespace
 
-size_t conv2d_workspace_bytes(ConvPass pass, const Conv2dParams& p) {
-  if (p.groups <= 0) return 0;
-  if (const DepthwisePlan direct = plan_depthwise(pass, p); direct.vector > 0)
-    return depthwise_workspace_bytes(p, direct);
-  if (conv_vector_width(pass, p) == 0) return pad_channels(pass, p, nullptr).bytes;
-  return partials_bytes(p, plan_conv2d(pass, p));
+Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
+  Conv2dPlan plan;
+  if (p.groups <= 0) return plan;
+  plan.depthwise = plan_depthwise(pass, p);
+  if (plan.depthwise.vector > 0) {
+    plan.path = Conv2dPlan::Path::kDepthwise;
+    plan.workspace_bytes = depthwise_workspace_bytes(p, plan.depthwise);
+  } else if (conv_vector_width(pass, p) == 0) {
+    const PaddedConv conv = pad_channels(pass, p, nullptr, nullptr);
+    plan.path = Conv2dPlan::Path::kPadded;
+    plan.tiles = conv.tiles;
+    plan.workspace_bytes = conv.bytes;
+  } else {
+    plan.path = Conv2dPlan::Path::kImplicitGemm;
+    plan.tiles = plan_tiles(pass, p);
+    plan.workspace_bytes = partials_bytes(p, plan.tiles);
+  }
+  return plan;
 }
 
-cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, void* workspace, cudaStream_t stream) {
+cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan& plan, void* workspace,
+                          cudaStream_t stream) {
   if (p.groups <= 0) return cudaErrorInvalidValue;
-  if (const DepthwisePlan direct = plan_depthwise(pass, p); direct.vector > 0)
-    return launch_depthwise(pass, p, direct, workspace, stream);
-  if (conv_vector_width(pass, p) == 0) return launch_padded(pass, p, workspace, stream);
-  return launch_in_place(pass, p, workspace, stream);
+  switch (plan.path) {
+    case Conv2dPlan::Path::kDepthwise: return launch_depthwise(pass, p, plan.depthwise, workspace, stream);
+    case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);
+    case Conv2dPlan::Path::kImplicitGemm: return launch_in_place(pass, p, plan.tiles, workspace, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace mpgemm::kernels

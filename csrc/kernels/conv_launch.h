@@ -5,23 +5,51 @@
 
 #include <cuda_runtime.h>
 
+#include "conv_depthwise.h"
 #include "conv_params.h"
+#include "gemm_plan.h"
 
 namespace mpgemm::kernels {
 
-// Bytes of device workspace launch_conv2d needs for `pass` of `params` on
-// the current device: wgrad's split partial sums (of the implicit GEMM, or of
-// the depthwise kernels), and for channels per group that no 8-byte chunk
-// divides (or misaligned operands) the copies padded to whole chunks; 0 when
-// neither applies. The caller allocates them.
-size_t conv2d_workspace_bytes(ConvPass pass, const Conv2dParams& params);
+// The implicit GEMM's choice for a pass: one of gemm_plan.h's tiles (Square,
+// Compact or Small), its load width in elements (8 or 4), and wgrad's split
+// of K.
+struct ConvTilePlan {
+  TileConfigId tile = TileConfigId::kCompact;
+  int vector = 8;
+  int split_k = 1;
+};
 
-// Enqueues one pass of the convolution described by `params` on `stream`,
-// with `workspace` (at least conv2d_workspace_bytes, 16-byte aligned).
-// Returns the launch error, cudaErrorInvalidValue for sizes beyond 32-bit
-// implicit-GEMM indices, an input_type that is not 16-bit or a missing
-// workspace, cudaErrorNotSupported for bf16 where the device runs code built
-// for an arch below sm_80, cudaSuccess otherwise.
-cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& params, void* workspace, cudaStream_t stream);
+// How launch_conv2d runs one pass of a problem on the current device, and the
+// device workspace it needs (the caller allocates it): worked out once per
+// call, from the sizes and the operands' alignment.
+struct Conv2dPlan {
+  enum class Path : int {
+    kInvalid,       // groups <= 0: launch_conv2d refuses the problem
+    kDepthwise,     // one channel per group: conv_depthwise.cu's direct kernels
+    kImplicitGemm,  // the tensors read and written in place
+    // Channels per group that no 8-byte chunk divides, or misaligned
+    // operands: copies padded with zeros to whole chunks, in the workspace.
+    kPadded,
+  };
+  Path path = Path::kInvalid;
+  DepthwisePlan depthwise;  // kDepthwise
+  ConvTilePlan tiles;       // kImplicitGemm; kPadded: the padded problem's
+  // wgrad's split partial sums (of the implicit GEMM, or of the depthwise
+  // kernels) and the padded copies; 0 when neither applies.
+  size_t workspace_bytes = 0;
+};
+
+Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
+
+// Enqueues one pass of the convolution described by `params` on `stream`, as
+// `plan` (plan_conv2d of the same pass and params) says, with `workspace` (at
+// least plan.workspace_bytes, 16-byte aligned). Returns the launch error,
+// cudaErrorInvalidValue for sizes beyond 32-bit implicit-GEMM indices, an
+// input_type that is not 16-bit or a missing workspace,
+// cudaErrorNotSupported for bf16 where the device runs code built for an arch
+// below sm_80, cudaSuccess otherwise.
+cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& params, const Conv2dPlan& plan, void* workspace,
+                          cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

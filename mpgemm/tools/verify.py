@@ -9,7 +9,7 @@ import torch
 
 from .. import ops
 from .._build import build_info
-from ..plan import gemm_plan
+from ..plan import gemm_plan, operand_load_width
 from . import display
 from ..testing import cublas_reference, max_abs_error, random_operand, reference_gemm, relative_error, tolerance
 
@@ -103,21 +103,12 @@ def active_device():
     return "cuda" if build_info()["cuda_available"] else "cpu"
 
 
-def _aligned(t):
-    """Whether an operand allows 16-byte loads as the launcher reads it: a
-    16-byte aligned base, its leading dimension and contiguous extent
-    multiples of 8 elements."""
-    rows, cols = t.shape[-2:]
-    row_stride, col_stride = t.stride()[-2:]
-    ld, extent = (row_stride, cols) if col_stride == 1 else (col_stride, rows)
-    return t.data_ptr() % 16 == 0 and ld % 8 == 0 and extent % 8 == 0
-
-
 def backend_of(a, b):
     """Which kernels mpgemm.gemm runs for these CUDA operands: "cuda (wgmma)"
     (the Hopper path) or "cuda (WMMA)", by the plan of their shape."""
     batch = a.shape[0] if a.dim() == 3 else 1
-    plan = gemm_plan(a.shape[-2], b.shape[-1], a.shape[-1], batch=batch, aligned=_aligned(a) and _aligned(b))
+    plan = gemm_plan(a.shape[-2], b.shape[-1], a.shape[-1], batch=batch,
+                     load_width=min(operand_load_width(a), operand_load_width(b)))
     return "cuda (wgmma)" if plan.config == "wgmma" else "cuda (WMMA)"
 
 

@@ -205,12 +205,22 @@ bool conv_case(int index) {
   const unsigned max_grid_x = long_rows ? 1 : direct && clipped ? unsigned(rnd(1, 2)) : 1u << 31;
   sim::max_grid.x = max_grid_x, sim::max_grid.y = max_grid_y;
   // The workspace poisoned: the reduction must read only what the splits wrote.
-  const size_t workspace_bytes = conv2d_workspace_bytes(pass, a);
+  const Conv2dPlan plan = plan_conv2d(pass, a);
+  const size_t workspace_bytes = plan.workspace_bytes;
   std::vector<float> workspace(workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
   void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
-  const cudaError_t err = launch_conv2d(pass, a, workspace_bytes ? aligned : nullptr, nullptr);
+  const cudaError_t err = launch_conv2d(pass, a, plan, workspace_bytes ? aligned : nullptr, nullptr);
+  // The launcher took the path the case was built for. A padded-path case
+  // may draw channels and bases that need no copy (multiples of 4 or 8, an
+  // empty batch's null operands); it then runs in place.
+  const Conv2dPlan::Path want_path = direct                ? Conv2dPlan::Path::kDepthwise
+                                     : path == kPaddedPath ? Conv2dPlan::Path::kPadded
+                                                           : Conv2dPlan::Path::kImplicitGemm;
+  const bool wrong_path =
+      plan.path != want_path && !(path == kPaddedPath && plan.path == Conv2dPlan::Path::kImplicitGemm);
+  if (wrong_path) printf("  planned path %d, built for %d\n", int(plan.path), int(want_path));
   // The implicit GEMM's wgrad split in place (its workspace is the partials alone).
-  conv_splits_run += pass == ConvPass::kWgrad && !direct && path != kPaddedPath && workspace_bytes > 0;
+  conv_splits_run += pass == ConvPass::kWgrad && plan.path == Conv2dPlan::Path::kImplicitGemm && workspace_bytes > 0;
   sim::max_grid.x = 1u << 31, sim::max_grid.y = 65535;
   sim::shared_limit = shared_limit;
 
@@ -235,7 +245,7 @@ bool conv_case(int index) {
               }
           }
 
-  int bad = err != cudaSuccess;
+  int bad = err != cudaSuccess || wrong_path;
   for (int64_t e = 0; e < count; ++e) {
     const float expect = sim::rounded(float(want[e]) + bias.values[e % a.k], a.out_type);
     const float got = get(out.p, a.out_type, out_offset + e);
