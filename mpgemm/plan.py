@@ -96,15 +96,27 @@ def _as_plan(entry, load_width):
 
 def operand_load_width(t):
     """The widest load (8, 4, 2 or 1 elements) that the GEMM launcher can use
-    on the CUDA operand `t` (a matrix or a batch of them, one of its two last
-    strides 1): its base aligned to the load's bytes, and its leading
-    dimension, batch stride and contiguous extent multiples of it."""
+    on the CUDA operand `t` (a matrix or a batch of them): its base aligned to
+    the load's bytes, and its leading dimension, batch stride and contiguous
+    extent multiples of it. The layout is the launcher's: row- or
+    column-major in place (a dimension of size 1 taking the layout whose
+    contiguous extent is longer; a batch of one broadcast), anything else a
+    fresh row-major copy."""
     rows, cols = t.shape[-2:]
     row_stride, col_stride = t.stride()[-2:]
-    ld, extent = (row_stride, cols) if col_stride == 1 else (col_stride, rows)
-    batch_stride = t.stride(0) if t.dim() == 3 else 0
+    batch = t.dim() == 3 and t.shape[0] > 1
+    batch_stride, data = (t.stride(0) if batch else 0), t.data_ptr()
+    if cols == 1 and rows > 1 and row_stride == 1:
+        ld, extent = rows, rows  # a column: column-major
+    elif col_stride == 1 or cols == 1:
+        ld, extent = (cols if rows == 1 else row_stride), cols
+    elif row_stride == 1 or rows == 1:
+        ld, extent = col_stride, rows
+    else:  # copied: a fresh allocation, rows of cols elements
+        ld, extent, data = cols, cols, 0
+        batch_stride = rows * cols if batch else 0
     return next(w for w in LOAD_WIDTHS
-                if t.data_ptr() % (2 * w) == 0 and ld % w == 0 and extent % w == 0 and batch_stride % w == 0)
+                if data % (2 * w) == 0 and ld % w == 0 and extent % w == 0 and batch_stride % w == 0)
 
 
 def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):

@@ -232,6 +232,14 @@ def test_operand_load_width_is_the_widest_chunk_the_launcher_can_copy():
     assert width(batch) == 4  # leading dimension and batch stride 12
     assert width(torch.randn(3, 8, 16, dtype=torch.float16)[:, :, :8]) == 8
     assert width(torch.randn(8, 16, dtype=torch.float16)[:, :8].expand(3, 8, 8)) == 8  # one matrix, broadcast
+    # As the launcher lays them out: a size-1 dimension takes the layout with
+    # the longer contiguous extent, a batch of one broadcasts, and operands
+    # neither row- nor column-major are copied to row-major.
+    assert width(torch.randn(64, 1, dtype=torch.float16)) == 8
+    assert width(torch.randn(1, 64, dtype=torch.float16).t().t().as_strided((1, 64), (1, 1))) == 8
+    assert width(torch.randn(1, 8, 12, dtype=torch.float16)) == 4
+    assert width(torch.randn(1, 64, 16, dtype=torch.float16).movedim(1, 2)) == 8
+    assert width(torch.randn(16, 32, dtype=torch.float16)[::2, ::2]) == 8
 
 
 @pytest.mark.parametrize("load_width", [3, 16, True, 8.0])
