@@ -1,13 +1,14 @@
 """The Hopper path on a GPU (issue 16): correctness of the wgmma GEMM against
-float64 on every operand layout, input and output type and edge, then its
-speed against cuBLAS and the WMMA path, in one process.
+float64 on every operand layout, input and output type and edge, on blocks
+alone and on pairs that multicast B, then the speed of both against cuBLAS
+and the WMMA path, in one process.
 
     python3 bench/wgmma_check.py [--json FILE] [--skip-speed]
 
 Needs an sm_90 GPU and an extension built with 9.0 in TORCH_CUDA_ARCH_LIST.
-The correctness cases force the Hopper path (MPGEMM_GEMM_PATH=wgmma), also
-where the heuristic would split K on WMMA tiles instead. Exit status 1 if any
-case is wrong, or does not run on the Hopper path."""
+The correctness cases force each Hopper kernel (MPGEMM_GEMM_PATH=wgmma, then
+wgmma_2x1), also where the heuristic would split K on WMMA tiles instead.
+Exit status 1 if any case is wrong, or does not run on the kernel forced."""
 
 import argparse
 import json
@@ -20,6 +21,8 @@ import mpgemm
 from mpgemm.tools.timing import CudaEventClock, input_sets_for, time_interleaved
 
 LAYOUTS = [("row", "col"), ("row", "row"), ("col", "col"), ("col", "row")]
+# MPGEMM_GEMM_PATH values that force each Hopper kernel; each names the plan's config.
+HOPPER_PATHS = ("wgmma", "wgmma_2x1")
 # (batch, m, n, k): one tile; several tiles with K remainders and ragged
 # edges; a wave and more; a batch. Each size a multiple of 8 where it may be
 # a leading dimension, so that every layout stays on the path.
@@ -36,7 +39,8 @@ def operand(batch, rows, cols, layout, dtype):
     return torch.randn(*lead, cols, rows, device="cuda").to(dtype).transpose(-1, -2)
 
 
-def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation):
+def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path):
+    os.environ["MPGEMM_GEMM_PATH"] = path
     a = operand(batch, m, k, layouts[0], dtype)
     # A batch multiplies a batch of B when B is column-major, one broadcast B otherwise.
     b = operand(batch if layouts[1] == "col" else 1, k, n, layouts[1], dtype)
@@ -58,18 +62,18 @@ def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation):
     return {"batch": batch, "m": m, "n": n, "k": k, "layouts": "".join(l[0] for l in layouts),
             "dtype": str(dtype).removeprefix("torch."), "out": str(out_dtype).removeprefix("torch."),
             "bias": bias, "activation": activation, "config": plan.config, "rel_err": err,
-            "unwritten": unwritten, "ok": unwritten == 0 and err < tol and plan.config == "wgmma"}
+            "unwritten": unwritten, "ok": unwritten == 0 and err < tol and plan.config == path}
 
 
 def correctness():
     results = []
     for i, (batch, m, n, k) in enumerate(SHAPES):
         for layouts in LAYOUTS:
-            for dtype in (torch.float16, torch.bfloat16):
-                out_dtype = dtype if (i + len(results)) % 3 == 0 else torch.float32
+            for dtype, path in ((d, p) for d in (torch.float16, torch.bfloat16) for p in HOPPER_PATHS):
+                out_dtype = dtype if (i + len(results) // 2) % 3 == 0 else torch.float32
                 bias = i % 2 == 0
                 activation = [None, "relu", "gelu"][i % 3]
-                results.append(check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation))
+                results.append(check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path))
                 r = results[-1]
                 print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['batch']}x{m}x{n}x{k} {r['layouts']} {r['dtype']}->{r['out']} "
                       f"bias={bias} act={activation} config={r['config']} rel_err={r['rel_err']:.2e} "
@@ -99,6 +103,10 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
             os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
             return mpgemm.gemm(a, b)
 
+        def wgmma_2x1(a, b):
+            os.environ["MPGEMM_GEMM_PATH"] = "wgmma_2x1"
+            return mpgemm.gemm(a, b)
+
         def wmma(a, b):
             os.environ["MPGEMM_GEMM_PATH"] = "wmma"
             return mpgemm.gemm(a, b)
@@ -106,8 +114,8 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
         def cublas(a, b):
             return torch.mm(a, b, out_dtype=torch.float32)
 
-        times = time_interleaved({"wgmma": wgmma, "wmma": wmma, "cublas": cublas}, sets, clock=clock,
-                                 reps=15)
+        times = time_interleaved({"wgmma": wgmma, "wgmma_2x1": wgmma_2x1, "wmma": wmma, "cublas": cublas}, sets,
+                                 clock=clock, reps=15)
         os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
         flop = 2 * m * n * k
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
@@ -115,6 +123,7 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
         for name, t in times.items():
             row[f"{name}_tflops"] = flop / t.median_ms / 1e9
         row["wgmma_vs_cublas"] = row["wgmma_tflops"] / row["cublas_tflops"]
+        row["wgmma_2x1_vs_cublas"] = row["wgmma_2x1_tflops"] / row["cublas_tflops"]
         row["wmma_vs_cublas"] = row["wmma_tflops"] / row["cublas_tflops"]
         rows.append(row)
         print(json.dumps(row), flush=True)

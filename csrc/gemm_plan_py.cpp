@@ -19,10 +19,11 @@ using kernels::TileConfigId;
 using kernels::TileConfigInfo;
 
 PyObject* config_dict(const TileConfigInfo& c) {
-  return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "name", c.name, "block_m", c.block_m,
-                       "block_n", c.block_n, "block_k", c.block_k, "warp_m", c.warp_m, "warp_n", c.warp_n, "stages",
-                       c.stages, "threads", c.threads, "min_blocks_per_sm", c.min_blocks_per_sm, "smem_bytes",
-                       c.smem_bytes, "min_arch", c.min_arch, "load_width", c.load_width);
+  return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "name", c.name, "block_m",
+                       c.block_m, "block_n", c.block_n, "block_k", c.block_k, "warp_m", c.warp_m, "warp_n", c.warp_n,
+                       "stages", c.stages, "threads", c.threads, "min_blocks_per_sm", c.min_blocks_per_sm,
+                       "smem_bytes", c.smem_bytes, "min_arch", c.min_arch, "load_width", c.load_width, "cluster_m",
+                       c.cluster_m);
 }
 
 PyObject* plan_dict(const GemmPlan& plan) {

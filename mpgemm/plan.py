@@ -26,9 +26,11 @@ CACHE_VERSION = 1
 class GemmPlan:
     """How a GEMM runs: the tile configuration `config` (block_m x block_n
     tiles, K slices of block_k, `warps` warps, `stages` shared-memory stages,
-    loads of `load_width` elements), K split into `split_k` ranges summed by a
+    loads of `load_width` elements, blocks in clusters of `cluster_m` along M
+    that share B's copies), K split into `split_k` ranges summed by a
     deterministic reduction, tiles visited in groups of `raster_group` tile
-    rows; `tuned` says the choice came from the tuning cache."""
+    rows (of cluster tiles); `tuned` says the choice came from the tuning
+    cache."""
 
     config: str
     block_m: int
@@ -37,6 +39,7 @@ class GemmPlan:
     warps: int
     stages: int
     load_width: int
+    cluster_m: int
     smem_bytes: int
     split_k: int
     raster_group: int
@@ -46,7 +49,7 @@ class GemmPlan:
 def tile_configs():
     """The table of tile configurations, as dicts (name, block_m, block_n,
     block_k, warp_m, warp_n, stages, threads, min_blocks_per_sm, smem_bytes,
-    min_arch, load_width)."""
+    min_arch, load_width, cluster_m)."""
     return _C.tile_configs()
 
 
@@ -90,6 +93,7 @@ def _as_plan(entry, load_width):
                     block_k=config["block_k"],
                     warps=config["threads"] // 32,
                     stages=config["stages"], load_width=min(config["load_width"], load_width),
+                    cluster_m=config["cluster_m"],
                     smem_bytes=config["smem_bytes"],
                     split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"])
 

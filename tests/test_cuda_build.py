@@ -3,7 +3,10 @@ compiles, links and imports on a machine without a GPU, and every op has a
 CUDA kernel registered. The Hopper GEMM's sm_90a code in the built library
 is read back: wgmma (HGMMA) in its mainloop and no mma.sync, the copy engine
 (UTMALDG), mbarriers (SYNCS) and register reallocation, no spills, and no
-ptxas advisory that it serialized the wgmmas or ignored setmaxnreg.
+ptxas advisory that it serialized the wgmmas or ignored setmaxnreg; the
+kernels for pairs of blocks multicast their copies, arrive on the other
+block's mbarriers and meet at a cluster barrier, with no memory fence in the
+mainloop.
 
 It needs a Python whose torch is a CUDA build, named by MPGEMM_CUDA_PYTHON
 (`make test` sets one up), and a CUDA compiler of torch's CUDA minor version:
@@ -121,9 +124,14 @@ def hopper_kernels(cuda_build):
     code = sass.dump_sass_instructions(cuda_build["library"])
     kernels = {name: instructions for (arch, name), instructions in code.items()
                if arch == "sm_90a" and "wgmma_gemm_kernel" in name}
-    # Two input types by four operand layouts.
-    assert len(kernels) == 8, sorted(kernels)
+    # Two input types by four operand layouts by two cluster sizes (the last template argument).
+    assert len(kernels) == 16, sorted(kernels)
+    assert sum(PAIR_KERNEL in name for name in kernels) == 8, sorted(kernels)
     return kernels
+
+
+# The mangled kCluster = 2 (after the input type) of the kernels for pairs of blocks.
+PAIR_KERNEL = "Li2ELb"
 
 
 def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernels):
@@ -139,6 +147,13 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
         for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
                        "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR"):
             assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
+        # Pairs: B's copies multicast, stages handed back to the other block
+        # (a remote arrival), and a cluster barrier before the first of either.
+        pair_only = ("UTMALDG.3D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT")
+        for op in pair_only:
+            assert (sass.count_opcodes(opcodes, op) > 0) == (PAIR_KERNEL in name), f"{name}: {op}"
+        body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
+        assert not [op for op in body if op.startswith("MEMBAR")], f"{name} fences memory in its mainloop"
 
 
 def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, hopper_kernels):

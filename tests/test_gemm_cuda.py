@@ -1,7 +1,8 @@
 """The GEMM kernels against cuBLAS and float64, in fp16 and in bf16 (skipped
 without a GPU; bf16 needs sm_80). On an sm_90 GPU with a build holding sm_90a
 code, random cases and the large shapes also run with each path forced
-(MPGEMM_GEMM_PATH=wgmma: the Hopper kernel wherever it can run; wmma: never).
+(MPGEMM_GEMM_PATH=wgmma: the Hopper kernel wherever it can run; wgmma_2x1: the
+same on pairs of blocks that multicast B; wmma: never).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -25,7 +26,8 @@ HAS_HOPPER_PATH = (torch.cuda.is_available() and torch.cuda.get_device_capabilit
                    and "sm_90a" in mpgemm.build_info()["cuda_archs"])
 needs_hopper_path = pytest.mark.skipif(not HAS_HOPPER_PATH, reason="the Hopper path needs sm_90 and sm_90a code")
 # MPGEMM_GEMM_PATH values: the default everywhere, each path forced on Hopper.
-PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper_path) for path in ("wgmma", "wmma")]
+HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wmma")
+PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper_path) for path in HOPPER_PATHS]
 
 # Bounds on ||out - ref|| / ||ref|| against float64 and against cuBLAS (fp32
 # out) on the same inputs. fp32 outputs differ only in fp32 accumulation, fp16
@@ -98,7 +100,7 @@ def test_against_cublas_and_float64(case):
 
 
 @needs_hopper_path
-@pytest.mark.parametrize("path", ["wgmma", "wmma"])
+@pytest.mark.parametrize("path", HOPPER_PATHS)
 @pytest.mark.parametrize("case", **case_params(HOPPER_CASES))
 def test_each_path_on_hopper_against_cublas_and_float64(case, path, monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", path)

@@ -57,8 +57,10 @@ MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
 HOPPER_CASES = 24
 HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
 # About half of the cases take the Hopper path (the rest: split-K on WMMA
-# tiles, operands the copy engine cannot describe); a run must have some.
+# tiles, operands the copy engine cannot describe), a quarter its pairs of
+# blocks (wgmma_2x1); a run must have some of each.
 HOPPER_MIN_WGMMA_CASES = 3
+HOPPER_MIN_PAIR_CASES = 2
 # Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh), each with the
 # timing that exposes it soonest and what the simulation must say (the wrong
 # consumer parity: "...that a box copy has yet to write" or "...that no box
@@ -75,6 +77,15 @@ HOPPER_MUTATIONS = {
     "stage handed back before its wgmmas retire": (
         ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
     "accumulators reused without wgmma.fence": (("      wgmma_fence();\n", ""), (False, False), "without wgmma.fence"),
+    # A pair's consumers hand each stage back to their own producer alone, so
+    # the other block's producer multicasts over a stage they still read.
+    "stage of a pair handed back to one producer": (
+        ("mbarrier_arrive_cluster(&shared.empty[stage], thread)", "mbarrier_arrive_cluster(&shared.empty[stage], rank)"),
+        (False, True), "a box copy lands on shared memory"),
+    # A pair's producer leaves without waiting for the other block's last hand-backs.
+    "block of a pair exits before the other's arrivals": (
+        ("    if constexpr (kCluster > 1) {\n      for (int s = 0;", "    if constexpr (false) {\n      for (int s = 0;"),
+        (False, False), "after it exited"),
 }
 HOPPER_KERNELS = ["gemm_wgmma_kk.cu", "gemm_wgmma_km.cu", "gemm_wgmma_mk.cu", "gemm_wgmma_mm.cu"]
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
@@ -230,6 +241,7 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert re.search(r"layout: 0/\d+ mismatches", output), replay
     assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
     assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
+    assert int(re.search(r"wgmma_2x1 cases: (\d+)", output).group(1)) >= HOPPER_MIN_PAIR_CASES, replay
 
 
 @pytest.mark.parametrize("name", HOPPER_MUTATIONS)

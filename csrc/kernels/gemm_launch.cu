@@ -25,7 +25,8 @@ cudaError_t launch_config(TileConfigId id, const GemmParams& p, const GemmGrid& 
     case TileConfigId::kSmall: return launch_tile<SmallTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
     case TileConfigId::kScalar:
       return launch_tile<ScalarTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
-    case TileConfigId::kWgmma: return launch_wgmma_gemm(p, work.raster_group, stream);
+    case TileConfigId::kWgmma: return launch_wgmma_gemm(p, work.raster_group, 1, stream);
+    case TileConfigId::kWgmmaPair: return launch_wgmma_gemm(p, work.raster_group, 2, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -98,7 +99,7 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmPlan& plan, void* workspa
     return cudaErrorInvalidValue;
   // Whether the device holds the tile is prepare_launch's to say (and whether
   // it runs the Hopper path's sm_90a code, launch_wgmma_gemm's).
-  const int any_arch = plan.config == TileConfigId::kWgmma ? 90 : INT_MAX;
+  const int any_arch = is_wgmma(plan.config) ? 90 : INT_MAX;
   const DeviceLimits any_device{INT_MAX, INT_MAX, any_arch};
   if (!admissible(gemm_shape(p), any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
       (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))))

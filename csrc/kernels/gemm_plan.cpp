@@ -30,15 +30,17 @@ int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_
 bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
   // sm_90a code runs on compute capability 9.0 alone; the copy engine needs
   // describable operands, and the kernel at least one K slice.
-  if (c.id == TileConfigId::kWgmma)
-    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma && s.k > 0;
+  if (is_wgmma(c.id))
+    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma &&
+           s.k > 0 && d.multiprocessors >= c.cluster_m;
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
 }
 
-// Groups of up to kMaxRasterGroup tile rows: blocks running together then
-// share A's rows and B's columns in L2 (TileScheduler).
+// Groups of up to kMaxRasterGroup tile rows (of cluster tiles on the paired
+// Hopper path): blocks running together then share A's rows and B's columns
+// in L2 (TileScheduler).
 int raster_group(const TileConfigInfo& c, const GemmShape& s) {
-  return int(std::clamp<int64_t>(ceil_div(s.m, c.block_m), 1, kMaxRasterGroup));
+  return int(std::clamp<int64_t>(ceil_div(s.m, int64_t(c.block_m) * c.cluster_m), 1, kMaxRasterGroup));
 }
 
 GemmPlan make_plan(TileConfigId id, const GemmShape& s, int split_k, bool tuned) {
@@ -64,9 +66,10 @@ GemmPath gemm_path() {
   const char* path = std::getenv("MPGEMM_GEMM_PATH");
   if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0) return GemmPath::kAuto;
   if (std::strcmp(path, "wgmma") == 0) return GemmPath::kWgmma;
+  if (std::strcmp(path, "wgmma_2x1") == 0) return GemmPath::kWgmmaPair;
   if (std::strcmp(path, "wmma") == 0) return GemmPath::kWmma;
-  throw std::invalid_argument(std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma' or 'wmma', got '") + path +
-                              "'");
+  throw std::invalid_argument(std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1' or 'wmma', got '") +
+                              path + "'");
 }
 
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
@@ -75,7 +78,7 @@ bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int 
   // Split-K runs single matrices only, and not on the Hopper path. A split
   // with no K slice (more splits than slices) is correct, only wasteful:
   // candidate_plans leaves it out.
-  return fits_device(c, s, d) && (split_k == 1 || (s.batch == 1 && id != TileConfigId::kWgmma));
+  return fits_device(c, s, d) && (split_k == 1 || (s.batch == 1 && !is_wgmma(id)));
 }
 
 namespace {
@@ -112,7 +115,9 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     operands, not switched off by gemm_path), unless rule 3 below splits K
 //     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
 //     idle on small outputs with long K, where split-K of smaller WMMA tiles
-//     ran up to 9x faster on an H100.
+//     ran up to 9x faster on an H100. Blocks alone ("wgmma") unless
+//     gemm_path asks for pairs: the pairs have yet to be timed on a GPU
+//     (bench/NOTES.md); tuning picks them where they measure faster.
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
 //  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
 //     whose shared memory and arch the device has and whose grid (tiles x
@@ -123,8 +128,11 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     kMaxSplitK) splits (so at least 2).
 GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
-  if ((wmma.split_k == 1 || gemm_path() == GemmPath::kWgmma) && fits_device(tile_config(TileConfigId::kWgmma), s, d))
-    return make_plan(TileConfigId::kWgmma, s, 1, false);
+  const GemmPath path = gemm_path();
+  const TileConfigId hopper = path == GemmPath::kWgmmaPair ? TileConfigId::kWgmmaPair : TileConfigId::kWgmma;
+  if ((wmma.split_k == 1 || path == GemmPath::kWgmma || path == GemmPath::kWgmmaPair) &&
+      fits_device(tile_config(hopper), s, d))
+    return make_plan(hopper, s, 1, false);
   return wmma;
 }
 

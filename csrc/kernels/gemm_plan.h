@@ -26,7 +26,7 @@ struct DeviceLimits {
 // An H100 SXM: the profile used where no GPU can be asked.
 inline constexpr DeviceLimits kH100Limits{132, 227 * 1024, 90};
 
-enum class TileConfigId : int { kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kCount };
+enum class TileConfigId : int { kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kCount };
 
 // One row of the table: a GemmTileConfig's numbers plus what the launcher and
 // the heuristic need around them.
@@ -37,6 +37,7 @@ struct TileConfigInfo {
   int smem_bytes;  // dynamic shared memory of one block, whatever the operand layouts
   int min_arch;    // oldest compute capability (10 * major + minor) it is meant for
   int load_width;  // elements per global load: 8 (16 bytes, aligned operands) or 1
+  int cluster_m = 1;  // blocks per cluster, along M, that share B's copies (Hopper path)
 };
 
 // Shared memory of one block of Config, the largest over the operand layouts:
@@ -71,21 +72,22 @@ constexpr TileConfigInfo describe(TileConfigId id, const char* name, int min_arc
           Config::kMinBlocksPerSM,
           tile_smem_bytes<Config>(),
           min_arch,
-          load_width};
+          load_width,
+          1};
 }
 
-// The Hopper path's one configuration (wgmma_gemm.cuh): warp_m x warp_n is a
-// consumer warpgroup's share of the tile, and threads count the producer
-// warpgroup too.
-constexpr TileConfigInfo describe_wgmma() {
+// The Hopper path's tile (wgmma_gemm.cuh), on blocks alone or on pairs of
+// blocks that share B's copies: warp_m x warp_n is a consumer warpgroup's
+// share of the tile, and threads count the producer warpgroup too.
+constexpr TileConfigInfo describe_wgmma(TileConfigId id, const char* name, int cluster_m) {
   using C = sm90::WgmmaTileConfig;
-  return {TileConfigId::kWgmma, "wgmma", C::kBlockM, C::kBlockN, C::kBlockK, C::kInstrM, C::kInstrN, C::kStages,
-          C::kThreads, 1, C::kSmemBytes, 90, 8};
+  return {id, name, C::kBlockM, C::kBlockN, C::kBlockK, C::kInstrM, C::kInstrN, C::kStages, C::kThreads, 1,
+          C::kSmemBytes, 90, 8, cluster_m};
 }
 
 // Indexed by TileConfigId. The 3-stage 64-deep tiles are for the cp.async
 // pipeline of sm_80+ (and need more shared memory than sm_75 has); "wgmma"
-// runs on sm_90 alone (its code is sm_90a's).
+// and "wgmma_2x1" run on sm_90 alone (their code is sm_90a's).
 inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<WideTileConfig>(TileConfigId::kWide, "wide", 80, 8),
     describe<TallTileConfig>(TileConfigId::kTall, "tall", 80, 8),
@@ -93,11 +95,14 @@ inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<CompactTileConfig>(TileConfigId::kCompact, "compact", 75, 8),
     describe<SmallTileConfig>(TileConfigId::kSmall, "small", 75, 8),
     describe<ScalarTileConfig>(TileConfigId::kScalar, "scalar", 75, 1),
-    describe_wgmma(),
+    describe_wgmma(TileConfigId::kWgmma, "wgmma", 1),
+    describe_wgmma(TileConfigId::kWgmmaPair, "wgmma_2x1", 2),
 };
 static_assert(sizeof(kTileConfigs) / sizeof(kTileConfigs[0]) == int(TileConfigId::kCount), "one row per id");
 
 constexpr const TileConfigInfo& tile_config(TileConfigId id) { return kTileConfigs[int(id)]; }
+
+constexpr bool is_wgmma(TileConfigId id) { return id == TileConfigId::kWgmma || id == TileConfigId::kWgmmaPair; }
 
 // Whether c's kernels run on operands that allow chunks of `vector` elements
 // (8, 4, 2 or 1): the one-element tile on any; Square on 16-byte chunks
@@ -129,8 +134,9 @@ struct GemmShape {
 
 // Which kernels MPGEMM_GEMM_PATH asks for: "auto" (or unset) lets the
 // heuristic choose, "wgmma" takes the Hopper path wherever it can run,
-// "wmma" never does. Throws std::invalid_argument for any other value.
-enum class GemmPath : int { kAuto = 0, kWgmma, kWmma };
+// "wgmma_2x1" too on pairs of blocks that share B's copies, "wmma" never
+// does. Throws std::invalid_argument for any other value.
+enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWmma };
 GemmPath gemm_path();
 
 // Split-K cuts K into at most this many ranges of whole slices.

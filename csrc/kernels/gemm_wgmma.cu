@@ -51,8 +51,9 @@ cudaError_t operand_map(CUtensorMap* map, ElementType type, const void* base, in
   const bool broadcast = batch_stride == 0 || batch == 1;
   const cuuint64_t dims[3] = {cuuint64_t(inner), cuuint64_t(outer), cuuint64_t(broadcast ? 1 : batch)};
   const cuuint64_t strides[2] = {cuuint64_t(ld) * 2, cuuint64_t(broadcast ? ld * outer : batch_stride) * 2};
+  // 64 elements (128 bytes) along the inner dimension, kBoxRows along the outer one when K-major, 64 K when not.
   const cuuint32_t box[3] = {cuuint32_t(sm90::kSwizzleElements),
-                             cuuint32_t(kKMajor ? Tile::kBytes / sm90::kSwizzleBytes : sm90::kSwizzleElements), 1};
+                             cuuint32_t(kKMajor ? Tile::kBoxRows : sm90::kSwizzleElements), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult err =
       encode(map, type == ElementType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -62,7 +63,7 @@ cudaError_t operand_map(CUtensorMap* map, ElementType type, const void* base, in
 }
 
 template <class Element, bool AKMajor, bool BKMajor>
-cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
+cudaError_t launch(const GemmParams& p, int raster_group, int cluster, cudaStream_t stream) {
   using ATile = sm90::OperandTile<Config::kBlockM, AKMajor>;
   using BTile = sm90::OperandTile<Config::kBlockN, BKMajor>;
   CUtensorMap a_map, b_map;
@@ -80,26 +81,28 @@ cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
   schedule.b_broadcast = p.b_batch_stride == 0;
   schedule.d_pairs = p.d_row_stride % 2 == 0 && p.d_batch_stride % 2 == 0 &&
                      reinterpret_cast<uintptr_t>(p.d) % (2 * element_bytes(p.d_type)) == 0;
-  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor>(a_map, b_map, p, schedule, stream);
+  if (cluster == 2) return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 2>(a_map, b_map, p, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 1>(a_map, b_map, p, schedule, stream);
 }
 
 }  // namespace
 
 bool wgmma_available() { return device_limits().arch == 90 && sm90::wgmma_compiled(); }
 
-cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, cudaStream_t stream) {
+cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, int cluster, cudaStream_t stream) {
   // K-major: A row-major (m, k), B column-major (B^T row-major, as
   // nn.Linear's weight). Row-major wins when both strides are 1, as in
   // gemm_shape.
   const bool a_k_major = p.a_col_stride == 1, b_k_major = p.b_col_stride != 1;
-  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
+  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1 ||
+      (cluster != 1 && cluster != 2))
     return cudaErrorInvalidValue;
   return with_input_element(p.ab_type, [&](auto element) {
     using E = typename decltype(element)::type;
-    if (a_k_major && b_k_major) return launch<E, true, true>(p, raster_group, stream);
-    if (a_k_major) return launch<E, true, false>(p, raster_group, stream);
-    if (b_k_major) return launch<E, false, true>(p, raster_group, stream);
-    return launch<E, false, false>(p, raster_group, stream);
+    if (a_k_major && b_k_major) return launch<E, true, true>(p, raster_group, cluster, stream);
+    if (a_k_major) return launch<E, true, false>(p, raster_group, cluster, stream);
+    if (b_k_major) return launch<E, false, true>(p, raster_group, cluster, stream);
+    return launch<E, false, false>(p, raster_group, cluster, stream);
   });
 }
 

@@ -18,10 +18,11 @@ struct WgmmaSchedule {
   bool d_pairs = false;  // D's rows and base allow two-element stores
 };
 
-// Launches the kernel of one input type and pair of operand layouts
-// (K-major or not) on tensor maps built for them: one translation unit per
-// layout pair (gemm_wgmma_<a><b>.cu), so that they compile in parallel.
-template <class Element, bool AKMajor, bool BKMajor>
+// Launches the kernel of one input type, pair of operand layouts (K-major or
+// not) and cluster size (1, or 2 blocks sharing B) on tensor maps built for
+// them: one translation unit per layout pair (gemm_wgmma_<a><b>.cu), so that
+// they compile in parallel.
+template <class Element, bool AKMajor, bool BKMajor, int kCluster>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const GemmParams& params,
                                 const WgmmaSchedule& schedule, cudaStream_t stream);
 
@@ -33,10 +34,11 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 bool wgmma_available();
 
 // Enqueues `params` on `stream` on the Hopper path, its tiles in groups of
-// `raster_group` tile rows. The operands must be describable by the tensor
+// `raster_group` tile rows, on blocks alone (`cluster` 1) or in pairs that
+// share B's copies (2). The operands must be describable by the tensor
 // copy engine (GemmShape::tma) and K at least 1. Returns
 // cudaErrorNotSupported where the code the device runs has no sm_90a kernel,
 // cudaErrorInvalidValue for operands the path cannot take.
-cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
+cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, int cluster, cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

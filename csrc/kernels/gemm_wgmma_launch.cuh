@@ -9,30 +9,45 @@
 
 namespace mpgemm::kernels::sm90 {
 
-template <class Element, bool AKMajor, bool BKMajor>
+template <class Element, bool AKMajor, bool BKMajor, int kCluster>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const GemmParams& p,
                                 const WgmmaSchedule& schedule, cudaStream_t stream) {
-  using Smem = WgmmaSmem<Element, AKMajor, BKMajor>;
-  auto* kernel = &wgmma_gemm_kernel<Element, AKMajor, BKMajor>;
+  using Smem = WgmmaSmem<AKMajor, BKMajor>;
+  auto* kernel = &wgmma_gemm_kernel<Element, kCluster, AKMajor, BKMajor>;
   if (!wgmma_compiled()) return cudaErrorNotSupported;
   if (const cudaError_t err = prepare_launch<Element>(kernel, Smem::kBytes); err != cudaSuccess) return err;
-  const int64_t tiles = p.batch * TileScheduler<Config>::tiles(p.m, p.n);
-  const int multiprocessors = device_limits().multiprocessors;
-  const int64_t blocks = tiles < multiprocessors ? tiles : multiprocessors;
-  CUtensorMap a = a_map, b = b_map;
-  GemmParams params = p;
-  WgmmaSchedule sched = schedule;
-  void* args[] = {&a, &b, &params, &sched};
-  return cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(Config::kThreads), args, Smem::kBytes, stream);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster;
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(kCluster);
+  config.blockDim = dim3(Config::kThreads);
+  config.dynamicSmemBytes = Smem::kBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = kCluster > 1 ? 1 : 0;
+  // As many clusters as run at once: pairs need two free multiprocessors of
+  // one GPC, which the driver knows and the multiprocessor count does not.
+  int resident = device_limits().multiprocessors;
+  if constexpr (kCluster > 1)
+    if (const cudaError_t err = cudaOccupancyMaxActiveClusters(&resident, kernel, &config); err != cudaSuccess)
+      return err;
+  if (resident < 1) return cudaErrorInvalidConfiguration;
+  const int64_t tiles = p.batch * TileScheduler<ClusterTile<kCluster>>::tiles(p.m, p.n);
+  config.gridDim = dim3(unsigned((tiles < resident ? tiles : resident) * kCluster));
+  return cudaLaunchKernelEx(&config, kernel, a_map, b_map, p, schedule);
 }
 
 }  // namespace mpgemm::kernels::sm90
 
-// Instantiates the launch of both input types for one pair of layouts.
-#define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR)                                                              \
-  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<__half, A_K_MAJOR, B_K_MAJOR>(               \
-      const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,                          \
-      const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);          \
-  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<__nv_bfloat16, A_K_MAJOR, B_K_MAJOR>(        \
+// Instantiates the launch of both input types and cluster sizes for one pair of layouts.
+#define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER)                                     \
+  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER>(  \
       const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,                          \
       const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
+#define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR)                   \
+  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, 1)          \
+  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, 2)          \
+  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, 1)   \
+  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, 2)

@@ -1,7 +1,8 @@
 // The sm_90a instructions of the Hopper GEMM (wgmma_gemm.cuh), one thin
 // wrapper each: mbarriers (PTX ISA 9.7.13.15), the tensor copy engine's tiled
-// loads (cp.async.bulk.tensor, 9.7.9.25), warpgroup MMA (wgmma, 9.7.15) and
-// register reallocation (setmaxnreg, 9.7.19.6). Their bodies exist only in
+// loads (cp.async.bulk.tensor, 9.7.9.25), warpgroup MMA (wgmma, 9.7.15),
+// register reallocation (setmaxnreg, 9.7.19.6) and thread block clusters
+// (%cluster_ctarank 10.13, barrier.cluster 9.7.13.3, mapa 9.7.9.22). Their bodies exist only in
 // the sm_90a pass (MPGEMM_SM90A); elsewhere they compile to nothing, the
 // kernel that calls them is compiled out and its launcher refuses to run it.
 // The host-side kernel simulation runs its models of them instead
@@ -99,6 +100,52 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// --- Clusters: the blocks of a cluster run at once, each on its own
+// multiprocessor, and reach each other's shared memory.
+// This block's rank within its cluster.
+__device__ __forceinline__ uint32_t cluster_rank() {
+#if defined(MPGEMM_KERNEL_SIM)
+  return sim::hopper::cluster_rank();
+#elif MPGEMM_SM90A
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+#else
+  return 0;
+#endif
+}
+
+// Every thread of every block of the cluster meets here; what each wrote
+// before (mbarrier.init included) is visible to all after.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::cluster_sync();
+#elif MPGEMM_SM90A
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// One arrival on the mbarrier at `bar`'s offset in the shared memory of
+// block `rank` of the cluster (this block's own included), with the default
+// release semantics at CTA scope: the stage reads it reports are wgmmas that
+// wgmma.wait_group has already retired, and a cluster-scope release would
+// put a MEMBAR.GPU before every arrival.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::mbarrier_arrive_cluster(bar, rank);
+#elif MPGEMM_SM90A
+  asm volatile(
+      "{\n"
+      "  .reg .b32 remote;\n"
+      "  mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "  mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(rank)
+      : "memory");
+#endif
+}
+
 // --- Tensor copy: box (c0, c1, c2) of `map` into shared memory at `dst`,
 // its bytes counted against `bar`'s expected transactions. Elements outside
 // the tensor arrive as zeros (and still count).
@@ -110,6 +157,22 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
       "[%2];" ::"r"(smem_address(dst)),
       "l"(map), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+
+// The same box into `dst` of every block of the cluster whose rank's bit is
+// set in `ranks`, each copy's bytes counted against the mbarrier at `bar`'s
+// offset in that block.
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const void* map, uint64_t* bar, int c0, int c1,
+                                                      int c2, uint16_t ranks) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::tma_load(dst, map, bar, c0, c1, c2, ranks);
+#elif MPGEMM_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_address(dst)),
+      "l"(map), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(ranks)
       : "memory");
 #endif
 }

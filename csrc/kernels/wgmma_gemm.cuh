@@ -4,12 +4,19 @@
 // Work: a persistent grid, one block per multiprocessor, walks the
 // 128 x 256 tiles of every matrix of the batch in grouped order
 // (TileScheduler), each block taking every gridDim.x-th tile.
+// Cluster: with kCluster = 2, blocks run in pairs, a pair taking two tiles
+// stacked along M (a 256 x 256 cluster tile) that read the same 256 columns
+// of B. Each block copies its own A and half of the shared B, multicast into
+// both blocks' shared memory: the copies per block and slice fall from 48 to
+// 32 KB, which is what L2 must deliver. Same work, a third less traffic.
 // Block: three warpgroups with split roles (warp specialization). Warpgroup 0
 // produces: one of its threads issues the box copies of each 64-deep K slice
 // of A's 128 rows and B's 256 columns into a ring of kStages shared-memory
 // stages, each guarded by two mbarriers: `full` completes when the copy
-// engine has written the stage's bytes, `empty` when both consumers have
-// finished reading it. Warpgroups 1 and 2 consume: each runs 64 x 256 x 16
+// engine has written the stage's bytes (its B half from the other block of
+// a pair too), `empty` when every consumer that reads the stage's copies has
+// finished reading it (in a pair, the other block's consumers as well: its
+// copies land in both blocks). Warpgroups 1 and 2 consume: each runs 64 x 256 x 16
 // wgmmas over its 64 rows of the tile, with the 64 x 256 fp32 accumulators in
 // registers (128 per thread), keeps one slice's wgmmas in flight while it
 // waits for the next, then applies the epilogue straight from registers.
@@ -39,6 +46,16 @@ namespace mpgemm::kernels {
 // The block's dynamic shared memory, the one array every kernel here names.
 extern __shared__ __align__(128) unsigned char smem[];
 
+// This block's dynamic shared memory: `smem`, or in the host simulation,
+// where a cluster's blocks run at once, the running block's own.
+__device__ __forceinline__ unsigned char* block_shared_memory() {
+#if defined(MPGEMM_KERNEL_SIM)
+  return sim::shared_memory;
+#else
+  return smem;
+#endif
+}
+
 namespace sm90 {
 
 using Config = WgmmaTileConfig;
@@ -65,7 +82,7 @@ bool wgmma_compiled() {
 }
 }  // namespace
 
-template <class Element, bool AKMajor, bool BKMajor>
+template <bool AKMajor, bool BKMajor>
 struct WgmmaSmem {
   using ATile = OperandTile<Config::kBlockM, AKMajor>;
   using BTile = OperandTile<Config::kBlockN, BKMajor>;
@@ -100,20 +117,35 @@ struct BatchTile {
   TileOrigin origin;
 };
 
-__device__ __forceinline__ BatchTile batch_tile(int64_t t, const GemmParams& p, int group) {
-  const int64_t per_matrix = TileScheduler<Config>::tiles(p.m, p.n);
+// What a cluster of kCluster blocks computes: kCluster tiles stacked along M.
+template <int kCluster>
+struct ClusterTile {
+  static constexpr int kBlockM = Config::kBlockM * kCluster, kBlockN = Config::kBlockN;
+};
+
+// Cluster tile `t` of the whole batch, the share of the block of rank `rank`.
+template <int kCluster>
+__device__ __forceinline__ BatchTile batch_tile(int64_t t, const GemmParams& p, int group, int rank) {
+  using Scheduler = TileScheduler<ClusterTile<kCluster>>;
+  const int64_t per_matrix = Scheduler::tiles(p.m, p.n);
   const int64_t b = t / per_matrix;
-  return {b, TileScheduler<Config>::origin_of(t - b * per_matrix, p.m, p.n, group)};
+  TileOrigin origin = Scheduler::origin_of(t - b * per_matrix, p.m, p.n, group);
+  origin.m0 += rank * Config::kBlockM;  // past M (an odd count of tile rows): A reads as zeros, nothing is stored
+  return {b, origin};
 }
 
-// Copies a tile of `Rows` rows (M or N, from mn0) by kBlockK (from k0) of the
-// operand behind `map` into `dst`: one box when K-major, Rows / 64 when not.
-template <class Tile>
-__device__ __forceinline__ void load_tile(uint8_t* dst, const void* map, uint64_t* full, int mn0, int k0, int batch) {
+// Copies boxes [first, first + count) of a tile of `Rows` rows (M or N, from
+// mn0) by kBlockK (from k0) of the operand behind `map` into `dst`, and with
+// Multicast into the same place in every block of the cluster.
+template <class Tile, int Multicast>
+__device__ __forceinline__ void load_boxes(uint8_t* dst, const void* map, uint64_t* full, int mn0, int k0, int batch,
+                                           int first, int count) {
 #pragma unroll
-  for (int box = 0; box < Tile::kBoxes; ++box) {
-    if constexpr (Tile::kBoxes == 1) tma_load_3d(dst, map, full, k0, mn0, batch);
-    else tma_load_3d(dst + box * Tile::kBoxBytes, map, full, mn0 + box * kSwizzleElements, k0, batch);
+  for (int box = first; box < first + count; ++box) {
+    const int mn = mn0 + box * Tile::kBoxRows;
+    const int c0 = Tile::kKMajor ? k0 : mn, c1 = Tile::kKMajor ? mn : k0;
+    if constexpr (Multicast == 1) tma_load_3d(dst + box * Tile::kBoxBytes, map, full, c0, c1, batch);
+    else tma_load_3d_multicast(dst + box * Tile::kBoxBytes, map, full, c0, c1, batch, (1u << Multicast) - 1);
   }
 }
 
@@ -181,57 +213,82 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[128], cons
   });
 }
 
-template <class Element, bool AKMajor, bool BKMajor>
+// kCluster before the layouts: the kernel's mangled name must not end as a
+// WMMA kernel's chunk width does (tests/test_kernel_compile.py reads those).
+template <class Element, int kCluster, bool AKMajor, bool BKMajor>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const GemmParams p, const WgmmaSchedule schedule) {
 #if MPGEMM_SM90A
-  using Smem = WgmmaSmem<Element, AKMajor, BKMajor>;
+  static_assert(kCluster == 1 || kCluster == 2, "blocks alone or in pairs");
+  using Smem = WgmmaSmem<AKMajor, BKMajor>;
   static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
-  Smem& shared = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem) + kSwizzleAtomBytes - 1) &
-                                          ~uintptr_t(kSwizzleAtomBytes - 1));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(block_shared_memory());
+  Smem& shared = *reinterpret_cast<Smem*>((start + kSwizzleAtomBytes - 1) & ~uintptr_t(kSwizzleAtomBytes - 1));
+  static_assert(BTile::kBoxes % kCluster == 0, "the blocks of a cluster copy B in whole boxes");
 
   const int warpgroup = threadIdx.x / Config::kWarpgroupThreads;
   const int thread = threadIdx.x % Config::kWarpgroupThreads;
+  const int rank = kCluster == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
     for (int s = 0; s < Config::kStages; ++s) {
       mbarrier_init(&shared.full[s], 1);
-      mbarrier_init(&shared.empty[s], Config::kConsumers);
+      mbarrier_init(&shared.empty[s], Config::kConsumers * kCluster);
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  // The other block's copies and arrivals may reach this one's barriers only once they exist.
+  if constexpr (kCluster == 1) __syncthreads();
+  else cluster_sync();
 
-  const int64_t tiles = p.batch * TileScheduler<Config>::tiles(p.m, p.n);
+  const int64_t tiles = p.batch * TileScheduler<ClusterTile<kCluster>>::tiles(p.m, p.n);
+  const int64_t first_tile = blockIdx.x / kCluster, tile_step = gridDim.x / kCluster;
   const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
   PipelineState pipe;
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
     if (thread != 0) return;
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const BatchTile tile = batch_tile(t, p, schedule.raster_group);
+    constexpr int kBBoxes = BTile::kBoxes / kCluster;  // of B's boxes, those this block copies
+    for (int64_t t = first_tile; t < tiles; t += tile_step) {
+      const BatchTile tile = batch_tile<kCluster>(t, p, schedule.raster_group, rank);
       const int a_batch = schedule.a_broadcast ? 0 : int(tile.batch);
       const int b_batch = schedule.b_broadcast ? 0 : int(tile.batch);
       for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
         mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1);
         mbarrier_arrive_expect_tx(&shared.full[pipe.stage], ATile::kBytes + BTile::kBytes);
         const int k0 = slice * Config::kBlockK;
-        load_tile<ATile>(shared.a[pipe.stage], &a_map, &shared.full[pipe.stage], int(tile.origin.m0), k0, a_batch);
-        load_tile<BTile>(shared.b[pipe.stage], &b_map, &shared.full[pipe.stage], int(tile.origin.n0), k0, b_batch);
+        load_boxes<ATile, 1>(shared.a[pipe.stage], &a_map, &shared.full[pipe.stage], int(tile.origin.m0), k0,
+                             a_batch, 0, ATile::kBoxes);
+        load_boxes<BTile, kCluster>(shared.b[pipe.stage], &b_map, &shared.full[pipe.stage], int(tile.origin.n0), k0,
+                                    b_batch, rank * kBBoxes, kBBoxes);
       }
+    }
+    // The other block's consumers arrive on this block's empty barriers: wait
+    // for each stage's last hand-back, so that none comes after this block exits.
+    if constexpr (kCluster > 1) {
+      for (int s = 0; s < Config::kStages; ++s, pipe.advance())
+        mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1);
     }
     return;
   }
 
   setmaxnreg_inc<Config::kConsumerRegisters>();
   const int consumer = warpgroup - 1;
+  // Hands a stage back to every producer whose copies land in it.
+  auto release = [&](int stage) {
+    if constexpr (kCluster == 1) {
+      if (thread == 0) mbarrier_arrive(&shared.empty[stage]);
+    } else if (thread < kCluster) {
+      mbarrier_arrive_cluster(&shared.empty[stage], thread);
+    }
+  };
   float acc[128];
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const BatchTile tile = batch_tile(t, p, schedule.raster_group);
+  for (int64_t t = first_tile; t < tiles; t += tile_step) {
+    const BatchTile tile = batch_tile<kCluster>(t, p, schedule.raster_group, rank);
     PipelineState reading = pipe;  // the stage whose wgmmas may still be in flight
     for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
       mbarrier_wait(&shared.full[pipe.stage], pipe.phase);
@@ -247,12 +304,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       // pending: hand its stage back to the producer.
       wgmma_wait<1>();
       if (slice > 0) {
-        if (thread == 0) mbarrier_arrive(&shared.empty[reading.stage]);
+        release(reading.stage);
         reading.advance();
       }
     }
     wgmma_wait<0>();
-    if (thread == 0) mbarrier_arrive(&shared.empty[reading.stage]);
+    release(reading.stage);
     const int64_t row0 = tile.origin.m0 + consumer * Config::kInstrM;
     store_accumulators(acc, p, schedule, tile.batch, row0, tile.origin.n0, thread);
   }

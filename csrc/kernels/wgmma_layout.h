@@ -54,19 +54,24 @@ MPGEMM_LAYOUT_FN uint32_t swizzle128_offset(uint32_t row, uint32_t byte) {
 
 // --- Operand tiles in shared memory, as the copy engine stores them and
 // wgmma reads them. A tile holds `Rows` rows of M (A) or N (B) by kBlockK of
-// K. K-major (the operand's K is contiguous in global memory): one box of
-// Rows x 64 K, each row one 128-byte swizzle row. MN-major: Rows / 64 boxes
-// of 64 K rows by 64 M (or N) elements, 8 KB apart.
+// K, copied as kBoxes boxes of kBoxRows rows each, kBoxBytes apart. K-major
+// (the operand's K is contiguous in global memory): boxes of up to 128 rows
+// by 64 K, each row one 128-byte swizzle row, so that the boxes lie end to
+// end as one run of rows. MN-major: boxes of 64 K rows by 64 M (or N)
+// elements, 8 KB apart. Whole boxes are what a cluster's blocks share out
+// when they multicast a tile (wgmma_gemm.cuh).
 template <int Rows, bool KMajor>
 struct OperandTile {
   static constexpr bool kKMajor = KMajor;
-  static constexpr int kBoxes = KMajor ? 1 : Rows / kSwizzleElements;
-  static constexpr int kBoxBytes = Rows * 64 * 2 / kBoxes;
+  static constexpr int kBoxRows = KMajor ? (Rows < 128 ? Rows : 128) : kSwizzleElements;
+  static constexpr int kBoxes = Rows / kBoxRows;
+  static constexpr int kBoxBytes = kBoxRows * 64 * 2;
   static constexpr int kBytes = Rows * 64 * 2;
+  static_assert(Rows % kBoxRows == 0, "a tile is whole boxes");
   // Byte offset of element (mn, k) of the tile.
   MPGEMM_LAYOUT_FN static uint32_t offset(uint32_t mn, uint32_t k) {
     if constexpr (KMajor) return swizzle128_offset(mn, 2 * k);
-    else return (mn / kSwizzleElements) * kBoxBytes + swizzle128_offset(k, 2 * (mn % kSwizzleElements));
+    else return (mn / kBoxRows) * kBoxBytes + swizzle128_offset(k, 2 * (mn % kBoxRows));
   }
   // Descriptor strides (PTX ISA 9.7.15.5.1, "Strides"): the stride byte
   // offset steps between groups of 8 rows of the swizzle atom (the rows run

@@ -105,11 +105,12 @@ def active_device():
 
 def backend_of(a, b):
     """Which kernels mpgemm.gemm runs for these CUDA operands: "cuda (wgmma)"
-    (the Hopper path) or "cuda (WMMA)", by the plan of their shape."""
+    (the Hopper path, its blocks alone or in pairs) or "cuda (WMMA)", by the
+    plan of their shape."""
     batch = max(x.shape[0] if x.dim() == 3 else 1 for x in (a, b))
     plan = gemm_plan(a.shape[-2], b.shape[-1], a.shape[-1], batch=batch,
                      load_width=min(operand_load_width(a), operand_load_width(b)))
-    return "cuda (wgmma)" if plan.config == "wgmma" else "cuda (WMMA)"
+    return "cuda (wgmma)" if plan.config.startswith("wgmma") else "cuda (WMMA)"
 
 
 def run(cases=CASES, device=None, gemm=None):

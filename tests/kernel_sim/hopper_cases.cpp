@@ -11,10 +11,13 @@
 //    broadcasts, on 1 to 4 multiprocessors (each block then walks several
 //    tiles through the ring) or 132 (small outputs take split-K on WMMA
 //    tiles); one in four with MPGEMM_GEMM_PATH=wgmma, which takes the Hopper
-//    path there too; and tall problems whose tile order has a partial group.
+//    path there too; one in four with MPGEMM_GEMM_PATH=wgmma_2x1, on pairs of
+//    blocks that multicast B (odd counts of tile rows leave a block of a pair
+//    past M); and tall problems whose tile order has a partial group.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 //   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>
-// Prints "layout: F/N mismatches", "gemm: F/N failed" and "wgmma cases: N";
+// Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
+// either Hopper kernel) and "wgmma_2x1 cases: N";
 // exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +45,8 @@ static void mismatch(int& count, const char* what, int i, int j, int64_t got, in
 }
 
 // OperandTile<Rows, KMajor> against the copy engine's placement of the boxes
-// load_tile issues (one of Rows x 64 K when K-major, Rows / 64 of 64 x 64,
-// kBoxBytes apart, when MN-major) and against wgmma's reads through
+// load_boxes issues (kBoxRows x 64 K when K-major, 64 x 64 when MN-major,
+// kBoxBytes apart) and against wgmma's reads through
 // OperandTile::descriptor, for every k16 step and every block of the
 // InstrRows rows one instruction spans.
 template <int Rows, bool KMajor, int InstrRows>
@@ -51,14 +54,15 @@ static int check_operand_tile(int& mismatches) {
   using Tile = sm90::OperandTile<Rows, KMajor>;
   const char* layout = KMajor ? "K-major" : "MN-major";
   const uint32_t base = 4 * sm90::kSwizzleAtomBytes;  // any pattern boundary
-  const uint32_t box[3] = {64, KMajor ? uint32_t(Rows) : 64u, 1};
+  const uint32_t box[3] = {64, KMajor ? uint32_t(Tile::kBoxRows) : 64u, 1};
   int checked = 0;
   for (int mn = 0; mn < Rows; ++mn)
     for (int k = 0; k < 64; ++k, ++checked) {
       const uint32_t kernel = base + Tile::offset(mn, k);
-      const uint32_t copied = KMajor ? model::tma_box_address(base, box, 2, k, mn, 0, true)
-                                     : model::tma_box_address(base + (mn / 64) * Tile::kBoxBytes, box, 2, mn % 64, k,
-                                                              0, true);
+      const uint32_t copied =
+          KMajor ? model::tma_box_address(base + (mn / Tile::kBoxRows) * Tile::kBoxBytes, box, 2, k,
+                                          mn % Tile::kBoxRows, 0, true)
+                 : model::tma_box_address(base + (mn / 64) * Tile::kBoxBytes, box, 2, mn % 64, k, 0, true);
       if (kernel != copied) mismatch(mismatches, layout, mn, k, kernel, copied);
       const auto d = model::decode_descriptor(Tile::descriptor(base, k / 16, mn / InstrRows));
       const uint32_t read = model::wgmma_operand_address(d, !KMajor, mn % InstrRows, k % 16);
@@ -131,20 +135,24 @@ static int check_layouts(int& mismatches) {
 }
 
 // A random problem on the launcher's plan for an sm_90 device.
-static bool hopper_gemm_case(int index, int& on_wgmma) {
-  const bool forced = index % 4 == 3, tall = index % 8 == 5;
-  sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(1, 4)) : 132;
+static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs) {
+  const bool forced = index % 4 == 3, paired = index % 4 == 1, tall = index % 8 == 5;
+  sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(paired ? 2 : 1, 4)) : 132;
   if (forced) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
+  if (paired) setenv("MPGEMM_GEMM_PATH", "wgmma_2x1", 1);
   sim::GemmCaseSpec spec;
-  spec.aligned = sim::rnd(0, 7) ? 1 : 0;  // mostly operands the copy engine can describe
+  spec.aligned = paired || sim::rnd(0, 7) ? 1 : 0;  // mostly operands the copy engine can describe
   spec.whole_chunks = false;
   spec.max_m = 300, spec.max_n = 560, spec.max_k = 200;
   if (forced) spec.max_m = spec.max_n = 100, spec.min_k = 64, spec.max_k = 640;  // long K on one tile
-  if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.max_k = 64, spec.batch = 1;
+  if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
+  if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.min_k = 0, spec.max_k = 64;
+  if (tall) spec.batch = 1;
   GemmPlan plan;
-  const bool bad = sim::gemm_case(forced ? "forced" : tall ? "tall" : "gemm", index, spec, &plan);
+  const bool bad = sim::gemm_case(forced ? "forced" : paired ? "pairs" : tall ? "tall" : "gemm", index, spec, &plan);
   unsetenv("MPGEMM_GEMM_PATH");
-  on_wgmma += plan.config == TileConfigId::kWgmma;
+  on_wgmma += is_wgmma(plan.config);
+  on_pairs += plan.config == TileConfigId::kWgmmaPair;
   return bad;
 }
 
@@ -152,7 +160,7 @@ int main(int argc, char** argv) {
   SIM_CHECK(argc == 5, "usage: %s <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>", argv[0]);
   const int cases = std::stoi(argv[1]);
   sim::rng.seed(std::stoull(argv[2]));
-  sim::hopper::block.rng.seed(std::stoull(argv[2]));
+  sim::hopper::rng.seed(std::stoull(argv[2]));
   sim::hopper::copies_late = std::stoi(argv[3]);
   sim::hopper::wgmma_late = std::stoi(argv[4]);
   sim::shared_memory = smem;
@@ -161,8 +169,8 @@ int main(int argc, char** argv) {
   int mismatches = 0;
   const int checked = check_layouts(mismatches);
   printf("layout: %d/%d mismatches\n", mismatches, checked);
-  int failed = 0, on_wgmma = 0;
-  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma);
-  printf("wgmma cases: %d\ngemm: %d/%d failed\n", on_wgmma, failed, cases);
+  int failed = 0, on_wgmma = 0, on_pairs = 0;
+  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma, on_pairs);
+  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\ngemm: %d/%d failed\n", on_wgmma, on_pairs, failed, cases);
   return mismatches || failed;
 }

@@ -1,10 +1,13 @@
 // The sm_90a instructions of csrc/kernels/hopper_ptx.cuh for the host-side
 // kernel simulation: mbarriers, the tensor copy engine's box loads and
 // warpgroup MMA, placing and reading shared memory as hopper_models.h (the
-// PTX ISA's text) says. Two timings widen what a run can catch:
+// PTX ISA's text) says, and the clusters they run in (mock/cuda_runtime.h
+// runs a cluster's blocks together): multicast copies, arrivals on another
+// block's mbarriers, barrier.cluster. Two timings widen what a run can catch:
 //  - copies_late: a box copy lands only when a thread waits on the mbarrier
-//    it completes (otherwise at issue), so reading a stage before its
-//    barrier completes finds what was there before;
+//    it completes (otherwise at issue; a multicast copy in each block when
+//    that block waits), so reading a stage before its barrier completes finds
+//    what was there before;
 //  - wgmma_late: a wgmma reads its operands only when wait_group retires it
 //    (otherwise at commit), so a stage handed back before then is
 //    overwritten under it.
@@ -15,8 +18,9 @@
 // after touching the accumulators, and its 128 threads issue the same
 // wgmmas; an arrival never finds its phase already complete and waiting on
 // transaction bytes; every copy and wgmma group is waited for before the
-// block exits; and a thread that waits (on an mbarrier, or for its
-// warpgroup) while nothing in the block moves for kDeadlockSeconds aborts
+// block exits, and no arrival or copy reaches a block of the cluster after it
+// has exited; and a thread that waits (on an mbarrier, or for its
+// warpgroup) while nothing in the cluster moves for kDeadlockSeconds aborts
 // the run, saying what it waits for.
 #pragma once
 
@@ -29,6 +33,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -46,6 +51,7 @@ inline bool copies_late = false;
 inline bool wgmma_late = false;
 inline constexpr int kDeadlockSeconds = 10;
 inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kLaterBlockDelayUs = 5000;
 
 struct Barrier {
   int count = 0, pending = 0;  // arrivals the phase needs, and still awaits
@@ -53,10 +59,12 @@ struct Barrier {
   uint32_t phase = 0;          // parity of the phase in progress
 };
 
-// One box copy: its tensor map (copied at issue, as the kernel's parameter
-// may not outlive it), destination, box origin and mbarrier.
+// One box copy into one block: its tensor map (copied at issue, as the
+// kernel's parameter may not outlive it), the destination block's rank in
+// the cluster, destination, box origin and mbarrier (in that block).
 struct Copy {
   TensorMap map;
+  unsigned rank;
   uint32_t dst;
   int64_t origin[3];
   uint32_t barrier;
@@ -85,20 +93,31 @@ struct Warpgroup {
   uint64_t generation = 0;  // steps completed
 };
 
-// The state of the running block.
+// What the running cluster's blocks share: one lock over every block's state.
+inline std::mutex mutex;
+inline std::condition_variable changed;
+inline uint64_t progress = 0;  // counts every arrival, landing and retirement
+inline std::mt19937_64 rng{1};
+
+// The state of one running block of the cluster.
 struct Block {
-  std::mutex mutex;
-  std::condition_variable changed;
-  uint64_t progress = 0;  // counts every arrival, landing and retirement
+  bool exited = false;  // every thread has left the kernel (while others of the cluster run on)
+  int finished = 0;     // its threads that have left the kernel
   std::map<uint32_t, Barrier> barriers;
   std::vector<Copy> in_flight;          // copies not yet landed (copies_late)
   // Per 16-byte chunk of shared memory: wgmmas not yet retired that read it,
   // copies yet to land on it, and copies landed on it since the block began.
   std::vector<int> reads, writes, written;
   Warpgroup warpgroups[1024 / kWarpgroupThreads];
-  std::mt19937_64 rng{1};
 };
-inline Block block;
+inline Block blocks[sim::kMaxCluster];
+// The calling thread's block, and block `rank` of its cluster.
+inline Block& own() { return blocks[sim::cluster_rank]; }
+inline Block& block_of_rank(unsigned rank) {
+  SIM_CHECK(rank < sim::cluster_size, "block %u of a cluster of %u", rank, sim::cluster_size);
+  SIM_CHECK(!blocks[rank].exited, "block %u of the cluster is reached after it exited", rank);
+  return blocks[rank];
+}
 inline thread_local int issued_since_commit = 0;
 inline thread_local bool fenced = false;  // since this thread last waited on its wgmmas
 
@@ -108,33 +127,33 @@ inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
 }
 
 inline void moved() {
-  ++block.progress;
-  block.changed.notify_all();
+  ++progress;
+  changed.notify_all();
 }
 
-// The caller holds block.mutex.
-inline Barrier& barrier_at(uint32_t address) {
-  const auto it = block.barriers.find(address);
-  SIM_CHECK(it != block.barriers.end(), "the mbarrier at %u is used before mbarrier.init", address);
+// The caller holds the mutex.
+inline Barrier& barrier_at(Block& b, uint32_t address) {
+  const auto it = b.barriers.find(address);
+  SIM_CHECK(it != b.barriers.end(), "the mbarrier at %u is used before mbarrier.init", address);
   return it->second;
 }
 
-// Waits on block.changed until `done()` (the caller holds `lock`), aborting
-// with `what` if nothing in the block moves for kDeadlockSeconds meanwhile.
+// Waits on `changed` until `done()` (the caller holds `lock`), aborting
+// with `what` if nothing in the cluster moves for kDeadlockSeconds meanwhile.
 template <class Done, class... Args>
 void wait_until(std::unique_lock<std::mutex>& lock, Done&& done, const char* what, Args... args) {
   using Clock = std::chrono::steady_clock;
-  uint64_t seen = block.progress;
+  uint64_t seen = progress;
   Clock::time_point since = Clock::now();
   while (!done()) {
-    block.changed.wait_for(lock, std::chrono::milliseconds(20));
-    if (block.progress != seen) {
-      seen = block.progress;
+    changed.wait_for(lock, std::chrono::milliseconds(20));
+    if (progress != seen) {
+      seen = progress;
       since = Clock::now();
     } else if (Clock::now() - since >= std::chrono::seconds(kDeadlockSeconds)) {
       fprintf(stderr, "deadlock: thread %u of block %u waits ", threadIdx.x, blockIdx.x);
       fprintf(stderr, what, args...);
-      fprintf(stderr, ", and nothing in the block has moved for %d s\n", kDeadlockSeconds);
+      fprintf(stderr, ", and nothing in the cluster has moved for %d s\n", kDeadlockSeconds);
       abort();
     }
   }
@@ -159,14 +178,14 @@ inline void complete_if_done(Barrier& b) {
 inline void mbarrier_init(uint64_t* bar, int count) {
   const uint32_t address = sim::shared_address(bar);
   SIM_CHECK(address % 8 == 0 && count >= 1 && count < (1 << 20), "mbarrier.init at %u, count %d", address, count);
-  std::lock_guard lock(block.mutex);
-  block.barriers[address] = Barrier{count, count, 0, 0};
+  std::lock_guard lock(mutex);
+  own().barriers[address] = Barrier{count, count, 0, 0};
 }
 
-inline void mbarrier_arrive(uint64_t* bar, uint32_t expect_tx_bytes = 0) {
-  const uint32_t address = sim::shared_address(bar);
-  std::lock_guard lock(block.mutex);
-  Barrier& b = barrier_at(address);
+// An arrival on the mbarrier at `address` of block `rank` of the cluster.
+inline void arrive(unsigned rank, uint32_t address, uint32_t expect_tx_bytes) {
+  std::lock_guard lock(mutex);
+  Barrier& b = barrier_at(block_of_rank(rank), address);
   SIM_CHECK(b.pending > 0, "an arrival on the mbarrier at %u, whose phase has all its %d arrivals and awaits only "
             "transaction bytes", address, b.count);
   b.tx += expect_tx_bytes;
@@ -174,6 +193,12 @@ inline void mbarrier_arrive(uint64_t* bar, uint32_t expect_tx_bytes = 0) {
   --b.pending;
   complete_if_done(b);
 }
+
+inline void mbarrier_arrive(uint64_t* bar, uint32_t expect_tx_bytes = 0) {
+  arrive(sim::cluster_rank, sim::shared_address(bar), expect_tx_bytes);
+}
+
+inline void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) { arrive(rank, sim::shared_address(bar), 0); }
 
 // Calls f(i0, i1, i2, shared address) for each element of a copy's box.
 template <class F>
@@ -192,12 +217,13 @@ void for_each_box_element(const Copy& c, F&& f) {
       }
 }
 
-// Writes a copy's box into shared memory (the caller holds block.mutex).
+// Writes a copy's box into its block's shared memory (the caller holds the mutex).
 inline void land(const Copy& c) {
   const TensorMap& t = c.map;
-  std::vector<int>& reads = chunk_counts(block.reads);
-  std::vector<int>& writes = chunk_counts(block.writes);
-  std::vector<int>& written = chunk_counts(block.written);
+  Block& to = block_of_rank(c.rank);
+  std::vector<int>& reads = chunk_counts(to.reads);
+  std::vector<int>& writes = chunk_counts(to.writes);
+  std::vector<int>& written = chunk_counts(to.written);
   for_each_box_element(c, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
     const int64_t at[3] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2};
     bool inside = true;
@@ -208,57 +234,67 @@ inline void land(const Copy& c) {
     }
     SIM_CHECK(reads[address / 16] == 0, "a box copy lands on shared memory (byte %u) that a wgmma not yet "
               "retired by wait_group reads", address);
-    unsigned char* dst = sim::shared_memory + address;
+    unsigned char* dst = sim::cluster_shared[c.rank] + address;
     if (inside) memcpy(dst, t.base + offset, t.element_bytes);  // AddressSanitizer checks the read
     else memset(dst, 0, t.element_bytes);
     --writes[address / 16];
     written[address / 16] = 1;
   });
-  Barrier& b = barrier_at(c.barrier);
+  Barrier& b = barrier_at(to, c.barrier);
   b.tx -= int64_t(t.box[0]) * t.box[1] * t.box[2] * t.element_bytes;  // the whole box counts, zeros too
   check_tx(b, c.barrier);
   complete_if_done(b);
 }
 
-// Lands the copies in flight that complete the mbarrier at `address`, in a
-// random order; whether there were any. The caller holds block.mutex.
+// Lands the copies in flight to the calling thread's block that complete its
+// mbarrier at `address`, in a random order; whether there were any. The
+// caller holds the mutex.
 inline bool land_copies_for(uint32_t address) {
   std::vector<Copy> now, later;
-  for (const Copy& c : block.in_flight) (c.barrier == address ? now : later).push_back(c);
+  for (const Copy& c : own().in_flight) (c.barrier == address ? now : later).push_back(c);
   if (now.empty()) return false;
-  block.in_flight = std::move(later);
-  std::shuffle(now.begin(), now.end(), block.rng);
+  own().in_flight = std::move(later);
+  std::shuffle(now.begin(), now.end(), rng);
   for (const Copy& c : now) land(c);
   return true;
 }
 
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t address = sim::shared_address(bar);
-  std::unique_lock lock(block.mutex);
+  std::unique_lock lock(mutex);
   // The phase of parity `parity` has completed once the phase in progress has the other one.
   const auto done = [&] {
-    while (barrier_at(address).phase == (parity & 1))
+    while (barrier_at(own(), address).phase == (parity & 1))
       if (!copies_late || !land_copies_for(address)) return false;
     return true;
   };
   wait_until(lock, done, "for the phase of parity %u of the mbarrier at %u", parity & 1, address);
 }
 
-inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
+// A box copy into the calling thread's block, or with `ranks` (a cluster's
+// multicast mask) into the same place of each block whose bit is set.
+inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2, uint16_t ranks = 0) {
   const TensorMap& t = sim::tensor_map(map);
-  const Copy c{t, sim::shared_address(dst), {c0, c1, c2}, sim::shared_address(bar)};
+  const uint32_t to = sim::shared_address(dst), barrier = sim::shared_address(bar);
   // A swizzled box's pattern starts over every 1024 bytes (hopper_models.h):
   // the destination must start one, as it does for the descriptors' base offset 0.
-  SIM_CHECK(c.dst % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box copy to byte %u", c.dst);
-  std::lock_guard lock(block.mutex);
-  barrier_at(c.barrier);
-  std::vector<int>& writes = chunk_counts(block.writes);
-  for_each_box_element(c, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
-  if (copies_late) block.in_flight.push_back(c);
-  else land(c);
+  SIM_CHECK(to % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box copy to byte %u", to);
+  SIM_CHECK(ranks < (1u << sim::cluster_size), "multicast mask %#x in a cluster of %u", ranks, sim::cluster_size);
+  std::lock_guard lock(mutex);
+  for (unsigned rank = 0; rank < sim::cluster_size; ++rank) {
+    if (ranks == 0 ? rank != sim::cluster_rank : !(ranks >> rank & 1)) continue;
+    const Copy c{t, rank, to, {c0, c1, c2}, barrier};
+    Block& into = block_of_rank(rank);
+    barrier_at(into, c.barrier);
+    std::vector<int>& writes = chunk_counts(into.writes);
+    for_each_box_element(c, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
+    if (copies_late) into.in_flight.push_back(c);
+    else land(c);
+  }
 }
 
-// Element (row, col) of a wgmma operand as fp32 (the caller holds block.mutex).
+// Element (row, col) of a wgmma operand as fp32, from the calling thread's
+// block (the caller holds the mutex).
 template <class Element>
 float operand(const model::MatrixDescriptor& d, bool mn_major, uint32_t mn, uint32_t k) {
   const uint32_t address = model::wgmma_operand_address(d, mn_major, mn, k);
@@ -269,7 +305,7 @@ float operand(const model::MatrixDescriptor& d, bool mn_major, uint32_t mn, uint
 }
 
 // D (64 x N, fp32) = A (64 x 16) B (16 x N) + (accumulate ? D : 0) for each
-// thread's registers (the caller holds block.mutex).
+// thread's registers (the caller holds the mutex).
 template <class Element>
 void execute(Wgmma& op) {
   const model::MatrixDescriptor da = model::decode_descriptor(op.desc_a), db = model::decode_descriptor(op.desc_b);
@@ -312,20 +348,20 @@ inline std::vector<uint32_t> operand_chunks(uint64_t desc_a, bool a_mn_major, ui
 
 template <class Element, int N>
 void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate, bool a_mn_major, bool b_mn_major) {
-  Warpgroup& w = block.warpgroups[threadIdx.x / kWarpgroupThreads];
+  Warpgroup& w = own().warpgroups[threadIdx.x / kWarpgroupThreads];
   const int thread = threadIdx.x % kWarpgroupThreads;
   // The accumulators may have been touched by other instructions (PTX ISA, wgmma.fence).
   SIM_CHECK(fenced, "thread %u issues a wgmma without wgmma.fence since it last waited on its wgmmas", threadIdx.x);
-  std::lock_guard lock(block.mutex);
+  std::lock_guard lock(mutex);
   const size_t index = issued_since_commit++;
   if (index == w.open.size()) {  // the first thread to issue it
     Wgmma op;
     op.desc_a = desc_a, op.desc_b = desc_b, op.a_mn_major = a_mn_major, op.b_mn_major = b_mn_major;
     op.bf16 = std::is_same_v<Element, __nv_bfloat16>, op.n = N;
     op.chunks = operand_chunks(desc_a, a_mn_major, desc_b, b_mn_major, N);
-    std::vector<int>& reads = chunk_counts(block.reads);
-    std::vector<int>& writes = chunk_counts(block.writes);
-    std::vector<int>& written = chunk_counts(block.written);
+    std::vector<int>& reads = chunk_counts(own().reads);
+    std::vector<int>& writes = chunk_counts(own().writes);
+    std::vector<int>& written = chunk_counts(own().written);
     for (uint32_t c : op.chunks) {
       SIM_CHECK(writes[c] == 0, "a wgmma is issued on shared memory (byte %u) that a box copy has yet to write",
                 c * 16);
@@ -345,7 +381,7 @@ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate,
 }
 
 // What a collective step does once all 128 threads have met in it (the
-// caller holds block.mutex).
+// caller holds the mutex).
 inline void complete_step(Warpgroup& w) {
   if (w.step < 0) {
     for (const Wgmma& op : w.open)
@@ -355,7 +391,7 @@ inline void complete_step(Warpgroup& w) {
     if (!wgmma_late)
       for (Wgmma& op : w.committed.back()) execute_any(op);
   } else {
-    std::vector<int>& reads = chunk_counts(block.reads);
+    std::vector<int>& reads = chunk_counts(own().reads);
     while (w.committed.size() > size_t(w.step)) {
       for (Wgmma& op : w.committed.front()) {
         if (!op.executed) execute_any(op);
@@ -370,8 +406,13 @@ inline void complete_step(Warpgroup& w) {
 // warpgroup meets the others there, as .sync.aligned requires.
 inline void warpgroup_step(int step) {
   const unsigned index = threadIdx.x / kWarpgroupThreads;
-  Warpgroup& w = block.warpgroups[index];
-  std::unique_lock lock(block.mutex);
+  // The later blocks of a cluster wait on their wgmmas slowly, so that the
+  // first runs ahead of them as far as the barriers let it: a producer that
+  // does not wait for the other block's consumers then copies over a stage
+  // they still read.
+  if (step >= 0 && sim::cluster_rank > 0) std::this_thread::sleep_for(std::chrono::microseconds(kLaterBlockDelayUs));
+  Warpgroup& w = own().warpgroups[index];
+  std::unique_lock lock(mutex);
   if (w.arrived == 0) w.step = step;
   SIM_CHECK(w.step == step, "the threads of warpgroup %u meet in different wgmma steps", index);
   if (step < 0) issued_since_commit = 0;
@@ -390,14 +431,34 @@ inline void warpgroup_step(int step) {
 
 inline void wgmma_fence() { fenced = true; }
 
-// After each block: nothing may be left in flight; the barriers go.
-inline void end_block() {
-  std::lock_guard lock(block.mutex);
-  for (const Warpgroup& w : block.warpgroups)
+inline unsigned cluster_rank() { return sim::cluster_rank; }
+
+// barrier.cluster: every thread of every block of the cluster.
+inline void cluster_sync() { sim::cluster_barrier->arrive_and_wait(); }
+
+// A thread leaves the kernel; its block has exited once all its threads have,
+// and nothing of it may be in flight then.
+inline void thread_exit() {
+  std::lock_guard lock(mutex);
+  Block& b = own();
+  if (++b.finished < int(blockDim.x)) return;
+  for (const Warpgroup& w : b.warpgroups)
     SIM_CHECK(w.open.empty() && w.committed.empty(), "a block exits with wgmmas never retired by wait_group");
-  SIM_CHECK(block.in_flight.empty(), "a block exits with %zu box copies in flight", block.in_flight.size());
-  block.barriers.clear();
-  std::fill(block.written.begin(), block.written.end(), 0);
+  SIM_CHECK(b.in_flight.empty(), "a block exits with %zu box copies in flight", b.in_flight.size());
+  b.exited = true;
+  moved();
+}
+inline const bool thread_exit_registered = (sim::thread_exit_hooks.push_back(&thread_exit), true);
+
+// After each cluster (or lone block): its blocks' barriers go.
+inline void end_block() {
+  std::lock_guard lock(mutex);
+  for (Block& b : blocks) {
+    b.barriers.clear();
+    std::fill(b.written.begin(), b.written.end(), 0);
+    b.exited = false;
+    b.finished = 0;
+  }
 }
 inline const bool end_block_registered = (sim::block_exit_hooks.push_back(&end_block), true);
 

@@ -1,9 +1,10 @@
 // Stand-in for <cuda_runtime.h> in the host-side kernel simulation
 // (tests/test_kernel_sim.py), so that g++ compiles the real kernel sources and
-// runs them without a GPU. A launch runs its blocks one after another, each
-// block's threads as std::threads meeting at real barriers, so a missing
-// __syncthreads or __syncwarp shows up as wrong results; shared memory starts
-// out as NaN each block so reading what no thread wrote does too; and
+// runs them without a GPU. A launch runs its blocks one after another (the
+// blocks of a thread block cluster together, each with its own shared
+// memory), each block's threads as std::threads meeting at real barriers, so a
+// missing __syncthreads or __syncwarp shows up as wrong results; shared memory
+// starts out as NaN each block so reading what no thread wrote does too; and
 // AddressSanitizer sees every global access. Launch limits of real devices are
 // checked, and every misuse aborts with a message.
 #pragma once
@@ -19,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -60,6 +62,7 @@ enum cudaError_t {
 };
 using cudaStream_t = struct CUstream_st*;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
 enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrComputeCapabilityMajor = 75,
@@ -80,6 +83,23 @@ struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
+
+struct cudaLaunchAttributeValue {
+  struct {
+    unsigned x, y, z;
+  } clusterDim;
+};
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned numAttrs;
+};
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 inline thread_local uint3 threadIdx, blockIdx;
@@ -92,19 +112,27 @@ inline int multiprocessors = 108;
 // everything.
 inline dim3 max_grid(1u << 31, 65535, 65535);
 // What `extern __shared__` arrays name (set up by the driver), and how much of
-// it the running launch asked for.
-inline unsigned char* shared_memory = nullptr;
+// it the running launch asked for. Each thread of a launch sees its own
+// block's: the driver's for the first block of a cluster, kMaxCluster - 1
+// more of the same capacity for the others (cluster_shared: by rank).
+inline thread_local unsigned char* shared_memory = nullptr;
 inline size_t shared_capacity = 0, shared_size = 0;
+inline constexpr int kMaxCluster = 2;
+inline unsigned char* cluster_shared[kMaxCluster] = {};
+inline thread_local unsigned cluster_rank = 0, cluster_size = 1;
 inline size_t shared_limit =  // opt-in maximum per block
     __CUDA_ARCH__ >= 900 ? 227 * 1024 : __CUDA_ARCH__ >= 800 ? 163 * 1024 : 64 * 1024;
 inline std::map<const void*, size_t> opted_in_smem;
 inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
-// Run once after each block, all its threads done: checks and resets of
-// state that lives for one block (../hopper_sim.h's barriers and copies).
+// Run once after each block (each cluster), all its threads done: checks and
+// resets of state that lives for one block (../hopper_sim.h's barriers and
+// copies); and by each thread as it leaves the kernel.
 inline std::vector<void (*)()> block_exit_hooks;
+inline std::vector<void (*)()> thread_exit_hooks;
 
 inline thread_local std::barrier<>* block_barrier;
 inline thread_local std::barrier<>* warp_barrier;
+inline thread_local std::barrier<>* cluster_barrier;
 // cp.async (../cp_async_sim.h): whether copies land only when waited for, and
 // this thread's copies in flight: committed groups, oldest first, and the open one.
 inline bool async_copies_late = false;
@@ -163,51 +191,108 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, void (*)(P...)
   return cudaSuccess;
 }
 
+namespace sim {
+// Runs `kernel` on a grid of clusters of `cluster` blocks (1: plain blocks),
+// on arguments already copied as the runtime copies them.
 template <class... P>
-cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem, cudaStream_t) {
-  sim::launched.insert(reinterpret_cast<const void*>(kernel));
-  const auto opted = sim::opted_in_smem.find(reinterpret_cast<const void*>(kernel));
-  SIM_CHECK(smem <= 48 * 1024 || (opted != sim::opted_in_smem.end() && smem <= opted->second),
+cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple<P...>& params, size_t smem,
+                   unsigned cluster) {
+  launched.insert(reinterpret_cast<const void*>(kernel));
+  const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
+  SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
-  SIM_CHECK(smem <= sim::shared_capacity, "the driver's shared memory is too small");
+  SIM_CHECK(smem <= shared_capacity, "the driver's shared memory is too small");
   SIM_CHECK(block.y == 1 && block.z == 1 && block.x % 32 == 0 && block.x <= 1024, "block %u", block.x);
   SIM_CHECK(grid.x >= 1 && grid.y >= 1 && grid.y <= 65535 && grid.z == 1, "grid %u x %u", grid.x, grid.y);
-  // Arguments are copied at launch, as the runtime does.
-  const std::tuple<P...> params = [&]<size_t... I>(std::index_sequence<I...>) {
-    return std::tuple<P...>(*static_cast<P*>(args[I])...);
-  }(std::index_sequence_for<P...>{});
-  grid = dim3(std::min(grid.x, sim::max_grid.x), std::min(grid.y, sim::max_grid.y), 1);
+  SIM_CHECK(cluster >= 1 && cluster <= unsigned(kMaxCluster) && grid.x % cluster == 0 && (cluster == 1 || grid.y == 1),
+            "clusters of %u blocks on a grid of %u x %u", cluster, grid.x, grid.y);
+  grid = dim3(std::min(grid.x, max_grid.x / cluster * cluster), std::min(grid.y, max_grid.y), 1);
 
   const unsigned threads = block.x;
-  sim::shared_size = smem;
-  ASAN_POISON_MEMORY_REGION(sim::shared_memory + smem, sim::shared_capacity - smem);
-  auto poison = [&]() noexcept { memset(sim::shared_memory, 0xff, smem); };  // NaN as fp16 and fp32
+  shared_size = smem;
+  cluster_shared[0] = shared_memory;
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete(p, std::align_val_t(1024)); }
+  };
+  std::vector<std::unique_ptr<unsigned char, AlignedDelete>> others;
+  for (unsigned r = 1; r < cluster; ++r) {
+    others.emplace_back(static_cast<unsigned char*>(::operator new(shared_capacity, std::align_val_t(1024))));
+    cluster_shared[r] = others.back().get();
+  }
+  for (unsigned r = 0; r < cluster; ++r)
+    ASAN_POISON_MEMORY_REGION(cluster_shared[r] + smem, shared_capacity - smem);
+  auto poison = [&]() noexcept {  // NaN as fp16 and fp32
+    for (unsigned r = 0; r < cluster; ++r) memset(cluster_shared[r], 0xff, smem);
+  };
   auto end_block = [&]() noexcept {
-    for (auto hook : sim::block_exit_hooks) hook();
+    for (auto hook : block_exit_hooks) hook();
     poison();
   };
   poison();
-  std::barrier<> block_barrier(threads);
-  std::barrier<decltype(end_block)> next_block(threads, end_block);
-  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-  for (unsigned w = 0; w < threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+  std::vector<std::unique_ptr<std::barrier<>>> block_barriers, warp_barriers;
+  for (unsigned r = 0; r < cluster; ++r) block_barriers.push_back(std::make_unique<std::barrier<>>(threads));
+  for (unsigned w = 0; w < cluster * threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+  std::barrier<> cluster_barrier(cluster * threads);
+  std::barrier<decltype(end_block)> next_block(cluster * threads, end_block);
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
+  for (unsigned t = 0; t < cluster * threads; ++t)
     pool.emplace_back([&, t] {
-      threadIdx = {t, 0, 0};
+      const unsigned rank = t / threads;
+      threadIdx = {t % threads, 0, 0};
       blockDim = block;
       gridDim = grid;
-      sim::block_barrier = &block_barrier;
-      sim::warp_barrier = warp_barriers[t / 32].get();
+      shared_memory = cluster_shared[rank];
+      cluster_rank = rank, cluster_size = cluster;
+      block_barrier = block_barriers[rank].get();
+      warp_barrier = warp_barriers[t / 32].get();
+      sim::cluster_barrier = &cluster_barrier;
       for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
+        for (unsigned x = rank; x < grid.x; x += cluster) {
           blockIdx = {x, y, 0};
           std::apply(kernel, params);
-          SIM_CHECK(sim::async_groups.empty() && sim::async_open.empty(), "cp.async copies never waited for");
+          SIM_CHECK(async_groups.empty() && async_open.empty(), "cp.async copies never waited for");
+          for (auto hook : thread_exit_hooks) hook();
           next_block.arrive_and_wait();
         }
     });
   for (auto& t : pool) t.join();
-  ASAN_UNPOISON_MEMORY_REGION(sim::shared_memory, sim::shared_capacity);
+  for (unsigned r = 0; r < cluster; ++r) ASAN_UNPOISON_MEMORY_REGION(cluster_shared[r], shared_capacity);
+  cluster_shared[0] = nullptr;
+  for (unsigned r = 1; r < cluster; ++r) cluster_shared[r] = nullptr;
+  return cudaSuccess;
+}
+
+inline unsigned cluster_of(const cudaLaunchConfig_t& config) {
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    SIM_CHECK(config.attrs[i].id == cudaLaunchAttributeClusterDimension, "launch attribute %d", int(config.attrs[i].id));
+    const auto& dim = config.attrs[i].val.clusterDim;
+    SIM_CHECK(dim.y == 1 && dim.z == 1, "clusters of %u x %u x %u", dim.x, dim.y, dim.z);
+    cluster = dim.x;
+  }
+  return cluster;
+}
+}  // namespace sim
+
+template <class... P>
+cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem, cudaStream_t) {
+  // Arguments are copied at launch, as the runtime does.
+  const std::tuple<P...> params = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::tuple<P...>(*static_cast<P*>(args[I])...);
+  }(std::index_sequence_for<P...>{});
+  return sim::launch(kernel, grid, block, params, smem, 1);
+}
+
+template <class... P, class... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A&&... args) {
+  const std::tuple<P...> params(std::forward<A>(args)...);
+  return sim::launch(kernel, config->gridDim, config->blockDim, params, config->dynamicSmemBytes,
+                     sim::cluster_of(*config));
+}
+
+// Every multiprocessor holds a block of any kernel the simulation runs.
+template <class... P>
+cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, void (*)(P...), const cudaLaunchConfig_t* config) {
+  *clusters = sim::multiprocessors / int(sim::cluster_of(*config));
   return cudaSuccess;
 }
