@@ -373,9 +373,9 @@ def test_narrow_mainloops_stay_within_their_bounds(compiled, kernel, vector):
 
 
 # Kernels that must have large-tile mainloops, by a part of their (mangled)
-# names: the GEMM, and the convolution's fprop and dgrad (ConvPass 0 and 1;
-# wgrad runs on the compact tile, bench/NOTES.md).
-LARGE_TILE_KERNELS = {"gemm": "gemm_kernel", "conv fprop": "ConvPassE0ELi8", "conv dgrad": "ConvPassE1ELi8"}
+# names: the GEMM, and the convolution's fprop, dgrad and wgrad (ConvPass 0, 1, 2).
+LARGE_TILE_KERNELS = {"gemm": "gemm_kernel", "conv fprop": "ConvPassE0ELi8", "conv dgrad": "ConvPassE1ELi8",
+                      "conv wgrad": "ConvPassE2ELi8"}
 
 
 @pytest.mark.parametrize("kernel", sorted(LARGE_TILE_KERNELS))

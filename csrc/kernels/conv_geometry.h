@@ -58,6 +58,31 @@ struct RadixStep {
   }
 };
 
+// wgrad's gather at one filter tap: an output pixel's source pixel (h, w) in
+// x and its element offset. h = p * stride_h + (the tap's row), and so for w,
+// so the bounds checks read h and w as they are.
+struct SourcePixel {
+  int h, w, offset;
+};
+
+// A constant step of output pixels (q innermost, then p, then the image) as
+// it moves a SourcePixel. The pixel's p reaches P where its h reaches h_end,
+// P * stride_h past the tap's row (for q and w alike), so carries compare h
+// and w with the thread's own ends; the step is under one row of pixels
+// (image), so each carries at most once.
+struct SourceStep {
+  int h = 0, w = 0, offset = 0;  // the step's (p, q) in source rows and columns, and its offset
+  int h_wrap = 0, w_wrap = 0;    // P * stride_h and Q * stride_w: what a carry takes back
+  int w_carry_h = 0;             // what a carry out of q adds to h: stride_h
+  int w_carry_offset = 0, h_carry_offset = 0;
+
+  MPGEMM_HOST_DEVICE void apply(SourcePixel& at, int h_end, int w_end) const {
+    at.h += h, at.w += w, at.offset = wrap_add(at.offset, offset);
+    if (at.w >= w_end) at.w -= w_wrap, at.h += w_carry_h, at.offset = wrap_add(at.offset, w_carry_offset);
+    if (at.h >= h_end) at.h -= h_wrap, at.offset = wrap_add(at.offset, h_carry_offset);
+  }
+};
+
 // One implicit GEMM of a convolution, per group: fprop, wgrad, or one phase of
 // dgrad (M, N and K: the builders below).
 struct ConvGemm {
@@ -88,9 +113,9 @@ struct ConvGemm {
   int out_h0 = 0, out_w0 = 0, out_stride_h = 1, out_stride_w = 1, out_h = 0, out_w = 0;
 
   // wgrad's GEMM-K: output pixels (q, p, image) with offsets into x, and the
-  // K slice in that radix.
+  // K slice as it moves their source pixels.
   Radix pixels;
-  RadixStep pixel_step;
+  SourceStep pixel_step;
 };
 
 namespace conv_geometry {
@@ -141,7 +166,9 @@ inline ConvGemm wgrad_gemm(const Conv2dParams& p, int block_k) {
   ConvGemm g = conv_geometry::output_pixels_over_x(p);
   g.m = p.k / p.groups, g.n = p.r * p.s * (p.c / p.groups), g.k = p.n * p.p * p.q;
   g.pixels = {int(p.q), int(p.p), p.stride_w * int(p.c), p.stride_h * int(p.w * p.c), int(p.h * p.w * p.c)};
-  g.pixel_step = RadixStep::of(g.pixels, block_k);
+  const RadixStep step = RadixStep::of(g.pixels, block_k);
+  g.pixel_step = {step.mid * p.stride_h, step.lo * p.stride_w, step.offset, int(p.p) * p.stride_h,
+                  int(p.q) * p.stride_w, p.stride_h, step.lo_carry, step.mid_carry};
   return g;
 }
 

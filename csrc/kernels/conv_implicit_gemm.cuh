@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSM)
       } else {
         MatrixLoader<TileA, kBlockK, kThreads, Vector> la(dy + ko + block.m0 + range.begin * a.k, a.k, a.k,
                                                           rows_left, range.extent);
-        PixelRowLoader<TileB, kBlockK, kThreads, Vector> lb(g, x + ci, block.n0, cols_left, range.begin,
+        PixelRowLoader<TileB, kBlockK, kThreads, Vector> lb(g, x, int(ci), block.n0, cols_left, range.begin,
                                                             range.extent);
         block.template mainloop<Vector>(acc, la, lb, Block::slices(range.extent), stages);
       }

@@ -226,9 +226,11 @@ struct PhaseFilterLoader {
 
 // wgrad's B, x's patches with K outer: row j of the GEMM is output pixel
 // (image, p, q), column (r, s, c) of the filter window. A thread keeps one
-// column, so its tap is fixed; its rows step through (q, p, image) by
-// ConvGemm::pixel_step. GEMM-K runs over [begin, begin + extent), the partial
-// slice first (KPartition): only slice 0 checks K's end.
+// column, so its tap is fixed; each of its rows holds its pixel's source
+// pixel at that tap (SourcePixel), which every K slice moves by
+// ConvGemm::pixel_step: the bounds checks are two compares, the address one
+// offset from x. GEMM-K runs over [begin, begin + extent), the partial slice
+// first (KPartition): only slice 0 checks K's end.
 template <class Tile, int kBlockK, int kThreads, int Vector>
 struct PixelRowLoader : GatheredChunks<PixelRowLoader<Tile, kBlockK, kThreads, Vector>, Tile, kThreads, Vector> {
   using Element = typename Tile::Element;
@@ -236,25 +238,28 @@ struct PixelRowLoader : GatheredChunks<PixelRowLoader<Tile, kBlockK, kThreads, V
   static_assert(!Tile::kKIsInner, "pixel rows are GEMM-K");
 
   const ConvGemm& g;
-  const Element* src;  // x at this thread's channel
+  const Element* x;
   int column_h, column_w;  // source pixel of output pixel (0, 0) at this column's tap
-  int column_offset;       // and its offset; column_h is kOffImage for a column past N
+  int column_offset;       // and its offset in x, at the column's channel; column_h is kOffImage past N
+  int h_end, w_end;        // where a row's h (w) carries: its p (q) has reached P (Q)
   int first_row;           // this thread's chunk 0's row of the current slice, in GEMM-K
   int first_extent;
-  RadixPoint pixel[Copy::kPerThread];
-  int row_h[Copy::kPerThread];  // column_h, or kOffImage for a row past K's end
+  SourcePixel pixel[Copy::kPerThread];
 
-  // `source`: x at the group's first channel; columns past `cols_left` read zeros.
-  __device__ PixelRowLoader(const ConvGemm& g, const Element* source, int64_t n0, int cols_left, int64_t begin,
-                            int64_t extent)
-      : g(g), first_row(int(begin) + Copy::first().outer), first_extent(KPartition<kBlockK>::first_extent(extent)) {
+  // The group's first channel is x's `channel0`; columns past `cols_left` read zeros.
+  __device__ PixelRowLoader(const ConvGemm& g, const Element* x, int channel0, int64_t n0, int cols_left,
+                            int64_t begin, int64_t extent)
+      : g(g), x(x), first_row(int(begin) + Copy::first().outer),
+        first_extent(KPartition<kBlockK>::first_extent(extent)) {
     const int column = int(n0) + Copy::first().inner;
     const RadixPoint tap = g.window.at(column < g.n ? column : 0);
     column_h = tap.hi * g.tap_h + g.origin_h;
     column_w = tap.mid * g.tap_w + g.origin_w;
-    column_offset = (column_h * g.src_w + column_w) * g.src_channels;
+    // One offset from x itself: a pointer to the group would cost a 64-bit add per chunk.
+    column_offset = (column_h * g.src_w + column_w) * g.src_channels + channel0 + tap.lo;
     if (Copy::first().inner >= cols_left) column_h = kOffImage;
-    src = source + tap.lo;
+    h_end = column_h + g.pixel_step.h_wrap;
+    w_end = column_w + g.pixel_step.w_wrap;
     start(begin + first_extent);
   }
   // Rows from scratch: at first_row, valid up to `end`.
@@ -262,17 +267,14 @@ struct PixelRowLoader : GatheredChunks<PixelRowLoader<Tile, kBlockK, kThreads, V
 #pragma unroll
     for (int i = 0; i < Copy::kPerThread; ++i) {
       const int row = first_row + i * Copy::kOuterStep;
-      pixel[i] = g.pixels.at(row);
-      pixel[i].offset = wrap_add(pixel[i].offset, column_offset);
-      row_h[i] = row < end ? column_h : kOffImage;
+      const RadixPoint at = g.pixels.at(row);
+      pixel[i] = {row < end ? at.mid * g.stride_h + column_h : kOffImage, at.lo * g.stride_w + column_w,
+                  wrap_add(at.offset, column_offset)};
     }
   }
 
-  __device__ bool valid(int i) const {
-    return inside(pixel[i].mid * g.stride_h + row_h[i], g.src_h) &&
-           inside(pixel[i].lo * g.stride_w + column_w, g.src_w);
-  }
-  __device__ const Element* address(int i) const { return src + pixel[i].offset; }
+  __device__ bool valid(int i) const { return inside(pixel[i].h, g.src_h) && inside(pixel[i].w, g.src_w); }
+  __device__ const Element* address(int i) const { return x + pixel[i].offset; }
 
   __device__ void advance_past_first() {
     first_row += first_extent;
@@ -280,7 +282,7 @@ struct PixelRowLoader : GatheredChunks<PixelRowLoader<Tile, kBlockK, kThreads, V
   }
   __device__ void advance() {
 #pragma unroll
-    for (int i = 0; i < Copy::kPerThread; ++i) g.pixel_step.apply(pixel[i], g.pixels);
+    for (int i = 0; i < Copy::kPerThread; ++i) g.pixel_step.apply(pixel[i], h_end, w_end);
   }
 };
 

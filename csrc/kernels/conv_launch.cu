@@ -24,8 +24,8 @@ namespace mpgemm::kernels {
 namespace {
 
 constexpr int64_t kMaxGridY = 65535;
-// wgrad's split-K aims at this many blocks per multiprocessor (the Compact
-// tile fits two or three on sm_80 and newer); each split keeps at least
+// wgrad's split-K aims at this many blocks per multiprocessor (two waves of
+// the large tile, which holds two at once); each split keeps at least
 // kMinSlicesPerSplit K slices, so that the pipeline fills, and there are at
 // most kMaxSplits.
 constexpr int64_t kSplitBlocksPerSM = 4;
@@ -63,11 +63,11 @@ ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
 }
 
 // For a problem conv_vector_width takes: the tile, the largest whose tiles
-// fill the device, as for a GEMM of the pass's M x N (times the groups); and
-// for wgrad the split of GEMM-K: wgrad's M x N is the filters and its K every
-// output pixel, so its tiles alone leave most multiprocessors idle (one 64x64
-// tile for a 64-to-64 1x1 convolution); splitting K gives each multiprocessor
-// blocks.
+// fill the device, as for a GEMM of the pass's M x N (times the groups); for
+// wgrad the largest that runs here, and the split of GEMM-K: wgrad's M x N is
+// the filters and its K every output pixel, so its tiles alone leave most
+// multiprocessors idle (one tile for a 64-to-64 1x1 convolution); splitting
+// K gives each multiprocessor blocks.
 ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
   const DeviceLimits device = device_limits();
   const ConvGemm g = pass_gemm(pass, p, 1);
@@ -88,9 +88,8 @@ ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
                                                             : TileConfigId::kSmall;
     return plan;
   }
-  // wgrad splits K to fill the device, on the compact tile alone: each pixel
-  // row of its B costs a thread about 17 instructions per K slice
-  // (bench/NOTES.md), which keeps it to the tiles where a thread holds 2.
+  // wgrad splits K to fill the device, on the largest tile that runs here.
+  plan.tile = square_fits ? TileConfigId::kSquare : TileConfigId::kCompact;
   const int64_t tiles = blocks(plan.tile);
   const int64_t slices = (g.k + tile_config(plan.tile).block_k - 1) / tile_config(plan.tile).block_k;
   const int64_t wanted = (kSplitBlocksPerSM * device.multiprocessors + tiles - 1) / tiles;
@@ -165,8 +164,8 @@ cudaError_t launch_width(const Conv2dParams& p, const ConvTilePlan& plan, const 
 
 template <class Element, ConvPass Pass>
 cudaError_t launch_tile(const Conv2dParams& p, const ConvTilePlan& plan, const GemmGrid& work, cudaStream_t stream) {
+  if (plan.tile == TileConfigId::kSquare) return launch_width<Element, SquareTileConfig, Pass>(p, plan, work, stream);
   if constexpr (Pass != ConvPass::kWgrad) {
-    if (plan.tile == TileConfigId::kSquare) return launch_width<Element, SquareTileConfig, Pass>(p, plan, work, stream);
     if (plan.tile == TileConfigId::kSmall) return launch_width<Element, SmallTileConfig, Pass>(p, plan, work, stream);
   }
   return launch_width<Element, CompactTileConfig, Pass>(p, plan, work, stream);

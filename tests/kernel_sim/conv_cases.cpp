@@ -9,7 +9,8 @@
 // Case i runs pass i % 3 on path i / 3 % 7: 16-byte chunks in the large
 // (Square, from sim arch 800 on), compact and small tiles (on a device with
 // room for the large tile, with too little for it, and with too many
-// multiprocessors for either; wgrad takes the compact tile on all three),
+// multiprocessors for either; wgrad, which splits K instead, takes the large
+// tile on the first and third, split on the third),
 // 8-byte chunks in place on the compact tile (channels per group multiples of
 // 4, or bases 8-byte aligned), the padded copy on the small tile (wgrad:
 // compact), and the depthwise kernels (one channel per group) at 8 channels
@@ -20,7 +21,7 @@
 // also misaligned bases (with channel counts that need no padding, too) and
 // input channels padded to 16-byte chunks. The depthwise one-channel path
 // takes, round by round (i / 21 % 3), channel multipliers, channel counts
-// that are not multiples of 8, and misaligned bases. So the first 42 cases launch all 34 kernels there (the
+// that are not multiples of 8, and misaligned bases. So the first 42 cases launch all 36 kernels there (the
 // padded copy's two), 16 the fp16 ones below it. Strides up to 3 give dgrad
 // phases that no tap reaches.
 #include <algorithm>
