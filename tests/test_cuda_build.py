@@ -2,8 +2,10 @@
 compiles, links and imports on a machine without a GPU, and every op has a
 CUDA kernel registered. The Hopper GEMM's sm_90a code in the built library
 is read back: wgmma (HGMMA) in its mainloop and no mma.sync, the copy engine
-(UTMALDG), mbarriers (SYNCS) and register reallocation, no spills, and no
-ptxas advisory that it serialized the wgmmas or ignored setmaxnreg; the
+(UTMALDG), mbarriers (SYNCS) and register reallocation, an epilogue that
+writes shared memory with shared stores (STS), fences it for the copy engine
+and stores it with the copy engine (UTMASTG), no spills, and no ptxas
+advisory that it serialized the wgmmas or ignored setmaxnreg; the
 kernels for pairs of blocks multicast their copies, arrive on the other
 block's mbarriers and meet at a cluster barrier, with no memory fence in the
 mainloop.
@@ -145,8 +147,12 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
         assert mix is not None and mix.counts["hmma"] == 4, f"{name}: {mix}"
         assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
         for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
-                       "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR"):
+                       "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR",
+                       # The epilogue through the copy engine.
+                       "STS.64", "FENCE.VIEW.ASYNC.S", "UTMASTG.3D", "BAR.SYNC.DEFER_BLOCKING"):
             assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
+        # Its strips are written through the shared window, not generic addresses.
+        assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
         # Pairs: B's copies multicast, stages handed back to the other block
         # (a remote arrival), and a cluster barrier before the first of either.
         pair_only = ("UTMALDG.3D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT")

@@ -9,11 +9,12 @@ each output against a reference. No GPU and no nvcc needed, so the kernels' inde
 zero-fill and synchronization are tested wherever the tests run. See
 tests/kernel_sim/driver.cpp and conv_cases.cpp.
 
-At sim arch 900 the Hopper GEMM (wgmma, the tensor copy engine, mbarriers)
-runs on models of those instructions written from the PTX ISA
-(tests/kernel_sim/hopper_models.h, hopper_sim.h), with copies and wgmmas
-completing early or late; its index code is checked against the models
-element by element, and planted pipeline bugs must be caught. See
+At sim arch 900 the Hopper GEMM (wgmma, the tensor copy engine's loads and
+stores, mbarriers, named barriers) runs on models of those instructions
+written from the PTX ISA (tests/kernel_sim/hopper_models.h, hopper_sim.h),
+with copies, stores and wgmmas completing early or late; its index code is
+checked against the models element by element, and planted pipeline and
+epilogue bugs must be caught. See
 tests/kernel_sim/hopper_cases.cpp."""
 
 import concurrent.futures
@@ -62,6 +63,8 @@ HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False
 # blocks (wgmma_2x1); a run must have some of each.
 HOPPER_MIN_WGMMA_CASES = 3
 HOPPER_MIN_PAIR_CASES = 2
+# Of those, some store D through the copy engine (the rest from registers).
+HOPPER_MIN_COPIED_OUT_CASES = 2
 # Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh), each with the
 # timing that exposes it soonest and what the simulation must say (the wrong
 # consumer parity: "...that a box copy has yet to write" or "...that no box
@@ -87,6 +90,18 @@ HOPPER_MUTATIONS = {
     "block of a pair exits before the other's arrivals": (
         ("    if constexpr (kCluster > 1) {\n      for (int s = 0;", "    if constexpr (false) {\n      for (int s = 0;"),
         (False, False), "after it exited"),
+    # The epilogue's output strips: a buffer written again while the store
+    # before last may still read it (stores then read late, so the wrong
+    # strip reaches D); a strip stored before all its threads have written it.
+    "output strip rewritten before its store has read it": (
+        ("bulk_wait_group_read<Config::kOutputBuffers - 1>()", "bulk_wait_group_read<Config::kOutputBuffers>()"),
+        (True, False), "FAILED"),
+    "output strip stored before the warpgroup has written it": (
+        ("    fence_proxy_async_shared();\n    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
+         "    fence_proxy_async_shared();\n"),
+        (False, False), "FAILED"),
+    "stores still in flight at exit": (
+        ("  if (thread == 0) bulk_wait_group<0>();\n", ""), (True, False), "box stores never waited for"),
 }
 HOPPER_KERNELS = ["gemm_wgmma_kk.cu", "gemm_wgmma_km.cu", "gemm_wgmma_mk.cu", "gemm_wgmma_mm.cu"]
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
@@ -243,6 +258,9 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
     assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
     assert int(re.search(r"wgmma_2x1 cases: (\d+)", output).group(1)) >= HOPPER_MIN_PAIR_CASES, replay
+    copied_out = int(re.search(r"wgmma cases storing through the copy engine: (\d+)", output).group(1))
+    assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
+    assert copied_out < int(re.search(r"wgmma cases: (\d+)", output).group(1)), replay
 
 
 @pytest.mark.parametrize("name", HOPPER_MUTATIONS)

@@ -44,20 +44,6 @@ int operand_vector_width(const void* data, int64_t batch_stride, int64_t ld, int
   return 1;
 }
 
-// Whether the tensor copy engine can describe an operand of `outer` rows of
-// `inner` contiguous elements (cuTensorMapEncodeTiled's documented
-// requirements, 16-bit elements): a 16-byte aligned base; a row pitch that is
-// a multiple of 16 bytes below 2^40 and keeps rows apart; and, where the
-// batch has several matrices that are not one broadcast, a batch stride of
-// the same kind that keeps them apart.
-bool tma_describable(const void* data, int64_t batch, int64_t batch_stride, int64_t ld, int64_t inner,
-                     int64_t outer) {
-  constexpr int64_t kMaxStride = (int64_t(1) << 40) / 2;
-  const bool one_matrix = batch == 1 || batch_stride == 0;
-  return aligned16(data) && ld % 8 == 0 && ld >= inner && ld < kMaxStride &&
-         (one_matrix || (batch_stride % 8 == 0 && batch_stride >= ld * outer && batch_stride < kMaxStride));
-}
-
 }  // namespace
 
 GemmShape gemm_shape(const GemmParams& p) {
@@ -70,9 +56,9 @@ GemmShape gemm_shape(const GemmParams& p) {
       operand_vector_width(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                            b_row_major ? p.n : p.k));
   const bool tma =
-      tma_describable(p.a, p.batch, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride,
+      tma_describable(p.a, 2, p.batch, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride,
                       a_row_major ? p.k : p.m, a_row_major ? p.m : p.k) &&
-      tma_describable(p.b, p.batch, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
+      tma_describable(p.b, 2, p.batch, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                       b_row_major ? p.n : p.k, b_row_major ? p.k : p.n) &&
       std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
   return {p.batch, p.m, p.n, p.k, vector, tma};

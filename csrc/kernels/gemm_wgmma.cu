@@ -1,6 +1,6 @@
 // Host side of the Hopper GEMM: one tensor map per operand, which tells the
 // copy engine the matrix's sizes, strides and box (wgmma_layout.h's
-// OperandTile), and the kernel arguments; the kernels themselves are launched
+// OperandTile and OutputStrip), and the kernel arguments; the kernels themselves are launched
 // from gemm_wgmma_<a><b>.cu.
 #include <climits>
 
@@ -62,11 +62,35 @@ cudaError_t operand_map(CUtensorMap* map, ElementType type, const void* base, in
   return err == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// D as the copy engine stores it: dimensions (N, M, batch), boxes of one
+// output strip (wgmma_layout.h's OutputStrip: 128 bytes of columns by 64
+// rows) with 128-byte swizzle. Whether D could be described; the epilogue
+// stores from registers where not.
+bool output_map(CUtensorMap* map, const GemmParams& p) {
+  const EncodeTiled encode = encode_tiled();
+  const int64_t bytes = element_bytes(p.d_type);
+  const bool one_matrix = p.batch == 1;
+  if (encode == nullptr || (!one_matrix && p.d_batch_stride == 0) ||
+      !tma_describable(p.d, bytes, p.batch, p.d_batch_stride, p.d_row_stride, p.n, p.m))
+    return false;
+  const cuuint64_t dims[3] = {cuuint64_t(p.n), cuuint64_t(p.m), cuuint64_t(p.batch)};
+  const cuuint64_t strides[2] = {cuuint64_t(p.d_row_stride * bytes),
+                                 cuuint64_t((one_matrix ? p.d_row_stride * p.m : p.d_batch_stride) * bytes)};
+  const cuuint32_t box[3] = {cuuint32_t(sm90::kSwizzleBytes / bytes), cuuint32_t(Config::kInstrM), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type = p.d_type == ElementType::kFloat32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : p.d_type == ElementType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 3, p.d, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <class Element, bool AKMajor, bool BKMajor>
 cudaError_t launch(const GemmParams& p, int raster_group, int cluster, cudaStream_t stream) {
   using ATile = sm90::OperandTile<Config::kBlockM, AKMajor>;
   using BTile = sm90::OperandTile<Config::kBlockN, BKMajor>;
-  CUtensorMap a_map, b_map;
+  CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_map<ATile>(&a_map, p.ab_type, p.a, p.m, p.k,
                                                  AKMajor ? p.a_row_stride : p.a_col_stride, p.a_batch_stride, p.batch);
       err != cudaSuccess)
@@ -81,8 +105,10 @@ cudaError_t launch(const GemmParams& p, int raster_group, int cluster, cudaStrea
   schedule.b_broadcast = p.b_batch_stride == 0;
   schedule.d_pairs = p.d_row_stride % 2 == 0 && p.d_batch_stride % 2 == 0 &&
                      reinterpret_cast<uintptr_t>(p.d) % (2 * element_bytes(p.d_type)) == 0;
-  if (cluster == 2) return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 2>(a_map, b_map, p, schedule, stream);
-  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 1>(a_map, b_map, p, schedule, stream);
+  schedule.d_copy = output_map(&d_map, p);
+  if (cluster == 2)
+    return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 2>(a_map, b_map, d_map, p, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 1>(a_map, b_map, d_map, p, schedule, stream);
 }
 
 }  // namespace

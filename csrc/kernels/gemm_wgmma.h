@@ -16,15 +16,16 @@ struct WgmmaSchedule {
   int raster_group = 1;
   bool a_broadcast = false, b_broadcast = false;
   bool d_pairs = false;  // D's rows and base allow two-element stores
+  bool d_copy = false;   // D has a tensor map: the epilogue stores through the copy engine
 };
 
 // Launches the kernel of one input type, pair of operand layouts (K-major or
 // not) and cluster size (1, or 2 blocks sharing B) on tensor maps built for
-// them: one translation unit per layout pair (gemm_wgmma_<a><b>.cu), so that
-// they compile in parallel.
+// them (D's read only where schedule.d_copy): one translation unit per layout
+// pair (gemm_wgmma_<a><b>.cu), so that they compile in parallel.
 template <class Element, bool AKMajor, bool BKMajor, int kCluster>
-cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const GemmParams& params,
-                                const WgmmaSchedule& schedule, cudaStream_t stream);
+cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
 
 }  // namespace sm90
 

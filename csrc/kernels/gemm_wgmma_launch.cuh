@@ -10,8 +10,8 @@
 namespace mpgemm::kernels::sm90 {
 
 template <class Element, bool AKMajor, bool BKMajor, int kCluster>
-cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const GemmParams& p,
-                                const WgmmaSchedule& schedule, cudaStream_t stream) {
+cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
   using Smem = WgmmaSmem<AKMajor, BKMajor>;
   auto* kernel = &wgmma_gemm_kernel<Element, kCluster, AKMajor, BKMajor>;
   if (!wgmma_compiled()) return cudaErrorNotSupported;
@@ -36,7 +36,7 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   if (resident < 1) return cudaErrorInvalidConfiguration;
   const int64_t tiles = p.batch * TileScheduler<ClusterTile<kCluster>>::tiles(p.m, p.n);
   config.gridDim = dim3(unsigned((tiles < resident ? tiles : resident) * kCluster));
-  return cudaLaunchKernelEx(&config, kernel, a_map, b_map, p, schedule);
+  return cudaLaunchKernelEx(&config, kernel, a_map, b_map, d_map, p, schedule);
 }
 
 }  // namespace mpgemm::kernels::sm90
@@ -44,7 +44,7 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 // Instantiates the launch of both input types and cluster sizes for one pair of layouts.
 #define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER)                                     \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER>(  \
-      const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,                          \
+      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,      \
       const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
 #define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR)                   \
   MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, 1)          \

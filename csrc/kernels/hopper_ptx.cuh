@@ -1,6 +1,8 @@
 // The sm_90a instructions of the Hopper GEMM (wgmma_gemm.cuh), one thin
 // wrapper each: mbarriers (PTX ISA 9.7.13.15), the tensor copy engine's tiled
-// loads (cp.async.bulk.tensor, 9.7.9.25), warpgroup MMA (wgmma, 9.7.15),
+// loads and stores (cp.async.bulk.tensor, 9.7.9.25; bulk async-groups,
+// 9.7.9.26-27; the async proxy fence, 9.7.13.4), named barriers (bar.sync,
+// 9.7.13.1), warpgroup MMA (wgmma, 9.7.15),
 // register reallocation (setmaxnreg, 9.7.19.6) and thread block clusters
 // (%cluster_ctarank 10.13, barrier.cluster 9.7.13.3, mapa 9.7.9.22). Their bodies exist only in
 // the sm_90a pass (MPGEMM_SM90A); elsewhere they compile to nothing, the
@@ -174,6 +176,85 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const void* map
       "[%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_address(dst)),
       "l"(map), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(ranks)
       : "memory");
+#endif
+}
+
+// --- Shared-memory stores at a shared-window address, for what the copy
+// engine reads next (the kernel's buffers are reached through a generic
+// pointer, which would otherwise compile to generic stores): two fp32, or
+// one packed pair of 16-bit elements.
+__device__ __forceinline__ void st_shared(uint32_t address, float2 pair) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::st_shared(address, &pair, sizeof pair);
+#elif MPGEMM_SM90A
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(pair.x), "f"(pair.y) : "memory");
+#endif
+}
+__device__ __forceinline__ void st_shared(uint32_t address, uint32_t packed) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::st_shared(address, &packed, sizeof packed);
+#elif MPGEMM_SM90A
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(packed) : "memory");
+#endif
+}
+
+// --- Tensor store: the box of `map` at (c0, c1, c2) from shared memory at
+// `src`, in this thread's open bulk async-group. Elements outside the tensor
+// are not written.
+__device__ __forceinline__ void tma_store_3d(const void* map, const void* src, int c0, int c1, int c2) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::tma_store(map, src, c0, c1, c2);
+#elif MPGEMM_SM90A
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(smem_address(src)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+#endif
+}
+
+// Closes this thread's open bulk async-group.
+__device__ __forceinline__ void bulk_commit_group() {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::bulk_commit_group();
+#elif MPGEMM_SM90A
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+
+// Returns once at most N of this thread's bulk async-groups are pending
+// their reads of shared memory (the source may then be written again).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::bulk_wait_group(N);
+#elif MPGEMM_SM90A
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Returns once at most N of this thread's bulk async-groups are pending at all.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::bulk_wait_group(N);
+#elif MPGEMM_SM90A
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Orders this thread's ordinary shared-memory writes before what the async
+// proxy (the copy engine) reads after the next barrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if MPGEMM_SM90A_PTX
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Barrier `id` (1 to 15; 0 is __syncthreads') of `threads` threads, a multiple of 32.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::named_barrier_sync(id, threads);
+#elif MPGEMM_SM90A
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 #endif
 }
 

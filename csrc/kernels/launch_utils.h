@@ -28,6 +28,21 @@ inline DeviceLimits device_limits() {
 inline bool aligned_to(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 inline bool aligned16(const void* p) { return aligned_to(p, 16); }
 
+// Whether the tensor copy engine can describe a matrix of `outer` rows of
+// `inner` contiguous elements of `bytes` each (cuTensorMapEncodeTiled's
+// documented requirements): a 16-byte aligned base; a row pitch that is a
+// multiple of 16 bytes below 2^40 and keeps rows apart; and, where the batch
+// has several matrices that are not one broadcast (a batch stride of 0), a
+// batch stride of the same kind that keeps them apart.
+inline bool tma_describable(const void* data, int64_t bytes, int64_t batch, int64_t batch_stride, int64_t ld,
+                            int64_t inner, int64_t outer) {
+  const int64_t max_stride = (int64_t(1) << 40) / bytes;
+  const bool one_matrix = batch == 1 || batch_stride == 0;
+  return aligned16(data) && ld * bytes % 16 == 0 && ld >= inner && ld < max_stride &&
+         (one_matrix ||
+          (batch_stride * bytes % 16 == 0 && batch_stride >= ld * outer && batch_stride < max_stride));
+}
+
 // Calls f(ElementTag<T>{}) for the 16-bit type of a product's inputs;
 // cudaErrorInvalidValue for any other type.
 template <class F>

@@ -19,7 +19,11 @@
 // copies land in both blocks). Warpgroups 1 and 2 consume: each runs 64 x 256 x 16
 // wgmmas over its 64 rows of the tile, with the 64 x 256 fp32 accumulators in
 // registers (128 per thread), keeps one slice's wgmmas in flight while it
-// waits for the next, then applies the epilogue straight from registers.
+// waits for the next. Epilogue: bias and activation in registers, then, where
+// D's tensor map exists (a 16-byte aligned base and pitches), strips of 64 x
+// 128 bytes written to shared memory and stored by the copy engine, two
+// strips in flight, so that the consumer goes on to its next tile while the
+// last strips drain; otherwise stores from registers.
 // Why: mma.sync reaches about two thirds of Hopper's Tensor Core rate and
 // wgmma all of it; the copy engine computes every address and bound itself
 // (elements past the matrix arrive as zeros), so the consumers do no address
@@ -88,6 +92,7 @@ struct WgmmaSmem {
   using BTile = OperandTile<Config::kBlockN, BKMajor>;
   alignas(kSwizzleAtomBytes) uint8_t a[Config::kStages][ATile::kBytes];
   alignas(kSwizzleAtomBytes) uint8_t b[Config::kStages][BTile::kBytes];
+  alignas(kSwizzleAtomBytes) uint8_t out[Config::kConsumers][Config::kOutputBuffers][Config::kOutputStripBytes];
   uint64_t full[Config::kStages];
   uint64_t empty[Config::kStages];
   static constexpr int kBytes = Config::kSmemBytes;
@@ -199,16 +204,85 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmPa
   }
 }
 
-// store_tile for the launch's output type and activation.
+// Where a consumer's output strips stand: the buffers in `staging`, and how
+// many strips it has handed to the copy engine (strip i goes through buffer
+// i % kOutputBuffers, across tiles as within one).
+struct OutputStaging {
+  uint8_t (*buffers)[Config::kOutputStripBytes];
+  uint32_t strips = 0;
+};
+
+// Stores the consumer's 64 x 256 accumulators (rows from row0, columns from
+// col0 of matrix `batch` of D) after bias and activation, through its output
+// strips and the copy engine, which leaves out what lies past D. Before a
+// buffer is written again, the store that last read it must be done reading
+// (one issuing thread waits, then the warpgroup meets); the strip's writes
+// are fenced for the async proxy and met on before its one store is issued.
+template <class Out, Activation kActivation>
+__device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const GemmParams& p, const CUtensorMap* d_map,
+                                              OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
+                                              int thread, int consumer) {
+  using Strip = OutputStrip<sizeof(Out)>;
+  constexpr int kRegisters = Config::kInstrN / 2 / Strip::kStrips;  // a strip's accumulators per thread
+  const int barrier = 1 + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
+#pragma unroll
+  for (int strip = 0; strip < Strip::kStrips; ++strip) {
+    const int64_t strip_col0 = col0 + strip * Strip::kCols;
+    if (strip_col0 >= p.n) break;  // the same for the whole warpgroup: the rest lies past D
+    uint8_t* buffer = staging.buffers[staging.strips % Config::kOutputBuffers];
+    const uint32_t buffer_address = smem_address(buffer);
+    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();
+    named_barrier_sync(barrier, Config::kWarpgroupThreads);
+#pragma unroll
+    for (int r = strip * kRegisters; r < (strip + 1) * kRegisters; r += 4) {
+      const int col = accumulator_col(thread, r);
+      float bias[2] = {0.0f, 0.0f};
+      if (p.bias != nullptr) {
+        if (col0 + col < p.n) bias[0] = load_as_float(p.bias, p.bias_type, col0 + col);
+        if (col0 + col + 1 < p.n) bias[1] = load_as_float(p.bias, p.bias_type, col0 + col + 1);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v0 = apply_activation(kActivation, acc[r + 2 * h] + bias[0]);
+        const float v1 = apply_activation(kActivation, acc[r + 2 * h + 1] + bias[1]);
+        const uint32_t at = buffer_address + Strip::offset(rows[h], col - strip * Strip::kCols);
+        if constexpr (std::is_same_v<Out, float>) {
+          st_shared(at, make_float2(v0, v1));
+        } else {
+          const auto pair = ElementTraits<Out>::round_pair(v0, v1);
+          st_shared(at, *reinterpret_cast<const uint32_t*>(&pair));
+        }
+      }
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(barrier, Config::kWarpgroupThreads);
+    if (thread == 0) {
+      tma_store_3d(d_map, buffer, int(strip_col0), int(row0), int(batch));
+      bulk_commit_group();
+    }
+    ++staging.strips;
+  }
+}
+
+// The epilogue for the launch's output type and activation, through the copy
+// engine where D has a tensor map. A consumer whose rows all lie past M (the
+// second block of a pair at the last tile row) stores nothing.
 __device__ __forceinline__ void store_accumulators(const float (&acc)[128], const GemmParams& p,
-                                                   const WgmmaSchedule& s, int64_t batch, int64_t row0, int64_t col0,
-                                                   int thread) {
+                                                   const WgmmaSchedule& s, const CUtensorMap* d_map,
+                                                   OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
+                                                   int thread, int consumer) {
+  if (row0 >= p.m) return;
   visit_element_type(p.d_type, [&](auto out) {
     using Out = typename decltype(out)::type;
+    const auto store = [&](auto activation) {
+      constexpr Activation kActivation = decltype(activation)::value;
+      if (s.d_copy) copy_out_tile<Out, kActivation>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
+      else store_tile<Out, kActivation>(acc, p, s, batch, row0, col0, thread);
+    };
     switch (p.activation) {
-      case Activation::kRelu: return store_tile<Out, Activation::kRelu>(acc, p, s, batch, row0, col0, thread);
-      case Activation::kGelu: return store_tile<Out, Activation::kGelu>(acc, p, s, batch, row0, col0, thread);
-      default: return store_tile<Out, Activation::kNone>(acc, p, s, batch, row0, col0, thread);
+      case Activation::kRelu: return store(std::integral_constant<Activation, Activation::kRelu>{});
+      case Activation::kGelu: return store(std::integral_constant<Activation, Activation::kGelu>{});
+      default: return store(std::integral_constant<Activation, Activation::kNone>{});
     }
   });
 }
@@ -218,7 +292,7 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[128], cons
 template <class Element, int kCluster, bool AKMajor, bool BKMajor>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-                      const GemmParams p, const WgmmaSchedule schedule) {
+                      const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
 #if MPGEMM_SM90A
   static_assert(kCluster == 1 || kCluster == 2, "blocks alone or in pairs");
   using Smem = WgmmaSmem<AKMajor, BKMajor>;
@@ -287,6 +361,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     }
   };
   float acc[128];
+  OutputStaging staging{shared.out[consumer]};
   for (int64_t t = first_tile; t < tiles; t += tile_step) {
     const BatchTile tile = batch_tile<kCluster>(t, p, schedule.raster_group, rank);
     PipelineState reading = pipe;  // the stage whose wgmmas may still be in flight
@@ -311,8 +386,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     wgmma_wait<0>();
     release(reading.stage);
     const int64_t row0 = tile.origin.m0 + consumer * Config::kInstrM;
-    store_accumulators(acc, p, schedule, tile.batch, row0, tile.origin.n0, thread);
+    store_accumulators(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread, consumer);
   }
+  // The shared memory the last stores read goes with the block.
+  if (thread == 0) bulk_wait_group<0>();
 #endif
 }
 

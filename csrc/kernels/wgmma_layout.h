@@ -29,9 +29,15 @@ struct WgmmaTileConfig {
   // Registers per thread after setmaxnreg: the producer gives up what the
   // consumers' 128 accumulators need (both within the 64K of the SM).
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-  // kStages of A's and B's tiles, the 2 x kStages mbarriers, and an atom of
-  // slack to align the dynamic shared memory (only 16-byte aligned) to 1024.
-  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 + 2 * kStages * 8 + 1024;
+  // Each consumer stages its output in kOutputBuffers strips of 64 rows by
+  // 128 bytes (OutputStrip), so that it writes one while the copy engine
+  // stores the other.
+  static constexpr int kOutputBuffers = 2, kOutputStripBytes = kInstrM * 128;
+  // kStages of A's and B's tiles, the output strips, the 2 x kStages mbarriers,
+  // and an atom of slack to align the dynamic shared memory (only 16-byte
+  // aligned) to 1024: 225 of the 227 KB a block may have.
+  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 +
+                                    kConsumers * kOutputBuffers * kOutputStripBytes + 2 * kStages * 8 + 1024;
   static_assert(kBlockM == kConsumers * kInstrM, "each consumer owns one instruction's rows");
   static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * kWarpgroupThreads * kConsumers <= 65536,
                 "the register file holds every warpgroup");
@@ -90,6 +96,25 @@ struct OperandTile {
   // The descriptor of the wgmma operand that rows [64 * row_block, ...) by
   // K [16 * k16, 16 * k16 + 16) of the tile at shared address `tile` form.
   MPGEMM_LAYOUT_FN static uint64_t descriptor(uint32_t tile, int k16, int row_block = 0);
+};
+
+// --- The epilogue's output strips: a consumer's 64 rows of D by 128 bytes of
+// columns (32 fp32 or 64 16-bit ones), written by its threads and stored by
+// the copy engine as one box with 128-byte swizzle (CU_TENSOR_MAP_SWIZZLE_128B
+// on D's tensor map), 1024-byte aligned. The swizzle spreads the 8 rows one
+// fragment store touches over all 32 banks: a warp writes a column pair of
+// 8 rows in 2 wavefronts (fp32) or 1 (16-bit), with no conflict.
+template <int ElementBytes>
+struct OutputStrip {
+  static constexpr int kRows = WgmmaTileConfig::kInstrM, kCols = kSwizzleBytes / ElementBytes;
+  static constexpr int kBytes = WgmmaTileConfig::kOutputStripBytes;
+  static constexpr int kStrips = WgmmaTileConfig::kInstrN / kCols;  // across a consumer's 256 columns
+  static_assert(kBytes == kRows * kSwizzleBytes, "a strip is 64 rows of one swizzle row each");
+  static_assert(kStrips * kCols == WgmmaTileConfig::kInstrN, "whole strips span a consumer's columns");
+  // Byte offset of element (row, col) of the strip.
+  MPGEMM_LAYOUT_FN static uint32_t offset(uint32_t row, uint32_t col) {
+    return swizzle128_offset(row, col * ElementBytes);
+  }
 };
 
 // --- Shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2): start address,

@@ -76,9 +76,15 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   p.bias = bias.data(), p.bias_type = bias.type;
   p.activation = Activation(rnd(0, 2));
   p.d_type = sim::any_type();
-  const int64_t esize = sim::bytes_of(p.d_type), d_offset = rnd(0, 1) ? 0 : rnd(1, 3);
-  p.d_row_stride = n + (rnd(0, 1) ? 0 : rnd(1, 5));
-  p.d_batch_stride = m * p.d_row_stride + rnd(0, 2);
+  const int64_t esize = sim::bytes_of(p.d_type), d_offset = spec.d_copyable || rnd(0, 1) ? 0 : rnd(1, 3);
+  if (spec.d_copyable) {
+    const int64_t per16 = 16 / esize;
+    p.d_row_stride = round_up(n, per16) + per16 * rnd(0, 1);
+    p.d_batch_stride = round_up(m * p.d_row_stride, per16) + per16 * rnd(0, 1);
+  } else {
+    p.d_row_stride = n + (rnd(0, 1) ? 0 : rnd(1, 5));
+    p.d_batch_stride = m * p.d_row_stride + rnd(0, 2);
+  }
   Buffer d(esize * (d_offset + (batch - 1) * p.d_batch_stride + (m - 1) * p.d_row_stride + n));
   p.d = d.p + esize * d_offset;
 

@@ -21,6 +21,9 @@ struct GemmCaseSpec {
   // cp.async paths need; false leaves them anything (the copy engine takes
   // any extent).
   bool whole_chunks = true;
+  // D with a 16-byte aligned base and pitches, which the Hopper kernel's
+  // epilogue stores through the copy engine; false leaves them anything.
+  bool d_copyable = false;
   bool has_plan = false;
   GemmPlan plan;
   cudaError_t expect = cudaSuccess;  // for a plan the launcher must refuse

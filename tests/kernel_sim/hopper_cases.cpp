@@ -3,9 +3,10 @@
 // hopper_sim.h after the PTX ISA (hopper_models.h):
 //  - layout: the models against facts of the PTX ISA's figures, then the
 //    kernel's index code (wgmma_layout.h: OperandTile::offset and descriptor
-//    with their per-k16 and per-consumer steps, accumulator_row and
-//    accumulator_col; the ring's PipelineState) against the models, element
-//    by element (printed as got, expected);
+//    with their per-k16 and per-consumer steps, OutputStrip::offset against
+//    the store's box, accumulator_row and accumulator_col; the ring's
+//    PipelineState) against the models, element by element (printed as got,
+//    expected);
 //  - gemm: random problems on the launcher's plan for an sm_90 device, every
 //    operand layout, fp16 and bf16, ragged edges, K remainders, batches and
 //    broadcasts, on 1 to 4 multiprocessors (each block then walks several
@@ -13,11 +14,14 @@
 //    tiles); one in four with MPGEMM_GEMM_PATH=wgmma, which takes the Hopper
 //    path there too; one in four with MPGEMM_GEMM_PATH=wgmma_2x1, on pairs of
 //    blocks that multicast B (odd counts of tile rows leave a block of a pair
-//    past M); and tall problems whose tile order has a partial group.
+//    past M); and tall problems whose tile order has a partial group. Half
+//    the cases give D 16-byte aligned pitches, which the epilogue stores
+//    through the copy engine, and the rest mostly pitches it cannot describe.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 //   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
-// either Hopper kernel) and "wgmma_2x1 cases: N";
+// either Hopper kernel), "wgmma_2x1 cases: N" and "wgmma cases storing
+// through the copy engine: N";
 // exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
@@ -110,12 +114,31 @@ static int check_models(int& mismatches) {
   return int(sizeof(facts) / sizeof(facts[0]));
 }
 
+// OutputStrip<Bytes> against the copy engine's reading of the box D's tensor
+// map gives a store (128 bytes of columns by 64 rows, 128-byte swizzle).
+template <int Bytes>
+static int check_output_strip(int& mismatches) {
+  using Strip = sm90::OutputStrip<Bytes>;
+  const uint32_t base = 8 * sm90::kSwizzleAtomBytes;
+  const uint32_t box[3] = {uint32_t(Strip::kCols), uint32_t(Strip::kRows), 1};
+  int checked = 0;
+  for (int row = 0; row < Strip::kRows; ++row)
+    for (int col = 0; col < Strip::kCols; ++col, ++checked) {
+      const uint32_t kernel = base + Strip::offset(row, col);
+      const uint32_t stored = model::tma_box_address(base, box, Bytes, col, row, 0, true);
+      if (kernel != stored) mismatch(mismatches, Bytes == 4 ? "fp32 output strip" : "16-bit output strip", row, col,
+                                     kernel, stored);
+    }
+  return checked;
+}
+
 static int check_layouts(int& mismatches) {
   using Config = sm90::WgmmaTileConfig;
   int checked = check_models(mismatches) + check_operand_tile<Config::kBlockM, true, Config::kInstrM>(mismatches) +
                 check_operand_tile<Config::kBlockM, false, Config::kInstrM>(mismatches) +
                 check_operand_tile<Config::kBlockN, true, Config::kInstrN>(mismatches) +
-                check_operand_tile<Config::kBlockN, false, Config::kInstrN>(mismatches);
+                check_operand_tile<Config::kBlockN, false, Config::kInstrN>(mismatches) +
+                check_output_strip<4>(mismatches) + check_output_strip<2>(mismatches);
   for (int thread = 0; thread < Config::kWarpgroupThreads; ++thread)
     for (int reg = 0; reg < Config::kInstrN / 2; ++reg, ++checked) {
       const model::FragmentElement e = model::accumulator_element(thread, reg);
@@ -135,7 +158,7 @@ static int check_layouts(int& mismatches) {
 }
 
 // A random problem on the launcher's plan for an sm_90 device.
-static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs) {
+static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& copied_out) {
   const bool forced = index % 4 == 3, paired = index % 4 == 1, tall = index % 8 == 5;
   sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(paired ? 2 : 1, 4)) : 132;
   if (forced) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
@@ -143,16 +166,19 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs) {
   sim::GemmCaseSpec spec;
   spec.aligned = paired || sim::rnd(0, 7) ? 1 : 0;  // mostly operands the copy engine can describe
   spec.whole_chunks = false;
+  spec.d_copyable = index / 4 % 2 == 0;
   spec.max_m = 300, spec.max_n = 560, spec.max_k = 200;
   if (forced) spec.max_m = spec.max_n = 100, spec.min_k = 64, spec.max_k = 640;  // long K on one tile
   if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
   if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.min_k = 0, spec.max_k = 64;
   if (tall) spec.batch = 1;
   GemmPlan plan;
+  const uint64_t stores_before = sim::hopper::stores_issued;
   const bool bad = sim::gemm_case(forced ? "forced" : paired ? "pairs" : tall ? "tall" : "gemm", index, spec, &plan);
   unsetenv("MPGEMM_GEMM_PATH");
   on_wgmma += is_wgmma(plan.config);
   on_pairs += plan.config == TileConfigId::kWgmmaPair;
+  copied_out += sim::hopper::stores_issued != stores_before;
   return bad;
 }
 
@@ -169,8 +195,9 @@ int main(int argc, char** argv) {
   int mismatches = 0;
   const int checked = check_layouts(mismatches);
   printf("layout: %d/%d mismatches\n", mismatches, checked);
-  int failed = 0, on_wgmma = 0, on_pairs = 0;
-  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma, on_pairs);
-  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\ngemm: %d/%d failed\n", on_wgmma, on_pairs, failed, cases);
+  int failed = 0, on_wgmma = 0, on_pairs = 0, copied_out = 0;
+  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma, on_pairs, copied_out);
+  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma cases storing through the copy engine: %d\n"
+         "gemm: %d/%d failed\n", on_wgmma, on_pairs, copied_out, failed, cases);
   return mismatches || failed;
 }

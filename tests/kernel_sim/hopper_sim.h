@@ -1,13 +1,16 @@
 // The sm_90a instructions of csrc/kernels/hopper_ptx.cuh for the host-side
 // kernel simulation: mbarriers, the tensor copy engine's box loads and
-// warpgroup MMA, placing and reading shared memory as hopper_models.h (the
-// PTX ISA's text) says, and the clusters they run in (mock/cuda_runtime.h
-// runs a cluster's blocks together): multicast copies, arrivals on another
-// block's mbarriers, barrier.cluster. Two timings widen what a run can catch:
+// stores, bulk async-groups, named barriers and warpgroup MMA, placing and
+// reading shared memory as hopper_models.h (the PTX ISA's text) says, and the
+// clusters they run in (mock/cuda_runtime.h runs a cluster's blocks
+// together): multicast copies, arrivals on another block's mbarriers,
+// barrier.cluster. Two timings widen what a run can catch:
 //  - copies_late: a box copy lands only when a thread waits on the mbarrier
 //    it completes (otherwise at issue; a multicast copy in each block when
 //    that block waits), so reading a stage before its barrier completes finds
-//    what was there before;
+//    what was there before; and a box store reads shared memory only when its
+//    thread waits for its bulk async-group (otherwise at commit), so a source
+//    written again before that wait is stored as rewritten;
 //  - wgmma_late: a wgmma reads its operands only when wait_group retires it
 //    (otherwise at commit), so a stage handed back before then is
 //    overwritten under it.
@@ -17,14 +20,15 @@
 // or that a copy has yet to write; a warpgroup fences before its first wgmma
 // after touching the accumulators, and its 128 threads issue the same
 // wgmmas; an arrival never finds its phase already complete and waiting on
-// transaction bytes; every copy and wgmma group is waited for before the
-// block exits, and no arrival or copy reaches a block of the cluster after it
+// transaction bytes; every copy, store and wgmma group is waited for before the
+// block exits (a store's by the thread that issued it), and no arrival or copy reaches a block of the cluster after it
 // has exited; and a thread that waits (on an mbarrier, or for its
 // warpgroup) while nothing in the cluster moves for kDeadlockSeconds aborts
 // the run, saying what it waits for.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -85,6 +89,21 @@ struct Wgmma {
 
 // A warpgroup's wgmmas, and where its threads stand in the collective steps
 // (commit_group, wait_group) that all 128 must meet in.
+// One box store: its tensor map, source in the issuing block's shared memory
+// and box origin.
+struct Store {
+  TensorMap map;
+  uint32_t src;
+  int64_t origin[3];
+};
+
+// A named barrier (bar.sync): the threads it waits for, those arrived, and
+// how many times it has opened.
+struct NamedBarrier {
+  int count = 0, arrived = 0;
+  uint64_t generation = 0;
+};
+
 struct Warpgroup {
   std::vector<Wgmma> open;                   // issued since the last commit
   std::deque<std::vector<Wgmma>> committed;  // groups not yet retired, oldest first
@@ -109,6 +128,7 @@ struct Block {
   // copies yet to land on it, and copies landed on it since the block began.
   std::vector<int> reads, writes, written;
   Warpgroup warpgroups[1024 / kWarpgroupThreads];
+  std::map<int, NamedBarrier> named;
 };
 inline Block blocks[sim::kMaxCluster];
 // The calling thread's block, and block `rank` of its cluster.
@@ -119,6 +139,10 @@ inline Block& block_of_rank(unsigned rank) {
   return blocks[rank];
 }
 inline thread_local int issued_since_commit = 0;
+// This thread's box stores: committed bulk async-groups not yet waited for
+// (copies_late), oldest first, and the open one.
+inline thread_local std::deque<std::vector<Store>> store_groups;
+inline thread_local std::vector<Store> open_stores;
 inline thread_local bool fenced = false;  // since this thread last waited on its wgmmas
 
 inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
@@ -200,10 +224,10 @@ inline void mbarrier_arrive(uint64_t* bar, uint32_t expect_tx_bytes = 0) {
 
 inline void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) { arrive(rank, sim::shared_address(bar), 0); }
 
-// Calls f(i0, i1, i2, shared address) for each element of a copy's box.
+// Calls f(i0, i1, i2, shared address) for each element of the box of `t`
+// that a copy writes to, or a store reads from, shared memory at `smem`.
 template <class F>
-void for_each_box_element(const Copy& c, F&& f) {
-  const TensorMap& t = c.map;
+void for_each_box_element(const TensorMap& t, uint32_t smem, F&& f) {
   const bool swizzle = t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B;
   // A swizzled box is modelled where its rows are whole 128-byte swizzle rows.
   SIM_CHECK(t.swizzle == CU_TENSOR_MAP_SWIZZLE_NONE || (swizzle && t.box[0] * t.element_bytes == 128),
@@ -211,8 +235,8 @@ void for_each_box_element(const Copy& c, F&& f) {
   for (uint32_t i2 = 0; i2 < t.box[2]; ++i2)
     for (uint32_t i1 = 0; i1 < t.box[1]; ++i1)
       for (uint32_t i0 = 0; i0 < t.box[0]; ++i0) {
-        const uint32_t address = model::tma_box_address(c.dst, t.box, t.element_bytes, i0, i1, i2, swizzle);
-        SIM_CHECK(address + t.element_bytes <= sim::shared_size, "a box copy writes past the block's shared memory");
+        const uint32_t address = model::tma_box_address(smem, t.box, t.element_bytes, i0, i1, i2, swizzle);
+        SIM_CHECK(address + t.element_bytes <= sim::shared_size, "a box reaches past the block's shared memory");
         f(i0, i1, i2, address);
       }
 }
@@ -224,7 +248,7 @@ inline void land(const Copy& c) {
   std::vector<int>& reads = chunk_counts(to.reads);
   std::vector<int>& writes = chunk_counts(to.writes);
   std::vector<int>& written = chunk_counts(to.written);
-  for_each_box_element(c, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
+  for_each_box_element(t, c.dst, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
     const int64_t at[3] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2};
     bool inside = true;
     int64_t offset = 0;
@@ -287,10 +311,77 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
     Block& into = block_of_rank(rank);
     barrier_at(into, c.barrier);
     std::vector<int>& writes = chunk_counts(into.writes);
-    for_each_box_element(c, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
+    for_each_box_element(t, c.dst, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
     if (copies_late) into.in_flight.push_back(c);
     else land(c);
   }
+}
+
+// Writes a store's box from the calling thread's block to global memory,
+// leaving out the elements outside the tensor.
+inline void perform(const Store& st) {
+  const TensorMap& t = st.map;
+  for_each_box_element(t, st.src, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
+    const int64_t at[3] = {st.origin[0] + i0, st.origin[1] + i1, st.origin[2] + i2};
+    int64_t offset = 0;
+    for (int d = 0; d < 3; ++d) {
+      if (at[d] < 0 || at[d] >= int64_t(t.dims[d])) return;
+      offset += at[d] * int64_t(t.strides[d]);
+    }
+    memcpy(const_cast<unsigned char*>(t.base) + offset, sim::shared_memory + address, t.element_bytes);
+  });
+}
+
+// An ordinary store of `bytes` at shared address `address` of the calling thread's block.
+inline void st_shared(uint32_t address, const void* value, uint32_t bytes) {
+  SIM_CHECK(address % bytes == 0 && address + bytes <= sim::shared_size, "st.shared of %u bytes at %u", bytes,
+            address);
+  memcpy(sim::shared_memory + address, value, bytes);
+}
+
+inline std::atomic<uint64_t> stores_issued{0};  // box stores since the run began
+
+inline void tma_store(const void* map, const void* src, int c0, int c1, int c2) {
+  ++stores_issued;
+  const TensorMap& t = sim::tensor_map(map);
+  const uint32_t from = sim::shared_address(src);
+  SIM_CHECK(from % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box store from byte %u", from);
+  open_stores.push_back(Store{t, from, {c0, c1, c2}});
+}
+
+inline void bulk_commit_group() {
+  store_groups.push_back(std::move(open_stores));
+  open_stores.clear();
+  if (!copies_late) {
+    for (const Store& st : store_groups.back()) perform(st);
+    store_groups.pop_back();
+  }
+}
+
+// wait_group N, with or without .read: the oldest groups are done (read
+// and written) until at most N remain.
+inline void bulk_wait_group(int n) {
+  while (store_groups.size() > size_t(n)) {
+    for (const Store& st : store_groups.front()) perform(st);
+    store_groups.pop_front();
+  }
+}
+
+inline void named_barrier_sync(int id, int count) {
+  SIM_CHECK(id >= 1 && id < 16 && count > 0 && count % 32 == 0 && count <= int(blockDim.x),
+            "bar.sync %d, %d in a block of %u threads", id, count, blockDim.x);
+  std::unique_lock lock(mutex);
+  NamedBarrier& b = own().named[id];
+  if (b.arrived == 0) b.count = count;
+  SIM_CHECK(b.count == count, "threads meet at barrier %d counting %d and %d threads", id, b.count, count);
+  const uint64_t generation = b.generation;
+  if (++b.arrived == count) {
+    b.arrived = 0;
+    ++b.generation;
+    moved();
+    return;
+  }
+  wait_until(lock, [&] { return b.generation != generation; }, "at named barrier %d", id);
 }
 
 // Element (row, col) of a wgmma operand as fp32, from the calling thread's
@@ -439,6 +530,8 @@ inline void cluster_sync() { sim::cluster_barrier->arrive_and_wait(); }
 // A thread leaves the kernel; its block has exited once all its threads have,
 // and nothing of it may be in flight then.
 inline void thread_exit() {
+  SIM_CHECK(store_groups.empty() && open_stores.empty(), "thread %u exits with box stores never waited for",
+            threadIdx.x);
   std::lock_guard lock(mutex);
   Block& b = own();
   if (++b.finished < int(blockDim.x)) return;
@@ -455,6 +548,7 @@ inline void end_block() {
   std::lock_guard lock(mutex);
   for (Block& b : blocks) {
     b.barriers.clear();
+    b.named.clear();
     std::fill(b.written.begin(), b.written.end(), 0);
     b.exited = false;
     b.finished = 0;

@@ -15,7 +15,11 @@ using cuuint32_t = uint32_t;
 using cuuint64_t = uint64_t;
 
 enum CUresult { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 };
-enum CUtensorMapDataType { CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9 };
+enum CUtensorMapDataType {
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+  CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
+};
 enum CUtensorMapInterleave { CU_TENSOR_MAP_INTERLEAVE_NONE = 0 };
 enum CUtensorMapSwizzle {
   CU_TENSOR_MAP_SWIZZLE_NONE = 0,
@@ -57,15 +61,17 @@ inline const TensorMap& tensor_map(const void* map) {
   return t;
 }
 
-// cuTensorMapEncodeTiled for what the simulation models: 16-bit elements,
-// rank 1 to 3, no interleave, element strides of 1.
+// cuTensorMapEncodeTiled for what the simulation models: 16-bit and fp32
+// elements, rank 1 to 3, no interleave, element strides of 1.
 inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* base,
                              const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                              const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                              CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
-  SIM_CHECK(type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 || type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, "type %d", int(type));
+  SIM_CHECK(type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 || type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 ||
+                type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+            "type %d", int(type));
   SIM_CHECK(interleave == CU_TENSOR_MAP_INTERLEAVE_NONE && rank >= 1 && rank <= 3, "layout not modelled");
-  const uint32_t element_bytes = 2;
+  const uint32_t element_bytes = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2;
   const uint32_t swizzle_bytes[] = {0, 32, 64, 128};
   bool valid = reinterpret_cast<uintptr_t>(map) % 64 == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
   for (uint32_t i = 0; i < rank; ++i) {
