@@ -151,8 +151,13 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
                        # The epilogue through the copy engine.
                        "STS.64", "FENCE.VIEW.ASYNC.S", "UTMASTG.3D", "BAR.SYNC.DEFER_BLOCKING"):
             assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
-        # Its strips are written through the shared window, not generic addresses.
+        # Its strips are written through the shared window, not generic
+        # addresses; each is fenced for the copy engine and met on twice
+        # (before it is written, and before it is stored).
         assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
+        stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
+        assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
+        assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
         # Pairs: B's copies multicast, stages handed back to the other block
         # (a remote arrival), and a cluster barrier before the first of either.
         pair_only = ("UTMALDG.3D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT")

@@ -244,7 +244,9 @@ __device__ __forceinline__ void bulk_wait_group() {
 // Orders this thread's ordinary shared-memory writes before what the async
 // proxy (the copy engine) reads after the next barrier.
 __device__ __forceinline__ void fence_proxy_async_shared() {
-#if MPGEMM_SM90A_PTX
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::fence_proxy_async_shared();
+#elif MPGEMM_SM90A
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }

@@ -20,7 +20,8 @@
 // or that a copy has yet to write; a warpgroup fences before its first wgmma
 // after touching the accumulators, and its 128 threads issue the same
 // wgmmas; an arrival never finds its phase already complete and waiting on
-// transaction bytes; every copy, store and wgmma group is waited for before the
+// transaction bytes; a box store reads no shared memory that a thread wrote
+// without fence.proxy.async since; every copy, store and wgmma group is waited for before the
 // block exits (a store's by the thread that issued it), and no arrival or copy reaches a block of the cluster after it
 // has exited; and a thread that waits (on an mbarrier, or for its
 // warpgroup) while nothing in the cluster moves for kDeadlockSeconds aborts
@@ -127,6 +128,7 @@ struct Block {
   // Per 16-byte chunk of shared memory: wgmmas not yet retired that read it,
   // copies yet to land on it, and copies landed on it since the block began.
   std::vector<int> reads, writes, written;
+  std::vector<int> unfenced;  // per 16-byte chunk: threads that wrote it and have not fenced since
   Warpgroup warpgroups[1024 / kWarpgroupThreads];
   std::map<int, NamedBarrier> named;
 };
@@ -143,6 +145,7 @@ inline thread_local int issued_since_commit = 0;
 // (copies_late), oldest first, and the open one.
 inline thread_local std::deque<std::vector<Store>> store_groups;
 inline thread_local std::vector<Store> open_stores;
+inline thread_local std::vector<uint32_t> unfenced_writes;  // chunks this thread wrote since its last fence
 inline thread_local bool fenced = false;  // since this thread last waited on its wgmmas
 
 inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
@@ -337,6 +340,19 @@ inline void st_shared(uint32_t address, const void* value, uint32_t bytes) {
   SIM_CHECK(address % bytes == 0 && address + bytes <= sim::shared_size, "st.shared of %u bytes at %u", bytes,
             address);
   memcpy(sim::shared_memory + address, value, bytes);
+  const uint32_t chunk = address / 16;
+  if (std::find(unfenced_writes.begin(), unfenced_writes.end(), chunk) != unfenced_writes.end()) return;
+  std::lock_guard lock(mutex);
+  ++chunk_counts(own().unfenced)[chunk];
+  unfenced_writes.push_back(chunk);
+}
+
+// fence.proxy.async.shared::cta: the async proxy may read what this thread wrote.
+inline void fence_proxy_async_shared() {
+  std::lock_guard lock(mutex);
+  std::vector<int>& unfenced = chunk_counts(own().unfenced);
+  for (uint32_t chunk : unfenced_writes) --unfenced[chunk];
+  unfenced_writes.clear();
 }
 
 inline std::atomic<uint64_t> stores_issued{0};  // box stores since the run began
@@ -346,6 +362,14 @@ inline void tma_store(const void* map, const void* src, int c0, int c1, int c2) 
   const TensorMap& t = sim::tensor_map(map);
   const uint32_t from = sim::shared_address(src);
   SIM_CHECK(from % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box store from byte %u", from);
+  {
+    std::lock_guard lock(mutex);
+    std::vector<int>& unfenced = chunk_counts(own().unfenced);
+    for_each_box_element(t, from, [&](uint32_t, uint32_t, uint32_t, uint32_t address) {
+      SIM_CHECK(unfenced[address / 16] == 0, "a box store reads shared memory (byte %u) that a thread wrote "
+                "without fence.proxy.async since", address);
+    });
+  }
   open_stores.push_back(Store{t, from, {c0, c1, c2}});
 }
 
@@ -532,6 +556,7 @@ inline void cluster_sync() { sim::cluster_barrier->arrive_and_wait(); }
 inline void thread_exit() {
   SIM_CHECK(store_groups.empty() && open_stores.empty(), "thread %u exits with box stores never waited for",
             threadIdx.x);
+  unfenced_writes.clear();
   std::lock_guard lock(mutex);
   Block& b = own();
   if (++b.finished < int(blockDim.x)) return;
@@ -549,6 +574,7 @@ inline void end_block() {
   for (Block& b : blocks) {
     b.barriers.clear();
     b.named.clear();
+    std::fill(b.unfenced.begin(), b.unfenced.end(), 0);
     std::fill(b.written.begin(), b.written.end(), 0);
     b.exited = false;
     b.finished = 0;
