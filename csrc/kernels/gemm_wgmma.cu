@@ -1,7 +1,7 @@
-// Host side of the Hopper GEMM: one tensor map per operand, which tells the
-// copy engine the matrix's sizes, strides and box (wgmma_layout.h's
-// OperandTile and OutputStrip), and the kernel arguments; the kernels themselves are launched
-// from gemm_wgmma_<a><b>.cu.
+// Host side of the Hopper GEMM: one tensor map per operand and one for D,
+// which tell the copy engine the matrix's sizes, strides and box
+// (wgmma_layout.h's OperandTile and OutputStrip), and the kernel arguments;
+// the kernels themselves are launched from gemm_wgmma_<a><b>.cu.
 #include <climits>
 
 #include <cuda.h>

@@ -21,11 +21,12 @@
 // after touching the accumulators, and its 128 threads issue the same
 // wgmmas; an arrival never finds its phase already complete and waiting on
 // transaction bytes; a box store reads no shared memory that a thread wrote
-// without fence.proxy.async since; every copy, store and wgmma group is waited for before the
-// block exits (a store's by the thread that issued it), and no arrival or copy reaches a block of the cluster after it
-// has exited; and a thread that waits (on an mbarrier, or for its
-// warpgroup) while nothing in the cluster moves for kDeadlockSeconds aborts
-// the run, saying what it waits for.
+// without fence.proxy.async since; every copy, store and wgmma group is
+// waited for before the block exits (a store's by the thread that issued
+// it), and no arrival or copy reaches a block of the cluster after it has
+// exited; and a thread that waits (on an mbarrier, or for its warpgroup)
+// while nothing in the cluster moves for kDeadlockSeconds aborts the run,
+// saying what it waits for.
 #pragma once
 
 #include <algorithm>
@@ -88,8 +89,6 @@ struct Wgmma {
   std::vector<uint32_t> chunks;  // the 16-byte chunks of shared memory it reads
 };
 
-// A warpgroup's wgmmas, and where its threads stand in the collective steps
-// (commit_group, wait_group) that all 128 must meet in.
 // One box store: its tensor map, source in the issuing block's shared memory
 // and box origin.
 struct Store {
@@ -105,6 +104,8 @@ struct NamedBarrier {
   uint64_t generation = 0;
 };
 
+// A warpgroup's wgmmas, and where its threads stand in the collective steps
+// (commit_group, wait_group) that all 128 must meet in.
 struct Warpgroup {
   std::vector<Wgmma> open;                   // issued since the last commit
   std::deque<std::vector<Wgmma>> committed;  // groups not yet retired, oldest first
@@ -244,6 +245,17 @@ void for_each_box_element(const TensorMap& t, uint32_t smem, F&& f) {
       }
 }
 
+// The byte offset from the tensor's base of element `at` of `t`; false
+// where it lies outside the tensor.
+inline bool global_offset(const TensorMap& t, const int64_t (&at)[3], int64_t& offset) {
+  offset = 0;
+  for (int d = 0; d < 3; ++d) {
+    if (at[d] < 0 || at[d] >= int64_t(t.dims[d])) return false;
+    offset += at[d] * int64_t(t.strides[d]);
+  }
+  return true;
+}
+
 // Writes a copy's box into its block's shared memory (the caller holds the mutex).
 inline void land(const Copy& c) {
   const TensorMap& t = c.map;
@@ -253,12 +265,8 @@ inline void land(const Copy& c) {
   std::vector<int>& written = chunk_counts(to.written);
   for_each_box_element(t, c.dst, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
     const int64_t at[3] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2};
-    bool inside = true;
-    int64_t offset = 0;
-    for (int d = 0; d < 3; ++d) {
-      inside = inside && at[d] >= 0 && at[d] < int64_t(t.dims[d]);
-      offset += at[d] * int64_t(t.strides[d]);
-    }
+    int64_t offset;
+    const bool inside = global_offset(t, at, offset);
     SIM_CHECK(reads[address / 16] == 0, "a box copy lands on shared memory (byte %u) that a wgmma not yet "
               "retired by wait_group reads", address);
     unsigned char* dst = sim::cluster_shared[c.rank] + address;
@@ -326,11 +334,8 @@ inline void perform(const Store& st) {
   const TensorMap& t = st.map;
   for_each_box_element(t, st.src, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
     const int64_t at[3] = {st.origin[0] + i0, st.origin[1] + i1, st.origin[2] + i2};
-    int64_t offset = 0;
-    for (int d = 0; d < 3; ++d) {
-      if (at[d] < 0 || at[d] >= int64_t(t.dims[d])) return;
-      offset += at[d] * int64_t(t.strides[d]);
-    }
+    int64_t offset;
+    if (!global_offset(t, at, offset)) return;
     memcpy(const_cast<unsigned char*>(t.base) + offset, sim::shared_memory + address, t.element_bytes);
   });
 }
