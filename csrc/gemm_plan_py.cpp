@@ -33,12 +33,12 @@ PyObject* plan_dict(const GemmPlan& plan) {
 
 // (batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch);
 // load_width (8, 4, 2 or 1) checked by mpgemm/plan.py. The copy engine
-// describes operands that allow 16-byte loads.
+// describes operands that allow 16-byte loads; D is of an op's own type.
 bool parse_problem(PyObject* args, GemmShape& shape, DeviceLimits& device) {
   if (!PyArg_ParseTuple(args, "LLLLiiii", &shape.batch, &shape.m, &shape.n, &shape.k, &shape.vector,
                         &device.multiprocessors, &device.max_smem_per_block, &device.arch))
     return false;
-  shape.tma = shape.vector == 8;
+  shape.wgmma = shape.vector == 8;
   return true;
 }
 

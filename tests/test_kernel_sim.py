@@ -114,7 +114,8 @@ HOPPER_MUTATIONS = {
     "stores still in flight at exit": (
         ("  if (thread == 0) bulk_wait_group<0>();\n", ""), (True, False), "box stores never waited for"),
 }
-HOPPER_KERNELS = ["gemm_wgmma_kk.cu", "gemm_wgmma_km.cu", "gemm_wgmma_mk.cu", "gemm_wgmma_mm.cu"]
+HOPPER_KERNELS = [f"gemm_wgmma_{layouts}{cluster}.cu" for layouts in ("kk", "km", "mk", "mm")
+                  for cluster in ("", "_2x1")]
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}

@@ -55,13 +55,15 @@ GemmShape gemm_shape(const GemmParams& p) {
                            a_row_major ? p.k : p.m),
       operand_vector_width(p.b, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                            b_row_major ? p.n : p.k));
-  const bool tma =
+  // The Hopper kernels store D in fp32 or the inputs' type only (wgmma_gemm.cuh's store_accumulators).
+  const bool wgmma =
+      (p.d_type == ElementType::kFloat32 || p.d_type == p.ab_type) &&
       tma_describable(p.a, 2, p.batch, p.a_batch_stride, a_row_major ? p.a_row_stride : p.a_col_stride,
                       a_row_major ? p.k : p.m, a_row_major ? p.m : p.k) &&
       tma_describable(p.b, 2, p.batch, p.b_batch_stride, b_row_major ? p.b_row_stride : p.b_col_stride,
                       b_row_major ? p.n : p.k, b_row_major ? p.k : p.n) &&
       std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
-  return {p.batch, p.m, p.n, p.k, vector, tma};
+  return {p.batch, p.m, p.n, p.k, vector, wgmma};
 }
 
 GemmPlan plan_gemm(const GemmParams& p) {
@@ -69,7 +71,7 @@ GemmPlan plan_gemm(const GemmParams& p) {
   GemmShape shape = gemm_shape(p);
   // A Hopper GPU running a build without sm_90a code (an arch list without
   // 9.0) takes the WMMA tiles: the Hopper kernels there are empty.
-  if (device.arch == 90 && !wgmma_available()) shape.tma = false;
+  if (device.arch == 90 && !wgmma_available()) shape.wgmma = false;
   return plan_gemm(shape, device);
 }
 

@@ -28,10 +28,11 @@ int64_t tiles(const TileConfigInfo& c, const GemmShape& s) {
 int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_k); }
 
 bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
-  // sm_90a code runs on compute capability 9.0 alone; the copy engine needs
-  // describable operands, and the kernel at least one K slice.
+  // sm_90a code runs on compute capability 9.0 alone; the kernels need
+  // operands the copy engine can describe and D of the ops' own types
+  // (GemmShape::wgmma), and at least one K slice.
   if (is_wgmma(c.id))
-    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.tma &&
+    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.wgmma &&
            s.k > 0 && d.multiprocessors >= c.cluster_m;
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
 }

@@ -123,13 +123,14 @@ constexpr int tile_min_arch() {
 
 // The problem as the choice sees it. `vector`: the widest load, in elements,
 // both operands allow (gemm_launch.cu's operand_vector_width): 8 (16 bytes),
-// 4 or 2 on the cp.async pipeline, 1 on the one-element path. `tma`: the
-// tensor copy engine can describe both operands (16-byte aligned bases, row
-// pitches and batch strides; sizes within its 32-bit coordinates).
+// 4 or 2 on the cp.async pipeline, 1 on the one-element path. `wgmma`: the
+// Hopper kernels can take it: the tensor copy engine can describe both
+// operands (16-byte aligned bases, row pitches and batch strides; sizes
+// within its 32-bit coordinates), and D is fp32 or the inputs' type.
 struct GemmShape {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int vector = 8;
-  bool tma = true;
+  bool wgmma = true;
 };
 
 // Which kernels MPGEMM_GEMM_PATH asks for: "auto" (or unset) lets the

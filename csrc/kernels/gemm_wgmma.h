@@ -22,7 +22,8 @@ struct WgmmaSchedule {
 // Launches the kernel of one input type, pair of operand layouts (K-major or
 // not) and cluster size (1, or 2 blocks sharing B) on tensor maps built for
 // them (D's read only where schedule.d_copy): one translation unit per layout
-// pair (gemm_wgmma_<a><b>.cu), so that they compile in parallel.
+// pair and cluster size (gemm_wgmma_<a><b>.cu, gemm_wgmma_<a><b>_2x1.cu), so
+// that they compile in parallel.
 template <class Element, bool AKMajor, bool BKMajor, int kCluster>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
@@ -37,7 +38,8 @@ bool wgmma_available();
 // Enqueues `params` on `stream` on the Hopper path, its tiles in groups of
 // `raster_group` tile rows, on blocks alone (`cluster` 1) or in pairs that
 // share B's copies (2). The operands must be describable by the tensor
-// copy engine (GemmShape::tma) and K at least 1. Returns
+// copy engine, D fp32 or the inputs' type (GemmShape::wgmma) and K at
+// least 1. Returns
 // cudaErrorNotSupported where the code the device runs has no sm_90a kernel,
 // cudaErrorInvalidValue for operands the path cannot take.
 cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, int cluster, cudaStream_t stream);

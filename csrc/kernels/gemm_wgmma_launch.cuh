@@ -41,13 +41,12 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 
 }  // namespace mpgemm::kernels::sm90
 
-// Instantiates the launch of both input types and cluster sizes for one pair of layouts.
+// Instantiates the launch of both input types for one pair of layouts and
+// one cluster size: one translation unit's kernels (gemm_wgmma.h).
 #define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER)                                     \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER>(  \
       const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,      \
       const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
-#define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR)                   \
-  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, 1)          \
-  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, 2)          \
-  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, 1)   \
-  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, 2)
+#define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR, CLUSTER)                \
+  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, CLUSTER)          \
+  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, CLUSTER)

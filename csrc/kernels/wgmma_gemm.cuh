@@ -1,5 +1,6 @@
 // Hopper GEMM (sm_90a): D[b] = activation(A[b] @ B[b] + bias), 16-bit inputs,
-// fp32 accumulation, with wgmma and the tensor copy engine (TMA).
+// fp32 accumulation, D in fp32 or the inputs' type, with wgmma and the tensor
+// copy engine (TMA).
 //
 // Work: a persistent grid, one block per multiprocessor, walks the
 // 128 x 256 tiles of every matrix of the batch in grouped order
@@ -265,14 +266,18 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const Gem
 }
 
 // The epilogue for the launch's output type and activation, through the copy
-// engine where D has a tensor map. A consumer whose rows all lie past M (the
-// second block of a pair at the last tile row) stores nothing.
+// engine where D has a tensor map. D is fp32 or the inputs' type, as the ops
+// make it (gemm_shape admits no other): each output type puts six epilogues
+// in every kernel (three activations, two ways to store), and a third type
+// nearly doubled the kernels' compile time. A consumer whose rows all lie
+// past M (the second block of a pair at the last tile row) stores nothing.
+template <class Element>
 __device__ __forceinline__ void store_accumulators(const float (&acc)[128], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
                                                    int thread, int consumer) {
   if (row0 >= p.m) return;
-  visit_element_type(p.d_type, [&](auto out) {
+  const auto store_as = [&](auto out) {
     using Out = typename decltype(out)::type;
     const auto store = [&](auto activation) {
       constexpr Activation kActivation = decltype(activation)::value;
@@ -284,7 +289,9 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[128], cons
       case Activation::kGelu: return store(std::integral_constant<Activation, Activation::kGelu>{});
       default: return store(std::integral_constant<Activation, Activation::kNone>{});
     }
-  });
+  };
+  if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{});
+  else store_as(ElementTag<Element>{});
 }
 
 // kCluster before the layouts: the kernel's mangled name must not end as a
@@ -386,7 +393,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     wgmma_wait<0>();
     release(reading.stage);
     const int64_t row0 = tile.origin.m0 + consumer * Config::kInstrM;
-    store_accumulators(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread, consumer);
+    store_accumulators<Element>(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread,
+                                consumer);
   }
   // The shared memory the last stores read goes with the block.
   if (thread == 0) bulk_wait_group<0>();

@@ -75,7 +75,12 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   const sim::Bias bias(rnd(0, 3), n);
   p.bias = bias.data(), p.bias_type = bias.type;
   p.activation = Activation(rnd(0, 2));
-  p.d_type = sim::any_type();
+  using OutputType = GemmCaseSpec::OutputType;
+  const ElementType other_16_bit =
+      ab_type == ElementType::kFloat16 ? ElementType::kBFloat16 : ElementType::kFloat16;
+  p.d_type = spec.d_type == OutputType::kOpsOwn       ? (rnd(0, 1) ? ElementType::kFloat32 : ab_type)
+             : spec.d_type == OutputType::kOther16Bit ? other_16_bit
+                                                      : sim::any_type();
   const int64_t esize = sim::bytes_of(p.d_type), d_offset = spec.d_copyable || rnd(0, 1) ? 0 : rnd(1, 3);
   if (spec.d_copyable) {
     const int64_t per16 = 16 / esize;

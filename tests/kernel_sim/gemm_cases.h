@@ -24,6 +24,9 @@ struct GemmCaseSpec {
   // D with a 16-byte aligned base and pitches, which the Hopper kernel's
   // epilogue stores through the copy engine; false leaves them anything.
   bool d_copyable = false;
+  // D's type: any of the three, fp32 or the inputs' own (what the ops make,
+  // and the only types the Hopper kernels store), or the other 16-bit type.
+  enum class OutputType { kAny, kOpsOwn, kOther16Bit } d_type = OutputType::kAny;
   bool has_plan = false;
   GemmPlan plan;
   cudaError_t expect = cudaSuccess;  // for a plan the launcher must refuse

@@ -17,6 +17,9 @@
 //    past M); and tall problems whose tile order has a partial group. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
 //    through the copy engine, and the rest mostly pitches it cannot describe.
+//    D is fp32 or the inputs' type, as the ops make it, but in three cases
+//    of sixteen: D of the other 16-bit type must run on WMMA tiles, and a
+//    Hopper plan for it be refused with D untouched.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 //   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
@@ -157,16 +160,30 @@ static int check_layouts(int& mismatches) {
   return checked;
 }
 
-// A random problem on the launcher's plan for an sm_90 device.
+// A random problem on the launcher's plan for an sm_90 device, or a Hopper
+// plan the launcher must refuse.
 static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& copied_out) {
   const bool forced = index % 4 == 3, paired = index % 4 == 1, tall = index % 8 == 5;
+  // D of the other 16-bit type, which the ops never make and the Hopper
+  // kernels do not store: WMMA tiles even where MPGEMM_GEMM_PATH=wgmma asks
+  // for the Hopper path, and a Hopper plan refused without touching D.
+  const bool other_type = index % 8 == 6, refused = index % 16 == 2;
   sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(paired ? 2 : 1, 4)) : 132;
-  if (forced) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
+  if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", "wgmma_2x1", 1);
   sim::GemmCaseSpec spec;
-  spec.aligned = paired || sim::rnd(0, 7) ? 1 : 0;  // mostly operands the copy engine can describe
+  // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
+  spec.aligned = paired || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
   spec.whole_chunks = false;
   spec.d_copyable = index / 4 % 2 == 0;
+  using OutputType = sim::GemmCaseSpec::OutputType;
+  spec.d_type = other_type || refused ? OutputType::kOther16Bit : OutputType::kOpsOwn;
+  if (other_type || refused) spec.min_k = 1;
+  if (refused) {
+    spec.has_plan = true;
+    spec.plan.config = sim::rnd(0, 1) ? TileConfigId::kWgmma : TileConfigId::kWgmmaPair;
+    spec.expect = cudaErrorInvalidValue;
+  }
   spec.max_m = 300, spec.max_n = 560, spec.max_k = 200;
   if (forced) spec.max_m = spec.max_n = 100, spec.min_k = 64, spec.max_k = 640;  // long K on one tile
   if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
@@ -174,8 +191,19 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& copie
   if (tall) spec.batch = 1;
   GemmPlan plan;
   const uint64_t stores_before = sim::hopper::stores_issued;
-  const bool bad = sim::gemm_case(forced ? "forced" : paired ? "pairs" : tall ? "tall" : "gemm", index, spec, &plan);
+  const char* kind = refused      ? "refused"
+                     : forced     ? "forced"
+                     : paired     ? "pairs"
+                     : tall       ? "tall"
+                     : other_type ? "other type"
+                                  : "gemm";
+  bool bad = sim::gemm_case(kind, index, spec, &plan);
   unsetenv("MPGEMM_GEMM_PATH");
+  if (other_type && is_wgmma(plan.config)) {
+    printf("other type case %d FAILED: the launcher planned the Hopper path for D it does not store\n", index);
+    bad = true;
+  }
+  if (refused) return bad;
   on_wgmma += is_wgmma(plan.config);
   on_pairs += plan.config == TileConfigId::kWgmmaPair;
   copied_out += sim::hopper::stores_issued != stores_before;
