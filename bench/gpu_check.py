@@ -104,7 +104,7 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 STEPS = (
     Step("build", 1, 120, 85, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
-    Step("hopper", 1, 30, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
+    Step("hopper", 1, 45, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
          "then its GEMM on every operand layout, type and edge against float64"),
     Step("inspect", 1, 60, 25, f"{PY} -m mpgemm inspect",
          "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),

@@ -1,7 +1,8 @@
 // GPU probes of the Hopper GEMM's building blocks (issue 16), each a few
 // seconds, run before the GEMM itself so that a failure names its part:
-//   tma    one box copy with 128-byte swizzle of an iota matrix, per operand
-//          layout: every element must land where OperandTile::offset says;
+//   tma    the box copies with 128-byte swizzle of an iota tile, per operand
+//          layout and tile height: every element must land where
+//          OperandTile::offset says;
 //   wgmma  one K slice of m64n256k16 (four k16 steps, two warpgroups, with
 //          the GEMM's descriptors) on small-integer operands placed by
 //          OperandTile::offset, per pair of layouts: every accumulator
@@ -185,8 +186,11 @@ int main() {
   CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
   const EncodeTiled encode = reinterpret_cast<EncodeTiled>(fn);
   int failed = 0;
+  // A's tiles (128 rows, 64 with ping-pong consumers) and B's.
+  failed += probe_tma<64, true>(encode);
   failed += probe_tma<128, true>(encode);
   failed += probe_tma<256, true>(encode);
+  failed += probe_tma<64, false>(encode);
   failed += probe_tma<128, false>(encode);
   failed += probe_tma<256, false>(encode);
   failed += probe_wgmma<true, true>();

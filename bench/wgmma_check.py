@@ -1,16 +1,18 @@
 """The Hopper path on a GPU (issue 16): correctness of the wgmma GEMM against
 float64 on every operand layout, input and output type and edge, on blocks
-alone and on pairs that multicast B, then the speed of both against cuBLAS
-and the WMMA path, in one process. The speed table also times the single
-blocks' epilogue both ways: through the copy engine (`wgmma`, D 16-byte
-aligned) and from registers (`wgmma_direct`, the same D 8 bytes off, which
-the copy engine cannot describe).
+alone, on pairs that multicast B and on pairs whose consumers take tiles in
+turn (ping-pong), then the speed of all three against cuBLAS and the WMMA
+path, in one process. The speed table also times the single blocks'
+epilogue both ways: through the copy engine (`wgmma`, D 16-byte aligned)
+and from registers (`wgmma_direct`, the same D 8 bytes off, which the copy
+engine cannot describe).
 
     python3 bench/wgmma_check.py [--json FILE] [--skip-speed]
 
 Needs an sm_90 GPU and an extension built with 9.0 in TORCH_CUDA_ARCH_LIST.
-The correctness cases force each Hopper kernel (MPGEMM_GEMM_PATH=wgmma, then
-wgmma_2x1), also where the heuristic would split K on WMMA tiles instead.
+The correctness cases force each Hopper kernel (MPGEMM_GEMM_PATH=wgmma,
+wgmma_2x1, wgmma_pingpong), also where the heuristic would split K on WMMA
+tiles instead.
 Exit status 1 if any case is wrong, or does not run on the kernel forced."""
 
 import argparse
@@ -25,7 +27,7 @@ from mpgemm.tools.timing import CudaEventClock, input_sets_for, time_interleaved
 
 LAYOUTS = [("row", "col"), ("row", "row"), ("col", "col"), ("col", "row")]
 # MPGEMM_GEMM_PATH values that force each Hopper kernel; each names the plan's config.
-HOPPER_PATHS = ("wgmma", "wgmma_2x1")
+HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wgmma_pingpong")
 # (batch, m, n, k): one tile; several tiles with K remainders and ragged
 # edges; a wave and more; a batch. Each size a multiple of 8 where it may be
 # a leading dimension, so that every layout stays on the path.
@@ -119,6 +121,10 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
             os.environ["MPGEMM_GEMM_PATH"] = "wgmma_2x1"
             return mpgemm.gemm(a, b)
 
+        def wgmma_pingpong(a, b):
+            os.environ["MPGEMM_GEMM_PATH"] = "wgmma_pingpong"
+            return mpgemm.gemm(a, b)
+
         def wmma(a, b):
             os.environ["MPGEMM_GEMM_PATH"] = "wmma"
             return mpgemm.gemm(a, b)
@@ -127,17 +133,17 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
             return torch.mm(a, b, out_dtype=torch.float32)
 
         times = time_interleaved({"wgmma": wgmma, "wgmma_direct": wgmma_direct, "wgmma_2x1": wgmma_2x1,
-                                  "wmma": wmma, "cublas": cublas}, sets, clock=clock, reps=15)
+                                  "wgmma_pingpong": wgmma_pingpong, "wmma": wmma, "cublas": cublas},
+                                 sets, clock=clock, reps=15)
         os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
         flop = 2 * m * n * k
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
                "layouts": "".join(layout[0] for layout in layouts)}
         for name, t in times.items():
             row[f"{name}_tflops"] = flop / t.median_ms / 1e9
-        row["wgmma_vs_cublas"] = row["wgmma_tflops"] / row["cublas_tflops"]
-        row["wgmma_direct_vs_cublas"] = row["wgmma_direct_tflops"] / row["cublas_tflops"]
-        row["wgmma_2x1_vs_cublas"] = row["wgmma_2x1_tflops"] / row["cublas_tflops"]
-        row["wmma_vs_cublas"] = row["wmma_tflops"] / row["cublas_tflops"]
+        for name in times:
+            if name != "cublas":
+                row[f"{name}_vs_cublas"] = row[f"{name}_tflops"] / row["cublas_tflops"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows

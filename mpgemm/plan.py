@@ -136,7 +136,8 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     one-element path. The rule, in order: on sm_90 operands of width 8 take
     the Hopper kernel, "wgmma" (which needs a build with sm_90a
     code: an arch list holding 9.0), unless the WMMA rule below would split K
-    (MPGEMM_GEMM_PATH=wgmma takes it there too, =wmma never); width 1 takes
+    (MPGEMM_GEMM_PATH=wgmma takes it there too, =wgmma_2x1 and
+    =wgmma_pingpong its kernels on pairs of blocks, =wmma never); width 1 takes
     the "scalar" tile; else the first of "tall" (m > n) or
     "wide", "square" (width 8 alone), "compact" that the device's shared
     memory and arch hold and whose tiles give every multiprocessor a block,

@@ -127,14 +127,18 @@ def hopper_kernels(cuda_build):
     code = sass.dump_sass_instructions(cuda_build["library"])
     kernels = {name: instructions for (arch, name), instructions in code.items()
                if arch == "sm_90a" and "wgmma_gemm_kernel" in name}
-    # Two input types by four operand layouts by two cluster sizes (the last template argument).
-    assert len(kernels) == 16, sorted(kernels)
-    assert sum(PAIR_KERNEL in name for name in kernels) == 8, sorted(kernels)
+    # Two input types by four operand layouts by three kernels: blocks alone,
+    # pairs, pairs with ping-pong consumers.
+    assert len(kernels) == 24, sorted(kernels)
+    assert sum(PAIR_KERNEL in name for name in kernels) == 16, sorted(kernels)
+    assert sum(PING_PONG_KERNEL in name for name in kernels) == 8, sorted(kernels)
     return kernels
 
 
-# The mangled kCluster = 2 (after the input type) of the kernels for pairs of blocks.
-PAIR_KERNEL = "Li2ELb"
+# The mangled kCluster = 2 (after the input type) of the kernels for pairs of
+# blocks, and the consumer schedule after it (sm90::Consumers::kPingPong = 1).
+PAIR_KERNEL = "Li2ELNS1_9Consumers"
+PING_PONG_KERNEL = "ConsumersE1E"
 
 
 def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernels):
@@ -168,6 +172,9 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
         pair_only = ("UTMALDG.3D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT")
         for op in pair_only:
             assert (sass.count_opcodes(opcodes, op) > 0) == (PAIR_KERNEL in name), f"{name}: {op}"
+        # Ping-pong: each consumer's turn to run its mainloop, handed on
+        # with bar.arrive, met with bar.sync.
+        assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == (PING_PONG_KERNEL in name), f"{name}: BAR.ARV"
         body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
         assert not [op for op in body if op.startswith("MEMBAR")], f"{name} fences memory in its mainloop"
 

@@ -2,7 +2,8 @@
 without a GPU; bf16 needs sm_80). On an sm_90 GPU with a build holding sm_90a
 code, random cases and the large shapes also run with each path forced
 (MPGEMM_GEMM_PATH=wgmma: the Hopper kernel wherever it can run; wgmma_2x1: the
-same on pairs of blocks that multicast B; wmma: never).
+same on pairs of blocks that multicast B; wgmma_pingpong: on pairs whose
+consumers take tiles in turn; wmma: never).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -26,7 +27,7 @@ HAS_HOPPER_PATH = (torch.cuda.is_available() and torch.cuda.get_device_capabilit
                    and "sm_90a" in mpgemm.build_info()["cuda_archs"])
 needs_hopper_path = pytest.mark.skipif(not HAS_HOPPER_PATH, reason="the Hopper path needs sm_90 and sm_90a code")
 # MPGEMM_GEMM_PATH values: the default everywhere, each path forced on Hopper.
-HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wmma")
+HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wmma")
 PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper_path) for path in HOPPER_PATHS]
 
 # Bounds on ||out - ref|| / ||ref|| against float64 and against cuBLAS (fp32

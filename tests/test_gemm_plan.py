@@ -29,13 +29,13 @@ def no_tuning(tmp_path, monkeypatch):
 def test_table_lists_every_configuration_once():
     configs = mpgemm.tile_configs()
     names = [c["name"] for c in configs]
-    assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1"]
+    assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1", "wgmma_pingpong"]
     by_name = {c["name"]: c for c in configs}
     assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
     assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
     assert all(c["threads"] == 32 * (c["block_m"] // c["warp_m"]) * (c["block_n"] // c["warp_n"])
                for c in configs if not c["name"].startswith("wgmma"))
-    assert [c["name"] for c in configs if c["cluster_m"] != 1] == ["wgmma_2x1"]
+    assert [c["name"] for c in configs if c["cluster_m"] != 1] == ["wgmma_2x1", "wgmma_pingpong"]
     # The Hopper tile: two consumer warpgroups of 64 x 256 and one producer, 4 stages of 48 KB.
     hopper = by_name["wgmma"]
     assert (hopper["block_m"], hopper["block_n"], hopper["block_k"], hopper["stages"]) == (128, 256, 64, 4)
@@ -46,6 +46,12 @@ def test_table_lists_every_configuration_once():
     assert {k: v for k, v in pair.items() if k not in ("name", "cluster_m")} == \
         {k: v for k, v in hopper.items() if k not in ("name", "cluster_m")}
     assert (hopper["cluster_m"], pair["cluster_m"]) == (1, 2)
+    # Ping-pong: pairs whose consumers each take a whole 64 x 256 tile, 4 stages of 40 KB.
+    ping_pong = by_name["wgmma_pingpong"]
+    assert (ping_pong["block_m"], ping_pong["block_n"], ping_pong["block_k"], ping_pong["stages"]) == (64, 256, 64, 4)
+    assert (ping_pong["warp_m"], ping_pong["warp_n"], ping_pong["threads"], ping_pong["cluster_m"]) == \
+        (64, 256, 384, 2)
+    assert hopper["smem_bytes"] - ping_pong["smem_bytes"] == 4 * 64 * 64 * 2  # 64 rows of A fewer in each stage
     # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
     assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
 
@@ -93,35 +99,37 @@ def test_small_outputs_with_long_k_split_on_wmma_tiles_instead(m, n, k):
     assert plan.config != "wgmma" and plan.split_k > 1
 
 
-@pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", "wgmma_2x1", ""])
+@pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", "wgmma_2x1", "wgmma_pingpong", ""])
 def test_the_environment_switches_the_hopper_path(path, monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
-    hopper = "wgmma_2x1" if path == "wgmma_2x1" else "wgmma"
+    hopper = path if path in ("wgmma_2x1", "wgmma_pingpong") else "wgmma"
     assert (mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == hopper) == (path != "wmma")
-    # "wgmma" and "wgmma_2x1" force the path even where the heuristic would split K on WMMA tiles.
+    # The Hopper paths are forced even where the heuristic would split K on WMMA tiles.
     forced = path.startswith("wgmma")
     assert (mpgemm.gemm_plan(64, 64, 16384, device_limits=H100).config == hopper) == forced
     assert not mpgemm.gemm_plan(4096, 4096, 4096, device_limits=A100).config.startswith("wgmma")
 
 
-def test_pairs_of_blocks_count_their_tile_rows_in_cluster_tiles(monkeypatch):
-    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma_2x1")
-    for m in (128, 256, 257, 1000, 4096):
+@pytest.mark.parametrize("path, cluster_rows", [("wgmma_2x1", 256), ("wgmma_pingpong", 128)])
+def test_pairs_of_blocks_count_their_tile_rows_in_cluster_tiles(path, cluster_rows, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
+    for m in (64, 128, 256, 257, 1000, 4096):
         plan = mpgemm.gemm_plan(m, 4096, 4096, device_limits=H100)
-        assert (plan.config, plan.cluster_m, plan.split_k) == ("wgmma_2x1", 2, 1)
-        assert plan.raster_group == min(8, -(-m // 256)), m
+        assert (plan.config, plan.cluster_m, plan.split_k) == (path, 2, 1)
+        assert plan.raster_group == min(8, -(-m // cluster_rows)), m
     # A pair needs two multiprocessors.
-    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=dict(H100, multiprocessors=1)).config != "wgmma_2x1"
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=dict(H100, multiprocessors=1)).config != path
 
 
-def test_pairs_are_a_tuning_candidate_and_a_tuned_choice():
+@pytest.mark.parametrize("tuned", ["wgmma_2x1", "wgmma_pingpong"])
+def test_pairs_are_a_tuning_candidate_and_a_tuned_choice(tuned):
     candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
     assert [(p.config, p.split_k) for p in candidates if p.config.startswith("wgmma")] == \
-        [("wgmma", 1), ("wgmma_2x1", 1)]
+        [("wgmma", 1), ("wgmma_2x1", 1), ("wgmma_pingpong", 1)]
     assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma"  # untimed: not by default
-    gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 4096, "k": 4096, "config": "wgmma_2x1", "split_k": 1}])
+    gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 4096, "k": 4096, "config": tuned, "split_k": 1}])
     plan = mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
-    assert (plan.config, plan.cluster_m, plan.tuned) == ("wgmma_2x1", 2, True)
+    assert (plan.config, plan.cluster_m, plan.tuned) == (tuned, 2, True)
     # A device without the Hopper path falls back to the heuristic.
     assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=A100).config == "wide"
 
@@ -129,7 +137,8 @@ def test_pairs_are_a_tuning_candidate_and_a_tuned_choice():
 def test_a_bad_path_is_named(monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", "hopper")
     with pytest.raises(ValueError,
-                       match="MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1' or 'wmma', got 'hopper'"):
+                       match="MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong' or 'wmma', "
+                             "got 'hopper'"):
         mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
     with pytest.raises(ValueError, match="MPGEMM_GEMM_PATH"):
         mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)

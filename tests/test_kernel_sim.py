@@ -59,63 +59,88 @@ MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
 HOPPER_CASES = 24
 HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
 # About half of the cases take the Hopper path (the rest: split-K on WMMA
-# tiles, operands the copy engine cannot describe), a quarter its pairs of
-# blocks (wgmma_2x1); a run must have some of each.
+# tiles, operands the copy engine cannot describe), an eighth its pairs of
+# blocks (wgmma_2x1) and an eighth its pairs with ping-pong consumers
+# (wgmma_pingpong); a run must have some of each.
 HOPPER_MIN_WGMMA_CASES = 3
 HOPPER_MIN_PAIR_CASES = 2
+HOPPER_MIN_PING_PONG_CASES = 2
 # Of those, some store D through the copy engine (the rest from registers).
 HOPPER_MIN_COPIED_OUT_CASES = 2
+# The Hopper kernels' translation units: on blocks alone, on pairs, on pairs
+# with ping-pong consumers.
+HOPPER_KERNEL_UNITS = {kernels: [f"gemm_wgmma_{layouts}{suffix}.cu" for layouts in ("kk", "km", "mk", "mm")]
+                       for kernels, suffix in (("alone", ""), ("pairs", "_2x1"), ("ping-pong", "_pingpong"))}
+HOPPER_KERNELS = [unit for units in HOPPER_KERNEL_UNITS.values() for unit in units]
+HOPPER_KERNEL_UNITS["all"] = HOPPER_KERNELS
 # Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh), each with the
-# timing that exposes it soonest and what the simulation must say (texts
+# timing that exposes it soonest, what the simulation must say (texts
 # separated by | where either will do; the wrong
 # consumer parity: "...that a box copy has yet to write" or "...that no box
-# copy has written", whichever the race gives).
+# copy has written", whichever the race gives), and the kernels that carry
+# it (HOPPER_KERNEL_UNITS; the others are built unplanted, which keeps the
+# mutants' build short). A bug in code that every kernel shares (the
+# epilogue's functions) goes into all of them: the linker keeps one copy of
+# each such inline function, maybe an unplanted one.
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
         ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
          "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
-        (True, True), "a wgmma is issued on shared memory"),
+        (True, True), "a wgmma is issued on shared memory", "alone"),
     "producer waits on the wrong parity": (
         ("mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1)",
          "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase)"),
-        (False, False), "deadlock"),
+        (False, False), "deadlock", "alone"),
     "stage handed back before its wgmmas retire": (
-        ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
-    "accumulators reused without wgmma.fence": (("      wgmma_fence();\n", ""), (False, False), "without wgmma.fence"),
+        ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory", "alone"),
+    "accumulators reused without wgmma.fence": (
+        ("      wgmma_fence();\n", ""), (False, False), "without wgmma.fence", "alone"),
     # A pair's consumers hand each stage back to their own producer alone, so
     # the other block's producer multicasts over a stage they still read.
     "stage of a pair handed back to one producer": (
         ("mbarrier_arrive_cluster(&shared.empty[stage], thread)", "mbarrier_arrive_cluster(&shared.empty[stage], rank)"),
-        (False, True), "a box copy lands on shared memory"),
+        (False, True), "a box copy lands on shared memory", "pairs"),
     # A pair's producer leaves without waiting for the other block's last hand-backs.
     "block of a pair exits before the other's arrivals": (
         ("    if constexpr (kCluster > 1) {\n      for (int s = 0;", "    if constexpr (false) {\n      for (int s = 0;"),
-        (False, False), "after it exited"),
+        (False, False), "after it exited", "pairs"),
     # The epilogue's output strips: a buffer written again while the store
     # before last may still read it (stores then read late, so the wrong
     # strip reaches D), or before the warpgroup has met after the wait; a
     # strip stored before all its threads have written it, or unfenced.
     "output strip rewritten before its store has read it": (
         ("bulk_wait_group_read<Config::kOutputBuffers - 1>()", "bulk_wait_group_read<Config::kOutputBuffers>()"),
-        (True, False), "FAILED"),
+        (True, False), "FAILED", "all"),
     # (Wrong values, or an unfenced read where the others have written but not fenced: whichever the race gives.)
     "output strip stored before the warpgroup has written it": (
         ("    fence_proxy_async_shared();\n    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
          "    fence_proxy_async_shared();\n"),
-        (False, False), "FAILED|without fence.proxy.async"),
+        (False, False), "FAILED|without fence.proxy.async", "all"),
     "output strip rewritten before the store before last has been waited for": (
         ("    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"
          "    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
          "    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"),
-        (True, False), "FAILED"),
+        (True, False), "FAILED", "all"),
     "output strip stored without fence.proxy.async": (
         ("    fence_proxy_async_shared();\n    named_barrier_sync(", "    named_barrier_sync("),
-        (False, False), "without fence.proxy.async"),
+        (False, False), "without fence.proxy.async", "all"),
     "stores still in flight at exit": (
-        ("  if (thread == 0) bulk_wait_group<0>();\n", ""), (True, False), "box stores never waited for"),
+        ("  if (thread == 0) bulk_wait_group<0>();\n", ""), (True, False), "box stores never waited for", "alone"),
+    # Ping-pong: a consumer that does not skip the other's slices in the ring
+    # after its tile; mainloops that do not wait for their turn (a consumer
+    # then waits on a stage two rounds ahead, whose parity reads as done); a
+    # turn handed on where no tile follows (an arrival outlives the block).
+    "ping-pong consumer keeps its place in the ring": (
+        ("    if constexpr (TileConfig::kPingPong) pipe.advance(k_slices);\n", ""),
+        (True, True), "a wgmma is issued on shared memory|deadlock", "ping-pong"),
+    "ping-pong mainloops that do not take turns": (
+        ("if (t != first_tile) named_barrier_sync(kTurnBarrier",
+         "if (t != first_tile) named_barrier_arrive(kTurnBarrier"),
+        (False, False), "a box copy lands on shared memory|a wgmma is issued on shared memory", "ping-pong"),
+    "ping-pong turn handed on after the block's last tile": (
+        ("if (t + tile_step < tiles) named_barrier_arrive(", "named_barrier_arrive("),
+        (False, False), "which never opened", "ping-pong"),
 }
-HOPPER_KERNELS = [f"gemm_wgmma_{layouts}{cluster}.cu" for layouts in ("kk", "km", "mk", "mm")
-                  for cluster in ("", "_2x1")]
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
@@ -208,18 +233,23 @@ def results(tmp_path_factory):
         mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
                                       str(out / f"mutant.{name}.o")) for name in mutated]
         hopper_mutants = {}
-        for i, (name, (mutation, _, _)) in enumerate(HOPPER_MUTATIONS.items()):
+        for i, (name, (mutation, _, _, kernels)) in enumerate(HOPPER_MUTATIONS.items()):
             mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, ["wgmma_gemm.cuh"])
-            hopper_mutants[name] = compile_all([os.path.join(mutant_kernels, n) for n in HOPPER_KERNELS], 900,
-                                               mutant_kernels, f"hopper_mutant{i}.")
+            hopper_mutants[name] = compile_all(
+                [os.path.join(mutant_kernels, n) for n in HOPPER_KERNEL_UNITS[kernels]], 900, mutant_kernels,
+                f"hopper_mutant{i}.")
         kept = [o for src, o in zip(sources, objects[800]) if os.path.basename(src) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         mutant = link([o.result() for o in kept + mutant_objects], str(out / "sim_mutant"))
         hopper = link([o.result() for o in hopper_objects], str(out / "sim_hopper"))
         hopper_kept = [o.result() for o in hopper_objects[:-len(HOPPER_KERNELS)]]
-        hopper_mutant_binaries = {
-            name: link(hopper_kept + [o.result() for o in objs], str(out / f"sim_hopper_mutant{i}"))
-            for i, (name, objs) in enumerate(hopper_mutants.items())}
+        hopper_kernel_objects = dict(zip(HOPPER_KERNELS, hopper_objects[-len(HOPPER_KERNELS):]))
+        hopper_mutant_binaries = {}
+        for i, (name, objs) in enumerate(hopper_mutants.items()):
+            planted = HOPPER_KERNEL_UNITS[HOPPER_MUTATIONS[name][3]]
+            unplanted = [o.result() for unit, o in hopper_kernel_objects.items() if unit not in planted]
+            hopper_mutant_binaries[name] = link(hopper_kept + unplanted + [o.result() for o in objs],
+                                                str(out / f"sim_hopper_mutant{i}"))
 
         jobs = {}
         for arch, late in RUNS:
@@ -229,7 +259,7 @@ def results(tmp_path_factory):
         jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True)
         for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
             jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper, seed, copies_late, wgmma_late)
-        for name, (_, (copies_late, wgmma_late), _) in HOPPER_MUTATIONS.items():
+        for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
                                                         wgmma_late)
         return {key: job.result() for key, job in jobs.items()}
@@ -270,6 +300,7 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
     assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
     assert int(re.search(r"wgmma_2x1 cases: (\d+)", output).group(1)) >= HOPPER_MIN_PAIR_CASES, replay
+    assert int(re.search(r"wgmma_pingpong cases: (\d+)", output).group(1)) >= HOPPER_MIN_PING_PONG_CASES, replay
     copied_out = int(re.search(r"wgmma cases storing through the copy engine: (\d+)", output).group(1))
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < int(re.search(r"wgmma cases: (\d+)", output).group(1)), replay

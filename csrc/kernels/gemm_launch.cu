@@ -25,8 +25,11 @@ cudaError_t launch_config(TileConfigId id, const GemmParams& p, const GemmGrid& 
     case TileConfigId::kSmall: return launch_tile<SmallTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
     case TileConfigId::kScalar:
       return launch_tile<ScalarTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
-    case TileConfigId::kWgmma: return launch_wgmma_gemm(p, work.raster_group, 1, stream);
-    case TileConfigId::kWgmmaPair: return launch_wgmma_gemm(p, work.raster_group, 2, stream);
+    case TileConfigId::kWgmma: return launch_wgmma_gemm(p, work.raster_group, 1, sm90::Consumers::kCooperative, stream);
+    case TileConfigId::kWgmmaPair:
+      return launch_wgmma_gemm(p, work.raster_group, 2, sm90::Consumers::kCooperative, stream);
+    case TileConfigId::kWgmmaPingPong:
+      return launch_wgmma_gemm(p, work.raster_group, 2, sm90::Consumers::kPingPong, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -68,9 +68,11 @@ GemmPath gemm_path() {
   if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0) return GemmPath::kAuto;
   if (std::strcmp(path, "wgmma") == 0) return GemmPath::kWgmma;
   if (std::strcmp(path, "wgmma_2x1") == 0) return GemmPath::kWgmmaPair;
+  if (std::strcmp(path, "wgmma_pingpong") == 0) return GemmPath::kWgmmaPingPong;
   if (std::strcmp(path, "wmma") == 0) return GemmPath::kWmma;
-  throw std::invalid_argument(std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1' or 'wmma', got '") +
-                              path + "'");
+  throw std::invalid_argument(
+      std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong' or 'wmma', got '") + path +
+      "'");
 }
 
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
@@ -117,8 +119,8 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
 //     idle on small outputs with long K, where split-K of smaller WMMA tiles
 //     ran up to 9x faster on an H100. Blocks alone ("wgmma") unless
-//     gemm_path asks for pairs: the pairs have yet to be timed on a GPU
-//     (bench/NOTES.md); tuning picks them where they measure faster.
+//     gemm_path asks for pairs or ping-pong: those have yet to be timed on a
+//     GPU (bench/NOTES.md); tuning picks them where they measure faster.
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
 //  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
 //     whose shared memory and arch the device has and whose grid (tiles x
@@ -130,9 +132,11 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
   const GemmPath path = gemm_path();
-  const TileConfigId hopper = path == GemmPath::kWgmmaPair ? TileConfigId::kWgmmaPair : TileConfigId::kWgmma;
-  if ((wmma.split_k == 1 || path == GemmPath::kWgmma || path == GemmPath::kWgmmaPair) &&
-      fits_device(tile_config(hopper), s, d))
+  const TileConfigId hopper = path == GemmPath::kWgmmaPair       ? TileConfigId::kWgmmaPair
+                              : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
+                                                                 : TileConfigId::kWgmma;
+  const bool forced = path == GemmPath::kWgmma || path == GemmPath::kWgmmaPair || path == GemmPath::kWgmmaPingPong;
+  if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d))
     return make_plan(hopper, s, 1, false);
   return wmma;
 }

@@ -26,7 +26,9 @@ struct DeviceLimits {
 // An H100 SXM: the profile used where no GPU can be asked.
 inline constexpr DeviceLimits kH100Limits{132, 227 * 1024, 90};
 
-enum class TileConfigId : int { kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kCount };
+enum class TileConfigId : int {
+  kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kWgmmaPingPong, kCount
+};
 
 // One row of the table: a GemmTileConfig's numbers plus what the launcher and
 // the heuristic need around them.
@@ -76,18 +78,22 @@ constexpr TileConfigInfo describe(TileConfigId id, const char* name, int min_arc
           1};
 }
 
-// The Hopper path's tile (wgmma_gemm.cuh), on blocks alone or on pairs of
-// blocks that share B's copies: warp_m x warp_n is a consumer warpgroup's
-// share of the tile, and threads count the producer warpgroup too.
+// The Hopper path's tiles (wgmma_gemm.cuh), on blocks alone or on pairs of
+// blocks that share B's copies, under one consumer schedule: warp_m x warp_n
+// is what one consumer's wgmmas cover, and threads count the producer
+// warpgroup too.
+template <sm90::Consumers kSplit>
 constexpr TileConfigInfo describe_wgmma(TileConfigId id, const char* name, int cluster_m) {
-  using C = sm90::WgmmaTileConfig;
+  using C = sm90::WgmmaTileConfig<kSplit>;
   return {id, name, C::kBlockM, C::kBlockN, C::kBlockK, C::kInstrM, C::kInstrN, C::kStages, C::kThreads, 1,
           C::kSmemBytes, 90, 8, cluster_m};
 }
 
 // Indexed by TileConfigId. The 3-stage 64-deep tiles are for the cp.async
-// pipeline of sm_80+ (and need more shared memory than sm_75 has); "wgmma"
-// and "wgmma_2x1" run on sm_90 alone (their code is sm_90a's).
+// pipeline of sm_80+ (and need more shared memory than sm_75 has); the
+// Hopper tiles run on sm_90 alone (their code is sm_90a's): "wgmma" on
+// blocks alone, "wgmma_2x1" on pairs, "wgmma_pingpong" on pairs whose
+// consumers take 64-row tiles in turn.
 inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<WideTileConfig>(TileConfigId::kWide, "wide", 80, 8),
     describe<TallTileConfig>(TileConfigId::kTall, "tall", 80, 8),
@@ -95,14 +101,17 @@ inline constexpr TileConfigInfo kTileConfigs[] = {
     describe<CompactTileConfig>(TileConfigId::kCompact, "compact", 75, 8),
     describe<SmallTileConfig>(TileConfigId::kSmall, "small", 75, 8),
     describe<ScalarTileConfig>(TileConfigId::kScalar, "scalar", 75, 1),
-    describe_wgmma(TileConfigId::kWgmma, "wgmma", 1),
-    describe_wgmma(TileConfigId::kWgmmaPair, "wgmma_2x1", 2),
+    describe_wgmma<sm90::Consumers::kCooperative>(TileConfigId::kWgmma, "wgmma", 1),
+    describe_wgmma<sm90::Consumers::kCooperative>(TileConfigId::kWgmmaPair, "wgmma_2x1", 2),
+    describe_wgmma<sm90::Consumers::kPingPong>(TileConfigId::kWgmmaPingPong, "wgmma_pingpong", 2),
 };
 static_assert(sizeof(kTileConfigs) / sizeof(kTileConfigs[0]) == int(TileConfigId::kCount), "one row per id");
 
 constexpr const TileConfigInfo& tile_config(TileConfigId id) { return kTileConfigs[int(id)]; }
 
-constexpr bool is_wgmma(TileConfigId id) { return id == TileConfigId::kWgmma || id == TileConfigId::kWgmmaPair; }
+constexpr bool is_wgmma(TileConfigId id) {
+  return id == TileConfigId::kWgmma || id == TileConfigId::kWgmmaPair || id == TileConfigId::kWgmmaPingPong;
+}
 
 // Whether c's kernels run on operands that allow chunks of `vector` elements
 // (8, 4, 2 or 1): the one-element tile on any; Square on 16-byte chunks
@@ -135,9 +144,10 @@ struct GemmShape {
 
 // Which kernels MPGEMM_GEMM_PATH asks for: "auto" (or unset) lets the
 // heuristic choose, "wgmma" takes the Hopper path wherever it can run,
-// "wgmma_2x1" too on pairs of blocks that share B's copies, "wmma" never
-// does. Throws std::invalid_argument for any other value.
-enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWmma };
+// "wgmma_2x1" too on pairs of blocks that share B's copies,
+// "wgmma_pingpong" on pairs whose consumers take tiles in turn, "wmma"
+// never does. Throws std::invalid_argument for any other value.
+enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWgmmaPingPong, kWmma };
 GemmPath gemm_path();
 
 // Split-K cuts K into at most this many ranges of whole slices.

@@ -16,7 +16,7 @@
 namespace mpgemm::kernels {
 namespace {
 
-using Config = sm90::WgmmaTileConfig;
+using Config = sm90::WgmmaBlockConfig;
 
 // cuTensorMapEncodeTiled, looked up in the driver at run time, so that the
 // extension does not link libcuda.
@@ -86,9 +86,9 @@ bool output_map(CUtensorMap* map, const GemmParams& p) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <class Element, bool AKMajor, bool BKMajor>
-cudaError_t launch(const GemmParams& p, int raster_group, int cluster, cudaStream_t stream) {
-  using ATile = sm90::OperandTile<Config::kBlockM, AKMajor>;
+template <class Element, bool AKMajor, bool BKMajor, int kCluster, sm90::Consumers kSplit>
+cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  using ATile = sm90::OperandTile<sm90::WgmmaTileConfig<kSplit>::kBlockM, AKMajor>;
   using BTile = sm90::OperandTile<Config::kBlockN, BKMajor>;
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_map<ATile>(&a_map, p.ab_type, p.a, p.m, p.k,
@@ -106,29 +106,42 @@ cudaError_t launch(const GemmParams& p, int raster_group, int cluster, cudaStrea
   schedule.d_pairs = p.d_row_stride % 2 == 0 && p.d_batch_stride % 2 == 0 &&
                      reinterpret_cast<uintptr_t>(p.d) % (2 * element_bytes(p.d_type)) == 0;
   schedule.d_copy = output_map(&d_map, p);
-  if (cluster == 2)
-    return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 2>(a_map, b_map, d_map, p, schedule, stream);
-  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, 1>(a_map, b_map, d_map, p, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, AKMajor, BKMajor, kCluster, kSplit>(a_map, b_map, d_map, p, schedule,
+                                                                                 stream);
+}
+
+// The kernel for one input type and pair of layouts: blocks alone, pairs, or
+// pairs with ping-pong consumers (the kernels gemm_wgmma_<a><b>*.cu build).
+template <class Element, bool AKMajor, bool BKMajor>
+cudaError_t launch_kernel(const GemmParams& p, int raster_group, int cluster, sm90::Consumers consumers,
+                          cudaStream_t stream) {
+  using sm90::Consumers;
+  if (consumers == Consumers::kPingPong)
+    return launch<Element, AKMajor, BKMajor, 2, Consumers::kPingPong>(p, raster_group, stream);
+  if (cluster == 2) return launch<Element, AKMajor, BKMajor, 2, Consumers::kCooperative>(p, raster_group, stream);
+  return launch<Element, AKMajor, BKMajor, 1, Consumers::kCooperative>(p, raster_group, stream);
 }
 
 }  // namespace
 
 bool wgmma_available() { return device_limits().arch == 90 && sm90::wgmma_compiled(); }
 
-cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, int cluster, cudaStream_t stream) {
+cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, int cluster, sm90::Consumers consumers,
+                              cudaStream_t stream) {
   // K-major: A row-major (m, k), B column-major (B^T row-major, as
   // nn.Linear's weight). Row-major wins when both strides are 1, as in
   // gemm_shape.
   const bool a_k_major = p.a_col_stride == 1, b_k_major = p.b_col_stride != 1;
   if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1 ||
-      (cluster != 1 && cluster != 2))
+      (cluster != 1 && cluster != 2) ||
+      (consumers != sm90::Consumers::kCooperative && (consumers != sm90::Consumers::kPingPong || cluster != 2)))
     return cudaErrorInvalidValue;
   return with_input_element(p.ab_type, [&](auto element) {
     using E = typename decltype(element)::type;
-    if (a_k_major && b_k_major) return launch<E, true, true>(p, raster_group, cluster, stream);
-    if (a_k_major) return launch<E, true, false>(p, raster_group, cluster, stream);
-    if (b_k_major) return launch<E, false, true>(p, raster_group, cluster, stream);
-    return launch<E, false, false>(p, raster_group, cluster, stream);
+    if (a_k_major && b_k_major) return launch_kernel<E, true, true>(p, raster_group, cluster, consumers, stream);
+    if (a_k_major) return launch_kernel<E, true, false>(p, raster_group, cluster, consumers, stream);
+    if (b_k_major) return launch_kernel<E, false, true>(p, raster_group, cluster, consumers, stream);
+    return launch_kernel<E, false, false>(p, raster_group, cluster, consumers, stream);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm_params.h"
+#include "wgmma_layout.h"
 
 namespace mpgemm::kernels {
 namespace sm90 {
@@ -20,11 +21,12 @@ struct WgmmaSchedule {
 };
 
 // Launches the kernel of one input type, pair of operand layouts (K-major or
-// not) and cluster size (1, or 2 blocks sharing B) on tensor maps built for
-// them (D's read only where schedule.d_copy): one translation unit per layout
-// pair and cluster size (gemm_wgmma_<a><b>.cu, gemm_wgmma_<a><b>_2x1.cu), so
-// that they compile in parallel.
-template <class Element, bool AKMajor, bool BKMajor, int kCluster>
+// not), cluster size (1, or 2 blocks sharing B) and consumer schedule on
+// tensor maps built for them (D's read only where schedule.d_copy): one
+// translation unit per layout pair and kernel (gemm_wgmma_<a><b>.cu on blocks
+// alone, _2x1.cu on pairs, _pingpong.cu on pairs with ping-pong consumers),
+// so that they compile in parallel.
+template <class Element, bool AKMajor, bool BKMajor, int kCluster, Consumers kSplit>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
 
@@ -37,11 +39,13 @@ bool wgmma_available();
 
 // Enqueues `params` on `stream` on the Hopper path, its tiles in groups of
 // `raster_group` tile rows, on blocks alone (`cluster` 1) or in pairs that
-// share B's copies (2). The operands must be describable by the tensor
-// copy engine, D fp32 or the inputs' type (GemmShape::wgmma) and K at
-// least 1. Returns
+// share B's copies (2), with consumers cooperative or in ping-pong (on pairs
+// only). The operands must be describable by the tensor copy engine, D fp32
+// or the inputs' type (GemmShape::wgmma) and K at least 1. Returns
 // cudaErrorNotSupported where the code the device runs has no sm_90a kernel,
-// cudaErrorInvalidValue for operands the path cannot take.
-cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, int cluster, cudaStream_t stream);
+// cudaErrorInvalidValue for operands the path cannot take or a kernel it
+// does not have.
+cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, int cluster, sm90::Consumers consumers,
+                              cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

@@ -9,11 +9,12 @@
 
 namespace mpgemm::kernels::sm90 {
 
-template <class Element, bool AKMajor, bool BKMajor, int kCluster>
+template <class Element, bool AKMajor, bool BKMajor, int kCluster, Consumers kSplit>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
-  using Smem = WgmmaSmem<AKMajor, BKMajor>;
-  auto* kernel = &wgmma_gemm_kernel<Element, kCluster, AKMajor, BKMajor>;
+  using TileConfig = WgmmaTileConfig<kSplit>;
+  using Smem = WgmmaSmem<TileConfig, AKMajor, BKMajor>;
+  auto* kernel = &wgmma_gemm_kernel<Element, kCluster, kSplit, AKMajor, BKMajor>;
   if (!wgmma_compiled()) return cudaErrorNotSupported;
   if (const cudaError_t err = prepare_launch<Element>(kernel, Smem::kBytes); err != cudaSuccess) return err;
   cudaLaunchAttribute cluster{};
@@ -34,19 +35,22 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
     if (const cudaError_t err = cudaOccupancyMaxActiveClusters(&resident, kernel, &config); err != cudaSuccess)
       return err;
   if (resident < 1) return cudaErrorInvalidConfiguration;
-  const int64_t tiles = p.batch * TileScheduler<ClusterTile<kCluster>>::tiles(p.m, p.n);
+  const int64_t tiles = p.batch * TileScheduler<ClusterTile<TileConfig, kCluster>>::tiles(p.m, p.n);
   config.gridDim = dim3(unsigned((tiles < resident ? tiles : resident) * kCluster));
   return cudaLaunchKernelEx(&config, kernel, a_map, b_map, d_map, p, schedule);
 }
 
 }  // namespace mpgemm::kernels::sm90
 
-// Instantiates the launch of both input types for one pair of layouts and
-// one cluster size: one translation unit's kernels (gemm_wgmma.h).
-#define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER)                                     \
-  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER>(  \
-      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,      \
+// Instantiates the launch of both input types for one pair of layouts, one
+// cluster size and one consumer schedule (cooperative or ping-pong): one
+// translation unit's kernels (gemm_wgmma.h).
+#define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER, SPLIT)                                   \
+  template cudaError_t                                                                                          \
+  mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, A_K_MAJOR, B_K_MAJOR, CLUSTER,                           \
+                                             mpgemm::kernels::sm90::Consumers::SPLIT>(                          \
+      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,           \
       const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
-#define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR, CLUSTER)                \
-  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, CLUSTER)          \
-  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, CLUSTER)
+#define MPGEMM_WGMMA_LAUNCH(A_K_MAJOR, B_K_MAJOR, CLUSTER, SPLIT)       \
+  MPGEMM_WGMMA_LAUNCH_ONE(__half, A_K_MAJOR, B_K_MAJOR, CLUSTER, SPLIT) \
+  MPGEMM_WGMMA_LAUNCH_ONE(__nv_bfloat16, A_K_MAJOR, B_K_MAJOR, CLUSTER, SPLIT)

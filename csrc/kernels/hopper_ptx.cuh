@@ -260,6 +260,16 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 #endif
 }
 
+// Arrives at barrier `id` of `threads` threads without waiting (bar.arrive):
+// the threads that meet there with named_barrier_sync wait for these too.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+#if defined(MPGEMM_KERNEL_SIM)
+  sim::hopper::named_barrier_arrive(id, threads);
+#elif MPGEMM_SM90A
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
 // --- Register reallocation between warpgroups (all threads of the warpgroup).
 // The count must be a multiple of 8 in [24, 256] (9.7.19.6).
 template <int Registers>

@@ -2,29 +2,32 @@
 // fp32 accumulation, D in fp32 or the inputs' type, with wgmma and the tensor
 // copy engine (TMA).
 //
-// Work: a persistent grid, one block per multiprocessor, walks the
-// 128 x 256 tiles of every matrix of the batch in grouped order
-// (TileScheduler), each block taking every gridDim.x-th tile.
+// Work: a persistent grid, one block per multiprocessor, walks the tiles of
+// every matrix of the batch in grouped order (TileScheduler), each block
+// taking every gridDim.x-th tile.
 // Cluster: with kCluster = 2, blocks run in pairs, a pair taking two tiles
-// stacked along M (a 256 x 256 cluster tile) that read the same 256 columns
-// of B. Each block copies its own A and half of the shared B, multicast into
-// both blocks' shared memory: the copies per block and slice fall from 48 to
-// 32 KB, which is what L2 must deliver. Same work, a third less traffic.
+// stacked along M that read the same 256 columns of B. Each block copies its
+// own A and half of the shared B, multicast into both blocks' shared memory:
+// each block's copies per slice fall by a third (128-row tiles) or two
+// fifths (64-row tiles), which is what L2 must deliver.
 // Block: three warpgroups with split roles (warp specialization). Warpgroup 0
 // produces: one of its threads issues the box copies of each 64-deep K slice
-// of A's 128 rows and B's 256 columns into a ring of kStages shared-memory
+// of A's rows and B's 256 columns into a ring of kStages shared-memory
 // stages, each guarded by two mbarriers: `full` completes when the copy
 // engine has written the stage's bytes (its B half from the other block of
 // a pair too), `empty` when every consumer that reads the stage's copies has
-// finished reading it (in a pair, the other block's consumers as well: its
-// copies land in both blocks). Warpgroups 1 and 2 consume: each runs 64 x 256 x 16
-// wgmmas over its 64 rows of the tile, with the 64 x 256 fp32 accumulators in
-// registers (128 per thread), keeps one slice's wgmmas in flight while it
-// waits for the next. Epilogue: bias and activation in registers, then, where
-// D's tensor map exists (a 16-byte aligned base and pitches), strips of 64 x
-// 128 bytes written to shared memory and stored by the copy engine, two
-// strips in flight, so that the consumer goes on to its next tile while the
-// last strips drain; otherwise stores from registers.
+// finished reading it (in a pair, the other block's as well: its copies land
+// in both blocks). Warpgroups 1 and 2 consume, each running 64 x 256 x 16
+// wgmmas into 64 x 256 fp32 accumulators in registers (128 per thread) and
+// keeping one slice's wgmmas in flight while it waits for the next, on one of
+// two schedules (WgmmaTileConfig): cooperative, 128 x 256 tiles whose 64-row
+// halves the two consumers take, or ping-pong, 64 x 256 tiles that the
+// consumers take in turn, one storing a tile while the other's wgmmas run.
+// Epilogue: bias and activation in registers, then, where D's tensor map
+// exists (a 16-byte aligned base and pitches), strips of 64 x 128 bytes
+// written to shared memory and stored by the copy engine, two strips in
+// flight, so that the consumer goes on to its next tile while the last strips
+// drain; otherwise stores from registers.
 // Why: mma.sync reaches about two thirds of Hopper's Tensor Core rate and
 // wgmma all of it; the copy engine computes every address and bound itself
 // (elements past the matrix arrive as zeros), so the consumers do no address
@@ -63,7 +66,7 @@ __device__ __forceinline__ unsigned char* block_shared_memory() {
 
 namespace sm90 {
 
-using Config = WgmmaTileConfig;
+using Config = WgmmaBlockConfig;
 
 namespace {
 // 1 in code built for sm_90a, where wgmma_gemm_kernel has its body, 0 in
@@ -87,16 +90,16 @@ bool wgmma_compiled() {
 }
 }  // namespace
 
-template <bool AKMajor, bool BKMajor>
+template <class TileConfig, bool AKMajor, bool BKMajor>
 struct WgmmaSmem {
-  using ATile = OperandTile<Config::kBlockM, AKMajor>;
+  using ATile = OperandTile<TileConfig::kBlockM, AKMajor>;
   using BTile = OperandTile<Config::kBlockN, BKMajor>;
   alignas(kSwizzleAtomBytes) uint8_t a[Config::kStages][ATile::kBytes];
   alignas(kSwizzleAtomBytes) uint8_t b[Config::kStages][BTile::kBytes];
   alignas(kSwizzleAtomBytes) uint8_t out[Config::kConsumers][Config::kOutputBuffers][Config::kOutputStripBytes];
   uint64_t full[Config::kStages];
   uint64_t empty[Config::kStages];
-  static constexpr int kBytes = Config::kSmemBytes;
+  static constexpr int kBytes = TileConfig::kSmemBytes;
 };
 
 // The kernel rounds the dynamic shared memory's start (16-byte aligned) up to
@@ -115,6 +118,12 @@ struct PipelineState {
       phase ^= 1;
     }
   }
+  // Past `slices` more slices at once (a ping-pong consumer skipping the other's tile).
+  __device__ void advance(int slices) {
+    const int to = stage + slices;
+    stage = to % Config::kStages;
+    phase ^= uint32_t(to / Config::kStages) & 1;
+  }
 };
 
 // Tile `t` of the whole batch: its matrix and its origin within it.
@@ -124,19 +133,19 @@ struct BatchTile {
 };
 
 // What a cluster of kCluster blocks computes: kCluster tiles stacked along M.
-template <int kCluster>
+template <class TileConfig, int kCluster>
 struct ClusterTile {
-  static constexpr int kBlockM = Config::kBlockM * kCluster, kBlockN = Config::kBlockN;
+  static constexpr int kBlockM = TileConfig::kBlockM * kCluster, kBlockN = TileConfig::kBlockN;
 };
 
 // Cluster tile `t` of the whole batch, the share of the block of rank `rank`.
-template <int kCluster>
+template <class TileConfig, int kCluster>
 __device__ __forceinline__ BatchTile batch_tile(int64_t t, const GemmParams& p, int group, int rank) {
-  using Scheduler = TileScheduler<ClusterTile<kCluster>>;
+  using Scheduler = TileScheduler<ClusterTile<TileConfig, kCluster>>;
   const int64_t per_matrix = Scheduler::tiles(p.m, p.n);
   const int64_t b = t / per_matrix;
   TileOrigin origin = Scheduler::origin_of(t - b * per_matrix, p.m, p.n, group);
-  origin.m0 += rank * Config::kBlockM;  // past M (an odd count of tile rows): A reads as zeros, nothing is stored
+  origin.m0 += rank * TileConfig::kBlockM;  // past M (an odd count of tile rows): A reads as zeros, nothing is stored
   return {b, origin};
 }
 
@@ -205,6 +214,11 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmPa
   }
 }
 
+// Named barriers (0 is __syncthreads'): consumer c's warpgroup meets at
+// kStripBarrier + c over its output strips, and in ping-pong waits at
+// kTurnBarrier + c for its turn to run a mainloop.
+constexpr int kStripBarrier = 1, kTurnBarrier = kStripBarrier + Config::kConsumers;
+
 // Where a consumer's output strips stand: the buffers in `staging`, and how
 // many strips it has handed to the copy engine (strip i goes through buffer
 // i % kOutputBuffers, across tiles as within one).
@@ -225,7 +239,7 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const Gem
                                               int thread, int consumer) {
   using Strip = OutputStrip<sizeof(Out)>;
   constexpr int kRegisters = Config::kInstrN / 2 / Strip::kStrips;  // a strip's accumulators per thread
-  const int barrier = 1 + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
+  const int barrier = kStripBarrier + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
 #pragma unroll
   for (int strip = 0; strip < Strip::kStrips; ++strip) {
     const int64_t strip_col0 = col0 + strip * Strip::kCols;
@@ -294,15 +308,16 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[128], cons
   else store_as(ElementTag<Element>{});
 }
 
-// kCluster before the layouts: the kernel's mangled name must not end as a
-// WMMA kernel's chunk width does (tests/test_kernel_compile.py reads those).
-template <class Element, int kCluster, bool AKMajor, bool BKMajor>
+// kCluster and kSplit before the layouts: the kernel's mangled name must not
+// end as a WMMA kernel's chunk width does (tests/test_kernel_compile.py reads those).
+template <class Element, int kCluster, Consumers kSplit, bool AKMajor, bool BKMajor>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
 #if MPGEMM_SM90A
   static_assert(kCluster == 1 || kCluster == 2, "blocks alone or in pairs");
-  using Smem = WgmmaSmem<AKMajor, BKMajor>;
+  using TileConfig = WgmmaTileConfig<kSplit>;
+  using Smem = WgmmaSmem<TileConfig, AKMajor, BKMajor>;
   static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
@@ -317,7 +332,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Config::kStages; ++s) {
       mbarrier_init(&shared.full[s], 1);
-      mbarrier_init(&shared.empty[s], Config::kConsumers * kCluster);
+      mbarrier_init(&shared.empty[s], TileConfig::kStageReaders * kCluster);
     }
     fence_barrier_init();
   }
@@ -325,7 +340,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   if constexpr (kCluster == 1) __syncthreads();
   else cluster_sync();
 
-  const int64_t tiles = p.batch * TileScheduler<ClusterTile<kCluster>>::tiles(p.m, p.n);
+  const int64_t tiles = p.batch * TileScheduler<ClusterTile<TileConfig, kCluster>>::tiles(p.m, p.n);
   const int64_t first_tile = blockIdx.x / kCluster, tile_step = gridDim.x / kCluster;
   const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
   PipelineState pipe;
@@ -335,7 +350,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     if (thread != 0) return;
     constexpr int kBBoxes = BTile::kBoxes / kCluster;  // of B's boxes, those this block copies
     for (int64_t t = first_tile; t < tiles; t += tile_step) {
-      const BatchTile tile = batch_tile<kCluster>(t, p, schedule.raster_group, rank);
+      const BatchTile tile = batch_tile<TileConfig, kCluster>(t, p, schedule.raster_group, rank);
       const int a_batch = schedule.a_broadcast ? 0 : int(tile.batch);
       const int b_batch = schedule.b_broadcast ? 0 : int(tile.batch);
       for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
@@ -367,10 +382,28 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_arrive_cluster(&shared.empty[stage], thread);
     }
   };
+  // Cooperative: every tile of the block, this consumer's 64 rows of it.
+  // Ping-pong: every other tile whole, from the block's tile `consumer` on;
+  // the ring holds the tiles' slices in the block's order, so this consumer
+  // starts `consumer` tiles' slices in and skips the other's after each of
+  // its own. The mainloops take turns: a tile's begins once the block's
+  // tile before it has waited on its last slice, so that no consumer waits
+  // on a stage two rounds ahead of the last wait on it, which the barrier's
+  // parity could not tell from one round behind. Each turn is handed on only
+  // where a next tile exists, so that no arrival outlives the block.
+  const int64_t consumer_first = first_tile + (TileConfig::kPingPong ? consumer * tile_step : 0);
+  const int64_t consumer_step = TileConfig::kPingPong ? Config::kConsumers * tile_step : tile_step;
+  const int row_block = TileConfig::kPingPong ? 0 : consumer;  // of the A tile, in 64-row instruction blocks
+  static_assert(!TileConfig::kPingPong || Config::kConsumers == 2, "ping-pong hands each turn to the other consumer");
+  constexpr int kTurnThreads = Config::kConsumers * Config::kWarpgroupThreads;
+  const int next_consumer = (consumer + 1) % Config::kConsumers;
+  if constexpr (TileConfig::kPingPong) pipe.advance(consumer * k_slices);
   float acc[128];
   OutputStaging staging{shared.out[consumer]};
-  for (int64_t t = first_tile; t < tiles; t += tile_step) {
-    const BatchTile tile = batch_tile<kCluster>(t, p, schedule.raster_group, rank);
+  for (int64_t t = consumer_first; t < tiles; t += consumer_step) {
+    const BatchTile tile = batch_tile<TileConfig, kCluster>(t, p, schedule.raster_group, rank);
+    if constexpr (TileConfig::kPingPong)
+      if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
     PipelineState reading = pipe;  // the stage whose wgmmas may still be in flight
     for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
       mbarrier_wait(&shared.full[pipe.stage], pipe.phase);
@@ -378,7 +411,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16)
-        wgmma_m64n256k16<Element, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, ATile::descriptor(a_tile, k16, consumer),
+        wgmma_m64n256k16<Element, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, ATile::descriptor(a_tile, k16, row_block),
                                                                   BTile::descriptor(b_tile, k16),
                                                                   slice > 0 || k16 > 0);
       wgmma_commit();
@@ -390,9 +423,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         reading.advance();
       }
     }
+    if constexpr (TileConfig::kPingPong)
+      if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
     wgmma_wait<0>();
     release(reading.stage);
-    const int64_t row0 = tile.origin.m0 + consumer * Config::kInstrM;
+    if constexpr (TileConfig::kPingPong) pipe.advance(k_slices);
+    const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
     store_accumulators<Element>(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread,
                                 consumer);
   }

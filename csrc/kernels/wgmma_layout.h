@@ -16,16 +16,17 @@
 
 namespace mpgemm::kernels::sm90 {
 
-// A block computes a kBlockM x kBlockN tile of D, staging K slices of kBlockK
-// in kStages shared-memory buffers. kConsumers warpgroups each own kBlockM /
-// kConsumers = 64 rows and issue 64 x kBlockN x 16 wgmmas (one instruction
-// spans the tile's width); one more warpgroup issues the copies.
-struct WgmmaTileConfig {
-  static constexpr int kBlockM = 128, kBlockN = 256, kBlockK = 64, kStages = 4;
+// What every Hopper kernel's block holds, however its consumers share the
+// work: kConsumers warpgroups that each issue 64 x 256 x 16 wgmmas (one
+// instruction spans the tile's width) into 64 x 256 fp32 accumulators, one
+// more warpgroup that issues the copies, and a ring of kStages shared-memory
+// stages of kBlockK-deep K slices.
+struct WgmmaBlockConfig {
   static constexpr int kConsumers = 2;
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (kConsumers + 1);
-  static constexpr int kInstrM = 64, kInstrN = kBlockN, kInstrK = 16;
+  static constexpr int kInstrM = 64, kInstrN = 256, kInstrK = 16;
+  static constexpr int kBlockN = kInstrN, kBlockK = 64, kStages = 4;
   // Registers per thread after setmaxnreg: the producer gives up what the
   // consumers' 128 accumulators need (both within the 64K of the SM).
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
@@ -33,14 +34,33 @@ struct WgmmaTileConfig {
   // 128 bytes (OutputStrip), so that it writes one while the copy engine
   // stores the other.
   static constexpr int kOutputBuffers = 2, kOutputStripBytes = kInstrM * 128;
-  // kStages of A's and B's tiles, the output strips, the 2 x kStages mbarriers,
-  // and an atom of slack to align the dynamic shared memory (only 16-byte
-  // aligned) to 1024: 225 of the 227 KB a block may have.
-  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 +
-                                    kConsumers * kOutputBuffers * kOutputStripBytes + 2 * kStages * 8 + 1024;
-  static_assert(kBlockM == kConsumers * kInstrM, "each consumer owns one instruction's rows");
   static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * kWarpgroupThreads * kConsumers <= 65536,
                 "the register file holds every warpgroup");
+};
+
+// How a block's consumers share its work, as CUTLASS's two sm90 schedules
+// do. Cooperative: a 128 x 256 tile, each consumer taking 64 of its rows, so
+// both read every stage and both store at once while no wgmma runs.
+// Ping-pong: 64 x 256 tiles, each consumer taking every other tile of the
+// block whole, so that one consumer's epilogue runs while the other's wgmmas
+// keep the Tensor Cores busy; the ring holds the tiles' slices in order, so
+// the two mainloops must take turns (wgmma_gemm.cuh).
+enum class Consumers : int { kCooperative = 0, kPingPong = 1 };
+
+// A block's tile and shared memory under one schedule.
+template <Consumers kSplit>
+struct WgmmaTileConfig : WgmmaBlockConfig {
+  static constexpr bool kPingPong = kSplit == Consumers::kPingPong;
+  static constexpr int kBlockM = kPingPong ? kInstrM : kConsumers * kInstrM;
+  // Consumers of a block that read each stage: the arrivals its `empty` barrier takes from each block.
+  static constexpr int kStageReaders = kPingPong ? 1 : kConsumers;
+  // kStages of A's and B's tiles, the output strips, the 2 x kStages mbarriers,
+  // and an atom of slack to align the dynamic shared memory (only 16-byte
+  // aligned) to 1024: 225 (cooperative) or 193 (ping-pong) of the 227 KB a
+  // block may have; a 5th ping-pong stage would need 233.
+  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 +
+                                    kConsumers * kOutputBuffers * kOutputStripBytes + 2 * kStages * 8 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory holds the ring and the output strips");
 };
 
 // --- 128-byte swizzle (the copy engine's CU_TENSOR_MAP_SWIZZLE_128B and the
@@ -106,11 +126,11 @@ struct OperandTile {
 // 8 rows in 2 wavefronts (fp32) or 1 (16-bit), with no conflict.
 template <int ElementBytes>
 struct OutputStrip {
-  static constexpr int kRows = WgmmaTileConfig::kInstrM, kCols = kSwizzleBytes / ElementBytes;
-  static constexpr int kBytes = WgmmaTileConfig::kOutputStripBytes;
-  static constexpr int kStrips = WgmmaTileConfig::kInstrN / kCols;  // across a consumer's 256 columns
+  static constexpr int kRows = WgmmaBlockConfig::kInstrM, kCols = kSwizzleBytes / ElementBytes;
+  static constexpr int kBytes = WgmmaBlockConfig::kOutputStripBytes;
+  static constexpr int kStrips = WgmmaBlockConfig::kInstrN / kCols;  // across a consumer's 256 columns
   static_assert(kBytes == kRows * kSwizzleBytes, "a strip is 64 rows of one swizzle row each");
-  static_assert(kStrips * kCols == WgmmaTileConfig::kInstrN, "whole strips span a consumer's columns");
+  static_assert(kStrips * kCols == WgmmaBlockConfig::kInstrN, "whole strips span a consumer's columns");
   // Byte offset of element (row, col) of the strip.
   MPGEMM_LAYOUT_FN static uint32_t offset(uint32_t row, uint32_t col) {
     return swizzle128_offset(row, col * ElementBytes);

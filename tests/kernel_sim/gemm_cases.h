@@ -21,6 +21,9 @@ struct GemmCaseSpec {
   // cp.async paths need; false leaves them anything (the copy engine takes
   // any extent).
   bool whole_chunks = true;
+  // Now and then an operand whose rows all repeat one (ld = 0), which only
+  // the WMMA tiles take; false keeps every row pitch at least the row.
+  bool repeated_rows = true;
   // D with a 16-byte aligned base and pitches, which the Hopper kernel's
   // epilogue stores through the copy engine; false leaves them anything.
   bool d_copyable = false;

@@ -12,9 +12,12 @@
 //    broadcasts, on 1 to 4 multiprocessors (each block then walks several
 //    tiles through the ring) or 132 (small outputs take split-K on WMMA
 //    tiles); one in four with MPGEMM_GEMM_PATH=wgmma, which takes the Hopper
-//    path there too; one in four with MPGEMM_GEMM_PATH=wgmma_2x1, on pairs of
-//    blocks that multicast B (odd counts of tile rows leave a block of a pair
-//    past M); and tall problems whose tile order has a partial group. Half
+//    path there too; one in eight with MPGEMM_GEMM_PATH=wgmma_2x1, on pairs
+//    of blocks that multicast B (odd counts of tile rows leave a block of a
+//    pair past M), and one in eight with MPGEMM_GEMM_PATH=wgmma_pingpong, on
+//    pairs whose consumers take 64-row tiles in turn (each skipping the
+//    other's slices in the ring); and, on either pair kernel, tall problems
+//    whose tile order has a partial group. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
 //    through the copy engine, and the rest mostly pitches it cannot describe.
 //    D is fp32 or the inputs' type, as the ops make it, but in three cases
@@ -23,8 +26,8 @@
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 //   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
-// either Hopper kernel), "wgmma_2x1 cases: N" and "wgmma cases storing
-// through the copy engine: N";
+// any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N" and
+// "wgmma cases storing through the copy engine: N";
 // exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
@@ -136,9 +139,13 @@ static int check_output_strip(int& mismatches) {
 }
 
 static int check_layouts(int& mismatches) {
-  using Config = sm90::WgmmaTileConfig;
-  int checked = check_models(mismatches) + check_operand_tile<Config::kBlockM, true, Config::kInstrM>(mismatches) +
-                check_operand_tile<Config::kBlockM, false, Config::kInstrM>(mismatches) +
+  using Config = sm90::WgmmaBlockConfig;
+  constexpr int kCooperativeRows = sm90::WgmmaTileConfig<sm90::Consumers::kCooperative>::kBlockM;
+  constexpr int kPingPongRows = sm90::WgmmaTileConfig<sm90::Consumers::kPingPong>::kBlockM;
+  int checked = check_models(mismatches) + check_operand_tile<kCooperativeRows, true, Config::kInstrM>(mismatches) +
+                check_operand_tile<kCooperativeRows, false, Config::kInstrM>(mismatches) +
+                check_operand_tile<kPingPongRows, true, Config::kInstrM>(mismatches) +
+                check_operand_tile<kPingPongRows, false, Config::kInstrM>(mismatches) +
                 check_operand_tile<Config::kBlockN, true, Config::kInstrN>(mismatches) +
                 check_operand_tile<Config::kBlockN, false, Config::kInstrN>(mismatches) +
                 check_output_strip<4>(mismatches) + check_output_strip<2>(mismatches);
@@ -151,50 +158,74 @@ static int check_layouts(int& mismatches) {
         mismatch(mismatches, "accumulator column", thread, reg, sm90::accumulator_col(thread, reg), e.col);
     }
   // The ring: after i slices, stage i mod kStages in round i / kStages,
-  // whose parity the waits name.
+  // whose parity the waits name; and the same after a jump of j slices from
+  // there (a ping-pong consumer passing the other's tile).
   sm90::PipelineState pipe;
-  for (int i = 0; i < 1000; ++i, pipe.advance(), ++checked)
+  for (int i = 0; i < 1000; ++i, pipe.advance(), ++checked) {
     if (pipe.stage != i % Config::kStages || int(pipe.phase) != i / Config::kStages % 2)
       mismatch(mismatches, "ring position (stage, parity)", i, 0, pipe.stage * 2 + pipe.phase,
                i % Config::kStages * 2 + i / Config::kStages % 2);
+    for (int j : {0, 1, 3, 4, 5, 7, 8, 63, 64, 65, 1 << 20}) {
+      sm90::PipelineState jumped = pipe;
+      jumped.advance(j);
+      const int to = i + j;
+      if (jumped.stage != to % Config::kStages || int(jumped.phase) != to / Config::kStages % 2)
+        mismatch(mismatches, "ring position after a jump (stage, parity)", i, j, jumped.stage * 2 + jumped.phase,
+                 to % Config::kStages * 2 + to / Config::kStages % 2);
+    }
+  }
   return checked;
 }
 
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
 // plan the launcher must refuse.
-static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& copied_out) {
-  const bool forced = index % 4 == 3, paired = index % 4 == 1, tall = index % 8 == 5;
+static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_ping_pong, int& copied_out) {
+  // Pairs in one case of four, every other one with ping-pong consumers; of
+  // each pair kernel's cases, one in two tall.
+  const bool forced = index % 4 == 3, paired = index % 4 == 1, ping_pong = index % 8 == 5;
+  const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
   // kernels do not store: WMMA tiles even where MPGEMM_GEMM_PATH=wgmma asks
   // for the Hopper path, and a Hopper plan refused without touching D.
   const bool other_type = index % 8 == 6, refused = index % 16 == 2;
   sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(paired ? 2 : 1, 4)) : 132;
+  // Ping-pong: one pair that takes every tile, at least four (each consumer
+  // several) or (`short_ping_pong`) one or two with K of 2 to 4 slices,
+  // fewer than the ring's stages; or two or three pairs on the nine tall tiles.
+  const bool short_ping_pong = ping_pong && !tall && index / 16 % 2 == 1;
+  if (ping_pong) sim::multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
-  if (paired) setenv("MPGEMM_GEMM_PATH", "wgmma_2x1", 1);
+  if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   sim::GemmCaseSpec spec;
   // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
   spec.aligned = paired || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
   spec.whole_chunks = false;
-  spec.d_copyable = index / 4 % 2 == 0;
+  spec.repeated_rows = !paired;  // so that every pair case with K runs its kernel
+  // On each pair kernel: the tall cases store from registers, the others through the copy engine.
+  spec.d_copyable = (paired ? index / 8 : index / 4) % 2 == 0;
   using OutputType = sim::GemmCaseSpec::OutputType;
   spec.d_type = other_type || refused ? OutputType::kOther16Bit : OutputType::kOpsOwn;
   if (other_type || refused) spec.min_k = 1;
   if (refused) {
     spec.has_plan = true;
-    spec.plan.config = sim::rnd(0, 1) ? TileConfigId::kWgmma : TileConfigId::kWgmmaPair;
+    const TileConfigId hopper[] = {TileConfigId::kWgmma, TileConfigId::kWgmmaPair, TileConfigId::kWgmmaPingPong};
+    spec.plan.config = hopper[sim::rnd(0, 2)];
     spec.expect = cudaErrorInvalidValue;
   }
   spec.max_m = 300, spec.max_n = 560, spec.max_k = 200;
   if (forced) spec.max_m = spec.max_n = 100, spec.min_k = 64, spec.max_k = 640;  // long K on one tile
   if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
+  if (ping_pong && !tall && !short_ping_pong) spec.min_m = 129, spec.min_n = 257;  // four tiles or more
+  if (short_ping_pong) spec.max_m = 128, spec.max_n = 512, spec.min_k = 65, spec.max_k = 256, spec.batch = 1;
   if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.min_k = 0, spec.max_k = 64;
   if (tall) spec.batch = 1;
   GemmPlan plan;
   const uint64_t stores_before = sim::hopper::stores_issued;
   const char* kind = refused      ? "refused"
                      : forced     ? "forced"
-                     : paired     ? "pairs"
                      : tall       ? "tall"
+                     : ping_pong  ? "ping-pong"
+                     : paired     ? "pairs"
                      : other_type ? "other type"
                                   : "gemm";
   bool bad = sim::gemm_case(kind, index, spec, &plan);
@@ -206,6 +237,7 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& copie
   if (refused) return bad;
   on_wgmma += is_wgmma(plan.config);
   on_pairs += plan.config == TileConfigId::kWgmmaPair;
+  on_ping_pong += plan.config == TileConfigId::kWgmmaPingPong;
   copied_out += sim::hopper::stores_issued != stores_before;
   return bad;
 }
@@ -223,9 +255,10 @@ int main(int argc, char** argv) {
   int mismatches = 0;
   const int checked = check_layouts(mismatches);
   printf("layout: %d/%d mismatches\n", mismatches, checked);
-  int failed = 0, on_wgmma = 0, on_pairs = 0, copied_out = 0;
-  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma, on_pairs, copied_out);
-  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma cases storing through the copy engine: %d\n"
-         "gemm: %d/%d failed\n", on_wgmma, on_pairs, copied_out, failed, cases);
+  int failed = 0, on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, copied_out = 0;
+  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma, on_pairs, on_ping_pong, copied_out);
+  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\n"
+         "wgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
+         on_wgmma, on_pairs, on_ping_pong, copied_out, failed, cases);
   return mismatches || failed;
 }

@@ -396,9 +396,10 @@ inline void bulk_wait_group(int n) {
   }
 }
 
-inline void named_barrier_sync(int id, int count) {
+// bar.sync (wait) or bar.arrive (not) at barrier `id` of `count` threads.
+inline void named_barrier(int id, int count, bool wait) {
   SIM_CHECK(id >= 1 && id < 16 && count > 0 && count % 32 == 0 && count <= int(blockDim.x),
-            "bar.sync %d, %d in a block of %u threads", id, count, blockDim.x);
+            "bar.%s %d, %d in a block of %u threads", wait ? "sync" : "arrive", id, count, blockDim.x);
   std::unique_lock lock(mutex);
   NamedBarrier& b = own().named[id];
   if (b.arrived == 0) b.count = count;
@@ -410,8 +411,10 @@ inline void named_barrier_sync(int id, int count) {
     moved();
     return;
   }
-  wait_until(lock, [&] { return b.generation != generation; }, "at named barrier %d", id);
+  if (wait) wait_until(lock, [&] { return b.generation != generation; }, "at named barrier %d", id);
 }
+inline void named_barrier_sync(int id, int count) { named_barrier(id, count, true); }
+inline void named_barrier_arrive(int id, int count) { named_barrier(id, count, false); }
 
 // Element (row, col) of a wgmma operand as fp32, from the calling thread's
 // block (the caller holds the mutex).
@@ -568,6 +571,9 @@ inline void thread_exit() {
   for (const Warpgroup& w : b.warpgroups)
     SIM_CHECK(w.open.empty() && w.committed.empty(), "a block exits with wgmmas never retired by wait_group");
   SIM_CHECK(b.in_flight.empty(), "a block exits with %zu box copies in flight", b.in_flight.size());
+  for (const auto& [id, named] : b.named)
+    SIM_CHECK(named.arrived == 0, "a block exits with %d threads at named barrier %d, which never opened",
+              named.arrived, id);
   b.exited = true;
   moved();
 }
