@@ -25,11 +25,9 @@ cudaError_t launch_config(TileConfigId id, const GemmParams& p, const GemmGrid& 
     case TileConfigId::kSmall: return launch_tile<SmallTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
     case TileConfigId::kScalar:
       return launch_tile<ScalarTileConfig>(p, work, vector, stream, a_row_major, b_row_major);
-    case TileConfigId::kWgmma: return launch_wgmma_gemm(p, work.raster_group, 1, sm90::Consumers::kCooperative, stream);
+    case TileConfigId::kWgmma:
     case TileConfigId::kWgmmaPair:
-      return launch_wgmma_gemm(p, work.raster_group, 2, sm90::Consumers::kCooperative, stream);
-    case TileConfigId::kWgmmaPingPong:
-      return launch_wgmma_gemm(p, work.raster_group, 2, sm90::Consumers::kPingPong, stream);
+    case TileConfigId::kWgmmaPingPong: return launch_wgmma_gemm(p, id, work.raster_group, stream);
     default: return cudaErrorInvalidValue;
   }
 }

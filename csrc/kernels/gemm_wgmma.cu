@@ -110,38 +110,39 @@ cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
                                                                                  stream);
 }
 
-// The kernel for one input type and pair of layouts: blocks alone, pairs, or
-// pairs with ping-pong consumers (the kernels gemm_wgmma_<a><b>*.cu build).
+// The kernel of `config` for one input type and pair of layouts (the kernels
+// gemm_wgmma_<a><b>*.cu build).
 template <class Element, bool AKMajor, bool BKMajor>
-cudaError_t launch_kernel(const GemmParams& p, int raster_group, int cluster, sm90::Consumers consumers,
-                          cudaStream_t stream) {
+cudaError_t launch_kernel(const GemmParams& p, TileConfigId config, int raster_group, cudaStream_t stream) {
   using sm90::Consumers;
-  if (consumers == Consumers::kPingPong)
-    return launch<Element, AKMajor, BKMajor, 2, Consumers::kPingPong>(p, raster_group, stream);
-  if (cluster == 2) return launch<Element, AKMajor, BKMajor, 2, Consumers::kCooperative>(p, raster_group, stream);
-  return launch<Element, AKMajor, BKMajor, 1, Consumers::kCooperative>(p, raster_group, stream);
+  switch (config) {
+    case TileConfigId::kWgmma:
+      return launch<Element, AKMajor, BKMajor, 1, Consumers::kCooperative>(p, raster_group, stream);
+    case TileConfigId::kWgmmaPair:
+      return launch<Element, AKMajor, BKMajor, 2, Consumers::kCooperative>(p, raster_group, stream);
+    case TileConfigId::kWgmmaPingPong:
+      return launch<Element, AKMajor, BKMajor, 2, Consumers::kPingPong>(p, raster_group, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
 
 bool wgmma_available() { return device_limits().arch == 90 && sm90::wgmma_compiled(); }
 
-cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, int cluster, sm90::Consumers consumers,
-                              cudaStream_t stream) {
+cudaError_t launch_wgmma_gemm(const GemmParams& p, TileConfigId config, int raster_group, cudaStream_t stream) {
   // K-major: A row-major (m, k), B column-major (B^T row-major, as
   // nn.Linear's weight). Row-major wins when both strides are 1, as in
   // gemm_shape.
   const bool a_k_major = p.a_col_stride == 1, b_k_major = p.b_col_stride != 1;
-  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1 ||
-      (cluster != 1 && cluster != 2) ||
-      (consumers != sm90::Consumers::kCooperative && (consumers != sm90::Consumers::kPingPong || cluster != 2)))
+  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
     return cudaErrorInvalidValue;
   return with_input_element(p.ab_type, [&](auto element) {
     using E = typename decltype(element)::type;
-    if (a_k_major && b_k_major) return launch_kernel<E, true, true>(p, raster_group, cluster, consumers, stream);
-    if (a_k_major) return launch_kernel<E, true, false>(p, raster_group, cluster, consumers, stream);
-    if (b_k_major) return launch_kernel<E, false, true>(p, raster_group, cluster, consumers, stream);
-    return launch_kernel<E, false, false>(p, raster_group, cluster, consumers, stream);
+    if (a_k_major && b_k_major) return launch_kernel<E, true, true>(p, config, raster_group, stream);
+    if (a_k_major) return launch_kernel<E, true, false>(p, config, raster_group, stream);
+    if (b_k_major) return launch_kernel<E, false, true>(p, config, raster_group, stream);
+    return launch_kernel<E, false, false>(p, config, raster_group, stream);
   });
 }
 

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm_params.h"
-#include "wgmma_layout.h"
+#include "gemm_plan.h"
 
 namespace mpgemm::kernels {
 namespace sm90 {
@@ -37,15 +37,14 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 // per device.
 bool wgmma_available();
 
-// Enqueues `params` on `stream` on the Hopper path, its tiles in groups of
-// `raster_group` tile rows, on blocks alone (`cluster` 1) or in pairs that
-// share B's copies (2), with consumers cooperative or in ping-pong (on pairs
-// only). The operands must be describable by the tensor copy engine, D fp32
+// Enqueues `params` on `stream` on the Hopper kernel of `config` (wgmma on
+// blocks alone, wgmma_2x1 on pairs that share B's copies, wgmma_pingpong on
+// pairs with ping-pong consumers), its tiles in groups of `raster_group` tile
+// rows. The operands must be describable by the tensor copy engine, D fp32
 // or the inputs' type (GemmShape::wgmma) and K at least 1. Returns
 // cudaErrorNotSupported where the code the device runs has no sm_90a kernel,
-// cudaErrorInvalidValue for operands the path cannot take or a kernel it
-// does not have.
-cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, int cluster, sm90::Consumers consumers,
-                              cudaStream_t stream);
+// cudaErrorInvalidValue for operands the path cannot take or a config that
+// is not a Hopper kernel.
+cudaError_t launch_wgmma_gemm(const GemmParams& params, TileConfigId config, int raster_group, cudaStream_t stream);
 
 }  // namespace mpgemm::kernels
