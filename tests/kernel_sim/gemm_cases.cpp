@@ -14,11 +14,12 @@ namespace sim {
 namespace {
 
 // A batch of fp16 or bf16 (rows x cols) matrices, row- or column-major, with
-// padded or (where `repeated_rows`) repeated (ld = 0) rows and batch stride 0
-// for broadcast. `align` (8, 4 or 2 elements) makes the base, ld and batch
-// stride multiples of it and the base no multiple of twice it (below 8), so
-// that the launcher loads chunks of exactly `align` elements; 1 leaves them
-// anything.
+// padded rows and batch stride 0 for broadcast, and, unless `copyable` (see
+// GemmCaseSpec::copyable_operands), now and then repeated (ld = 0) rows or a
+// batch stride into the padding of the matrix before. `align` (8, 4 or 2
+// elements) makes the base, ld and batch stride multiples of it and the base
+// no multiple of twice it (below 8), so that the launcher loads chunks of
+// exactly `align` elements; 1 leaves them anything.
 struct Operand {
   std::unique_ptr<Buffer> mem;
   void* data;
@@ -30,12 +31,12 @@ struct Operand {
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols, bool row_major, int64_t align,
-                     bool repeated_rows) {
+                     bool copyable) {
   const int64_t inner = row_major ? cols : rows, outer = row_major ? rows : cols;
   int64_t ld = align > 1 ? round_up(inner, align) + align * rnd(0, 1) : inner + rnd(0, 3);
-  if (rnd(0, 15) == 0 && repeated_rows) ld = 0;
+  if (rnd(0, 15) == 0 && !copyable) ld = 0;
   const int64_t footprint = inner && outer ? (outer - 1) * ld + inner : 0;
-  const int64_t bs = rnd(0, 3) == 0 ? 0 : round_up(footprint, align) + align * rnd(0, 1);
+  const int64_t bs = rnd(0, 3) == 0 ? 0 : round_up(copyable ? outer * ld : footprint, align) + align * rnd(0, 1);
   const int64_t offset = align == 8 ? 0 : align > 1 ? align * (2 * rnd(0, 3 / align) + 1) : rnd(0, 7);
   const int64_t extent = footprint ? (batch - 1) * bs + footprint : 0;
   Operand o{std::make_unique<Buffer>((offset + extent) * 2), nullptr, type, bs, row_major ? ld : 1,
@@ -66,8 +67,8 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   const ElementType ab_type = __CUDA_ARCH__ < 800 && rnd(0, 7) == 0 ? ElementType::kBFloat16 : sim::input_type();
   const bool refused = spec.expect != cudaSuccess || (ab_type == ElementType::kBFloat16 && __CUDA_ARCH__ < 800);
   const cudaError_t expect = spec.expect != cudaSuccess ? spec.expect : refused ? cudaErrorNotSupported : cudaSuccess;
-  const Operand a = make_operand(ab_type, batch, m, k, a_row, align, spec.repeated_rows);
-  const Operand b = make_operand(ab_type, batch, k, n, b_row, align, spec.repeated_rows);
+  const Operand a = make_operand(ab_type, batch, m, k, a_row, align, spec.copyable_operands);
+  const Operand b = make_operand(ab_type, batch, k, n, b_row, align, spec.copyable_operands);
 
   GemmParams p;
   p.batch = batch, p.m = m, p.n = n, p.k = k;

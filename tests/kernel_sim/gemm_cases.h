@@ -21,9 +21,13 @@ struct GemmCaseSpec {
   // cp.async paths need; false leaves them anything (the copy engine takes
   // any extent).
   bool whole_chunks = true;
-  // Now and then an operand whose rows all repeat one (ld = 0), which only
-  // the WMMA tiles take; false keeps every row pitch at least the row.
-  bool repeated_rows = true;
+  // Operands the copy engine can describe (launch_utils.h's
+  // tma_describable) wherever they are aligned: every row pitch at least the
+  // row, and batch strides of 0 or at least a whole padded matrix. False
+  // mixes in operands only the WMMA tiles take: rows that all repeat one
+  // (ld = 0), and matrices whose batch stride reaches into the padding of the
+  // one before.
+  bool copyable_operands = false;
   // D with a 16-byte aligned base and pitches, which the Hopper kernel's
   // epilogue stores through the copy engine; false leaves them anything.
   bool d_copyable = false;

@@ -17,7 +17,8 @@
 //    pair past M), and one in eight with MPGEMM_GEMM_PATH=wgmma_pingpong, on
 //    pairs whose consumers take 64-row tiles in turn (each skipping the
 //    other's slices in the ring); and, on either pair kernel, tall problems
-//    whose tile order has a partial group. Half
+//    whose tile order has a partial group. Every pair case must run the
+//    kernel it asks for: its operands are ones the copy engine describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
 //    through the copy engine, and the rest mostly pitches it cannot describe.
 //    D is fp32 or the inputs' type, as the ops make it, but in three cases
@@ -200,7 +201,7 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_pi
   // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
   spec.aligned = paired || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
   spec.whole_chunks = false;
-  spec.repeated_rows = !paired;  // so that every pair case with K runs its kernel
+  spec.copyable_operands = paired;  // so that every pair case runs its kernel
   // On each pair kernel: the tall cases store from registers, the others through the copy engine.
   spec.d_copyable = (paired ? index / 8 : index / 4) % 2 == 0;
   using OutputType = sim::GemmCaseSpec::OutputType;
@@ -217,7 +218,7 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_pi
   if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
   if (ping_pong && !tall && !short_ping_pong) spec.min_m = 129, spec.min_n = 257;  // four tiles or more
   if (short_ping_pong) spec.max_m = 128, spec.max_n = 512, spec.min_k = 65, spec.max_k = 256, spec.batch = 1;
-  if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.min_k = 0, spec.max_k = 64;
+  if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.min_k = 1, spec.max_k = 64;
   if (tall) spec.batch = 1;
   GemmPlan plan;
   const uint64_t stores_before = sim::hopper::stores_issued;
@@ -232,6 +233,12 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_pi
   unsetenv("MPGEMM_GEMM_PATH");
   if (other_type && is_wgmma(plan.config)) {
     printf("other type case %d FAILED: the launcher planned the Hopper path for D it does not store\n", index);
+    bad = true;
+  }
+  const TileConfigId asked = ping_pong ? TileConfigId::kWgmmaPingPong : TileConfigId::kWgmmaPair;
+  if (paired && plan.config != asked) {
+    printf("%s case %d FAILED: MPGEMM_GEMM_PATH asked for %s, the launcher planned %s\n", kind, index,
+           tile_config(asked).name, tile_config(plan.config).name);
     bad = true;
   }
   if (refused) return bad;
