@@ -135,7 +135,7 @@ GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   const TileConfigId hopper = path == GemmPath::kWgmmaPair       ? TileConfigId::kWgmmaPair
                               : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
                                                                  : TileConfigId::kWgmma;
-  const bool forced = path == GemmPath::kWgmma || path == GemmPath::kWgmmaPair || path == GemmPath::kWgmmaPingPong;
+  const bool forced = path != GemmPath::kAuto && path != GemmPath::kWmma;  // one of the Hopper kernels
   if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d))
     return make_plan(hopper, s, 1, false);
   return wmma;
