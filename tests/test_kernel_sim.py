@@ -73,15 +73,16 @@ HOPPER_KERNEL_UNITS = {kernels: [f"gemm_wgmma_{layouts}{suffix}.cu" for layouts 
                        for kernels, suffix in (("alone", ""), ("pairs", "_2x1"), ("ping-pong", "_pingpong"))}
 HOPPER_KERNELS = [unit for units in HOPPER_KERNEL_UNITS.values() for unit in units]
 HOPPER_KERNEL_UNITS["all"] = HOPPER_KERNELS
-# Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh), each with the
-# timing that exposes it soonest, what the simulation must say (texts
-# separated by | where either will do; the wrong
-# consumer parity: "...that a box copy has yet to write" or "...that no box
-# copy has written", whichever the race gives), and the kernels that carry
-# it (HOPPER_KERNEL_UNITS; the others are built unplanted, which keeps the
-# mutants' build short). A bug in code that every kernel shares (the
-# epilogue's functions) goes into all of them: the linker keeps one copy of
-# each such inline function, maybe an unplanted one.
+# Planted bugs in the Hopper kernel's pipeline (wgmma_gemm.cuh) and its
+# launcher (gemm_wgmma_launch.cuh), each with the timing that exposes it
+# soonest, what the simulation must say (texts separated by | where either
+# will do; the wrong consumer parity: "...that a box copy has yet to write"
+# or "...that no box copy has written", whichever the race gives), and the
+# kernels that carry it (HOPPER_KERNEL_UNITS; the others are built unplanted,
+# which keeps the mutants' build short). A bug in code that every kernel
+# shares (the epilogue's functions) goes into all of them: the linker keeps
+# one copy of each such inline function, maybe an unplanted one.
+HOPPER_MUTATED_FILES = ["wgmma_gemm.cuh", "gemm_wgmma_launch.cuh"]
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
         ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
@@ -140,6 +141,11 @@ HOPPER_MUTATIONS = {
     "ping-pong turn handed on after the block's last tile": (
         ("if (t + tile_step < tiles) named_barrier_arrive(", "named_barrier_arrive("),
         (False, False), "which never opened", "ping-pong"),
+    # The launcher of the pair kernels (gemm_wgmma_launch.cuh) asking the
+    # driver how many clusters fit on every launch, not once per device.
+    "cluster occupancy asked on every launch": (
+        ("    static PerDeviceFact resident_clusters;", "    PerDeviceFact resident_clusters;"),
+        (False, False), "asked 2 times", "pairs"),
 }
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
@@ -234,7 +240,7 @@ def results(tmp_path_factory):
                                       str(out / f"mutant.{name}.o")) for name in mutated]
         hopper_mutants = {}
         for i, (name, (mutation, _, _, kernels)) in enumerate(HOPPER_MUTATIONS.items()):
-            mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, ["wgmma_gemm.cuh"])
+            mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, HOPPER_MUTATED_FILES)
             hopper_mutants[name] = compile_all(
                 [os.path.join(mutant_kernels, n) for n in HOPPER_KERNEL_UNITS[kernels]], 900, mutant_kernels,
                 f"hopper_mutant{i}.")
@@ -304,6 +310,7 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     copied_out = int(re.search(r"wgmma cases storing through the copy engine: (\d+)", output).group(1))
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < int(re.search(r"wgmma cases: (\d+)", output).group(1)), replay
+    assert "cluster occupancy asked once per device and kernel: ok" in output, replay
 
 
 @pytest.mark.parametrize("name", HOPPER_MUTATIONS)

@@ -31,9 +31,12 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   // As many clusters as run at once: pairs need two free multiprocessors of
   // one GPC, which the driver knows and the multiprocessor count does not.
   int resident = device_limits().multiprocessors;
-  if constexpr (kCluster > 1)
-    if (const cudaError_t err = cudaOccupancyMaxActiveClusters(&resident, kernel, &config); err != cudaSuccess)
-      return err;
+  if constexpr (kCluster > 1) {
+    static PerDeviceFact resident_clusters;  // of this kernel, whose launch shape never changes
+    const cudaError_t err = resident_clusters.get(
+        &resident, [&](int* clusters) { return cudaOccupancyMaxActiveClusters(clusters, kernel, &config); });
+    if (err != cudaSuccess) return err;
+  }
   if (resident < 1) return cudaErrorInvalidConfiguration;
   const int64_t tiles = p.batch * TileScheduler<ClusterTile<TileConfig, kCluster>>::tiles(p.m, p.n);
   config.gridDim = dim3(unsigned((tiles < resident ? tiles : resident) * kCluster));

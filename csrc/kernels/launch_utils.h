@@ -1,6 +1,8 @@
 // Host-side facts and steps the launchers share.
 #pragma once
 
+#include <atomic>
+#include <climits>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -24,6 +26,35 @@ inline DeviceLimits device_limits() {
   limits.arch = 10 * major + minor;
   return limits;
 }
+
+// A fact about a kernel on a device that holds for the life of the process
+// (whether the code the device loaded has a body, how many clusters of a
+// kernel fit at once), asked of the runtime once per device and kept: asking
+// costs a driver query, or synchronizes. Facts are counts and flags, never
+// negative. An error is returned and not kept; devices from kMaxDevices on
+// are asked every time.
+class PerDeviceFact {
+ public:
+  // The fact for the current device into *value: ask(value), a cudaError_t,
+  // the first time.
+  template <class Ask>
+  cudaError_t get(int* value, Ask&& ask) {
+    int device = 0;
+    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (device < 0 || device >= kMaxDevices) return ask(value);
+    if (const int known = known_[device].load(std::memory_order_relaxed); known > 0) {
+      *value = known - 1;
+      return cudaSuccess;
+    }
+    if (const cudaError_t err = ask(value); err != cudaSuccess) return err;
+    if (*value >= 0 && *value < INT_MAX) known_[device].store(*value + 1, std::memory_order_relaxed);
+    return cudaSuccess;
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::atomic<int> known_[kMaxDevices] = {};  // per device: the fact + 1, or 0 before it is asked
+};
 
 inline bool aligned_to(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 inline bool aligned16(const void* p) { return aligned_to(p, 16); }

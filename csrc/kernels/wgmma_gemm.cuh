@@ -35,7 +35,6 @@
 // the consumers.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -46,6 +45,7 @@
 #include "gemm_params.h"
 #include "gemm_wgmma.h"
 #include "hopper_ptx.cuh"
+#include "launch_utils.h"
 #include "tile_scheduler.cuh"
 #include "wgmma_layout.h"
 
@@ -76,17 +76,17 @@ namespace {
 __device__ int kWgmmaCompiled = MPGEMM_SM90A;
 
 // Whether the code the current device runs for this translation unit has the
-// Hopper kernels, asked once per device (the copy synchronizes).
+// Hopper kernels, asked once per device (the copy synchronizes); a symbol
+// that cannot be read counts as no.
 bool wgmma_compiled() {
-  static std::atomic<int> known[64] = {};  // per device: 0 not yet asked, 1 yes, 2 no
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  if (known[device].load() == 0) {
-    int compiled = 0;
-    const bool read = cudaMemcpyFromSymbol(&compiled, kWgmmaCompiled, sizeof(compiled)) == cudaSuccess;
-    known[device].store(read && compiled == 1 ? 1 : 2);
-  }
-  return known[device].load() == 1;
+  static PerDeviceFact compiled;
+  int yes = 0;
+  const cudaError_t err = compiled.get(&yes, [](int* answer) {
+    int flag = 0;
+    *answer = cudaMemcpyFromSymbol(&flag, kWgmmaCompiled, sizeof(flag)) == cudaSuccess && flag == 1;
+    return cudaSuccess;
+  });
+  return err == cudaSuccess && yes == 1;
 }
 }  // namespace
 

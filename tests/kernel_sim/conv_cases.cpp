@@ -194,7 +194,7 @@ bool conv_case(int index) {
   // round always), one gives the depthwise gathers few blocks.
   const bool many_multiprocessors = direct ? (first_round ? pass == ConvPass::kWgrad : rnd(0, 1) == 1)
                                            : !(path <= 1 || path == kNarrowPath);
-  sim::multiprocessors = many_multiprocessors ? 1 << 20 : 1;
+  sim::use_multiprocessors(many_multiprocessors ? 1 << 20 : 1);
   // The compact tile's device: less shared memory per block than the large tile takes.
   const size_t shared_limit = sim::shared_limit;
   if (path == 1) sim::shared_limit = std::min<size_t>(shared_limit, 99 * 1024);

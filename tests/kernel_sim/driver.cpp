@@ -44,7 +44,7 @@ using sim::set;
 // where shared memory is that of sm_75 or sm_86), many take Small.
 static bool random_gemm_case(int index) {
   const size_t default_limit = sim::shared_limit;
-  sim::multiprocessors = rnd(0, 1) ? 1 : 1 << 20;
+  sim::use_multiprocessors(rnd(0, 1) ? 1 : 1 << 20);
   if (rnd(0, 3) == 0) sim::shared_limit = std::min<size_t>(default_limit, 99 * 1024);
   const bool bad = gemm_case("gemm", index, {});
   sim::shared_limit = default_limit;
@@ -57,7 +57,7 @@ static bool random_gemm_case(int index) {
 static int heuristic_split_cases(int& count) {
   int failed = 0;
   for (int splits = 2; splits <= kMaxSplitK; ++splits) {
-    sim::multiprocessors = splits;
+    sim::use_multiprocessors(splits);
     const int64_t block_k = tile_config(TileConfigId::kSmall).block_k;
     GemmCaseSpec spec;
     spec.max_m = spec.max_n = 64;
@@ -67,7 +67,7 @@ static int heuristic_split_cases(int& count) {
     failed += gemm_case("split", splits, spec);
     ++count;
   }
-  sim::multiprocessors = 108;
+  sim::use_multiprocessors(108);
   return failed;
 }
 

@@ -23,16 +23,21 @@
 //    through the copy engine, and the rest mostly pitches it cannot describe.
 //    D is fp32 or the inputs' type, as the ops make it, but in three cases
 //    of sixteen: D of the other 16-bit type must run on WMMA tiles, and a
-//    Hopper plan for it be refused with D untouched.
+//    Hopper plan for it be refused with D untouched;
+//  - cluster occupancy: asked once per device and kernel, each pair grid
+//    sized by the current device's answer (check_cluster_occupancy).
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 //   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N" and
-// "wgmma cases storing through the copy engine: N";
-// exits 1 on a failure.
+// "wgmma cases storing through the copy engine: N" and "cluster occupancy
+// asked once per device and kernel: ok" (or FAILED); exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gemm_launch.h"
 #include "kernel_sim/gemm_cases.h"
@@ -189,12 +194,13 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_pi
   // kernels do not store: WMMA tiles even where MPGEMM_GEMM_PATH=wgmma asks
   // for the Hopper path, and a Hopper plan refused without touching D.
   const bool other_type = index % 8 == 6, refused = index % 16 == 2;
-  sim::multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(paired ? 2 : 1, 4)) : 132;
+  int multiprocessors = sim::rnd(0, 2) ? int(sim::rnd(paired ? 2 : 1, 4)) : 132;
   // Ping-pong: one pair that takes every tile, at least four (each consumer
   // several) or (`short_ping_pong`) one or two with K of 2 to 4 slices,
   // fewer than the ring's stages; or two or three pairs on the nine tall tiles.
   const bool short_ping_pong = ping_pong && !tall && index / 16 % 2 == 1;
-  if (ping_pong) sim::multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
+  if (ping_pong) multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
+  sim::use_multiprocessors(multiprocessors);
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   sim::GemmCaseSpec spec;
@@ -249,6 +255,58 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_pi
   return bad;
 }
 
+// The pair kernels' launcher asks how many clusters fit once per device and
+// kernel, and sizes each grid by the current device's answer: one GEMM of
+// four 256 x 256 cluster tiles on wgmma_2x1, launched twice on a device of 7
+// multiprocessors (3 pairs fit) and once on one of 9 (4 pairs), counts that
+// no case draws. Then no (device, kernel) may have been asked twice in the
+// whole run. Whether it failed (and then prints why).
+static bool check_cluster_occupancy() {
+  constexpr int64_t m = 512, n = 512, k = 16;
+  sim::Buffer a(m * k * 2), b(k * n * 2), d(m * n * 4);
+  for (int64_t i = 0; i < m * k; ++i) sim::set(a.p, ElementType::kFloat16, i, sim::rnd(-8, 8) / 8.0f);
+  for (int64_t i = 0; i < k * n; ++i) sim::set(b.p, ElementType::kFloat16, i, sim::rnd(-8, 8) / 8.0f);
+  GemmParams p;
+  p.m = m, p.n = n, p.k = k;
+  p.a = a.p, p.a_row_stride = k, p.a_col_stride = 1;  // both K-major
+  p.b = b.p, p.b_row_stride = 1, p.b_col_stride = k;
+  p.d = d.p, p.d_row_stride = n, p.d_batch_stride = m * n;
+  std::vector<float> want(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t q = 0; q < k; ++q)
+        want[i * n + j] += sim::get(a.p, ElementType::kFloat16, i * k + q) * sim::get(b.p, ElementType::kFloat16, j * k + q);
+  setenv("MPGEMM_GEMM_PATH", "wgmma_2x1", 1);
+  const size_t devices_before = sim::cluster_occupancy_queries.size();
+  bool bad = false;
+  for (const auto [multiprocessors, pairs] : {std::pair{7, 3}, {7, 3}, {9, 4}}) {
+    sim::use_multiprocessors(multiprocessors);
+    memset(d.p, 0xff, d.size);
+    const GemmPlan plan = plan_gemm(p);
+    const cudaError_t err = launch_gemm(p, plan, nullptr, nullptr);
+    int64_t wrong = 0;
+    for (int64_t e = 0; e < m * n; ++e) wrong += !(sim::get(d.p, ElementType::kFloat32, e) == want[e]);
+    if (err != cudaSuccess || plan.config != TileConfigId::kWgmmaPair || sim::last_grid.x != unsigned(2 * pairs) ||
+        wrong) {
+      printf("  on %d multiprocessors: err=%d plan %s, a grid of %u blocks, expected %d pairs; %ld of D wrong\n",
+             multiprocessors, int(err), tile_config(plan.config).name, sim::last_grid.x, pairs, long(wrong));
+      bad = true;
+    }
+  }
+  unsetenv("MPGEMM_GEMM_PATH");
+  if (sim::cluster_occupancy_queries.size() != devices_before + 2) {
+    printf("  asked on %zu new (device, kernel) pairs, expected 2\n",
+           sim::cluster_occupancy_queries.size() - devices_before);
+    bad = true;
+  }
+  for (const auto& [asked_of, times] : sim::cluster_occupancy_queries)
+    if (times != 1) {
+      printf("  device %d asked %d times for one kernel's clusters\n", asked_of.first, times);
+      bad = true;
+    }
+  return bad;
+}
+
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 5, "usage: %s <cases> <seed> <late copies: 0|1> <late wgmma: 0|1>", argv[0]);
   const int cases = std::stoi(argv[1]);
@@ -267,5 +325,7 @@ int main(int argc, char** argv) {
   printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\n"
          "wgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
          on_wgmma, on_pairs, on_ping_pong, copied_out, failed, cases);
-  return mismatches || failed;
+  const bool occupancy_bad = check_cluster_occupancy();
+  printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
+  return mismatches || failed || occupancy_bad;
 }

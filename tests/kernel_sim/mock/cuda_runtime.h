@@ -106,7 +106,20 @@ inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
 namespace sim {
-inline int multiprocessors = 108;
+// The simulated device, as cudaGetDevice names it, and its multiprocessors.
+// A real device's count never changes, and launchers keep what they asked of
+// a device (launch_utils.h's PerDeviceFact), so each count is a device of its
+// own: a case sets both with use_multiprocessors.
+inline int multiprocessors = 108, device = 0;
+inline void use_multiprocessors(int count) {
+  static std::map<int, int> devices{{108, 0}};
+  multiprocessors = count;
+  device = devices.emplace(count, int(devices.size())).first->second;
+}
+// How often cudaOccupancyMaxActiveClusters was asked, by (device, kernel);
+// the grid of the last launch, as asked for.
+inline std::map<std::pair<int, const void*>, int> cluster_occupancy_queries;
+inline dim3 last_grid;
 // Launches run on a grid clipped to this. Stands in for the 65535-block limit
 // that only huge problems reach: kernels that grid-stride must still cover
 // everything.
@@ -156,7 +169,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   sim::warp_barrier->arrive_and_wait();
 }
 
-inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* device) { *device = sim::device; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = sim::multiprocessors; break;
@@ -198,6 +211,7 @@ template <class... P>
 cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple<P...>& params, size_t smem,
                    unsigned cluster) {
   launched.insert(reinterpret_cast<const void*>(kernel));
+  last_grid = grid;
   const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
@@ -292,7 +306,8 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
 
 // Every multiprocessor holds a block of any kernel the simulation runs.
 template <class... P>
-cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, void (*)(P...), const cudaLaunchConfig_t* config) {
+cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, void (*kernel)(P...), const cudaLaunchConfig_t* config) {
+  ++sim::cluster_occupancy_queries[{sim::device, reinterpret_cast<const void*>(kernel)}];
   *clusters = sim::multiprocessors / int(sim::cluster_of(*config));
   return cudaSuccess;
 }
