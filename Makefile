@@ -1,7 +1,7 @@
 # `make test` and `make run` set everything up on a fresh machine without a GPU:
 #   .venv          torch (CPU build) and the test tools; mpgemm installed editable.
 #   $(CUDA_VENV)   torch's CUDA build and a CUDA compiler of its version, used
-#                  only by the CUDA build check (tests/test_cuda_build.py).
+#                  only by the CUDA build check (tests/kernels/conftest.py).
 PYTHON ?= python3
 VENV ?= .venv
 CUDA_VENV ?= $(HOME)/.cache/mpgemm/cuda-venv-torch2.15.0-cu13.2

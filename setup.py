@@ -6,6 +6,7 @@ are built for every Tensor Core arch mpgemm supports (DEFAULT_CUDA_ARCHS).
 MPGEMM_FORCE_CPU=1 builds the CPU-only extension even where CUDA is available.
 """
 
+import glob
 import os
 import re
 
@@ -14,41 +15,24 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 DEFAULT_CUDA_ARCHS = "7.5;8.0;8.6;8.9;9.0"
-CPU_SOURCES = ["csrc/ops.cpp", "csrc/autocast.cpp", "csrc/checks.cpp", "csrc/conv_cpu.cpp", "csrc/gemm_cpu.cpp", "csrc/unscale_cpu.cpp",
-               "csrc/gemm_plan_py.cpp", "csrc/kernels/gemm_plan.cpp"]
-CUDA_SOURCES = [
-    "csrc/cuda/conv_cuda.cpp",
-    "csrc/cuda/cublas_baseline.cpp",
-    "csrc/cuda/gemm_cuda.cpp",
-    "csrc/cuda/mma_ceiling_cuda.cpp",
-    "csrc/cuda/unscale_cuda.cpp",
-    "csrc/kernels/conv_depthwise.cu",
-    "csrc/kernels/conv_launch.cu",
-    "csrc/kernels/gemm_launch.cu",
-    "csrc/kernels/gemm_tile_compact.cu",
-    "csrc/kernels/gemm_tile_scalar.cu",
-    "csrc/kernels/gemm_tile_small.cu",
-    "csrc/kernels/gemm_tile_square.cu",
-    "csrc/kernels/gemm_tile_tall.cu",
-    "csrc/kernels/gemm_tile_wide.cu",
-    "csrc/kernels/gemm_wgmma.cu",
-    "csrc/kernels/gemm_wgmma_kk.cu",
-    "csrc/kernels/gemm_wgmma_kk_2x1.cu",
-    "csrc/kernels/gemm_wgmma_kk_pingpong.cu",
-    "csrc/kernels/gemm_wgmma_km.cu",
-    "csrc/kernels/gemm_wgmma_km_2x1.cu",
-    "csrc/kernels/gemm_wgmma_km_pingpong.cu",
-    "csrc/kernels/gemm_wgmma_mk.cu",
-    "csrc/kernels/gemm_wgmma_mk_2x1.cu",
-    "csrc/kernels/gemm_wgmma_mk_pingpong.cu",
-    "csrc/kernels/gemm_wgmma_mm.cu",
-    "csrc/kernels/gemm_wgmma_mm_2x1.cu",
-    "csrc/kernels/gemm_wgmma_mm_pingpong.cu",
-    "csrc/kernels/mma_ceiling.cu",
-    "csrc/kernels/padded_copy.cu",
-    "csrc/kernels/splitk_reduce.cu",
-    "csrc/kernels/unscale.cu",
-]
+# ptxas --split-compile=0 compiles a unit's kernels on as many threads as
+# the machine has cores, so that a unit of several kernels (every WMMA tile,
+# the Hopper kernels of one tile and type) builds about as fast as its
+# slowest where cores allow; the code it makes is the same (bench/NOTES.md).
+NVCC_FLAGS = ["-O3", "-Xptxas=-warn-spills", "-Xptxas=--split-compile=0"]
+KERNELS = "csrc/kernels"
+
+
+def sources(pattern):
+    return sorted(glob.glob(pattern, recursive=True))
+
+
+# The host-side plan (csrc/kernels/plan) is plain C++ that the CPU build runs too.
+CPU_SOURCES = sources("csrc/*.cpp") + sources(f"{KERNELS}/plan/*.cpp")
+# The GEMM kernels' units first (sm90/, wmma/): they take longest, and a
+# parallel build that starts on them ends on short units, not on one of them.
+CUDA_SOURCES = sorted(sources(f"{KERNELS}/**/*.cu") + sources("csrc/cuda/*.cpp"),
+                      key=lambda path: not path.startswith((f"{KERNELS}/sm90/", f"{KERNELS}/wmma/")))
 
 
 def build_cuda():
@@ -81,7 +65,8 @@ def extension():
     cxx = ["-O3", define("MPGEMM_TORCH_VERSION", torch.__version__)]
     if not build_cuda():
         return cpp_extension.CppExtension(
-            "mpgemm._C", CPU_SOURCES, extra_compile_args={"cxx": cxx + [define("MPGEMM_BUILD_BACKEND", "cpu")]}
+            "mpgemm._C", CPU_SOURCES, include_dirs=[os.path.abspath(KERNELS)],
+            extra_compile_args={"cxx": cxx + [define("MPGEMM_BUILD_BACKEND", "cpu")]}
         )
     cxx += [
         "-DMPGEMM_WITH_CUDA",
@@ -91,8 +76,9 @@ def extension():
     ]
     return cpp_extension.CUDAExtension(
         "mpgemm._C",
-        CPU_SOURCES + CUDA_SOURCES,
-        extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-Xptxas=-warn-spills"]},
+        CUDA_SOURCES + CPU_SOURCES,
+        include_dirs=[os.path.abspath(KERNELS)],
+        extra_compile_args={"cxx": cxx, "nvcc": NVCC_FLAGS},
     )
 
 

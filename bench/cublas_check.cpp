@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "epilogue_math.h"
-#include "gemm_launch.h"
-#include "gemm_params.h"
+#include "common/epilogue_math.h"
+#include "common/gemm_params.h"
+#include "gemm/launch.h"
 
 namespace {
 
@@ -240,9 +240,9 @@ bool run_case(const Case& c, cublasHandle_t handle, std::mt19937& gen) {
         static_cast<int>(c.a_row_major ? c.k : c.m), p.a_batch_stride, &beta, ref.ptr, CUDA_R_32F,
         static_cast<int>(c.n), c.m * c.n, static_cast<int>(c.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
-  const mpgemm::kernels::GemmPlan plan = mpgemm::kernels::plan_gemm(p);
-  DeviceBuffer<unsigned char> workspace(mpgemm::kernels::gemm_workspace_bytes(p, plan));
-  auto run_mpgemm = [&] { CUDA_CHECK(mpgemm::kernels::launch_gemm(p, plan, workspace.ptr, nullptr)); };
+  const mpgemm::kernels::GemmLaunch launch = mpgemm::kernels::plan_gemm(p);
+  DeviceBuffer<unsigned char> workspace(launch.workspace_bytes);
+  auto run_mpgemm = [&] { CUDA_CHECK(mpgemm::kernels::launch_gemm(p, launch, workspace.ptr, nullptr)); };
 
   run_mpgemm();
   run_cublas();

@@ -2,14 +2,14 @@
 // seconds, run before the GEMM itself so that a failure names its part:
 //   tma    the box copies with 128-byte swizzle of an iota tile, per operand
 //          layout and tile height: every element must land where
-//          OperandTile::offset says;
+//          SwizzledOperandTile::offset says;
 //   wgmma  one K slice of m64n256k16 (four k16 steps, two warpgroups, with
 //          the GEMM's descriptors) on small-integer operands placed by
-//          OperandTile::offset, per pair of layouts: every accumulator
+//          SwizzledOperandTile::offset, per pair of layouts: every accumulator
 //          register must hold the exact product at (accumulator_row,
 //          accumulator_col) of its warpgroup's rows.
-// The host models (tests/kernel_sim/hopper_models.h, run by
-// tests/test_hopper_sim.py) check the same index code against the PTX ISA's
+// The host models (tests/kernels/kernel_sim/hopper_models.h, run by
+// tests/kernels/test_kernel_sim.py) check the same index code against the PTX ISA's
 // text on any machine; these check it against the chip.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
@@ -23,9 +23,13 @@
 #include <cstdlib>
 #include <vector>
 
-#include "hopper_ptx.cuh"
-#include "wgmma_layout.h"
+#include "arch/copy_engine.cuh"
+#include "arch/mbarrier.cuh"
+#include "arch/smem.cuh"
+#include "arch/wgmma.cuh"
+#include "sm90/layout.h"
 
+using namespace mpgemm::kernels;
 using namespace mpgemm::kernels::sm90;
 
 #define CHECK(call)                                                                      \
@@ -60,14 +64,14 @@ __global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, in
 }
 
 // One 64-deep K slice of wgmmas on the GEMM's A (128 rows) and B (256 rows)
-// tiles, already in the OperandTile layout in `a_bytes` / `b_bytes`: two
+// tiles, already in the SwizzledOperandTile layout in `a_bytes` / `b_bytes`: two
 // warpgroups, each issuing the four k16 steps on its 64 rows as the GEMM's
 // consumers do, then dumping each thread's 128 accumulators. Dynamic shared
 // memory, aligned to the swizzle pattern as in the GEMM.
 template <bool AKMajor, bool BKMajor>
 __global__ void wgmma_probe(const uint8_t* a_bytes, const uint8_t* b_bytes, float* out) {
-  using ATile = OperandTile<128, AKMajor>;
-  using BTile = OperandTile<256, BKMajor>;
+  using ATile = SwizzledOperandTile<128, AKMajor>;
+  using BTile = SwizzledOperandTile<256, BKMajor>;
   extern __shared__ uint8_t probe_smem[];
   uint8_t* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(probe_smem) + kSwizzleAtomBytes - 1) &
                                           ~uintptr_t(kSwizzleAtomBytes - 1));
@@ -97,7 +101,7 @@ uint16_t iota_bits(int mn, int k) { return uint16_t(mn * 64 + k); }
 
 template <int Rows, bool KMajor>
 int probe_tma(EncodeTiled encode) {
-  using Tile = OperandTile<Rows, KMajor>;
+  using Tile = SwizzledOperandTile<Rows, KMajor>;
   const int inner = KMajor ? 64 : Rows, outer = KMajor ? Rows : 64;
   std::vector<uint16_t> host(size_t(inner) * outer);
   for (int mn = 0; mn < Rows; ++mn)
@@ -141,8 +145,8 @@ float b_value(int k, int n) { return float((k * 2 + n * 7) % 9 - 4); }
 
 template <bool AKMajor, bool BKMajor>
 int probe_wgmma() {
-  using ATile = OperandTile<128, AKMajor>;
-  using BTile = OperandTile<256, BKMajor>;
+  using ATile = SwizzledOperandTile<128, AKMajor>;
+  using BTile = SwizzledOperandTile<256, BKMajor>;
   constexpr int kThreads = 256, kSmemBytes = ATile::kBytes + BTile::kBytes + kSwizzleAtomBytes;
   std::vector<__half> a(ATile::kBytes / 2, __float2half(0.0f)), b(BTile::kBytes / 2, __float2half(0.0f));
   for (int k = 0; k < 64; ++k) {

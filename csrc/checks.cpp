@@ -8,7 +8,7 @@
 #include <c10/core/SymInt.h>
 #include <c10/util/Exception.h>
 
-#include "kernels/gemm_config.h"
+#include "common/tile_configs.h"
 #include "ops.h"
 
 namespace mpgemm {
@@ -322,7 +322,7 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
 
 void check_mma_ceiling_args(const at::Tensor& a, const at::Tensor& b, int64_t iterations, const at::Tensor& out) {
   constexpr const char* op = "mpgemm._mma_ceiling";
-  using Config = kernels::MmaCeilingConfig;
+  using Config = kernels::MmaCeilingTile;
   constexpr int64_t kWarps = Config::kWarpsM * Config::kWarpsN;
   auto has_shape = [](const at::Tensor& t, std::initializer_list<int64_t> shape, size_t from) {
     if (t.dim() != int64_t(shape.size())) return false;

@@ -6,7 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include "ops.h"
-#include "kernels/epilogue_math.h"
+#include "common/epilogue_math.h"
 
 namespace mpgemm {
 

@@ -1,13 +1,15 @@
-// mpgemm._C's functions for the tile choice (kernels/gemm_plan.h), wrapped by
+// mpgemm._C's functions for the tile choice (kernels/plan/), wrapped by
 // mpgemm/plan.py: the table, the plan of a shape on given device limits, the
-// tuner's candidates and the process's tuned table. Plain Python functions,
+// tuner's candidates, the process's tuned table, and an operand's load width. Plain Python functions,
 // not ops: they take no tensors and run on the host alone, CPU builds included.
 #include <Python.h>
 
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/gemm_plan.h"
+#include "plan/gemm_plan.h"
+#include "plan/operand_layout.h"
 
 namespace mpgemm {
 namespace {
@@ -19,11 +21,12 @@ using kernels::TileConfigId;
 using kernels::TileConfigInfo;
 
 PyObject* config_dict(const TileConfigInfo& c) {
-  return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "name", c.name, "block_m",
-                       c.block_m, "block_n", c.block_n, "block_k", c.block_k, "warp_m", c.warp_m, "warp_n", c.warp_n,
-                       "stages", c.stages, "threads", c.threads, "min_blocks_per_sm", c.min_blocks_per_sm,
-                       "smem_bytes", c.smem_bytes, "min_arch", c.min_arch, "load_width", c.load_width, "cluster_m",
-                       c.cluster_m);
+  return Py_BuildValue("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:s}", "name", c.name,
+                       "type", c.type, "block_m", c.block_m, "block_n", c.block_n, "block_k", c.block_k, "warp_m",
+                       c.warp_m, "warp_n", c.warp_n, "stages", c.stages, "threads", c.threads, "min_blocks_per_sm",
+                       c.min_blocks_per_sm, "smem_bytes", c.smem_bytes, "min_arch", c.min_arch, "load_width",
+                       c.load_width, "narrowest_load", c.narrowest_load, "cluster_m", c.cluster_m, "wgmma",
+                       c.wgmma ? Py_True : Py_False, "schedule", c.schedule);
 }
 
 PyObject* plan_dict(const GemmPlan& plan) {
@@ -124,6 +127,20 @@ PyObject* clear_tuned_gemm_plans(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// (address, rows, cols, row_stride, col_stride, batch_stride): the load width
+// the launcher takes for one operand, read in place or from a fresh copy.
+PyObject* operand_load_width(PyObject*, PyObject* args) {
+  unsigned long long address = 0;
+  long long rows = 0, cols = 0, row_stride = 0, col_stride = 0, batch_stride = 0;
+  if (!PyArg_ParseTuple(args, "KLLLLL", &address, &rows, &cols, &row_stride, &col_stride, &batch_stride))
+    return nullptr;
+  const kernels::MatrixLayout layout = kernels::matrix_layout(rows, cols, row_stride, col_stride, batch_stride);
+  // A copy is a fresh allocation, aligned to more than any load.
+  const void* data = layout.copied ? nullptr : reinterpret_cast<const void*>(uintptr_t(address));
+  return PyLong_FromLong(
+      kernels::operand_load_width(data, layout.batch_stride, kernels::matrix_runs(rows, cols, layout)));
+}
+
 PyMethodDef methods[] = {
     {"tile_configs", tile_configs, METH_NOARGS, "The GEMM's tile configurations, as dicts."},
     {"default_device_limits", default_device_limits, METH_NOARGS, "The device profile used without a GPU (H100)."},
@@ -133,6 +150,8 @@ PyMethodDef methods[] = {
     {"set_tuned_gemm_plan", set_tuned_gemm_plan, METH_VARARGS,
      "set_tuned_gemm_plan(batch, m, n, k, config, split_k): overrides the heuristic for that shape."},
     {"clear_tuned_gemm_plans", clear_tuned_gemm_plans, METH_NOARGS, "Forgets every tuned plan of this process."},
+    {"operand_load_width", operand_load_width, METH_VARARGS,
+     "operand_load_width(address, rows, cols, row_stride, col_stride, batch_stride) -> 8, 4, 2 or 1."},
     {nullptr, nullptr, 0, nullptr},
 };
 

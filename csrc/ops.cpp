@@ -6,7 +6,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
-#include "kernels/gemm_config.h"
+#include "common/tile_configs.h"
 #include "ops.h"
 
 namespace mpgemm {
@@ -167,7 +167,7 @@ TORCH_LIBRARY(mpgemm, m) {
   // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
   m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
   // The mma.sync ceiling of benchmarks: Tensor Core instructions from registers
-  // alone (kernels/mma_ceiling.cu); build_info()["mma_ceiling"] gives the shapes.
+  // alone (kernels/wmma/mma_ceiling.cu); build_info()["mma_ceiling"] gives the shapes.
   m.def("_mma_ceiling(Tensor a, Tensor b, int iterations, *, Tensor(a!) out) -> ()");
 }
 
@@ -229,7 +229,7 @@ int add_gemm_plan_functions(PyObject* module);  // gemm_plan_py.cpp
 }
 
 static PyObject* build_info(PyObject*, PyObject*) {
-  using Ceiling = mpgemm::kernels::MmaCeilingConfig;
+  using Ceiling = mpgemm::kernels::MmaCeilingTile;
   return Py_BuildValue("{s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i}}", "backend", MPGEMM_BUILD_BACKEND, "cuda_archs",
                        MPGEMM_CUDA_ARCHS, "cuda_version", MPGEMM_CUDA_VERSION, "torch_version", MPGEMM_TORCH_VERSION,
                        "mma_ceiling", "warps", Ceiling::kWarpsM * Ceiling::kWarpsN, "warp_m", Ceiling::kWarpM,

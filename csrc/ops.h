@@ -9,7 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "kernels/gemm_params.h"
+#include "common/gemm_params.h"
 
 namespace mpgemm {
 

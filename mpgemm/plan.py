@@ -1,7 +1,7 @@
 """Which tile configuration a GEMM gets, and the per-device tuning cache.
 
-The choice itself is made in C++ (csrc/kernels/gemm_plan.h: one table of tile
-configurations and a heuristic), so this module, the CUDA launcher and the
+The choice itself is made in C++ (csrc/kernels/plan/gemm_plan.h: the table of
+tile configurations and a heuristic), so this module, the CUDA launcher and the
 host simulation all give the same answer, on CPU-only builds too. A tuned
 choice for an exact shape overrides the heuristic once installed in the
 process (`load_tuning`, or `mpgemm.tune_gemm`, which measures and saves it).
@@ -47,9 +47,13 @@ class GemmPlan:
 
 
 def tile_configs():
-    """The table of tile configurations, as dicts (name, block_m, block_n,
-    block_k, warp_m, warp_n, stages, threads, min_blocks_per_sm, smem_bytes,
-    min_arch, load_width, cluster_m)."""
+    """The table of tile configurations, as dicts (name, type: the C++ type
+    the kernels are instantiated on, block_m, block_n, block_k, warp_m,
+    warp_n, stages, threads, min_blocks_per_sm, smem_bytes, min_arch,
+    load_width and narrowest_load: the widest and narrowest loads in
+    elements, cluster_m, wgmma: a Hopper tile, schedule: its consumers'
+    "cooperative" or "pingpong", "" for the WMMA tiles), derived from the
+    tile types of csrc/kernels/common/tile_configs.h."""
     return _C.tile_configs()
 
 
@@ -105,22 +109,9 @@ def operand_load_width(t):
     extent multiples of it. The layout is the launcher's: row- or
     column-major in place (a dimension of size 1 taking the layout whose
     contiguous extent is longer; a batch of one broadcast), anything else a
-    fresh row-major copy."""
-    rows, cols = t.shape[-2:]
-    row_stride, col_stride = t.stride()[-2:]
-    batch = t.dim() == 3 and t.shape[0] > 1
-    batch_stride, data = (t.stride(0) if batch else 0), t.data_ptr()
-    if cols == 1 and rows > 1 and row_stride == 1:
-        ld, extent = rows, rows  # a column: column-major
-    elif col_stride == 1 or cols == 1:
-        ld, extent = (cols if rows == 1 else row_stride), cols
-    elif row_stride == 1 or rows == 1:
-        ld, extent = col_stride, rows
-    else:  # copied: a fresh allocation, rows of cols elements
-        ld, extent, data = cols, cols, 0
-        batch_stride = rows * cols if batch else 0
-    return next(w for w in LOAD_WIDTHS
-                if data % (2 * w) == 0 and ld % w == 0 and extent % w == 0 and batch_stride % w == 0)
+    fresh row-major copy. The rule is the launcher's own (C++)."""
+    batch_stride = t.stride(0) if t.dim() == 3 and t.shape[0] > 1 else 0
+    return _C.operand_load_width(t.data_ptr(), t.shape[-2], t.shape[-1], t.stride(-2), t.stride(-1), batch_stride)
 
 
 def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):

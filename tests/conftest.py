@@ -1,12 +1,7 @@
-import os
-import random
-
 import pytest
 import torch
 
-# Fresh inputs every run; the seed is printed so a failure can be replayed
-# with MPGEMM_TEST_SEED=<seed>.
-SEED = int(os.environ.get("MPGEMM_TEST_SEED", random.SystemRandom().randrange(2**31)))
+from support import SEED
 
 
 def pytest_report_header(config):
@@ -29,14 +24,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.gpu)
         if not has_gpu and item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.skip(reason="needs a GPU"))
-
-
-def require_nvcc():
-    """True when the nvcc-based checks must run rather than skip (CI sets it)."""
-    return os.environ.get("MPGEMM_REQUIRE_NVCC") == "1"
-
-
-def skip_or_fail(reason):
-    if require_nvcc():
-        pytest.fail(f"{reason} (MPGEMM_REQUIRE_NVCC=1 makes this a failure)")
-    pytest.skip(reason)

@@ -7,7 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "../kernels/conv_launch.h"
+#include "conv/launch.h"
 #include "../ops.h"
 #include "tensor_core_support.h"
 

@@ -1,5 +1,5 @@
 // CUDA launcher of gemm: turns checked tensors into kernel arguments, plans
-// the launch (tile, split-K) and enqueues the WMMA kernels on the current
+// the launch (tile, split-K) and enqueues the GEMM kernels on the current
 // stream of a's device.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -7,7 +7,8 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "../ops.h"
-#include "../kernels/gemm_launch.h"
+#include "gemm/launch.h"
+#include "plan/operand_layout.h"
 #include "tensor_core_support.h"
 
 namespace mpgemm {
@@ -15,23 +16,17 @@ namespace {
 
 struct MatrixOperand {
   at::Tensor tensor;  // keeps a copy alive when one was needed
-  int64_t batch_stride, row_stride, col_stride;
+  kernels::MatrixLayout layout;
 };
 
-// A 2-D or 3-D operand as the kernels read it: in place when its matrices are
-// row- or column-major, else copied once to row-major. A dimension of size 1
-// fits either layout; its stride is then chosen so that the layout with a
-// contiguous extent > 1 wins (16-byte loads need one). A 2-D operand, or a
-// batch of 1, broadcasts with batch stride 0.
+// A 2-D or 3-D operand as the kernels read it (kernels::matrix_layout): in
+// place when its matrices are row- or column-major, else copied once to
+// row-major. A 2-D operand, or a batch of 1, broadcasts with batch stride 0.
 MatrixOperand as_matrix_operand(const at::Tensor& t) {
-  const int64_t rows = t.size(-2), cols = t.size(-1);
-  const int64_t row_stride = t.stride(-2), col_stride = t.stride(-1);
-  auto batch_stride = [](const at::Tensor& x) { return x.dim() == 3 && x.size(0) > 1 ? x.stride(0) : 0; };
-  if (cols == 1 && rows > 1 && row_stride == 1) return {t, batch_stride(t), 1, rows};
-  if (col_stride == 1 || cols == 1) return {t, batch_stride(t), rows == 1 ? cols : row_stride, 1};
-  if (row_stride == 1 || rows == 1) return {t, batch_stride(t), 1, col_stride};
-  const at::Tensor copy = t.contiguous();
-  return {copy, batch_stride(copy), cols, 1};
+  const int64_t batch_stride = t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0;
+  const kernels::MatrixLayout layout =
+      kernels::matrix_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1), batch_stride);
+  return {layout.copied ? t.contiguous() : t, layout};
 }
 
 }  // namespace
@@ -50,13 +45,13 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.k = problem.k;
   p.ab_type = element_type(problem.input_dtype);
   p.a = a_op.tensor.data_ptr();
-  p.a_batch_stride = a_op.batch_stride;
-  p.a_row_stride = a_op.row_stride;
-  p.a_col_stride = a_op.col_stride;
+  p.a_batch_stride = a_op.layout.batch_stride;
+  p.a_row_stride = a_op.layout.row_stride;
+  p.a_col_stride = a_op.layout.col_stride;
   p.b = b_op.tensor.data_ptr();
-  p.b_batch_stride = b_op.batch_stride;
-  p.b_row_stride = b_op.row_stride;
-  p.b_col_stride = b_op.col_stride;
+  p.b_batch_stride = b_op.layout.batch_stride;
+  p.b_row_stride = b_op.layout.row_stride;
+  p.b_col_stride = b_op.layout.col_stride;
   at::Tensor bias_contiguous;
   if (bias) {
     bias_contiguous = bias->contiguous();
@@ -68,13 +63,13 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_type = element_type(out.scalar_type());
   p.d_batch_stride = problem.m * problem.n;
   p.d_row_stride = problem.n;
-  const kernels::GemmPlan plan = kernels::plan_gemm(p);
+  const kernels::GemmLaunch launch = kernels::plan_gemm(p);
   // Split-K's fp32 partial sums. The caching allocator hands out blocks per
   // stream, so this is cheap and safe to reuse once the kernels are done.
-  const size_t workspace_bytes = kernels::gemm_workspace_bytes(p, plan);
   at::Tensor workspace;
-  if (workspace_bytes > 0) workspace = at::empty({int64_t(workspace_bytes)}, a.options().dtype(at::kByte));
-  C10_CUDA_CHECK(kernels::launch_gemm(p, plan, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
+  if (launch.workspace_bytes > 0)
+    workspace = at::empty({int64_t(launch.workspace_bytes)}, a.options().dtype(at::kByte));
+  C10_CUDA_CHECK(kernels::launch_gemm(p, launch, launch.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                       c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 

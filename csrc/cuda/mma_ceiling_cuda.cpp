@@ -5,8 +5,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "../kernels/launch_utils.h"
-#include "../kernels/mma_ceiling.h"
+#include "common/math.h"
+#include "wmma/mma_ceiling.h"
 #include "../ops.h"
 
 namespace mpgemm {

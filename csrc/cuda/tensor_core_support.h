@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
-#include "../kernels/element_traits.cuh"
+#include "common/element_traits.cuh"
 
 namespace mpgemm {
 

@@ -8,7 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "../kernels/unscale.h"
+#include "amp/unscale.h"
 #include "../ops.h"
 
 namespace mpgemm {

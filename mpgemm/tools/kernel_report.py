@@ -49,14 +49,14 @@ def arch_number(arch):
 
 
 def tile_min_arch(name):
-    """The tile table's min_arch (10 * major + minor) of a GEMM or convolution
-    kernel's tile (mpgemm.tile_configs()); 0 for other kernels."""
-    found = re.search(r"GemmTileConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", name)
-    if not ("wmma_gemm_kernel" in name or "conv2d_kernel" in name) or not found:
-        return 0
-    dims = tuple(int(d) for d in found.groups())
-    keys = ("block_m", "block_n", "block_k", "warp_m", "warp_n", "stages")
-    return next((c["min_arch"] for c in tile_configs() if tuple(c[k] for k in keys) == dims), 0)
+    """The min_arch (10 * major + minor) of the tile a GEMM or convolution
+    kernel is instantiated on, from its mangled or demangled name and the tile
+    types of mpgemm.tile_configs(); 0 for other kernels."""
+    for config in tile_configs():
+        tile = config["type"]
+        if f"{len(tile)}{tile}E" in name or re.search(rf"::{tile}\b", name):
+            return config["min_arch"]
+    return 0
 
 
 def compiled_out(arch, name):

@@ -1,4 +1,4 @@
-"""Reading compiled kernels: ptxas resource reports and SASS from cuobjdump.
+"""Reading compiled kernels: resource usage and SASS from cuobjdump.
 
 This is how mpgemm proves that its kernels run on the Tensor Cores (HMMA
 instructions in the machine code) without spilling registers.
@@ -11,51 +11,6 @@ import re
 import shutil
 import subprocess
 import sysconfig
-
-
-@dataclasses.dataclass
-class KernelResources:
-    """One kernel's ptxas report."""
-
-    name: str
-    arch: str
-    registers: int
-    stack_bytes: int
-    spill_store_bytes: int
-    spill_load_bytes: int
-
-
-_PTXAS_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>sm_\d+a?)'")
-_PTXAS_FRAME = re.compile(
-    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
-)
-_PTXAS_REGS = re.compile(r"Used (?P<regs>\d+) registers")
-
-
-def parse_ptxas_report(text):
-    """KernelResources for every entry function in `nvcc -Xptxas -v` output."""
-    kernels = []
-    current = None
-    frame = None
-    for line in text.splitlines():
-        if m := _PTXAS_ENTRY.search(line):
-            current, frame = m, None
-        elif current and (m := _PTXAS_FRAME.search(line)):
-            frame = m
-        elif current and frame and (m := _PTXAS_REGS.search(line)):
-            kernels.append(
-                KernelResources(
-                    name=current["name"],
-                    arch=current["arch"],
-                    registers=int(m["regs"]),
-                    stack_bytes=int(frame["stack"]),
-                    spill_store_bytes=int(frame["stores"]),
-                    spill_load_bytes=int(frame["loads"]),
-                )
-            )
-            current = frame = None
-    return kernels
-
 
 _SASS_ARCH = re.compile(r"code for (sm_\d+a?)")
 _SASS_FUNCTION = re.compile(r"Function : (\S+)")
@@ -198,10 +153,10 @@ def find_tool(name):
     return None
 
 
-def dump_sass_instructions(binary):
-    """SASS of every kernel in a cubin, object file or shared library:
-    {(arch, kernel name): [Instruction, ...]}."""
-    return parse_sass_instructions(_run_cuobjdump("--dump-sass", binary))
+def dump_sass_instructions(binary, arch=None):
+    """SASS of every kernel in a cubin, object file or library (of one arch,
+    e.g. "sm_90a", if given): {(arch, kernel name): [Instruction, ...]}."""
+    return parse_sass_instructions(_run_cuobjdump("--dump-sass", binary, arch))
 
 
 _RESOURCE_ARCH = re.compile(r"arch = (sm_\d+a?)")
@@ -226,7 +181,7 @@ def parse_resource_usage(text):
     return usage
 
 
-def _run_cuobjdump(flag, binary):
+def _run_cuobjdump(flag, binary, arch=None):
     cuobjdump = find_tool("cuobjdump")
     nvdisasm = find_tool("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
@@ -234,7 +189,9 @@ def _run_cuobjdump(flag, binary):
             "cuobjdump and nvdisasm are needed to read SASS: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
         )
     env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    return subprocess.run([cuobjdump, flag, binary], capture_output=True, text=True, env=env, check=True).stdout
+    arch_args = ["-arch", arch] if arch else []
+    return subprocess.run([cuobjdump, flag, *arch_args, binary], capture_output=True, text=True, env=env,
+                          check=True).stdout
 
 
 def resource_usage(binary):

@@ -1,0 +1,96 @@
+// Hopper's warpgroup instructions: wgmma, the asynchronous warpgroup MMA
+// that reads both operands from shared memory through matrix descriptors
+// (PTX ISA 9.7.15), and setmaxnreg, which moves registers between the
+// warpgroups of a block (9.7.19.6).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "arch/sm90a.h"
+
+namespace mpgemm::kernels {
+
+// Register reallocation between warpgroups (all threads of the warpgroup);
+// the count must be a multiple of 8 in [24, 256] (9.7.19.6).
+template <int Registers>
+inline constexpr bool kValidRegisterCount = Registers % 8 == 0 && Registers >= 24 && Registers <= 256;
+
+template <int Registers>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kValidRegisterCount<Registers>, "setmaxnreg takes a multiple of 8 in [24, 256]");
+#if MPGEMM_SM90A
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Registers));
+#endif
+}
+template <int Registers>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kValidRegisterCount<Registers>, "setmaxnreg takes a multiple of 8 in [24, 256]");
+#if MPGEMM_SM90A
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
+#endif
+}
+
+// wgmma: asynchronous warpgroup MMA. fence before the first wgmma that
+// touches accumulators the warpgroup wrote otherwise; commit closes a group;
+// wait<N> returns once at most N groups are pending (9.7.15.6).
+__device__ __forceinline__ void wgmma_fence() {
+#if MPGEMM_SM90A
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if MPGEMM_SM90A
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if MPGEMM_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// D (64 x 256, fp32, 128 registers per thread) = A (64 x 16) * B (16 x 256)
+// + (accumulate ? D : 0), both operands read from shared memory through their
+// descriptors (sm90/layout.h). TransA / TransB: 1 where the operand is stored
+// M- or N-major rather than K-major (9.7.15.5.1).
+#define MPGEMM_ACC8(i)                                                                                       \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define MPGEMM_ACC64(i)                                                                                     \
+  MPGEMM_ACC8(i), MPGEMM_ACC8(i + 8), MPGEMM_ACC8(i + 16), MPGEMM_ACC8(i + 24), MPGEMM_ACC8(i + 32), \
+      MPGEMM_ACC8(i + 40), MPGEMM_ACC8(i + 48), MPGEMM_ACC8(i + 56)
+#define MPGEMM_WGMMA_M64N256K16(TYPES)                                                                       \
+  asm volatile(                                                                                              \
+      "{\n"                                                                                                  \
+      "  .reg .pred accumulate;\n"                                                                          \
+      "  setp.ne.b32 accumulate, %130, 0;\n"                                                                \
+      "  wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES                                                 \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, " \
+      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, " \
+      "%85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, " \
+      "%105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "   \
+      "%122, %123, %124, %125, %126, %127}, %128, %129, accumulate, 1, 1, %131, %132;\n"                     \
+      "}\n"                                                                                                  \
+      : MPGEMM_ACC64(0), MPGEMM_ACC64(64)                                                                    \
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB))
+
+template <class Element, int TransA, int TransB>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+#if MPGEMM_SM90A
+  if constexpr (std::is_same_v<Element, __half>) MPGEMM_WGMMA_M64N256K16("f16.f16");
+  else MPGEMM_WGMMA_M64N256K16("bf16.bf16");
+#endif
+}
+
+#undef MPGEMM_WGMMA_M64N256K16
+#undef MPGEMM_ACC64
+#undef MPGEMM_ACC8
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,193 @@
+// Every tile configuration of the GEMM and convolution kernels, one type each,
+// and the one place where a tile's facts live: its sizes, stages and warps,
+// the oldest arch it is built for, the loads it takes, its shared memory, and
+// on Hopper its cluster and consumer schedule. The kernels are templates over
+// these types; the plan's runtime table (plan/gemm_plan.h), the launchers'
+// dispatch (with_tile) and mpgemm.tile_configs() are derived from them.
+#pragma once
+
+namespace mpgemm::kernels {
+
+enum class TileConfigId : int {
+  kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kWgmmaPingPong, kCount
+};
+
+// A tile of the WMMA kernels (wmma/): a block computes a kBlockM x kBlockN
+// tile of D, stepping through K in slices of kBlockK that are staged through
+// kStages shared-memory buffers. Its warps form a kWarpsM x kWarpsN grid; each
+// owns a kWarpM x kWarpN tile held as 16x16 fp32 WMMA accumulator fragments.
+// Below kMinArch its kernels are built empty (the launcher refuses them);
+// they load chunks of kWidestLoad down to kNarrowestLoad elements, whichever
+// the operands allow.
+template <int BlockM, int BlockN, int BlockK, int WarpM, int WarpN, int Stages, int MinBlocksPerSM, int MinArch,
+          int WidestLoad, int NarrowestLoad>
+struct WmmaTileConfig {
+  static constexpr int kBlockM = BlockM;
+  static constexpr int kBlockN = BlockN;
+  static constexpr int kBlockK = BlockK;
+  static constexpr int kWarpM = WarpM;
+  static constexpr int kWarpN = WarpN;
+  static constexpr int kStages = Stages;
+  // For __launch_bounds__: blocks that must fit on one multiprocessor at once,
+  // which caps the registers per thread.
+  static constexpr int kMinBlocksPerSM = MinBlocksPerSM;
+  static constexpr int kMinArch = MinArch;  // 10 * major + minor
+  static constexpr int kWidestLoad = WidestLoad, kNarrowestLoad = NarrowestLoad;
+  static constexpr int kClusterM = 1;
+  static constexpr bool kWgmma = false;
+
+  static constexpr int kFragment = 16;  // WMMA m16n16k16
+  static constexpr int kWarpsM = BlockM / WarpM;
+  static constexpr int kWarpsN = BlockN / WarpN;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kFragmentsM = WarpM / kFragment;
+  static constexpr int kFragmentsN = WarpN / kFragment;
+
+  // Shared memory of one block, the largest over the operand layouts: kStages
+  // slices of A's and B's 16-bit tiles, each shared row padded by 8 elements
+  // (wmma/smem_tile.cuh), or the epilogue's fp32 strips if larger
+  // (wmma/block.cuh's WmmaSmem, which its launcher checks against this).
+  static constexpr int padded_tile(int mn, int k, bool k_major) { return k_major ? mn * (k + 8) : k * (mn + 8); }
+  static constexpr int stage_elements(bool a_k_major, bool b_k_major) {
+    return padded_tile(BlockM, BlockK, a_k_major) + padded_tile(BlockN, BlockK, b_k_major);
+  }
+  static constexpr int max2(int a, int b) { return a > b ? a : b; }
+  static constexpr int kSmemBytes =
+      max2(Stages * 2 * max2(max2(stage_elements(true, true), stage_elements(true, false)),
+                             max2(stage_elements(false, true), stage_elements(false, false))),
+           kWarpsM * kWarpsN * kFragment * (WarpN + 4) * 4);
+
+  static_assert(BlockM % WarpM == 0 && BlockN % WarpN == 0, "warps must tile the block");
+  static_assert(WarpM % kFragment == 0 && WarpN % kFragment == 0, "fragments must tile the warp");
+  static_assert(BlockK % kFragment == 0, "the K slice must be whole fragments");
+  static_assert(Stages >= 2, "the pipeline needs at least two stages");
+  static_assert(NarrowestLoad <= WidestLoad, "loads from the widest down to the narrowest");
+};
+
+// How a Hopper block's consumers share its work, as CUTLASS's two sm90
+// schedules do. Cooperative: a 128 x 256 tile, each consumer taking 64 of its
+// rows, so both read every stage and both store at once while no wgmma runs.
+// Ping-pong: 64 x 256 tiles, each consumer taking every other tile of the
+// block whole, so that one consumer's epilogue runs while the other's wgmmas
+// keep the Tensor Cores busy; the ring holds the tiles' slices in order, so
+// the two mainloops must take turns (sm90/mainloop.cuh).
+enum class Consumers : int { kCooperative = 0, kPingPong = 1 };
+
+// What every Hopper block holds (sm90/), however its consumers share the
+// work: kConsumers warpgroups that each issue 64 x 256 x 16 wgmmas (one
+// instruction spans the tile's width) into 64 x 256 fp32 accumulators, one
+// more warpgroup that issues the copies, and a ring of kStages shared-memory
+// stages of kBlockK-deep K slices.
+struct WgmmaBlockConfig {
+  static constexpr int kConsumers = 2;
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kThreads = kWarpgroupThreads * (kConsumers + 1);
+  static constexpr int kInstrM = 64, kInstrN = 256, kInstrK = 16;
+  static constexpr int kBlockN = kInstrN, kBlockK = 64, kStages = 4;
+  // Registers per thread after setmaxnreg: the producer gives up what the
+  // consumers' 128 accumulators need (both within the 64K of the SM).
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  // Each consumer stages its output in kOutputBuffers strips of 64 rows by
+  // 128 bytes (sm90/layout.h's OutputStrip), so that it writes one while the
+  // copy engine stores the other.
+  static constexpr int kOutputBuffers = 2, kOutputStripBytes = kInstrM * 128;
+  static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * kWarpgroupThreads * kConsumers <= 65536,
+                "the register file holds every warpgroup");
+};
+
+// A Hopper tile: a block's tile and shared memory under one consumer
+// schedule, on blocks alone (ClusterM = 1) or on clusters of ClusterM blocks
+// stacked along M that multicast B's copies into each other.
+template <Consumers Schedule, int ClusterM>
+struct WgmmaTileConfig : WgmmaBlockConfig {
+  static constexpr Consumers kSchedule = Schedule;
+  static constexpr bool kPingPong = Schedule == Consumers::kPingPong;
+  static constexpr int kClusterM = ClusterM;
+  static constexpr int kBlockM = kPingPong ? kInstrM : kConsumers * kInstrM;
+  // What one consumer's wgmmas cover, and loads: the copy engine's 16-byte aligned boxes.
+  static constexpr int kWarpM = kInstrM, kWarpN = kInstrN;
+  static constexpr int kMinBlocksPerSM = 1, kMinArch = 90, kWidestLoad = 8, kNarrowestLoad = 8;
+  static constexpr bool kWgmma = true;
+  // Consumers of a block that read each stage: the arrivals its `empty` barrier takes from each block.
+  static constexpr int kStageReaders = kPingPong ? 1 : kConsumers;
+  // kStages of A's and B's tiles, the output strips, the 2 x kStages mbarriers,
+  // and an atom of slack to align the dynamic shared memory (only 16-byte
+  // aligned) to 1024: 225 (cooperative) or 193 (ping-pong) of the 227 KB a
+  // block may have; a 5th ping-pong stage would need 233.
+  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 +
+                                    kConsumers * kOutputBuffers * kOutputStripBytes + 2 * kStages * 8 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory holds the ring and the output strips");
+  static_assert(ClusterM == 1 || ClusterM == 2, "blocks alone or in pairs");
+};
+
+// Names a tile configuration: its id, the name plans, tuning caches and
+// mpgemm.tile_configs() use, and the type (which kernel names spell).
+#define MPGEMM_TILE_CONFIG(Type, Id, Name, ...)                   \
+  struct Type : __VA_ARGS__ {                                     \
+    static constexpr TileConfigId kId = TileConfigId::Id;         \
+    static constexpr const char* kName = Name;                    \
+    static constexpr const char* kType = #Type;                   \
+  }
+
+// Large problems on sm_80 and newer: 8 warps of 64x64 (so each fragment loaded
+// from shared memory feeds four mma_sync), K slices of 64 (whose 144-byte
+// shared rows keep both the cp.async stores and the ldmatrix loads free of
+// bank conflicts), 3 stages: 162 to 166 KB of shared memory, one block per SM.
+// On sm_75's register-staged path they would spill, and its shared memory
+// holds none of them.
+MPGEMM_TILE_CONFIG(WideTile, kWide, "wide", WmmaTileConfig<128, 256, 64, 64, 64, 3, 1, 80, 8, 2>);
+MPGEMM_TILE_CONFIG(TallTile, kTall, "tall", WmmaTileConfig<256, 128, 64, 64, 64, 3, 1, 80, 8, 2>);
+// 4 warps of 64x64 over 128x128, 111 KB: two blocks per SM where shared
+// memory holds them (sm_90), for problems with too few tiles for the above.
+// 16-byte chunks alone: its sm_75 build (register-staged) already takes 255
+// registers and would spill with the 4x more load addresses of narrower ones.
+MPGEMM_TILE_CONFIG(SquareTile, kSquare, "square", WmmaTileConfig<128, 128, 64, 64, 64, 3, 2, 80, 8, 8>);
+// Devices with 64 to 100 KB of shared memory per block (sm_75, sm_86, sm_89):
+// 8 warps of 64x32 over 128x128, K slices of 32, 60 KB in 3 stages.
+MPGEMM_TILE_CONFIG(CompactTile, kCompact, "compact", WmmaTileConfig<128, 128, 32, 64, 32, 3, 1, 75, 8, 2>);
+// 4 warps of 32x32 over a 64x64 tile: more blocks for problems too small to
+// fill the GPU with larger tiles.
+MPGEMM_TILE_CONFIG(SmallTile, kSmall, "small", WmmaTileConfig<64, 64, 64, 32, 32, 3, 1, 75, 8, 2>);
+// One-element loads (unaligned or gathered operands) take 16-deep slices: half
+// the chunks per thread keeps their addresses in registers. Only the
+// register-staged double buffer runs here, so two stages.
+MPGEMM_TILE_CONFIG(ScalarTile, kScalar, "scalar", WmmaTileConfig<64, 64, 16, 32, 32, 2, 1, 75, 1, 1>);
+// Hopper (sm_90a code, sm_90 devices): blocks alone, pairs of blocks that
+// share B's copies, and pairs whose consumers take 64-row tiles in turn.
+MPGEMM_TILE_CONFIG(WgmmaTile, kWgmma, "wgmma", WgmmaTileConfig<Consumers::kCooperative, 1>);
+MPGEMM_TILE_CONFIG(WgmmaPairTile, kWgmmaPair, "wgmma_2x1", WgmmaTileConfig<Consumers::kCooperative, 2>);
+MPGEMM_TILE_CONFIG(WgmmaPingPongTile, kWgmmaPingPong, "wgmma_pingpong", WgmmaTileConfig<Consumers::kPingPong, 2>);
+
+#undef MPGEMM_TILE_CONFIG
+
+// The mma.sync ceiling (wmma/mma_ceiling.cu) runs the warps of the tile that
+// large GEMMs run, so it bounds what that tile's instruction mix can reach.
+using MmaCeilingTile = WideTile;
+
+// A list of tile types, and dispatch over one.
+template <class... Tiles>
+struct TileList {
+  static constexpr int kSize = sizeof...(Tiles);
+};
+
+// Every tile, in the order of TileConfigId.
+using AllTiles = TileList<WideTile, TallTile, SquareTile, CompactTile, SmallTile, ScalarTile, WgmmaTile,
+                          WgmmaPairTile, WgmmaPingPongTile>;
+
+template <class... Tiles>
+constexpr bool listed_in_id_order(TileList<Tiles...>) {
+  int index = 0;
+  return ((int(Tiles::kId) == index++) && ...);
+}
+static_assert(AllTiles::kSize == int(TileConfigId::kCount) && listed_in_id_order(AllTiles{}),
+              "AllTiles lists every tile once, in the order of TileConfigId");
+
+// f(Tile{}) for the tile of `id` among List's; `otherwise` where List has none.
+template <class... Tiles, class F, class R>
+R with_tile(TileList<Tiles...>, TileConfigId id, F&& f, R otherwise) {
+  R result = otherwise;
+  (void)((id == Tiles::kId ? (result = f(Tiles{}), true) : false) || ...);
+  return result;
+}
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,315 @@
+// Host-side dispatch of the convolution kernels: picks the element type, the
+// load width, the tile configuration per pass and wgrad's split of K, works
+// out each launch's ConvGemm, then launches (dgrad once per phase; a split
+// wgrad, then the reduction). One channel per group (depthwise, with up to
+// kDepthwiseMaxFiltersPerGroup filters each) runs on the direct kernels of
+// conv/depthwise.cu instead. Other channel counts per group that no 8- or
+// 16-byte chunk divides (3-channel first layers), and misaligned operands,
+// run on a copy of the problem whose channels are padded with zeros to
+// whole chunks, in the workspace.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/launch_utils.h"
+#include "common/math.h"
+#include "common/tile_configs.h"
+#include "conv/depthwise.h"
+#include "conv/implicit_gemm.cuh"
+#include "conv/launch.h"
+#include "conv/padded_copy.h"
+#include "gemm/splitk_reduce.h"
+
+namespace mpgemm::kernels {
+namespace {
+
+// The padded copy rounds channels per group up to whole 8-byte chunks (4
+// channels: a 3-channel first layer does 4/3 of its products, not 8/3), and
+// from this many channels on to 16-byte ones (at most 1/8 more products, and
+// the large tile).
+constexpr int64_t kPadToSixteenBytesFrom = 64;
+
+// Elements per chunk of the gathers: 8 (16 bytes) or 4 (8 bytes), the widest
+// that divides the channels per group on both sides and to whose size the
+// base of every operand the pass reads is aligned; 0 if neither does (the
+// padded copy's case).
+int conv_vector_width(ConvPass pass, const Conv2dParams& p) {
+  const int64_t cg = p.c / p.groups, kg = p.k / p.groups;
+  for (int vector : {8, 4})
+    if (cg % vector == 0 && kg % vector == 0 && (pass == ConvPass::kDgrad || aligned_to(p.x, 2 * vector)) &&
+        (pass == ConvPass::kWgrad || aligned_to(p.wt, 2 * vector)) &&
+        (pass == ConvPass::kFprop || aligned_to(p.dy, 2 * vector)))
+      return vector;
+  return 0;
+}
+
+// The pass's GEMM for slices of block_k; dgrad's first phase (its largest).
+ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
+  switch (pass) {
+    case ConvPass::kFprop: return fprop_gemm(p, block_k);
+    case ConvPass::kDgrad: return dgrad_phase_gemm(p, 0, 0);
+    default: return wgrad_gemm(p, block_k);
+  }
+}
+
+// For a problem conv_vector_width takes: the tile, the largest whose tiles
+// fill the device, as for a GEMM of the pass's M x N (times the groups); for
+// wgrad the largest that runs here, and the split of GEMM-K: wgrad's M x N is
+// the filters and its K every output pixel, so its tiles alone leave most
+// multiprocessors idle (one tile for a 64-to-64 1x1 convolution); splitting
+// K gives each multiprocessor blocks.
+ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
+  const DeviceLimits device = device_limits();
+  const ConvGemm g = pass_gemm(pass, p, 1);
+  // Blocks of one split over every group.
+  const auto blocks = [&](TileConfigId id) {
+    const TileConfigInfo& tile = tile_config(id);
+    return ceil_div(g.m, tile.block_m) * ceil_div(g.n, tile.block_n) * p.groups;
+  };
+  const auto fills = [&](TileConfigId id) { return blocks(id) >= device.multiprocessors; };
+  ConvTilePlan plan;
+  plan.vector = conv_vector_width(pass, p);
+  const TileConfigInfo& square = tile_config(TileConfigId::kSquare);
+  const bool square_fits = device.arch >= square.min_arch && device.max_smem_per_block >= square.smem_bytes &&
+                           tile_takes_width(square, plan.vector);
+  if (pass != ConvPass::kWgrad) {
+    plan.tile = square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
+                : fills(TileConfigId::kCompact)             ? TileConfigId::kCompact
+                                                            : TileConfigId::kSmall;
+    return plan;
+  }
+  // wgrad splits K to fill the device, on the largest tile that runs here.
+  plan.tile = square_fits ? TileConfigId::kSquare : TileConfigId::kCompact;
+  const int64_t tiles = blocks(plan.tile);
+  const int64_t slices = ceil_div(g.k, tile_config(plan.tile).block_k);
+  const int64_t wanted = ceil_div(kSplitBlocksPerSM * device.multiprocessors, tiles);
+  plan.split_k = int(std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits})));
+  return plan;
+}
+
+// wgrad's partial sums: split_k copies of dw in fp32.
+size_t partials_bytes(const Conv2dParams& p, const ConvTilePlan& plan) {
+  if (plan.split_k == 1) return 0;
+  return size_t(plan.split_k) * size_t(p.k) * size_t(p.r * p.s * (p.c / p.groups)) * sizeof(float);
+}
+
+template <class Element, class Tile, ConvPass Pass, int Vector>
+cudaError_t launch(const Conv2dParams& p, const ConvGemm& g, const GemmGrid& work, cudaStream_t stream) {
+  using Traits = ConvPassTraits<Pass>;
+  constexpr int kSmemBytes = WmmaSmem<Element, Tile, Traits::kAKMajor, Traits::kBKMajor>::kBytes;
+  auto* kernel = &conv2d_kernel<Element, Tile, Pass, Vector>;
+  if (const cudaError_t err = check_tile_arch<Tile>(kernel); err != cudaSuccess) return err;
+  if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
+  const int64_t blocks = TileScheduler<Tile>::tiles(g.m, g.n) * work.split_k;
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.groups < kMaxGridY ? p.groups : kMaxGridY));
+  Conv2dParams params = p;
+  ConvGemm gemm = g;
+  GemmGrid grid_args = work;
+  void* args[] = {&params, &gemm, &grid_args};
+  return cudaLaunchKernel(kernel, grid, dim3(Tile::kThreads), args, kSmemBytes, stream);
+}
+
+// dw = the sum of wgrad's splits, in split order (deterministic).
+cudaError_t launch_wgrad_reduce(const Conv2dParams& p, const GemmGrid& work, cudaStream_t stream) {
+  GemmParams out;
+  out.m = p.k;
+  out.n = p.r * p.s * (p.c / p.groups);
+  out.d = p.out;
+  out.d_type = p.out_type;
+  out.d_row_stride = out.n;
+  return launch_splitk_reduce(out, work.partials, work.split_k, stream);
+}
+
+// One pass on Tile's tiles: fprop and wgrad (then its reduction) are one
+// GEMM; dgrad is one per phase, each writing its own pixels of dx.
+template <class Element, class Tile, ConvPass Pass, int Vector>
+cudaError_t launch_pass(const Conv2dParams& p, const GemmGrid& work, cudaStream_t stream) {
+  if constexpr (Pass == ConvPass::kDgrad) {
+    for (int phase_h = 0; phase_h < dgrad_phases_h(p); ++phase_h)
+      for (int phase_w = 0; phase_w < dgrad_phases_w(p); ++phase_w)
+        if (const cudaError_t err =
+                launch<Element, Tile, Pass, Vector>(p, dgrad_phase_gemm(p, phase_h, phase_w), work, stream);
+            err != cudaSuccess)
+          return err;
+    return cudaSuccess;
+  } else {
+    const ConvGemm g = Pass == ConvPass::kFprop ? fprop_gemm(p, Tile::kBlockK) : wgrad_gemm(p, Tile::kBlockK);
+    // An empty GEMM-K still launches: its output is zeros (wgrad of an empty batch).
+    if (g.m == 0 || g.n == 0) return cudaSuccess;
+    const cudaError_t err = launch<Element, Tile, Pass, Vector>(p, g, work, stream);
+    if (err != cudaSuccess || work.split_k == 1) return err;
+    return launch_wgrad_reduce(p, work, stream);
+  }
+}
+
+// Tile's kernels at the plan's load width: 16- or 8-byte chunks, those Tile takes.
+template <class Element, class Tile, ConvPass Pass>
+cudaError_t launch_width(const Conv2dParams& p, const ConvTilePlan& plan, const GemmGrid& work, cudaStream_t stream) {
+  if (plan.vector == 8) return launch_pass<Element, Tile, Pass, 8>(p, work, stream);
+  if constexpr (Tile::kNarrowestLoad <= 4) return launch_pass<Element, Tile, Pass, 4>(p, work, stream);
+  return cudaErrorInvalidValue;
+}
+
+// The tiles each pass runs on (plan_tiles): wgrad on the largest that runs here.
+using ConvTiles = TileList<SquareTile, CompactTile, SmallTile>;
+using WgradTiles = TileList<SquareTile, CompactTile>;
+
+template <class Element, ConvPass Pass>
+cudaError_t launch_tile(const Conv2dParams& p, const ConvTilePlan& plan, const GemmGrid& work, cudaStream_t stream) {
+  using Tiles = std::conditional_t<Pass == ConvPass::kWgrad, WgradTiles, ConvTiles>;
+  return with_tile(
+      Tiles{}, plan.tile,
+      [&](auto tile) { return launch_width<Element, decltype(tile), Pass>(p, plan, work, stream); },
+      cudaErrorInvalidValue);
+}
+
+// The gathers index x, dy and the filters in 32 bits.
+bool indexes_in_32_bits(const Conv2dParams& p) {
+  return std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * p.r * p.s * (p.c / p.groups)}) <= INT_MAX;
+}
+
+// A problem conv_vector_width takes, on plan_tiles's `plan`, with `workspace`
+// for its partials.
+cudaError_t launch_in_place(ConvPass pass, const Conv2dParams& p, const ConvTilePlan& plan, void* workspace,
+                            cudaStream_t stream) {
+  if (!indexes_in_32_bits(p)) return cudaErrorInvalidValue;
+  if (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
+  const GemmGrid work{1, plan.split_k, static_cast<float*>(workspace)};
+  return with_input_element(p.input_type, [&](auto element) {
+    using Element = typename decltype(element)::type;
+    switch (pass) {
+      case ConvPass::kFprop: return launch_tile<Element, ConvPass::kFprop>(p, plan, work, stream);
+      case ConvPass::kDgrad: return launch_tile<Element, ConvPass::kDgrad>(p, plan, work, stream);
+      case ConvPass::kWgrad: return launch_tile<Element, ConvPass::kWgrad>(p, plan, work, stream);
+    }
+    return cudaErrorInvalidValue;
+  });
+}
+
+// A problem on whole chunks: `padded` reads the copies below, and writes its
+// output into the workspace where that needs padding too; `copies_in` make
+// the operands (and fprop's bias) from the caller's, zero in the added
+// channels; `copy_out` takes the caller's channels of the padded output back
+// to p.out. An operand whose channels need no padding is read in place if
+// its base is 16-byte aligned, and an output whose channels need none is
+// written in place. Built with a null workspace, the copies' pointers are
+// null but the sizes, and so the padded problem's tiles, are the same.
+struct PaddedConv {
+  Conv2dParams padded;
+  ConvTilePlan tiles;  // the padded problem's
+  PaddedCopy copies_in[4];
+  int copy_count = 0;
+  bool copies_out = false;
+  PaddedCopy copy_out;
+  void* inner_workspace = nullptr;  // the padded problem's own (wgrad's partials)
+  size_t bytes = 0;                 // all of the workspace
+};
+
+// A copy between tensors of dims `from` and `to` (conv/padded_copy.h).
+PaddedCopy copy_between(const void* src, const int64_t (&from)[4], void* dst, const int64_t (&to)[4], int bytes) {
+  PaddedCopy copy;
+  copy.src = src, copy.dst = dst, copy.element_bytes = bytes;
+  std::copy(from, from + 4, copy.from);
+  std::copy(to, to + 4, copy.to);
+  return copy;
+}
+
+// `tiles`: the padded problem's plan where already known, or null to work it out.
+PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, void* workspace) {
+  const int64_t g = p.groups, cg = p.c / g, kg = p.k / g, taps = p.r * p.s;
+  const auto padded_channels = [](int64_t channels) {
+    return round_up(channels, channels >= kPadToSixteenBytesFrom ? 8 : 4);
+  };
+  const int64_t cgp = padded_channels(cg), kgp = padded_channels(kg);
+  const int64_t x_pixels = p.n * p.h * p.w, y_pixels = p.n * p.p * p.q;
+  PaddedConv conv;
+  conv.padded = p;
+  conv.padded.c = g * cgp, conv.padded.k = g * kgp;
+  // The next 16-byte aligned region of the workspace, for a tensor of `dims`.
+  const auto take = [&](const int64_t (&dims)[4], int bytes) -> void* {
+    void* at = workspace == nullptr ? nullptr : static_cast<char*>(workspace) + conv.bytes;
+    conv.bytes += size_t(round_up(dims[0] * dims[1] * dims[2] * dims[3] * bytes, 16));
+    return at;
+  };
+  const auto same = [](const int64_t (&from)[4], const int64_t (&to)[4]) { return std::equal(from, from + 4, to); };
+  const auto pad = [&](const void*& operand, int bytes, const int64_t (&from)[4], const int64_t (&to)[4]) {
+    if (same(from, to) && aligned16(operand)) return;
+    void* copy = take(to, bytes);
+    conv.copies_in[conv.copy_count++] = copy_between(operand, from, copy, to, bytes);
+    operand = copy;
+  };
+  // x and dy as (pixels, groups, 1, channels per group), the filters as
+  // (groups, filters per group, taps, channels per group), the bias as (1, groups, 1, filters per group).
+  if (pass != ConvPass::kDgrad) pad(conv.padded.x, 2, {x_pixels, g, 1, cg}, {x_pixels, g, 1, cgp});
+  if (pass != ConvPass::kWgrad) pad(conv.padded.wt, 2, {g, kg, taps, cg}, {g, kgp, taps, cgp});
+  if (pass != ConvPass::kFprop) pad(conv.padded.dy, 2, {y_pixels, g, 1, kg}, {y_pixels, g, 1, kgp});
+  if (pass == ConvPass::kFprop && p.bias != nullptr)
+    pad(conv.padded.bias, element_bytes(p.bias_type), {1, g, 1, kg}, {1, g, 1, kgp});
+
+  const int out_bytes = element_bytes(p.out_type);
+  const auto take_back = [&](const int64_t (&padded)[4], const int64_t (&out)[4]) {
+    if (same(padded, out)) return;
+    conv.copies_out = true;
+    conv.padded.out = take(padded, out_bytes);
+    conv.copy_out = copy_between(conv.padded.out, padded, p.out, out, out_bytes);
+  };
+  if (pass == ConvPass::kFprop) take_back({y_pixels, g, 1, kgp}, {y_pixels, g, 1, kg});
+  if (pass == ConvPass::kDgrad) take_back({x_pixels, g, 1, cgp}, {x_pixels, g, 1, cg});
+  if (pass == ConvPass::kWgrad) take_back({g, kgp, taps, cgp}, {g, kg, taps, cg});
+
+  conv.tiles = tiles != nullptr ? *tiles : plan_tiles(pass, conv.padded);
+  conv.inner_workspace = take({1, 1, 1, int64_t(partials_bytes(conv.padded, conv.tiles))}, 1);
+  return conv;
+}
+
+cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, const ConvTilePlan& tiles, void* workspace,
+                          cudaStream_t stream) {
+  const PaddedConv conv = pad_channels(pass, p, &tiles, workspace);
+  // An empty problem needs no workspace.
+  if (conv.bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
+  if (!indexes_in_32_bits(conv.padded)) return cudaErrorInvalidValue;
+  for (int i = 0; i < conv.copy_count; ++i)
+    if (const cudaError_t err = launch_padded_copy(conv.copies_in[i], stream); err != cudaSuccess) return err;
+  if (const cudaError_t err = launch_in_place(pass, conv.padded, conv.tiles, conv.inner_workspace, stream);
+      err != cudaSuccess)
+    return err;
+  return conv.copies_out ? launch_padded_copy(conv.copy_out, stream) : cudaSuccess;
+}
+
+}  // namespace
+
+Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
+  Conv2dPlan plan;
+  if (p.groups <= 0) return plan;
+  plan.depthwise = plan_depthwise(pass, p);
+  if (plan.depthwise.vector > 0) {
+    plan.path = Conv2dPlan::Path::kDepthwise;
+    plan.workspace_bytes = depthwise_workspace_bytes(p, plan.depthwise);
+  } else if (conv_vector_width(pass, p) == 0) {
+    const PaddedConv conv = pad_channels(pass, p, nullptr, nullptr);
+    plan.path = Conv2dPlan::Path::kPadded;
+    plan.tiles = conv.tiles;
+    plan.workspace_bytes = conv.bytes;
+  } else {
+    plan.path = Conv2dPlan::Path::kImplicitGemm;
+    plan.tiles = plan_tiles(pass, p);
+    plan.workspace_bytes = partials_bytes(p, plan.tiles);
+  }
+  return plan;
+}
+
+cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan& plan, void* workspace,
+                          cudaStream_t stream) {
+  if (p.groups <= 0) return cudaErrorInvalidValue;
+  switch (plan.path) {
+    case Conv2dPlan::Path::kDepthwise: return launch_depthwise(pass, p, plan.depthwise, workspace, stream);
+    case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);
+    case Conv2dPlan::Path::kImplicitGemm: return launch_in_place(pass, p, plan.tiles, workspace, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace mpgemm::kernels

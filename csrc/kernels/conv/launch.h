@@ -1,0 +1,55 @@
+// Entry point of the convolution kernels for host code.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "conv/depthwise.h"
+#include "conv/params.h"
+#include "plan/gemm_plan.h"
+
+namespace mpgemm::kernels {
+
+// The implicit GEMM's choice for a pass: one of the WMMA tiles (Square,
+// Compact or Small), its load width in elements (8 or 4), and wgrad's split
+// of K.
+struct ConvTilePlan {
+  TileConfigId tile = TileConfigId::kCompact;
+  int vector = 8;
+  int split_k = 1;
+};
+
+// How launch_conv2d runs one pass of a problem on the current device, and the
+// device workspace it needs (the caller allocates it): worked out once per
+// call, from the sizes and the operands' alignment.
+struct Conv2dPlan {
+  enum class Path : int {
+    kInvalid,       // groups <= 0: launch_conv2d refuses the problem
+    kDepthwise,     // one channel per group: conv/depthwise.cu's direct kernels
+    kImplicitGemm,  // the tensors read and written in place
+    // Channels per group that no 8-byte chunk divides, or misaligned
+    // operands: copies padded with zeros to whole chunks, in the workspace.
+    kPadded,
+  };
+  Path path = Path::kInvalid;
+  DepthwisePlan depthwise;  // kDepthwise
+  ConvTilePlan tiles;       // kImplicitGemm; kPadded: the padded problem's
+  // wgrad's split partial sums (of the implicit GEMM, or of the depthwise
+  // kernels) and the padded copies; 0 when neither applies.
+  size_t workspace_bytes = 0;
+};
+
+Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
+
+// Enqueues one pass of the convolution described by `params` on `stream`, as
+// `plan` (plan_conv2d of the same pass and params) says, with `workspace` (at
+// least plan.workspace_bytes, 16-byte aligned). Returns the launch error,
+// cudaErrorInvalidValue for sizes beyond 32-bit implicit-GEMM indices, an
+// input_type that is not 16-bit or a missing workspace,
+// cudaErrorNotSupported for bf16 where the device runs code built for an arch
+// below sm_80, cudaSuccess otherwise.
+cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& params, const Conv2dPlan& plan, void* workspace,
+                          cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,42 @@
+// Entry points of the GEMM for host code: plan a problem on the current
+// device, then launch it (the WMMA tiles or the Hopper kernels, and split-K's
+// reduction).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "common/gemm_params.h"
+#include "plan/gemm_plan.h"
+
+namespace mpgemm::kernels {
+
+// How launch_gemm runs one problem: its shape as the tile choice sees it
+// (worked out once per call), the plan, and the bytes of device workspace
+// the plan needs (0 without split-K), which the caller allocates.
+struct GemmLaunch {
+  GemmShape shape;
+  GemmPlan plan;
+  size_t workspace_bytes = 0;
+};
+
+// The launch of `params` on the current device: the heuristic's plan, or a
+// tuned one (plan_gemm of plan/gemm_plan.h with the device's limits).
+GemmLaunch plan_gemm(const GemmParams& params);
+// The launch of `params` with a given plan (a tuner's candidate, a test's
+// case); launch_gemm refuses it where the problem does not allow it.
+GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
+
+// Enqueues the GEMM described by `params` on `stream` as `launch` (planned
+// for the same params) says, using `workspace` (at least
+// launch.workspace_bytes, 16-byte aligned) for split-K's partial sums.
+// Returns the launch error, cudaErrorInvalidValue for an operand that is
+// neither row- nor column-major, an ab_type that is not 16-bit, a plan the
+// operands or the problem do not allow (16-byte loads of unaligned operands,
+// split-K of a batch) or a missing workspace, cudaErrorNotSupported for
+// bf16, or a tile whose min_arch is sm_80 (common/tile_configs.h), where the
+// device runs code built for an arch below sm_80, cudaSuccess otherwise.
+cudaError_t launch_gemm(const GemmParams& params, const GemmLaunch& launch, void* workspace, cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,47 @@
+// Split-K reduction: D = activation(sum over s of partials[s] + bias), the
+// partials (split_k x m x n fp32, row stride n) written by the splits of
+// wmma_gemm_kernel or of conv2d_kernel's wgrad. Each thread finishes one element of D at a time (grid-stride),
+// summing the splits in index order, so the result does not depend on which
+// split finished first: the reduction is deterministic. Consecutive threads
+// take consecutive columns, so loads and stores coalesce. Single matrices
+// only (batch 1); D's row stride is honored.
+#include <algorithm>
+#include <cstdint>
+
+#include "common/element_traits.cuh"
+#include "common/epilogue_math.h"
+#include "gemm/splitk_reduce.h"
+
+namespace mpgemm::kernels {
+namespace {
+
+// Blocks of the reduction; a grid-stride loop covers the rest.
+constexpr int64_t kMaxReduceBlocks = 4096;
+constexpr int kSplitKReduceThreads = 256;
+
+__global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(GemmParams p, const float* partials,
+                                                                             int split_k) {
+  const int64_t elements = p.m * p.n;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += int64_t(gridDim.x) * blockDim.x) {
+    float sum = partials[e];
+    for (int s = 1; s < split_k; ++s) sum += partials[s * elements + e];
+    const int64_t row = e / p.n, col = e - row * p.n;
+    if (p.bias != nullptr) sum += load_as_float(p.bias, p.bias_type, col);
+    const float v = apply_activation(p.activation, sum);
+    visit_element_type(p.d_type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      static_cast<T*>(p.d)[row * p.d_row_stride + col] = ElementTraits<T>::from_float(v);
+    });
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int split_k, cudaStream_t stream) {
+  const int64_t blocks = std::min((p.m * p.n + kSplitKReduceThreads - 1) / kSplitKReduceThreads, kMaxReduceBlocks);
+  GemmParams params = p;
+  void* args[] = {&params, &partials, &split_k};
+  return cudaLaunchKernel(&splitk_reduce_kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0, stream);
+}
+
+}  // namespace mpgemm::kernels

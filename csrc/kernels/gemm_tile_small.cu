@@ -1,6 +1,0 @@
-// The GEMM kernels of SmallTileConfig (gemm_tile_launch.h says why a unit each).
-#include "gemm_tile_launch.cuh"
-
-namespace mpgemm::kernels {
-MPGEMM_TILE_LAUNCH(SmallTileConfig);
-}  // namespace mpgemm::kernels

@@ -1,4 +1,0 @@
-// The Hopper GEMM kernels for A row-major, B row-major, on pairs of blocks whose consumers take tiles in turn (ping-pong).
-#include "gemm_wgmma_launch.cuh"
-
-MPGEMM_WGMMA_LAUNCH(true, false, 2, kPingPong)

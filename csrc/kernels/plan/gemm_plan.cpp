@@ -1,0 +1,197 @@
+// The tile choice of the GEMM (plan/gemm_plan.h): the problem's shape,
+// heuristic, admissibility and the tuned table.
+#include "plan/gemm_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "common/math.h"
+#include "plan/operand_layout.h"
+
+namespace mpgemm::kernels {
+namespace {
+
+int64_t tiles(const TileConfigInfo& c, const GemmShape& s) {
+  return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n);
+}
+
+int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_k); }
+
+bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
+  // sm_90a code runs on compute capability 9.0 alone; the kernels need
+  // operands the copy engine can describe and D of the ops' own types
+  // (GemmShape::wgmma), and at least one K slice.
+  if (is_wgmma(c.id))
+    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.wgmma &&
+           s.k > 0 && d.multiprocessors >= c.cluster_m;
+  return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
+}
+
+// Groups of up to kMaxRasterGroup tile rows (of cluster tiles on the paired
+// Hopper path): blocks running together then share A's rows and B's columns
+// in L2 (TileScheduler).
+int raster_group(const TileConfigInfo& c, const GemmShape& s) {
+  return int(std::clamp<int64_t>(ceil_div(s.m, int64_t(c.block_m) * c.cluster_m), 1, kMaxRasterGroup));
+}
+
+GemmPlan make_plan(TileConfigId id, const GemmShape& s, int split_k, bool tuned) {
+  return {id, split_k, raster_group(tile_config(id), s), tuned};
+}
+
+struct TunedKey {
+  int64_t batch, m, n, k;
+  bool operator<(const TunedKey& o) const { return std::tie(batch, m, n, k) < std::tie(o.batch, o.m, o.n, o.k); }
+};
+struct TunedValue {
+  TileConfigId config;
+  int split_k;
+};
+
+std::mutex tuned_mutex;
+std::map<TunedKey, TunedValue> tuned_plans;
+std::atomic<bool> any_tuned{false};  // spares launches the lock while the table is empty
+
+}  // namespace
+
+GemmShape gemm_shape(const GemmParams& p) {
+  const MatrixRuns a = matrix_runs(p.m, p.k, {p.a_batch_stride, p.a_row_stride, p.a_col_stride, false});
+  const MatrixRuns b = matrix_runs(p.k, p.n, {p.b_batch_stride, p.b_row_stride, p.b_col_stride, false});
+  // One width for both operands: the narrower one's.
+  const int vector =
+      std::min(operand_load_width(p.a, p.a_batch_stride, a), operand_load_width(p.b, p.b_batch_stride, b));
+  // The Hopper kernels store D in fp32 or the inputs' type only (sm90/epilogue.cuh's store_accumulators).
+  const bool wgmma = (p.d_type == ElementType::kFloat32 || p.d_type == p.ab_type) &&
+                     tma_describable(p.a, 2, p.batch, p.a_batch_stride, a.ld, a.inner, a.outer) &&
+                     tma_describable(p.b, 2, p.batch, p.b_batch_stride, b.ld, b.inner, b.outer) &&
+                     std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
+  return {p.batch, p.m, p.n, p.k, vector, wgmma};
+}
+
+GemmPath gemm_path() {
+  const char* path = std::getenv("MPGEMM_GEMM_PATH");
+  if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0) return GemmPath::kAuto;
+  if (std::strcmp(path, "wgmma") == 0) return GemmPath::kWgmma;
+  if (std::strcmp(path, "wgmma_2x1") == 0) return GemmPath::kWgmmaPair;
+  if (std::strcmp(path, "wgmma_pingpong") == 0) return GemmPath::kWgmmaPingPong;
+  if (std::strcmp(path, "wmma") == 0) return GemmPath::kWmma;
+  throw std::invalid_argument(
+      std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong' or 'wmma', got '") + path +
+      "'");
+}
+
+bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
+  if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;
+  const TileConfigInfo& c = tile_config(id);
+  // Split-K runs single matrices only, and not on the Hopper path. A split
+  // with no K slice (more splits than slices) is correct, only wasteful:
+  // candidate_plans leaves it out.
+  return fits_device(c, s, d) && (split_k == 1 || (s.batch == 1 && !is_wgmma(id)));
+}
+
+namespace {
+
+// Rules 1 to 3: the WMMA tiles.
+GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
+  TileConfigId id = TileConfigId::kScalar;
+  if (s.vector > 1) {
+    id = TileConfigId::kSmall;
+    const TileConfigId large = s.m > s.n ? TileConfigId::kTall : TileConfigId::kWide;
+    for (TileConfigId candidate : {large, TileConfigId::kSquare, TileConfigId::kCompact}) {
+      const TileConfigInfo& c = tile_config(candidate);
+      if (fits_device(c, s, d) && tiles(c, s) * s.batch >= d.multiprocessors) {
+        id = candidate;
+        break;
+      }
+    }
+  }
+  const TileConfigInfo& c = tile_config(id);
+  int split_k = 1;
+  const int64_t n_tiles = tiles(c, s);
+  if (s.batch == 1 && n_tiles > 0 && n_tiles * 2 <= d.multiprocessors &&
+      slices(c, s.k) >= 2 * kMinSlicesPerSplit) {
+    split_k = int(std::min<int64_t>({ceil_div(d.multiprocessors, n_tiles), slices(c, s.k) / kMinSlicesPerSplit,
+                                     kMaxSplitK}));
+  }
+  return make_plan(id, s, split_k, false);
+}
+
+}  // namespace
+
+// The rule:
+//  0. The Hopper path wherever it can run the problem (sm_90, describable
+//     operands, not switched off by gemm_path), unless rule 3 below splits K
+//     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
+//     idle on small outputs with long K, where split-K of smaller WMMA tiles
+//     ran up to 9x faster on an H100. Blocks alone ("wgmma") unless
+//     gemm_path asks for pairs or ping-pong: those have yet to be timed on a
+//     GPU (bench/NOTES.md); tuning picks them where they measure faster.
+//  1. Operands that do not allow 16-byte loads take the one-element tile.
+//  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
+//     whose shared memory and arch the device has and whose grid (tiles x
+//     batch) gives every multiprocessor a block; failing all, Small.
+//  3. Split-K when a single matrix's tiles fill at most half of the
+//     multiprocessors and K holds at least 2 x kMinSlicesPerSplit slices:
+//     min(ceil(multiprocessors / tiles), slices / kMinSlicesPerSplit,
+//     kMaxSplitK) splits (so at least 2).
+GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
+  const GemmPlan wmma = wmma_heuristic_plan(s, d);
+  const GemmPath path = gemm_path();
+  const TileConfigId hopper = path == GemmPath::kWgmmaPair       ? TileConfigId::kWgmmaPair
+                              : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
+                                                                 : TileConfigId::kWgmma;
+  const bool forced = path != GemmPath::kAuto && path != GemmPath::kWmma;  // one of the Hopper kernels
+  if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d))
+    return make_plan(hopper, s, 1, false);
+  return wmma;
+}
+
+GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
+  if (any_tuned.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(tuned_mutex);
+    const auto it = tuned_plans.find({s.batch, s.m, s.n, s.k});
+    if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k))
+      return make_plan(it->second.config, s, it->second.split_k, true);
+  }
+  return heuristic_plan(s, d);
+}
+
+std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d) {
+  std::vector<GemmPlan> plans;
+  for (const TileConfigInfo& c : kTileConfigs)
+    for (int split_k = 1; split_k <= kMaxSplitK; split_k *= 2)
+      if (admissible(s, d, c.id, split_k) && (split_k == 1 || split_k <= slices(c, s.k)))
+        plans.push_back(make_plan(c.id, s, split_k, false));
+  // The heuristic's split count need not be a power of two.
+  const GemmPlan heuristic = heuristic_plan(s, d);
+  const bool listed = std::any_of(plans.begin(), plans.end(), [&](const GemmPlan& p) {
+    return p.config == heuristic.config && p.split_k == heuristic.split_k;
+  });
+  if (!listed) plans.push_back(heuristic);
+  return plans;
+}
+
+size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {
+  return plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0;
+}
+
+void set_tuned_plan(const GemmShape& s, TileConfigId config, int split_k) {
+  std::lock_guard<std::mutex> lock(tuned_mutex);
+  tuned_plans[{s.batch, s.m, s.n, s.k}] = {config, split_k};
+  any_tuned.store(true, std::memory_order_release);
+}
+
+void clear_tuned_plans() {
+  std::lock_guard<std::mutex> lock(tuned_mutex);
+  tuned_plans.clear();
+  any_tuned.store(false, std::memory_order_release);
+}
+
+}  // namespace mpgemm::kernels

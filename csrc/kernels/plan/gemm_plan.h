@@ -1,0 +1,124 @@
+// Which tile configuration, split of K and tile order a GEMM runs with: the
+// table of configurations (derived from common/tile_configs.h), the problem's
+// shape as the choice sees it, the heuristic that picks a plan per shape and
+// device, and the per-process table of tuned choices that overrides it. Host
+// code only, free of torch and CUDA, so that the CPU build (mpgemm.gemm_plan)
+// and the launcher share one answer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/device_limits.h"
+#include "common/gemm_params.h"
+#include "common/tile_configs.h"
+
+namespace mpgemm::kernels {
+
+// One row of the table: a tile type's facts (common/tile_configs.h) as
+// values, for the heuristic, the tuner and mpgemm.tile_configs().
+struct TileConfigInfo {
+  TileConfigId id;
+  const char* name;
+  const char* type;  // the tile's C++ type, as the kernels' names spell it
+  int block_m, block_n, block_k, warp_m, warp_n, stages, threads, min_blocks_per_sm;
+  int smem_bytes;      // dynamic shared memory of one block, whatever the operand layouts
+  int min_arch;        // oldest compute capability (10 * major + minor) it is meant for
+  int load_width;      // elements per global load it takes at the widest: 8 (16 bytes) or 1
+  int narrowest_load;  // and at the narrowest: 8, 2 or 1
+  int cluster_m;       // blocks per cluster, along M, that share B's copies (Hopper path)
+  bool wgmma;          // a Hopper kernel's tile
+  const char* schedule;  // a Hopper block's consumers: "cooperative" or "pingpong"; "" for WMMA
+};
+
+template <class Tile>
+constexpr const char* tile_schedule() {
+  if constexpr (Tile::kWgmma) return Tile::kSchedule == Consumers::kPingPong ? "pingpong" : "cooperative";
+  else return "";
+}
+
+template <class Tile>
+constexpr TileConfigInfo describe() {
+  return {Tile::kId,     Tile::kName,     Tile::kType,           Tile::kBlockM,    Tile::kBlockN,
+          Tile::kBlockK, Tile::kWarpM,    Tile::kWarpN,          Tile::kStages,    Tile::kThreads,
+          Tile::kMinBlocksPerSM,          Tile::kSmemBytes,      Tile::kMinArch,   Tile::kWidestLoad,
+          Tile::kNarrowestLoad,           Tile::kClusterM,       Tile::kWgmma,     tile_schedule<Tile>()};
+}
+
+template <class List>
+struct TileTable;
+template <class... Tiles>
+struct TileTable<TileList<Tiles...>> {
+  static constexpr TileConfigInfo kRows[] = {describe<Tiles>()...};
+};
+
+// Indexed by TileConfigId.
+inline constexpr auto& kTileConfigs = TileTable<AllTiles>::kRows;
+
+constexpr const TileConfigInfo& tile_config(TileConfigId id) { return kTileConfigs[int(id)]; }
+
+constexpr bool is_wgmma(TileConfigId id) { return tile_config(id).wgmma; }
+
+// Whether c's kernels run on operands that allow chunks of `vector` elements
+// (8, 4, 2 or 1); they then load min(vector, load_width) at a time.
+constexpr bool tile_takes_width(const TileConfigInfo& c, int vector) { return vector >= c.narrowest_load; }
+
+// The problem as the choice sees it. `vector`: the widest load, in elements,
+// both operands allow (operand_load_width): 8 (16 bytes),
+// 4 or 2 on the cp.async pipeline, 1 on the one-element path. `wgmma`: the
+// Hopper kernels can take it: the tensor copy engine can describe both
+// operands (16-byte aligned bases, row pitches and batch strides; sizes
+// within its 32-bit coordinates), and D is fp32 or the inputs' type.
+struct GemmShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  int vector = 8;
+  bool wgmma = true;
+};
+
+// The shape of the problem `params` describes: its sizes, the load width of
+// its operands as the launcher reads them, and whether the Hopper kernels
+// could take it (the device aside).
+GemmShape gemm_shape(const GemmParams& params);
+
+// Which kernels MPGEMM_GEMM_PATH asks for: "auto" (or unset) lets the
+// heuristic choose, "wgmma" takes the Hopper path wherever it can run,
+// "wgmma_2x1" too on pairs of blocks that share B's copies,
+// "wgmma_pingpong" on pairs whose consumers take tiles in turn, "wmma"
+// never does. Throws std::invalid_argument for any other value.
+enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWgmmaPingPong, kWmma };
+GemmPath gemm_path();
+
+// Split-K cuts K into at most this many ranges of whole slices, and a split
+// gets at least kMinSlicesPerSplit slices, so that its share of the mainloop
+// outweighs writing and reading back its fp32 partial tile (convolutions'
+// wgrad too).
+inline constexpr int kMaxSplitK = 16;
+inline constexpr int kMinSlicesPerSplit = 4;
+// Tiles walk in groups of at most this many tile rows (TileScheduler).
+inline constexpr int kMaxRasterGroup = 8;
+
+struct GemmPlan {
+  TileConfigId config = TileConfigId::kSmall;
+  int split_k = 1;       // K ranges summed by the reduction kernel; 1: none
+  int raster_group = 1;  // tile rows per group of the tile order
+  bool tuned = false;    // taken from the tuned table, not the heuristic
+};
+
+// The heuristic (see gemm_plan.cpp), overridden by a tuned entry for this
+// exact shape where one is installed and admissible on `device`.
+GemmPlan plan_gemm(const GemmShape& shape, const DeviceLimits& device);
+// The heuristic alone.
+GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& device);
+// Whether `config` with `split_k` can run `shape` on `device`.
+bool admissible(const GemmShape& shape, const DeviceLimits& device, TileConfigId config, int split_k);
+// Every admissible (config, split_k) the tuner should time for `shape`.
+std::vector<GemmPlan> candidate_plans(const GemmShape& shape, const DeviceLimits& device);
+// fp32 partial sums of a split-K plan: split_k x m x n floats; 0 without split.
+size_t workspace_bytes(const GemmShape& shape, const GemmPlan& plan);
+
+// The tuned table: (batch, m, n, k) -> config and split_k, for this process.
+void set_tuned_plan(const GemmShape& shape, TileConfigId config, int split_k);
+void clear_tuned_plans();
+
+}  // namespace mpgemm::kernels

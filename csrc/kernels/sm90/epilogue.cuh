@@ -1,0 +1,172 @@
+// The epilogue of a Hopper block: each consumer adds bias and activation to
+// its 64 x 256 fp32 accumulators in registers and rounds them once to D's
+// type. Where D has a tensor map (a 16-byte aligned base and pitches) it
+// writes strips of 64 rows x 128 bytes (sm90/layout.h's OutputStrip, 128-byte
+// swizzle) to two shared-memory buffers in turn, and one thread stores each
+// with the copy engine, two strips in flight, so that the consumer goes on to
+// its next tile while the last strips drain; otherwise it stores from
+// registers, two elements at a time where D allows.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda.h>
+
+#include "arch/barrier.cuh"
+#include "arch/copy_engine.cuh"
+#include "arch/smem.cuh"
+#include "common/element_traits.cuh"
+#include "common/gemm_params.h"
+#include "sm90/layout.h"
+#include "sm90/params.h"
+#include "sm90/pipeline.cuh"
+
+namespace mpgemm::kernels::sm90 {
+
+// Rounds and stores the consumer's 64 x 256 accumulators (rows from row0,
+// columns from col0 of matrix `batch` of D), after bias and activation.
+// Registers r..r+3 (r a multiple of 4) hold columns c and c+1 of two rows 8
+// apart, so each bias pair is read once. Threads whose rows and columns all
+// lie inside D skip every bound check. Everything that varies per launch
+// but not per element (output type, activation) is a template argument: the
+// unrolled loop then holds no branch but the bounds, and stays small enough
+// for the instruction cache.
+template <class Out, Activation kActivation>
+__device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmParams& p, const WgmmaSchedule& s,
+                                           int64_t batch, int64_t row0, int64_t col0, int thread) {
+  Out* d = static_cast<Out*>(p.d) + batch * p.d_batch_stride;
+  const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
+  // Registers r..r+3 at column `col` (columns only grow with r), each pair
+  // stored whole where `pairs`, checked against the edges where `bounded`.
+  auto store_columns = [&](int r, int64_t col, bool pairs, bool bounded) {
+    const bool both = !bounded || col + 1 < p.n;
+    float bias[2] = {0.0f, 0.0f};
+    if (p.bias != nullptr) {
+      bias[0] = load_as_float(p.bias, p.bias_type, col);
+      if (both) bias[1] = load_as_float(p.bias, p.bias_type, col + 1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (bounded && rows[h] >= p.m) continue;
+      const float v0 = apply_activation(kActivation, acc[r + 2 * h] + bias[0]);
+      const float v1 = apply_activation(kActivation, acc[r + 2 * h + 1] + bias[1]);
+      Out* out = d + rows[h] * p.d_row_stride + col;
+      if (both && pairs) {
+        if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+        else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(out) =
+            ElementTraits<Out>::round_pair(v0, v1);
+      } else {
+        out[0] = ElementTraits<Out>::from_float(v0);
+        if (both) out[1] = ElementTraits<Out>::from_float(v1);
+      }
+    }
+  };
+  if (s.d_pairs && rows[1] < p.m && col0 + Config::kInstrN <= p.n) {  // inside D: no checks
+#pragma unroll
+    for (int r = 0; r < 128; r += 4) store_columns(r, col0 + accumulator_col(thread, r), true, false);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 128; r += 4) {
+      const int64_t col = col0 + accumulator_col(thread, r);
+      if (col >= p.n) break;
+      store_columns(r, col, s.d_pairs, true);
+    }
+  }
+}
+
+// Named barriers (0 is __syncthreads'): consumer c's warpgroup meets at
+// kStripBarrier + c over its output strips (the kernel numbers its own after
+// these).
+constexpr int kStripBarrier = 1, kStripBarriersEnd = kStripBarrier + Config::kConsumers;
+
+// Where a consumer's output strips stand: the buffers in `staging`, and how
+// many strips it has handed to the copy engine (strip i goes through buffer
+// i % kOutputBuffers, across tiles as within one).
+struct OutputStaging {
+  uint8_t (*buffers)[Config::kOutputStripBytes];
+  uint32_t strips = 0;
+};
+
+// Stores the consumer's 64 x 256 accumulators (rows from row0, columns from
+// col0 of matrix `batch` of D) after bias and activation, through its output
+// strips and the copy engine, which leaves out what lies past D. Before a
+// buffer is written again, the store that last read it must be done reading
+// (one issuing thread waits, then the warpgroup meets); the strip's writes
+// are fenced for the async proxy and met on before its one store is issued.
+template <class Out, Activation kActivation>
+__device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const GemmParams& p, const CUtensorMap* d_map,
+                                              OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
+                                              int thread, int consumer) {
+  using Strip = OutputStrip<sizeof(Out)>;
+  constexpr int kRegisters = Config::kInstrN / 2 / Strip::kStrips;  // a strip's accumulators per thread
+  const int barrier = kStripBarrier + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
+#pragma unroll
+  for (int strip = 0; strip < Strip::kStrips; ++strip) {
+    const int64_t strip_col0 = col0 + strip * Strip::kCols;
+    if (strip_col0 >= p.n) break;  // the same for the whole warpgroup: the rest lies past D
+    uint8_t* buffer = staging.buffers[staging.strips % Config::kOutputBuffers];
+    const uint32_t buffer_address = smem_address(buffer);
+    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();
+    named_barrier_sync(barrier, Config::kWarpgroupThreads);
+#pragma unroll
+    for (int r = strip * kRegisters; r < (strip + 1) * kRegisters; r += 4) {
+      const int col = accumulator_col(thread, r);
+      float bias[2] = {0.0f, 0.0f};
+      if (p.bias != nullptr) {
+        if (col0 + col < p.n) bias[0] = load_as_float(p.bias, p.bias_type, col0 + col);
+        if (col0 + col + 1 < p.n) bias[1] = load_as_float(p.bias, p.bias_type, col0 + col + 1);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v0 = apply_activation(kActivation, acc[r + 2 * h] + bias[0]);
+        const float v1 = apply_activation(kActivation, acc[r + 2 * h + 1] + bias[1]);
+        const uint32_t at = buffer_address + Strip::offset(rows[h], col - strip * Strip::kCols);
+        if constexpr (std::is_same_v<Out, float>) {
+          st_shared(at, make_float2(v0, v1));
+        } else {
+          const auto pair = ElementTraits<Out>::round_pair(v0, v1);
+          st_shared(at, *reinterpret_cast<const uint32_t*>(&pair));
+        }
+      }
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(barrier, Config::kWarpgroupThreads);
+    if (thread == 0) {
+      tma_store_3d(d_map, buffer, int(strip_col0), int(row0), int(batch));
+      bulk_commit_group();
+    }
+    ++staging.strips;
+  }
+}
+
+// The epilogue for the launch's output type and activation, through the copy
+// engine where D has a tensor map. D is fp32 or the inputs' type, as the ops
+// make it (plan/gemm_plan.cpp's gemm_shape admits no other): each output
+// type puts six epilogues in every kernel (three activations, two ways to
+// store), and a third type nearly doubled the kernels' compile time. A consumer whose rows all lie
+// past M (the second block of a pair at the last tile row) stores nothing.
+template <class Element>
+__device__ __forceinline__ void store_accumulators(const float (&acc)[128], const GemmParams& p,
+                                                   const WgmmaSchedule& s, const CUtensorMap* d_map,
+                                                   OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
+                                                   int thread, int consumer) {
+  if (row0 >= p.m) return;
+  const auto store_as = [&](auto out) {
+    using Out = typename decltype(out)::type;
+    const auto store = [&](auto activation) {
+      constexpr Activation kActivation = decltype(activation)::value;
+      if (s.d_copy) copy_out_tile<Out, kActivation>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
+      else store_tile<Out, kActivation>(acc, p, s, batch, row0, col0, thread);
+    };
+    switch (p.activation) {
+      case Activation::kRelu: return store(std::integral_constant<Activation, Activation::kRelu>{});
+      case Activation::kGelu: return store(std::integral_constant<Activation, Activation::kGelu>{});
+      default: return store(std::integral_constant<Activation, Activation::kNone>{});
+    }
+  };
+  if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{});
+  else store_as(ElementTag<Element>{});
+}
+
+}  // namespace mpgemm::kernels::sm90

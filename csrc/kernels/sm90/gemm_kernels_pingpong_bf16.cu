@@ -1,0 +1,6 @@
+// The Hopper GEMM kernels of WgmmaPingPongTile, on pairs of blocks whose
+// consumers take tiles in turn, for bf16 inputs: one per pair of operand
+// layouts (sm90/launch.h).
+#include "sm90/launch_kernel.cuh"
+
+MPGEMM_WGMMA_LAUNCH(__nv_bfloat16, WgmmaPingPongTile)

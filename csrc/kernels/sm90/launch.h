@@ -1,0 +1,41 @@
+// Entry points of the Hopper GEMM (sm90/gemm_kernel.cuh) for the GEMM launcher.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "common/gemm_params.h"
+#include "common/tile_configs.h"
+#include "sm90/params.h"
+
+namespace mpgemm::kernels {
+namespace sm90 {
+
+// Launches the kernel of one input type, pair of operand layouts (K-major or
+// not) and Hopper tile on tensor maps built for them (D's read only where
+// schedule.d_copy). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu, the
+// four layouts' kernels a unit, so that a build compiles them in parallel.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
+
+}  // namespace sm90
+
+// Whether the current device runs this build's Hopper kernels: an sm_90 GPU,
+// and code built for sm_90a (an arch list with 9.0, see setup.py). Asked once
+// per device.
+bool wgmma_available();
+
+// Enqueues `params` on `stream` on the kernel of the Hopper tile `Tile`
+// (WgmmaTile on blocks alone, WgmmaPairTile on pairs that share B's copies,
+// WgmmaPingPongTile on pairs with ping-pong consumers), its tiles in groups
+// of `raster_group` tile rows, with the operand layouts given (K-major: A
+// row-major, B column-major). The operands must be describable by the tensor
+// copy engine, D fp32 or the inputs' type (GemmShape::wgmma) and K at least 1.
+// Returns cudaErrorNotSupported where the code the device runs has no sm_90a
+// kernel, cudaErrorInvalidValue for operands the path cannot take.
+template <class Tile>
+cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a_k_major, bool b_k_major,
+                              cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,55 @@
+// The ring of shared-memory stages that a Hopper block's producer fills and
+// its consumers read (sm90/producer.cuh, sm90/mainloop.cuh): the block's
+// shared storage, and a position in the ring.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/tile_configs.h"
+#include "sm90/layout.h"
+
+namespace mpgemm::kernels::sm90 {
+
+using Config = WgmmaBlockConfig;
+
+// A block's shared memory: kStages stages of A's and B's tiles, each with a
+// `full` mbarrier (the copy engine has written it) and an `empty` one (every
+// consumer that reads it is done), and each consumer's output strips.
+template <class Tile, bool AKMajor, bool BKMajor>
+struct WgmmaSmem {
+  using ATile = SwizzledOperandTile<Tile::kBlockM, AKMajor>;
+  using BTile = SwizzledOperandTile<Config::kBlockN, BKMajor>;
+  alignas(kSwizzleAtomBytes) uint8_t a[Config::kStages][ATile::kBytes];
+  alignas(kSwizzleAtomBytes) uint8_t b[Config::kStages][BTile::kBytes];
+  alignas(kSwizzleAtomBytes) uint8_t out[Config::kConsumers][Config::kOutputBuffers][Config::kOutputStripBytes];
+  uint64_t full[Config::kStages];
+  uint64_t empty[Config::kStages];
+  static constexpr int kBytes = Tile::kSmemBytes;
+};
+
+// The kernel rounds the dynamic shared memory's start (16-byte aligned) up to
+// a swizzle pattern: the launch's bytes hold the ring from any such start.
+template <class Smem>
+constexpr bool kFitsFromAnyStart =
+    offsetof(Smem, empty) + sizeof(Smem::empty) + (kSwizzleAtomBytes - 16) <= size_t(Smem::kBytes);
+
+// The ring's position: stage index and the parity of the round through it.
+struct PipelineState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == Config::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  // Past `slices` more slices at once (a ping-pong consumer skipping the other's tile).
+  __device__ void advance(int slices) {
+    const int to = stage + slices;
+    stage = to % Config::kStages;
+    phase ^= uint32_t(to / Config::kStages) & 1;
+  }
+};
+
+}  // namespace mpgemm::kernels::sm90

@@ -1,0 +1,267 @@
+// Random convolutions through launch_conv2d (csrc/kernels/conv/launch.cu) in
+// the host-side simulation, for driver.cpp. Every output element is checked
+// against a reference that scatters each product of the convolution into the
+// pass's output, so it shares no indexing with the kernels' gathers. Inputs are
+// small multiples of 1/8, exact in fp16 and bf16: fp32 sums are exact in any
+// order and results must match bit for bit; bytes around the output must stay
+// untouched.
+//
+// Case i runs pass i % 3 on path i / 3 % 7: 16-byte chunks in the large
+// (Square, from sim arch 800 on), compact and small tiles (on a device with
+// room for the large tile, with too little for it, and with too many
+// multiprocessors for either; wgrad, which splits K instead, takes the large
+// tile on the first and third, split on the third),
+// 8-byte chunks in place on the compact tile (channels per group multiples of
+// 4, or bases 8-byte aligned), the padded copy on the small tile (wgrad:
+// compact), and the depthwise kernels (one channel per group) at 8 channels
+// a thread and at one, with inputs in fp16, or from sim arch 800 on in bf16
+// when i / 21 is odd. The padded path's first cases have channels per group
+// that no chunk divides (single channels with more filters than the
+// depthwise kernels take among them), padded to 8-byte chunks; later ones
+// also misaligned bases (with channel counts that need no padding, too) and
+// input channels padded to 16-byte chunks. The depthwise one-channel path
+// takes, round by round (i / 21 % 3), channel multipliers, channel counts
+// that are not multiples of 8, and misaligned bases. So the first 42 cases launch all 36 kernels there (the
+// padded copy's two), 16 the fp16 ones below it. Strides up to 3 give dgrad
+// phases that no tap reaches.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "conv/depthwise.h"
+#include "conv/launch.h"
+#include "kernel_sim/sim_common.h"
+
+using namespace mpgemm::kernels;
+using sim::Buffer;
+using sim::get;
+using sim::rnd;
+
+namespace {
+
+// A 16-bit tensor of `count` random elements, its base `offset` elements into its buffer.
+struct Input {
+  std::unique_ptr<Buffer> mem;
+  ElementType type;
+  unsigned char* data;
+  Input(ElementType type, int64_t count, int64_t offset)
+      : mem(std::make_unique<Buffer>((offset + count) * 2)), type(type), data(mem->p + 2 * offset) {
+    for (int64_t i = 0; i < count; ++i) sim::set(data, type, i, rnd(-8, 8) / 8.0f);
+  }
+  double operator[](int64_t i) const { return get(data, type, i); }
+};
+
+constexpr int kPaths = 7;
+constexpr int kKernelsPerType = 3 * kPaths;
+constexpr int kNarrowPath = 3, kPaddedPath = 4, kDepthwiseWidePath = 5, kDepthwisePath = 6;
+
+// One spatial dimension: a window of `taps` taps `dilation` apart, padding
+// `pad` before and 0 .. window - 1 after (implied by the output size), an input
+// at least one window long with the padding, and `out` outputs `stride` apart.
+void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, int64_t& out, int64_t least_extra,
+               int64_t extra) {
+  const int64_t window = (taps - 1) * dilation + 1;
+  pad = int(rnd(0, std::min<int64_t>(window - 1, 4)));
+  const int64_t pad_end = rnd(0, std::min<int64_t>(window - 1, 4));
+  const int64_t least = std::max<int64_t>(1, window - pad - pad_end);
+  in = rnd(least + least_extra, least + extra);
+  out = (in + pad + pad_end - window) / stride + 1;
+}
+
+const char* const kPassNames[] = {"fprop", "dgrad", "wgrad"};
+
+}  // namespace
+
+int conv_splits_run = 0;
+
+bool conv_case(int index) {
+  const ConvPass pass = ConvPass(index % 3);
+  const int path = index / 3 % kPaths;
+  Conv2dParams a;
+  a.input_type = __CUDA_ARCH__ >= 800 && index / kKernelsPerType % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
+  const bool direct = path >= kDepthwiseWidePath;
+  // One channel per group, with more filters each than the depthwise kernels take.
+  const bool single_channels = path == kPaddedPath && rnd(0, 2) == 0;
+  // The cases that must launch every kernel: their channels fix the load width.
+  const int round = index / kKernelsPerType;
+  const bool first_round = round < 2;
+  // The depthwise one-channel path, by round: a channel multiplier, a
+  // channel count that is not a multiple of 8, or misaligned bases.
+  const int depthwise_kind = round % 3;
+  a.groups = single_channels ? rnd(1, 12) : rnd(1, 2);
+  // Bases offset by a few elements (misaligned) on the padded and depthwise
+  // paths, by 4 (8-byte aligned) on the narrow one.
+  const bool offset = path == kNarrowPath      ? rnd(0, 2) == 0
+                      : path == kDepthwisePath ? depthwise_kind == 2
+                                               : path == kPaddedPath && !first_round && rnd(0, 2) == 0;
+  // The padded path's channels per group round up to 4 or 12 (8-byte chunks).
+  const int64_t padded_counts[] = {1, 2, 3, 9, 10, 11};
+  int64_t cg = 8 * rnd(1, 2), kg = 8 * rnd(1, 3);
+  if (direct) {
+    // More channels than one block's lanes hold (32 threads across channels):
+    // every pass in the first round's bf16 cases, and wgrad's fp16 ones (to split).
+    const bool many = first_round ? round == 1 || pass == ConvPass::kWgrad : rnd(0, 3) == 0;
+    cg = 1, kg = 1;
+    a.groups = path == kDepthwiseWidePath ? 8 * (many ? rnd(33, 36) : rnd(1, 5)) : many ? rnd(33, 70) : rnd(1, 40);
+    if (path == kDepthwisePath && depthwise_kind == 0) kg = rnd(2, kDepthwiseMaxFiltersPerGroup);
+    if (path == kDepthwisePath && depthwise_kind == 1 && a.groups % 8 == 0) a.groups += rnd(1, 7);
+    if (path == kDepthwisePath && depthwise_kind == 2) a.groups = 8 * rnd(1, 5);
+  } else if (single_channels) {
+    cg = 1, kg = rnd(kDepthwiseMaxFiltersPerGroup + 2, kDepthwiseMaxFiltersPerGroup + 4);  // 17 to 19: padded
+  } else if (path == kPaddedPath) {
+    cg = padded_counts[rnd(0, 5)], kg = rnd(1, 20);
+    // One channel per group with few filters is the depthwise kernels'.
+    if (cg == 1 && kg <= kDepthwiseMaxFiltersPerGroup) kg = rnd(kDepthwiseMaxFiltersPerGroup + 2, kDepthwiseMaxFiltersPerGroup + 4);
+    if (offset && rnd(0, 1)) cg = 4 * rnd(1, 4), kg = 4 * rnd(1, 5);    // nothing to pad, only to align
+    if (!first_round && pass != ConvPass::kDgrad && rnd(0, 2) == 0) cg = rnd(65, 140);  // to 16-byte chunks
+  } else if (path == kNarrowPath && !offset) {
+    (rnd(0, 1) ? cg : kg) = 4 * (2 * rnd(0, 2) + 1);
+  }
+  // Sometimes more channels than one tile holds, on the side where channels
+  // index the GEMM's N (fprop, dgrad) or M (wgrad): blocks past the first tile.
+  // Odd multiples of 4 keep the narrow path's chunks at 8 bytes; the padded
+  // path's dgrad keeps its input channels (padded from 64 on to 16-byte chunks).
+  const bool unaligned = path == kPaddedPath;
+  if (!direct && !single_channels && !(unaligned && pass == ConvPass::kDgrad) && rnd(0, 3) == 0)
+    (pass == ConvPass::kDgrad ? cg : kg) =
+        unaligned ? rnd(65, 140) : path == kNarrowPath ? 4 * (2 * rnd(8, 17) + 1) : 8 * rnd(9, 17);
+  // dgrad's GEMM-K walks its output channels in blocks of the K slice: several.
+  if (pass == ConvPass::kDgrad && !direct && !single_channels && rnd(0, 3) == 0)
+    kg = unaligned ? rnd(17, 70) : path == kNarrowPath ? 4 * (2 * rnd(4, 17) + 1) : 8 * rnd(5, 17);
+  if (index == 12 && kg % 4 == 0) ++kg;  // fprop's output padded, so copied back in fp32
+  a.c = a.groups * cg, a.k = a.groups * kg;
+  // An empty batch: nothing to do but in wgrad, whose output is then zeros.
+  // Kept out of the first 2 * kKernelsPerType cases but for the implicit
+  // GEMM's wgrad, which still launches (the depthwise one's empty operands,
+  // null, would count as aligned).
+  a.n = (!first_round || (pass == ConvPass::kWgrad && !direct)) && rnd(0, 7) == 0 ? 0 : rnd(1, 3);
+  if (index == 5 || index == 14 || index == 59) a.n = 0;  // wgrad: 16-byte chunks, padded, depthwise
+  const int64_t taps[] = {1, 3, 5};
+  a.r = taps[rnd(0, 2)], a.s = taps[rnd(0, 2)];
+  a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
+  a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
+  // The wgrad cases of the small-tile path, the first round's depthwise
+  // ones, and a third of the others, have many output pixels (GEMM-K: at
+  // least 4 x 11 x 11): enough K slices on every path for the launcher to
+  // split K, and enough runs for the depthwise kernels to split them.
+  const bool long_k = pass == ConvPass::kWgrad && (index % kKernelsPerType == 8 ||
+                                                   (a.n > 0 && ((direct && first_round) || rnd(0, 2) == 0)));
+  if (long_k) a.n = rnd(4, 8), a.stride_h = a.stride_w = 1;
+  // The first round's depthwise gathers with many channels: enough runs of
+  // pixels (at least 3 x 10 rows) that a block of 8 to 15 pixel lanes, alone
+  // on a clipped grid, strides over them.
+  const bool long_rows = direct && round == 1 && pass != ConvPass::kWgrad;
+  if (long_rows) a.n = rnd(3, 4), a.stride_h = 1;
+  const bool large = long_k || long_rows;
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, large ? 10 : 0, large ? 14 : 5);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, large ? 10 : 0, large ? 14 : 5);
+
+  // The pass's two operands, one of them offset on the narrow and padded paths.
+  const bool uses_x = pass != ConvPass::kDgrad, uses_wt = pass != ConvPass::kWgrad, uses_dy = pass != ConvPass::kFprop;
+  int64_t offsets[3] = {0, 0, 0};  // x, wt, dy
+  if (offset) {
+    const auto shift = [&] { return path == kNarrowPath ? 4 : rnd(1, 7); };
+    for (int64_t& o : offsets) o = rnd(0, 1) ? shift() : 0;
+    // The depthwise kernels read the filters one at a time: one of the gathered operands.
+    const int forced = direct ? (pass == ConvPass::kFprop ? 0 : pass == ConvPass::kDgrad ? 2 : 2 * int(rnd(0, 1)))
+                       : pass == ConvPass::kFprop ? int(rnd(0, 1))
+                       : pass == ConvPass::kDgrad ? int(rnd(1, 2))
+                                                  : 2 * int(rnd(0, 1));
+    offsets[forced] = shift();
+  }
+  const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s * cg, dy_count = a.n * a.p * a.q * a.k;
+  const Input x(a.input_type, uses_x ? x_count : 0, offsets[0]), wt(a.input_type, uses_wt ? wt_count : 0, offsets[1]),
+      dy(a.input_type, uses_dy ? dy_count : 0, offsets[2]);
+  // Empty tensors come as null pointers, as torch's often do.
+  a.x = uses_x && x_count ? x.data : nullptr, a.wt = uses_wt && wt_count ? wt.data : nullptr;
+  a.dy = uses_dy && dy_count ? dy.data : nullptr;
+
+  const sim::Bias bias(pass == ConvPass::kFprop && rnd(0, 3), a.k);
+  a.bias = bias.data(), a.bias_type = bias.type;
+
+  a.out_type = sim::any_type();
+  if (index == 12) a.out_type = ElementType::kFloat32;  // the padded copy of 4-byte elements, in every run
+  const int64_t esize = sim::bytes_of(a.out_type);
+  const int64_t count = pass == ConvPass::kFprop ? dy_count : pass == ConvPass::kDgrad ? x_count : wt_count;
+  const int64_t out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
+  Buffer out(esize * (out_offset + count + tail));
+  a.out = out.p + esize * out_offset;
+
+  // Many multiprocessors split the depthwise wgrad's runs (in the first
+  // round always), one gives the depthwise gathers few blocks.
+  const bool many_multiprocessors = direct ? (first_round ? pass == ConvPass::kWgrad : rnd(0, 1) == 1)
+                                           : !(path <= 1 || path == kNarrowPath);
+  sim::use_multiprocessors(many_multiprocessors ? 1 << 20 : 1);
+  // The compact tile's device: less shared memory per block than the large tile takes.
+  const size_t shared_limit = sim::shared_limit;
+  if (path == 1) sim::shared_limit = std::min<size_t>(shared_limit, 99 * 1024);
+  // Clipped grids: the implicit GEMM's group loop runs more than once, and
+  // the depthwise kernels stride over channel tiles and (x) over runs or wgrad's
+  // (split, tap) items; always so in the first round.
+  const bool clipped = direct && first_round ? true : rnd(0, 1) == 1;
+  const unsigned max_grid_y = clipped ? unsigned(rnd(1, 2)) : 65535;
+  const unsigned max_grid_x = long_rows ? 1 : direct && clipped ? unsigned(rnd(1, 2)) : 1u << 31;
+  sim::max_grid.x = max_grid_x, sim::max_grid.y = max_grid_y;
+  // The workspace poisoned: the reduction must read only what the splits wrote.
+  const Conv2dPlan plan = plan_conv2d(pass, a);
+  const size_t workspace_bytes = plan.workspace_bytes;
+  std::vector<float> workspace(workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
+  void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
+  const cudaError_t err = launch_conv2d(pass, a, plan, workspace_bytes ? aligned : nullptr, nullptr);
+  // The launcher took the path the case was built for. A padded-path case
+  // may draw channels and bases that need no copy (multiples of 4 or 8, an
+  // empty batch's null operands); it then runs in place.
+  const Conv2dPlan::Path want_path = direct                ? Conv2dPlan::Path::kDepthwise
+                                     : path == kPaddedPath ? Conv2dPlan::Path::kPadded
+                                                           : Conv2dPlan::Path::kImplicitGemm;
+  const bool wrong_path =
+      plan.path != want_path && !(path == kPaddedPath && plan.path == Conv2dPlan::Path::kImplicitGemm);
+  if (wrong_path) printf("  planned path %d, built for %d\n", int(plan.path), int(want_path));
+  // The implicit GEMM's wgrad split in place (its workspace is the partials alone).
+  conv_splits_run += pass == ConvPass::kWgrad && plan.path == Conv2dPlan::Path::kImplicitGemm && workspace_bytes > 0;
+  sim::max_grid.x = 1u << 31, sim::max_grid.y = 65535;
+  sim::shared_limit = shared_limit;
+
+  // The reference: every product x[n, ih, iw, g*cg + c] * wt[k, r, s, c] *
+  // dy[n, p, q, k] of the convolution, the pass's output operand left out.
+  std::vector<double> want(count, 0.0);
+  for (int64_t n = 0; n < a.n; ++n)
+    for (int64_t p = 0; p < a.p; ++p)
+      for (int64_t q = 0; q < a.q; ++q)
+        for (int64_t r = 0; r < a.r; ++r)
+          for (int64_t s = 0; s < a.s; ++s) {
+            const int64_t ih = p * a.stride_h - a.pad_top + r * a.dilation_h;
+            const int64_t iw = q * a.stride_w - a.pad_left + s * a.dilation_w;
+            if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.w) continue;
+            for (int64_t k = 0; k < a.k; ++k)
+              for (int64_t c = 0; c < cg; ++c) {
+                const int64_t xi = ((n * a.h + ih) * a.w + iw) * a.c + k / kg * cg + c;
+                const int64_t wi = ((k * a.r + r) * a.s + s) * cg + c, yi = ((n * a.p + p) * a.q + q) * a.k + k;
+                if (pass == ConvPass::kFprop) want[yi] += x[xi] * wt[wi];
+                if (pass == ConvPass::kDgrad) want[xi] += dy[yi] * wt[wi];
+                if (pass == ConvPass::kWgrad) want[wi] += dy[yi] * x[xi];
+              }
+          }
+
+  int bad = err != cudaSuccess || wrong_path;
+  for (int64_t e = 0; e < count; ++e) {
+    const float expect = sim::rounded(float(want[e]) + bias.values[e % a.k], a.out_type);
+    const float got = get(out.p, a.out_type, out_offset + e);
+    if (!(got == expect) && bad++ < 3) printf("  out[%ld] = %g, want %g\n", e, got, expect);
+  }
+  for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
+    if ((byte < esize * out_offset || byte >= esize * (out_offset + count)) && out.p[byte] != 0xff && bad++ < 3)
+      printf("  wrote outside the output, byte %ld of %zu\n", byte - esize * out_offset, size_t(esize * count));
+  if (bad)
+    printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
+           "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld input_type=%d bias=%d "
+           "bias_type=%d out_type=%d multiprocessors=%d max_grid=%u,%u workspace=%zu\n",
+           index, int(err), kPassNames[index % 3], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
+           a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, offsets[0], offsets[1], offsets[2], out_offset,
+           int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_x, max_grid_y,
+           workspace_bytes);
+  return bad;
+}

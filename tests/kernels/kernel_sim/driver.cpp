@@ -1,0 +1,245 @@
+// Runs the GEMM, unscale, convolution (conv_cases.cpp) and mma.sync ceiling
+// kernels of csrc/kernels on random problems through the host-side simulation
+// (mock/, arch/) and compares every output with a reference computed
+// here. Inputs are small multiples of 1/8, exact in fp16 and bf16 alike, so
+// fp32 sums are exact in any order and results must match bit for bit. bf16
+// products run from sim arch 800 on; below it their launches must be refused.
+//   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
+// Prints "gemm: F/N failed" (random problems on the launcher's plan), "gemm
+// plans: F/N failed" (split-K, every configuration of the table, grouped tile
+// orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
+// conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include <cuda_fp16.h>
+
+#include "amp/unscale.h"
+#include "common/epilogue_math.h"
+#include "gemm/launch.h"
+#include "kernel_sim/gemm_cases.h"
+#include "kernel_sim/sim_common.h"
+#include "wmma/mma_ceiling.h"
+
+using namespace mpgemm::kernels;
+
+// The storage behind the kernels' `smem` (arch/smem.cuh). Blocks run one at
+// a time, so one buffer serves them all.
+namespace mpgemm::kernels {
+alignas(128) unsigned char smem[228 * 1024];
+}
+
+using sim::Buffer;
+using sim::gemm_case;
+using sim::GemmCaseSpec;
+using sim::get;
+using sim::rnd;
+using sim::rng;
+using sim::set;
+
+// Random problems on the launcher's own plan, steered by the simulated
+// device: one multiprocessor takes the largest tiles (Wide, Tall; Compact
+// where shared memory is that of sm_75 or sm_86), many take Small.
+static bool random_gemm_case(int index) {
+  const size_t default_limit = sim::shared_limit;
+  sim::use_multiprocessors(rnd(0, 1) ? 1 : 1 << 20);
+  if (rnd(0, 3) == 0) sim::shared_limit = std::min<size_t>(default_limit, 99 * 1024);
+  const bool bad = gemm_case("gemm", index, {});
+  sim::shared_limit = default_limit;
+  return bad;
+}
+
+// Every split count the heuristic can produce (2 to kMaxSplitK): a single
+// tile of a matrix (m, n <= 64) on `splits` multiprocessors, with 4 to 5 K
+// slices per split (so K ends in a partial slice): Small tiles, 16-byte loads.
+static int heuristic_split_cases(int& count) {
+  int failed = 0;
+  for (int splits = 2; splits <= kMaxSplitK; ++splits) {
+    sim::use_multiprocessors(splits);
+    const int64_t block_k = tile_config(TileConfigId::kSmall).block_k;
+    GemmCaseSpec spec;
+    spec.max_m = spec.max_n = 64;
+    spec.min_k = 4 * splits * block_k, spec.max_k = (5 * splits - 1) * block_k;
+    spec.batch = 1, spec.aligned = 1;
+    spec.expect_split_k = splits;
+    failed += gemm_case("split", splits, spec);
+    ++count;
+  }
+  sim::use_multiprocessors(108);
+  return failed;
+}
+
+// Each configuration of the table the simulated device holds, on a forced
+// plan: split-K (counts up to kMaxSplitK, so also more splits than K slices,
+// and K = 0), grouped tile orders with a partial last group (4 tile rows in
+// groups of 3, or 2 in one partial group for the large tiles, which run on
+// problems of one or two tiles), and split-K of a batch, which is refused.
+static int forced_plan_cases(int& count) {
+  int failed = 0;
+  for (const TileConfigInfo& c : kTileConfigs) {
+    const GemmShape any_shape{1, 1, 1, 1, true};
+    const DeviceLimits simulated{sim::multiprocessors, int(sim::shared_limit), __CUDA_ARCH__ / 10};
+    if (!admissible(any_shape, simulated, c.id, 1)) continue;
+    const bool large = c.block_m * c.block_n > 128 * 128;
+    for (int variant = 0; variant < 3; ++variant) {
+      GemmCaseSpec spec;
+      spec.aligned = c.load_width == 1 ? rnd(0, 1) : 1;
+      spec.has_plan = true;
+      spec.plan.config = c.id;
+      spec.max_m = large ? c.block_m + 16 : 3 * c.block_m + 5;
+      spec.max_n = large ? c.block_n / 2 : 2 * c.block_n + 7;
+      if (variant == 0) {  // split-K, K from 0 to several slices per split
+        spec.batch = 1;
+        spec.plan.split_k = int(rnd(2, kMaxSplitK));
+        spec.max_k = rnd(0, 1) ? 8 * c.block_k + 3 : c.block_k;
+      } else if (variant == 1) {  // grouped order: groups of 3 tile rows, the last one partial
+        spec.plan.raster_group = 3;
+        spec.min_m = large ? c.block_m + 1 : 3 * c.block_m + 1;
+        spec.max_m = large ? c.block_m + 16 : 4 * c.block_m - 8;
+        spec.min_n = large ? 1 : c.block_n + 1;
+      } else {  // split-K of a batch: refused
+        spec.batch = 2;
+        spec.plan.split_k = 2;
+        spec.min_k = 1;
+        spec.expect = cudaErrorInvalidValue;
+      }
+      failed += gemm_case(c.name, variant, spec);
+      ++count;
+    }
+  }
+  return failed;
+}
+
+static float special_value() {
+  const float values[] = {INFINITY, -INFINITY, NAN};
+  return values[rnd(0, 2)];
+}
+
+// Gradients of any type, unscaled into fp32, fp16 or bf16 (in place when the
+// types match), split into chunks given in random order; some elements are
+// left out.
+static bool unscale_case(int index) {
+  struct Tensor {
+    ElementType src_type, dst_type;
+    int64_t size;
+    bool in_place;
+    std::unique_ptr<Buffer> src, dst;
+    std::vector<bool> covered;
+    std::vector<float> before;
+    const unsigned char* out() const { return in_place ? src->p : dst->p; }
+  };
+  std::vector<Tensor> tensors(rnd(1, 4));
+  std::vector<UnscaleChunk> chunks;
+  bool any_special = false;
+  for (Tensor& t : tensors) {
+    t.src_type = sim::any_type(), t.dst_type = sim::any_type();
+    t.size = rnd(0, 3) ? rnd(1, 700) : rnd(0, 3);
+    const auto bytes = [&](ElementType type) { return t.size * sim::bytes_of(type); };
+    t.src = std::make_unique<Buffer>(bytes(t.src_type));
+    t.in_place = t.src_type == t.dst_type && rnd(0, 1);
+    if (!t.in_place) t.dst = std::make_unique<Buffer>(bytes(t.dst_type));
+    void* dst = t.in_place ? t.src->p : t.dst->p;
+    for (int64_t i = 0; i < t.size; ++i) set(t.src->p, t.src_type, i, rnd(-4000, 4000) / 8.0f);
+    if (t.size && rnd(0, 3) == 0) set(t.src->p, t.src_type, rnd(0, t.size - 1), special_value());
+    std::vector<int64_t> cuts{0, t.size};
+    for (int c = rnd(0, 3); c > 0; --c) cuts.push_back(rnd(0, t.size));
+    std::sort(cuts.begin(), cuts.end());
+    t.covered.assign(t.size, false);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      if (cuts.size() > 3 && rnd(0, 4) == 0) continue;
+      chunks.push_back({t.src->p, dst, cuts[c], cuts[c + 1], t.src_type, t.dst_type});
+      for (int64_t i = cuts[c]; i < cuts[c + 1]; ++i) t.covered[i] = true;
+    }
+  }
+  std::shuffle(chunks.begin(), chunks.end(), rng);
+  const float factors[] = {1.0f / 65536, 0.375f, 3.0f};
+  const float factor = factors[rnd(0, 2)];
+  for (Tensor& t : tensors)
+    for (int64_t i = 0; i < t.size; ++i) {
+      t.before.push_back(get(t.src->p, t.src_type, i));
+      any_special |= t.covered[i] && !std::isfinite(t.before[i] * factor);
+    }
+  Buffer inv_scale(4), found_inf(4);
+  *reinterpret_cast<float*>(inv_scale.p) = factor;
+  const float found_before = rnd(0, 3) == 0;
+  *reinterpret_cast<float*>(found_inf.p) = found_before;
+  sim::max_grid.x = rnd(0, 1) ? 1u << 31 : rnd(1, 2);  // blocks loop over the chunks
+  const cudaError_t err = launch_unscale(chunks.data(), chunks.size(), reinterpret_cast<float*>(inv_scale.p),
+                                         reinterpret_cast<float*>(found_inf.p), nullptr);
+  sim::max_grid.x = 1u << 31;
+
+  int bad = err != cudaSuccess;
+  const float found = *reinterpret_cast<float*>(found_inf.p);
+  if (found != float(found_before || any_special) && bad++ < 3) printf("  found_inf = %g\n", found);
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const Tensor& t = tensors[ti];
+    for (int64_t i = 0; i < t.size; ++i) {
+      const float got = get(t.out(), t.dst_type, i);
+      const float v = t.before[i] * factor;
+      float expect = sim::rounded(v, t.dst_type);
+      if (!t.covered[i]) expect = t.in_place ? t.before[i] : NAN;  // untouched
+      if (!(got == expect || (std::isnan(got) && std::isnan(expect))) && bad++ < 3)
+        printf("  tensor %zu element %ld = %g, want %g\n", ti, i, got, expect);
+    }
+  }
+  if (bad) printf("unscale case %d FAILED: err=%d chunks=%zu factor=%g\n", index, int(err), chunks.size(), factor);
+  return bad;
+}
+
+// Every warp's slot of the ceiling's output must hold iterations * (a @ b).
+static bool ceiling_case(int index) {
+  using Config = MmaCeilingTile;
+  constexpr int kWarps = Config::kWarpsM * Config::kWarpsN, kK = Config::kFragment;
+  const int blocks = rnd(1, 3), iterations = rnd(0, 4);
+  Buffer a(Config::kWarpM * kK * sizeof(__half)), b(kK * Config::kWarpN * sizeof(__half));
+  Buffer out(size_t(blocks) * kWarps * Config::kWarpM * Config::kWarpN * sizeof(float));
+  auto* a_data = reinterpret_cast<__half*>(a.p);
+  auto* b_data = reinterpret_cast<__half*>(b.p);
+  for (int i = 0; i < Config::kWarpM * kK; ++i) a_data[i] = __half(rnd(-8, 8) / 8.0f);
+  for (int i = 0; i < kK * Config::kWarpN; ++i) b_data[i] = __half(rnd(-8, 8) / 8.0f);
+  const cudaError_t err = launch_mma_ceiling(a_data, b_data, reinterpret_cast<float*>(out.p), iterations, blocks,
+                                             nullptr);
+
+  int bad = err != cudaSuccess;
+  const float* got = reinterpret_cast<const float*>(out.p);
+  for (int slot = 0; slot < blocks * kWarps; ++slot)
+    for (int i = 0; i < Config::kWarpM; ++i)
+      for (int j = 0; j < Config::kWarpN; ++j) {
+        float product = 0;
+        for (int q = 0; q < kK; ++q) product += float(a_data[i * kK + q]) * float(b_data[q * Config::kWarpN + j]);
+        const float want = iterations * product;
+        const float value = got[(slot * Config::kWarpM + i) * Config::kWarpN + j];
+        if (!(value == want) && bad++ < 3) printf("  slot %d [%d][%d] = %g, want %g\n", slot, i, j, value, want);
+      }
+  if (bad) printf("ceiling case %d FAILED: err=%d blocks=%d iterations=%d\n", index, int(err), blocks, iterations);
+  return bad;
+}
+
+bool conv_case(int index);  // conv_cases.cpp
+extern int conv_splits_run;  // wgrad cases that split K
+
+int main(int argc, char** argv) {
+  SIM_CHECK(argc == 6, "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1>", argv[0]);
+  const int gemm_cases = std::stoi(argv[1]), unscale_cases = std::stoi(argv[2]), conv_cases = std::stoi(argv[3]);
+  rng.seed(std::stoull(argv[4]));
+  sim::async_copies_late = std::stoi(argv[5]);
+  sim::shared_memory = smem;
+  sim::shared_capacity = sizeof smem;
+  constexpr int kCeilingCases = 3;
+  int gemm_failed = 0, unscale_failed = 0, conv_failed = 0, ceiling_failed = 0;
+  for (int i = 0; i < gemm_cases; ++i) gemm_failed += random_gemm_case(i);
+  int plan_cases = 0, plan_failed = heuristic_split_cases(plan_cases);
+  plan_failed += forced_plan_cases(plan_cases);
+  for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
+  const size_t before_conv = sim::launched.size();
+  for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
+  printf("kernels launched: %zu\nconv kernels launched: %zu\nwgrad cases that split K: %d\n", sim::launched.size(),
+         sim::launched.size() - before_conv, conv_splits_run);
+  for (int i = 0; i < kCeilingCases; ++i) ceiling_failed += ceiling_case(i);
+  printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
+  printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
+         gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
+  return gemm_failed || plan_failed || unscale_failed || conv_failed || ceiling_failed;
+}

@@ -1,0 +1,138 @@
+// GEMM cases of the kernel simulation (gemm_cases.h).
+#include "kernel_sim/gemm_cases.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "common/epilogue_math.h"
+#include "kernel_sim/sim_common.h"
+
+using namespace mpgemm::kernels;
+
+namespace sim {
+namespace {
+
+// A batch of fp16 or bf16 (rows x cols) matrices, row- or column-major, with
+// padded rows and batch stride 0 for broadcast, and, unless `copyable` (see
+// GemmCaseSpec::copyable_operands), now and then repeated (ld = 0) rows or a
+// batch stride into the padding of the matrix before. `align` (8, 4 or 2
+// elements) makes the base, ld and batch stride multiples of it and the base
+// no multiple of twice it (below 8), so that the launcher loads chunks of
+// exactly `align` elements; 1 leaves them anything.
+struct Operand {
+  std::unique_ptr<Buffer> mem;
+  void* data;
+  ElementType type;
+  int64_t bs, rs, cs;
+  float at(int64_t b, int64_t i, int64_t j) const { return get(data, type, b * bs + i * rs + j * cs); }
+};
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols, bool row_major, int64_t align,
+                     bool copyable) {
+  const int64_t inner = row_major ? cols : rows, outer = row_major ? rows : cols;
+  int64_t ld = align > 1 ? round_up(inner, align) + align * rnd(0, 1) : inner + rnd(0, 3);
+  if (rnd(0, 15) == 0 && !copyable) ld = 0;
+  const int64_t footprint = inner && outer ? (outer - 1) * ld + inner : 0;
+  const int64_t bs = rnd(0, 3) == 0 ? 0 : round_up(copyable ? outer * ld : footprint, align) + align * rnd(0, 1);
+  const int64_t offset = align == 8 ? 0 : align > 1 ? align * (2 * rnd(0, 3 / align) + 1) : rnd(0, 7);
+  const int64_t extent = footprint ? (batch - 1) * bs + footprint : 0;
+  Operand o{std::make_unique<Buffer>((offset + extent) * 2), nullptr, type, bs, row_major ? ld : 1,
+            row_major ? 1 : ld};
+  o.data = o.mem->p + 2 * offset;
+  for (int64_t b = 0; b < (bs ? batch : 1); ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) set(o.data, type, b * bs + i * o.rs + j * o.cs, rnd(-8, 8) / 8.0f);
+  return o;
+}
+
+}  // namespace
+
+bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran) {
+  const int64_t batch = spec.batch ? spec.batch : rnd(1, 3);
+  int64_t m = spec.min_m ? rnd(spec.min_m, spec.max_m) : rnd(0, 3) ? rnd(1, spec.max_m) : rnd(1, 16);
+  int64_t n = spec.min_n ? rnd(spec.min_n, spec.max_n) : rnd(0, 3) ? rnd(1, spec.max_n) : rnd(1, 16);
+  int64_t k = spec.min_k || rnd(0, 7) ? rnd(spec.min_k, spec.max_k) : 0;
+  // Without a pinned alignment, every 16 cases run each load width (16, 8, 4
+  // and 2 bytes, then one element) with each layout.
+  const int64_t align = spec.aligned == 1 ? 8 : spec.aligned == 0 ? 1 : 8 >> index % 4;
+  const bool a_row = pinned.on ? pinned.a_row_major : spec.aligned < 0 ? index / 4 % 2 : rnd(0, 1);
+  const bool b_row = pinned.on ? pinned.b_row_major : spec.aligned < 0 ? index / 8 % 2 : rnd(0, 1);
+  if (align > 1 && spec.whole_chunks) {  // contiguous extents in whole chunks; the others stay odd where they fall so
+    (a_row ? k : m) = round_up(a_row ? k : m, align);
+    (b_row ? n : k) = round_up(b_row ? n : k, align);
+  }
+  // Now and then bf16 below sm_80 too, which must be refused.
+  const ElementType ab_type = pinned.on                              ? ElementType::kFloat16
+                              : __CUDA_ARCH__ < 800 && rnd(0, 7) == 0 ? ElementType::kBFloat16
+                                                                      : sim::input_type();
+  const bool refused = spec.expect != cudaSuccess || (ab_type == ElementType::kBFloat16 && __CUDA_ARCH__ < 800);
+  const cudaError_t expect = spec.expect != cudaSuccess ? spec.expect : refused ? cudaErrorNotSupported : cudaSuccess;
+  const Operand a = make_operand(ab_type, batch, m, k, a_row, align, spec.copyable_operands);
+  const Operand b = make_operand(ab_type, batch, k, n, b_row, align, spec.copyable_operands);
+
+  GemmParams p;
+  p.batch = batch, p.m = m, p.n = n, p.k = k;
+  p.ab_type = ab_type;
+  p.a = a.data, p.a_batch_stride = a.bs, p.a_row_stride = a.rs, p.a_col_stride = a.cs;
+  p.b = b.data, p.b_batch_stride = b.bs, p.b_row_stride = b.rs, p.b_col_stride = b.cs;
+  const sim::Bias bias(rnd(0, 3), n);
+  p.bias = bias.data(), p.bias_type = bias.type;
+  p.activation = Activation(rnd(0, 2));
+  using OutputType = GemmCaseSpec::OutputType;
+  const ElementType other_16_bit =
+      ab_type == ElementType::kFloat16 ? ElementType::kBFloat16 : ElementType::kFloat16;
+  p.d_type = spec.d_type == OutputType::kOpsOwn       ? (rnd(0, 1) ? ElementType::kFloat32 : ab_type)
+             : spec.d_type == OutputType::kOther16Bit ? other_16_bit
+                                                      : sim::any_type();
+  const int64_t esize = sim::bytes_of(p.d_type), d_offset = spec.d_copyable || rnd(0, 1) ? 0 : rnd(1, 3);
+  if (spec.d_copyable) {
+    const int64_t per16 = 16 / esize;
+    p.d_row_stride = round_up(n, per16) + per16 * rnd(0, 1);
+    p.d_batch_stride = round_up(m * p.d_row_stride, per16) + per16 * rnd(0, 1);
+  } else {
+    p.d_row_stride = n + (rnd(0, 1) ? 0 : rnd(1, 5));
+    p.d_batch_stride = m * p.d_row_stride + rnd(0, 2);
+  }
+  Buffer d(esize * (d_offset + (batch - 1) * p.d_batch_stride + (m - 1) * p.d_row_stride + n));
+  p.d = d.p + esize * d_offset;
+
+  sim::max_grid.y = rnd(0, 1) ? 65535 : rnd(1, 2);  // batch loop runs more than once
+  const GemmLaunch launch = spec.has_plan ? plan_gemm(p, spec.plan) : plan_gemm(p);
+  const GemmPlan& plan = launch.plan;
+  if (ran) *ran = plan;
+  // Split-K's partial sums, poisoned (0xff) like D.
+  Buffer workspace(std::max<size_t>(launch.workspace_bytes, 1));
+  const cudaError_t err = launch_gemm(p, launch, workspace.p, nullptr);
+
+  int bad = err != expect;
+  if (spec.expect_split_k && plan.split_k != spec.expect_split_k && bad++ < 3)
+    printf("  the heuristic chose split_k=%d, want %d\n", plan.split_k, spec.expect_split_k);
+  std::vector<bool> written(d.size / esize, false);
+  for (int64_t bi = 0; !refused && bi < batch; ++bi)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t q = 0; q < k; ++q) sum += double(a.at(bi, i, q)) * b.at(bi, q, j);
+        const float want = sim::rounded(apply_activation(p.activation, float(sum) + bias.values[j]), p.d_type);
+        const int64_t e = d_offset + bi * p.d_batch_stride + i * p.d_row_stride + j;
+        const float got = get(d.p, p.d_type, e);
+        written[e] = true;
+        if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);
+      }
+  for (size_t e = 0; e < written.size(); ++e)
+    for (int64_t byte = 0; !written[e] && byte < esize; ++byte)
+      if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
+  if (bad)
+    printf("%s case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
+           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld multiprocessors=%d shared_limit=%zu "
+           "max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
+           kind, index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
+           int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, sim::multiprocessors,
+           sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k, plan.raster_group);
+  return bad;
+}
+
+}  // namespace sim

@@ -1,0 +1,313 @@
+// Stand-in for <cuda_runtime.h> in the host-side kernel simulation
+// (tests/kernels/test_kernel_sim.py), so that g++ compiles the real kernel sources and
+// runs them without a GPU. A launch runs its blocks one after another (the
+// blocks of a thread block cluster together, each with its own shared
+// memory), each block's threads as std::threads meeting at real barriers, so a
+// missing __syncthreads or __syncwarp shows up as wrong results; shared memory
+// starts out as NaN each block so reading what no thread wrote does too; and
+// AddressSanitizer sees every global access. Launch limits of real devices are
+// checked, and every misuse aborts with a message.
+#pragma once
+
+#include <math.h>  // ::isfinite and ::erff, as device code sees them
+
+#include <algorithm>
+#include <barrier>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <new>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#if __has_include(<sanitizer/asan_interface.h>)
+#include <sanitizer/asan_interface.h>
+#endif
+#ifndef ASAN_POISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(addr, size)
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size)
+#endif
+
+#define __host__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __grid_constant__
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+#define SIM_CHECK(cond, ...)                                                          \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "simulation check failed at %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                   \
+      fprintf(stderr, "\n");                                                          \
+      abort();                                                                        \
+    }                                                                                 \
+  } while (0)
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNotSupported = 801
+};
+using cudaStream_t = struct CUstream_st*;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+struct cudaFuncAttributes {
+  int binaryVersion, ptxVersion;  // of the arch the code was built for: 10 * major + minor
+};
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {}
+};
+struct uint3 { unsigned x, y, z; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+
+struct cudaLaunchAttributeValue {
+  struct {
+    unsigned x, y, z;
+  } clusterDim;
+};
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+
+namespace sim {
+// The simulated device, as cudaGetDevice names it, and its multiprocessors.
+// A real device's count never changes, and launchers keep what they asked of
+// a device (common/launch_utils.h's PerDeviceFact), so each count is a device of its
+// own: a case sets both with use_multiprocessors.
+inline int multiprocessors = 108, device = 0;
+inline void use_multiprocessors(int count) {
+  static std::map<int, int> devices{{108, 0}};
+  multiprocessors = count;
+  device = devices.emplace(count, int(devices.size())).first->second;
+}
+// How often cudaOccupancyMaxActiveClusters was asked, by (device, kernel);
+// the grid of the last launch, as asked for.
+inline std::map<std::pair<int, const void*>, int> cluster_occupancy_queries;
+inline dim3 last_grid;
+// Launches run on a grid clipped to this. Stands in for the 65535-block limit
+// that only huge problems reach: kernels that grid-stride must still cover
+// everything.
+inline dim3 max_grid(1u << 31, 65535, 65535);
+// What `extern __shared__` arrays name (set up by the driver), and how much of
+// it the running launch asked for. Each thread of a launch sees its own
+// block's: the driver's for the first block of a cluster, kMaxCluster - 1
+// more of the same capacity for the others (cluster_shared: by rank).
+inline thread_local unsigned char* shared_memory = nullptr;
+inline size_t shared_capacity = 0, shared_size = 0;
+inline constexpr int kMaxCluster = 2;
+inline unsigned char* cluster_shared[kMaxCluster] = {};
+inline thread_local unsigned cluster_rank = 0, cluster_size = 1;
+inline size_t shared_limit =  // opt-in maximum per block
+    __CUDA_ARCH__ >= 900 ? 227 * 1024 : __CUDA_ARCH__ >= 800 ? 163 * 1024 : 64 * 1024;
+inline std::map<const void*, size_t> opted_in_smem;
+inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
+// Run once after each block (each cluster), all its threads done: checks and
+// resets of state that lives for one block (../hopper_sim.h's barriers and
+// copies); and by each thread as it leaves the kernel.
+inline std::vector<void (*)()> block_exit_hooks;
+inline std::vector<void (*)()> thread_exit_hooks;
+
+inline thread_local std::barrier<>* block_barrier;
+inline thread_local std::barrier<>* warp_barrier;
+inline thread_local std::barrier<>* cluster_barrier;
+// cp.async (../arch/cp_async.cuh): whether copies land only when waited for, and
+// this thread's copies in flight: committed groups, oldest first, and the open one.
+inline bool async_copies_late = false;
+inline thread_local std::vector<std::vector<std::function<void()>>> async_groups;
+inline thread_local std::vector<std::function<void()>> async_open;
+}  // namespace sim
+
+namespace sim {
+// The address of `p` in the shared state space: its offset in the block's
+// shared memory, which stands at address 0.
+inline uint32_t shared_address(const void* p) {
+  const auto* byte = static_cast<const unsigned char*>(p);
+  SIM_CHECK(byte >= shared_memory && byte < shared_memory + shared_size, "not in the launch's shared memory");
+  return uint32_t(byte - shared_memory);
+}
+}  // namespace sim
+
+inline void __syncthreads() { sim::block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
+  sim::warp_barrier->arrive_and_wait();
+}
+
+inline cudaError_t cudaGetDevice(int* device) { *device = sim::device; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = sim::multiprocessors; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(sim::shared_limit); break;
+    // The simulated device is of the arch the kernels were built for.
+    case cudaDevAttrComputeCapabilityMajor: *value = __CUDA_ARCH__ / 100; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = __CUDA_ARCH__ / 10 % 10; break;
+    default: SIM_CHECK(false, "attribute %d", int(attr));
+  }
+  return cudaSuccess;
+}
+template <class... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  SIM_CHECK(attr == cudaFuncAttributeMaxDynamicSharedMemorySize, "attribute %d", int(attr));
+  if (value < 0 || size_t(value) > sim::shared_limit) return cudaErrorInvalidValue;
+  sim::opted_in_smem[reinterpret_cast<const void*>(kernel)] = value;
+  return cudaSuccess;
+}
+
+// __device__ variables are host variables here.
+template <class T>
+cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0) {
+  SIM_CHECK(offset + count <= sizeof(T), "reads past the symbol");
+  memcpy(dst, reinterpret_cast<const unsigned char*>(&symbol) + offset, count);
+  return cudaSuccess;
+}
+
+// Every kernel was built for the simulated arch.
+template <class... P>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, void (*)(P...)) {
+  attributes->binaryVersion = attributes->ptxVersion = __CUDA_ARCH__ / 10;
+  return cudaSuccess;
+}
+
+namespace sim {
+// Runs `kernel` on a grid of clusters of `cluster` blocks (1: plain blocks),
+// on arguments already copied as the runtime copies them.
+template <class... P>
+cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple<P...>& params, size_t smem,
+                   unsigned cluster) {
+  launched.insert(reinterpret_cast<const void*>(kernel));
+  last_grid = grid;
+  const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
+  SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
+            "%zu bytes of dynamic shared memory without opting in", smem);
+  SIM_CHECK(smem <= shared_capacity, "the driver's shared memory is too small");
+  SIM_CHECK(block.y == 1 && block.z == 1 && block.x % 32 == 0 && block.x <= 1024, "block %u", block.x);
+  SIM_CHECK(grid.x >= 1 && grid.y >= 1 && grid.y <= 65535 && grid.z == 1, "grid %u x %u", grid.x, grid.y);
+  SIM_CHECK(cluster >= 1 && cluster <= unsigned(kMaxCluster) && grid.x % cluster == 0 && (cluster == 1 || grid.y == 1),
+            "clusters of %u blocks on a grid of %u x %u", cluster, grid.x, grid.y);
+  grid = dim3(std::min(grid.x, max_grid.x / cluster * cluster), std::min(grid.y, max_grid.y), 1);
+
+  const unsigned threads = block.x;
+  shared_size = smem;
+  cluster_shared[0] = shared_memory;
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete(p, std::align_val_t(1024)); }
+  };
+  std::vector<std::unique_ptr<unsigned char, AlignedDelete>> others;
+  for (unsigned r = 1; r < cluster; ++r) {
+    others.emplace_back(static_cast<unsigned char*>(::operator new(shared_capacity, std::align_val_t(1024))));
+    cluster_shared[r] = others.back().get();
+  }
+  for (unsigned r = 0; r < cluster; ++r)
+    ASAN_POISON_MEMORY_REGION(cluster_shared[r] + smem, shared_capacity - smem);
+  auto poison = [&]() noexcept {  // NaN as fp16 and fp32
+    for (unsigned r = 0; r < cluster; ++r) memset(cluster_shared[r], 0xff, smem);
+  };
+  auto end_block = [&]() noexcept {
+    for (auto hook : block_exit_hooks) hook();
+    poison();
+  };
+  poison();
+  std::vector<std::unique_ptr<std::barrier<>>> block_barriers, warp_barriers;
+  for (unsigned r = 0; r < cluster; ++r) block_barriers.push_back(std::make_unique<std::barrier<>>(threads));
+  for (unsigned w = 0; w < cluster * threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+  std::barrier<> cluster_barrier(cluster * threads);
+  std::barrier<decltype(end_block)> next_block(cluster * threads, end_block);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < cluster * threads; ++t)
+    pool.emplace_back([&, t] {
+      const unsigned rank = t / threads;
+      threadIdx = {t % threads, 0, 0};
+      blockDim = block;
+      gridDim = grid;
+      shared_memory = cluster_shared[rank];
+      cluster_rank = rank, cluster_size = cluster;
+      block_barrier = block_barriers[rank].get();
+      warp_barrier = warp_barriers[t / 32].get();
+      sim::cluster_barrier = &cluster_barrier;
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = rank; x < grid.x; x += cluster) {
+          blockIdx = {x, y, 0};
+          std::apply(kernel, params);
+          SIM_CHECK(async_groups.empty() && async_open.empty(), "cp.async copies never waited for");
+          for (auto hook : thread_exit_hooks) hook();
+          next_block.arrive_and_wait();
+        }
+    });
+  for (auto& t : pool) t.join();
+  for (unsigned r = 0; r < cluster; ++r) ASAN_UNPOISON_MEMORY_REGION(cluster_shared[r], shared_capacity);
+  cluster_shared[0] = nullptr;
+  for (unsigned r = 1; r < cluster; ++r) cluster_shared[r] = nullptr;
+  return cudaSuccess;
+}
+
+inline unsigned cluster_of(const cudaLaunchConfig_t& config) {
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    SIM_CHECK(config.attrs[i].id == cudaLaunchAttributeClusterDimension, "launch attribute %d", int(config.attrs[i].id));
+    const auto& dim = config.attrs[i].val.clusterDim;
+    SIM_CHECK(dim.y == 1 && dim.z == 1, "clusters of %u x %u x %u", dim.x, dim.y, dim.z);
+    cluster = dim.x;
+  }
+  return cluster;
+}
+}  // namespace sim
+
+template <class... P>
+cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem, cudaStream_t) {
+  // Arguments are copied at launch, as the runtime does.
+  const std::tuple<P...> params = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::tuple<P...>(*static_cast<P*>(args[I])...);
+  }(std::index_sequence_for<P...>{});
+  return sim::launch(kernel, grid, block, params, smem, 1);
+}
+
+template <class... P, class... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A&&... args) {
+  const std::tuple<P...> params(std::forward<A>(args)...);
+  return sim::launch(kernel, config->gridDim, config->blockDim, params, config->dynamicSmemBytes,
+                     sim::cluster_of(*config));
+}
+
+// Every multiprocessor holds a block of any kernel the simulation runs.
+template <class... P>
+cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, void (*kernel)(P...), const cudaLaunchConfig_t* config) {
+  ++sim::cluster_occupancy_queries[{sim::device, reinterpret_cast<const void*>(kernel)}];
+  *clusters = sim::multiprocessors / int(sim::cluster_of(*config));
+  return cudaSuccess;
+}

@@ -1,0 +1,118 @@
+"""CUDA build check: the full CUDA extension (CPU reference plus the kernels;
+conftest.py's cuda_build, shared with the SASS checks) compiles, links and
+imports on a machine without a GPU, and every op has a CUDA kernel
+registered. The Hopper GEMM's sm_90a code in the built library
+is read back: wgmma (HGMMA) in its mainloop and no mma.sync, the copy engine
+(UTMALDG), mbarriers (SYNCS) and register reallocation, an epilogue that
+writes shared memory with shared stores (STS), fences it for the copy engine
+and stores it with the copy engine (UTMASTG) for two output types only (fp32
+and the inputs' own), no spills, and no ptxas
+advisory that it serialized the wgmmas or ignored setmaxnreg; the
+kernels for pairs of blocks multicast their copies, arrive on the other
+block's mbarriers and meet at a cluster barrier, with no memory fence in the
+mainloop.
+"""
+
+import pytest
+
+from mpgemm.tools import sass
+
+
+def test_imports_the_cuda_build(cuda_build):
+    assert cuda_build["module"].startswith(cuda_build["src"])
+    info = cuda_build["build_info"]
+    assert info["backend"] == "cuda"
+    # 9.0 is built as sm_90a, whose code alone has the Hopper GEMM (setup.py).
+    expected = sorted("sm_" + arch.replace(".", "") + ("a" if arch == "9.0" else "")
+                      for arch in cuda_build["requested_archs"].split(";"))
+    assert info["cuda_archs"] == expected
+
+
+def test_every_op_has_a_cuda_kernel(cuda_build):
+    assert cuda_build["ops"], "no mpgemm ops registered"
+    missing = [op for op, has_kernel in cuda_build["ops"].items() if not has_kernel]
+    assert not missing, f"ops without a CUDA kernel: {missing}"
+
+
+def test_cpu_reference_in_the_cuda_build(cuda_build):
+    assert cuda_build["cpu_error"] < 1e-2
+
+
+def test_no_spill_warnings(cuda_build):
+    # setup.py passes -Xptxas=-warn-spills to nvcc.
+    assert "spill" not in cuda_build["log"].lower().replace("warn-spills", "")
+
+
+@pytest.fixture(scope="module")
+def hopper_kernels(cuda_build, machine_code):
+    """{kernel name: [sass.Instruction]} of the Hopper GEMM kernels in the built library's sm_90a code."""
+    if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
+        pytest.skip("the build has no sm_90a code")
+    kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
+               if "wgmma_gemm_kernel" in name}
+    # Two input types by four operand layouts by three kernels: blocks alone,
+    # pairs, pairs with ping-pong consumers.
+    assert len(kernels) == 24, sorted(kernels)
+    assert sum(is_one_of(PAIR_KERNEL, name) for name in kernels) == 16, sorted(kernels)
+    assert sum(is_one_of(PING_PONG_KERNEL, name) for name in kernels) == 8, sorted(kernels)
+    return kernels
+
+
+# The Hopper tiles (common/tile_configs.h) of the kernels for pairs of blocks,
+# as their mangled names spell them; ping-pong's pairs too.
+PAIR_KERNEL = ("13WgmmaPairTile", "17WgmmaPingPongTile")
+PING_PONG_KERNEL = ("17WgmmaPingPongTile",)
+
+
+def is_one_of(parts, name):
+    return any(part in name for part in parts)
+
+
+def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernels):
+    for name, instructions in hopper_kernels.items():
+        opcodes = [i.opcode for i in instructions]
+        hgmma = "HGMMA.64x256x16.F32.BF16" if "__nv_bfloat16" in name else "HGMMA.64x256x16.F32"
+        assert {op for op in opcodes if op.startswith("HGMMA")} == {hgmma}, name
+        assert sass.count_opcodes(opcodes, "HMMA") == 0, f"{name} runs mma.sync"
+        mix = sass.mainloop_mix(instructions)
+        # One K slice: four k16 steps, no global loads (the copy engine's) and no block barrier.
+        assert mix is not None and mix.counts["hmma"] == 4, f"{name}: {mix}"
+        assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
+        for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
+                       "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR",
+                       # The epilogue through the copy engine.
+                       "STS.64", "FENCE.VIEW.ASYNC.S", "UTMASTG.3D", "BAR.SYNC.DEFER_BLOCKING"):
+            assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
+        # Its strips are written through the shared window, not generic
+        # addresses; each is fenced for the copy engine and met on twice
+        # (before it is written, and before it is stored).
+        assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
+        stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
+        # The epilogues of two output types, fp32 (8 strips a tile) and the
+        # inputs' own (4), for each of 3 activations: a third type would
+        # nearly double the kernels' compile time (bench/NOTES.md).
+        assert stores == 3 * (8 + 4), f"{name}: {stores} strip stores"
+        assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
+        assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
+        # Pairs: B's copies multicast, stages handed back to the other block
+        # (a remote arrival), and a cluster barrier before the first of either.
+        pair_only = ("UTMALDG.3D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT")
+        for op in pair_only:
+            assert (sass.count_opcodes(opcodes, op) > 0) == is_one_of(PAIR_KERNEL, name), f"{name}: {op}"
+        # Ping-pong: each consumer's turn to run its mainloop, handed on
+        # with bar.arrive, met with bar.sync.
+        assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == is_one_of(PING_PONG_KERNEL, name), f"{name}: BAR.ARV"
+        body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
+        assert not [op for op in body if op.startswith("MEMBAR")], f"{name} fences memory in its mainloop"
+
+
+def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, machine_code, hopper_kernels):
+    usage = machine_code[1]["sm_90a"]
+    for name in hopper_kernels:
+        res = usage.get(name, {})
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+    # ptxas reports wgmmas it had to serialize, waits it injected and a
+    # setmaxnreg it ignored as performance advisories (codes C75xx).
+    advisories = [line for line in cuda_build["log"].splitlines()
+                  if "Potential Performance Loss" in line or "is injected" in line or "(C75" in line]
+    assert not advisories, "\n".join(advisories[:10])

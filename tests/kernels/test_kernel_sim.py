@@ -1,0 +1,315 @@
+"""Kernel simulation: g++ compiles the CUDA kernels of csrc/kernels against the
+stand-in CUDA headers of kernel_sim/mock and the simulation's own instruction
+layer (kernel_sim/arch, found ahead of csrc/kernels/arch on the include path),
+and runs random GEMM (every tile of common/tile_configs.h, split-K, grouped
+tile orders), unscale, convolution (fprop, dgrad, wgrad) and mma.sync ceiling
+problems on the host, with fp16 and bf16 inputs (bf16 from sim arch 800 on;
+below it launches must be refused), every CUDA thread a std::thread, under
+AddressSanitizer and UBSan, checking each output against a reference. No GPU
+and no nvcc needed, so the kernels' indexing, bounds, zero-fill and
+synchronization are tested wherever the tests run. See kernel_sim/driver.cpp
+and conv_cases.cpp.
+
+At sim arch 900 the Hopper GEMM (wgmma, the tensor copy engine's loads and
+stores, mbarriers, named barriers) runs on models of those instructions
+written from the PTX ISA (kernel_sim/hopper_models.h, hopper_sim.h), with
+copies, stores and wgmmas completing early or late; its index code is checked
+against the models element by element, and planted pipeline and epilogue bugs
+must be caught. See kernel_sim/hopper_cases.cpp."""
+
+import concurrent.futures
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from support import ROOT, SEED, skip_or_fail
+
+SIM_DIR = os.path.join(ROOT, "tests", "kernels", "kernel_sim")
+KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
+# -g1: line tables for the sanitizers' reports, a third faster to build than -g.
+# -Wno-psabi: the note that GCC 4.6 changed how 64-byte aligned arguments (CUtensorMap) pass.
+CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread",
+            "-Wno-psabi"]
+# CI has two cores; the case counts keep the whole module well under 90 s there.
+WORKERS = 2
+GEMM_CASES = 60
+UNSCALE_CASES = 20
+# Case i is pass i % 3 on load path i / 3 % 7 in element type i / 21 % 2 (fp16,
+# bf16), so every 42 cases run all 26 implicit-GEMM conv kernels (fprop and
+# dgrad on three tiles at 16-byte chunks and two at 8-byte ones, wgrad on the
+# large and compact tiles at 16-byte chunks and the compact at 8-byte ones),
+# the padded copy's two (2- and 4-byte elements) and the depthwise kernels' 8
+# (gather and wgrad, at 8 channels a thread and at one); sm_75 runs the 14
+# fp16 ones (no large tile there) and the copy's two.
+CONV_CASES = 84
+CONV_KERNELS = {750: 16, 800: 36}
+# (arch, cp.async copies land only when waited for). sm_75 has only the
+# register-staged mainloop; sm_80 adds the cp.async pipeline, run with copies
+# landing at issue and as late as wait_group allows.
+RUNS = [(750, False), (800, False), (800, True)]
+FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
+# A pipeline that waits for one cp.async group too few: must fail.
+MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
+# The Hopper runs: (copies land late, wgmmas read late), and their seeds.
+HOPPER_CASES = 24
+HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
+# About half of the cases take the Hopper path (the rest: split-K on WMMA
+# tiles, operands the copy engine cannot describe), and exactly an eighth its
+# pairs of blocks (wgmma_2x1) and an eighth its pairs with ping-pong
+# consumers (wgmma_pingpong): hopper_cases fails a pair case that does not
+# run the kernel it asks for.
+HOPPER_MIN_WGMMA_CASES = 3
+HOPPER_PAIR_CASES = HOPPER_PING_PONG_CASES = HOPPER_CASES // 8
+# Of those, some store D through the copy engine (the rest from registers).
+HOPPER_MIN_COPIED_OUT_CASES = 2
+# Planted bugs in the Hopper kernel's pieces (csrc/kernels/sm90) and its
+# launcher (sm90/launch_kernel.cuh), each with the timing that exposes it
+# soonest, what the simulation must say (texts separated by | where either
+# will do; the wrong consumer parity: "...that a box copy has yet to write"
+# or "...that no box copy has written", whichever the race gives), and the
+# Hopper tile whose kernel carries it: a planted build compiles that one
+# kernel from the planted copy (kernel_sim/hopper_planted.cpp, fp16 on
+# K-major operands) ahead of the unplanted ones, and runs every case on its
+# layouts and input type (`hopper_cases ... pinned`). A bug in code the
+# kernels share (the epilogue) reaches the planted kernel alike.
+HOPPER_MUTATED_FILES = ["sm90/gemm_kernel.cuh", "sm90/producer.cuh", "sm90/mainloop.cuh", "sm90/epilogue.cuh",
+                        "sm90/launch_kernel.cuh"]
+HOPPER_MUTATIONS = {
+    "consumer waits on the wrong parity": (
+        ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
+         "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
+        (True, True), "a wgmma is issued on shared memory", "WgmmaTile"),
+    "producer waits on the wrong parity": (
+        ("mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1)",
+         "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase)"),
+        (False, False), "deadlock", "WgmmaTile"),
+    "stage handed back before its wgmmas retire": (
+        ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory", "WgmmaTile"),
+    "accumulators reused without wgmma.fence": (
+        ("    wgmma_fence();\n", ""), (False, False), "without wgmma.fence", "WgmmaTile"),
+    # A pair's consumers hand each stage back to their own producer alone, so
+    # the other block's producer multicasts over a stage they still read.
+    "stage of a pair handed back to one producer": (
+        ("mbarrier_arrive_cluster(&shared.empty[stage], thread)",
+         "mbarrier_arrive_cluster(&shared.empty[stage], cluster_rank())"),
+        (False, True), "a box copy lands on shared memory", "WgmmaPairTile"),
+    # A pair's producer leaves without waiting for the other block's last hand-backs.
+    "block of a pair exits before the other's arrivals": (
+        ("  if constexpr (Tile::kClusterM > 1) {\n    for (int s = 0;", "  if constexpr (false) {\n    for (int s = 0;"),
+        (False, False), "after it exited", "WgmmaPairTile"),
+    # The epilogue's output strips: a buffer written again while the store
+    # before last may still read it (stores then read late, so the wrong
+    # strip reaches D), or before the warpgroup has met after the wait; a
+    # strip stored before all its threads have written it, or unfenced.
+    "output strip rewritten before its store has read it": (
+        ("bulk_wait_group_read<Config::kOutputBuffers - 1>()", "bulk_wait_group_read<Config::kOutputBuffers>()"),
+        (True, False), "FAILED", "WgmmaTile"),
+    # (Wrong values, or an unfenced read where the others have written but not fenced: whichever the race gives.)
+    "output strip stored before the warpgroup has written it": (
+        ("    fence_proxy_async_shared();\n    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
+         "    fence_proxy_async_shared();\n"),
+        (False, False), "FAILED|without fence.proxy.async", "WgmmaTile"),
+    "output strip rewritten before the store before last has been waited for": (
+        ("    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"
+         "    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
+         "    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"),
+        (True, False), "FAILED", "WgmmaTile"),
+    "output strip stored without fence.proxy.async": (
+        ("    fence_proxy_async_shared();\n    named_barrier_sync(", "    named_barrier_sync("),
+        (False, False), "without fence.proxy.async", "WgmmaTile"),
+    "stores still in flight at exit": (
+        ("  if (thread == 0) bulk_wait_group<0>();\n", ""), (True, False), "box stores never waited for", "WgmmaTile"),
+    # Ping-pong: a consumer that does not skip the other's slices in the ring
+    # after its tile; mainloops that do not wait for their turn (a consumer
+    # then waits on a stage two rounds ahead, whose parity reads as done); a
+    # turn handed on where no tile follows (an arrival outlives the block).
+    "ping-pong consumer keeps its place in the ring": (
+        ("    if constexpr (Tile::kPingPong) pipe.advance(k_slices);\n", ""),
+        (True, True), "a wgmma is issued on shared memory|deadlock", "WgmmaPingPongTile"),
+    "ping-pong mainloops that do not take turns": (
+        ("if (t != first_tile) named_barrier_sync(kTurnBarrier",
+         "if (t != first_tile) named_barrier_arrive(kTurnBarrier"),
+        (False, False), "a box copy lands on shared memory|a wgmma is issued on shared memory", "WgmmaPingPongTile"),
+    "ping-pong turn handed on after the block's last tile": (
+        ("if (t + tile_step < tiles) named_barrier_arrive(", "named_barrier_arrive("),
+        (False, False), "which never opened", "WgmmaPingPongTile"),
+    # The launcher of the pair kernels (sm90/launch_kernel.cuh) asking the
+    # driver how many clusters fit on every launch, not once per device.
+    "cluster occupancy asked on every launch": (
+        ("    static PerDeviceFact resident_clusters;", "    PerDeviceFact resident_clusters;"),
+        (False, False), "asked 2 times", "WgmmaPairTile"),
+}
+# LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
+# driver say nothing about the kernels anyway.
+SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
+
+
+def compile_object(source, arch, kernel_dir, out, defines=()):
+    # Sim arch 900 is sm_90a, whose code alone has the Hopper GEMM.
+    hopper = ["-D__CUDA_ARCH_FEAT_SM90_ALL"] if arch >= 900 else []
+    cmd = ["g++", *CXXFLAGS, f"-D__CUDA_ARCH__={arch}", *hopper, *defines,
+           # The stand-ins must shadow the real CUDA headers, and the
+           # simulation's instruction layer (kernel_sim/arch) the kernels' own.
+           "-I", os.path.join(SIM_DIR, "mock"), "-I", SIM_DIR, "-I", kernel_dir, "-I", os.path.dirname(SIM_DIR),
+           "-x", "c++", "-c", source, "-o", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"g++ failed on {source} for arch {arch}:\n{proc.stderr[-8000:]}"
+    return out
+
+
+def link(objects, out):
+    proc = subprocess.run(["g++", *CXXFLAGS, *objects, "-o", out], capture_output=True, text=True)
+    assert proc.returncode == 0, f"link failed:\n{proc.stderr[-8000:]}"
+    return out
+
+
+def run(args, timeout=300):
+    """(exit code, output) of a driver; 124 and what it printed if it hangs."""
+    try:
+        proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **SANITIZER_ENV})
+    except subprocess.TimeoutExpired as hung:
+        output = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                         for part in (hung.stdout, hung.stderr))
+        return 124, f"{output}\n{' '.join(map(str, args))}: no end after {timeout} s"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
+    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late)])
+
+
+def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES, pinned=False):
+    return run([binary, cases, seed, int(copies_late), int(wgmma_late)] + (["pinned"] if pinned else []))
+
+
+def kernel_files(kernel_dir, pattern):
+    """The paths under kernel_dir matching `pattern`, relative to it, sorted."""
+    return sorted(os.path.relpath(p, kernel_dir) for p in glob.glob(os.path.join(kernel_dir, pattern), recursive=True))
+
+
+def mutated_kernels(dest, mutation, files=None):
+    """A copy of csrc/kernels in `dest` with mutation[0] replaced by mutation[1] (in `files`, or anywhere)."""
+    shutil.copytree(KERNEL_DIR, dest)
+    found = False
+    for name in files or kernel_files(dest, "**/*.*"):
+        path = os.path.join(dest, name)
+        with open(path) as f:
+            text = f.read()
+        if mutation[0] in text:
+            found = True
+            with open(path, "w") as f:
+                f.write(text.replace(mutation[0], mutation[1]))
+    assert found, f"{mutation[0]!r} is gone from csrc/kernels: update the mutation"
+    return dest
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Builds the driver per arch (and one mutant) and the Hopper driver (and
+    its mutants), runs every case set in parallel: {(arch, late, seed),
+    "mutant", ("hopper", copies_late, wgmma_late) or ("hopper mutant", name):
+    (exit code, output)}."""
+    if shutil.which("g++") is None:
+        skip_or_fail("g++ not found")
+    out = tmp_path_factory.mktemp("kernel_sim")
+    driver = os.path.join(SIM_DIR, "driver.cpp")
+    # The kernel sources last: the mutant swaps in its own copies of them.
+    drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")]
+    kernels = kernel_files(KERNEL_DIR, "**/*.cu") + kernel_files(KERNEL_DIR, "plan/*.cpp")
+    sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
+    # Only the units with a WMMA pipeline get the mutant's copies; the rest are the real ones.
+    mutated = ["wmma/gemm_tiles.cu", "conv/launch.cu"]
+    mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION, ["wmma/block.cuh"])
+    # The Hopper driver runs GEMMs alone: the GEMM launcher and every kernel it may pick.
+    hopper_sources = [os.path.join(SIM_DIR, "hopper_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")] + [
+        os.path.join(KERNEL_DIR, name) for name in kernels
+        if name.startswith(("gemm/", "plan/", "sm90/", "wmma/gemm_"))]
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        def compile_all(srcs, arch, kernel_dir, prefix, defines=()):
+            return [pool.submit(compile_object, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines)
+                    for i, src in enumerate(srcs)]
+
+        objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
+        hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
+        mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
+                                      str(out / f"mutant.{name.replace('/', '.')}.o")) for name in mutated]
+        planted = {}
+        for i, (name, (mutation, _, _, tile)) in enumerate(HOPPER_MUTATIONS.items()):
+            mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, HOPPER_MUTATED_FILES)
+            planted[name] = compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, mutant_kernels,
+                                        f"hopper_mutant{i}.", [f"-DPLANTED_TILE={tile}"])[0]
+        kept = [o for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) not in mutated]
+        binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
+        mutant = link([o.result() for o in mutant_objects + kept], str(out / "sim_mutant"))
+        hopper = [o.result() for o in hopper_objects]
+        hopper_binary = link(hopper, str(out / "sim_hopper"))
+        # The planted kernel first: the linker keeps the first definition it meets.
+        hopper_mutant_binaries = {name: link([o.result()] + hopper, str(out / f"sim_hopper_mutant{i}"))
+                                  for i, (name, o) in enumerate(planted.items())}
+
+        jobs = {}
+        for arch, late in RUNS:
+            for seed in (FIXED_SEEDS[(arch, late)], SEED):
+                jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
+                                                       CONV_CASES, seed, late)
+        jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True)
+        for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
+            jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper_binary, seed, copies_late,
+                                                                    wgmma_late)
+        for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
+            jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
+                                                        wgmma_late, pinned=True)
+        return {key: job.result() for key, job in jobs.items()}
+
+
+@pytest.mark.parametrize("arch,late", RUNS, ids=[f"sm{a // 10}-{'late' if l else 'early'}-copies" for a, l in RUNS])
+@pytest.mark.parametrize("seeded", ["fixed", "random"])
+def test_kernels_match_reference(results, arch, late, seeded):
+    seed = FIXED_SEEDS[(arch, late)] if seeded == "fixed" else SEED
+    code, output = results[(arch, late, seed)]
+    print(f"seed {seed}\n{output}")
+    replay = f"replay: {arch=} {late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
+    assert code == 0, f"{replay}\n{output[-12000:]}"
+    assert f"gemm: 0/{GEMM_CASES} failed" in output, replay
+    assert re.search(r"gemm plans: 0/\d+ failed", output), replay
+    assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
+    assert f"conv: 0/{CONV_CASES} failed" in output, replay
+    assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay
+    assert int(re.search(r"wgrad cases that split K: (\d+)", output).group(1)) > 0, replay
+    assert "ceiling: 0/3 failed" in output, replay
+
+
+def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
+    code, output = results["mutant"]
+    assert code != 0 and "gemm: 0/" not in output and "conv: 0/" not in output, output[-4000:]
+
+
+@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS,
+                         ids=[f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}"
+                              for c, w in HOPPER_RUNS])
+def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, wgmma_late):
+    seed = HOPPER_RUNS[(copies_late, wgmma_late)]
+    code, output = results[("hopper", copies_late, wgmma_late)]
+    print(f"seed {seed}\n{output}")
+    replay = f"replay: hopper {copies_late=} {wgmma_late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
+    assert code == 0, f"{replay}\n{output[-12000:]}"
+    assert re.search(r"layout: 0/\d+ mismatches", output), replay
+    assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
+    assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
+    assert int(re.search(r"wgmma_2x1 cases: (\d+)", output).group(1)) == HOPPER_PAIR_CASES, replay
+    assert int(re.search(r"wgmma_pingpong cases: (\d+)", output).group(1)) == HOPPER_PING_PONG_CASES, replay
+    copied_out = int(re.search(r"wgmma cases storing through the copy engine: (\d+)", output).group(1))
+    assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
+    assert copied_out < int(re.search(r"wgmma cases: (\d+)", output).group(1)), replay
+    assert "cluster occupancy asked once per device and kernel: ok" in output, replay
+
+
+@pytest.mark.parametrize("name", HOPPER_MUTATIONS)
+def test_hopper_simulation_catches_a_planted_pipeline_bug(results, name):
+    code, output = results[("hopper mutant", name)]
+    assert code != 0 and any(text in output for text in HOPPER_MUTATIONS[name][2].split("|")), output[-4000:]

@@ -1,0 +1,288 @@
+"""The tile choice (mpgemm.gemm_plan, csrc/kernels/plan/gemm_plan.h) and the
+tuning cache, on the host: no GPU needed."""
+
+import json
+import os
+
+import pytest
+import torch
+
+import mpgemm
+from mpgemm import plan as gemm_plans
+from mpgemm.tools.tuning import tune_gemm
+
+H100 = {"multiprocessors": 132, "max_smem_per_block": 227 * 1024, "arch": 90}
+A100 = {"multiprocessors": 108, "max_smem_per_block": 163 * 1024, "arch": 80}
+SM86 = {"multiprocessors": 82, "max_smem_per_block": 99 * 1024, "arch": 86}
+SM75 = {"multiprocessors": 40, "max_smem_per_block": 64 * 1024, "arch": 75}
+
+
+@pytest.fixture(autouse=True)
+def no_tuning(tmp_path, monkeypatch):
+    """Each test starts with an empty tuned table and cache of its own."""
+    monkeypatch.setenv("MPGEMM_CACHE_DIR", str(tmp_path / "cache"))
+    mpgemm.clear_tuning_cache()
+    yield
+    mpgemm.clear_tuning_cache()
+
+
+def test_table_lists_every_configuration_once():
+    configs = mpgemm.tile_configs()
+    names = [c["name"] for c in configs]
+    assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1", "wgmma_pingpong"]
+    by_name = {c["name"]: c for c in configs}
+    assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
+    assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
+    assert all(c["threads"] == 32 * (c["block_m"] // c["warp_m"]) * (c["block_n"] // c["warp_n"])
+               for c in configs if not c["name"].startswith("wgmma"))
+    assert [c["name"] for c in configs if c["cluster_m"] != 1] == ["wgmma_2x1", "wgmma_pingpong"]
+    # The Hopper tile: two consumer warpgroups of 64 x 256 and one producer, 4 stages of 48 KB.
+    hopper = by_name["wgmma"]
+    assert (hopper["block_m"], hopper["block_n"], hopper["block_k"], hopper["stages"]) == (128, 256, 64, 4)
+    assert (hopper["warp_m"], hopper["warp_n"], hopper["threads"], hopper["min_arch"]) == (64, 256, 384, 90)
+    assert 4 * 48 * 1024 < hopper["smem_bytes"] <= 227 * 1024
+    # Its pairs: the same tile and ring, two blocks to a cluster along M.
+    pair = by_name["wgmma_2x1"]
+    assert {k: v for k, v in pair.items() if k not in ("name", "type", "cluster_m")} == \
+        {k: v for k, v in hopper.items() if k not in ("name", "type", "cluster_m")}
+    assert (hopper["cluster_m"], pair["cluster_m"]) == (1, 2)
+    # Ping-pong: pairs whose consumers each take a whole 64 x 256 tile, 4 stages of 40 KB.
+    ping_pong = by_name["wgmma_pingpong"]
+    assert (ping_pong["block_m"], ping_pong["block_n"], ping_pong["block_k"], ping_pong["stages"]) == (64, 256, 64, 4)
+    assert (ping_pong["warp_m"], ping_pong["warp_n"], ping_pong["threads"], ping_pong["cluster_m"]) == \
+        (64, 256, 384, 2)
+    assert hopper["smem_bytes"] - ping_pong["smem_bytes"] == 4 * 64 * 64 * 2  # 64 rows of A fewer in each stage
+    # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
+    assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
+
+
+@pytest.mark.parametrize("m, n, config", [(4096, 4096, "wide"), (8192, 8192, "wide"), (8192, 2048, "tall"),
+                                          (2048, 8192, "wide"), (16384, 64, "small"), (100000, 256, "tall")])
+def test_big_problems_take_the_largest_tiles(m, n, config, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wmma")  # the WMMA rules, which H100s also run without the Hopper path
+    plan = mpgemm.gemm_plan(m, n, 4096, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.tuned) == (config, 1, False)
+    assert plan.raster_group == min(8, -(-m // plan.block_m))
+
+
+def test_problems_short_of_a_wave_take_smaller_tiles(monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wmma")
+    assert mpgemm.gemm_plan(1024, 1024, 1024, device_limits=H100).config == "small"  # 32 wide tiles < 132
+    assert mpgemm.gemm_plan(1536, 1536, 1024, device_limits=H100).config == "square"  # 144 square tiles
+    assert mpgemm.gemm_plan(512, 512, 1024, batch=64, device_limits=H100).config == "wide"  # batch fills the GPU
+
+
+@pytest.mark.parametrize("m, n, k, split_k", [(64, 64, 16384, 16), (128, 256, 8192, 16), (16, 4096, 4096, 3),
+                                              (1024, 1024, 16384, 1), (64, 64, 448, 1), (64, 64, 512, 2)])
+def test_split_k_for_small_outputs_with_long_k(m, n, k, split_k):
+    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    assert plan.split_k == split_k
+    assert plan.split_k <= 16 and (plan.split_k == 1 or -(-k // plan.block_k) >= 4 * plan.split_k)
+
+
+@pytest.mark.parametrize("m, n, k, batch", [(4096, 4096, 4096, 1), (8192, 2048, 4096, 1), (1024, 1024, 1024, 1),
+                                            (1024, 1024, 16384, 1), (512, 512, 1024, 64), (8, 8, 8, 1)])
+def test_hopper_path_by_default_on_sm90(m, n, k, batch):
+    plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.warps, plan.stages) == ("wgmma", 1, 12, 4)
+    assert plan.raster_group == min(8, -(-m // 128))
+    # Not on other archs: sm_90a code runs on compute capability 9.0 alone.
+    for limits in (A100, SM86, SM75, dict(H100, arch=100)):
+        assert mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=limits).config != "wgmma"
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (16, 4096, 4096), (256, 256, 8192), (512, 512, 512)])
+def test_small_outputs_with_long_k_split_on_wmma_tiles_instead(m, n, k):
+    """Where WMMA's rule splits K, its smaller tiles fill the GPU that a few
+    128 x 256 tiles would leave idle (measured up to 9x faster on an H100)."""
+    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    assert plan.config != "wgmma" and plan.split_k > 1
+
+
+@pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", "wgmma_2x1", "wgmma_pingpong", ""])
+def test_the_environment_switches_the_hopper_path(path, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
+    hopper = path if path in ("wgmma_2x1", "wgmma_pingpong") else "wgmma"
+    assert (mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == hopper) == (path != "wmma")
+    # The Hopper paths are forced even where the heuristic would split K on WMMA tiles.
+    forced = path.startswith("wgmma")
+    assert (mpgemm.gemm_plan(64, 64, 16384, device_limits=H100).config == hopper) == forced
+    assert not mpgemm.gemm_plan(4096, 4096, 4096, device_limits=A100).config.startswith("wgmma")
+
+
+@pytest.mark.parametrize("path, cluster_rows", [("wgmma_2x1", 256), ("wgmma_pingpong", 128)])
+def test_pairs_of_blocks_count_their_tile_rows_in_cluster_tiles(path, cluster_rows, monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
+    for m in (64, 128, 256, 257, 1000, 4096):
+        plan = mpgemm.gemm_plan(m, 4096, 4096, device_limits=H100)
+        assert (plan.config, plan.cluster_m, plan.split_k) == (path, 2, 1)
+        assert plan.raster_group == min(8, -(-m // cluster_rows)), m
+    # A pair needs two multiprocessors.
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=dict(H100, multiprocessors=1)).config != path
+
+
+@pytest.mark.parametrize("tuned", ["wgmma_2x1", "wgmma_pingpong"])
+def test_pairs_are_a_tuning_candidate_and_a_tuned_choice(tuned):
+    candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
+    assert [(p.config, p.split_k) for p in candidates if p.config.startswith("wgmma")] == \
+        [("wgmma", 1), ("wgmma_2x1", 1), ("wgmma_pingpong", 1)]
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma"  # untimed: not by default
+    gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 4096, "k": 4096, "config": tuned, "split_k": 1}])
+    plan = mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
+    assert (plan.config, plan.cluster_m, plan.tuned) == (tuned, 2, True)
+    # A device without the Hopper path falls back to the heuristic.
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=A100).config == "wide"
+
+
+def test_a_bad_path_is_named(monkeypatch):
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "hopper")
+    with pytest.raises(ValueError,
+                       match="MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong' or 'wmma', "
+                             "got 'hopper'"):
+        mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
+    with pytest.raises(ValueError, match="MPGEMM_GEMM_PATH"):
+        mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
+
+
+def test_operands_the_copy_engine_cannot_describe_stay_on_wmma():
+    assert mpgemm.gemm_plan(4095, 4097, 4093, load_width=1, device_limits=H100).config == "scalar"
+    # 8-byte chunks: the WMMA tiles at that width, not the Hopper path's 16-byte copies.
+    plan = mpgemm.gemm_plan(4096, 4096, 4092, load_width=4, device_limits=H100)
+    assert (plan.config, plan.load_width) == ("wide", 4)
+
+
+def test_the_hopper_path_never_splits_k():
+    candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
+    assert [p.split_k for p in candidates if p.config == "wgmma"] == [1]
+    gemm_plans.install_tuning([{"batch": 1, "m": 256, "n": 256, "k": 8192, "config": "wgmma", "split_k": 4}])
+    plan = mpgemm.gemm_plan(256, 256, 8192, device_limits=H100)
+    assert not (plan.config == "wgmma" and plan.split_k > 1)
+
+
+def test_batched_problems_do_not_split():
+    assert mpgemm.gemm_plan(64, 64, 16384, batch=2, device_limits=H100).split_k == 1
+
+
+def test_unaligned_operands_take_the_one_element_path():
+    plan = mpgemm.gemm_plan(4095, 4097, 4093, load_width=1, device_limits=H100)
+    assert (plan.config, plan.load_width) == ("scalar", 1)
+
+
+@pytest.mark.parametrize("limits", [SM75, SM86])
+def test_small_shared_memory_takes_compact_or_small_tiles(limits):
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=limits).config == "compact"
+    assert mpgemm.gemm_plan(512, 512, 4096, device_limits=limits).config == "small"
+    for m, n in [(8192, 8192), (100, 100), (64, 8192)]:
+        plan = mpgemm.gemm_plan(m, n, 4096, device_limits=limits)
+        assert plan.smem_bytes <= limits["max_smem_per_block"]
+
+
+def test_default_limits_are_an_h100_without_a_gpu():
+    assert gemm_plans.device_limits() == H100 or gemm_plans.device_limits()["multiprocessors"] > 0
+
+
+@pytest.mark.parametrize("kwargs, name", [({"m": -1}, "m"), ({"k": 2.5}, "k"), ({"batch": 0}, "batch")])
+def test_bad_sizes_are_named(kwargs, name):
+    args = {"m": 8, "n": 8, "k": 8, **kwargs}
+    batch = args.pop("batch", 1)
+    with pytest.raises(ValueError, match=f"gemm_plan: {name} must be"):
+        mpgemm.gemm_plan(args["m"], args["n"], args["k"], batch=batch, device_limits=H100)
+
+
+def test_candidates_are_admissible_and_include_the_heuristic():
+    candidates = gemm_plans.candidate_plans(128, 256, 8192, device_limits=SM86)
+    assert {p.config for p in candidates} == {"compact", "small", "scalar"}
+    assert all(p.smem_bytes <= SM86["max_smem_per_block"] for p in candidates)
+    assert any(p.config == "small" and p.split_k == 11 for p in candidates)  # the heuristic's count
+    assert all(p.split_k == 1 for p in gemm_plans.candidate_plans(64, 64, 8192, batch=2, device_limits=H100))
+    assert all(p.config == "scalar" for p in gemm_plans.candidate_plans(64, 64, 64, load_width=1,
+                                                                         device_limits=H100))
+    # Square tiles copy 16-byte chunks alone.
+    narrow = gemm_plans.candidate_plans(1024, 1024, 1024, load_width=2, device_limits=H100)
+    assert {p.config for p in narrow} == {"wide", "tall", "compact", "small", "scalar"}
+    assert {p.load_width for p in narrow} == {2, 1}
+
+
+def fake_time(shape, plan):
+    """Square tiles with 2 splits win, then square tiles unsplit; everything else is slower."""
+    if plan.config == "square":
+        return 1.0 if plan.split_k == 2 else 2.0 + plan.split_k
+    return 50.0 + plan.split_k
+
+
+def test_tuning_round_trip_and_clearing(tmp_path):
+    chosen = tune_gemm([(512, 512, 4096), (2, 256, 256, 1024)], time_fn=fake_time, device_name="Fake GPU/X",
+                       arch=90, device_limits=H100)
+    assert [(c["config"], c["split_k"]) for c in chosen] == [("square", 2), ("square", 1)]
+    path = gemm_plans.tuning_cache_path("Fake GPU/X", 90)
+    assert path.startswith(str(tmp_path / "cache" / "tuning")) and path.endswith("Fake_GPU_X-sm90.json")
+    with open(path) as f:
+        assert len(json.load(f)["entries"]) == 2
+
+    # Installed in this process: the plan says so.
+    plan = mpgemm.gemm_plan(512, 512, 4096, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.tuned) == ("square", 2, True)
+    # Not where the device cannot run it: the heuristic answers.
+    assert not mpgemm.gemm_plan(512, 512, 4096, device_limits=SM86).tuned
+    # Another shape is untouched.
+    assert not mpgemm.gemm_plan(512, 512, 4095, device_limits=H100).tuned
+
+    # A fresh process (the table cleared) reads it back from disk.
+    gemm_plans._C.clear_tuned_gemm_plans()
+    assert not mpgemm.gemm_plan(512, 512, 4096, device_limits=H100).tuned
+    assert mpgemm.load_tuning(device_name="Fake GPU/X", arch=90) == 2
+    assert mpgemm.gemm_plan(512, 512, 4096, device_limits=H100).tuned
+
+    assert mpgemm.clear_tuning_cache() == [path]
+    assert not os.path.exists(path)
+    assert not mpgemm.gemm_plan(512, 512, 4096, device_limits=H100).tuned
+    assert mpgemm.load_tuning(device_name="Fake GPU/X", arch=90) == 0
+
+
+def test_retuning_merges_shapes():
+    tune_gemm([(512, 512, 4096)], time_fn=fake_time, device_name="Fake", arch=80, device_limits=A100)
+    tune_gemm([(256, 256, 4096)], time_fn=fake_time, device_name="Fake", arch=80, device_limits=A100)
+    assert len(gemm_plans.read_tuning("Fake", 80)) == 2
+
+
+def test_a_corrupt_cache_names_its_file_and_the_fix():
+    path = gemm_plans.tuning_cache_path("Fake", 90)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write("{not json")
+    with pytest.raises(ValueError, match="unreadable tuning cache .*Fake-sm90.json.*clear_tuning_cache"):
+        mpgemm.load_tuning(device_name="Fake", arch=90)
+
+
+def test_a_bad_tuned_config_is_refused():
+    with pytest.raises(ValueError, match="no tile configuration named 'huge'"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "huge", 1)
+    with pytest.raises(ValueError, match="split_k must be in"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "small", 17)
+
+
+def test_operand_load_width_is_the_widest_chunk_the_launcher_can_copy():
+    a = torch.randn(64, 96, dtype=torch.float16)
+    width = gemm_plans.operand_load_width
+    assert width(a) == 8 and width(a.t()) == 8  # row- and column-major
+    assert width(a[:, :94]) == 2  # the contiguous extent
+    assert width(a[:, 1:]) == 1  # a base 2 bytes past 16-byte alignment
+    assert width(a[:, 4:]) == 4  # 8 bytes past
+    batch = torch.randn(3, 8, 12, dtype=torch.float16)
+    assert width(batch) == 4  # leading dimension and batch stride 12
+    assert width(torch.randn(3, 8, 16, dtype=torch.float16)[:, :, :8]) == 8
+    assert width(torch.randn(8, 16, dtype=torch.float16)[:, :8].expand(3, 8, 8)) == 8  # one matrix, broadcast
+    # As the launcher lays them out: a size-1 dimension takes the layout with
+    # the longer contiguous extent, a batch of one broadcasts, and operands
+    # neither row- nor column-major are copied to row-major.
+    assert width(torch.randn(64, 1, dtype=torch.float16)) == 8
+    assert width(torch.randn(1, 64, dtype=torch.float16).t().t().as_strided((1, 64), (1, 1))) == 8
+    assert width(torch.randn(1, 8, 12, dtype=torch.float16)) == 4
+    assert width(torch.randn(1, 64, 16, dtype=torch.float16).movedim(1, 2)) == 8
+    assert width(torch.randn(16, 32, dtype=torch.float16)[::2, ::2]) == 8
+
+
+@pytest.mark.parametrize("load_width", [3, 16, True, 8.0])
+def test_a_bad_load_width_is_named(load_width):
+    with pytest.raises(ValueError, match="gemm_plan: load_width must be 8, 4, 2 or 1"):
+        mpgemm.gemm_plan(64, 64, 64, load_width=load_width, device_limits=H100)

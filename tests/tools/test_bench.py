@@ -1,0 +1,316 @@
+"""`python -m mpgemm bench` and `inspect`: parsing, the report, the result
+check that keeps a broken kernel from posting a number, and reading a
+compiled object of known contents. (The timing helper: test_timing.py.)"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from support import skip_or_fail
+from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, sass
+
+CPU = torch.device("cpu")
+
+
+def test_parse_shapes_and_dtypes():
+    assert benchmarks.parse_shapes("4096x4096x4096, 7x9x11") == [(4096, 4096, 4096), (7, 9, 11)]
+    for bad in ("4096x4096", "0x1x1", "ax1x1", ""):
+        with pytest.raises(Exception, match="MxNxK"):
+            benchmarks.parse_shapes(bad)
+    assert benchmarks.parse_dtypes("bf16, fp16,bf16") == ("bf16", "fp16")
+    for bad in ("fp32", "", "fp16,half"):
+        with pytest.raises(Exception, match="operand types from fp16, bf16"):
+            benchmarks.parse_dtypes(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU report")
+def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
+    json_path, csv_path = tmp_path / "bench.json", tmp_path / "bench.csv"
+    assert cli.main(["bench", "all", "--json", str(json_path), "--csv", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    assert "not GPU measurements" in out and "vs base" not in out
+    report = json.loads(json_path.read_text())
+    for key in ("device", "driver_version", "torch_version", "cuda_version", "build_info", "git_commit", "date",
+                "timing", "gpu_state", "results"):
+        assert key in report
+    assert report["gpu_measurement"] is False and report["complete"] is True
+    assert report["git_commit"] != "unknown"
+    assert {(r["suite"], r["dtype"]) for r in report["results"]} == {
+        ("gemm", "fp16"), ("gemm", "bf16"), ("linear", "fp16"), ("linear", "bf16"), ("conv", "fp16"),
+        ("conv", "bf16"), ("ceiling", "fp16")}
+    for r in report["results"]:
+        assert len(r["times_ms"]) == report["timing"]["reps"] and r["median_ms"] > 0
+        # Every mpgemm result was checked against torch (or, the ceiling, float64) and passed.
+        assert r["check_passed"] is (True if r["baseline"] or r["suite"] == "ceiling" else None)
+        assert r["check_tolerance"] == benchmarks.BASELINE_TOLERANCE[r["dtype"]]
+    # The bf16 impls, each checked against torch on the same bf16 operands.
+    bf16 = {r["impl"]: r["baseline"] for r in report["results"] if r["dtype"] == "bf16" and r["baseline"]}
+    assert bf16 == {"mpgemm bf16 fp32-out": "torch.mm bf16 fp32-out", "mpgemm bf16-out": "torch.mm bf16-out",
+                    "mpgemm fused bf16 fwd": "torch unfused bf16 fwd",
+                    "mpgemm fused bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm bf16 fwd": "torch bf16 fwd", "mpgemm bf16 fwd+bwd": "torch bf16 fwd+bwd"}
+    assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl,dtype")
+
+
+def test_no_tflops_where_the_cpu_reference_does_not_do_the_work(capsys):
+    report = benchmarks.run(["ceiling"], CPU, show_progress=False)
+    (row,) = report["results"]
+    assert row["flops"] is None and row["tflops"] is None and row["check_passed"] is True
+    (line,) = [l for l in bench_report.format_report(report).splitlines() if "mma.sync ceiling" in l]
+    assert line.split()[5] == "-"  # suite, shape, impl (2 words), median ms, TFLOP/s
+
+
+def test_ceiling_flops_count_every_warps_products():
+    # The large GEMM tile's warps: 8 of them, each 64x64 accumulators, 16 deep per round.
+    assert benchmarks.ceiling_flops(blocks=264, iterations=20000) == 2.0 * 264 * 8 * 64 * 64 * 16 * 20000
+
+
+# Ops that run products of the forward's size, and how many each runs
+# (convolution_backward: the input's and the weight's gradients).
+PRODUCTS = {"mpgemm.linear.default": 1, "mpgemm.gemm.default": 1, "aten.addmm.default": 1, "aten.mm.default": 1,
+            "mpgemm.conv2d.default": 1, "mpgemm.conv2d_grad_input.default": 1,
+            "mpgemm.conv2d_grad_weight.default": 1, "aten.convolution.default": 1,
+            "aten.convolution_backward.default": 2}
+
+
+class CountProducts(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += PRODUCTS.get(str(func), 0)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("suite, shape, product", [
+    ("linear", (64, 256, 128), 2.0 * 64 * 256 * 128),
+    ("conv", (2, 16, 16, 3, 1, 1, 8), 2.0 * 2 * 16 * 8 * 8 * 16 * 9),
+    ("conv", (2, 16, 16, 3, 1, 1, 8, 16), 2.0 * 2 * 16 * 8 * 8 * 1 * 9),  # depthwise
+])
+def test_flops_count_the_products_each_impl_runs(suite, shape, product, dtype):
+    """An impl's FLOPs are the products it runs times the forward's size:
+    mpgemm's fused GELU backward recomputes the pre-activation, one product
+    more than torch, which stored it."""
+    make, bytes_per_set, impls = benchmarks.CASE_BUILDERS[suite](shape, CPU, dtype)
+    inputs = make()
+    # What one call reads and writes: the input, the weight and the output (or its gradient).
+    assert bytes_per_set == sum(t.numel() * t.element_size() for t in (inputs[0], inputs[1], inputs[3]))
+    assert all(t.dtype == dtype for t in inputs)
+    for name, impl in impls.items():
+        with CountProducts() as counter:
+            impl.run(*inputs)
+        assert counter.count and impl.flops == counter.count * product, name
+
+
+def test_a_wrong_result_posts_no_number(monkeypatch, capsys):
+    real_linear = benchmarks.ops.linear
+
+    def off_by_one_percent_and_more(x, w, b=None, **kwargs):
+        return real_linear(x, w, b, **kwargs) * 1.03
+
+    monkeypatch.setattr(benchmarks.ops, "linear", off_by_one_percent_and_more)
+    assert cli.main(["bench", "linear"]) == 1
+    out = capsys.readouterr().out
+    for name in ("mpgemm fused fwd ", "mpgemm fused bf16 fwd "):
+        fwd = next(l for l in out.splitlines() if name in l)
+        assert fwd.split()[-3:] == ["-", "-", "FAIL"]  # no median, no TFLOP/s
+    assert "FAIL: mpgemm fused fwd at 64x256x128 differs from torch unfused fwd" in out
+    assert "FAIL: mpgemm fused bf16 fwd at 64x256x128 differs from torch unfused bf16 fwd" in out
+    assert "(bound 0.02)" in out and "FAIL: mpgemm fused fwd+bwd" in out and "FAIL: mpgemm fused bf16 fwd+bwd" in out
+
+
+def test_a_bf16_kernel_that_reads_its_operands_as_fp16_fails_its_check(monkeypatch):
+    real_gemm = benchmarks.ops.gemm
+
+    def bits_read_as_fp16(a, b, **kwargs):
+        if a.dtype == torch.bfloat16:
+            out = real_gemm(a.view(torch.float16), b.view(torch.float16), out_dtype=torch.float32)
+            return out.to(kwargs.get("out_dtype", torch.float32))
+        return real_gemm(a, b, **kwargs)
+
+    monkeypatch.setattr(benchmarks.ops, "gemm", bits_read_as_fp16)
+    report = benchmarks.run(["gemm"], CPU, shapes=[(16, 24, 32)], show_progress=False)
+    checked = {r["impl"]: r["check_passed"] for r in report["results"] if r["baseline"]}
+    assert checked == {"mpgemm fp32-out": True, "mpgemm fp16-out": True, "mpgemm bf16 fp32-out": False,
+                       "mpgemm bf16-out": False}
+    assert all(r["tflops"] is None for r in report["results"] if r["check_passed"] is False)
+    assert bench_report.failed_checks(report)
+
+
+def test_a_case_that_raises_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    real_gemm = benchmarks.ops.gemm
+
+    def fails_on_odd_shapes(a, b, **kwargs):
+        if a.shape[0] % 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_gemm(a, b, **kwargs)
+
+    monkeypatch.setattr(benchmarks.ops, "gemm", fails_on_odd_shapes)
+    assert cli.main(["bench", "gemm", "--shapes", "7x8x9,8x8x8"]) == 1
+    out = capsys.readouterr().out
+    for dtype in ("fp16", "bf16"):
+        assert f"ERROR: gemm {dtype} at 7x8x9: RuntimeError: CUDA error: an illegal memory access" in out
+    assert {tuple(line.split()[1:2]) for line in out.splitlines() if line.startswith("gemm ")} == {("8x8x8",)}
+
+
+def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
+    _, _, impls = benchmarks._ceiling_case((1, 3), CPU, torch.float16)
+    (impl,) = impls.values()
+    broken = benchmarks.dataclasses.replace(impl, result=lambda a, b, out: (impl.result(a, b, out)[0] * 0.5,))
+    inputs = (torch.randn(64, 16).half(), torch.randn(16, 64).half(), torch.empty(1, 8, 64, 64))
+    assert benchmarks.check_results({"ok": impl}, inputs)["ok"] < 1e-6
+    assert benchmarks.check_results({"broken": broken}, inputs)["broken"] > 0.4
+
+
+def test_partial_reports_are_saved_after_every_case():
+    saved = []
+    report = benchmarks.run(["gemm", "ceiling"], CPU, show_progress=False,
+                            checkpoint=lambda r: saved.append((len(r["results"]), r["complete"])))
+    # Each gemm shape twice, fp16 then bf16; the ceiling in fp16 only.
+    assert saved == [(4, False), (8, False), (12, False), (16, False), (17, False)] and report["complete"] is True
+    assert [s["when"] for s in report["gpu_state"]] == ["before", "after", "before", "after"]
+
+
+def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
+    report = benchmarks.run(["gemm"], CPU, shapes=[(5, 6, 7)], show_progress=False)
+    assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
+    assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
+    assert len(rows) == 4 and all(" bf16 fwd" in row for row in rows)
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "gemm", "--shapes", "5x6"])
+    assert "expected MxNxK" in capsys.readouterr().err
+    assert cli.main(["bench", "ceiling", "--shapes", "5x6x7"]) == 2
+    assert "--shapes applies to the gemm and linear suites, not to ceiling" in capsys.readouterr().out
+
+
+def test_bf16_is_not_planned_on_a_gpu_without_bf16_tensor_cores(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert benchmarks.runnable_dtypes(("fp16", "bf16"), torch.device("cuda")) == (
+        ("fp16",), {"bf16": "bf16 Tensor Cores need sm_80 or newer"})
+    assert benchmarks.runnable_dtypes(("fp16", "bf16"), CPU) == (("fp16", "bf16"), {})
+    report = benchmarks.run(["ceiling"], CPU, show_progress=False)
+    report["dtypes_not_run"] = {"bf16": benchmarks.BF16_NEEDS}
+    assert "bf16 not run: bf16 Tensor Cores need sm_80 or newer" in bench_report.format_report(report)
+
+
+def gpu_row(impl, baseline, median_ms, tflops, passed=None):
+    return dict(suite="gemm", case="square", shape=[8, 8, 8], impl=impl, baseline=baseline, median_ms=median_ms,
+                tflops=tflops, check_passed=passed, check_error=None if passed is None else 0.0,
+                starved_rounds=0, times_ms=[median_ms])
+
+
+def test_format_report_compares_on_gpu_reports():
+    report = {
+        "gpu_measurement": True, "device": "Fake GPU", "driver_version": "580.1", "torch_version": "2.11",
+        "cuda_version": "13.0", "git_commit": "abc", "date": "2026-11-21", "complete": True,
+        "peak_tflops": {"value": 100.0, "source": "datasheet"},
+        "timing": {"reps": 20, "baseline_tolerance": 1e-2},
+        "gpu_state": [{"suite": "gemm", "when": "before", "reading": {
+            "sm_clock_mhz": 1755, "memory_clock_mhz": 2619, "max_sm_clock_mhz": 1980, "power_w": 300.0,
+            "power_limit_w": 700.0, "temperature_c": 40, "throttle_reasons": ["software power cap"]}}],
+        "results": [gpu_row("cublas fp32-out", "", 2.0, 50.0), gpu_row("mpgemm fp32-out", "cublas fp32-out", 4.0, 25.0,
+                                                                       True)],
+    }
+    text = bench_report.format_report(report)
+    assert "Fake GPU, driver 580.1" in text and "0.50x" in text and "25.0" in text and " ok" in text
+    assert "GPU during gemm: before SM 1755/1980 MHz, 300 of 700 W, 40 C, slowed by software power cap; after not read" in text
+
+
+TINY_KERNELS = r"""
+#include <mma.h>
+using namespace nvcuda;
+__global__ void tiny_gemm_kernel(const half* a, const half* b, float* c) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 0.0f);
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}
+// One m16n16k16 product per pass through its loop, which is not unrolled.
+__global__ void tiny_looped_gemm_kernel(const half* a, const half* b, float* c, int k) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 0.0f);
+#pragma unroll 1
+  for (int i = 0; i < k; i += 16) {
+    wmma::load_matrix_sync(fa, a + i, k);
+    wmma::load_matrix_sync(fb, b + i, k);
+    wmma::mma_sync(fc, fa, fb, fc);
+  }
+  wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}
+__global__ void scale_kernel(float* x, float s) { x[threadIdx.x] *= s; }
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_object(tmp_path_factory):
+    nvcc = sass.find_tool("nvcc")
+    if nvcc is None or sass.find_tool("cuobjdump") is None:
+        skip_or_fail("nvcc or cuobjdump not found")
+    folder = tmp_path_factory.mktemp("tiny")
+    source, obj = folder / "tiny.cu", folder / "tiny.o"
+    source.write_text(TINY_KERNELS)
+    subprocess.run([nvcc, "-c", "-arch=sm_80", str(source), "-o", str(obj)], check=True, capture_output=True)
+    return obj
+
+
+def test_inspect_reads_a_known_object(tiny_object):
+    kernels = {k.name.split("(")[0]: k for k in kernel_report.inspect_binary(str(tiny_object))}
+    assert set(kernels) == {"tiny_gemm_kernel", "tiny_looped_gemm_kernel", "scale_kernel"}
+    gemm, looped, scale = kernels["tiny_gemm_kernel"], kernels["tiny_looped_gemm_kernel"], kernels["scale_kernel"]
+    assert gemm.arch == "sm_80" and gemm.hmma == 2 and gemm.hgmma == 0  # m16n16k16 = two m16n8k16 HMMAs
+    assert scale.hmma == 0 and scale.registers > 0 and scale.stack_bytes == 0
+    assert gemm.mix is None and scale.mix is None  # no loop
+    assert looped.mix.hmma == 2 and looped.mix.other > 0
+    assert looped.mix.other_per_hmma == looped.mix.other / 2
+
+
+def test_inspect_cli(tiny_object):
+    proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect", "--binary", str(tiny_object)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 of 2 GEMM, convolution and mma.sync ceiling kernels contain Tensor Core instructions" in proc.stdout
+    header, _, *rows = proc.stdout.splitlines()[1:6]  # after the binary's line: header, rule, three kernels
+    assert header.split() == ["arch", "input", "regs", "shared", "stack", "local", "HMMA", "HGMMA", "loop", "HMMA",
+                              "LDSM", "LDG", "BAR", "LDS/STS", "other", "other/HMMA", "kernel"]
+    looped = next(row.split() for row in rows if "tiny_looped_gemm_kernel" in row)
+    assert looped[8] == "2" and float(looped[14]) > 0  # loop HMMA, other/HMMA
+    scale = next(row.split() for row in rows if "scale_kernel" in row)
+    assert scale[8:15] == ["-"] * 7
+    assert "innermost loop holding HMMA" in proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only build")
+def test_inspect_without_a_cuda_build_exits_non_zero():
+    import mpgemm
+
+    if mpgemm.build_info()["backend"] == "cuda":
+        pytest.skip("a CUDA build")
+    proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "CPU-only build" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_a_gpu_run_checks_every_result_and_reads_the_gpu():
+    report = benchmarks.run(["gemm", "ceiling"], torch.device("cuda"), shapes=[(512, 384, 256)], reps=3,
+                            show_progress=False)
+    assert report["gpu_measurement"] and report["complete"] and not report["errors"]
+    for r in report["results"]:
+        assert r["check_passed"] in (True, None) and r["tflops"] > 0 and r["starved_rounds"] == 0, r["impl"]
+    # The first GEMM case (fp16) is also timed by the profiler, a bf16 one not.
+    gemm = [r for r in report["results"] if r["suite"] == "gemm"]
+    assert gemm[0]["dtype"] == "fp16"
+    assert all(("profiler_kernel_ms" in r) == (r["dtype"] == "fp16") for r in gemm)
+    assert [s["when"] for s in report["gpu_state"]] == ["before", "after"] * 2

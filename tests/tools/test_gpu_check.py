@@ -1,0 +1,265 @@
+"""bench/gpu_check.py without a GPU: the plan fits the GPU lease (per-step
+limits, under 8 minutes a part, at most 3 files back), steps run under their
+own time limits and a failing one does not stop the rest, and the summary
+reads what the steps leave behind."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+
+import pytest
+
+from support import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import gpu_check  # noqa: E402
+import gpu_check_summary  # noqa: E402
+
+
+@pytest.mark.parametrize("part", [1, 2])
+def test_each_part_fits_the_lease(part):
+    steps = gpu_check.steps_of(part)
+    assert steps and sum(s.limit_s for s in steps) < 8 * 60
+    for s in steps:
+        assert 0 < s.estimate_s <= s.limit_s, s.name
+    assert len(gpu_check.OUTPUT_FILES) <= 3
+
+
+def test_part_one_measures_and_part_two_proves():
+    assert [s.name for s in gpu_check.steps_of(1)] == ["build", "hopper", "inspect", "gemm", "ceiling", "mlp", "conv",
+                                                       "profile"]
+    assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "cublas-check", "memcheck",
+                                                       "racecheck", "train"]
+    gemm = next(s for s in gpu_check.STEPS if s.name == "gemm")
+    for shape in ("1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "4095x4097x4093"):
+        assert shape in gemm.command
+
+
+def test_dry_run_prints_each_step_with_its_limit_and_the_files_returned():
+    out = subprocess.run([os.path.join(ROOT, "bench", "gpu_check.sh"), "--dry-run"], capture_output=True, text=True,
+                         check=True).stdout
+    for part in (1, 2):
+        limits = sum(s.limit_s for s in gpu_check.steps_of(part))
+        assert f"part {part}: {limits} s of limits (budget 480 s)" in out
+    assert out.count("returns summary.md, summary.json, gpu_check.tar.gz") == 2
+    assert "  profile       limit   30 s" in out
+
+
+def test_every_step_command_is_valid_bash():
+    context = {"raw": "/tmp/raw", "arch": "9.0", "arch_digits": "90", "cublas_args": ""}
+    for step in gpu_check.STEPS:
+        command = gpu_check.expand(step.command, context)
+        assert "{" + "raw}" not in command and "{arch" not in command, step.name
+        check = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True)
+        assert check.returncode == 0, f"{step.name}: {check.stderr}"
+
+
+def test_tests_run_in_eight_processes_only_where_xdist_is_installed(tmp_path):
+    (tmp_path / "xdist").mkdir()
+    (tmp_path / "xdist" / "__init__.py").write_text("")
+
+    def expanded(pythonpath):
+        env = dict(os.environ, PYTHONPATH=pythonpath)
+        return subprocess.run(["bash", "-c", f"printf '%s ' {gpu_check.XDIST}"], capture_output=True, text=True,
+                              env=env).stdout.strip()
+
+    assert expanded(str(tmp_path)) == "-n 8"
+    assert expanded(str(tmp_path / "nowhere")) == ""
+
+
+def test_only_picks_named_steps_once():
+    assert [(s.name, s.part) for s in gpu_check.steps_of(None, ["gemm", "build"])] == [("build", 1), ("gemm", 1)]
+    assert [s.name for s in gpu_check.steps_of(2, ["tests"])] == ["tests"]
+    with pytest.raises(SystemExit, match="unknown step nope"):
+        gpu_check.steps_of(None, ["nope"])
+
+
+def test_usage_errors(capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.main(["somewhere"])
+    assert "give --part 1 or 2" in capsys.readouterr().err
+
+
+def fake_steps(raw_report):
+    return (
+        gpu_check.Step("gemm", 1, 20, 1, f"echo '{raw_report}' > {{raw}}/gemm.json", "writes a report"),
+        gpu_check.Step("verify", 1, 20, 1, "echo '3 passed, 1 failed'; exit 1", "fails"),
+        gpu_check.Step("memcheck", 1, 1, 1, "sleep 30", "hangs"),
+        gpu_check.Step("tests", 1, 20, 1, "echo after the hang", "still runs"),
+    )
+
+
+def gemm_report():
+    def row(impl, baseline, ms, tflops, passed):
+        dtype = "bf16" if "bf16" in impl else "fp16"
+        return dict(suite="gemm", case="square", shape=[4096, 4096, 4096], dtype=dtype, impl=impl, baseline=baseline,
+                    median_ms=ms, tflops=tflops, check_passed=passed, check_error=None if passed is None else 0.5,
+                    check_tolerance={"fp16": 1e-2, "bf16": 2e-2}[dtype], starved_rounds=0, times_ms=[ms])
+
+    return {"complete": True, "gpu_measurement": True, "gpu_state": [], "errors": [], "results": [
+        row("cublas fp32-out", "", 0.19, 723.0, None), row("mpgemm fp32-out", "cublas fp32-out", 0.38, 361.5, True),
+        row("torch.mm fp16-out", "", 0.18, 760.0, None), row("mpgemm fp16-out", "torch.mm fp16-out", 0.72, 190, False),
+        row("cublas bf16 fp32-out", "", 0.2, 690.0, None),
+        row("mpgemm bf16 fp32-out", "cublas bf16 fp32-out", 0.25, 550.0, True),
+        row("torch.mm bf16-out", "", 0.2, 690.0, None), row("mpgemm bf16-out", "torch.mm bf16-out", 0.4, 345.0, True)]}
+
+
+def test_a_run_keeps_going_past_failures_and_timeouts_and_leaves_three_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "STEPS", fake_steps(json.dumps(gemm_report())))
+    monkeypatch.setattr(gpu_check, "KILL_AFTER_S", 1)
+    start = time.monotonic()
+    assert gpu_check.main(["--part", "1", str(tmp_path)]) == 1
+    assert time.monotonic() - start < 20  # the hanging step was stopped at its limit
+    assert sorted(os.listdir(tmp_path)) == sorted(gpu_check.OUTPUT_FILES)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(s["name"], s["status"]) for s in summary["steps"]] == [
+        ("gemm", "pass"), ("verify", "fail"), ("memcheck", "timeout"), ("tests", "pass")]
+    assert summary["provenance"]["git_commit"] != "unknown"
+    md = (tmp_path / "summary.md").read_text()
+    assert "| gemm | PASS |" in md and "mpgemm/cuBLAS 4096^3 0.50x; bf16 4096^3 0.80x" in md
+    assert "| 4096x4096x4096 | 723.0 | 361.5 | 0.50x | - | 0.80x | 0.50x |" in md
+    assert "1 results FAILED their check" in md and "- FAIL: mpgemm fp16-out at 4096x4096x4096 differs" in md
+    assert "| verify | FAIL |" in md and "3 passed, 1 failed" in md and "| memcheck | TIMEOUT |" in md
+    with tarfile.open(tmp_path / "gpu_check.tar.gz") as tar:
+        names = tar.getnames()
+    assert "gpu_check/gemm.json" in names and "gpu_check/logs/tests-part1.log" in names
+
+
+def test_outdir_must_not_hold_other_files(tmp_path):
+    (tmp_path / "old.log").write_text("x")
+    with pytest.raises(SystemExit, match="holds other files"):
+        gpu_check.run([], str(tmp_path), "part 1")
+
+
+def test_gpu_marker_selects_cuda_parametrized_and_marked_tests(tmp_path):
+    for name in ("conftest.py", "support.py"):
+        (tmp_path / name).write_text(open(os.path.join(ROOT, "tests", name)).read())
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.parametrize("device", ["cpu", "cuda"])
+        def test_both(device):
+            pass
+
+        @pytest.mark.gpu
+        def test_marked():
+            pass
+
+        def test_cpu_only():
+            pass
+    """))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p",
+                          "no:cacheprovider", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path).stdout
+    selected = sorted(line.split("::", 1)[1] for line in out.splitlines() if "::" in line)
+    assert selected == ["test_both[cuda]", "test_marked"]
+
+
+NCU_CSV = textwrap.dedent('''\
+    ==PROF== Connected to process 123 (/usr/bin/python3.12)
+    "ID","Kernel Name","gpu__time_duration.sum","sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active","l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"
+    "","","usecond","%","","ratio","ratio"
+    "0","wmma_gemm_kernel","412.35","51.2","1,048,576","0.81","1.92"
+    ==PROF== Disconnected from process 123
+''')
+
+
+def test_profile_summary_reads_ncu_csv(tmp_path):
+    (tmp_path / "profile_ncu.csv").write_text(NCU_CSV)
+    headline, lines, data = gpu_check_summary.profile_step(str(tmp_path), {})
+    assert headline == "tensor pipe active 51.2%; top stall: long_scoreboard"
+    assert "| shared st bank conflicts | 1,048,576  |" in lines and "| kernel time | 412.35 usecond |" in lines
+    assert data["stalls"] == [("long_scoreboard", 1.92), ("barrier", 0.81)]
+
+
+def test_tests_summary_reads_junit_xml(tmp_path):
+    (tmp_path / "tests.xml").write_text(
+        '<testsuites><testsuite tests="5" failures="1" errors="0" skipped="1">'
+        '<testcase classname="tests.test_gemm_cuda" name="test_a"><failure/></testcase>'
+        '<testcase classname="tests.test_gemm_cuda" name="test_b"/></testsuite></testsuites>')
+    headline, lines, _ = gpu_check_summary.tests_step(str(tmp_path), {"log": "none.log"})
+    assert headline == "3 passed, 1 failed, 1 skipped" and lines == ["- FAILED tests.test_gemm_cuda::test_a"]
+
+
+def test_make_gpu_bundle_records_the_commit(tmp_path):
+    repo = tmp_path / "repo"
+    for path in ("Makefile", ".gitignore", "mpgemm/tools/provenance.py"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(open(os.path.join(ROOT, path)).read())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "c"]):
+        subprocess.run(git + args, cwd=repo, check=True)
+    subprocess.run(["make", "-s", "gpu-bundle"], cwd=repo, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert (repo / "COMMIT").read_text().strip() == head
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True,
+                          text=True).stdout == ""  # COMMIT is ignored: it never gets committed
+    spec = importlib.util.spec_from_file_location("provenance", repo / "mpgemm" / "tools" / "provenance.py")
+    provenance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(provenance)
+    assert provenance.git_commit(str(repo)) == head
+    # A tree copied over a checkout of an older commit (seen on a GPU
+    # machine): git calls it dirty, and the bundled commit names it.
+    older = head
+    (repo / "Makefile").write_text((repo / "Makefile").read_text() + "\n# newer\n")
+    subprocess.run(git + ["commit", "-qam", "newer"], cwd=repo, check=True)
+    subprocess.run(["make", "-s", "gpu-bundle"], cwd=repo, check=True, capture_output=True)
+    head = (repo / "COMMIT").read_text().strip()
+    assert head != older
+    subprocess.run(["git", "checkout", "-q", older, "--", "."], cwd=repo, check=True)
+    subprocess.run(["git", "reset", "-q", "--soft", older], cwd=repo, check=True)
+    (repo / "Makefile").write_text((repo / "Makefile").read_text() + "\n# newer\n")
+    assert provenance.git_commit(str(repo)) == head
+    # Without .git (as on the GPU machine) the commit comes from the file.
+    subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)
+    assert provenance.git_commit(str(repo)) == head
+    (repo / "COMMIT").unlink()
+    assert provenance.git_commit(str(repo)) == "unknown"
+
+
+def test_train_summary_gives_speedups_of_every_way_at_the_largest_batch_all_ran(tmp_path):
+    def run(batch, way, speedup, status="ok"):
+        return dict(model="gpt2-block", batch_size=batch, way=way, status=status, speedup_vs_fp32=speedup)
+
+    ways = ("fp32", "torch.amp", "mpgemm", "torch.amp bf16", "mpgemm bf16")
+    report = {"complete": True, "config": {"models": ["gpt2-block"]}, "largest_batch": [], "runs": [
+        *(run(8, way, speedup) for way, speedup in zip(ways, (1.0, 2.1, 1.5, 2.2, 1.6))),
+        *(run(16, way, 1.0) for way in ways[:4]), run(16, "mpgemm bf16", None, "out of memory")]}
+    (tmp_path / "train.json").write_text(json.dumps(report))
+    headline, _, _ = gpu_check_summary.train_step(str(tmp_path), {"log": "train.log"})
+    assert headline == "gpt2-block batch 8: torch.amp 2.10x, mpgemm 1.50x, torch.amp bf16 2.20x, mpgemm bf16 1.60x"
+
+
+def test_train_summary_gives_speedups_at_the_largest_complete_batch(tmp_path):
+    def run(batch, way, speedup, status="ok"):
+        return dict(model="resnet50", batch_size=batch, way=way, status=status, speedup_vs_fp32=speedup)
+
+    report = {"complete": True, "config": {"models": ["resnet50"]}, "runs": [
+        run(128, "fp32", 1.0), run(128, "torch.amp", 3.1), run(128, "mpgemm", 1.4),
+        run(256, "fp32", 1.0), run(256, "torch.amp", 3.3), run(256, "mpgemm", None, "not run")],
+        "largest_batch": [dict(model="resnet50", way="fp32", status="found", largest_fitting=600),
+                          dict(model="resnet50", way="mpgemm", status="at least", largest_fitting=1024)]}
+    (tmp_path / "train.json").write_text(json.dumps(report))
+    (tmp_path / "train.log").write_text("model batch way\nresnet50 128 fp32\n")
+    headline, lines, _ = gpu_check_summary.train_step(str(tmp_path), {"log": "train.log"})
+    assert headline == ("resnet50 batch 128: torch.amp 3.10x, mpgemm 1.40x; "
+                        "resnet50 largest batch: fp32 600, mpgemm >=1024")
+    assert lines == ["```", "model batch way", "resnet50 128 fp32", "```"]
+
+
+@pytest.mark.gpu
+def test_the_sanitizer_and_profiler_targets_run(tmp_path):
+    target = os.path.join(ROOT, "bench", "gpu_targets.py")
+    sanitize = subprocess.run([sys.executable, target, "sanitize"], capture_output=True, text=True)
+    assert sanitize.returncode == 0, sanitize.stdout + sanitize.stderr
+    assert sanitize.stdout.count("relative error") == 5
+    path = tmp_path / "profile.json"
+    profile = subprocess.run([sys.executable, target, "profile", "--size", "1024", "--without-ncu", "--json",
+                              str(path)], capture_output=True, text=True)
+    assert profile.returncode == 0, profile.stderr
+    assert json.loads(path.read_text())["kernel_ms"] > 0
