@@ -16,7 +16,7 @@ summary is rewritten after every step, so a run cut short still says what it
 did. The commit comes from the COMMIT file that `make gpu-bundle` writes
 before the tree is copied to the GPU machine (no .git travels there).
 The steps' limits per part stay under 8 minutes together
-(tests/test_gpu_check.py checks it); bench/README.md has the procedure.
+(tests/tools/test_gpu_check.py checks it); bench/README.md has the procedure.
 """
 
 import argparse

@@ -127,14 +127,16 @@ PyObject* clear_tuned_gemm_plans(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// (address, rows, cols, row_stride, col_stride, batch_stride): the load width
-// the launcher takes for one operand, read in place or from a fresh copy.
+// (address, rows, cols, row_stride, col_stride, batch, batch_stride): the
+// load width the launcher takes for one operand, read in place or from a
+// fresh copy.
 PyObject* operand_load_width(PyObject*, PyObject* args) {
   unsigned long long address = 0;
-  long long rows = 0, cols = 0, row_stride = 0, col_stride = 0, batch_stride = 0;
-  if (!PyArg_ParseTuple(args, "KLLLLL", &address, &rows, &cols, &row_stride, &col_stride, &batch_stride))
+  long long rows = 0, cols = 0, row_stride = 0, col_stride = 0, batch = 1, batch_stride = 0;
+  if (!PyArg_ParseTuple(args, "KLLLLLL", &address, &rows, &cols, &row_stride, &col_stride, &batch, &batch_stride))
     return nullptr;
-  const kernels::MatrixLayout layout = kernels::matrix_layout(rows, cols, row_stride, col_stride, batch_stride);
+  const kernels::MatrixLayout layout =
+      kernels::matrix_layout(rows, cols, row_stride, col_stride, batch, batch_stride);
   // A copy is a fresh allocation, aligned to more than any load.
   const void* data = layout.copied ? nullptr : reinterpret_cast<const void*>(uintptr_t(address));
   return PyLong_FromLong(
@@ -151,7 +153,7 @@ PyMethodDef methods[] = {
      "set_tuned_gemm_plan(batch, m, n, k, config, split_k): overrides the heuristic for that shape."},
     {"clear_tuned_gemm_plans", clear_tuned_gemm_plans, METH_NOARGS, "Forgets every tuned plan of this process."},
     {"operand_load_width", operand_load_width, METH_VARARGS,
-     "operand_load_width(address, rows, cols, row_stride, col_stride, batch_stride) -> 8, 4, 2 or 1."},
+     "operand_load_width(address, rows, cols, row_stride, col_stride, batch, batch_stride) -> 8, 4, 2 or 1."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -117,7 +117,7 @@ void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& f
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);
 
 // _mma_ceiling: every (block, warp) slot of out = iterations rounds of
-// acc += a @ b in fp32 (kernels::MmaCeilingConfig fixes the shapes), the
+// acc += a @ b in fp32 (kernels::MmaCeilingTile fixes the shapes), the
 // Tensor Cores' mma.sync rate with nothing else in the way.
 void check_mma_ceiling_args(const at::Tensor& a, const at::Tensor& b, int64_t iterations, const at::Tensor& out);
 void mma_ceiling_cpu(const at::Tensor& a, const at::Tensor& b, int64_t iterations, at::Tensor& out);

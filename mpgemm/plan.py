@@ -110,8 +110,9 @@ def operand_load_width(t):
     column-major in place (a dimension of size 1 taking the layout whose
     contiguous extent is longer; a batch of one broadcast), anything else a
     fresh row-major copy. The rule is the launcher's own (C++)."""
-    batch_stride = t.stride(0) if t.dim() == 3 and t.shape[0] > 1 else 0
-    return _C.operand_load_width(t.data_ptr(), t.shape[-2], t.shape[-1], t.stride(-2), t.stride(-1), batch_stride)
+    batch = t.shape[0] if t.dim() == 3 else 1
+    return _C.operand_load_width(t.data_ptr(), t.shape[-2], t.shape[-1], t.stride(-2), t.stride(-1), batch,
+                                 t.stride(0) if batch > 1 else 0)
 
 
 def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):

@@ -23,9 +23,9 @@ struct MatrixOperand {
 // place when its matrices are row- or column-major, else copied once to
 // row-major. A 2-D operand, or a batch of 1, broadcasts with batch stride 0.
 MatrixOperand as_matrix_operand(const at::Tensor& t) {
-  const int64_t batch_stride = t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0;
+  const int64_t batch = t.dim() == 3 ? t.size(0) : 1;
   const kernels::MatrixLayout layout =
-      kernels::matrix_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1), batch_stride);
+      kernels::matrix_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1), batch, batch > 1 ? t.stride(0) : 0);
   return {layout.copied ? t.contiguous() : t, layout};
 }
 

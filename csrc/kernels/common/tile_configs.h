@@ -104,9 +104,12 @@ struct WgmmaTileConfig : WgmmaBlockConfig {
   static constexpr bool kPingPong = Schedule == Consumers::kPingPong;
   static constexpr int kClusterM = ClusterM;
   static constexpr int kBlockM = kPingPong ? kInstrM : kConsumers * kInstrM;
-  // What one consumer's wgmmas cover, and loads: the copy engine's 16-byte aligned boxes.
+  // What one consumer's wgmmas cover.
   static constexpr int kWarpM = kInstrM, kWarpN = kInstrN;
-  static constexpr int kMinBlocksPerSM = 1, kMinArch = 90, kWidestLoad = 8, kNarrowestLoad = 8;
+  // The copy engine loads boxes of any extent from 16-byte aligned bases and
+  // pitches (GemmShape::wgmma says which operands): the operands' own chunk
+  // width, from 8 elements down to 1 (an odd K), does not matter to it.
+  static constexpr int kMinBlocksPerSM = 1, kMinArch = 90, kWidestLoad = 8, kNarrowestLoad = 1;
   static constexpr bool kWgmma = true;
   // Consumers of a block that read each stage: the arrivals its `empty` barrier takes from each block.
   static constexpr int kStageReaders = kPingPong ? 1 : kConsumers;

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/math.h"
 #include "conv/padded_copy.h"
 
 namespace mpgemm::kernels {
@@ -38,7 +39,7 @@ cudaError_t launch_padded_copy(const PaddedCopy& copy, cudaStream_t stream) {
       copy.from[2] != copy.to[2] || elements(copy.from) > INT_MAX || elements(copy.to) > INT_MAX)
     return cudaErrorInvalidValue;
   if (elements(copy.to) == 0) return cudaSuccess;
-  const dim3 grid(unsigned(std::min((elements(copy.to) + kCopyThreads - 1) / kCopyThreads, kMaxCopyBlocks)));
+  const dim3 grid(unsigned(std::min(ceil_div(elements(copy.to), kCopyThreads), kMaxCopyBlocks)));
   PaddedCopy params = copy;
   void* args[] = {&params};
   return copy.element_bytes == 2

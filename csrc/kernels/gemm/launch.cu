@@ -35,11 +35,13 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   const bool a_k_major = p.a_col_stride == 1, b_k_major = p.b_col_stride != 1;
   if ((!a_k_major && p.a_row_stride != 1) || (b_k_major && p.b_row_stride != 1)) return cudaErrorInvalidValue;
   const GemmPlan& plan = launch.plan;
+  const GemmShape& shape = launch.shape;
+  if (shape.batch != p.batch || shape.m != p.m || shape.n != p.n || shape.k != p.k) return cudaErrorInvalidValue;
   // Whether the device holds the tile is prepare_launch's to say (and whether
   // it runs the Hopper path's sm_90a code, launch_wgmma_gemm's).
   const int any_arch = is_wgmma(plan.config) ? 90 : INT_MAX;
   const DeviceLimits any_device{INT_MAX, INT_MAX, any_arch};
-  if (!admissible(launch.shape, any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
+  if (!admissible(shape, any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
       (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
   const GemmGrid work{plan.raster_group, plan.split_k, static_cast<float*>(workspace)};
@@ -48,7 +50,7 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
       [&](auto tile) {
         using Tile = decltype(tile);
         if constexpr (Tile::kWgmma) return launch_wgmma_gemm<Tile>(p, work.raster_group, a_k_major, b_k_major, stream);
-        else return launch_tile<Tile>(p, work, launch.shape.vector, stream, a_k_major, b_k_major);
+        else return launch_tile<Tile>(p, work, shape.vector, stream, a_k_major, b_k_major);
       },
       cudaErrorInvalidValue);
   if (err != cudaSuccess || plan.split_k == 1) return err;

@@ -24,13 +24,15 @@ struct GemmLaunch {
 // The launch of `params` on the current device: the heuristic's plan, or a
 // tuned one (plan_gemm of plan/gemm_plan.h with the device's limits).
 GemmLaunch plan_gemm(const GemmParams& params);
-// The launch of `params` with a given plan (a tuner's candidate, a test's
-// case); launch_gemm refuses it where the problem does not allow it.
+// The launch of `params` with a given plan (a tuner's candidate); launch_gemm
+// refuses it where the problem does not allow it.
 GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
 
-// Enqueues the GEMM described by `params` on `stream` as `launch` (planned
-// for the same params) says, using `workspace` (at least
-// launch.workspace_bytes, 16-byte aligned) for split-K's partial sums.
+// Enqueues the GEMM described by `params` on `stream` as `launch` says,
+// using `workspace` (at least launch.workspace_bytes, 16-byte aligned) for
+// split-K's partial sums. `launch` must be planned for these params: its
+// shape, which the checks below read, is theirs (a launch of other sizes is
+// refused).
 // Returns the launch error, cudaErrorInvalidValue for an operand that is
 // neither row- nor column-major, an ab_type that is not 16-bit, a plan the
 // operands or the problem do not allow (16-byte loads of unaligned operands,

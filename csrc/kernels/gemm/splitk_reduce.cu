@@ -10,6 +10,7 @@
 
 #include "common/element_traits.cuh"
 #include "common/epilogue_math.h"
+#include "common/math.h"
 #include "gemm/splitk_reduce.h"
 
 namespace mpgemm::kernels {
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(Gem
 }  // namespace
 
 cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int split_k, cudaStream_t stream) {
-  const int64_t blocks = std::min((p.m * p.n + kSplitKReduceThreads - 1) / kSplitKReduceThreads, kMaxReduceBlocks);
+  const int64_t blocks = std::min(ceil_div(p.m * p.n, kSplitKReduceThreads), kMaxReduceBlocks);
   GemmParams params = p;
   void* args[] = {&params, &partials, &split_k};
   return cudaLaunchKernel(&splitk_reduce_kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0, stream);

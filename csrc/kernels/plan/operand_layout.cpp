@@ -7,11 +7,12 @@
 
 namespace mpgemm::kernels {
 
-MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t batch_stride) {
+MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t batch,
+                           int64_t batch_stride) {
   if (cols == 1 && rows > 1 && row_stride == 1) return {batch_stride, 1, rows, false};
   if (col_stride == 1 || cols == 1) return {batch_stride, rows == 1 ? cols : row_stride, 1, false};
   if (row_stride == 1 || rows == 1) return {batch_stride, 1, col_stride, false};
-  return {batch_stride != 0 ? rows * cols : 0, cols, 1, true};
+  return {batch > 1 ? rows * cols : 0, cols, 1, true};
 }
 
 MatrixRuns matrix_runs(int64_t rows, int64_t cols, const MatrixLayout& layout) {

@@ -16,11 +16,13 @@ struct MatrixLayout {
   bool copied;
 };
 
-// A `rows` x `cols` matrix with these strides (batch_stride 0: one matrix, or
-// one broadcast over the batch): in place when row- or column-major, else a
-// fresh row-major copy. A dimension of size 1 fits either layout; the one
-// whose contiguous extent exceeds 1 wins, since wide loads need one.
-MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t batch_stride);
+// A `rows` x `cols` matrix with these strides, one of a batch of `batch`
+// (batch_stride 0: one matrix, or one broadcast over the batch): in place
+// when row- or column-major, else a fresh row-major copy (of every matrix of
+// the batch). A dimension of size 1 fits either layout; the one whose
+// contiguous extent exceeds 1 wins, since wide loads need one.
+MatrixLayout matrix_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t batch,
+                           int64_t batch_stride);
 
 // A `rows` x `cols` matrix in `layout` as memory holds it: `outer` runs of
 // `inner` contiguous elements, `ld` apart. Row-major wins when both strides

@@ -44,8 +44,9 @@ cudaError_t with_flag(bool value, F&& f) {
   return value ? f(std::true_type{}) : f(std::false_type{});
 }
 
-// Calls f(std::integral_constant<int, width>) for the widest load of Tile's,
-// from Width down to its narrowest, that `vector` allows.
+// Calls f(std::integral_constant<int, width>) for the widest of Tile's load
+// widths, from Width down, that `vector` reaches; its narrowest otherwise
+// (which the plan admits only where `vector` reaches it too).
 template <class Tile, int Width = Tile::kWidestLoad, class F>
 cudaError_t with_load_width(int vector, F&& f) {
   if constexpr (Width == Tile::kNarrowestLoad) {

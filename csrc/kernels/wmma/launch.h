@@ -9,14 +9,15 @@
 namespace mpgemm::kernels {
 
 // Enqueues Tile's kernel for `p` with the operand layouts (K-major: A
-// row-major, B column-major) and load width (`vector` elements: Tile runs
-// min(vector, Tile::kWidestLoad)) given; the plan's checks are the caller's.
+// row-major, B column-major) given, at the widest of Tile's load widths that
+// `vector` (the elements per load the operands allow) reaches; the plan's
+// checks are the caller's (a plan admits Tile only where `vector` is at least
+// its narrowest).
 template <class Tile>
 cudaError_t launch_tile(const GemmParams& p, const GemmGrid& work, int vector, cudaStream_t stream, bool a_k_major,
                         bool b_k_major);
 
-// Instantiated in wmma/gemm_tiles_*.cu, a few tiles a unit, so that a build
-// compiles them in parallel.
+// Instantiated in wmma/gemm_tiles.cu.
 #define MPGEMM_WMMA_TILE_LAUNCH(Tile)                                                                        \
   template cudaError_t launch_tile<Tile>(const GemmParams&, const GemmGrid&, int, cudaStream_t, bool, bool)
 
