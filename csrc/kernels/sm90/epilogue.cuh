@@ -1,11 +1,15 @@
 // The epilogue of a Hopper block: each consumer adds bias and activation to
-// its 64 x 256 fp32 accumulators in registers and rounds them once to D's
-// type. Where D has a tensor map (a 16-byte aligned base and pitches) it
-// writes strips of 64 rows x 128 bytes (sm90/layout.h's OutputStrip, 128-byte
-// swizzle) to two shared-memory buffers in turn, and one thread stores each
-// with the copy engine, two strips in flight, so that the consumer goes on to
-// its next tile while the last strips drain; otherwise it stores from
-// registers, two elements at a time where D allows.
+// its 64 x 256 fp32 accumulators in registers, in place, then rounds them
+// once to D's type. Where D has a tensor map (a 16-byte aligned base and
+// pitches) it writes strips of 64 rows x 128 bytes (sm90/layout.h's
+// OutputStrip, 128-byte swizzle) to two shared-memory buffers in turn, and
+// one thread stores each with the copy engine, two strips in flight, so that
+// the consumer goes on to its next tile while the last strips drain;
+// otherwise it stores from registers, two elements at a time where D allows.
+// Bias and activation come first, apart from the stores, so that each is
+// written once per kernel rather than once per output type and way to store:
+// woven into the stores, they made every kernel 72 to 84 k instructions that
+// took ptxas half a minute each (bench/NOTES.md).
 #pragma once
 
 #include <cstdint>
@@ -24,53 +28,78 @@
 
 namespace mpgemm::kernels::sm90 {
 
+// Adds the bias, if any, to the consumer's accumulators (columns from col0)
+// and applies the activation, in place. The bias type is dispatched once,
+// outside the unrolled loop.
+__device__ __forceinline__ void add_bias_and_activate(float (&acc)[128], const GemmParams& p, int64_t col0,
+                                                      int thread) {
+  const int64_t past_col0 = p.n - col0;
+  const int cols = past_col0 < Config::kInstrN ? int(past_col0) : Config::kInstrN;  // of the tile, inside D
+  const auto add_bias = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* bias = static_cast<const T*>(p.bias) + col0;
+#pragma unroll
+    for (int r = 0; r < 128; r += 4) {
+      const int col = accumulator_col(thread, r);
+      const float b0 = col < cols ? ElementTraits<T>::to_float(bias[col]) : 0.0f;
+      const float b1 = col + 1 < cols ? ElementTraits<T>::to_float(bias[col + 1]) : 0.0f;
+      acc[r] += b0, acc[r + 1] += b1, acc[r + 2] += b0, acc[r + 3] += b1;
+    }
+  };
+  if (p.bias != nullptr) visit_element_type(p.bias_type, add_bias);
+  const auto activate = [&](auto activation) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = apply_activation(decltype(activation)::value, acc[i]);
+  };
+  switch (p.activation) {
+    case Activation::kRelu: return activate(std::integral_constant<Activation, Activation::kRelu>{});
+    case Activation::kGelu: return activate(std::integral_constant<Activation, Activation::kGelu>{});
+    default: return;
+  }
+}
+
 // Rounds and stores the consumer's 64 x 256 accumulators (rows from row0,
-// columns from col0 of matrix `batch` of D), after bias and activation.
-// Registers r..r+3 (r a multiple of 4) hold columns c and c+1 of two rows 8
-// apart, so each bias pair is read once. Threads whose rows and columns all
-// lie inside D skip every bound check. Everything that varies per launch
-// but not per element (output type, activation) is a template argument: the
-// unrolled loop then holds no branch but the bounds, and stays small enough
-// for the instruction cache.
-template <class Out, Activation kActivation>
+// columns from col0 of matrix `batch` of D). Registers r..r+3 (r a multiple
+// of 4) hold columns c and c+1 of two rows 8 apart, c lying 8 * (r / 4)
+// columns past register 0's: each row's stores are constant offsets from one
+// pointer. Threads whose rows and columns all lie inside D skip every bound
+// check.
+template <class Out>
 __device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmParams& p, const WgmmaSchedule& s,
                                            int64_t batch, int64_t row0, int64_t col0, int thread) {
-  Out* d = static_cast<Out*>(p.d) + batch * p.d_batch_stride;
   const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
-  // Registers r..r+3 at column `col` (columns only grow with r), each pair
-  // stored whole where `pairs`, checked against the edges where `bounded`.
-  auto store_columns = [&](int r, int64_t col, bool pairs, bool bounded) {
-    const bool both = !bounded || col + 1 < p.n;
-    float bias[2] = {0.0f, 0.0f};
-    if (p.bias != nullptr) {
-      bias[0] = load_as_float(p.bias, p.bias_type, col);
-      if (both) bias[1] = load_as_float(p.bias, p.bias_type, col + 1);
-    }
+  const int64_t col = col0 + accumulator_col(thread, 0);
+  Out* out[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (bounded && rows[h] >= p.m) continue;
-      const float v0 = apply_activation(kActivation, acc[r + 2 * h] + bias[0]);
-      const float v1 = apply_activation(kActivation, acc[r + 2 * h + 1] + bias[1]);
-      Out* out = d + rows[h] * p.d_row_stride + col;
-      if (both && pairs) {
-        if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-        else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(out) =
-            ElementTraits<Out>::round_pair(v0, v1);
-      } else {
-        out[0] = ElementTraits<Out>::from_float(v0);
-        if (both) out[1] = ElementTraits<Out>::from_float(v1);
-      }
-    }
+  for (int h = 0; h < 2; ++h)
+    out[h] = static_cast<Out*>(p.d) + batch * p.d_batch_stride + rows[h] * p.d_row_stride + col;
+  const auto store_pair = [](Out* at, float v0, float v1) {
+    if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+    else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(at) =
+        ElementTraits<Out>::round_pair(v0, v1);
   };
   if (s.d_pairs && rows[1] < p.m && col0 + Config::kInstrN <= p.n) {  // inside D: no checks
 #pragma unroll
-    for (int r = 0; r < 128; r += 4) store_columns(r, col0 + accumulator_col(thread, r), true, false);
+    for (int r = 0; r < 128; r += 4)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) store_pair(out[h] + 8 * (r / 4), acc[r + 2 * h], acc[r + 2 * h + 1]);
   } else {
 #pragma unroll
     for (int r = 0; r < 128; r += 4) {
-      const int64_t col = col0 + accumulator_col(thread, r);
-      if (col >= p.n) break;
-      store_columns(r, col, s.d_pairs, true);
+      const int64_t c = col + 8 * (r / 4);
+      if (c >= p.n) break;
+      const bool both = c + 1 < p.n;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (rows[h] >= p.m) continue;
+        Out* at = out[h] + 8 * (r / 4);
+        if (both && s.d_pairs) {
+          store_pair(at, acc[r + 2 * h], acc[r + 2 * h + 1]);
+        } else {
+          at[0] = ElementTraits<Out>::from_float(acc[r + 2 * h]);
+          if (both) at[1] = ElementTraits<Out>::from_float(acc[r + 2 * h + 1]);
+        }
+      }
     }
   }
 }
@@ -89,12 +118,12 @@ struct OutputStaging {
 };
 
 // Stores the consumer's 64 x 256 accumulators (rows from row0, columns from
-// col0 of matrix `batch` of D) after bias and activation, through its output
+// col0 of matrix `batch` of D) through its output
 // strips and the copy engine, which leaves out what lies past D. Before a
 // buffer is written again, the store that last read it must be done reading
 // (one issuing thread waits, then the warpgroup meets); the strip's writes
 // are fenced for the async proxy and met on before its one store is issued.
-template <class Out, Activation kActivation>
+template <class Out>
 __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const GemmParams& p, const CUtensorMap* d_map,
                                               OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
                                               int thread, int consumer) {
@@ -112,15 +141,9 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const Gem
 #pragma unroll
     for (int r = strip * kRegisters; r < (strip + 1) * kRegisters; r += 4) {
       const int col = accumulator_col(thread, r);
-      float bias[2] = {0.0f, 0.0f};
-      if (p.bias != nullptr) {
-        if (col0 + col < p.n) bias[0] = load_as_float(p.bias, p.bias_type, col0 + col);
-        if (col0 + col + 1 < p.n) bias[1] = load_as_float(p.bias, p.bias_type, col0 + col + 1);
-      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float v0 = apply_activation(kActivation, acc[r + 2 * h] + bias[0]);
-        const float v1 = apply_activation(kActivation, acc[r + 2 * h + 1] + bias[1]);
+        const float v0 = acc[r + 2 * h], v1 = acc[r + 2 * h + 1];
         const uint32_t at = buffer_address + Strip::offset(rows[h], col - strip * Strip::kCols);
         if constexpr (std::is_same_v<Out, float>) {
           st_shared(at, make_float2(v0, v1));
@@ -140,30 +163,21 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const Gem
   }
 }
 
-// The epilogue for the launch's output type and activation, through the copy
-// engine where D has a tensor map. D is fp32 or the inputs' type, as the ops
-// make it (plan/gemm_plan.cpp's gemm_shape admits no other): each output
-// type puts six epilogues in every kernel (three activations, two ways to
-// store), and a third type nearly doubled the kernels' compile time. A consumer whose rows all lie
-// past M (the second block of a pair at the last tile row) stores nothing.
+// The epilogue for the launch's output type, through the copy engine where D
+// has a tensor map. D is fp32 or the inputs' type, as the ops make it
+// (plan/gemm_plan.cpp's gemm_shape admits no other), so that each kernel
+// holds four ways to store. A consumer whose rows all lie past M (the second
+// block of a pair at the last tile row) stores nothing.
 template <class Element>
-__device__ __forceinline__ void store_accumulators(const float (&acc)[128], const GemmParams& p,
-                                                   const WgmmaSchedule& s, const CUtensorMap* d_map,
-                                                   OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
-                                                   int thread, int consumer) {
+__device__ __forceinline__ void store_accumulators(float (&acc)[128], const GemmParams& p, const WgmmaSchedule& s,
+                                                   const CUtensorMap* d_map, OutputStaging& staging, int64_t batch,
+                                                   int64_t row0, int64_t col0, int thread, int consumer) {
   if (row0 >= p.m) return;
+  add_bias_and_activate(acc, p, col0, thread);
   const auto store_as = [&](auto out) {
     using Out = typename decltype(out)::type;
-    const auto store = [&](auto activation) {
-      constexpr Activation kActivation = decltype(activation)::value;
-      if (s.d_copy) copy_out_tile<Out, kActivation>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
-      else store_tile<Out, kActivation>(acc, p, s, batch, row0, col0, thread);
-    };
-    switch (p.activation) {
-      case Activation::kRelu: return store(std::integral_constant<Activation, Activation::kRelu>{});
-      case Activation::kGelu: return store(std::integral_constant<Activation, Activation::kGelu>{});
-      default: return store(std::integral_constant<Activation, Activation::kNone>{});
-    }
+    if (s.d_copy) copy_out_tile<Out>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
+    else store_tile<Out>(acc, p, s, batch, row0, col0, thread);
   };
   if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{});
   else store_as(ElementTag<Element>{});
