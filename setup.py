@@ -30,7 +30,8 @@ def sources(pattern):
 # The host-side plan (csrc/kernels/plan) is plain C++ that the CPU build runs too.
 CPU_SOURCES = sources("csrc/*.cpp") + sources(f"{KERNELS}/plan/*.cpp")
 # The GEMM kernels' units first (sm90/, wmma/): they take longest, and a
-# parallel build that starts on them ends on short units, not on one of them.
+# parallel build that starts on them ends on short units, not on one of them
+# (BuildExtension keeps this order, which distutils would sort by name).
 CUDA_SOURCES = sorted(sources(f"{KERNELS}/**/*.cu") + sources("csrc/cuda/*.cpp"),
                       key=lambda path: not path.startswith((f"{KERNELS}/sm90/", f"{KERNELS}/wmma/")))
 
@@ -82,8 +83,26 @@ def extension():
     )
 
 
+class BuildExtension(cpp_extension.BuildExtension):
+    """torch's build, compiling an extension's sources in the order it lists
+    them, not in the order of their names."""
+
+    def build_extension(self, ext):
+        compile_sources = self.compiler.compile  # torch's ninja build, once build_extensions has set it
+        position = {source: i for i, source in enumerate(ext.sources)}
+
+        def compile_in_listed_order(sources, *args, **kwargs):
+            return compile_sources(sorted(sources, key=lambda s: position.get(s, len(position))), *args, **kwargs)
+
+        self.compiler.compile = compile_in_listed_order
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = compile_sources
+
+
 setup(
     packages=["mpgemm", "mpgemm.amp", "mpgemm.tools"],
     ext_modules=[extension()],
-    cmdclass={"build_ext": cpp_extension.BuildExtension},
+    cmdclass={"build_ext": BuildExtension},
 )

@@ -64,13 +64,10 @@ def cuda_toolkit():
     return python, cuda_home
 
 
-@pytest.fixture(scope="session")
-def cuda_build(tmp_path_factory, cuda_toolkit):
-    """Builds the extension from a copy of the tree and imports it: its build
-    info, whether each op has a CUDA kernel, the CPU reference's error, the
-    module's path, the build log and the library."""
-    python, cuda_home = cuda_toolkit
-    work = tmp_path_factory.mktemp("cuda_build")
+def build_extension(work, python, cuda_home):
+    """Builds the extension from a copy of the tree in `work` and imports it:
+    its build info, whether each op has a CUDA kernel, the CPU reference's
+    error, the module's path, the build log and the library."""
     src = work / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.so", "__pycache__"))
     # The wheels ship only libcudart.so.<major>; the linker looks for libcudart.so.
@@ -104,17 +101,18 @@ def find_library(lib_dir, name):
     return found[0] if found else None
 
 
-@pytest.fixture(scope="session")
-def cmake_build(tmp_path_factory, cuda_toolkit):
-    """Configures and builds CMakeLists.txt for CMAKE_ARCH: the build folder."""
+def cmake_libraries(toolkit):
+    """(cudart, cublas) under `toolkit`, or (None, why the CMake build cannot run)."""
     if shutil.which("cmake") is None:
-        skip_or_fail("cmake not found")
-    _, toolkit = cuda_toolkit
-    cudart, cublas = find_library(os.path.join(toolkit, "lib"), "cudart"), find_library(
-        os.path.join(toolkit, "lib"), "cublas")
+        return None, "cmake not found"
+    cudart, cublas = (find_library(os.path.join(toolkit, "lib"), name) for name in ("cudart", "cublas"))
     if not (os.path.exists(os.path.join(toolkit, "include", "cublas_v2.h")) and cudart and cublas):
-        skip_or_fail(f"no CUDA toolkit with cuBLAS under {toolkit}")
-    build = tmp_path_factory.mktemp("cmake_build")
+        return None, f"no CUDA toolkit with cuBLAS under {toolkit}"
+    return cudart, cublas
+
+
+def build_cmake_library(build, toolkit, cudart, cublas):
+    """Configures and builds CMakeLists.txt for CMAKE_ARCH in `build`."""
     # CMake looks for unversioned library names; the wheels ship only versioned ones.
     configure = [
         "cmake", "-S", ROOT, "-B", str(build), f"-DCMAKE_CUDA_ARCHITECTURES={CMAKE_ARCH}",
@@ -125,6 +123,40 @@ def cmake_build(tmp_path_factory, cuda_toolkit):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return str(build)
+
+
+@pytest.fixture(scope="session")
+def builds(request, tmp_path_factory, cuda_toolkit):
+    """The builds this run's tests read, started together in the background
+    when the first is asked for: {"cuda": future, "cmake": future}. Each
+    leaves a core idle for a while (the extension's longest unit, CMake's
+    configure step), which the other then fills."""
+    python, cuda_home = cuda_toolkit
+    used = {name for item in request.session.items for name in item.fixturenames}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        jobs = {}
+        if "cuda_build" in used:
+            jobs["cuda"] = pool.submit(build_extension, tmp_path_factory.mktemp("cuda_build"), python, cuda_home)
+        cudart, cublas = cmake_libraries(cuda_home)
+        if "cmake_build" in used and cudart is not None:
+            jobs["cmake"] = pool.submit(build_cmake_library, tmp_path_factory.mktemp("cmake_build"), cuda_home, cudart,
+                                        cublas)
+        yield jobs
+
+
+@pytest.fixture(scope="session")
+def cuda_build(builds):
+    """build_extension's result."""
+    return builds["cuda"].result()
+
+
+@pytest.fixture(scope="session")
+def cmake_build(builds, cuda_toolkit):
+    """The CMake build folder (CMAKE_ARCH)."""
+    cudart, why = cmake_libraries(cuda_toolkit[1])
+    if cudart is None:
+        skip_or_fail(why)
+    return builds["cmake"].result()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 // (tests/kernels/test_kernel_sim.py), so that g++ compiles the real kernel sources and
 // runs them without a GPU. A launch runs its blocks one after another (the
 // blocks of a thread block cluster together, each with its own shared
-// memory), each block's threads as std::threads meeting at real barriers, so a
+// memory), each block's threads as std::threads (kept from launch to launch)
+// meeting at real barriers, so a
 // missing __syncthreads or __syncwarp shows up as wrong results; shared memory
 // starts out as NaN each block so reading what no thread wrote does too; and
 // AddressSanitizer sees every global access. Launch limits of real devices are
@@ -18,9 +19,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <new>
+#include <semaphore>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -154,6 +157,53 @@ inline thread_local std::vector<std::function<void()>> async_open;
 }  // namespace sim
 
 namespace sim {
+// The threads that run launches' CUDA threads, kept from one launch to the
+// next, as they are from one block to the next within a launch: creating a
+// thread under AddressSanitizer costs about 0.2 ms of system time, and a run
+// of the driver launches tens of thousands of them.
+class ThreadPool {
+ public:
+  // Runs task(t) for every t in [0, threads), each on a thread of its own,
+  // and returns once all have returned.
+  void run(unsigned threads, const std::function<void(unsigned)>& task) {
+    while (workers_.size() < threads) {
+      auto worker = std::make_unique<Worker>();
+      worker->thread = std::thread(&ThreadPool::serve, this, worker.get(), unsigned(workers_.size()));
+      workers_.push_back(std::move(worker));
+    }
+    std::latch done(threads);
+    task_ = &task, done_ = &done;
+    for (unsigned t = 0; t < threads; ++t) workers_[t]->start.release();
+    done.wait();
+  }
+  ~ThreadPool() {
+    stopping_ = true;
+    for (auto& worker : workers_) worker->start.release();
+    for (auto& worker : workers_) worker->thread.join();
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    std::binary_semaphore start{0};
+  };
+  void serve(Worker* worker, unsigned index) {
+    for (;;) {
+      worker->start.acquire();
+      if (stopping_) return;
+      (*task_)(index);
+      done_->count_down();
+    }
+  }
+  std::vector<std::unique_ptr<Worker>> workers_;
+  const std::function<void(unsigned)>* task_ = nullptr;
+  std::latch* done_ = nullptr;
+  bool stopping_ = false;
+};
+inline ThreadPool thread_pool;
+}  // namespace sim
+
+namespace sim {
 // The address of `p` in the shared state space: its offset in the block's
 // shared memory, which stands at address 0.
 inline uint32_t shared_address(const void* p) {
@@ -248,28 +298,25 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   for (unsigned w = 0; w < cluster * threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
   std::barrier<> cluster_barrier(cluster * threads);
   std::barrier<decltype(end_block)> next_block(cluster * threads, end_block);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < cluster * threads; ++t)
-    pool.emplace_back([&, t] {
-      const unsigned rank = t / threads;
-      threadIdx = {t % threads, 0, 0};
-      blockDim = block;
-      gridDim = grid;
-      shared_memory = cluster_shared[rank];
-      cluster_rank = rank, cluster_size = cluster;
-      block_barrier = block_barriers[rank].get();
-      warp_barrier = warp_barriers[t / 32].get();
-      sim::cluster_barrier = &cluster_barrier;
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = rank; x < grid.x; x += cluster) {
-          blockIdx = {x, y, 0};
-          std::apply(kernel, params);
-          SIM_CHECK(async_groups.empty() && async_open.empty(), "cp.async copies never waited for");
-          for (auto hook : thread_exit_hooks) hook();
-          next_block.arrive_and_wait();
-        }
-    });
-  for (auto& t : pool) t.join();
+  thread_pool.run(cluster * threads, [&](unsigned t) {
+    const unsigned rank = t / threads;
+    threadIdx = {t % threads, 0, 0};
+    blockDim = block;
+    gridDim = grid;
+    shared_memory = cluster_shared[rank];
+    cluster_rank = rank, cluster_size = cluster;
+    block_barrier = block_barriers[rank].get();
+    warp_barrier = warp_barriers[t / 32].get();
+    sim::cluster_barrier = &cluster_barrier;
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = rank; x < grid.x; x += cluster) {
+        blockIdx = {x, y, 0};
+        std::apply(kernel, params);
+        SIM_CHECK(async_groups.empty() && async_open.empty(), "cp.async copies never waited for");
+        for (auto hook : thread_exit_hooks) hook();
+        next_block.arrive_and_wait();
+      }
+  });
   for (unsigned r = 0; r < cluster; ++r) ASAN_UNPOISON_MEMORY_REGION(cluster_shared[r], shared_capacity);
   cluster_shared[0] = nullptr;
   for (unsigned r = 1; r < cluster; ++r) cluster_shared[r] = nullptr;
