@@ -34,8 +34,8 @@ KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
 # -Wno-psabi: the note that GCC 4.6 changed how 64-byte aligned arguments (CUtensorMap) pass.
 CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread",
             "-Wno-psabi"]
-# CI has two cores, on which the whole module takes about 8 minutes, half of
-# it building (bench/NOTES.md, "The kernel tree by level").
+# CI has two cores, on which the whole module takes about 7 minutes, more
+# than half of it building (bench/NOTES.md, "The Hopper epilogue's code").
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20

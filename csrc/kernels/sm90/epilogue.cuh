@@ -118,11 +118,11 @@ struct OutputStaging {
 };
 
 // Stores the consumer's 64 x 256 accumulators (rows from row0, columns from
-// col0 of matrix `batch` of D) through its output
-// strips and the copy engine, which leaves out what lies past D. Before a
-// buffer is written again, the store that last read it must be done reading
-// (one issuing thread waits, then the warpgroup meets); the strip's writes
-// are fenced for the async proxy and met on before its one store is issued.
+// col0 of matrix `batch` of D) through its output strips and the copy
+// engine, which leaves out what lies past D. Before a buffer is written
+// again, the store that last read it must be done reading (one issuing
+// thread waits, then the warpgroup meets); the strip's writes are fenced for
+// the async proxy and met on before its one store is issued.
 template <class Out>
 __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const GemmParams& p, const CUtensorMap* d_map,
                                               OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
