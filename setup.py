@@ -29,11 +29,13 @@ def sources(pattern):
 
 # The host-side plan (csrc/kernels/plan) is plain C++ that the CPU build runs too.
 CPU_SOURCES = sources("csrc/*.cpp") + sources(f"{KERNELS}/plan/*.cpp")
-# The GEMM kernels' units first (sm90/, wmma/): they take longest, and a
-# parallel build that starts on them ends on short units, not on one of them
-# (BuildExtension keeps this order, which distutils would sort by name).
+# The GEMM kernels' units first, the WMMA tiles' (the longest) before the
+# Hopper ones: a parallel build that starts on them ends on short units, not
+# on one of them (BuildExtension keeps this order, which distutils would sort
+# by name).
 CUDA_SOURCES = sorted(sources(f"{KERNELS}/**/*.cu") + sources("csrc/cuda/*.cpp"),
-                      key=lambda path: not path.startswith((f"{KERNELS}/sm90/", f"{KERNELS}/wmma/")))
+                      key=lambda path: (not path.startswith(f"{KERNELS}/wmma/"),
+                                        not path.startswith(f"{KERNELS}/sm90/")))
 
 
 def build_cuda():

@@ -566,7 +566,11 @@ inline void cluster_sync() { sim::cluster_barrier->arrive_and_wait(); }
 inline void thread_exit() {
   SIM_CHECK(store_groups.empty() && open_stores.empty(), "thread %u exits with box stores never waited for",
             threadIdx.x);
+  // The host thread runs this CUDA thread's next block, or another launch's
+  // thread: nothing of this one's may carry over.
   unfenced_writes.clear();
+  issued_since_commit = 0;
+  fenced = false;
   std::lock_guard lock(mutex);
   Block& b = own();
   if (++b.finished < int(blockDim.x)) return;
