@@ -2,12 +2,15 @@
 // and the Python module that loading the library needs.
 #include <Python.h>
 
+#include <tuple>
+
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 #include "common/tile_configs.h"
 #include "ops.h"
+#include "workspace.h"
 
 namespace mpgemm {
 namespace {
@@ -102,6 +105,18 @@ at::Tensor conv2d_gradient(const at::Tensor& grad_out, const at::Tensor& x, cons
   return Impl(problem, grad_out, x, weight);
 }
 
+// Both gradients of one conv2d in one call (what training's backward asks for),
+// checked once: the input's and the weight's, as conv2d_gradient returns them.
+template <ConvGradient InputImpl, ConvGradient WeightImpl>
+std::tuple<at::Tensor, at::Tensor> conv2d_gradients(const at::Tensor& grad_out, const at::Tensor& x,
+                                                    const at::Tensor& weight, at::IntArrayRef stride,
+                                                    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const auto problem = check_conv2d_args<int64_t>("mpgemm.conv2d backward", x, weight, std::nullopt, stride, padding,
+                                                  dilation, groups, std::nullopt);
+  check_conv2d_grad_out("mpgemm.conv2d backward", problem, x, grad_out);
+  return {InputImpl(problem, grad_out, x, weight), WeightImpl(problem, grad_out, x, weight)};
+}
+
 at::Tensor conv2d_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                        std::optional<at::ScalarType> out_dtype) {
@@ -120,6 +135,14 @@ at::Tensor conv2d_gradient_meta(const at::Tensor& grad_out, const at::Tensor& x,
                                  std::nullopt);
   const at::Tensor& like = OfInput ? x : weight;
   return at::empty_symint(like.sym_sizes(), like.options().memory_format(like.suggest_memory_format()));
+}
+
+std::tuple<at::Tensor, at::Tensor> conv2d_gradients_meta(const at::Tensor& grad_out, const at::Tensor& x,
+                                                         const at::Tensor& weight, at::IntArrayRef stride,
+                                                         at::IntArrayRef padding, at::IntArrayRef dilation,
+                                                         int64_t groups) {
+  return {conv2d_gradient_meta<true>(grad_out, x, weight, stride, padding, dilation, groups),
+          conv2d_gradient_meta<false>(grad_out, x, weight, stride, padding, dilation, groups)};
 }
 
 at::Tensor cublas_gemm_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
@@ -164,6 +187,9 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "conv2d_grad_weight(Tensor grad_out, Tensor x, Tensor weight, int[2] stride, int[4] padding, int[2] dilation, "
       "int groups) -> Tensor");
+  m.def(
+      "conv2d_backward(Tensor grad_out, Tensor x, Tensor weight, int[2] stride, int[4] padding, int[2] dilation, "
+      "int groups) -> (Tensor grad_input, Tensor grad_weight)");
   // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
   m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
   // The mma.sync ceiling of benchmarks: Tensor Core instructions from registers
@@ -179,6 +205,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("conv2d", &conv2d<conv2d_cpu>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cpu>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cpu>);
+  m.impl("conv2d_backward", &conv2d_gradients<conv2d_grad_input_cpu, conv2d_grad_weight_cpu>);
   m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cpu>);
 }
 
@@ -190,6 +217,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("conv2d", &conv2d_meta);
   m.impl("conv2d_grad_input", &conv2d_gradient_meta<true>);
   m.impl("conv2d_grad_weight", &conv2d_gradient_meta<false>);
+  m.impl("conv2d_backward", &conv2d_gradients_meta);
   m.impl("_cublas_gemm", &cublas_gemm_meta);
   m.impl("_mma_ceiling", &mma_ceiling_meta);
 }
@@ -203,6 +231,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("conv2d", &conv2d<conv2d_cuda>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cuda>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cuda>);
+  m.impl("conv2d_backward", &conv2d_gradients<conv2d_grad_input_cuda, conv2d_grad_weight_cuda>);
   m.impl("_cublas_gemm", &cublas_gemm_cuda);
   m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cuda>);
 }
@@ -236,8 +265,21 @@ static PyObject* build_info(PyObject*, PyObject*) {
                        "warp_n", Ceiling::kWarpN, "k", Ceiling::kFragment);
 }
 
+static PyObject* workspace_stats(PyObject*, PyObject*) {
+  const mpgemm::WorkspaceStats stats = mpgemm::workspace_stats();
+  return Py_BuildValue("{s:L,s:L,s:L}", "calls", static_cast<long long>(stats.calls), "bytes",
+                       static_cast<long long>(stats.bytes), "largest_bytes", static_cast<long long>(stats.largest_bytes));
+}
+
+static PyObject* reset_workspace_stats(PyObject*, PyObject*) {
+  mpgemm::reset_workspace_stats();
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, "How the extension was built."},
+    {"workspace_stats", workspace_stats, METH_NOARGS, "The CUDA launchers' workspaces since the last reset."},
+    {"reset_workspace_stats", reset_workspace_stats, METH_NOARGS, "Zeroes the workspace counts."},
     {nullptr, nullptr, 0, nullptr},
 };
 

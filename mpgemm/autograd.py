@@ -8,8 +8,10 @@ For y = activation(a @ b + bias) (gemm, linear) the gradients are
                                     transposes read in place)
     dbias = sum(dz)                (accumulated in fp32)
 and each gradient has the dtype of its input. conv2d's are its dgrad and
-wgrad implicit GEMMs and an fp32 sum for the bias. They are computed once, without
-a graph: differentiating them again raises an error.
+wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
+an fp32 sum for the bias. Each saves its operands, and the bias only where an
+activation is recomputed. They are computed once, without a graph:
+differentiating them again raises an error.
 """
 
 import functools
@@ -51,17 +53,23 @@ def _pre_activation_grad(grad_out, activation, recompute_pre_activation):
     return torch.ops.aten.gelu_backward(grad_out.to(FLOAT), z)
 
 
-def _bias_grad(grad_z, bias):
-    return grad_z.reshape(grad_z.shape[:-1].numel(), grad_z.shape[-1]).sum(0, dtype=FLOAT).to(bias.dtype)
+def _bias_grad(grad_z, bias_dtype):
+    return grad_z.reshape(grad_z.shape[:-1].numel(), grad_z.shape[-1]).sum(0, dtype=FLOAT).to(bias_dtype)
+
+
+def _save_operands(ctx, first, second, bias, activation):
+    """Saves the two operands, and the bias only where backward recomputes
+    the pre-activation: the bias's gradient needs no more than its dtype."""
+    ctx.activation = activation
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.save_for_backward(first, second, bias if activation is not None else None)
 
 
 # gemm(a, b, bias, *, activation, out_dtype)
 
 
 def _gemm_setup_context(ctx, inputs, keyword_only_inputs, output):
-    a, b, bias = inputs
-    ctx.activation = keyword_only_inputs.get("activation")
-    ctx.save_for_backward(a, b, bias)
+    _save_operands(ctx, *inputs, keyword_only_inputs.get("activation"))
 
 
 def _product_dtype(x, weight):
@@ -94,8 +102,8 @@ def _gemm_backward(ctx, grad_out):
             grad_b = torch.ops.mpgemm.gemm(a.reshape(rows, k).t(), grad_z16.reshape(rows, n), out_dtype=a.dtype)
         else:
             grad_b = _operand_grad(a.transpose(-1, -2), grad_z16, b.shape)
-    if bias is not None and ctx.needs_input_grad[2]:
-        grad_bias = _bias_grad(grad_z, bias)
+    if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+        grad_bias = _bias_grad(grad_z, ctx.bias_dtype)
     return grad_a, grad_b, grad_bias
 
 
@@ -103,9 +111,7 @@ def _gemm_backward(ctx, grad_out):
 
 
 def _linear_setup_context(ctx, inputs, keyword_only_inputs, output):
-    x, weight, bias = inputs
-    ctx.activation = keyword_only_inputs.get("activation")
-    ctx.save_for_backward(x, weight, bias)
+    _save_operands(ctx, *inputs, keyword_only_inputs.get("activation"))
 
 
 @_not_twice_differentiable("mpgemm.linear")
@@ -123,8 +129,8 @@ def _linear_backward(ctx, grad_out):
     if ctx.needs_input_grad[1]:
         x16 = x.reshape(rows, in_features).to(dtype)
         grad_weight = torch.ops.mpgemm.gemm(grad_z16.t(), x16, out_dtype=weight.dtype)
-    if bias is not None and ctx.needs_input_grad[2]:
-        grad_bias = _bias_grad(grad_z, bias)
+    if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+        grad_bias = _bias_grad(grad_z, ctx.bias_dtype)
     return grad_x, grad_weight, grad_bias
 
 
@@ -134,19 +140,22 @@ def _linear_backward(ctx, grad_out):
 def _conv2d_setup_context(ctx, inputs, keyword_only_inputs, output):
     x, weight, bias, stride, padding, dilation, groups = inputs
     ctx.geometry = (stride, padding, dilation, groups)
-    ctx.save_for_backward(x, weight, bias)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.save_for_backward(x, weight)
 
 
 @_not_twice_differentiable("mpgemm.conv2d")
 def _conv2d_backward(ctx, grad_out):
-    x, weight, bias = ctx.saved_tensors
+    x, weight = ctx.saved_tensors
     grad_x = grad_weight = grad_bias = None
-    if ctx.needs_input_grad[0]:
+    if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        grad_x, grad_weight = torch.ops.mpgemm.conv2d_backward(grad_out, x, weight, *ctx.geometry)
+    elif ctx.needs_input_grad[0]:
         grad_x = torch.ops.mpgemm.conv2d_grad_input(grad_out, x, weight, *ctx.geometry)
-    if ctx.needs_input_grad[1]:
+    elif ctx.needs_input_grad[1]:
         grad_weight = torch.ops.mpgemm.conv2d_grad_weight(grad_out, x, weight, *ctx.geometry)
-    if bias is not None and ctx.needs_input_grad[2]:
-        grad_bias = grad_out.sum((0, 2, 3), dtype=FLOAT).to(bias.dtype)
+    if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+        grad_bias = grad_out.sum((0, 2, 3), dtype=FLOAT).to(ctx.bias_dtype)
     return grad_x, grad_weight, grad_bias, None, None, None, None
 
 

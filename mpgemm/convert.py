@@ -31,28 +31,33 @@ def _convertible():
     return families
 
 
-_CONVERTED_CLASSES = {torch.nn.Linear: nn.Linear, torch.nn.Conv2d: nn.Conv2d}
+_CONVERTED_CLASSES = {}  # (class, forward class) -> the class a layer of that class gets
 
 
-def converted_class(cls):
-    """The class a layer of class `cls` gets: mpgemm's forward first in its MRO,
-    everything else (methods, isinstance checks) still `cls`'s."""
-    if cls not in _CONVERTED_CLASSES:
+def converted_class(cls, forward=None):
+    """The class a layer of class `cls` gets: `forward`'s class (by default
+    mpgemm's for cls's family) first in its MRO, everything else (methods,
+    isinstance checks) still `cls`'s. `forward` itself where it subclasses
+    `cls` alone (torch.nn.Linear gets mpgemm.nn.Linear)."""
+    if forward is None:
         forward = next(f for base, f in _convertible() if issubclass(cls, base))
-        _CONVERTED_CLASSES[cls] = type(cls.__name__, (forward, cls), {
+    if forward.__bases__ == (cls,):
+        return forward
+    if (cls, forward) not in _CONVERTED_CLASSES:
+        _CONVERTED_CLASSES[cls, forward] = type(cls.__name__, (forward, cls), {
             "__module__": __name__, "__qualname__": f"converted_class({cls.__qualname__})",
-            "_mpgemm_source": cls, "__reduce_ex__": _reduce_converted,
+            "_mpgemm_source": (cls, forward), "__reduce_ex__": _reduce_converted,
         })
-    return _CONVERTED_CLASSES[cls]
+    return _CONVERTED_CLASSES[cls, forward]
 
 
 def _reduce_converted(module, protocol):
     # A class made at run time cannot be pickled by name: rebuild it from its source.
-    return _new_converted, (module._mpgemm_source,), module.__getstate__()
+    return _new_converted, module._mpgemm_source, module.__getstate__()
 
 
-def _new_converted(source):
-    cls = converted_class(source)
+def _new_converted(source, forward):
+    cls = converted_class(source, forward)
     return cls.__new__(cls)
 
 

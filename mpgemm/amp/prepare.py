@@ -1,35 +1,16 @@
 """The whole mixed-precision recipe in one call, as Apex's O2 level did."""
 
-import re
 import warnings
 
 import torch
 
 from ..convert import convert, module_selector
 from .master import MasterWeightOptimizer
+from .norms import is_norm_layer, take_16_bit_input
 from .scaler import LossScaler
 
 HALF, BFLOAT, FLOAT = torch.float16, torch.bfloat16, torch.float32
 LOW_PRECISION = (HALF, BFLOAT)
-
-# Normalization layers stay fp32: torch's, and any class named like one that
-# holds no layers with parameters (transformers' LlamaRMSNorm and T5LayerNorm,
-# timm's RmsNorm, torchvision's FrozenBatchNorm2d).
-NORM_LAYERS = tuple(
-    cls for cls in (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm,
-                    getattr(torch.nn, "RMSNorm", None)) if cls is not None
-)
-NORM_NAME = re.compile(r"Norm([123][dD])?$")
-
-
-def is_norm_layer(module):
-    """torch's norm layers, and modules named like one that hold no layers with
-    parameters (a PreNorm(dim, fn) wrapper is not one)."""
-    if isinstance(module, NORM_LAYERS):
-        return True
-    return bool(NORM_NAME.search(type(module).__name__)) and not any(
-        True for child in module.children() for _ in child.parameters())
-
 
 def _cast_floats(obj, dtype):
     """obj with every floating-point tensor in it (through tuples, lists and
@@ -86,16 +67,26 @@ def _check(model, optimizer):
 
 
 def _fp32_subtrees(model, keep_fp32):
-    """{id: module} of the modules that stay fp32: norm layers, the modules
-    keep_fp32 picks, and everything under them; and the roots of those subtrees."""
+    """{id: module} of the modules whose parameters stay fp32: norm layers,
+    the modules keep_fp32 picks, and everything under them; and the roots of
+    those subtrees."""
     keep = module_selector(keep_fp32, "keep_fp32", "mpgemm.amp.prepare")
     kept, roots = {}, []
     for name, module in model.named_modules():
         if id(module) in kept or not (is_norm_layer(module) or keep(name, module)):
             continue
-        roots.append(module)
+        roots.append((module, keep(name, module)))
         kept.update((id(m), m) for m in module.modules())
     return kept, roots
+
+
+def _hook_fp32_subtree(module, picked, dtype):
+    """The casts at a kept subtree's edges: its output in `dtype`; its input in
+    fp32, unless it is a norm layer that computes in fp32 from 16-bit input
+    (mpgemm.amp.norms), which keep_fp32 did not pick."""
+    if picked or not take_16_bit_input(module):
+        module.register_forward_pre_hook(CastInputs(FLOAT), with_kwargs=True)
+    module.register_forward_hook(CastOutputs(dtype))
 
 
 def _warn_about_casts(already_low, overflowed, dtype):
@@ -120,11 +111,14 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
     - converts the matrix layers to mpgemm layers (:func:`mpgemm.convert`,
       with `include`);
     - casts the parameters to `dtype`, except those of the layers that stay
-      fp32, which compute in fp32 on fp32 inputs and return `dtype`:
-      normalization layers (torch's, and classes whose name ends in ``Norm``,
-      ``Norm1d``, ``Norm2d`` or ``Norm3d``, such as ``LlamaRMSNorm``), the
-      modules `keep_fp32` picks (names, classes or a predicate ``(name,
-      module)``), and everything under them;
+      fp32 and return `dtype`: normalization layers (torch's, and classes
+      whose name ends in ``Norm``, ``Norm1d``, ``Norm2d`` or ``Norm3d``, such
+      as ``LlamaRMSNorm``), the modules `keep_fp32` picks (names, classes or a
+      predicate ``(name, module)``), and everything under them. Batch norms
+      take the 16-bit activations as they are; torch's LayerNorm, GroupNorm
+      and RMSNorm compute in fp32 from them, saving the 16-bit input for
+      backward; the others compute in fp32 on an fp32 copy of their input
+      (:mod:`mpgemm.amp.norms`);
     - leaves floating-point buffers in fp32 (running statistics, rotary
       frequencies and tables are state, not activations; 16-bit ones are put
       back in fp32);
@@ -181,9 +175,8 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
                     setattr(module, name, buffer.to(FLOAT))
             if target == dtype and own:
                 module.register_forward_pre_hook(CastInputs(dtype), with_kwargs=True)
-    for module in kept_roots:
-        module.register_forward_pre_hook(CastInputs(FLOAT), with_kwargs=True)
-        module.register_forward_hook(CastOutputs(dtype))
+    for module, picked in kept_roots:
+        _hook_fp32_subtree(module, picked, dtype)
     model.register_forward_hook(CastOutputs(FLOAT))
     model._mpgemm_prepared = True
     _warn_about_casts(already_low, overflowed, dtype)

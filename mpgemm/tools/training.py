@@ -19,11 +19,13 @@ of them. A step is timed between two GPU synchronizations, so its time is the
 work it queued, not the time to queue it.
 """
 
+import collections
 import contextlib
 import dataclasses
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import amp
 
@@ -161,3 +163,46 @@ class SavedBytes:
 
     def __exit__(self, *exc):
         self._hooks.__exit__(*exc)
+
+
+class DispatchedOps(TorchDispatchMode):
+    """The aten (and mpgemm) ops dispatched inside the block, by name, below
+    autograd: each op a step's forward, backward and optimizer run, and the
+    casts (``_to_copy``) among them."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self):
+        return sum(self.count.values())
+
+    @property
+    def casts(self):
+        return self.count["_to_copy"]
+
+
+@dataclasses.dataclass
+class StepCost:
+    """What one training step costs beyond its kernels' speed, as a CPU run
+    can measure it: bytes autograd saved for backward, ops dispatched, casts."""
+
+    saved_bytes: int
+    ops: int
+    casts: int
+
+
+def measure_step_cost(trainer, x, target, loss_fn):
+    """The cost of a steady-state step of `trainer` on (x, target): one step
+    first, so that lazily made state (momentum buffers, the scaler's) is not
+    counted, then the measured one."""
+    trainer.step(x, target, loss_fn)
+    saved, ops = SavedBytes(), DispatchedOps()
+    with saved, ops:
+        trainer.step(x, target, loss_fn)
+    return StepCost(saved.total, ops.total, ops.casts)

@@ -127,6 +127,24 @@ def test_conv_mixed_dtypes_follow_the_rule(device, x_dtype, w_dtype, b_dtype):
     check_conv(x, weight, random(16, device=device, dtype=b_dtype), padding=1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("frozen", ["x", "weight"])
+def test_conv_gradient_of_one_operand(device, frozen):
+    """Backward asks for one gradient where the other operand needs none (a
+    network's input, a frozen filter): that one alone, right."""
+    x = random(2, 8, 7, 7, device=device, dtype=torch.float16).requires_grad_(frozen != "x")
+    weight = random(16, 8, 3, 3, device=device, dtype=torch.float16).requires_grad_(frozen != "weight")
+    out = mpgemm.conv2d(x, weight, stride=2, padding=1)
+    x64, w64 = (t.detach().double().requires_grad_(t.requires_grad) for t in (x, weight))
+    ref = F.conv2d(x64, w64, stride=2, padding=1)
+    grad = torch.randn(out.shape, device=device).half()
+    out.backward(grad)
+    ref.backward(grad.double())
+    trained, trained64 = (weight, w64) if frozen == "x" else (x, x64)
+    assert relative_error(trained.grad, trained64.grad) < GRAD_TOLERANCE[torch.float16]
+    assert (x.grad if frozen == "x" else weight.grad) is None
+
+
 def test_conv_empty_batch():
     x = torch.empty(0, 8, 5, 5, requires_grad=True)
     weight = torch.randn(4, 8, 3, 3, requires_grad=True)
@@ -147,8 +165,13 @@ def test_opcheck_conv(device, dtype):
     torch.library.opcheck(torch.ops.mpgemm.conv2d.default, (x.detach().to(memory_format=torch.channels_last),
                                                             w.detach(), None, *geometry), {"out_dtype": torch.float32})
     grad_out = torch.ops.mpgemm.conv2d.default(x, w, b, *geometry).detach()
-    for op in (torch.ops.mpgemm.conv2d_grad_input.default, torch.ops.mpgemm.conv2d_grad_weight.default):
+    for op in (torch.ops.mpgemm.conv2d_grad_input.default, torch.ops.mpgemm.conv2d_grad_weight.default,
+               torch.ops.mpgemm.conv2d_backward.default):
         torch.library.opcheck(op, (grad_out, x.detach(), w.detach(), *geometry))
+    # Both gradients in one call are the two single ones.
+    grad_input, grad_weight = torch.ops.mpgemm.conv2d_backward(grad_out, x.detach(), w.detach(), *geometry)
+    assert torch.equal(grad_input, torch.ops.mpgemm.conv2d_grad_input(grad_out, x.detach(), w.detach(), *geometry))
+    assert torch.equal(grad_weight, torch.ops.mpgemm.conv2d_grad_weight(grad_out, x.detach(), w.detach(), *geometry))
 
 
 def make_cnn():

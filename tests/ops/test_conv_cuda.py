@@ -106,6 +106,7 @@ def test_bf16_before_sm80_is_refused_with_a_clear_error():
         ("mpgemm.conv2d", lambda: mpgemm.conv2d(x, weight)),
         ("mpgemm.conv2d backward", lambda: torch.ops.mpgemm.conv2d_grad_input(grad_out, x, weight, *geometry)),
         ("mpgemm.conv2d backward", lambda: torch.ops.mpgemm.conv2d_grad_weight(grad_out, x, weight, *geometry)),
+        ("mpgemm.conv2d backward", lambda: torch.ops.mpgemm.conv2d_backward(grad_out, x, weight, *geometry)),
     ]:
         message = (f"{op}: torch.bfloat16 inputs need bf16 Tensor Cores (compute capability 8.0 or newer); "
                    f"{device}")

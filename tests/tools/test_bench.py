@@ -70,11 +70,11 @@ def test_ceiling_flops_count_every_warps_products():
 
 
 # Ops that run products of the forward's size, and how many each runs
-# (convolution_backward: the input's and the weight's gradients).
+# (conv2d_backward and convolution_backward: the input's and the weight's gradients).
 PRODUCTS = {"mpgemm.linear.default": 1, "mpgemm.gemm.default": 1, "aten.addmm.default": 1, "aten.mm.default": 1,
             "mpgemm.conv2d.default": 1, "mpgemm.conv2d_grad_input.default": 1,
-            "mpgemm.conv2d_grad_weight.default": 1, "aten.convolution.default": 1,
-            "aten.convolution_backward.default": 2}
+            "mpgemm.conv2d_grad_weight.default": 1, "mpgemm.conv2d_backward.default": 2,
+            "aten.convolution.default": 1, "aten.convolution_backward.default": 2}
 
 
 class CountProducts(TorchDispatchMode):
