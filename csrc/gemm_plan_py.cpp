@@ -29,9 +29,10 @@ PyObject* config_dict(const TileConfigInfo& c) {
                        c.wgmma ? Py_True : Py_False, "schedule", c.schedule);
 }
 
-PyObject* plan_dict(const GemmPlan& plan) {
-  return Py_BuildValue("{s:s,s:i,s:i,s:O}", "config", kernels::tile_config(plan.config).name, "split_k", plan.split_k,
-                       "raster_group", plan.raster_group, "tuned", plan.tuned ? Py_True : Py_False);
+PyObject* plan_dict(const GemmPlan& plan, const GemmShape& shape) {
+  return Py_BuildValue("{s:s,s:i,s:i,s:O,s:K}", "config", kernels::tile_config(plan.config).name, "split_k",
+                       plan.split_k, "raster_group", plan.raster_group, "tuned", plan.tuned ? Py_True : Py_False,
+                       "workspace_bytes", static_cast<unsigned long long>(kernels::workspace_bytes(shape, plan)));
 }
 
 // (batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch);
@@ -79,7 +80,7 @@ PyObject* gemm_plan(PyObject*, PyObject* args) {
   GemmShape shape;
   DeviceLimits device;
   if (!parse_problem(args, shape, device)) return nullptr;
-  return raising_value_error([&] { return plan_dict(kernels::plan_gemm(shape, device)); });
+  return raising_value_error([&] { return plan_dict(kernels::plan_gemm(shape, device), shape); });
 }
 
 PyObject* gemm_candidates(PyObject*, PyObject* args) {
@@ -95,7 +96,7 @@ PyObject* gemm_candidates(PyObject*, PyObject* args) {
     return nullptr;
   PyObject* list = PyList_New(0);
   for (const GemmPlan& plan : plans) {
-    PyObject* entry = plan_dict(plan);
+    PyObject* entry = plan_dict(plan, shape);
     if (entry == nullptr || PyList_Append(list, entry) != 0) {
       Py_XDECREF(entry);
       Py_DECREF(list);

@@ -30,7 +30,9 @@ class GemmPlan:
     that share B's copies), K split into `split_k` ranges summed by a
     deterministic reduction, tiles visited in groups of `raster_group` tile
     rows (of cluster tiles); `tuned` says the choice came from the tuning
-    cache."""
+    cache. `workspace_bytes`: the device memory the launch takes beyond its
+    output (split-K's fp32 partial sums, split_k x M x N x 4 bytes), from
+    torch's caching allocator for the call."""
 
     config: str
     block_m: int
@@ -44,6 +46,7 @@ class GemmPlan:
     split_k: int
     raster_group: int
     tuned: bool
+    workspace_bytes: int
 
 
 def tile_configs():
@@ -99,7 +102,8 @@ def _as_plan(entry, load_width):
                     stages=config["stages"], load_width=min(config["load_width"], load_width),
                     cluster_m=config["cluster_m"],
                     smem_bytes=config["smem_bytes"],
-                    split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"])
+                    split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"],
+                    workspace_bytes=entry["workspace_bytes"])
 
 
 def operand_load_width(t):

@@ -9,6 +9,7 @@
 
 #include "conv/launch.h"
 #include "../ops.h"
+#include "../workspace.h"
 #include "tensor_core_support.h"
 
 namespace mpgemm {
@@ -55,8 +56,7 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   p.out_type = element_type(dtype);
   const kernels::Conv2dPlan plan = kernels::plan_conv2d(pass, p);
   at::Tensor workspace;
-  if (plan.workspace_bytes > 0)
-    workspace = at::empty({int64_t(plan.workspace_bytes)}, anchor.options().dtype(at::kByte));
+  if (plan.workspace_bytes > 0) workspace = allocate_workspace(plan.workspace_bytes, anchor);
   C10_CUDA_CHECK(kernels::launch_conv2d(pass, p, plan, plan.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                         c10::cuda::getCurrentCUDAStream(anchor.get_device()).stream()));
   return out.contiguous(format);

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "../ops.h"
+#include "../workspace.h"
 #include "gemm/launch.h"
 #include "plan/operand_layout.h"
 #include "tensor_core_support.h"
@@ -64,11 +65,9 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_batch_stride = problem.m * problem.n;
   p.d_row_stride = problem.n;
   const kernels::GemmLaunch launch = kernels::plan_gemm(p);
-  // Split-K's fp32 partial sums. The caching allocator hands out blocks per
-  // stream, so this is cheap and safe to reuse once the kernels are done.
+  // Split-K's fp32 partial sums.
   at::Tensor workspace;
-  if (launch.workspace_bytes > 0)
-    workspace = at::empty({int64_t(launch.workspace_bytes)}, a.options().dtype(at::kByte));
+  if (launch.workspace_bytes > 0) workspace = allocate_workspace(launch.workspace_bytes, a);
   C10_CUDA_CHECK(kernels::launch_gemm(p, launch, launch.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                       c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }

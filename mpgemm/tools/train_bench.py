@@ -5,9 +5,9 @@ transformer block (sequence 1024) are trained on synthetic data with SGD
 (momentum 0.9) in each of the five ways of `training` (fp32 with TF32 off;
 torch.amp and mpgemm in fp16 and in bf16), through the training step the demo
 uses. For each batch size: images/s or tokens/s (median step time after
-warm-up steps, the GPU synchronized around each step), the speedup over fp32
-and the peak memory; then, per model and way, the largest batch that fits in
-the GPU's memory.
+warm-up steps, the GPU synchronized around each step), the speedup over fp32,
+the peak memory and mpgemm's workspaces (the largest one call took); then,
+per model and way, the largest batch that fits in the GPU's memory.
 
 The whole run is bounded by --time-limit: the timed runs share most of it and
 the largest-batch searches the rest; within its share a run sizes its number
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .._build import build_info
+from ..memory import reset_workspace_stats, workspace_stats
 from . import display, gpu_state, models, provenance, training
 from .progress import Progress
 from .train_report import format_report
@@ -115,6 +116,10 @@ class Run:
     skipped_steps: int = 0  # of the timed steps
     peak_memory_mb: float = None  # GPU: torch.cuda.max_memory_allocated over the timed steps
     saved_memory_mb: float = None  # what autograd saved for backward in the first step
+    # mpgemm's workspaces over the timed steps (mpgemm.memory): the largest one
+    # call took, and all of them per step; zero for torch's ways and on the CPU.
+    workspace_largest_mb: float = None
+    workspace_mb_per_step: float = None
     final_loss: float = None
 
     @property
@@ -200,6 +205,7 @@ def _train(run, workload, config, device, budget, share_end):
             run.warmup_step_times_s.append(last)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        reset_workspace_stats()
         # The first timed step may overrun the run's share, not the time limit.
         while len(run.step_times_s) < config.max_timed_steps and \
                 budget.left(share_end if run.step_times_s else None) > last:
@@ -210,6 +216,9 @@ def _train(run, workload, config, device, budget, share_end):
             run.final_loss = step.loss
         if device.type == "cuda":
             run.peak_memory_mb = torch.cuda.max_memory_allocated(device) / 2**20
+        workspaces = workspace_stats()
+        run.workspace_largest_mb = workspaces["largest_bytes"] / 2**20
+        run.workspace_mb_per_step = workspaces["bytes"] / 2**20 / max(1, len(run.step_times_s))
     if run.step_times_s:
         run.status = "ok"
     else:

@@ -1,8 +1,9 @@
 """The text of `bench train`'s report, made from the report dict alone (the
 JSON it writes), in at most display.REPORT_WIDTH columns.
 
-On a GPU: throughput, ms/step, speedup over fp32, peak memory and skipped
-steps per model, batch size and way, then the largest batches that fit. On
+On a GPU: throughput, ms/step, speedup over fp32, peak memory, the largest
+workspace one mpgemm call took ("work MB") and skipped steps per model,
+batch size and way, then the largest batches that fit. On
 the CPU: ms/step and saved memory only, under a line saying that these are
 not GPU measurements."""
 
@@ -33,7 +34,7 @@ def _setup_text(report):
 
 
 def _runs_table(runs, on_gpu):
-    header = (["model", "batch", "way", "throughput", "ms/step", "speedup", "peak MB"] if on_gpu
+    header = (["model", "batch", "way", "throughput", "ms/step", "speedup", "peak MB", "work MB"] if on_gpu
               else ["model", "batch", "way", "CPU ms/step", "saved MB"]) + ["skipped"]
     # Names read left-aligned, numbers right-aligned.
     name_width = max([len(header[0])] + [len(r["model"]) for r in runs])
@@ -49,7 +50,7 @@ def _runs_table(runs, on_gpu):
         if on_gpu:
             speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else ""
             row += [f"{r['items_per_s']:.0f} {UNIT_ABBREVIATIONS[r['unit']]}", ms, speedup,
-                    f"{r['peak_memory_mb']:.0f}"]
+                    f"{r['peak_memory_mb']:.0f}", f"{r['workspace_largest_mb']:.1f}"]
         else:
             row += [ms, f"{r['saved_memory_mb']:.1f}"]
         rows.append(row + [f"{r['skipped_steps']} of {len(r['step_times_s'])}"])

@@ -241,7 +241,12 @@ def test_split_k_shapes(m, n, k, dtype):
     if (m, n) in [(64, 64), (128, 256)] and mpgemm.plan.device_limits()["multiprocessors"] >= 16:
         assert plan.split_k > 1, plan
     for out_dtype in (torch.float32, dtype):
+        mpgemm.reset_workspace_stats()
         out = poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
+        # The partial sums, counted: one workspace of the plan's size, or none.
+        assert mpgemm.workspace_stats() == ({"calls": 1, "bytes": plan.workspace_bytes,
+                                             "largest_bytes": plan.workspace_bytes}
+                                            if plan.split_k > 1 else {"calls": 0, "bytes": 0, "largest_bytes": 0})
         assert not out.isnan().any()
         cublas = torch.nn.functional.gelu(cublas_gemm(a, b) + bias)
         assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)

@@ -286,3 +286,30 @@ def test_operand_load_width_is_the_widest_chunk_the_launcher_can_copy():
 def test_a_bad_load_width_is_named(load_width):
     with pytest.raises(ValueError, match="gemm_plan: load_width must be 8, 4, 2 or 1"):
         mpgemm.gemm_plan(64, 64, 64, load_width=load_width, device_limits=H100)
+
+
+@pytest.mark.parametrize("limits", [H100, A100, SM86, SM75], ids=["h100", "a100", "sm86", "sm75"])
+def test_split_k_workspace_is_bounded_by_the_device_not_the_problem(limits):
+    """Split-K's fp32 partial sums: split_k x M x N x 4 bytes, and at most
+    1.5 x multiprocessors tiles of fp32 however long K grows (the bound
+    mpgemm/memory.py states)."""
+    split = 0
+    for m in (1, 64, 100, 256, 640, 1024):
+        for n in (8, 64, 200, 512, 1024):
+            for k in (64, 4096, 65536, 1 << 20):
+                plan = mpgemm.gemm_plan(m, n, k, device_limits=limits)
+                if plan.split_k == 1:
+                    assert plan.workspace_bytes == 0
+                    continue
+                split += 1
+                assert plan.workspace_bytes == plan.split_k * m * n * 4
+                tile_bytes = plan.block_m * plan.block_n * 4
+                assert plan.workspace_bytes <= 1.5 * limits["multiprocessors"] * tile_bytes, (m, n, k, plan)
+    assert split >= 10
+
+
+def test_no_workspace_on_the_cpu_backend():
+    mpgemm.reset_workspace_stats()
+    a, b = torch.randn(64, 4096).half(), torch.randn(4096, 64).half()
+    mpgemm.gemm(a, b)
+    assert mpgemm.workspace_stats() == {"calls": 0, "bytes": 0, "largest_bytes": 0}

@@ -78,6 +78,7 @@ def test_runs_take_their_step_counts_when_time_allows(tiny):
         assert r["items_per_s"] == pytest.approx(r["batch_size"] / sorted(r["step_times_s"])[1])
         assert r["speedup_vs_fp32"] is None and r["peak_memory_mb"] is None, "no GPU figures from a CPU run"
         assert r["saved_memory_mb"] > 0
+        assert r["workspace_largest_mb"] == r["workspace_mb_per_step"] == 0  # the CPU backend takes none
     assert report["gpu_state"] == {"before": None, "after": None}
     assert {s["status"] for s in report["largest_batch"]} == {"skipped"}
 
@@ -140,8 +141,9 @@ def test_gpu_report_has_throughput_speedup_and_largest_batches(tiny):
     report = train_bench.run(tiny_config(batch_sizes=(4,)), "cpu", show_progress=False)
     report["provenance"].update(device="NVIDIA H100 80GB HBM3 (made-up report)", gpu_measurement=True)
     report["device_memory_mb"] = 81559.0
-    for r, speedup in zip(report["runs"], (1.0, 3.25, 2.5, 3.5, 2.75), strict=True):
-        r.update(speedup_vs_fp32=speedup, peak_memory_mb=1234.0)
+    for r, speedup, workspace in zip(report["runs"], (1.0, 3.25, 2.5, 3.5, 2.75), (0, 0, 12.25, 0, 3.5),
+                                     strict=True):
+        r.update(speedup_vs_fp32=speedup, peak_memory_mb=1234.0, workspace_largest_mb=workspace)
     report["largest_batch"][0].update(status="found", largest_fitting=640, smallest_oom=672,
                                       tries=[{"batch_size": 512, "fits": True, "error": None}])
     report["largest_batch"][1].update(status="at least", largest_fitting=1024, reason="the next try, batch 2048, "
@@ -152,6 +154,7 @@ def test_gpu_report_has_throughput_speedup_and_largest_batches(tiny):
     assert max(map(len, text.splitlines())) <= WIDTH
     assert "at least 512 images, fewer than 1024; stopped: the next try, batch 768" in text
     assert "img/s" in text and "3.25x" in text and "NOT GPU" not in text
+    assert "work MB" in text and " 12.2 " in text
     assert "tiny fp32: 640 images (672 ran out of memory). Tries: 512 fits." in text
     assert "at least 1024" in text
 
