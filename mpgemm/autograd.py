@@ -53,8 +53,15 @@ def _pre_activation_grad(grad_out, activation, recompute_pre_activation):
     return torch.ops.aten.gelu_backward(grad_out.to(FLOAT), z)
 
 
+def _sum_to(t, dims, dtype):
+    """t summed over dims, accumulated in fp32, in dtype: one op where t has
+    that dtype (torch's sums of fp16 and bf16 accumulate in fp32), not a sum
+    in fp32 and a cast."""
+    return t.sum(dims) if t.dtype == dtype else t.sum(dims, dtype=FLOAT).to(dtype)
+
+
 def _bias_grad(grad_z, bias_dtype):
-    return grad_z.reshape(grad_z.shape[:-1].numel(), grad_z.shape[-1]).sum(0, dtype=FLOAT).to(bias_dtype)
+    return _sum_to(grad_z.reshape(grad_z.shape[:-1].numel(), grad_z.shape[-1]), 0, bias_dtype)
 
 
 def _save_operands(ctx, first, second, bias, activation):
@@ -155,7 +162,7 @@ def _conv2d_backward(ctx, grad_out):
     elif ctx.needs_input_grad[1]:
         grad_weight = torch.ops.mpgemm.conv2d_grad_weight(grad_out, x, weight, *ctx.geometry)
     if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
-        grad_bias = grad_out.sum((0, 2, 3), dtype=FLOAT).to(ctx.bias_dtype)
+        grad_bias = _sum_to(grad_out, (0, 2, 3), ctx.bias_dtype)
     return grad_x, grad_weight, grad_bias, None, None, None, None
 
 

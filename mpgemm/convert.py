@@ -56,7 +56,8 @@ def _reduce_converted(module, protocol):
     return _new_converted, module._mpgemm_source, module.__getstate__()
 
 
-def _new_converted(source, forward):
+def _new_converted(source, forward=None):
+    # forward=None: a pickle made before norm layers shared this (a matrix layer's class).
     cls = converted_class(source, forward)
     return cls.__new__(cls)
 

@@ -6,8 +6,8 @@ under :func:`mpgemm.amp.prepare`, with their weights, biases and running
 statistics in fp32:
 
 - batch norms (torch's BatchNorm1d/2d/3d, SyncBatchNorm and InstanceNorm, their
-  subclasses, and FrozenBatchNorm2d by name) take the 16-bit activations as
-  they come, as under torch.amp: torch's batch_norm accumulates in fp32 with
+  subclasses that keep torch's forward, and by name FrozenBatchNorm2d and
+  timm's BatchNormAct2d) take the 16-bit activations as they come, as under torch.amp: torch's batch_norm accumulates in fp32 with
   fp32 weights and statistics and returns the input's type, and autograd saves
   the 16-bit input;
 - torch's LayerNorm, GroupNorm and RMSNorm compute in fp32, as autocast has
@@ -23,6 +23,7 @@ import math
 import re
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..convert import converted_class
 
@@ -38,8 +39,11 @@ NORM_LAYERS = tuple(
 )
 NORM_NAME = re.compile(r"Norm([123][dD])?$")
 BATCH_NORMS = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.instancenorm._InstanceNorm)
-# torchvision's, timm's and detectron2's: an affine map from fp32 buffers, no parameters.
-FROZEN_BATCH_NORM = re.compile(r"^FrozenBatchNorm[123]?[dD]?$")
+# Batch norms with a forward of their own, known to take 16-bit input as
+# torch's does: FrozenBatchNorm2d (torchvision's, timm's, detectron2's: an
+# affine map from fp32 buffers) and timm's norm-act layers (F.batch_norm, then
+# an activation).
+BATCH_NORMS_BY_NAME = re.compile(r"^(FrozenBatchNorm2d|FrozenBatchNormAct2d|BatchNormAct2d|SyncBatchNormAct)$")
 
 
 def is_norm_layer(module):
@@ -94,6 +98,9 @@ class _LayerNorm(torch.autograd.Function):
 
 
 class _GroupNorm(torch.autograd.Function):
+    """aten has no derivative of group norm's backward: differentiating it
+    again raises."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, groups, eps):
         dtype, memory_format = _compute_type(x), _memory_format(x)
@@ -101,23 +108,26 @@ class _GroupNorm(torch.autograd.Function):
         ctx.memory_format = memory_format
         out, mean, rstd = aten.native_group_norm(x.to(dtype).contiguous(memory_format=memory_format),
                                                  _widened(weight, dtype), _widened(bias, dtype), *ctx.sizes, eps)
-        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
         return out.to(x.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
-        x, weight, mean, rstd = ctx.saved_tensors
+        x, weight, bias, mean, rstd = ctx.saved_tensors
         dtype, memory_format = _compute_type(x), ctx.memory_format
         # Both in the input's memory format: native_group_norm_backward reads them as laid out alike.
         grad_x, grad_weight, grad_bias = aten.native_group_norm_backward(
             grad.to(dtype).contiguous(memory_format=memory_format), x.to(dtype).contiguous(memory_format=memory_format),
             mean, rstd, _widened(weight, dtype), *ctx.sizes, list(ctx.needs_input_grad[:3]))
-        return _like(grad_x, x), _like(grad_weight, weight), _like(grad_bias, weight), None, None
+        return _like(grad_x, x), _like(grad_weight, weight), _like(grad_bias, bias), None, None
 
 
 class _RMSNorm(torch.autograd.Function):
     """y = x / sqrt(mean(x^2) + eps) * weight over the normalized dimensions,
-    written out (torch has no public op that returns the statistics)."""
+    written out (torch has no public op that returns the statistics). Its
+    backward takes the saved statistic as a constant, so differentiating it
+    again raises rather than answer wrong."""
 
     @staticmethod
     def forward(ctx, x, weight, normalized_shape, eps):
@@ -136,6 +146,7 @@ class _RMSNorm(torch.autograd.Function):
         return out.to(x.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
         dtype = _compute_type(x)
@@ -182,13 +193,16 @@ FP32_FORWARDS = tuple((cls.__bases__[0], cls) for cls in (LayerNorm, GroupNorm, 
 
 def take_16_bit_input(module):
     """Lets norm layer `module` take 16-bit activations as they come, as the
-    module docstring says: batch norms as they are; torch's LayerNorm,
+    module docstring says: batch norms as they are (torch's forward, or one
+    BATCH_NORMS_BY_NAME names); torch's LayerNorm,
     GroupNorm and RMSNorm, and their subclasses that keep torch's forward, by
     a forward that computes in fp32 (the module's class changes, as
     :func:`mpgemm.convert` changes a matrix layer's). Returns False for the
     norm layers that need an fp32 copy of their input."""
     cls = type(module)
-    if isinstance(module, BATCH_NORMS) or FROZEN_BATCH_NORM.search(cls.__name__):
+    # A subclass with its own forward may compute anything: it keeps the fp32 copy.
+    if (isinstance(module, BATCH_NORMS) and cls.forward.__module__.startswith("torch.nn.")) or \
+            BATCH_NORMS_BY_NAME.search(cls.__name__):
         return True
     for base, forward in FP32_FORWARDS:
         if isinstance(module, forward):

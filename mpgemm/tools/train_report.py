@@ -33,6 +33,11 @@ def _setup_text(report):
             f"{'on' if report['settings']['cudnn_benchmark'] else 'off'}.")
 
 
+def _megabytes(value):
+    """A figure a report made before it was measured lacks: "-"."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _runs_table(runs, on_gpu):
     header = (["model", "batch", "way", "throughput", "ms/step", "speedup", "peak MB", "work MB"] if on_gpu
               else ["model", "batch", "way", "CPU ms/step", "saved MB"]) + ["skipped"]
@@ -50,7 +55,7 @@ def _runs_table(runs, on_gpu):
         if on_gpu:
             speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else ""
             row += [f"{r['items_per_s']:.0f} {UNIT_ABBREVIATIONS[r['unit']]}", ms, speedup,
-                    f"{r['peak_memory_mb']:.0f}", f"{r['workspace_largest_mb']:.1f}"]
+                    f"{r['peak_memory_mb']:.0f}", _megabytes(r.get("workspace_largest_mb"))]
         else:
             row += [ms, f"{r['saved_memory_mb']:.1f}"]
         rows.append(row + [f"{r['skipped_steps']} of {len(r['step_times_s'])}"])

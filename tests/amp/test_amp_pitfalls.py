@@ -390,6 +390,18 @@ def test_prepared_model_pickles_and_saves_whole():
             other.load_state_dict(mlp(seed=4).state_dict())  # inert hooks: no optimizer behind them
 
 
+def test_a_converted_layer_pickled_before_norm_layers_shared_the_class_swap_loads():
+    # Such a pickle names the source class alone: (_new_converted, (cls,), state).
+    layer = mpgemm.convert(torch.nn.Sequential(torch.nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4)))[0]
+
+    class OldPickle:
+        def __reduce_ex__(self, protocol):
+            return mpgemm.convert.__globals__["_new_converted"], (layer._mpgemm_source[0],), layer.__getstate__()
+
+    restored = pickle.loads(pickle.dumps(OldPickle()))
+    assert type(restored) is type(layer) and torch.equal(restored.weight, layer.weight)
+
+
 # 12. The fp16 range check
 
 

@@ -15,6 +15,7 @@ from mpgemm.amp import norms
 from mpgemm.testing import relative_error
 
 DTYPES = [torch.float16, torch.bfloat16]
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 FLOAT = torch.float32
 
 
@@ -28,6 +29,12 @@ class FrozenBatchNorm2d(torch.nn.Module):  # torchvision's, in brief: buffers, n
     def forward(self, x):
         scale = self.weight * (self.running_var + 1e-5).rsqrt()
         return x * scale.reshape(1, -1, 1, 1) + (self.bias - self.running_mean * scale).reshape(1, -1, 1, 1)
+
+
+class BatchNormAct2d(torch.nn.BatchNorm2d):  # timm's, in brief: batch_norm, then an activation
+    def forward(self, x):
+        return F.relu(F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training,
+                                   self.momentum, self.eps))
 
 
 class LayerNormSubclass(torch.nn.LayerNorm):  # keeps torch's forward: computed in fp32 from 16-bit input
@@ -47,7 +54,7 @@ def _randomized(norm):
     return norm
 
 
-# name: (norm layer, input shape, saves a 16-bit copy of its input)
+# name: (norm layer, input shape)
 NORMS = {
     "BatchNorm1d": (lambda: torch.nn.BatchNorm1d(16), (6, 16)),
     "BatchNorm2d": (lambda: torch.nn.BatchNorm2d(16), (3, 16, 5, 5)),
@@ -55,6 +62,7 @@ NORMS = {
     "SyncBatchNorm": (lambda: torch.nn.SyncBatchNorm(16), (3, 16, 5, 5)),
     "InstanceNorm2d": (lambda: torch.nn.InstanceNorm2d(16, affine=True), (3, 16, 5, 5)),
     "FrozenBatchNorm2d": (lambda: FrozenBatchNorm2d(16), (3, 16, 5, 5)),
+    "BatchNormAct2d": (lambda: BatchNormAct2d(16), (3, 16, 5, 5)),
     "LayerNorm": (lambda: torch.nn.LayerNorm(16), (3, 7, 16)),
     "LayerNorm2": (lambda: torch.nn.LayerNorm((5, 16)), (3, 5, 16)),
     "LayerNormNoBias": (lambda: torch.nn.LayerNorm(16, bias=False), (3, 7, 16)),
@@ -67,26 +75,26 @@ NORMS = {
 }
 
 
-def _prepared_norm(name, dtype):
+def _prepared_norm(name, dtype, device="cpu"):
     """The norm layer of a prepared Sequential(norm, Linear), and an input for it."""
     torch.manual_seed(0)
     make, shape = NORMS[name]
-    norm = make()
-    _randomized(norm)
-    features = shape[-1]
-    model = torch.nn.Sequential(norm, torch.nn.Linear(features, 4))
+    with torch.device(device):
+        norm = _randomized(make())
+        model = torch.nn.Sequential(norm, torch.nn.Linear(shape[-1], 4))
+        x = torch.randn(shape).to(dtype)
     reference = copy.deepcopy(norm)
     mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), dtype=dtype)
-    x = torch.randn(shape).to(dtype)
     if x.dim() == 4:
         x = x.to(memory_format=torch.channels_last)
     return model[0], reference, x
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", NORMS)
-def test_norm_takes_16_bit_input_and_computes_as_in_fp32(name, dtype):
-    norm, reference, x = _prepared_norm(name, dtype)
+def test_norm_takes_16_bit_input_and_computes_as_in_fp32(name, dtype, device):
+    norm, reference, x = _prepared_norm(name, dtype, device)
     assert all(t.dtype == FLOAT for t in [*norm.parameters(), *norm.buffers()] if t.is_floating_point())
     seen = []
     norm.register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
@@ -98,7 +106,7 @@ def test_norm_takes_16_bit_input_and_computes_as_in_fp32(name, dtype):
     x32 = x.detach().float().requires_grad_()
     expected = reference(x32)
     assert relative_error(out.float(), expected.detach()) <= torch.finfo(dtype).eps
-    grad = torch.randn(out.shape).to(dtype)
+    grad = torch.randn(out.shape, device=device).to(dtype)
     out.backward(grad)
     expected.backward(grad.float())
     assert x.grad.dtype == dtype
@@ -124,8 +132,10 @@ def test_norm_saves_no_fp32_copy_of_its_input(name, dtype):
         norm(x)
     state = {t.data_ptr() for t in [*norm.parameters(), *norm.buffers()]}
     activations = [t for t in saved if t.data_ptr() not in state and t.numel() >= x.numel()]
-    # The 16-bit input, at most once; besides it, per-channel or per-row statistics.
-    assert all(t.dtype == dtype for t in activations) and len(activations) <= 1, [t.dtype for t in activations]
+    # 16-bit activations (the input, a norm-act layer's output, InstanceNorm's
+    # NCHW copy of a channels_last input, as torch makes it); besides them,
+    # per-channel or per-row statistics.
+    assert all(t.dtype == dtype for t in activations), [t.dtype for t in activations]
 
 
 def test_layer_norm_results_are_autocasts_bit_for_bit():
@@ -163,15 +173,42 @@ def test_fp32_input_gives_a_16_bit_output():
     assert norm(x.float()).dtype == torch.float16
 
 
+class BatchNormOwnForward(torch.nn.BatchNorm1d):
+    def forward(self, x):
+        self.input_dtype = x.dtype
+        return super().forward(x)
+
+
 def test_norms_with_their_own_forward_or_kept_fp32_get_an_fp32_copy():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), LayerNormOwnForward(8), torch.nn.Linear(8, 8),
-                                torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
-    mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), keep_fp32=[torch.nn.LayerNorm])
+                                BatchNormOwnForward(8), torch.nn.Linear(8, 8), torch.nn.LayerNorm(8),
+                                torch.nn.Linear(8, 2))
+    mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), keep_fp32=["5"])
     seen = []
-    model[3].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
-    assert model(torch.randn(2, 8)).dtype == FLOAT
-    assert model[1].input_dtype == FLOAT and seen == [FLOAT]
-    assert type(model[1]) is LayerNormOwnForward and type(model[3]) is torch.nn.LayerNorm
+    model[5].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    assert model(torch.randn(4, 8)).dtype == FLOAT
+    assert model[1].input_dtype == model[3].input_dtype == FLOAT and seen == [FLOAT]
+    assert type(model[1]) is LayerNormOwnForward and type(model[5]) is torch.nn.LayerNorm
+    assert model[2].weight.dtype == torch.float16 and model[3].weight.dtype == FLOAT
+
+
+def test_double_backward_is_right_or_refused():
+    """LayerNorm's twice-differentiated gradient is torch's (aten derives its
+    backward); GroupNorm's and RMSNorm's backward raise if differentiated."""
+    norm, reference, x = _prepared_norm("LayerNorm", torch.float16)
+    x = x.requires_grad_()
+    x32 = x.detach().float().requires_grad_()
+    c, d = torch.randn(x.shape), torch.randn(x.shape)
+    for layer, inp in ((norm, x), (reference, x32)):
+        (grad,) = torch.autograd.grad((layer(inp).float() * c).sum(), inp, create_graph=True)
+        (grad.float() * d).sum().backward()
+    assert relative_error(x.grad.float(), x32.grad) <= 4 * torch.finfo(torch.float16).eps
+    for name in ("GroupNorm", "RMSNorm"):
+        norm, _, x = _prepared_norm(name, torch.float16)
+        x = x.requires_grad_()
+        (grad,) = torch.autograd.grad(norm(x).float().square().sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="once_differentiable"):
+            grad.float().sum().backward()
 
 
 def test_swapped_norm_classes_keep_their_identity_and_pickle():
