@@ -7,9 +7,10 @@ statistics in fp32:
 
 - batch norms (torch's BatchNorm1d/2d/3d, SyncBatchNorm and InstanceNorm, their
   subclasses that keep torch's forward, and by name FrozenBatchNorm2d and
-  timm's BatchNormAct2d) take the 16-bit activations as they come, as under torch.amp: torch's batch_norm accumulates in fp32 with
-  fp32 weights and statistics and returns the input's type, and autograd saves
-  the 16-bit input;
+  timm's BatchNormAct2d) take the 16-bit activations as they come, as under
+  torch.amp: torch's batch_norm accumulates in fp32 with fp32 weights and
+  statistics and returns the input's type, and autograd saves the 16-bit
+  input;
 - torch's LayerNorm, GroupNorm and RMSNorm compute in fp32, as autocast has
   them do, but from the 16-bit input: autograd saves that input, not an fp32
   copy of it, and backward widens it again (the functions below). The result
@@ -194,11 +195,11 @@ FP32_FORWARDS = tuple((cls.__bases__[0], cls) for cls in (LayerNorm, GroupNorm, 
 def take_16_bit_input(module):
     """Lets norm layer `module` take 16-bit activations as they come, as the
     module docstring says: batch norms as they are (torch's forward, or one
-    BATCH_NORMS_BY_NAME names); torch's LayerNorm,
-    GroupNorm and RMSNorm, and their subclasses that keep torch's forward, by
-    a forward that computes in fp32 (the module's class changes, as
-    :func:`mpgemm.convert` changes a matrix layer's). Returns False for the
-    norm layers that need an fp32 copy of their input."""
+    BATCH_NORMS_BY_NAME names); torch's LayerNorm, GroupNorm and RMSNorm, and
+    their subclasses that keep torch's forward, by a forward that computes in
+    fp32 (the module's class changes, as :func:`mpgemm.convert` changes a
+    matrix layer's). Returns False for the norm layers that need an fp32 copy
+    of their input."""
     cls = type(module)
     # A subclass with its own forward may compute anything: it keeps the fp32 copy.
     if (isinstance(module, BATCH_NORMS) and cls.forward.__module__.startswith("torch.nn.")) or \
