@@ -29,10 +29,10 @@ class Logits(torch.nn.Module):
 # name: (fp32 model, input, target, loss), each at a fixed small batch
 WORKLOADS = {
     "resnet50": lambda g: (models.resnet50().to(memory_format=torch.channels_last),
-                           torch.randn(8, 3, 64, 64, generator=g).to(memory_format=torch.channels_last),
-                           torch.randint(0, 1000, (8,), generator=g), F.cross_entropy),
-    "gpt2-block": lambda g: (models.TransformerBlock(), torch.randn(4, 64, 768, generator=g),
-                             torch.randn(4, 64, 768, generator=g), F.mse_loss),
+                           torch.randn(4, 3, 48, 48, generator=g).to(memory_format=torch.channels_last),
+                           torch.randint(0, 1000, (4,), generator=g), F.cross_entropy),
+    "gpt2-block": lambda g: (models.TransformerBlock(), torch.randn(2, 32, 768, generator=g),
+                             torch.randn(2, 32, 768, generator=g), F.mse_loss),
     "bert": lambda g: (Logits(), torch.randint(0, 1000, (4, 64), generator=g), torch.randint(0, 2, (4,), generator=g),
                        F.cross_entropy),
 }
