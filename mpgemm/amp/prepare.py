@@ -73,9 +73,12 @@ def _fp32_subtrees(model, keep_fp32):
     keep = module_selector(keep_fp32, "keep_fp32", "mpgemm.amp.prepare")
     kept, roots = {}, []
     for name, module in model.named_modules():
-        if id(module) in kept or not (is_norm_layer(module) or keep(name, module)):
+        if id(module) in kept:
             continue
-        roots.append((module, keep(name, module)))
+        picked = keep(name, module)
+        if not (picked or is_norm_layer(module)):
+            continue
+        roots.append((module, picked))
         kept.update((id(m), m) for m in module.modules())
     return kept, roots
 
