@@ -47,9 +47,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
   const auto problem = check_linear_args<int64_t>(x, weight, bias, activation, out_dtype);
   const at::Tensor a = x.reshape({problem.m, problem.k}).to(problem.input_dtype);
   const at::Tensor b = weight.to(problem.input_dtype).t();
-  at::Tensor out = at::empty({problem.m, problem.n}, x.options().dtype(problem.out_dtype));
-  Into(problem, a, b, bias, out);
-  return out.view(problem.out_shape);
+  // Allocated in the output's shape, so that what is returned is no view
+  // (FSDP2 warns about a module that returns one).
+  const at::Tensor out = at::empty(problem.out_shape, x.options().dtype(problem.out_dtype));
+  at::Tensor rows = out.view({problem.m, problem.n});
+  Into(problem, a, b, bias, rows);
+  return out;
 }
 
 at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,

@@ -13,6 +13,11 @@ logger = logging.getLogger(__name__)
 ELIGIBLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # mpgemm classes whose forward runs on mpgemm's kernels; a converted layer is an instance of one.
 FORWARD_CLASSES = (nn.Linear, nn.Conv2d, nn.Conv1D)
+# Subclasses whose forward computes what their torch base's does, by the name
+# of the class that defines it: timm's Linear only casts the weight and bias
+# to the input's type under TorchScript, to work around torch.addmm under
+# autocast (MobileNetV3's and EfficientNet's classifiers).
+SAME_FORWARD_AS_BASE = {"timm.layers.linear.Linear", "timm.models.layers.linear.Linear"}
 # Layers with matrix products that stay on torch, and why (for the summary warning).
 LEFT_ON_TORCH = (
     (torch.nn.MultiheadAttention, "torch computes its attention from the weights"),
@@ -53,13 +58,32 @@ def converted_class(cls, forward=None):
 
 def _reduce_converted(module, protocol):
     # A class made at run time cannot be pickled by name: rebuild it from its source.
-    return _new_converted, module._mpgemm_source, module.__getstate__()
+    source, forward = type(module)._mpgemm_source
+    return _new_converted, (_picklable(source), forward), module.__getstate__()
+
+
+def _picklable(cls):
+    """cls, or for a class made here the (source, forward) pair that makes it."""
+    source = cls.__dict__.get("_mpgemm_source")
+    return cls if source is None else (_picklable(source[0]), source[1])
+
+
+def _class_of(source):
+    """The class a _picklable() value stands for."""
+    return source if isinstance(source, type) else converted_class(_class_of(source[0]), source[1])
 
 
 def _new_converted(source, forward=None):
     # forward=None: a pickle made before norm layers shared this (a matrix layer's class).
-    cls = converted_class(source, forward)
+    cls = converted_class(_class_of(source), forward)
     return cls.__new__(cls)
+
+
+def _forward_is_base(cls, base):
+    """Whether cls computes its base's forward: inherits it, or takes it from
+    a class of SAME_FORWARD_AS_BASE."""
+    owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
+    return owner is base or f"{owner.__module__}.{owner.__qualname__}" in SAME_FORWARD_AS_BASE
 
 
 def module_selector(option, option_name, where):
@@ -84,10 +108,12 @@ def convert(model, *, skip=(), include=()):
     Converted: ``torch.nn.Linear``, ``torch.nn.Conv2d`` and transformers'
     ``Conv1D`` (GPT-2's layers, weight of shape (in, out), read in place as the
     transposed operand), and their subclasses that do not override
-    ``forward``, with fp16, bf16 or fp32 weights (a converted model may be
-    cast to another of these afterwards, e.g. ``model.to(torch.bfloat16)``).
-    A subclass that overrides ``forward`` may compute something else and is
-    left alone unless `include` names it. The module object is kept and only its class changes (to a
+    ``forward`` or take it from a class that computes the same (timm's
+    ``Linear``: ``SAME_FORWARD_AS_BASE``), with fp16, bf16 or fp32 weights (a
+    converted model may be cast to another of these afterwards, e.g.
+    ``model.to(torch.bfloat16)``). Any other subclass that overrides
+    ``forward`` may compute something else and is left alone unless `include`
+    names it. The module object is kept and only its class changes (to a
     subclass of its own class), so parameters, buffers, hooks and isinstance
     checks stay. Converting twice changes nothing.
 
@@ -127,7 +153,7 @@ def convert(model, *, skip=(), include=()):
             logger.info("mpgemm.convert: skipping %s", name or "<root>")
             continue
         cls = type(module)
-        if cls.forward is not base.forward and not included(name, module):
+        if not _forward_is_base(cls, base) and not included(name, module):
             left[f"{cls.__module__}.{cls.__qualname__}", "overrides forward; include= converts it"] += 1
             continue
         if module.weight.dtype not in ELIGIBLE_DTYPES:

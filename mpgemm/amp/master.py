@@ -1,14 +1,54 @@
 """FP32 master weights for an optimizer over a 16-bit (fp16 or bf16) model."""
 
 import collections
+import functools
 import weakref
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .master_grads import GradientLink, unscale_target
 
 FLOAT = torch.float32
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+# The 16-bit parameters that have fp32 masters, for as long as they live
+# (their optimizer may be dropped first), and each master optimizer's inner
+# optimizer. Any other optimizer stepping such a parameter would round every
+# update to 16 bits and never touch the masters.
+_PARAMS_WITH_MASTERS = weakref.WeakValueDictionary()  # id -> parameter (tensors do not hash by value)
+_OUTER_OF_INNER = weakref.WeakKeyDictionary()  # inner optimizer -> weakref to its MasterWeightOptimizer
+_step_hook = None
+
+
+def _refuse_steps_that_bypass_masters(optimizer, args, kwargs):
+    """Global optimizer pre-step hook (torch.optim): the check above, paid only
+    once a MasterWeightOptimizer exists."""
+    outer = _OUTER_OF_INNER.get(optimizer)
+    if outer is not None:
+        outer = outer()
+        if outer is not None and not outer._stepping:
+            raise RuntimeError(
+                f"mpgemm.amp: this {type(optimizer).__name__} steps the fp32 masters of a MasterWeightOptimizer "
+                f"directly, so the 16-bit model would not follow; step the optimizer that prepare() returned")
+        return
+    if not _PARAMS_WITH_MASTERS:
+        return
+    held = sum(_PARAMS_WITH_MASTERS.get(id(p)) is p for group in optimizer.param_groups for p in group["params"])
+    if held:
+        raise RuntimeError(
+            f"mpgemm.amp: this {type(optimizer).__name__} steps {held} 16-bit parameter(s) that have fp32 master "
+            f"weights (the model went through mpgemm.amp.prepare()); its updates would be rounded to 16 bits and "
+            f"the masters left behind. Build the optimizer before prepare(), pass it in, and step the optimizer "
+            f"prepare() returns")
+
+
+def _track(optimizer, pairs):
+    global _step_hook
+    if _step_hook is None:
+        _step_hook = register_optimizer_step_pre_hook(_refuse_steps_that_bypass_masters)
+    _OUTER_OF_INNER[optimizer.optimizer] = weakref.ref(optimizer)
+    _PARAMS_WITH_MASTERS.update((id(model), model) for model, master in pairs if model is not master)
 
 
 class MasterWeightOptimizer(torch.optim.Optimizer):
@@ -35,9 +75,14 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
     into the masters at the next step, wherever a model value differs from its
     master's 16-bit rounding. Writes through ``.data`` bypass the version
     counter that tells of a change and are not seen: write under
-    ``torch.no_grad()`` instead. With ``model`` given,
-    ``model.load_state_dict()`` loads the masters too, with the exact values
-    of fp32 entries.
+    ``torch.no_grad()`` instead.
+
+    Checkpoints: with ``model`` given, ``model.state_dict()`` holds the fp32
+    masters and ``model.load_state_dict()`` loads them, so model, optimizer
+    and scaler resume exactly in any load order. Only the optimizer prepare()
+    returned (or this wrapper) may step the model's 16-bit parameters: another
+    optimizer stepping them, or the inner optimizer stepped on its own, is
+    refused at its first step.
     """
 
     def __init__(self, optimizer, model=None):
@@ -68,6 +113,8 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
             group["params"] = masters
         self._link_gradients()
         self._grads_unscaled = False
+        self._stepping = False
+        _track(self, self._pairs)
         # torch.optim.Optimizer's hook registries, so its register_* methods work.
         self._optimizer_step_pre_hooks = collections.OrderedDict()
         self._optimizer_step_post_hooks = collections.OrderedDict()
@@ -75,8 +122,9 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         self._optimizer_state_dict_post_hooks = collections.OrderedDict()
         self._optimizer_load_state_dict_pre_hooks = collections.OrderedDict()
         self._optimizer_load_state_dict_post_hooks = collections.OrderedDict()
+        self._model = None if model is None else weakref.ref(model)
         if model is not None:
-            _MasterLoader.attach(model, self)
+            _ModelStateHooks.attach(model, self)
 
     def _link_gradients(self):
         self._links = [GradientLink(model, master) for model, master in self._pairs if model is not master]
@@ -90,12 +138,14 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
     # gradient links hold autograd nodes: a copy makes its own.
     def __getstate__(self):
         state = self.__dict__.copy()
-        del state["_links"], state["_link_of"], state["_versions"]
+        del state["_links"], state["_link_of"], state["_versions"], state["_model"]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._model = None  # a copy's parameters are not the model's
         self._link_gradients()
+        _track(self, self._pairs)
 
     # The Optimizer interface, forwarded to the inner optimizer.
     @property
@@ -159,13 +209,34 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
             self.unscale_grads_(torch.ones(1, device=device), torch.zeros(1, device=device))
         for hook in list(self._optimizer_step_pre_hooks.values()):
             hook(self, (), {})
+        if self._links and all(link.master.grad is None for link in self._links):
+            self._check_parameters_still_in_model()
         self._adopt_model_changes()
-        result = self.optimizer.step()
+        self._stepping = True
+        try:
+            result = self.optimizer.step()
+        finally:
+            self._stepping = False
         self.copy_masters_to_model()
         self._grads_unscaled = False
         for hook in list(self._optimizer_step_post_hooks.values()):
             hook(self, (), {})
         return result
+
+    def _check_parameters_still_in_model(self):
+        """No master has a gradient: refuse where that is because the model's
+        16-bit parameters were replaced since prepare() (fully_shard turns
+        them into sharded ones), which would leave the model untrained."""
+        model = self._model() if self._model is not None else None
+        if model is None:
+            return
+        in_model = {id(p) for p in model.parameters()}
+        replaced = sum(id(link.param) not in in_model for link in self._links)
+        if replaced:
+            raise RuntimeError(
+                f"mpgemm.amp.MasterWeightOptimizer: {replaced} of the model's 16-bit parameters with masters are no "
+                f"longer in the model (replaced after prepare(): by fully_shard? FSDP2 keeps fp32 parameters itself: "
+                f"convert() the model, shard it with a MixedPrecisionPolicy and leave prepare() out)")
 
     @torch.no_grad()
     def _adopt_model_changes(self):
@@ -181,12 +252,6 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         if self._links:
             torch._foreach_copy_([link.param for link in self._links], [link.master for link in self._links])
         self._record_versions()
-
-    @torch.no_grad()
-    def _load_master(self, param, value):
-        """Loads a state_dict entry, already copied into `param`, into its master."""
-        self._link_of[id(param)].master.copy_(value)
-        self._versions[id(param)] = param._version
 
     def state_dict(self):
         return {"optimizer": self.optimizer.state_dict(), "masters": [m.detach().clone() for m in self.master_params()]}
@@ -210,9 +275,16 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         raise NotImplementedError("mpgemm.amp.MasterWeightOptimizer: add parameter groups before wrapping")
 
 
-class _MasterLoader:
-    """load_state_dict hooks on each module that owns 16-bit parameters with
-    masters: the masters take the state dict's values (fp32 ones exactly).
+class _ModelStateHooks:
+    """state_dict and load_state_dict hooks on each module that owns 16-bit
+    parameters with masters, so that a checkpoint resumes exactly whichever
+    of model and optimizer loads first:
+
+    - ``model.state_dict()`` holds the fp32 masters in place of those 16-bit
+      parameters, as a torch.amp model's would (it loads into the fp32 model);
+    - ``model.load_state_dict()`` gives the masters an fp32 entry's exact
+      value; a 16-bit entry moves only the masters whose 16-bit rounding it
+      changes, so it does not undo masters the optimizer loaded first.
 
     Holds the optimizer weakly. A pickled or deep-copied model gets inert
     hooks, as its parameters are no longer the optimizer's."""
@@ -223,11 +295,13 @@ class _MasterLoader:
 
     @classmethod
     def attach(cls, model, optimizer):
-        loader = cls(optimizer)
+        hooks = cls(optimizer)
         for module in model.modules():
             if any(p is not None and id(p) in optimizer._link_of for p in module._parameters.values()):
-                module.register_load_state_dict_pre_hook(loader.before_load)
-                module.register_load_state_dict_post_hook(loader.after_load)
+                # A partial, as torch marks the hook with an attribute, which a bound method cannot take.
+                module.register_state_dict_post_hook(functools.partial(hooks.after_state_dict))
+                module.register_load_state_dict_pre_hook(hooks.before_load)
+                module.register_load_state_dict_post_hook(hooks.after_load)
 
     def __getstate__(self):
         return {}
@@ -235,24 +309,36 @@ class _MasterLoader:
     def __setstate__(self, state):
         self._optimizer, self._pending = (lambda: None), {}
 
-    def before_load(self, module, state_dict, prefix, *args):
+    def _linked(self, module):
+        """(name, parameter, its GradientLink) for module's parameters with masters."""
         optimizer = self._optimizer()
         if optimizer is None:
-            return
-        self._pending[id(module)] = [
-            (name, param, state_dict[prefix + name]) for name, param in module._parameters.items()
-            if param is not None and id(param) in optimizer._link_of
-            and isinstance(state_dict.get(prefix + name), torch.Tensor) and state_dict[prefix + name].shape == param.shape
-        ]
+            return []
+        return [(name, param, optimizer._link_of[id(param)]) for name, param in module._parameters.items()
+                if param is not None and id(param) in optimizer._link_of]
 
+    def after_state_dict(self, module, state_dict, prefix, local_metadata):
+        for name, param, link in self._linked(module):
+            entry = state_dict.get(prefix + name)
+            if isinstance(entry, torch.Tensor) and entry is not param:  # keep_vars=True keeps the parameter
+                state_dict[prefix + name] = link.master.detach()
+
+    def before_load(self, module, state_dict, prefix, *args):
+        entries = ((name, param, link, state_dict.get(prefix + name)) for name, param, link in self._linked(module))
+        self._pending[id(module)] = [(name, param, link, value) for name, param, link, value in entries
+                                     if isinstance(value, torch.Tensor) and value.shape == param.shape]
+
+    @torch.no_grad()
     def after_load(self, module, incompatible_keys):
-        loaded = self._pending.pop(id(module), [])
         optimizer = self._optimizer()
-        if optimizer is None:
-            return
-        for name, param, value in loaded:
+        for name, param, link, value in self._pending.pop(id(module), []):
             if module._parameters[name] is not param:
                 raise RuntimeError(
                     f"mpgemm.amp: load_state_dict(assign=True) replaced the parameter {name!r} that the optimizer "
                     f"holds; after prepare(), load with assign=False")
-            optimizer._load_master(param, value)
+            if value.dtype == FLOAT:
+                link.master.copy_(value)
+            else:
+                link.master.copy_(torch.where(link.master.to(param.dtype) != param, param.to(FLOAT), link.master))
+            if optimizer is not None:
+                optimizer._versions[id(param)] = param._version

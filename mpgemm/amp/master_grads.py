@@ -22,6 +22,11 @@ import weakref
 import torch
 import torch.distributed as dist
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # a torch built without torch.distributed
+    DTensor = ()
+
 FLOAT = torch.float32
 
 
@@ -30,9 +35,13 @@ def distributed():
 
 
 def unscale_target(param):
-    """The tensor to unscale in place for param.grad: itself, or a sparse
-    gradient's values (fp16 ones coalesced first, so that the inf check sees
-    the sums, as GradScaler does)."""
+    """The tensor to unscale in place for param.grad: itself, this rank's
+    shard of a sharded gradient (FSDP2's), or a sparse gradient's values
+    (fp16 ones coalesced first, so that the inf check sees the sums, as
+    GradScaler does)."""
+    if isinstance(param.grad, DTensor):
+        with torch.no_grad():
+            return param.grad.to_local()
     if not param.grad.is_sparse:
         return param.grad
     if param.grad.dtype == torch.float16:

@@ -4,8 +4,9 @@ import warnings
 
 import torch
 
-from ..convert import convert, module_selector
+from ..convert import convert, converted_class, module_selector
 from .master import MasterWeightOptimizer
+from .master_grads import DTensor
 from .norms import is_norm_layer, take_16_bit_input
 from .scaler import LossScaler
 
@@ -46,6 +47,49 @@ class CastOutputs:
         return _cast_floats(output, self.dtype)
 
 
+def _device_type(module, args, kwargs):
+    """The device type torch.autocast needs: the module's parameters', else
+    its first tensor argument's."""
+    for tensor in (*module.parameters(), *args, *kwargs.values()):
+        if isinstance(tensor, torch.Tensor):
+            return tensor.device.type
+    return "cpu"
+
+
+class AutocastForward(torch.nn.Module):
+    """A prepared model's forward: its own, under torch.autocast in the
+    model's 16-bit type, so that the ops on autocast's fp32 list (softmax,
+    cross_entropy and the other losses, exp, pow, ...) compute in fp32 on
+    16-bit activations as under torch.amp, also those the model calls itself
+    (transformers' in-model losses). The matrix layers are 16-bit already and
+    autocast leaves them so."""
+
+    def forward(self, *args, **kwargs):
+        device = _device_type(self, args, kwargs)
+        if not torch.amp.is_autocast_available(device):
+            return super().forward(*args, **kwargs)
+        with torch.autocast(device, dtype=self._mpgemm_dtype):
+            return super().forward(*args, **kwargs)
+
+
+class Fp32Forward(torch.nn.Module):
+    """The forward of a module keep_fp32 picked: its own, with autocast off,
+    so that everything in it computes in fp32."""
+
+    def forward(self, *args, **kwargs):
+        device = _device_type(self, args, kwargs)
+        if not torch.amp.is_autocast_available(device):
+            return super().forward(*args, **kwargs)
+        with torch.autocast(device, enabled=False):
+            return super().forward(*args, **kwargs)
+
+
+def _swap_forward(module, forward):
+    """module's class becomes one whose `forward` wraps its own (as convert()
+    swaps a layer's), pickled by what it was made from."""
+    module.__class__ = converted_class(type(module), forward)
+
+
 def _check(model, optimizer):
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"mpgemm.amp.prepare: expected a torch.nn.Module, got {type(model).__name__}")
@@ -54,6 +98,11 @@ def _check(model, optimizer):
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"mpgemm.amp.prepare: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
     params = list(model.parameters())
+    if any(isinstance(p, DTensor) for p in params):
+        raise TypeError("mpgemm.amp.prepare: the model's parameters are sharded (fully_shard or DTensor). FSDP2 keeps "
+                        "the fp32 parameters and computes in 16 bits itself: call mpgemm.convert(model) before "
+                        "fully_shard(model, mp_policy=MixedPrecisionPolicy(...)) and leave prepare() out "
+                        "(README, \"Scaling out\")")
     if not any(p.is_floating_point() for p in params):
         raise ValueError("mpgemm.amp.prepare: the model has no floating-point parameters to train")
     other_dtypes = {p.dtype for p in params if p.is_floating_point() and p.dtype not in (*LOW_PRECISION, FLOAT)}
@@ -86,10 +135,13 @@ def _fp32_subtrees(model, keep_fp32):
 def _hook_fp32_subtree(module, picked, dtype):
     """The casts at a kept subtree's edges: its output in `dtype`; its input in
     fp32, unless it is a norm layer that computes in fp32 from 16-bit input
-    (mpgemm.amp.norms), which keep_fp32 did not pick."""
+    (mpgemm.amp.norms), which keep_fp32 did not pick. What keep_fp32 picked
+    runs with autocast off."""
     if picked or not take_16_bit_input(module):
         module.register_forward_pre_hook(CastInputs(FLOAT), with_kwargs=True)
     module.register_forward_hook(CastOutputs(dtype))
+    if picked:
+        _swap_forward(module, Fp32Forward)
 
 
 def _warn_about_casts(already_low, overflowed, dtype):
@@ -129,9 +181,16 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
       inputs to `dtype` as it runs, so a float the model does not compute with
       (a regression target passed as ``labels=``) keeps its dtype, and makes
       the model's floating-point outputs fp32;
+    - runs the model's forward under ``torch.autocast`` in `dtype`
+      (:class:`AutocastForward`), so the ops on autocast's fp32 list compute
+      in fp32 on 16-bit activations as under torch.amp, including a loss the
+      model computes itself; the `keep_fp32` modules run with autocast off;
     - wraps the optimizer with fp32 master weights, initialised from the fp32
-      weights before the cast, which follow ``model.load_state_dict()``
-      (:class:`MasterWeightOptimizer`);
+      weights before the cast, which ``model.state_dict()`` holds and
+      ``model.load_state_dict()`` loads, so that a checkpoint resumes exactly
+      in any load order (:class:`MasterWeightOptimizer`). Only this optimizer
+      may step the model's 16-bit parameters: another raises at its first
+      step;
     - returns a :class:`LossScaler` built with ``scaler_options``; for
       bfloat16 it is disabled unless ``enabled=True`` is passed
       (``is_enabled()`` is False, ``scale()`` returns its input, ``step()``
@@ -139,6 +198,9 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
 
     Warns when the model was already 16-bit (the masters start from 16-bit
     values) and when a weight overflows `dtype`'s range.
+
+    Refuses a model whose parameters are sharded (FSDP2: convert() it and
+    use a MixedPrecisionPolicy instead; README, "Scaling out").
 
     The training loop is then torch.amp's, without autocast::
 
@@ -182,6 +244,9 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
         _hook_fp32_subtree(module, picked, dtype)
     model.register_forward_hook(CastOutputs(FLOAT))
     model._mpgemm_prepared = True
+    if id(model) not in kept:
+        model._mpgemm_dtype = dtype
+        _swap_forward(model, AutocastForward)
     _warn_about_casts(already_low, overflowed, dtype)
 
     optimizer = MasterWeightOptimizer(optimizer, model)

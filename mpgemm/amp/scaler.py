@@ -59,7 +59,10 @@ class LossScaler:
         self.last_step_skipped = False
         self._optimizer_states = {}  # id(optimizer) -> {"stage", "found_inf"}
         self._scale_tensor = None
-        self._has_scaled = False  # GradScaler refuses unscale_/step before the first scale()
+        # None before the first scale(); then whether scale() ran since the last
+        # update(). Without one, unscale_/step would act on gradients a step
+        # already used: GradScaler refuses them before the first scale() too.
+        self._scaled_since_update = None
 
     def is_enabled(self):
         return self._enabled
@@ -99,7 +102,7 @@ class LossScaler:
         iterator, as with GradScaler."""
         if not self._enabled:
             return outputs
-        self._has_scaled = True
+        self._scaled_since_update = True
         if isinstance(outputs, torch.Tensor):
             # An fp32 scale promotes a 0-dim fp16 loss to fp32, as GradScaler's does.
             return outputs * self._scale_on(outputs.device)
@@ -110,9 +113,13 @@ class LossScaler:
                         f"got {type(outputs).__name__}")
 
     def _check_scaled(self, method):
-        if not self._has_scaled:
+        if self._scaled_since_update is None:
             raise RuntimeError(f"mpgemm.amp.LossScaler: {method}() was called before any scale(); call "
                                f"scaler.scale(loss).backward() first")
+        if not self._scaled_since_update:
+            raise RuntimeError(f"mpgemm.amp.LossScaler: {method}() was called after update() with no scale() "
+                               f"since; it would step the gradients the last step used again. Each iteration is "
+                               f"scaler.scale(loss).backward(), scaler.step(optimizer), scaler.update()")
 
     def _state(self, optimizer):
         return self._optimizer_states.setdefault(id(optimizer), {"stage": _READY, "found_inf": None, "overflow": None})
@@ -187,6 +194,7 @@ class LossScaler:
             self._update_scale(overflow)
         self._scale_tensor = None
         self._optimizer_states = {}
+        self._scaled_since_update = False
 
     def _update_scale(self, overflow):
         if overflow:

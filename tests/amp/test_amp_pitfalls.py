@@ -486,3 +486,80 @@ def test_master_optimizer_copies_follow_their_own_parameters():
     clone.step()
     assert torch.equal(clone.master_params()[0], optimizer.master_params()[0] - 1)
     assert model.weight.grad is None
+
+
+# 13. Steps that would bypass the masters
+
+
+def trained_step(model, optimizer, scaler, seed=1):
+    x, y = batch(seed)
+    scaler.scale(F.cross_entropy(model(x), y)).backward()
+
+
+def test_an_optimizer_built_after_prepare_is_refused_at_its_first_step():
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=1e-4))
+    late = torch.optim.SGD(model.parameters(), lr=1e-4)
+    trained_step(model, optimizer, scaler)
+    weights = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(RuntimeError, match="this SGD steps 4 16-bit parameter\\(s\\) that have fp32 master weights.*"
+                                           "Build the optimizer before prepare\\(\\)"):
+        late.step()
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+    # Also once the optimizer prepare() returned is gone.
+    del optimizer
+    with pytest.raises(RuntimeError, match="this SGD steps 4 16-bit parameter"):
+        late.step()
+    # An optimizer over the fp32 parameters alone (the norm layer's) steps.
+    norm_only = torch.optim.SGD(model[1].parameters(), lr=1e-4)
+    model[1].weight.grad = torch.ones_like(model[1].weight)
+    norm_only.step()
+    assert torch.equal(model[1].weight, weights[2] - 1e-4)
+
+
+def test_the_wrapped_optimizer_stepped_on_its_own_is_refused():
+    model = mlp()
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, scaler = mpgemm.amp.prepare(model, inner)
+    trained_step(model, optimizer, scaler)
+    with pytest.raises(RuntimeError, match="steps the fp32 masters of a MasterWeightOptimizer directly"):
+        inner.step()
+    scaler.step(optimizer)  # the returned optimizer steps the same inner one
+    scaler.update()
+    assert not torch.equal(optimizer.master_params()[0], mlp()[0].weight)
+
+
+@pytest.mark.parametrize("zero_grad", [False, True])
+def test_a_second_step_after_update_is_refused_at_once(zero_grad):
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    trained_step(model, optimizer, scaler)
+    scaler.step(optimizer)
+    scaler.update()
+    if zero_grad:
+        optimizer.zero_grad()
+    masters = [m.detach().clone() for m in optimizer.master_params()]
+    for method in ("step", "unscale_"):
+        refused = f"{method}\\(\\) was called after update\\(\\) with no scale\\(\\) since"
+        with pytest.raises(RuntimeError, match=refused):
+            getattr(scaler, method)(optimizer)
+    assert all(torch.equal(a, b) for a, b in zip(masters, optimizer.master_params()))
+    # The next iteration runs as usual.
+    optimizer.zero_grad()
+    trained_step(model, optimizer, scaler, seed=2)
+    scaler.step(optimizer)
+    scaler.update()
+    assert not all(torch.equal(a, b) for a, b in zip(masters, optimizer.master_params()))
+
+
+def test_a_step_after_the_models_parameters_were_replaced_is_refused():
+    """fully_shard replaces them after prepare() (tests/amp/test_fsdp.py); so
+    does assigning new ones. The masters would no longer be the model's."""
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for layer in (model[0], model[3]):
+        layer.weight = torch.nn.Parameter(layer.weight.detach().clone())
+        layer.bias = torch.nn.Parameter(layer.bias.detach().clone())
+    trained_step(model, optimizer, scaler)
+    with pytest.raises(RuntimeError, match="4 of the model's 16-bit parameters with masters are no longer in"):
+        scaler.step(optimizer)

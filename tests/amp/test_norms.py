@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.amp import norms
+from mpgemm.amp.prepare import Fp32Forward
 from mpgemm.testing import relative_error
 
 DTYPES = [torch.float16, torch.bfloat16]
@@ -188,7 +189,9 @@ def test_norms_with_their_own_forward_or_kept_fp32_get_an_fp32_copy():
     model[5].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
     assert model(torch.randn(4, 8)).dtype == FLOAT
     assert model[1].input_dtype == model[3].input_dtype == FLOAT and seen == [FLOAT]
-    assert type(model[1]) is LayerNormOwnForward and type(model[5]) is torch.nn.LayerNorm
+    # torch's forward on the fp32 copy (with autocast off, as keep_fp32 picked it), not mpgemm's.
+    assert type(model[1]) is LayerNormOwnForward and not isinstance(model[5], norms.LayerNorm)
+    assert isinstance(model[5], Fp32Forward)
     assert model[2].weight.dtype == torch.float16 and model[3].weight.dtype == FLOAT
 
 

@@ -1,6 +1,7 @@
 """mpgemm.nn.Linear as a drop-in torch.nn.Linear, and mpgemm.convert."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -110,6 +111,46 @@ def test_convert_root_and_ineligible_layers():
     double = torch.nn.Linear(3, 4, dtype=torch.float64)
     mpgemm.convert(double)
     assert type(double) is torch.nn.Linear
+
+
+class TimmLinear(torch.nn.Linear):
+    """timm.layers.Linear's forward (timm 1.0): the weight cast to the input's
+    type only under TorchScript. Named as timm names it, for the machines
+    where timm does not install (tests/amp/test_real_clients.py has timm's)."""
+
+    def forward(self, input):
+        if torch.jit.is_scripting():
+            bias = self.bias.to(dtype=input.dtype) if self.bias is not None else None
+            return F.linear(input, self.weight.to(dtype=input.dtype), bias=bias)
+        return F.linear(input, self.weight, self.bias)
+
+
+TimmLinear.__module__, TimmLinear.__qualname__ = "timm.layers.linear", "Linear"
+
+
+class ClassifierHead(TimmLinear):  # inherits timm's forward
+    pass
+
+
+class ScaledLinear(torch.nn.Linear):
+    def forward(self, input):
+        return 2 * F.linear(input, self.weight, self.bias)
+
+
+def test_convert_takes_timms_linear_and_warns_about_other_forwards(caplog):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(TimmLinear(16, 32), ClassifierHead(32, 8), ScaledLinear(8, 4))
+    reference = copy.deepcopy(model)
+    x = torch.randn(5, 16)
+    with caplog.at_level("WARNING", logger="mpgemm.convert"):
+        mpgemm.convert(model)
+    assert mpgemm.converted_layers(model) == ["0", "1"]
+    assert isinstance(model[0], TimmLinear) and isinstance(model[1], ClassifierHead)
+    assert type(model[2]) is ScaledLinear
+    assert re.search(r"1 \S*ScaledLinear \(overrides forward; include= converts it\)", caplog.text)
+    assert "timm" not in caplog.text
+    with torch.no_grad():
+        assert relative_error(model(x), reference(x).double()) < 2e-3
 
 
 def test_convert_bad_arguments():
