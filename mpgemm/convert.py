@@ -1,6 +1,7 @@
 """Swapping torch layers for their mpgemm counterparts in an existing model."""
 
 import collections
+import functools
 import logging
 import sys
 
@@ -43,17 +44,29 @@ def converted_class(cls, forward=None):
     """The class a layer of class `cls` gets: `forward`'s class (by default
     mpgemm's for cls's family) first in its MRO, everything else (methods,
     isinstance checks) still `cls`'s. `forward` itself where it subclasses
-    `cls` alone (torch.nn.Linear gets mpgemm.nn.Linear)."""
+    `cls` alone (torch.nn.Linear gets mpgemm.nn.Linear). A `forward` class
+    that sets ``wraps_forward`` wraps cls's forward, keeping its signature."""
     if forward is None:
         forward = next(f for base, f in _convertible() if issubclass(cls, base))
     if forward.__bases__ == (cls,):
         return forward
     if (cls, forward) not in _CONVERTED_CLASSES:
-        _CONVERTED_CLASSES[cls, forward] = type(cls.__name__, (forward, cls), {
-            "__module__": __name__, "__qualname__": f"converted_class({cls.__qualname__})",
-            "_mpgemm_source": (cls, forward), "__reduce_ex__": _reduce_converted,
-        })
+        namespace = {"__module__": __name__, "__qualname__": f"converted_class({cls.__qualname__})",
+                     "_mpgemm_source": (cls, forward), "__reduce_ex__": _reduce_converted}
+        if getattr(forward, "wraps_forward", False):
+            namespace["forward"] = _with_signature_of(cls.forward, forward.forward)
+        _CONVERTED_CLASSES[cls, forward] = type(cls.__name__, (forward, cls), namespace)
     return _CONVERTED_CLASSES[cls, forward]
+
+
+def _with_signature_of(wrapped, forward):
+    """`forward` (a forward(self, *args, **kwargs) that calls the one it
+    wraps) as a function of its own that reports `wrapped`'s signature:
+    transformers reads a model's forward's parameters (Trainer's dataset
+    columns, generate()'s attention mask)."""
+    def wrapper(self, *args, **kwargs):
+        return forward(self, *args, **kwargs)
+    return functools.wraps(wrapped)(wrapper)
 
 
 def _reduce_converted(module, protocol):

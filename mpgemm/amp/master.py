@@ -12,18 +12,32 @@ from .master_grads import GradientLink, unscale_target
 FLOAT = torch.float32
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
-# The 16-bit parameters that have fp32 masters, for as long as they live
-# (their optimizer may be dropped first), and each master optimizer's inner
-# optimizer. Any other optimizer stepping such a parameter would round every
-# update to 16 bits and never touch the masters.
-_PARAMS_WITH_MASTERS = weakref.WeakValueDictionary()  # id -> parameter (tensors do not hash by value)
+# The 16-bit parameters of prepared models, for as long as they live (their
+# optimizer may be dropped first): prepare() registers those it casts, a
+# MasterWeightOptimizer those it holds masters for. Only a master optimizer
+# may step them: another optimizer would round every update to 16 bits and
+# leave the masters behind (or give a parameter none at all). Also each
+# master optimizer's inner optimizer, which only the master optimizer steps.
+_SIXTEEN_BIT_PARAMS = weakref.WeakValueDictionary()  # id -> parameter (tensors do not hash by value)
 _OUTER_OF_INNER = weakref.WeakKeyDictionary()  # inner optimizer -> weakref to its MasterWeightOptimizer
+_CHECKED = weakref.WeakKeyDictionary()  # optimizer -> (registrations, its parameter count) when last found clean
+_registrations = 0
 _step_hook = None
 
 
+def register_16_bit_params(params):
+    """Marks params as a prepared model's 16-bit parameters (above)."""
+    global _registrations, _step_hook
+    if _step_hook is None:
+        _step_hook = register_optimizer_step_pre_hook(_refuse_steps_that_bypass_masters)
+    _SIXTEEN_BIT_PARAMS.update((id(p), p) for p in params)
+    _registrations += 1
+
+
 def _refuse_steps_that_bypass_masters(optimizer, args, kwargs):
-    """Global optimizer pre-step hook (torch.optim): the check above, paid only
-    once a MasterWeightOptimizer exists."""
+    """Global optimizer pre-step hook (torch.optim): the check above. An
+    optimizer found clean is looked at again only when its parameter count
+    or the registrations change, so a step pays a few dictionary lookups."""
     outer = _OUTER_OF_INNER.get(optimizer)
     if outer is not None:
         outer = outer()
@@ -32,23 +46,25 @@ def _refuse_steps_that_bypass_masters(optimizer, args, kwargs):
                 f"mpgemm.amp: this {type(optimizer).__name__} steps the fp32 masters of a MasterWeightOptimizer "
                 f"directly, so the 16-bit model would not follow; step the optimizer that prepare() returned")
         return
-    if not _PARAMS_WITH_MASTERS:
+    if not _SIXTEEN_BIT_PARAMS:
         return
-    held = sum(_PARAMS_WITH_MASTERS.get(id(p)) is p for group in optimizer.param_groups for p in group["params"])
+    key = (_registrations, sum(len(group["params"]) for group in optimizer.param_groups))
+    if _CHECKED.get(optimizer) == key:
+        return
+    held = sum(_SIXTEEN_BIT_PARAMS.get(id(p)) is p for group in optimizer.param_groups for p in group["params"])
     if held:
         raise RuntimeError(
-            f"mpgemm.amp: this {type(optimizer).__name__} steps {held} 16-bit parameter(s) that have fp32 master "
-            f"weights (the model went through mpgemm.amp.prepare()); its updates would be rounded to 16 bits and "
-            f"the masters left behind. Build the optimizer before prepare(), pass it in, and step the optimizer "
-            f"prepare() returns")
+            f"mpgemm.amp: this {type(optimizer).__name__} steps {held} 16-bit parameter(s) of a model that "
+            f"mpgemm.amp.prepare() made 16-bit; its updates would be rounded to 16 bits, without fp32 masters. "
+            f"Build one optimizer over every parameter to train (param groups for different settings) before "
+            f"prepare(), pass it in, and step the optimizer prepare() returns. An optimizer that keeps an inner "
+            f"optimizer of its own over the parameters (ZeroRedundancyOptimizer) cannot hold the masters")
+    _CHECKED[optimizer] = key
 
 
 def _track(optimizer, pairs):
-    global _step_hook
-    if _step_hook is None:
-        _step_hook = register_optimizer_step_pre_hook(_refuse_steps_that_bypass_masters)
     _OUTER_OF_INNER[optimizer.optimizer] = weakref.ref(optimizer)
-    _PARAMS_WITH_MASTERS.update((id(model), model) for model, master in pairs if model is not master)
+    register_16_bit_params(model for model, master in pairs if model is not master)
 
 
 class MasterWeightOptimizer(torch.optim.Optimizer):
@@ -114,6 +130,8 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         self._link_gradients()
         self._grads_unscaled = False
         self._stepping = False
+        self._masters_loaded = False  # by load_state_dict, since the last step
+        self._first_step = True
         _track(self, self._pairs)
         # torch.optim.Optimizer's hook registries, so its register_* methods work.
         self._optimizer_step_pre_hooks = collections.OrderedDict()
@@ -209,8 +227,9 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
             self.unscale_grads_(torch.ones(1, device=device), torch.zeros(1, device=device))
         for hook in list(self._optimizer_step_pre_hooks.values()):
             hook(self, (), {})
-        if self._links and all(link.master.grad is None for link in self._links):
+        if self._first_step or (self._links and all(link.master.grad is None for link in self._links)):
             self._check_parameters_still_in_model()
+            self._first_step = False
         self._adopt_model_changes()
         self._stepping = True
         try:
@@ -219,14 +238,16 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
             self._stepping = False
         self.copy_masters_to_model()
         self._grads_unscaled = False
+        self._masters_loaded = False
         for hook in list(self._optimizer_step_post_hooks.values()):
             hook(self, (), {})
         return result
 
     def _check_parameters_still_in_model(self):
-        """No master has a gradient: refuse where that is because the model's
-        16-bit parameters were replaced since prepare() (fully_shard turns
-        them into sharded ones), which would leave the model untrained."""
+        """At the first step, and wherever no master has a gradient: refuses
+        where the model's 16-bit parameters were replaced since prepare()
+        (fully_shard turns them into sharded ones), which would leave them
+        untrained."""
         model = self._model() if self._model is not None else None
         if model is None:
             return
@@ -270,6 +291,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         for master, saved in zip(self.master_params(), masters):
             master.copy_(saved)
         self.copy_masters_to_model()
+        self._masters_loaded = True
 
     def add_param_group(self, param_group):
         raise NotImplementedError("mpgemm.amp.MasterWeightOptimizer: add parameter groups before wrapping")
@@ -282,9 +304,10 @@ class _ModelStateHooks:
 
     - ``model.state_dict()`` holds the fp32 masters in place of those 16-bit
       parameters, as a torch.amp model's would (it loads into the fp32 model);
-    - ``model.load_state_dict()`` gives the masters an fp32 entry's exact
-      value; a 16-bit entry moves only the masters whose 16-bit rounding it
-      changes, so it does not undo masters the optimizer loaded first.
+    - ``model.load_state_dict()`` gives the masters its entries' values (an
+      fp32 entry's exactly), except that after the optimizer loaded its
+      masters (and before the next step) a 16-bit entry moves only the
+      masters whose 16-bit rounding it changes, so it does not undo them.
 
     Holds the optimizer weakly. A pickled or deep-copied model gets inert
     hooks, as its parameters are no longer the optimizer's."""
@@ -320,7 +343,8 @@ class _ModelStateHooks:
     def after_state_dict(self, module, state_dict, prefix, local_metadata):
         for name, param, link in self._linked(module):
             entry = state_dict.get(prefix + name)
-            if isinstance(entry, torch.Tensor) and entry is not param:  # keep_vars=True keeps the parameter
+            # keep_vars=True keeps the parameter; a module's own format of an entry is left alone.
+            if isinstance(entry, torch.Tensor) and entry is not param and entry.shape == link.master.shape:
                 state_dict[prefix + name] = link.master.detach()
 
     def before_load(self, module, state_dict, prefix, *args):
@@ -336,9 +360,10 @@ class _ModelStateHooks:
                 raise RuntimeError(
                     f"mpgemm.amp: load_state_dict(assign=True) replaced the parameter {name!r} that the optimizer "
                     f"holds; after prepare(), load with assign=False")
-            if value.dtype == FLOAT:
-                link.master.copy_(value)
-            else:
+            if value.dtype in LOW_PRECISION and optimizer is not None and optimizer._masters_loaded:
+                # The optimizer loaded its masters first: keep those the entry is the rounding of.
                 link.master.copy_(torch.where(link.master.to(param.dtype) != param, param.to(FLOAT), link.master))
+            else:
+                link.master.copy_(value)
             if optimizer is not None:
                 optimizer._versions[id(param)] = param._version

@@ -1,11 +1,12 @@
 """The whole mixed-precision recipe in one call, as Apex's O2 level did."""
 
+import itertools
 import warnings
 
 import torch
 
 from ..convert import convert, converted_class, module_selector
-from .master import MasterWeightOptimizer
+from .master import MasterWeightOptimizer, register_16_bit_params
 from .master_grads import DTensor
 from .norms import is_norm_layer, take_16_bit_input
 from .scaler import LossScaler
@@ -47,13 +48,27 @@ class CastOutputs:
         return _cast_floats(output, self.dtype)
 
 
-def _device_type(module, args, kwargs):
-    """The device type torch.autocast needs: the module's parameters', else
-    its first tensor argument's."""
-    for tensor in (*module.parameters(), *args, *kwargs.values()):
-        if isinstance(tensor, torch.Tensor):
-            return tensor.device.type
-    return "cpu"
+def _device_types(module, args, kwargs):
+    """The device types torch.autocast needs: the module's first parameter's
+    and its first tensor argument's (a model with its embedding on the CPU
+    and the rest on a GPU has two), those autocast knows."""
+    first_param = next(module.parameters(), None)
+    first_arg = next((a for a in itertools.chain(args, kwargs.values()) if isinstance(a, torch.Tensor)), None)
+    found = dict.fromkeys(t.device.type for t in (first_param, first_arg) if t is not None)
+    return [device for device in found if torch.amp.is_autocast_available(device)]
+
+
+def _under_autocast(forward, module, args, kwargs, **options):
+    """forward(*args, **kwargs) under torch.autocast(**options) for module's
+    device types (nested, not one `with` of two: torch.compile traces this)."""
+    devices = _device_types(module, args, kwargs)
+    if not devices:
+        return forward(*args, **kwargs)
+    with torch.autocast(devices[0], **options):
+        if len(devices) == 1:
+            return forward(*args, **kwargs)
+        with torch.autocast(devices[1], **options):
+            return forward(*args, **kwargs)
 
 
 class AutocastForward(torch.nn.Module):
@@ -64,29 +79,31 @@ class AutocastForward(torch.nn.Module):
     (transformers' in-model losses). The matrix layers are 16-bit already and
     autocast leaves them so."""
 
+    wraps_forward = True  # converted_class keeps the model's forward's signature
+
     def forward(self, *args, **kwargs):
-        device = _device_type(self, args, kwargs)
-        if not torch.amp.is_autocast_available(device):
-            return super().forward(*args, **kwargs)
-        with torch.autocast(device, dtype=self._mpgemm_dtype):
-            return super().forward(*args, **kwargs)
+        return _under_autocast(super().forward, self, args, kwargs, dtype=self._mpgemm_dtype)
 
 
 class Fp32Forward(torch.nn.Module):
     """The forward of a module keep_fp32 picked: its own, with autocast off,
     so that everything in it computes in fp32."""
 
+    wraps_forward = True
+
     def forward(self, *args, **kwargs):
-        device = _device_type(self, args, kwargs)
-        if not torch.amp.is_autocast_available(device):
-            return super().forward(*args, **kwargs)
-        with torch.autocast(device, enabled=False):
-            return super().forward(*args, **kwargs)
+        return _under_autocast(super().forward, self, args, kwargs, enabled=False)
 
 
 def _swap_forward(module, forward):
     """module's class becomes one whose `forward` wraps its own (as convert()
-    swaps a layer's), pickled by what it was made from."""
+    swaps a layer's), pickled by what it was made from. Warns where a forward
+    set on the instance would bypass it."""
+    if "forward" in module.__dict__:
+        warnings.warn(f"mpgemm.amp.prepare: this {type(module).__name__}'s forward was replaced on the instance (a "
+                      f"hook library's patch?), which bypasses the forward that prepare() gives its class, so its "
+                      f"ops on autocast's fp32 list compute in 16 bits: prepare the model before patching it",
+                      stacklevel=4)
     module.__class__ = converted_class(type(module), forward)
 
 
@@ -218,7 +235,7 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
     kept, kept_roots = _fp32_subtrees(model, keep_fp32)
     convert(model, skip=lambda name, module: id(module) in kept, include=include)
     names = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
-    fp32_values, seen, already_low, overflowed = {}, set(), 0, []
+    fp32_values, seen, already_low, overflowed, sixteen_bit = {}, set(), 0, [], []
     with torch.no_grad():
         for module in model.modules():
             target = FLOAT if id(module) in kept else dtype
@@ -235,6 +252,8 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
                         overflowed.append((names[id(p)], count))
                 elif p.dtype != target:
                     p.data = p.data.to(target)
+                if target == dtype:
+                    sixteen_bit.append(p)
             for name, buffer in module.named_buffers(recurse=False):
                 if buffer is not None and buffer.dtype in LOW_PRECISION:
                     setattr(module, name, buffer.to(FLOAT))
@@ -245,11 +264,13 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
     model.register_forward_hook(CastOutputs(FLOAT))
     model._mpgemm_prepared = True
     if id(model) not in kept:
-        model._mpgemm_dtype = dtype
-        _swap_forward(model, AutocastForward)
+        runs = getattr(model, "_orig_mod", model)  # what a torch.compile'd model's forward calls
+        runs._mpgemm_dtype = dtype
+        _swap_forward(runs, AutocastForward)
     _warn_about_casts(already_low, overflowed, dtype)
 
     optimizer = MasterWeightOptimizer(optimizer, model)
+    register_16_bit_params(sixteen_bit)
     with torch.no_grad():
         for model_param, master in zip(optimizer.model_params(), optimizer.master_params()):
             if master is not model_param and id(model_param) in fp32_values:

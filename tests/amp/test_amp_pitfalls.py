@@ -502,8 +502,8 @@ def test_an_optimizer_built_after_prepare_is_refused_at_its_first_step():
     late = torch.optim.SGD(model.parameters(), lr=1e-4)
     trained_step(model, optimizer, scaler)
     weights = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(RuntimeError, match="this SGD steps 4 16-bit parameter\\(s\\) that have fp32 master weights.*"
-                                           "Build the optimizer before prepare\\(\\)"):
+    with pytest.raises(RuntimeError, match="this SGD steps 4 16-bit parameter\\(s\\) of a model that .*"
+                                           "before prepare\\(\\), pass it in"):
         late.step()
     assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
     # Also once the optimizer prepare() returned is gone.
@@ -562,4 +562,38 @@ def test_a_step_after_the_models_parameters_were_replaced_is_refused():
         layer.bias = torch.nn.Parameter(layer.bias.detach().clone())
     trained_step(model, optimizer, scaler)
     with pytest.raises(RuntimeError, match="4 of the model's 16-bit parameters with masters are no longer in"):
+        scaler.step(optimizer)
+
+
+def test_a_second_optimizer_over_parameters_prepare_made_16_bit_is_refused():
+    """prepare() takes one optimizer; parameters only another one holds are
+    made 16-bit without masters, and that optimizer would step them so."""
+    model = mlp()
+    head = torch.optim.SGD(model[3].parameters(), lr=0.1)  # built before prepare(), as a second optimizer
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model[0].parameters(), lr=0.1))
+    trained_step(model, optimizer, scaler)
+    scaler.step(optimizer)
+    with pytest.raises(RuntimeError, match="this SGD steps 2 16-bit parameter\\(s\\) of a model that "
+                                           "mpgemm.amp.prepare\\(\\) made 16-bit.*one optimizer over every parameter"):
+        head.step()
+
+
+def test_an_optimizer_found_clean_is_checked_again_when_it_grows():
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    other = torch.nn.Linear(3, 3)
+    separate = torch.optim.SGD(other.parameters(), lr=0.1)
+    other(torch.randn(2, 3)).sum().backward()
+    separate.step()  # another model's optimizer steps as usual
+    separate.add_param_group({"params": [model[0].weight]})
+    with pytest.raises(RuntimeError, match="steps 1 16-bit parameter"):
+        separate.step()
+
+
+def test_replacing_some_of_the_models_parameters_is_refused_at_the_first_step():
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    model[3].weight = torch.nn.Parameter(model[3].weight.detach().clone())  # the other layer keeps its own
+    trained_step(model, optimizer, scaler)
+    with pytest.raises(RuntimeError, match="1 of the model's 16-bit parameters with masters are no longer in"):
         scaler.step(optimizer)

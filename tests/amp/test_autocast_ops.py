@@ -127,3 +127,37 @@ def test_t5_in_fp16_at_the_default_scale_skips_what_torch_amp_skips():
     assert skipped == amp_skipped == [False] * STEPS
     assert scaler.get_scale() == 2.0**16
     assert losses == pytest.approx(amp_losses, rel=2e-3)
+
+
+def test_the_models_forward_keeps_its_signature():
+    """transformers reads it: Trainer keeps the dataset columns the forward
+    takes, generate() builds an attention mask where it takes one."""
+    import inspect
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=2,
+                                                                 n_positions=16))
+    before = inspect.signature(model.forward)
+    model, *_ = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert inspect.signature(model.forward) == before
+    assert "attention_mask" in inspect.signature(model.forward).parameters
+
+
+def test_a_compiled_model_runs_its_forward_under_autocast():
+    torch.manual_seed(0)
+    model = OpsInForward()
+    eager = copy.deepcopy(model)
+    eager, *_ = mpgemm.amp.prepare(eager, torch.optim.SGD(eager.parameters(), lr=0.1))
+    compiled = torch.compile(model)
+    compiled, *_ = mpgemm.amp.prepare(compiled, torch.optim.SGD(compiled.parameters(), lr=0.1))
+    x, y = torch.randn(8, 10) * 4, torch.randint(0, 10, (8,))
+    with torch.no_grad():
+        expected, got = eager(x, y), compiled(x, y)
+    torch.testing.assert_close(got["cross_entropy"], expected["cross_entropy"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_forward_set_on_the_instance_is_warned_about():
+    model = OpsInForward()
+    model.forward = model.forward  # as hook libraries patch a module
+    with pytest.warns(UserWarning, match="forward was replaced on the instance .* compute in 16 bits"):
+        mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))

@@ -160,3 +160,18 @@ def test_a_16_bit_model_state_dict_keeps_masters_the_optimizer_loaded():
     assert differs.any()
     assert torch.equal(first[differs], other.float()[differs])
     assert torch.equal(first[~differs], optimizer.master_params()[0][~differs])
+
+
+def test_a_model_only_checkpoint_loads_exactly_whatever_its_dtype():
+    """Weights alone (a published fp16 or float64 checkpoint, no optimizer
+    state): the masters take the values, as the plain model would."""
+    source = cnn()
+    for dtype in (torch.float16, torch.float64):
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in source.state_dict().items()}
+        model, optimizer, scaler = prepared("cnn", torch.float16)
+        train("cnn", model, optimizer, scaler, 2, 0)  # masters away from their initial values
+        model.load_state_dict(state)
+        named = dict(model.named_parameters())
+        for param, master in zip(optimizer.model_params(), optimizer.master_params()):
+            name = next(k for k, p in named.items() if p is param)
+            assert torch.equal(master, state[name].float()), (dtype, name)
