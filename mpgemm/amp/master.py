@@ -265,8 +265,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         wherever the model no longer holds the master's rounding."""
         for link in self._links:
             if link.param._version != self._versions[id(link.param)]:
-                changed = link.master.to(link.param.dtype) != link.param
-                link.master.copy_(torch.where(changed, link.param.to(FLOAT), link.master))
+                _master_takes_changes(link)
 
     @torch.no_grad()
     def copy_masters_to_model(self):
@@ -295,6 +294,13 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
 
     def add_param_group(self, param_group):
         raise NotImplementedError("mpgemm.amp.MasterWeightOptimizer: add parameter groups before wrapping")
+
+
+def _master_takes_changes(link):
+    """The master takes its 16-bit parameter's values wherever the parameter
+    no longer holds the master's rounding, and keeps its own elsewhere."""
+    changed = link.master.to(link.param.dtype) != link.param
+    link.master.copy_(torch.where(changed, link.param.to(FLOAT), link.master))
 
 
 class _ModelStateHooks:
@@ -362,7 +368,7 @@ class _ModelStateHooks:
                     f"holds; after prepare(), load with assign=False")
             if value.dtype in LOW_PRECISION and optimizer is not None and optimizer._masters_loaded:
                 # The optimizer loaded its masters first: keep those the entry is the rounding of.
-                link.master.copy_(torch.where(link.master.to(param.dtype) != param, param.to(FLOAT), link.master))
+                _master_takes_changes(link)
             else:
                 link.master.copy_(value)
             if optimizer is not None:
