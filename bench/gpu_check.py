@@ -4,8 +4,10 @@
   bench/gpu_check.sh --part 1 OUTDIR    measure: build, GEMM/ceiling/MLP/conv
                                          against cuBLAS and cuDNN, one ncu profile
   bench/gpu_check.sh --part 2 OUTDIR    prove: build, GPU tests, verify sweep,
-                                         C++ cuBLAS check, compute-sanitizer,
-                                         the training benchmark
+                                         compute-sanitizer (memcheck, racecheck,
+                                         synccheck), the training benchmark
+  bench/gpu_check.sh --part 3 OUTDIR    the Hopper schedules' speed, and the
+                                         C++ cuBLAS check
   bench/gpu_check.sh --only gemm,profile OUTDIR     just those steps
   bench/gpu_check.sh --dry-run [--part N]           the plan, on any machine
 
@@ -90,6 +92,8 @@ HOPPER = ('if [ "{arch}" = "9.0" ]; then nvcc -std=c++17 -O2 -gencode=arch=compu
           'bench/hopper_probes.cu -o build/hopper_probes && build/hopper_probes | tee {raw}/probes.txt && '
           'PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-speed --json {raw}/wgmma.json; '
           'else echo "not an sm_90 GPU: no Hopper path here"; fi')
+WGMMA_SPEED = ('if [ "{arch}" = "9.0" ]; then PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-correctness '
+               '--json {raw}/wgmma_speed.json; else echo "not an sm_90 GPU: no Hopper path here"; fi')
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
          "-DCMAKE_CUDA_COMPILER=$(command -v nvcc) {cublas_args} && "
          "cmake --build build/cmake && build/cmake/gemm_cublas_check")
@@ -122,16 +126,21 @@ STEPS = (
     Step("profile", 1, 30, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
-    Step("tests", 2, 90, 55, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
+    Step("tests", 2, 150, 70, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu), in 8 processes where pytest-xdist is installed"),
     Step("verify", 2, 20, 5, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
-    Step("cublas-check", 2, 120, 85, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
-    Step("memcheck", 2, 20, 10, SANITIZER.replace("{tool}", "memcheck"),
-         "compute-sanitizer memcheck: small GEMMs and each conv pass"),
-    Step("racecheck", 2, 20, 10, SANITIZER.replace("{tool}", "racecheck"),
+    Step("memcheck", 2, 30, 10, SANITIZER.replace("{tool}", "memcheck"),
+         "compute-sanitizer memcheck: one call of each GEMM and conv kernel family (bench/gpu_targets.py)"),
+    Step("racecheck", 2, 30, 10, SANITIZER.replace("{tool}", "racecheck"),
          "compute-sanitizer racecheck (shared memory): the same calls"),
+    Step("synccheck", 2, 30, 10, SANITIZER.replace("{tool}", "synccheck"),
+         "compute-sanitizer synccheck (barriers): the same calls"),
     Step("train", 2, 85, 65, f"{PY} -m mpgemm bench train --time-limit 60 --json {{raw}}/train.json",
          "ResNet-50 and a GPT-2 block: fp32; torch.amp and mpgemm in fp16 and bf16"),
+    Step("build", 3, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
+    Step("wgmma-speed", 3, 240, 180, WGMMA_SPEED,
+         "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong) beside WMMA and cuBLAS (sm_90 only)"),
+    Step("cublas-check", 3, 100, 85, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
 )
 
 
@@ -277,16 +286,16 @@ def run(steps, outdir, label):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", type=int, choices=(1, 2))
+    parser.add_argument("--part", type=int, choices=(1, 2, 3))
     parser.add_argument("--only", type=lambda s: [n.strip() for n in s.split(",") if n.strip()], metavar="STEP[,STEP]")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     parser.add_argument("outdir", nargs="?")
     args = parser.parse_args(argv)
     if args.dry_run:
-        dry_run([args.part] if args.part else [1, 2])
+        dry_run([args.part] if args.part else [1, 2, 3])
         return 0
     if args.outdir is None or (args.part is None and not args.only):
-        parser.error("give --part 1 or 2 (or --only STEP[,STEP]) and OUTDIR")
+        parser.error("give --part 1, 2 or 3 (or --only STEP[,STEP]) and OUTDIR")
     steps = steps_of(args.part, args.only)
     if not steps:
         parser.error(f"no step of part {args.part} is named in --only")

@@ -2,10 +2,12 @@
 bench/gpu_check.py:
 
   python3 bench/gpu_targets.py sanitize
-      one call of each kernel family under compute-sanitizer: a small aligned
-      GEMM (16-byte cp.async path, fused bias and GELU), a small odd one
-      (one-element path, fp16 out), and a convolution's forward, backward-data
-      and backward-filter passes; every result is checked against float64.
+      one call of each kernel family under compute-sanitizer: the WMMA GEMM
+      (16-byte cp.async path with bias and GELU; one-element path, fp16 out),
+      each Hopper GEMM on sm_90 (blocks alone, pairs, ping-pong), and the
+      forward, backward-data and backward-filter passes of convolutions on
+      the large tile, with stride 2, depthwise and with 3 channels (padded
+      copies); every result is checked against float64.
   python3 bench/gpu_targets.py profile [--size N] [--warmup W]
       W calls of the N^3 GEMM (fp16 in, fp32 out), then the one that
       `ncu --launch-skip W --launch-count 1` reads.
@@ -38,26 +40,52 @@ def _check(name, out, ref):
         raise SystemExit(f"{name}: relative error {error:.3g} is not below {TOLERANCE}")
 
 
-def sanitize():
-    torch.manual_seed(0)
-    a, b = torch.randn(256, 128, device="cuda").half(), torch.randn(128, 192, device="cuda").half()
-    bias = torch.randn(192, device="cuda")
-    _check("gemm 256x192x128 bias gelu", mpgemm.gemm(a, b, bias=bias, activation="gelu"),
-           reference_gemm(a, b, bias, "gelu"))
-    a, b = torch.randn(33, 29, device="cuda").half(), torch.randn(29, 47, device="cuda").half()
-    _check("gemm 33x47x29 fp16 out", mpgemm.gemm(a, b, out_dtype=torch.float16), reference_gemm(a, b))
+def _gemm_on(path, m, n, k, **kwargs):
+    """One GEMM with MPGEMM_GEMM_PATH=path, checked against float64."""
+    os.environ["MPGEMM_GEMM_PATH"] = path
+    a, b = torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()
+    bias = torch.randn(n, device="cuda") if kwargs.pop("bias", False) else None
+    out = mpgemm.gemm(a, b, bias=bias, **kwargs)
+    torch.cuda.synchronize()
+    options = "".join(f", {key}={value}" for key, value in kwargs.items())
+    _check(f"gemm {m}x{n}x{k} on {path}{options}", out,
+           reference_gemm(a, b, bias, kwargs.get("activation")))
 
-    x = torch.randn(2, 16, 10, 10, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
-    w = (torch.randn(32, 16, 3, 3, device="cuda") / 12).half().requires_grad_()
-    y = mpgemm.conv2d(x, w, padding=1)
+
+def _conv_passes(name, x_shape, w_shape, **conv_args):
+    """A convolution's forward, backward-data and backward-filter passes,
+    each checked against float64 on the CPU."""
+    x = torch.randn(*x_shape, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
+    fan_in = w_shape[1] * w_shape[2] * w_shape[3]
+    w = (torch.randn(*w_shape, device="cuda") / fan_in**0.5).half().requires_grad_()
+    y = mpgemm.conv2d(x, w, **conv_args)
     grad = torch.randn_like(y)
     gx, gw = torch.autograd.grad(y, (x, w), grad)
+    torch.cuda.synchronize()
     x64, w64 = x.detach().double().cpu().requires_grad_(), w.detach().double().cpu().requires_grad_()
-    y64 = F.conv2d(x64, w64, padding=1)
+    y64 = F.conv2d(x64, w64, **conv_args)
     gx64, gw64 = torch.autograd.grad(y64, (x64, w64), grad.double().cpu())
-    _check("conv2d fprop", y, y64.detach())
-    _check("conv2d dgrad", gx, gx64)
-    _check("conv2d wgrad", gw, gw64)
+    for pass_name, out, ref in (("fprop", y, y64.detach()), ("dgrad", gx, gx64), ("wgrad", gw, gw64)):
+        _check(f"conv2d {name} {pass_name}", out, ref)
+
+
+def sanitize():
+    """One call of each kernel family: the WMMA GEMM on its 16-byte and its
+    one-element paths, each Hopper GEMM (sm_90), and convolutions whose
+    passes run on the large tile, on dgrad's phases (stride 2), on the
+    depthwise kernels and on the padded copies (3 channels)."""
+    torch.manual_seed(0)
+    _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
+    _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
+    if torch.cuda.get_device_capability() == (9, 0):
+        for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong"):
+            _gemm_on(path, 520, 1032, 264, bias=True, activation="relu")
+    os.environ.pop("MPGEMM_GEMM_PATH")
+    # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
+    _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)
+    _conv_passes("stride 2", (2, 32, 15, 15), (64, 32, 3, 3), stride=2, padding=1)
+    _conv_passes("depthwise", (2, 32, 14, 14), (32, 1, 3, 3), padding=1, groups=32)
+    _conv_passes("3 channels", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
     torch.cuda.synchronize()
 
 

@@ -22,7 +22,7 @@ import gpu_check  # noqa: E402
 import gpu_check_summary  # noqa: E402
 
 
-@pytest.mark.parametrize("part", [1, 2])
+@pytest.mark.parametrize("part", [1, 2, 3])
 def test_each_part_fits_the_lease(part):
     steps = gpu_check.steps_of(part)
     assert steps and sum(s.limit_s for s in steps) < 8 * 60
@@ -34,8 +34,9 @@ def test_each_part_fits_the_lease(part):
 def test_part_one_measures_and_part_two_proves():
     assert [s.name for s in gpu_check.steps_of(1)] == ["build", "hopper", "inspect", "gemm", "ceiling", "mlp", "conv",
                                                        "profile"]
-    assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "cublas-check", "memcheck",
-                                                       "racecheck", "train"]
+    assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "memcheck", "racecheck",
+                                                       "synccheck", "train"]
+    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "cublas-check"]
     gemm = next(s for s in gpu_check.STEPS if s.name == "gemm")
     for shape in ("1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "4095x4097x4093"):
         assert shape in gemm.command
@@ -44,10 +45,10 @@ def test_part_one_measures_and_part_two_proves():
 def test_dry_run_prints_each_step_with_its_limit_and_the_files_returned():
     out = subprocess.run([os.path.join(ROOT, "bench", "gpu_check.sh"), "--dry-run"], capture_output=True, text=True,
                          check=True).stdout
-    for part in (1, 2):
+    for part in (1, 2, 3):
         limits = sum(s.limit_s for s in gpu_check.steps_of(part))
         assert f"part {part}: {limits} s of limits (budget 480 s)" in out
-    assert out.count("returns summary.md, summary.json, gpu_check.tar.gz") == 2
+    assert out.count("returns summary.md, summary.json, gpu_check.tar.gz") == 3
     assert "  profile       limit   30 s" in out
 
 
@@ -83,7 +84,7 @@ def test_only_picks_named_steps_once():
 def test_usage_errors(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["somewhere"])
-    assert "give --part 1 or 2" in capsys.readouterr().err
+    assert "give --part 1, 2 or 3" in capsys.readouterr().err
 
 
 def fake_steps(raw_report):
