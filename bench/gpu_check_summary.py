@@ -269,7 +269,7 @@ SUMMARIZERS = {
     "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
     "conv": bench_step("conv"), "profile": profile_step, "tests": tests_step,
     "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),
-    "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
+    "memcheck": log_step(r"ERROR SUMMARY"), "synccheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
     "train": train_step,
 }
 

@@ -45,7 +45,7 @@ constexpr int kMaxTileBytes = 256 * 64 * 2;
 
 // Copies the tile of `boxes` boxes at (0, 0) of `map` into shared memory (one
 // thread issues, as the GEMM's producer does) and writes its bytes to `out`.
-__global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, int box_bytes, int box_step,
+__global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, int box_bytes, int box_rows,
                           bool k_major, uint8_t* out) {
   __shared__ alignas(1024) uint8_t tile[kMaxTileBytes];
   __shared__ uint64_t full;
@@ -56,8 +56,9 @@ __global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, in
   __syncthreads();
   if (threadIdx.x == 0) {
     mbarrier_arrive_expect_tx(&full, boxes * box_bytes);
+    // Box `box` holds rows (M or N) from box * box_rows, as the GEMM's producer copies them.
     for (int box = 0; box < boxes; ++box)
-      tma_load_3d(tile + box * box_bytes, &map, &full, k_major ? 0 : box * box_step, 0, 0);
+      tma_load_3d(tile + box * box_bytes, &map, &full, k_major ? 0 : box * box_rows, k_major ? box * box_rows : 0, 0);
   }
   mbarrier_wait(&full, 0);
   for (int i = threadIdx.x; i < boxes * box_bytes; i += blockDim.x) out[i] = tile[i];
@@ -114,14 +115,15 @@ int probe_tma(EncodeTiled encode) {
   CUtensorMap map;
   const cuuint64_t dims[3] = {cuuint64_t(inner), cuuint64_t(outer), 1};
   const cuuint64_t strides[2] = {cuuint64_t(inner) * 2, cuuint64_t(inner) * outer * 2};
-  const cuuint32_t box[3] = {64, cuuint32_t(KMajor ? Rows : 64), 1}, unit[3] = {1, 1, 1};
+  const cuuint32_t box[3] = {KMajor ? 64u : cuuint32_t(Tile::kBoxRows), KMajor ? cuuint32_t(Tile::kBoxRows) : 64u, 1},
+                   unit[3] = {1, 1, 1};
   if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, global, dims, strides, box, unit,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
     std::printf("tma %s %d rows: cuTensorMapEncodeTiled failed\n", KMajor ? "K-major" : "MN-major", Rows);
     return 1;
   }
-  tma_probe<<<1, 128>>>(map, Tile::kBoxes, Tile::kBoxBytes, kSwizzleElements, KMajor, out);
+  tma_probe<<<1, 128>>>(map, Tile::kBoxes, Tile::kBoxBytes, Tile::kBoxRows, KMajor, out);
   CHECK(cudaGetLastError());
   std::vector<uint16_t> smem(Tile::kBytes / 2);
   CHECK(cudaMemcpy(smem.data(), out, Tile::kBytes, cudaMemcpyDeviceToHost));

@@ -130,10 +130,13 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     multiples of 8 elements; 4 or 2 for 8- or 4-byte chunks, which the tiles
     below load with narrower cp.async; 1 for anything else, on the
     one-element path. The rule, in order: on sm_90 operands of width 8 take
-    the Hopper kernel, "wgmma" (which needs a build with sm_90a
-    code: an arch list holding 9.0), unless the WMMA rule below would split K
-    (MPGEMM_GEMM_PATH=wgmma takes it there too, =wgmma_2x1 and
-    =wgmma_pingpong its kernels on pairs of blocks, =wmma never); width 1 takes
+    the Hopper kernels (which need a build with sm_90a code: an arch list
+    holding 9.0), unless the WMMA rule below would split K: ping-pong
+    consumers on pairs of blocks, "wgmma_pingpong", where the 128 x 256
+    tiles of blocks alone (times the batch) fill at most half the
+    multiprocessors, else blocks alone, "wgmma" (MPGEMM_GEMM_PATH=wgmma,
+    =wgmma_2x1 or =wgmma_pingpong takes that kernel everywhere it can run,
+    split-K shapes too; =wmma never the Hopper path); width 1 takes
     the "scalar" tile; else the first of "tall" (m > n) or
     "wide", "square" (width 8 alone), "compact" that the device's shared
     memory and arch hold and whose tiles give every multiprocessor a block,

@@ -70,7 +70,11 @@ def _like(grad, operand):
 
 
 def _memory_format(x):
-    """The memory format torch's group_norm gives its input and output."""
+    """The memory format torch's group_norm gives its input and output:
+    channels-last where the input is, on the CPU alone; its kernels elsewhere
+    take contiguous tensors only."""
+    if x.device.type != "cpu":
+        return torch.contiguous_format
     if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
         return torch.channels_last
     if x.dim() == 5 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last_3d):

@@ -56,7 +56,10 @@ def test_ops_in_the_models_forward_follow_autocast(device, dtype):
                      "mse_loss": lambda: F.mse_loss(h, torch.ones_like(h)),
                      "log_softmax": lambda: F.log_softmax(h, -1), "softmax": lambda: h.softmax(-1),
                      "exp": lambda: h.exp(), "pow": lambda: h.pow(2), "sum": lambda: h.sum()}[name]()
-            torch.testing.assert_close(got[name].double(), exact, rtol=1e-5, atol=1e-6)
+            # A sum's rounding in fp32 grows with its terms' magnitudes, not its value (CUDA's
+            # reduction order on an H200 missed rtol 1e-5): bounded by 32 ulps of sum |h|.
+            atol = 32 * torch.finfo(FLOAT).eps * h.abs().sum().item() if name == "sum" else 1e-6
+            torch.testing.assert_close(got[name].double(), exact, rtol=1e-5, atol=atol)
     assert in_fp32 >= 3  # the losses everywhere; more on CUDA
 
 

@@ -80,15 +80,29 @@ def test_split_k_for_small_outputs_with_long_k(m, n, k, split_k):
     assert plan.split_k <= 16 and (plan.split_k == 1 or -(-k // plan.block_k) >= 4 * plan.split_k)
 
 
-@pytest.mark.parametrize("m, n, k, batch", [(4096, 4096, 4096, 1), (8192, 2048, 4096, 1), (1024, 1024, 1024, 1),
-                                            (1024, 1024, 16384, 1), (512, 512, 1024, 64), (8, 8, 8, 1)])
+@pytest.mark.parametrize("m, n, k, batch", [(4096, 4096, 4096, 1), (8192, 2048, 4096, 1), (1536, 1536, 1536, 1),
+                                            (512, 512, 1024, 64), (1024, 1024, 1024, 3), (128 * 67, 256, 4096, 1)])
 def test_hopper_path_by_default_on_sm90(m, n, k, batch):
+    """Blocks alone where their 128 x 256 tiles (times the batch) fill more
+    than half of the multiprocessors."""
     plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
     assert (plan.config, plan.split_k, plan.warps, plan.stages) == ("wgmma", 1, 12, 4)
     assert plan.raster_group == min(8, -(-m // 128))
     # Not on other archs: sm_90a code runs on compute capability 9.0 alone.
     for limits in (A100, SM86, SM75, dict(H100, arch=100)):
-        assert mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=limits).config != "wgmma"
+        assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=limits).config.startswith("wgmma")
+
+
+@pytest.mark.parametrize("m, n, k, batch", [(1024, 1024, 1024, 1), (1024, 1024, 16384, 1), (128, 4096, 4096, 1),
+                                            (4096, 128, 4096, 1), (128 * 66, 256, 4096, 1), (1024, 1024, 1024, 2),
+                                            (8, 8, 8, 1)])
+def test_ping_pong_by_default_where_blocks_alone_leave_half_the_gpu_idle(m, n, k, batch):
+    """At most 66 tiles of 128 x 256 on 132 multiprocessors: ping-pong's
+    64 x 256 tiles, 1.3x to 1.7x faster there on an H200 (bench/NOTES.md)."""
+    plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
+    assert (plan.config, plan.cluster_m, plan.split_k) == ("wgmma_pingpong", 2, 1)
+    for limits in (A100, SM86, SM75, dict(H100, arch=100)):
+        assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=limits).config.startswith("wgmma")
 
 
 @pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (16, 4096, 4096), (256, 256, 8192), (512, 512, 512)])
@@ -99,13 +113,19 @@ def test_small_outputs_with_long_k_split_on_wmma_tiles_instead(m, n, k):
     assert plan.config != "wgmma" and plan.split_k > 1
 
 
+def forced_path(path):
+    return path.startswith("wgmma")
+
+
 @pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", "wgmma_2x1", "wgmma_pingpong", ""])
 def test_the_environment_switches_the_hopper_path(path, monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
     hopper = path if path in ("wgmma_2x1", "wgmma_pingpong") else "wgmma"
     assert (mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == hopper) == (path != "wmma")
+    assert (mpgemm.gemm_plan(1024, 1024, 1024, device_limits=H100).config ==
+            (hopper if forced_path(path) else "wgmma_pingpong")) == (path != "wmma")
     # The Hopper paths are forced even where the heuristic would split K on WMMA tiles.
-    forced = path.startswith("wgmma")
+    forced = forced_path(path)
     assert (mpgemm.gemm_plan(64, 64, 16384, device_limits=H100).config == hopper) == forced
     assert not mpgemm.gemm_plan(4096, 4096, 4096, device_limits=A100).config.startswith("wgmma")
 
@@ -126,7 +146,7 @@ def test_pairs_are_a_tuning_candidate_and_a_tuned_choice(tuned):
     candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
     assert [(p.config, p.split_k) for p in candidates if p.config.startswith("wgmma")] == \
         [("wgmma", 1), ("wgmma_2x1", 1), ("wgmma_pingpong", 1)]
-    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma"  # untimed: not by default
+    assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma"  # measured fastest there
     gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 4096, "k": 4096, "config": tuned, "split_k": 1}])
     plan = mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
     assert (plan.config, plan.cluster_m, plan.tuned) == (tuned, 2, True)

@@ -130,9 +130,13 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     operands, not switched off by gemm_path), unless rule 3 below splits K
 //     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
 //     idle on small outputs with long K, where split-K of smaller WMMA tiles
-//     ran up to 9x faster on an H100. Blocks alone ("wgmma") unless
-//     gemm_path asks for pairs or ping-pong: those have yet to be timed on a
-//     GPU (bench/NOTES.md); tuning picks them where they measure faster.
+//     ran up to 9x faster on an H100. Ping-pong consumers on pairs
+//     ("wgmma_pingpong") where blocks alone's 128 x 256 tiles (times the
+//     batch) fill at most half of the multiprocessors: their 64 x 256 tiles
+//     give more blocks work, 1.3x to 1.7x faster on such shapes on an H200
+//     (bench/NOTES.md, 2026-11-26); elsewhere blocks alone ("wgmma"), which
+//     were 2% to 5% faster than ping-pong from 128 tiles on, and equal to
+//     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the three.
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
 //  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
 //     whose shared memory and arch the device has and whose grid (tiles x
@@ -148,8 +152,13 @@ GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
                               : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
                                                                  : TileConfigId::kWgmma;
   const bool forced = path != GemmPath::kAuto && path != GemmPath::kWmma;  // one of the Hopper kernels
-  if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d))
+  if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d)) {
+    const TileConfigInfo& ping_pong = tile_config(TileConfigId::kWgmmaPingPong);
+    const bool few_tiles = tiles(tile_config(TileConfigId::kWgmma), s) * s.batch * 2 <= d.multiprocessors;
+    if (path == GemmPath::kAuto && few_tiles && fits_device(ping_pong, s, d))
+      return make_plan(TileConfigId::kWgmmaPingPong, s, 1, false);
     return make_plan(hopper, s, 1, false);
+  }
   return wmma;
 }
 
