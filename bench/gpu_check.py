@@ -65,7 +65,7 @@ class Step:
     name: str
     part: int
     limit_s: int  # the hard limit `timeout` enforces
-    estimate_s: int  # what the step should take on an H100 (bench/README.md compares with real runs)
+    estimate_s: int  # what the step took on an H200 on 2026-11-26, or before that on an H100 (summary.md compares)
     command: str  # bash; {raw} is the folder archived at the end, {arch} the GPU's compute capability
     what: str
 
@@ -107,40 +107,40 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 
 STEPS = (
-    Step("build", 1, 120, 85, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("build", 1, 120, 80, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
     Step("hopper", 1, 45, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
          "then its GEMM on every operand layout, type and edge against float64"),
-    Step("inspect", 1, 60, 25, f"{PY} -m mpgemm inspect",
+    Step("inspect", 1, 60, 30, f"{PY} -m mpgemm inspect",
          "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),
-    Step("gemm", 1, 30, 15, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
+    Step("gemm", 1, 30, 10, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
          "GEMM vs cuBLAS, fp16 and bf16 in, fp32 and 16-bit out; events cross-checked with the profiler at "
          "1024^3"),
     Step("ceiling", 1, 20, 10, f"{PY} -m mpgemm bench ceiling --json {{raw}}/ceiling.json",
          "the mma.sync ceiling, 1 and 2 blocks per SM"),
-    Step("mlp", 1, 30, 17, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
+    Step("mlp", 1, 30, 10, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
-    # fp16 only: bf16 would double the step (about 95 s on an H100), leaving part 1 no margin.
-    Step("conv", 1, 90, 45, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
+    # fp16 only: the bf16 cases take as long again (under 40 s on an H200), outside the measure part.
+    Step("conv", 1, 90, 25, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
          "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions (batch 32 and 256) and 5 depthwise layers "
          "(batch 64), fwd and fwd+bwd, fp16"),
     Step("profile", 1, 30, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
-    Step("tests", 2, 150, 70, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
+    Step("tests", 2, 150, 50, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu), in 8 processes where pytest-xdist is installed"),
-    Step("verify", 2, 20, 5, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
+    Step("verify", 2, 20, 7, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
     Step("memcheck", 2, 30, 10, SANITIZER.replace("{tool}", "memcheck"),
          "compute-sanitizer memcheck: one call of each GEMM and conv kernel family (bench/gpu_targets.py)"),
-    Step("racecheck", 2, 30, 10, SANITIZER.replace("{tool}", "racecheck"),
+    Step("racecheck", 2, 30, 17, SANITIZER.replace("{tool}", "racecheck"),
          "compute-sanitizer racecheck (shared memory): the same calls"),
     Step("synccheck", 2, 30, 10, SANITIZER.replace("{tool}", "synccheck"),
          "compute-sanitizer synccheck (barriers): the same calls"),
     Step("train", 2, 85, 65, f"{PY} -m mpgemm bench train --time-limit 60 --json {{raw}}/train.json",
          "ResNet-50 and a GPT-2 block: fp32; torch.amp and mpgemm in fp16 and bf16"),
     Step("build", 3, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
-    Step("wgmma-speed", 3, 240, 180, WGMMA_SPEED,
+    Step("wgmma-speed", 3, 60, 15, WGMMA_SPEED,
          "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong) beside WMMA and cuBLAS (sm_90 only)"),
-    Step("cublas-check", 3, 100, 85, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
+    Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
 )
 
 

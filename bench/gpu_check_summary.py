@@ -264,13 +264,40 @@ def hopper_step(raw, result):
     return ("; ".join(found) or "no summary line: " + (tail[-1] if tail else "empty log")), [], None
 
 
+WGMMA_SCHEDULES = ("wgmma", "wgmma_direct", "wgmma_2x1", "wgmma_pingpong", "wmma")
+
+
+def wgmma_speed_step(raw, result):
+    """Each schedule's geomean against cuBLAS over the shapes timed, and a
+    table of every shape (bench/wgmma_check.py's rows, from its JSON or, for
+    a run cut short, the rows its log printed)."""
+    report = _load_json(os.path.join(raw, "wgmma_speed.json"))
+    if report is not None:
+        rows = report.get("speed", [])
+    else:
+        rows = [json.loads(line) for line in _log_tail(raw, result, lines=1000) if line.startswith("{")]
+    if not rows:
+        tail = _log_tail(raw, result)
+        return "no rows: " + (tail[-1] if tail else "empty log"), [], None
+    geomean = {name: math.exp(sum(math.log(r[f"{name}_vs_cublas"]) for r in rows) / len(rows))
+               for name in WGMMA_SCHEDULES}
+    headline = (f"geomean vs cuBLAS over {len(rows)} shapes: "
+                + ", ".join(f"{name} {value:.2f}x" for name, value in geomean.items()))
+    lines = ["| M x N x K | type | layouts | " + " | ".join(WGMMA_SCHEDULES) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in WGMMA_SCHEDULES) + " |"]
+    for r in rows:
+        lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['dtype']} | {r['layouts']} | "
+                     + " | ".join(f"{r[f'{name}_vs_cublas']:.2f}" for name in WGMMA_SCHEDULES) + " |")
+    return headline, lines, {"geomean_vs_cublas": geomean}
+
+
 SUMMARIZERS = {
     "build": build_step, "hopper": hopper_step, "inspect": log_step(r"contain Tensor Core instructions"),
     "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
     "conv": bench_step("conv"), "profile": profile_step, "tests": tests_step,
     "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),
-    "memcheck": log_step(r"ERROR SUMMARY"), "synccheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
-    "train": train_step,
+    "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
+    "synccheck": log_step(r"ERROR SUMMARY"), "train": train_step, "wgmma-speed": wgmma_speed_step,
 }
 
 

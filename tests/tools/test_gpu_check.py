@@ -188,6 +188,28 @@ def test_tests_summary_reads_junit_xml(tmp_path):
     assert headline == "3 passed, 1 failed, 1 skipped" and lines == ["- FAILED tests.test_gemm_cuda::test_a"]
 
 
+def _wgmma_row(m, **ratios):
+    row = {"m": m, "n": m, "k": m, "dtype": "float16", "layouts": "rc"}
+    row.update({f"{name}_vs_cublas": value for name, value in ratios.items()})
+    return row
+
+
+def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
+    """Each schedule's geomean against cuBLAS, from the JSON or, where the
+    step was stopped before writing it, from the rows its log printed."""
+    ratios = dict(wgmma=1.0, wgmma_direct=0.9, wgmma_2x1=1.0, wgmma_pingpong=0.5, wmma=0.5)
+    rows = [_wgmma_row(1024, **dict(ratios, wgmma=0.5, wgmma_pingpong=1.0)), _wgmma_row(8192, **dict(ratios, wgmma=2.0))]
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "speed.log").write_text("$ wgmma_check\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    headline, lines, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
+    assert headline.startswith("geomean vs cuBLAS over 2 shapes: wgmma 1.00x, wgmma_direct 0.90x")
+    assert "wgmma_pingpong 0.71x" in headline
+    assert lines[2] == "| 1024x1024x1024 | float16 | rc | 0.50 | 0.90 | 1.00 | 1.00 | 0.50 |"
+    (tmp_path / "wgmma_speed.json").write_text(json.dumps({"speed": rows[:1]}))
+    headline, _, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
+    assert "over 1 shapes" in headline and data["geomean_vs_cublas"]["wgmma_pingpong"] == 1.0
+
+
 def test_make_gpu_bundle_records_the_commit(tmp_path):
     repo = tmp_path / "repo"
     for path in ("Makefile", ".gitignore", "mpgemm/tools/provenance.py"):
