@@ -60,11 +60,12 @@ HOPPER_CASES = 24
 HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
 # About half of the cases take the Hopper path (the rest: split-K on WMMA
 # tiles, operands the copy engine cannot describe), and exactly an eighth its
-# pairs of blocks (wgmma_2x1) and an eighth its pairs with ping-pong
-# consumers (wgmma_pingpong): hopper_cases fails a pair case that does not
-# run the kernel it asks for.
+# pairs of blocks (wgmma_2x1), which only MPGEMM_GEMM_PATH asks for; an
+# eighth asks for pairs with ping-pong consumers (wgmma_pingpong), which the
+# heuristic also gives the small problems on 132 multiprocessors:
+# hopper_cases fails a pair case that does not run the kernel it asks for.
 HOPPER_MIN_WGMMA_CASES = 3
-HOPPER_PAIR_CASES = HOPPER_PING_PONG_CASES = HOPPER_CASES // 8
+HOPPER_PAIR_CASES = HOPPER_MIN_PING_PONG_CASES = HOPPER_CASES // 8
 # Of those, some store D through the copy engine (the rest from registers).
 HOPPER_MIN_COPIED_OUT_CASES = 2
 # Planted bugs in the Hopper kernel's pieces (csrc/kernels/sm90) and its
@@ -303,7 +304,7 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
     assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
     assert int(re.search(r"wgmma_2x1 cases: (\d+)", output).group(1)) == HOPPER_PAIR_CASES, replay
-    assert int(re.search(r"wgmma_pingpong cases: (\d+)", output).group(1)) == HOPPER_PING_PONG_CASES, replay
+    assert int(re.search(r"wgmma_pingpong cases: (\d+)", output).group(1)) >= HOPPER_MIN_PING_PONG_CASES, replay
     copied_out = int(re.search(r"wgmma cases storing through the copy engine: (\d+)", output).group(1))
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < int(re.search(r"wgmma cases: (\d+)", output).group(1)), replay

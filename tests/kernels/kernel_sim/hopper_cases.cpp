@@ -11,7 +11,7 @@
 //    operand layout, fp16 and bf16, ragged edges, K remainders, batches and
 //    broadcasts, on 1 to 4 multiprocessors (each block then walks several
 //    tiles through the ring) or 132 (small outputs take split-K on WMMA
-//    tiles); one in four with MPGEMM_GEMM_PATH=wgmma, which takes the Hopper
+//    tiles or, with short K, ping-pong); one in four with MPGEMM_GEMM_PATH=wgmma, which takes the Hopper
 //    path there too; one in eight with MPGEMM_GEMM_PATH=wgmma_2x1, on pairs
 //    of blocks that multicast B (odd counts of tile rows leave a block of a
 //    pair past M), and one in eight with MPGEMM_GEMM_PATH=wgmma_pingpong, on
