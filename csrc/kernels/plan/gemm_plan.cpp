@@ -133,8 +133,9 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     ran up to 9x faster on an H100. Ping-pong consumers on pairs
 //     ("wgmma_pingpong") where blocks alone's 128 x 256 tiles (times the
 //     batch) fill at most half of the multiprocessors: their 64 x 256 tiles
-//     give more blocks work, 1.3x to 1.7x faster on such shapes on an H200
-//     (bench/NOTES.md, 2026-11-26); elsewhere blocks alone ("wgmma"), which
+//     give more blocks work, 1.3x to 1.7x faster on three of the four such
+//     shapes timed on an H200 and a tie on the fourth (bench/NOTES.md,
+//     2026-11-26); elsewhere blocks alone ("wgmma"), which
 //     were 2% to 5% faster than ping-pong from 128 tiles on, and equal to
 //     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the three.
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
