@@ -6,8 +6,9 @@
   bench/gpu_check.sh --part 2 OUTDIR    prove: build, GPU tests, verify sweep,
                                          compute-sanitizer (memcheck, racecheck,
                                          synccheck), the training benchmark
-  bench/gpu_check.sh --part 3 OUTDIR    the Hopper schedules' speed, and the
-                                         C++ cuBLAS check
+  bench/gpu_check.sh --part 3 OUTDIR    the Hopper schedules' speed, the Hopper
+                                         convolution (opt-in) tested and timed,
+                                         and the C++ cuBLAS check
   bench/gpu_check.sh --only gemm,profile OUTDIR     just those steps
   bench/gpu_check.sh --dry-run [--part N]           the plan, on any machine
 
@@ -89,11 +90,21 @@ def _ncu_command():
 BUILD = ("TORCH_CUDA_ARCH_LIST={arch} MAX_JOBS=$(nproc) " + PY + " setup.py build_ext --inplace && "
          + PY + " -c 'import json, mpgemm; print(json.dumps(mpgemm.build_info()))' | tee {raw}/build_info.json")
 HOPPER = ('if [ "{arch}" = "9.0" ]; then nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels '
-          'bench/hopper_probes.cu -o build/hopper_probes && build/hopper_probes | tee {raw}/probes.txt && '
+          '-I tests/kernels bench/hopper_probes.cu -o build/hopper_probes && '
+          'build/hopper_probes | tee {raw}/probes.txt && '
           'PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-speed --json {raw}/wgmma.json; '
           'else echo "not an sm_90 GPU: no Hopper path here"; fi')
 WGMMA_SPEED = ('if [ "{arch}" = "9.0" ]; then PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-correctness '
                '--json {raw}/wgmma_speed.json; else echo "not an sm_90 GPU: no Hopper path here"; fi')
+# The Hopper convolution (opt-in, MPGEMM_CONV_PATH=wgmma): one tile of each
+# pass first (a failure there names its pass), its GPU tests against cuDNN
+# and float64 (the test parametrization that forces it, and the check that
+# its kernels ran), then the conv suite with it against cuDNN.
+WGMMA_CONV = ('if [ "{arch}" = "9.0" ]; then rc=0; ' + PY + ' bench/gpu_targets.py conv-tiles || rc=1; '
+              + PY + ' -m pytest -q -rs tests/ops/test_conv_cuda.py -k wgmma '
+              '--junitxml {raw}/wgmma_conv_tests.xml || rc=1; MPGEMM_CONV_PATH=wgmma ' + PY + ' -m mpgemm bench conv '
+              '--dtypes fp16 --json {raw}/wgmma_conv.json || rc=1; exit $rc; '
+              'else echo "not an sm_90 GPU: no Hopper path here"; fi')
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
          "-DCMAKE_CUDA_COMPILER=$(command -v nvcc) {cublas_args} && "
          "cmake --build build/cmake && build/cmake/gemm_cublas_check")
@@ -140,6 +151,9 @@ STEPS = (
     Step("build", 3, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
     Step("wgmma-speed", 3, 60, 15, WGMMA_SPEED,
          "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong) beside WMMA and cuBLAS (sm_90 only)"),
+    Step("wgmma-conv", 3, 150, 70, WGMMA_CONV,
+         "the Hopper convolution (MPGEMM_CONV_PATH=wgmma, sm_90 only): one tile of each pass, its GPU tests, "
+         "then conv2d vs cuDNN on ResNet-50's convolutions, fp16"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
 )
 

@@ -129,8 +129,8 @@ def paired_section(report, pairs):
 
 
 def bench_step(name):
-    def summarize(raw, result):
-        report = _load_json(os.path.join(raw, f"{name}.json"))
+    def summarize(raw, result, report_name=f"{name}.json"):
+        report = _load_json(os.path.join(raw, report_name))
         if report is None:
             return "no report", [], None
         passes = [(tag, p) for tag in BF16_TAGS for p in ("fwd", "fwd+bwd")]
@@ -195,9 +195,9 @@ def _is_number(text):
         return False
 
 
-def tests_step(raw, result):
+def tests_step(raw, result, report="tests.xml"):
     try:
-        suite = ElementTree.parse(os.path.join(raw, "tests.xml")).getroot()
+        suite = ElementTree.parse(os.path.join(raw, report)).getroot()
     except (OSError, ElementTree.ParseError):
         return "no test report", _log_tail(raw, result), None
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -291,6 +291,16 @@ def wgmma_speed_step(raw, result):
     return headline, lines, {"geomean_vs_cublas": geomean}
 
 
+def wgmma_conv_step(raw, result):
+    """The Hopper convolution's GPU tests, then its conv suite against cuDNN."""
+    tests, failed, _ = tests_step(raw, result, "wgmma_conv_tests.xml")
+    speed, _, data = bench_step("conv")(raw, dict(result, name="conv"), "wgmma_conv.json")
+    if tests == "no test report" and speed == "no report":
+        tail = _log_tail(raw, result)
+        return "no report: " + (tail[-1] if tail else "empty log"), [], None
+    return f"tests: {tests}; {speed}", failed, data
+
+
 SUMMARIZERS = {
     "build": build_step, "hopper": hopper_step, "inspect": log_step(r"contain Tensor Core instructions"),
     "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
@@ -298,6 +308,7 @@ SUMMARIZERS = {
     "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),
     "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
     "synccheck": log_step(r"ERROR SUMMARY"), "train": train_step, "wgmma-speed": wgmma_speed_step,
+    "wgmma-conv": wgmma_conv_step,
 }
 
 

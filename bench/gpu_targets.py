@@ -7,7 +7,13 @@ bench/gpu_check.py:
       each Hopper GEMM on sm_90 (blocks alone, pairs, ping-pong), and the
       forward, backward-data and backward-filter passes of convolutions on
       the large tile, with stride 2, depthwise and with 3 channels (padded
-      copies); every result is checked against float64.
+      copies), and on sm_90 the Hopper convolution's three passes
+      (MPGEMM_CONV_PATH=wgmma, wgrad split); every result is checked
+      against float64.
+  python3 bench/gpu_targets.py conv-tiles
+      the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
+      128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), each
+      checked against float64, and its three kernels seen running.
   python3 bench/gpu_targets.py profile [--size N] [--warmup W]
       W calls of the N^3 GEMM (fp16 in, fp32 out), then the one that
       `ncu --launch-skip W --launch-count 1` reads.
@@ -73,7 +79,8 @@ def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90), and convolutions whose
     passes run on the large tile, on dgrad's phases (stride 2), on the
-    depthwise kernels and on the padded copies (3 channels)."""
+    depthwise kernels and on the padded copies (3 channels), and the Hopper
+    convolution's three passes (sm_90)."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -86,7 +93,31 @@ def sanitize():
     _conv_passes("stride 2", (2, 32, 15, 15), (64, 32, 3, 3), stride=2, padding=1)
     _conv_passes("depthwise", (2, 32, 14, 14), (32, 1, 3, 3), padding=1, groups=32)
     _conv_passes("3 channels", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
+    if torch.cuda.get_device_capability() == (9, 0):
+        # Stride 1 (dgrad takes no other) and 64 channels (wgrad's boxes): every pass on the Hopper kernels,
+        # wgrad's 18 K slices split.
+        os.environ["MPGEMM_CONV_PATH"] = "wgmma"
+        _conv_passes("Hopper", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
+        os.environ.pop("MPGEMM_CONV_PATH")
     torch.cuda.synchronize()
+
+
+def conv_tiles():
+    """One tile of each pass on the Hopper convolution: fprop of 2 x 8 x 8
+    pixels by 256 filters; dgrad (2 x 8 x 8 pixels of dx by 256 channels)
+    and wgrad (128 filters by 256 channels) of a 1x1."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("conv-tiles needs an sm_90 GPU")
+    torch.manual_seed(0)
+    os.environ["MPGEMM_CONV_PATH"] = "wgmma"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _conv_passes("one fprop tile", (2, 64, 8, 8), (256, 64, 3, 3), padding=1)
+        _conv_passes("one dgrad and one wgrad tile", (2, 256, 8, 8), (128, 256, 1, 1))
+    ran = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and
+           "wgmma_conv_kernel" in e.name}
+    print(f"Hopper convolution kernels that ran: {len(ran)}")
+    if len(ran) != 3:
+        raise SystemExit(f"expected the Hopper convolution's 3 kernels (fprop, dgrad, wgrad) to run, saw {sorted(ran)}")
 
 
 def profile(size, warmup, without_ncu, json_path):
@@ -114,6 +145,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("sanitize")
+    commands.add_parser("conv-tiles")
     p = commands.add_parser("profile")
     p.add_argument("--size", type=int, default=4096)
     p.add_argument("--warmup", type=int, default=2)
@@ -124,6 +156,8 @@ def main():
         raise SystemExit("gpu_targets.py needs a GPU and a CUDA build of mpgemm")
     if args.command == "sanitize":
         sanitize()
+    elif args.command == "conv-tiles":
+        conv_tiles()
     elif args.without_ncu and not args.json:
         parser.error("--without-ncu needs --json PATH")
     else:

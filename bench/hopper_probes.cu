@@ -7,12 +7,19 @@
 //          the GEMM's descriptors) on small-integer operands placed by
 //          SwizzledOperandTile::offset, per pair of layouts: every accumulator
 //          register must hold the exact product at (accumulator_row,
-//          accumulator_col) of its warpgroup's rows.
+//          accumulator_col) of its warpgroup's rows;
+//   im2col the copy engine's im2col box of an iota NHWC tensor, as the
+//          convolution's producer issues it (sm90/conv_producer.cuh) on the
+//          map its launcher builds (sm90/conv_launch.cu's corners), for
+//          tiles at image edges and past the last image, taps with padding,
+//          stride and dilation: every element must hold what the host
+//          model of the PTX ISA's im2col mode (tests/kernels/kernel_sim/
+//          hopper_models.h) says, zero where that lies outside the tensor.
 // The host models (tests/kernels/kernel_sim/hopper_models.h, run by
 // tests/kernels/test_kernel_sim.py) check the same index code against the PTX ISA's
 // text on any machine; these check it against the chip.
 //
-//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels \
+//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I csrc/kernels -I tests/kernels \
 //        bench/hopper_probes.cu -o hopper_probes && ./hopper_probes
 // Exit status 0 when every probe matches; each mismatch is printed (first 8).
 #include <cuda.h>
@@ -27,7 +34,9 @@
 #include "arch/mbarrier.cuh"
 #include "arch/smem.cuh"
 #include "arch/wgmma.cuh"
+#include "kernel_sim/hopper_models.h"
 #include "sm90/layout.h"
+#include "sm90/tensor_maps.h"
 
 using namespace mpgemm::kernels;
 using namespace mpgemm::kernels::sm90;
@@ -43,10 +52,11 @@ using namespace mpgemm::kernels::sm90;
 
 constexpr int kMaxTileBytes = 256 * 64 * 2;
 
-// Copies the tile of `boxes` boxes at (0, 0) of `map` into shared memory (one
-// thread issues, as the GEMM's producer does) and writes its bytes to `out`.
-__global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, int box_bytes, int box_rows,
-                          bool k_major, uint8_t* out) {
+// Runs issue(tile, full) on one thread (it issues copies of `bytes` bytes in
+// all into `tile`, completing on `full`, as the kernels' producers do), waits
+// for them, and writes the tile's bytes to `out`.
+template <class Issue>
+__device__ void copy_and_dump(int bytes, uint8_t* out, Issue issue) {
   __shared__ alignas(1024) uint8_t tile[kMaxTileBytes];
   __shared__ uint64_t full;
   if (threadIdx.x == 0) {
@@ -55,13 +65,30 @@ __global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, in
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    mbarrier_arrive_expect_tx(&full, boxes * box_bytes);
-    // Box `box` holds rows (M or N) from box * box_rows, as the GEMM's producer copies them.
-    for (int box = 0; box < boxes; ++box)
-      tma_load_3d(tile + box * box_bytes, &map, &full, k_major ? 0 : box * box_rows, k_major ? box * box_rows : 0, 0);
+    mbarrier_arrive_expect_tx(&full, bytes);
+    issue(tile, &full);
   }
   mbarrier_wait(&full, 0);
-  for (int i = threadIdx.x; i < boxes * box_bytes; i += blockDim.x) out[i] = tile[i];
+  for (int i = threadIdx.x; i < bytes; i += blockDim.x) out[i] = tile[i];
+}
+
+// The tile of `boxes` boxes at (0, 0) of `map`: box `box` holds rows (M or N)
+// from box * box_rows, as the GEMM's producer copies them.
+__global__ void tma_probe(const __grid_constant__ CUtensorMap map, int boxes, int box_bytes, int box_rows,
+                          bool k_major, uint8_t* out) {
+  copy_and_dump(boxes * box_bytes, out, [&](uint8_t* tile, uint64_t* full) {
+    for (int box = 0; box < boxes; ++box)
+      tma_load_3d(tile + box * box_bytes, &map, full, k_major ? 0 : box * box_rows, k_major ? box * box_rows : 0, 0);
+  });
+}
+
+// One im2col box: 64 channels from c of the map's pixels from (w, h, n), read
+// at the im2col offsets, as the convolution's producer issues it.
+__global__ void im2col_probe(const __grid_constant__ CUtensorMap map, int c, int w, int h, int n, uint16_t w_offset,
+                             uint16_t h_offset, int box_bytes, uint8_t* out) {
+  copy_and_dump(box_bytes, out, [&](uint8_t* tile, uint64_t* full) {
+    tma_load_im2col_4d(tile, &map, full, c, w, h, n, w_offset, h_offset);
+  });
 }
 
 // One 64-deep K slice of wgmmas on the GEMM's A (128 rows) and B (256 rows)
@@ -93,9 +120,6 @@ __global__ void wgmma_probe(const uint8_t* a_bytes, const uint8_t* b_bytes, floa
   for (int i = 0; i < 128; ++i) out[threadIdx.x * 128 + i] = acc[i];
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 // Element (mn, k) of an iota operand: a distinct 16-bit pattern per element.
 uint16_t iota_bits(int mn, int k) { return uint16_t(mn * 64 + k); }
@@ -186,6 +210,75 @@ int probe_wgmma() {
   return wrong != 0;
 }
 
+// A convolution's geometry for the im2col probe: x is n x h x w x channels
+// (fewer than a box's 64: the rest arrive as zeros).
+struct Im2colGeometry {
+  int n, h, w, channels, r, s, stride, pad, dilation;
+  int out(int extent, int taps) const { return (extent + 2 * pad - dilation * (taps - 1) - 1) / stride + 1; }
+};
+
+// Boxes of 128 pixels from a few tiles' first output pixels (an image edge,
+// mid-image, the last tile, past the last image) at every tap of `g`.
+int probe_im2col(EncodeIm2col encode, const Im2colGeometry& g) {
+  constexpr int kBoxChannels = 64, kPixels = 128, kBoxBytes = kPixels * kBoxChannels * 2;
+  const int64_t channels = g.channels;
+  const int p = g.out(g.h, g.r), q = g.out(g.w, g.s), pixels = g.n * p * q;
+  // Element (n, h, w, c): its index + 1, so that a zero-filled element differs from every element.
+  std::vector<uint16_t> host(size_t(g.n) * g.h * g.w * channels);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = uint16_t(i + 1);
+  void* global = nullptr;
+  uint8_t* out = nullptr;
+  CHECK(cudaMalloc(&global, host.size() * 2));
+  CHECK(cudaMalloc(&out, kBoxBytes));
+  CHECK(cudaMemcpy(global, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  // The map as the convolution's launcher builds it: corners at the first
+  // taps of the first and last windows, traversal strides the convolution's.
+  const int upper_w = (q - 1) * g.stride - g.pad - (g.w - 1), upper_h = (p - 1) * g.stride - g.pad - (g.h - 1);
+  const sim::hopper_model::Im2colBox box{
+      {channels, g.w, g.h, g.n}, {-g.pad, -g.pad}, {upper_w, upper_h}, {uint32_t(g.stride), uint32_t(g.stride)}};
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {cuuint64_t(channels), cuuint64_t(g.w), cuuint64_t(g.h), cuuint64_t(g.n)};
+  const cuuint64_t strides[3] = {cuuint64_t(channels) * 2, cuuint64_t(g.w * channels) * 2,
+                                 cuuint64_t(g.h * g.w * channels) * 2};
+  const cuuint32_t traversal[4] = {1, cuuint32_t(g.stride), cuuint32_t(g.stride), 1};
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, global, dims, strides, box.lower, box.upper, kBoxChannels, kPixels,
+             traversal, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::printf("im2col: cuTensorMapEncodeIm2col failed\n");
+    return 1;
+  }
+  using ATile = SwizzledOperandTile<kPixels, true>;
+  int wrong = 0, boxes = 0;
+  std::vector<uint16_t> smem(kBoxBytes / 2);
+  for (const int m0 : {0, q + 1, pixels - 1 - (pixels - 1) % kPixels, pixels - 5})
+    for (int r = 0; r < g.r; ++r)
+      for (int s = 0; s < g.s; ++s, ++boxes) {
+        const int image = m0 / (p * q), oh = m0 % (p * q) / q, ow = m0 % q;
+        const int64_t start[4] = {0, ow * g.stride - g.pad, oh * g.stride - g.pad, image};
+        im2col_probe<<<1, 128>>>(map, 0, int(start[1]), int(start[2]), image, uint16_t(s * g.dilation),
+                                 uint16_t(r * g.dilation), kBoxBytes, out);
+        CHECK(cudaGetLastError());
+        CHECK(cudaMemcpy(smem.data(), out, kBoxBytes, cudaMemcpyDeviceToHost));
+        for (int pixel = 0; pixel < kPixels; ++pixel)
+          for (int c = 0; c < kBoxChannels; ++c) {
+            const auto e = sim::hopper_model::im2col_element(box, start, s * g.dilation, r * g.dilation, pixel, c);
+            const bool inside = e.at[0] < channels && e.at[1] >= 0 && e.at[1] < g.w && e.at[2] >= 0 &&
+                                e.at[2] < g.h && e.at[3] >= 0 && e.at[3] < g.n;
+            const uint16_t expected =
+                inside ? host[((size_t(e.at[3]) * g.h + e.at[2]) * g.w + e.at[1]) * channels + c] : 0;
+            const uint16_t got = smem[ATile::offset(pixel, c) / 2];
+            if (got != expected && wrong++ < 8)
+              std::printf("im2col from output pixel %d, tap (%d, %d): pixel %d channel %d holds 0x%04x, the model "
+                          "says 0x%04x\n", m0, r, s, pixel, c, got, expected);
+          }
+      }
+  std::printf("im2col %dx%dx%dx%d, %dx%d taps, stride %d, pad %d, dilation %d: %d boxes %s\n", g.n, g.h, g.w,
+              g.channels, g.r, g.s, g.stride, g.pad, g.dilation, boxes, wrong ? "WRONG" : "ok");
+  CHECK(cudaFree(global));
+  CHECK(cudaFree(out));
+  return wrong != 0;
+}
+
 int main() {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found{};
@@ -203,6 +296,13 @@ int main() {
   failed += probe_wgmma<true, false>();
   failed += probe_wgmma<false, true>();
   failed += probe_wgmma<false, false>();
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &found));
+  const EncodeIm2col encode_im2col = reinterpret_cast<EncodeIm2col>(fn);
+  // ResNet-50's 3x3 (stride 1 and 2) and 1x1 stride-2 shapes, small; a dilated one with 24 channels.
+  failed += probe_im2col(encode_im2col, {3, 9, 9, 64, 3, 3, 1, 1, 1});
+  failed += probe_im2col(encode_im2col, {3, 15, 15, 64, 3, 3, 2, 1, 1});
+  failed += probe_im2col(encode_im2col, {2, 14, 14, 64, 1, 1, 2, 0, 1});
+  failed += probe_im2col(encode_im2col, {2, 12, 11, 24, 3, 2, 1, 2, 2});
   CHECK(cudaDeviceSynchronize());
   std::printf("%s\n", failed ? "PROBES FAILED" : "all probes match the kernel's index code");
   return failed ? 1 : 0;

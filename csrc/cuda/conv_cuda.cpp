@@ -2,6 +2,8 @@
 // product's input type, fp16 or bf16 (no copy for channels_last tensors of
 // that type, one otherwise), the implicit-GEMM kernels, and the result back in
 // the caller's memory format.
+#include <stdexcept>
+
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -54,7 +56,12 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   at::Tensor out = at::empty(shape, anchor.options().dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast));
   p.out = out.data_ptr();
   p.out_type = element_type(dtype);
-  const kernels::Conv2dPlan plan = kernels::plan_conv2d(pass, p);
+  kernels::Conv2dPlan plan;
+  try {
+    plan = kernels::plan_conv2d(pass, p);
+  } catch (const std::invalid_argument& e) {  // a bad MPGEMM_CONV_PATH
+    TORCH_CHECK_VALUE(false, e.what());
+  }
   at::Tensor workspace;
   if (plan.workspace_bytes > 0) workspace = allocate_workspace(plan.workspace_bytes, anchor);
   C10_CUDA_CHECK(kernels::launch_conv2d(pass, p, plan, plan.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,

@@ -21,9 +21,11 @@ from ..plan import tile_configs
 from . import display
 
 
-# The kernels that must run on Tensor Cores, by name: GEMM, convolution and
-# the mma.sync ceiling.
-TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel", "mma_ceiling_kernel")
+# The kernels that must run on Tensor Cores, by name: GEMM, convolution (the
+# WMMA implicit GEMMs and the Hopper one) and the mma.sync ceiling.
+TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel", "wgmma_conv_kernel", "mma_ceiling_kernel")
+# The Hopper kernels: wgmma and setmaxnreg, in sm_90a code alone.
+HOPPER_KERNELS = ("wgmma_gemm_kernel", "wgmma_conv_kernel")
 # The mainloop mix's columns, by sass.mix_category: one pass through the
 # innermost loop that holds HMMA. "other" is what keeps the Tensor Cores
 # waiting: address arithmetic, predicates and loop control.
@@ -62,10 +64,10 @@ def tile_min_arch(name):
 def compiled_out(arch, name):
     """Whether a Tensor Core kernel is built empty for `arch` by design: bf16
     below sm_80, GEMM and convolution tiles below their min_arch (kTileCompiled), and the
-    Hopper GEMM everywhere but sm_90a (wgmma and setmaxnreg exist there alone)."""
+    Hopper kernels everywhere but sm_90a (wgmma and setmaxnreg exist there alone)."""
     return ((input_element(name) == "bf16" and arch_number(arch) < BF16_MIN_ARCH)
             or tile_min_arch(name) > arch_number(arch)
-            or ("wgmma_gemm_kernel" in name and arch != "sm_90a"))
+            or (any(kernel in name for kernel in HOPPER_KERNELS) and arch != "sm_90a"))
 
 
 @dataclasses.dataclass

@@ -39,6 +39,16 @@ def git_commit(root=REPO_ROOT):
     return bundled or (head + "-dirty" if head else "unknown")
 
 
+# The environment variables that choose kernels (csrc/kernels/plan/gemm_plan.h,
+# conv/launch.h): a measurement names those that were set.
+KERNEL_PATH_VARIABLES = ("MPGEMM_GEMM_PATH", "MPGEMM_CONV_PATH")
+
+
+def kernel_paths():
+    """{variable: value} of the kernel-choosing variables set in this process."""
+    return {name: os.environ[name] for name in KERNEL_PATH_VARIABLES if os.environ.get(name)}
+
+
 def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -60,14 +70,16 @@ def describe(device):
         "cudnn_version": torch.backends.cudnn.version() if on_gpu else None,
         "git_commit": git_commit(),
         "date": utc_now(),
+        "kernel_paths": kernel_paths(),
     }
 
 
 def headline(info):
     """One line: device, driver, versions, commit, date."""
     driver = f", driver {info['driver_version']}" if info.get("driver_version") else ""
+    paths = "".join(f", {name}={value}" for name, value in (info.get("kernel_paths") or {}).items())
     return (f"{info['device']}{driver}, torch {info['torch_version']} (CUDA {info['cuda_version']}), "
-            f"commit {info['git_commit']}, {info['date']}")
+            f"commit {info['git_commit']}, {info['date']}{paths}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ and the inputs' own), no spills, and no ptxas
 advisory that it serialized the wgmmas or ignored setmaxnreg; the
 kernels for pairs of blocks multicast their copies, arrive on the other
 block's mbarriers and meet at a cluster barrier, with no memory fence in the
-mainloop.
+mainloop. The Hopper convolution's kernels (fprop, dgrad, wgrad) are the
+same block fed by the copy engine's im2col loads (UTMALDG.4D.IM2COL) and
+tiled loads of the filters (wgrad: of dy).
 """
 
 import pytest
@@ -68,33 +70,42 @@ def is_one_of(parts, name):
     return any(part in name for part in parts)
 
 
+def check_hopper_block(name, instructions):
+    """What every Hopper kernel's block (sm90/block.cuh) compiles to; its
+    mainloop's span (sass.MainloopMix)."""
+    opcodes = [i.opcode for i in instructions]
+    hgmma = "HGMMA.64x256x16.F32.BF16" if "__nv_bfloat16" in name else "HGMMA.64x256x16.F32"
+    assert {op for op in opcodes if op.startswith("HGMMA")} == {hgmma}, name
+    assert sass.count_opcodes(opcodes, "HMMA") == 0, f"{name} runs mma.sync"
+    mix = sass.mainloop_mix(instructions)
+    # One K slice: four k16 steps, no global loads (the copy engine's) and no block barrier.
+    assert mix is not None and mix.counts["hmma"] == 4, f"{name}: {mix}"
+    assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
+    for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
+                   "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR",
+                   # The epilogue through the copy engine.
+                   "STS.64", "FENCE.VIEW.ASYNC.S", "UTMASTG.3D", "BAR.SYNC.DEFER_BLOCKING"):
+        assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
+    # Its strips are written through the shared window, not generic
+    # addresses; each is fenced for the copy engine and met on twice
+    # (before it is written, and before it is stored).
+    assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
+    stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
+    # The epilogues of two output types, fp32 (8 strips a tile) and the
+    # inputs' own (4), once each: bias and activation come before the
+    # stores, so that the activations do not multiply the stores' code
+    # (bench/NOTES.md, "The Hopper epilogue's code").
+    assert stores == 8 + 4, f"{name}: {stores} strip stores"
+    assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
+    assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
+    body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
+    assert not [op for op in body if op.startswith("MEMBAR")], f"{name} fences memory in its mainloop"
+
+
 def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernels):
     for name, instructions in hopper_kernels.items():
+        check_hopper_block(name, instructions)
         opcodes = [i.opcode for i in instructions]
-        hgmma = "HGMMA.64x256x16.F32.BF16" if "__nv_bfloat16" in name else "HGMMA.64x256x16.F32"
-        assert {op for op in opcodes if op.startswith("HGMMA")} == {hgmma}, name
-        assert sass.count_opcodes(opcodes, "HMMA") == 0, f"{name} runs mma.sync"
-        mix = sass.mainloop_mix(instructions)
-        # One K slice: four k16 steps, no global loads (the copy engine's) and no block barrier.
-        assert mix is not None and mix.counts["hmma"] == 4, f"{name}: {mix}"
-        assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
-        for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
-                       "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR",
-                       # The epilogue through the copy engine.
-                       "STS.64", "FENCE.VIEW.ASYNC.S", "UTMASTG.3D", "BAR.SYNC.DEFER_BLOCKING"):
-            assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
-        # Its strips are written through the shared window, not generic
-        # addresses; each is fenced for the copy engine and met on twice
-        # (before it is written, and before it is stored).
-        assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
-        stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
-        # The epilogues of two output types, fp32 (8 strips a tile) and the
-        # inputs' own (4), once each: bias and activation come before the
-        # stores, so that the activations do not multiply the stores' code
-        # (bench/NOTES.md, "The Hopper epilogue's code").
-        assert stores == 8 + 4, f"{name}: {stores} strip stores"
-        assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
-        assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
         # Pairs: B's copies multicast, stages handed back to the other block
         # (a remote arrival), and a cluster barrier before the first of either.
         pair_only = ("UTMALDG.3D.MULTICAST", "SYNCS.ARRIVE.TRANS64.RED", "UCGABAR_ARV", "UCGABAR_WAIT")
@@ -103,13 +114,35 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
         # Ping-pong: each consumer's turn to run its mainloop, handed on
         # with bar.arrive, met with bar.sync.
         assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == is_one_of(PING_PONG_KERNEL, name), f"{name}: BAR.ARV"
-        body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
-        assert not [op for op in body if op.startswith("MEMBAR")], f"{name} fences memory in its mainloop"
 
 
-def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, machine_code, hopper_kernels):
+@pytest.fixture(scope="module")
+def hopper_conv_kernels(cuda_build, machine_code):
+    """{kernel name: [sass.Instruction]} of the Hopper convolution's kernels in the sm_90a code: fprop, dgrad
+    and wgrad, fp16 and bf16."""
+    if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
+        pytest.skip("the build has no sm_90a code")
+    kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
+               if "wgmma_conv_kernel" in name}
+    assert len(kernels) == 6, sorted(kernels)
+    return kernels
+
+
+def test_hopper_conv_runs_wgmma_on_im2col_copies(hopper_conv_kernels):
+    for name, instructions in hopper_conv_kernels.items():
+        check_hopper_block(name, instructions)
+        opcodes = [i.opcode for i in instructions]
+        # Activations through the copy engine's im2col mode; filters (wgrad: dy) through its tiled mode;
+        # blocks alone.
+        assert sass.count_opcodes(opcodes, "UTMALDG.4D.IM2COL") > 0, f"{name} lacks the im2col copy"
+        assert sass.count_opcodes(opcodes, "UTMALDG.3D") > 0, f"{name} lacks its tiled copies"
+        for op in ("UTMALDG.3D.MULTICAST", "UCGABAR_ARV", "BAR.ARV"):
+            assert sass.count_opcodes(opcodes, op) == 0, f"{name}: {op}"
+
+
+def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, machine_code, hopper_kernels, hopper_conv_kernels):
     usage = machine_code[1]["sm_90a"]
-    for name in hopper_kernels:
+    for name in [*hopper_kernels, *hopper_conv_kernels]:
         res = usage.get(name, {})
         assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
     # ptxas reports wgmmas it had to serialize, waits it injected and a

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from mpgemm.tools import sass
-from mpgemm.tools.kernel_report import TENSOR_CORE_KERNELS, compiled_out, demangle, input_element
+from mpgemm.tools.kernel_report import HOPPER_KERNELS, TENSOR_CORE_KERNELS, compiled_out, demangle, input_element
 
 # The HMMA each arch's WMMA m16n16k16 with fp32 accumulation compiles to, per
 # input type (opcodes as cuobjdump spells them). None: no Tensor Core code, as
@@ -24,9 +24,8 @@ EXPECTED_HMMA = {
     "sm_90a": {"fp16": "HMMA.16816.F32", "bf16": "HMMA.16816.F32.BF16"},
 }
 # The WMMA GEMM and convolution kernels: every one is built for both input
-# types. (The Hopper GEMM, wgmma_gemm_kernel, runs no mma.sync.)
+# types. (The Hopper kernels, HOPPER_KERNELS, run no mma.sync.)
 PRODUCT_KERNELS = ("wmma_gemm_kernel", "conv2d_kernel")
-HOPPER_KERNEL = "wgmma_gemm_kernel"
 # Kernels instantiated for 16-byte chunks: Vector = 8, their last template
 # argument, as it ends the mangled name.
 ALIGNED_VECTOR = "Li8EEEv"
@@ -101,9 +100,9 @@ def test_every_gemm_and_conv_kernel_uses_tensor_cores_of_its_type(compiled, arch
     assert built == {(k, t) for k in PRODUCT_KERNELS for t in ("fp16", "bf16")}, "a kernel lacks an input type"
     for name, opcodes in mma_kernels.items():
         expected, found = EXPECTED_HMMA[arch][input_element(name)], hmma_counts(opcodes)
-        if compiled_out(arch, name):  # bf16 below sm_80, a tile for newer archs, the Hopper GEMM outside sm_90a
+        if compiled_out(arch, name):  # bf16 below sm_80, a tile for newer archs, Hopper kernels outside sm_90a
             assert not found, f"{name} is built for {arch}, which it is not meant for: {found}"
-        elif HOPPER_KERNEL in name:
+        elif any(kernel in name for kernel in HOPPER_KERNELS):
             assert not found and sass.count_opcodes(opcodes, "HGMMA") > 0, f"{name}: {found}"
         else:
             assert set(found) == {expected}, f"{name}: expected only {expected}, found {found}"

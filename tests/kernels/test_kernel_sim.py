@@ -15,7 +15,12 @@ stores, mbarriers, named barriers) runs on models of those instructions
 written from the PTX ISA (kernel_sim/hopper_models.h, hopper_sim.h), with
 copies, stores and wgmmas completing early or late; its index code is checked
 against the models element by element, and planted pipeline and epilogue bugs
-must be caught. See kernel_sim/hopper_cases.cpp."""
+must be caught. The Hopper convolution (fprop, dgrad at stride 1, wgrad)
+runs there too, its im2col copies placed by the model of the PTX ISA's
+im2col mode, which is checked against the convolution's own windows; a
+wrong filter offset, a wrong bounding-box corner, dgrad's filters unflipped,
+wgrad's splits summing the same pixels and a stage handed back early must
+be caught. See kernel_sim/hopper_cases.cpp and hopper_conv_cases.cpp."""
 
 import concurrent.futures
 import glob
@@ -57,6 +62,13 @@ FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
 MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
 HOPPER_CASES = 24
+# Random convolutions per Hopper run, case i of pass i % 3; one in five of
+# each pass has channels the Hopper convolution does not take, and some
+# dgrad cases a stride (hopper_conv_cases.cpp fails a case the path takes
+# that does not run on it, or one it does not take that does); every other
+# wgrad case splits its sum.
+HOPPER_CONV_CASES = 30
+HOPPER_MIN_CONV_WGMMA_CASES = 15
 HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
 # About half of the cases take the Hopper path (the rest: split-K on WMMA
 # tiles, operands the copy engine cannot describe), and exactly an eighth its
@@ -78,7 +90,7 @@ HOPPER_MIN_COPIED_OUT_CASES = 2
 # K-major operands) ahead of the unplanted ones, and runs every case on its
 # layouts and input type (`hopper_cases ... pinned`). A bug in code the
 # kernels share (the epilogue) reaches the planted kernel alike.
-HOPPER_MUTATED_FILES = ["sm90/gemm_kernel.cuh", "sm90/producer.cuh", "sm90/mainloop.cuh", "sm90/epilogue.cuh",
+HOPPER_MUTATED_FILES = ["sm90/block.cuh", "sm90/gemm_kernel.cuh", "sm90/producer.cuh", "sm90/mainloop.cuh", "sm90/epilogue.cuh",
                         "sm90/launch_kernel.cuh"]
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
@@ -142,9 +154,41 @@ HOPPER_MUTATIONS = {
     # The launcher of the pair kernels (sm90/launch_kernel.cuh) asking the
     # driver how many clusters fit on every launch, not once per device.
     "cluster occupancy asked on every launch": (
-        ("    static PerDeviceFact resident_clusters;", "    PerDeviceFact resident_clusters;"),
+        ("  static PerDeviceFact resident_clusters;", "  PerDeviceFact resident_clusters;"),
         (False, False), "asked 2 times", "WgmmaPairTile"),
 }
+# Planted bugs in the Hopper convolution: the file and text, the timing,
+# what the simulation must say. Each planted build compiles the convolution's
+# unit (sm90/conv_launch.cu, which holds its kernels) from the planted copy
+# in place of the real one, and runs convolutions alone.
+CONV_MUTATIONS = {
+    # The im2col box read at tap (s, r) instead of (r, s).
+    "im2col box at the wrong filter offset": (
+        "sm90/conv_producer.cuh",
+        ("uint16_t(s * walk.dilation_w), uint16_t(r * walk.dilation_h)",
+         "uint16_t(r * walk.dilation_w), uint16_t(s * walk.dilation_h)"),
+        (False, False), "FAILED"),
+    # A bounding box one pixel short at the far corner: the walk wraps to the next row a window early.
+    "bounding box with the wrong far corner": (
+        "sm90/conv_launch.cu",
+        ("(out - 1) * stride - pad - (extent - 1)}", "(out - 1) * stride - pad - extent}"),
+        (False, False), "FAILED"),
+    "stage handed back before its wgmmas retire": (
+        "sm90/mainloop.cuh", ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
+    "dgrad's filters read unflipped": (
+        "sm90/conv_producer.cuh", ("(walk.r - 1 - r) * walk.s + (walk.s - 1 - s)", "r * walk.s + s"),
+        (False, False), "FAILED"),
+    "wgrad's boxes at the transposed tap": (
+        "sm90/conv_producer.cuh",
+        ("w_offset[box] = s * walk.dilation_w, h_offset[box] = r * walk.dilation_h;",
+         "w_offset[box] = r * walk.dilation_w, h_offset[box] = s * walk.dilation_h;"),
+        (False, False), "FAILED"),
+    "wgrad's splits all summing the first pixels": (
+        "sm90/conv_producer.cuh",
+        ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;", "const int first_pixel = 0;"),
+        (False, False), "FAILED"),
+}
+CONV_UNIT = "sm90/conv_launch.cu"
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
@@ -185,8 +229,9 @@ def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
     return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late)])
 
 
-def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES, pinned=False):
-    return run([binary, cases, seed, int(copies_late), int(wgmma_late)] + (["pinned"] if pinned else []))
+def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES, conv_cases=HOPPER_CONV_CASES,
+               pinned=False):
+    return run([binary, cases, conv_cases, seed, int(copies_late), int(wgmma_late)] + (["pinned"] if pinned else []))
 
 
 def kernel_files(kernel_dir, pattern):
@@ -227,10 +272,11 @@ def results(tmp_path_factory):
     # Only the units with a WMMA pipeline get the mutant's copies; the rest are the real ones.
     mutated = ["wmma/gemm_tiles.cu", "conv/launch.cu"]
     mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION, ["wmma/block.cuh"])
-    # The Hopper driver runs GEMMs alone: the GEMM launcher and every kernel it may pick.
-    hopper_sources = [os.path.join(SIM_DIR, "hopper_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")] + [
+    # The Hopper driver runs GEMMs and convolutions: their launchers and every kernel they may pick.
+    hopper_sources = [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
+                                                               "gemm_cases.cpp")] + [
         os.path.join(KERNEL_DIR, name) for name in kernels
-        if name.startswith(("gemm/", "plan/", "sm90/", "wmma/gemm_"))]
+        if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_"))]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         def compile_all(srcs, arch, kernel_dir, prefix, defines=()):
             return [pool.submit(compile_object, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines)
@@ -245,6 +291,11 @@ def results(tmp_path_factory):
             mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, HOPPER_MUTATED_FILES)
             planted[name] = compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, mutant_kernels,
                                         f"hopper_mutant{i}.", [f"-DPLANTED_TILE={tile}"])[0]
+        conv_planted = {}
+        for i, (name, (file, mutation, _, _)) in enumerate(CONV_MUTATIONS.items()):
+            mutant_kernels = mutated_kernels(str(out / f"conv_mutant{i}"), mutation, [file])
+            conv_planted[name] = compile_all([os.path.join(mutant_kernels, CONV_UNIT)], 900, mutant_kernels,
+                                             f"conv_mutant{i}.")[0]
         kept = [o for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         mutant = link([o.result() for o in mutant_objects + kept], str(out / "sim_mutant"))
@@ -253,6 +304,11 @@ def results(tmp_path_factory):
         # The planted kernel first: the linker keeps the first definition it meets.
         hopper_mutant_binaries = {name: link([o.result()] + hopper, str(out / f"sim_hopper_mutant{i}"))
                                   for i, (name, o) in enumerate(planted.items())}
+        # The planted unit replaces the real one, and comes first: its copies of shared code are the ones kept.
+        without_conv = [o for src, o in zip(hopper_sources, hopper)
+                        if os.path.relpath(src, KERNEL_DIR) != CONV_UNIT]
+        conv_mutant_binaries = {name: link([o.result()] + without_conv, str(out / f"sim_conv_mutant{i}"))
+                                for i, (name, o) in enumerate(conv_planted.items())}
 
         jobs = {}
         for arch, late in RUNS:
@@ -265,7 +321,10 @@ def results(tmp_path_factory):
                                                                     wgmma_late)
         for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
-                                                        wgmma_late, pinned=True)
+                                                        wgmma_late, conv_cases=0, pinned=True)
+        for name, (_, _, (copies_late, wgmma_late), _) in CONV_MUTATIONS.items():
+            jobs[("conv mutant", name)] = pool.submit(run_hopper, conv_mutant_binaries[name], 1, copies_late,
+                                                      wgmma_late, cases=0)
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -311,7 +370,28 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert "cluster occupancy asked once per device and kernel: ok" in output, replay
 
 
+@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS,
+                         ids=[f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}"
+                              for c, w in HOPPER_RUNS])
+def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late, wgmma_late):
+    seed = HOPPER_RUNS[(copies_late, wgmma_late)]
+    code, output = results[("hopper", copies_late, wgmma_late)]
+    replay = f"replay: hopper {copies_late=} {wgmma_late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
+    assert code == 0, f"{replay}\n{output[-12000:]}"
+    assert re.search(r"im2col walk: 0/\d+ mismatches", output), replay
+    assert f"conv: 0/{HOPPER_CONV_CASES} failed" in output, replay
+    assert int(re.search(r"conv wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_CONV_WGMMA_CASES, replay
+    assert int(re.search(r"conv wgmma wgrad cases that split: (\d+)", output).group(1)) > 0, replay
+    assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
+
+
 @pytest.mark.parametrize("name", HOPPER_MUTATIONS)
 def test_hopper_simulation_catches_a_planted_pipeline_bug(results, name):
     code, output = results[("hopper mutant", name)]
     assert code != 0 and any(text in output for text in HOPPER_MUTATIONS[name][2].split("|")), output[-4000:]
+
+
+@pytest.mark.parametrize("name", CONV_MUTATIONS)
+def test_hopper_simulation_catches_a_planted_conv_bug(results, name):
+    code, output = results[("conv mutant", name)]
+    assert code != 0 and any(text in output for text in CONV_MUTATIONS[name][3].split("|")), output[-4000:]

@@ -3,7 +3,11 @@
 
 The ops allocate their outputs; the caching allocator hands back the blocks
 just freed, so filling same-sized blocks with NaN right before each call
-poisons the outputs: an element the kernels do not write stays NaN."""
+poisons the outputs: an element the kernels do not write stays NaN.
+
+On Hopper GPUs each case also runs with MPGEMM_CONV_PATH=wgmma, the Hopper
+convolution (opt-in until it has passed here), which takes each pass where
+its geometry allows and leaves the rest to the defaults."""
 
 import re
 
@@ -21,6 +25,16 @@ pytestmark = pytest.mark.gpu
 HAS_BF16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="bf16 Tensor Cores need sm_80")
 DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
+IS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="the Hopper convolution needs an sm_90 GPU")
+# MPGEMM_CONV_PATH values: the defaults everywhere, the Hopper convolution on Hopper.
+CONV_PATHS = ["auto", pytest.param("wgmma", marks=needs_hopper)]
+
+
+@pytest.fixture(params=CONV_PATHS)
+def conv_path(request, monkeypatch):
+    monkeypatch.setenv("MPGEMM_CONV_PATH", request.param)
+    return request.param
 
 # Per input type: (reference, bound on ||out - ref|| / ||ref|| for the fp32
 # output, bound for the gradients), the references on the same rounded inputs
@@ -69,7 +83,7 @@ def compare(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c, k, kernel, stride, padding, size", RESNET50)
 @pytest.mark.parametrize("batch", [1, 32])
-def test_resnet50_layers_against_cudnn(c, k, kernel, stride, padding, size, batch, dtype):
+def test_resnet50_layers_against_cudnn(c, k, kernel, stride, padding, size, batch, dtype, conv_path):
     x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
     compare(x, weight, torch.randn(k, device="cuda"), stride, padding)
@@ -78,7 +92,7 @@ def test_resnet50_layers_against_cudnn(c, k, kernel, stride, padding, size, batc
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("x_shape, k, kernel, kwargs", CASES)
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_cases_against_cudnn(x_shape, k, kernel, kwargs, channels_last, dtype):
+def test_cases_against_cudnn(x_shape, k, kernel, kwargs, channels_last, dtype, conv_path):
     x = torch.randn(*x_shape, device="cuda").to(dtype)
     if channels_last and x.dim() == 4:
         x = x.to(memory_format=torch.channels_last)
@@ -112,3 +126,34 @@ def test_bf16_before_sm80_is_refused_with_a_clear_error():
                    f"{device}")
         with pytest.raises(RuntimeError, match=re.escape(message)):
             call()
+
+
+def kernels_run(fn):
+    """The names of the CUDA kernels fn launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA}
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_wgmma_conv_path_runs_the_hopper_kernels_for_every_pass(monkeypatch, dtype):
+    x = torch.randn(4, 64, 14, 14, device="cuda").to(dtype).to(memory_format=torch.channels_last).requires_grad_()
+    weight = (torch.randn(128, 64, 3, 3, device="cuda") / 24).requires_grad_()
+
+    def step():
+        mpgemm.conv2d(x, weight, None, 1, 1).float().sum().backward()
+
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    hopper = {name for name in kernels_run(step) if "wgmma_conv_kernel" in name}
+    assert len(hopper) == 3, hopper  # fprop, dgrad and wgrad
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wmma")
+    assert not any("wgmma" in name for name in kernels_run(step))
+
+
+def test_bad_conv_path_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "hopper")
+    with pytest.raises(ValueError, match="MPGEMM_CONV_PATH must be 'auto', 'wgmma' or 'wmma', got 'hopper'"):
+        mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))

@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from support import skip_or_fail
-from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, sass
+from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, provenance, sass
 
 CPU = torch.device("cpu")
 
@@ -25,6 +25,17 @@ def test_parse_shapes_and_dtypes():
     for bad in ("fp32", "", "fp16,half"):
         with pytest.raises(Exception, match="operand types from fp16, bf16"):
             benchmarks.parse_dtypes(bad)
+
+
+def test_measurements_name_the_kernel_paths_asked_for(monkeypatch):
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
+    assert provenance.describe("cpu")["kernel_paths"] == {}
+    assert "MPGEMM" not in provenance.headline(provenance.describe("cpu"))
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    info = provenance.describe("cpu")
+    assert info["kernel_paths"] == {"MPGEMM_CONV_PATH": "wgmma"}
+    assert provenance.headline(info).endswith(", MPGEMM_CONV_PATH=wgmma")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU report")

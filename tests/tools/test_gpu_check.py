@@ -37,7 +37,7 @@ def test_part_one_measures_and_part_two_proves():
                                                        "profile"]
     assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "memcheck", "racecheck",
                                                        "synccheck", "train"]
-    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "cublas-check"]
+    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "wgmma-conv", "cublas-check"]
     gemm = next(s for s in gpu_check.STEPS if s.name == "gemm")
     for shape in ("1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "4095x4097x4093"):
         assert shape in gemm.command
@@ -188,6 +188,18 @@ def test_tests_summary_reads_junit_xml(tmp_path):
     assert headline == "3 passed, 1 failed, 1 skipped" and lines == ["- FAILED tests.test_gemm_cuda::test_a"]
 
 
+def test_wgmma_conv_summary_reads_its_tests_and_says_what_is_missing(tmp_path):
+    (tmp_path / "wgmma_conv_tests.xml").write_text(
+        '<testsuite tests="4" failures="1" errors="0" skipped="0">'
+        '<testcase classname="tests.ops.test_conv_cuda" name="test_x[wgmma]"><failure/></testcase></testsuite>')
+    headline, lines, _ = gpu_check_summary.wgmma_conv_step(str(tmp_path), {"log": "none.log"})
+    assert headline == "tests: 3 passed, 1 failed, 0 skipped; no report"
+    assert lines == ["- FAILED tests.ops.test_conv_cuda::test_x[wgmma]"]
+    (tmp_path / "wgmma_conv_tests.xml").unlink()
+    headline, _, _ = gpu_check_summary.wgmma_conv_step(str(tmp_path), {"log": "none.log"})
+    assert headline.startswith("no report")
+
+
 def _wgmma_row(m, **ratios):
     row = {"m": m, "n": m, "k": m, "dtype": "float16", "layouts": "rc"}
     row.update({f"{name}_vs_cublas": value for name, value in ratios.items()})
@@ -281,9 +293,12 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     target = os.path.join(ROOT, "bench", "gpu_targets.py")
     sanitize = subprocess.run([sys.executable, target, "sanitize"], capture_output=True, text=True)
     assert sanitize.returncode == 0, sanitize.stdout + sanitize.stderr
-    # 2 WMMA GEMMs, 3 Hopper ones on sm_90, 3 passes of 4 convolutions.
-    hopper = 3 if torch.cuda.get_device_capability() == (9, 0) else 0
+    # 2 WMMA GEMMs, 3 passes of 4 convolutions; on sm_90 3 Hopper GEMMs and the Hopper convolution's 3 passes.
+    hopper = 3 + 3 if torch.cuda.get_device_capability() == (9, 0) else 0
     assert sanitize.stdout.count("relative error") == 2 + hopper + 12
+    if hopper:
+        tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)
+        assert tiles.returncode == 0 and "Hopper convolution kernels that ran: 3" in tiles.stdout, tiles.stdout
     path = tmp_path / "profile.json"
     profile = subprocess.run([sys.executable, target, "profile", "--size", "1024", "--without-ncu", "--json",
                               str(path)], capture_output=True, text=True)

@@ -1,6 +1,7 @@
 // The tensor copy engine (TMA): box copies between a tensor in global memory,
 // described by a tensor map, and shared memory (cp.async.bulk.tensor, PTX ISA
-// 9.7.9.25), the bulk async-groups that track its stores (9.7.9.26-27), and
+// 9.7.9.25), in tiled mode and in im2col mode (a column of pixels of an NHWC
+// tensor, PTX ISA 5.5.4), the bulk async-groups that track its stores (9.7.9.26-27), and
 // the fence that orders a thread's shared-memory writes before the copy
 // engine reads them (the async proxy, 9.7.13.4).
 #pragma once
@@ -35,6 +36,23 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const void* map
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
       "[%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_address(dst)),
       "l"(map), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(ranks)
+      : "memory");
+#endif
+}
+
+// An im2col box of `map` (an NHWC tensor, cuTensorMapEncodeIm2col) into
+// shared memory at `dst`, its bytes counted against `bar`'s expected
+// transactions: the map's pixels-per-column pixels from pixel (w, h, n) on,
+// stepping through its bounding box, each as its channels-per-pixel channels
+// from c, read at (w + w_offset, h + h_offset). Elements outside the tensor
+// arrive as zeros (and still count).
+__device__ __forceinline__ void tma_load_im2col_4d(void* dst, const void* map, uint64_t* bar, int c, int w, int h,
+                                                   int n, uint16_t w_offset, uint16_t h_offset) {
+#if MPGEMM_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_address(dst)),
+      "l"(map), "r"(smem_address(bar)), "r"(c), "r"(w), "r"(h), "r"(n), "h"(w_offset), "h"(h_offset)
       : "memory");
 #endif
 }

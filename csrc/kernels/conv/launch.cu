@@ -6,10 +6,15 @@
 // conv/depthwise.cu instead. Other channel counts per group that no 8- or
 // 16-byte chunk divides (3-channel first layers), and misaligned operands,
 // run on a copy of the problem whose channels are padded with zeros to
-// whole chunks, in the workspace.
+// whole chunks, in the workspace. Where MPGEMM_CONV_PATH=wgmma asks, the
+// Hopper convolution (sm90/conv_launch.h) takes the passes it can.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "common/launch_utils.h"
@@ -20,6 +25,7 @@
 #include "conv/launch.h"
 #include "conv/padded_copy.h"
 #include "gemm/splitk_reduce.h"
+#include "sm90/launch.h"
 
 namespace mpgemm::kernels {
 namespace {
@@ -281,9 +287,24 @@ cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, const ConvTilePl
 
 }  // namespace
 
+ConvPath conv_path() {
+  const char* path = std::getenv("MPGEMM_CONV_PATH");
+  if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0) return ConvPath::kAuto;
+  if (std::strcmp(path, "wgmma") == 0) return ConvPath::kWgmma;
+  if (std::strcmp(path, "wmma") == 0) return ConvPath::kWmma;
+  throw std::invalid_argument(std::string("MPGEMM_CONV_PATH must be 'auto', 'wgmma' or 'wmma', got '") + path + "'");
+}
+
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
+  const ConvPath path = conv_path();
   if (p.groups <= 0) return plan;
+  if (path == ConvPath::kWgmma && wgmma_conv_takes(pass, p) && wgmma_available()) {
+    plan.path = Conv2dPlan::Path::kWgmma;
+    plan.wgmma = plan_wgmma_conv(pass, p);
+    plan.workspace_bytes = plan.wgmma.workspace_bytes;
+    return plan;
+  }
   plan.depthwise = plan_depthwise(pass, p);
   if (plan.depthwise.vector > 0) {
     plan.path = Conv2dPlan::Path::kDepthwise;
@@ -308,6 +329,7 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan
     case Conv2dPlan::Path::kDepthwise: return launch_depthwise(pass, p, plan.depthwise, workspace, stream);
     case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kImplicitGemm: return launch_in_place(pass, p, plan.tiles, workspace, stream);
+    case Conv2dPlan::Path::kWgmma: return launch_wgmma_conv(pass, p, plan.wgmma, workspace, stream);
     default: return cudaErrorInvalidValue;
   }
 }

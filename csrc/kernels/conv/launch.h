@@ -8,6 +8,7 @@
 #include "conv/depthwise.h"
 #include "conv/params.h"
 #include "plan/gemm_plan.h"
+#include "sm90/conv_launch.h"
 
 namespace mpgemm::kernels {
 
@@ -31,15 +32,26 @@ struct Conv2dPlan {
     // Channels per group that no 8-byte chunk divides, or misaligned
     // operands: copies padded with zeros to whole chunks, in the workspace.
     kPadded,
+    // The Hopper convolution (sm90/conv_launch.h), where MPGEMM_CONV_PATH asks for it.
+    kWgmma,
   };
   Path path = Path::kInvalid;
   DepthwisePlan depthwise;  // kDepthwise
   ConvTilePlan tiles;       // kImplicitGemm; kPadded: the padded problem's
-  // wgrad's split partial sums (of the implicit GEMM, or of the depthwise
-  // kernels) and the padded copies; 0 when neither applies.
+  WgmmaConvPlan wgmma;      // kWgmma
+  // wgrad's split partial sums (of the implicit GEMM, the depthwise kernels
+  // or the Hopper convolution) and the padded copies; 0 when neither applies.
   size_t workspace_bytes = 0;
 };
 
+// Which kernels MPGEMM_CONV_PATH asks for: "auto" (or unset) the defaults,
+// the WMMA implicit GEMMs, until the Hopper convolution has passed on a GPU;
+// "wgmma" the Hopper convolution wherever it takes the pass (elsewhere the
+// defaults); "wmma" never. Throws std::invalid_argument for any other value.
+enum class ConvPath : int { kAuto = 0, kWgmma, kWmma };
+ConvPath conv_path();
+
+// Throws std::invalid_argument for a bad MPGEMM_CONV_PATH (conv_path).
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as

@@ -1,76 +1,17 @@
 // Hopper GEMM (sm_90a): D[b] = activation(A[b] @ B[b] + bias), 16-bit inputs,
 // fp32 accumulation, D in fp32 or the inputs' type, with wgmma and the tensor
-// copy engine (TMA). The kernel assembles the collective pieces:
-//
-// Work: a persistent grid walks the tiles of every matrix of the batch in
-// grouped order (sm90/tile_scheduler.cuh). With Tile::kClusterM = 2 blocks run
-// in pairs, a pair taking two tiles stacked along M that read the same 256
-// columns of B.
-// Block: three warpgroups with split roles (warp specialization). Warpgroup 0
-// produces (sm90/producer.cuh): one of its threads issues the copies of each
-// 64-deep K slice into a ring of kStages shared-memory stages
-// (sm90/pipeline.cuh), each guarded by two mbarriers: `full` completes when
-// the copy engine has written the stage's bytes (its B half from the other
-// block of a pair too), `empty` when every consumer that reads the stage's
-// copies has finished reading it (in a pair, the other block's as well: its
-// copies land in both blocks). Warpgroups 1 and 2 consume (sm90/mainloop.cuh)
-// on one of two schedules (Tile::kSchedule): cooperative, 128 x 256 tiles
-// whose 64-row halves the two consumers take, or ping-pong, 64 x 256 tiles
-// that the consumers take in turn, one storing a tile while the other's
-// wgmmas run. Each then stores its accumulators (sm90/epilogue.cuh).
-// Why: mma.sync reaches about two thirds of Hopper's Tensor Core rate and
-// wgmma all of it; the copy engine computes every address and bound itself
-// (elements past the matrix arrive as zeros), so the consumers do no address
-// arithmetic at all; setmaxnreg moves the producer's unneeded registers to
-// the consumers.
+// copy engine (TMA), on the block of sm90/block.cuh whose producer copies
+// 64-deep K slices of A's rows and B's columns (sm90/producer.cuh).
 #pragma once
-
-#include <cstdint>
 
 #include <cuda.h>
 
-#include "arch/barrier.cuh"
-#include "arch/copy_engine.cuh"
-#include "arch/mbarrier.cuh"
-#include "arch/sm90a.h"
-#include "arch/smem.cuh"
-#include "arch/wgmma.cuh"
 #include "common/gemm_params.h"
-#include "common/launch_utils.h"
-#include "sm90/epilogue.cuh"
-#include "sm90/mainloop.cuh"
+#include "sm90/block.cuh"
 #include "sm90/params.h"
-#include "sm90/pipeline.cuh"
 #include "sm90/producer.cuh"
-#include "sm90/tile_scheduler.cuh"
 
 namespace mpgemm::kernels::sm90 {
-
-namespace {
-// 1 in code built for sm_90a, where wgmma_gemm_kernel has its body, 0 in
-// code for any other arch: the launcher reads it from the code the device
-// loaded, since a kernel's binary version (90) does not tell sm_90a code
-// from plain sm_90's.
-__device__ int kWgmmaCompiled = MPGEMM_SM90A;
-
-// Whether the code the current device runs for this translation unit has the
-// Hopper kernels, asked once per device (the copy synchronizes); a symbol
-// that cannot be read counts as no.
-bool wgmma_compiled() {
-  static PerDeviceFact compiled;
-  int yes = 0;
-  const cudaError_t err = compiled.get(&yes, [](int* answer) {
-    int flag = 0;
-    *answer = cudaMemcpyFromSymbol(&flag, kWgmmaCompiled, sizeof(flag)) == cudaSuccess && flag == 1;
-    return cudaSuccess;
-  });
-  return err == cudaSuccess && yes == 1;
-}
-}  // namespace
-
-// In ping-pong, consumer c waits at named barrier kTurnBarrier + c for its
-// turn to run a mainloop (after the epilogue's barriers).
-constexpr int kTurnBarrier = kStripBarriersEnd;
 
 // The layouts after Tile: the kernel's mangled name must not end as a WMMA
 // kernel's does, with its chunk width (which the SASS checks read there).
@@ -78,79 +19,11 @@ template <class Element, class Tile, bool AKMajor, bool BKMajor>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
-#if MPGEMM_SM90A
-  using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  using Scheduler = PersistentTileScheduler<Tile>;
-  static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
-  // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
-  const uintptr_t start = reinterpret_cast<uintptr_t>(block_shared_memory());
-  Smem& shared = *reinterpret_cast<Smem*>((start + kSwizzleAtomBytes - 1) & ~uintptr_t(kSwizzleAtomBytes - 1));
-
-  const int warpgroup = threadIdx.x / Config::kWarpgroupThreads;
-  const int thread = threadIdx.x % Config::kWarpgroupThreads;
-  const int rank = Tile::kClusterM == 1 ? 0 : int(cluster_rank());
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Config::kStages; ++s) {
-      mbarrier_init(&shared.full[s], 1);
-      mbarrier_init(&shared.empty[s], Tile::kStageReaders * Tile::kClusterM);
-    }
-    fence_barrier_init();
-  }
-  // The other block's copies and arrivals may reach this one's barriers only once they exist.
-  if constexpr (Tile::kClusterM == 1) __syncthreads();
-  else cluster_sync();
-
-  const int64_t tiles = Scheduler::tiles(p);
-  const int64_t first_tile = Scheduler::first(), tile_step = Scheduler::step();
   const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
-  PipelineState pipe;
-
-  if (warpgroup == 0) {
-    setmaxnreg_dec<Config::kProducerRegisters>();
-    if (thread != 0) return;
-    for (int64_t t = first_tile; t < tiles; t += tile_step)
-      load_tile<Tile>(shared, &a_map, &b_map, Scheduler::tile(t, p, schedule.raster_group, rank), schedule,
-                      k_slices, rank, pipe);
-    wait_for_hand_backs<Tile>(shared, pipe);
-    return;
-  }
-
-  setmaxnreg_inc<Config::kConsumerRegisters>();
-  const int consumer = warpgroup - 1;
-  // Cooperative: every tile of the block, this consumer's 64 rows of it.
-  // Ping-pong: every other tile whole, from the block's tile `consumer` on;
-  // the ring holds the tiles' slices in the block's order, so this consumer
-  // starts `consumer` tiles' slices in and skips the other's after each of
-  // its own. The mainloops take turns: a tile's begins once the block's
-  // tile before it has waited on its last slice, so that no consumer waits
-  // on a stage two rounds ahead of the last wait on it, which the barrier's
-  // parity could not tell from one round behind. Each turn is handed on only
-  // where a next tile exists, so that no arrival outlives the block.
-  const int64_t consumer_first = first_tile + (Tile::kPingPong ? consumer * tile_step : 0);
-  const int64_t consumer_step = Tile::kPingPong ? Config::kConsumers * tile_step : tile_step;
-  const int row_block = Tile::kPingPong ? 0 : consumer;  // of the A tile, in 64-row instruction blocks
-  static_assert(!Tile::kPingPong || Config::kConsumers == 2, "ping-pong hands each turn to the other consumer");
-  constexpr int kTurnThreads = Config::kConsumers * Config::kWarpgroupThreads;
-  const int next_consumer = (consumer + 1) % Config::kConsumers;
-  if constexpr (Tile::kPingPong) pipe.advance(consumer * k_slices);
-  float acc[128];
-  OutputStaging staging{shared.out[consumer]};
-  for (int64_t t = consumer_first; t < tiles; t += consumer_step) {
-    const BatchTile tile = Scheduler::tile(t, p, schedule.raster_group, rank);
-    if constexpr (Tile::kPingPong)
-      if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
-    const PipelineState reading = mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
-    if constexpr (Tile::kPingPong)
-      if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
-    finish_tile<Tile>(shared, reading, thread);
-    if constexpr (Tile::kPingPong) pipe.advance(k_slices);
-    const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
-    store_accumulators<Element>(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread,
-                                consumer);
-  }
-  // The shared memory the last stores read goes with the block.
-  if (thread == 0) bulk_wait_group<0>();
-#endif
+  const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, PipelineState& pipe) {
+    load_tile<Tile>(shared, &a_map, &b_map, tile, schedule, slices, rank, pipe);
+  };
+  wgmma_block<Element, Tile, AKMajor, BKMajor>(d_map, p, schedule, k_slices, load);
 }
 
 }  // namespace mpgemm::kernels::sm90

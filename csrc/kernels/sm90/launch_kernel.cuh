@@ -1,5 +1,6 @@
-// The definition of sm90::launch_wgmma_kernel (sm90/launch.h), included only
-// by the sm90/gemm_kernels_*.cu units that instantiate it.
+// The launch of a persistent Hopper kernel, and the definition of
+// sm90::launch_wgmma_kernel (sm90/launch.h), included only by the units that
+// instantiate kernels: sm90/gemm_kernels_*.cu and sm90/conv_launch.cu.
 #pragma once
 
 #include "common/launch_utils.h"
@@ -9,14 +10,16 @@
 
 namespace mpgemm::kernels::sm90 {
 
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
-cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
-                                const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
-  using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
+// Launches `kernel`, a persistent Hopper kernel of Tile over `tiles` cluster
+// tiles, with `args`: as many blocks (or clusters) as run at once, at most
+// one per tile. `resident_clusters` keeps, per device, how many of its
+// clusters fit (the caller's, one per kernel).
+template <class Element, class Tile, class Kernel, class... Args>
+cudaError_t launch_persistent(Kernel* kernel, int smem_bytes, int64_t tiles, PerDeviceFact& resident_clusters,
+                              cudaStream_t stream, const Args&... args) {
   constexpr int kCluster = Tile::kClusterM;
-  auto* kernel = &wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
   if (!wgmma_compiled()) return cudaErrorNotSupported;
-  if (const cudaError_t err = prepare_launch<Element>(kernel, Smem::kBytes); err != cudaSuccess) return err;
+  if (const cudaError_t err = prepare_launch<Element>(kernel, smem_bytes); err != cudaSuccess) return err;
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = kCluster;
@@ -24,7 +27,7 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(kCluster);
   config.blockDim = dim3(Tile::kThreads);
-  config.dynamicSmemBytes = Smem::kBytes;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = kCluster > 1 ? 1 : 0;
@@ -32,15 +35,24 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   // one GPC, which the driver knows and the multiprocessor count does not.
   int resident = device_limits().multiprocessors;
   if constexpr (kCluster > 1) {
-    static PerDeviceFact resident_clusters;  // of this kernel, whose launch shape never changes
     const cudaError_t err = resident_clusters.get(
         &resident, [&](int* clusters) { return cudaOccupancyMaxActiveClusters(clusters, kernel, &config); });
     if (err != cudaSuccess) return err;
   }
   if (resident < 1) return cudaErrorInvalidConfiguration;
-  const int64_t tiles = PersistentTileScheduler<Tile>::tiles(p);
   config.gridDim = dim3(unsigned((tiles < resident ? tiles : resident) * kCluster));
-  return cudaLaunchKernelEx(&config, kernel, a_map, b_map, d_map, p, schedule);
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
+  using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
+  // Of this kernel, whose launch shape never changes.
+  static PerDeviceFact resident_clusters;
+  return launch_persistent<Element, Tile>(&wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>, Smem::kBytes,
+                                          PersistentTileScheduler<Tile>::tiles(p), resident_clusters, stream, a_map,
+                                          b_map, d_map, p, schedule);
 }
 
 }  // namespace mpgemm::kernels::sm90

@@ -33,6 +33,7 @@
 
 #include "conv/depthwise.h"
 #include "conv/launch.h"
+#include "kernel_sim/conv_reference.h"
 #include "kernel_sim/sim_common.h"
 
 using namespace mpgemm::kernels;
@@ -225,26 +226,8 @@ bool conv_case(int index) {
   sim::max_grid.x = 1u << 31, sim::max_grid.y = 65535;
   sim::shared_limit = shared_limit;
 
-  // The reference: every product x[n, ih, iw, g*cg + c] * wt[k, r, s, c] *
-  // dy[n, p, q, k] of the convolution, the pass's output operand left out.
-  std::vector<double> want(count, 0.0);
-  for (int64_t n = 0; n < a.n; ++n)
-    for (int64_t p = 0; p < a.p; ++p)
-      for (int64_t q = 0; q < a.q; ++q)
-        for (int64_t r = 0; r < a.r; ++r)
-          for (int64_t s = 0; s < a.s; ++s) {
-            const int64_t ih = p * a.stride_h - a.pad_top + r * a.dilation_h;
-            const int64_t iw = q * a.stride_w - a.pad_left + s * a.dilation_w;
-            if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.w) continue;
-            for (int64_t k = 0; k < a.k; ++k)
-              for (int64_t c = 0; c < cg; ++c) {
-                const int64_t xi = ((n * a.h + ih) * a.w + iw) * a.c + k / kg * cg + c;
-                const int64_t wi = ((k * a.r + r) * a.s + s) * cg + c, yi = ((n * a.p + p) * a.q + q) * a.k + k;
-                if (pass == ConvPass::kFprop) want[yi] += x[xi] * wt[wi];
-                if (pass == ConvPass::kDgrad) want[xi] += dy[yi] * wt[wi];
-                if (pass == ConvPass::kWgrad) want[wi] += dy[yi] * x[xi];
-              }
-          }
+  const auto at = [](const Input& t) { return [&t](int64_t i) { return t[i]; }; };
+  const std::vector<double> want = sim::conv_reference(pass, a, at(x), at(wt), at(dy), count);
 
   int bad = err != cudaSuccess || wrong_path;
   for (int64_t e = 0; e < count; ++e) {

@@ -27,14 +27,18 @@
 //  - cluster occupancy: asked once per device and kernel, each pair grid
 //    sized by the current device's answer (check_cluster_occupancy).
 // Inputs are multiples of 1/8, so results must match the reference exactly.
-//   hopper_cases <cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]
+//  - the Hopper convolution: hopper_conv_cases.cpp.
+//   hopper_cases <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]
 // "pinned" runs every case on A row-major, B column-major and fp16 inputs:
 // the one Hopper kernel of each kind that a planted bug's build replaces
 // (hopper_planted.cpp).
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N" and
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy
-// asked once per device and kernel: ok" (or FAILED); exits 1 on a failure.
+// asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
+// mismatches", "conv wgmma cases: N", "conv wgmma wgrad cases that split:
+// N", "conv: F/N failed" and "bad
+// MPGEMM_CONV_PATH refused: ok"; exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -312,15 +316,20 @@ static bool check_cluster_occupancy() {
   return bad;
 }
 
+// hopper_conv_cases.cpp's.
+int check_im2col_walk(int& mismatches);
+bool hopper_conv_case(int index, int& on_wgmma, int& split);
+bool bad_conv_path_accepted();
+
 int main(int argc, char** argv) {
-  SIM_CHECK(argc == 5 || (argc == 6 && std::string(argv[5]) == "pinned"),
-            "usage: %s <cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]", argv[0]);
-  sim::pinned.on = argc == 6;
-  const int cases = std::stoi(argv[1]);
-  sim::rng.seed(std::stoull(argv[2]));
-  sim::hopper::rng.seed(std::stoull(argv[2]));
-  sim::hopper::copies_late = std::stoi(argv[3]);
-  sim::hopper::wgmma_late = std::stoi(argv[4]);
+  SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),
+            "usage: %s <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]", argv[0]);
+  sim::pinned.on = argc == 7;
+  const int cases = std::stoi(argv[1]), conv_cases = std::stoi(argv[2]);
+  sim::rng.seed(std::stoull(argv[3]));
+  sim::hopper::rng.seed(std::stoull(argv[3]));
+  sim::hopper::copies_late = std::stoi(argv[4]);
+  sim::hopper::wgmma_late = std::stoi(argv[5]);
   sim::shared_memory = smem;
   sim::shared_capacity = sizeof smem;
 
@@ -332,7 +341,16 @@ int main(int argc, char** argv) {
   printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\n"
          "wgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
          on_wgmma, on_pairs, on_ping_pong, copied_out, failed, cases);
-  const bool occupancy_bad = check_cluster_occupancy();
-  printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
-  return mismatches || failed || occupancy_bad;
+  const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
+  if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
+  int walk_mismatches = 0;
+  const int walked = check_im2col_walk(walk_mismatches);
+  printf("im2col walk: %d/%d mismatches\n", walk_mismatches, walked);
+  int conv_failed = 0, conv_on_wgmma = 0, conv_split = 0;
+  for (int i = 0; i < conv_cases; ++i) conv_failed += hopper_conv_case(i, conv_on_wgmma, conv_split);
+  const bool path_bad = bad_conv_path_accepted();
+  printf("conv wgmma cases: %d\nconv wgmma wgrad cases that split: %d\nconv: %d/%d failed\n"
+         "bad MPGEMM_CONV_PATH refused: %s\n", conv_on_wgmma, conv_split, conv_failed, conv_cases,
+         path_bad ? "FAILED" : "ok");
+  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad;
 }

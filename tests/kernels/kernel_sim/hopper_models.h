@@ -30,6 +30,51 @@ inline uint32_t tma_box_address(uint32_t dst, const uint32_t (&box)[3], uint32_t
   return swizzle ? swizzle_128b(linear) : linear;
 }
 
+// --- Tensor copy, im2col mode (PTX ISA, "Tensors": "Im2col mode", its
+// "Bounding Box" and "Traversal Stride"; cp.async.bulk.tensor's .im2col
+// form; the corners, channels per pixel, pixels per column and element
+// strides of cuTensorMapEncodeIm2col), for a 4-D tensor (C, W, H, N): the
+// bounding box spans W from the lower corner's W to W - 1 plus the upper
+// corner's, and H likewise, both relative to the tensor's own first and
+// last pixels. A copy loads pixels-per-column pixels: the first at the
+// instruction's coordinates (w, h, n), each next one traversal-stride
+// further along W, wrapping to the box's lower W and one stride on along H
+// past the box's far edge in W, and to the box's lower H of the next image
+// past its far edge in H. Each pixel's element read is at its (w, h) plus
+// the instruction's im2col offsets, channels c to c + channels-per-pixel - 1
+// of it; anything outside the tensor arrives as zero. In shared memory the
+// box is dense, pixel after pixel, channel fastest, then swizzled as in
+// tiled mode.
+struct Im2colBox {
+  int64_t dims[4];          // C, W, H, N
+  int32_t lower[2], upper[2];  // W, H
+  uint32_t traversal[2];    // W, H
+};
+
+// The tensor coordinates (c, w, h, n) that element `channel` of pixel
+// `pixel` of a box copied from (c, w, h, n) with offsets (w_offset,
+// h_offset) reads.
+struct Im2colElement {
+  int64_t at[4];
+};
+inline Im2colElement im2col_element(const Im2colBox& b, const int64_t (&start)[4], int w_offset, int h_offset,
+                                    uint32_t pixel, uint32_t channel) {
+  const int64_t w_last = b.dims[1] - 1 + b.upper[0], h_last = b.dims[2] - 1 + b.upper[1];
+  int64_t w = start[1], h = start[2], n = start[3];
+  for (uint32_t i = 0; i < pixel; ++i) {
+    w += b.traversal[0];
+    if (w > w_last) {
+      w = b.lower[0];
+      h += b.traversal[1];
+      if (h > h_last) {
+        h = b.lower[1];
+        ++n;
+      }
+    }
+  }
+  return {{start[0] + channel, w + w_offset, h + h_offset, n}};
+}
+
 // --- The shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2, "Matrix
 // Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading dimension
 // byte offset >> 4, 32-45 stride dimension byte offset >> 4, 49-51 base offset,

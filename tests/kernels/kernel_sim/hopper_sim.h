@@ -69,13 +69,15 @@ struct Barrier {
 
 // One box copy into one block: its tensor map (copied at issue, as the
 // kernel's parameter may not outlive it), the destination block's rank in
-// the cluster, destination, box origin and mbarrier (in that block).
+// the cluster, destination, box origin (an im2col copy's first pixel) and
+// mbarrier (in that block).
 struct Copy {
   TensorMap map;
   unsigned rank;
   uint32_t dst;
-  int64_t origin[3];
+  int64_t origin[4];
   uint32_t barrier;
+  int offsets[2] = {};  // an im2col copy's (W, H)
 };
 
 // One wgmma of a warpgroup: what every thread of it must issue alike, and
@@ -249,9 +251,9 @@ void for_each_box_element(const TensorMap& t, uint32_t smem, F&& f) {
 
 // The byte offset from the tensor's base of element `at` of `t`; false
 // where it lies outside the tensor.
-inline bool global_offset(const TensorMap& t, const int64_t (&at)[3], int64_t& offset) {
+inline bool global_offset(const TensorMap& t, const int64_t (&at)[4], int64_t& offset) {
   offset = 0;
-  for (int d = 0; d < 3; ++d) {
+  for (int d = 0; d < 4; ++d) {
     if (at[d] < 0 || at[d] >= int64_t(t.dims[d])) return false;
     offset += at[d] * int64_t(t.strides[d]);
   }
@@ -265,8 +267,21 @@ inline void land(const Copy& c) {
   std::vector<int>& reads = chunk_counts(to.reads);
   std::vector<int>& writes = chunk_counts(to.writes);
   std::vector<int>& written = chunk_counts(to.written);
+  // An im2col box's pixels, each as the tensor coordinates of its channel 0 (hopper_models.h).
+  std::vector<model::Im2colElement> pixels;
+  if (t.im2col) {
+    const model::Im2colBox box{{int64_t(t.dims[0]), int64_t(t.dims[1]), int64_t(t.dims[2]), int64_t(t.dims[3])},
+                               {t.lower[0], t.lower[1]}, {t.upper[0], t.upper[1]},
+                               {t.traversal[1], t.traversal[2]}};
+    for (uint32_t pixel = 0; pixel < t.box[1]; ++pixel)
+      pixels.push_back(model::im2col_element(box, c.origin, c.offsets[0], c.offsets[1], pixel, 0));
+  }
   for_each_box_element(t, c.dst, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
-    const int64_t at[3] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2};
+    int64_t at[4] = {c.origin[0] + i0, c.origin[1] + i1, c.origin[2] + i2, 0};
+    if (t.im2col) {
+      for (int d = 0; d < 4; ++d) at[d] = pixels[i1].at[d];
+      at[0] += i0;
+    }
     int64_t offset;
     const bool inside = global_offset(t, at, offset);
     SIM_CHECK(reads[address / 16] == 0, "a box copy lands on shared memory (byte %u) that a wgmma not yet "
@@ -309,9 +324,13 @@ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // A box copy into the calling thread's block, or with `ranks` (a cluster's
-// multicast mask) into the same place of each block whose bit is set.
-inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2, uint16_t ranks = 0) {
+// multicast mask) into the same place of each block whose bit is set; an
+// im2col copy (an im2col map, c3 and `offsets` given) into this block alone.
+inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2, uint16_t ranks = 0,
+                     int c3 = 0, const int (&offsets)[2] = {0, 0}, bool im2col = false) {
   const TensorMap& t = sim::tensor_map(map);
+  SIM_CHECK(t.im2col == im2col, "a %s copy through a%s map", im2col ? "im2col" : "tiled",
+            t.im2col ? "n im2col" : " tiled");
   const uint32_t to = sim::shared_address(dst), barrier = sim::shared_address(bar);
   // A swizzled box's pattern starts over every 1024 bytes (hopper_models.h):
   // the destination must start one, as it does for the descriptors' base offset 0.
@@ -320,7 +339,7 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
   std::lock_guard lock(mutex);
   for (unsigned rank = 0; rank < sim::cluster_size; ++rank) {
     if (ranks == 0 ? rank != sim::cluster_rank : !(ranks >> rank & 1)) continue;
-    const Copy c{t, rank, to, {c0, c1, c2}, barrier};
+    const Copy c{t, rank, to, {c0, c1, c2, c3}, barrier, {offsets[0], offsets[1]}};
     Block& into = block_of_rank(rank);
     barrier_at(into, c.barrier);
     std::vector<int>& writes = chunk_counts(into.writes);
@@ -335,7 +354,7 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
 inline void perform(const Store& st) {
   const TensorMap& t = st.map;
   for_each_box_element(t, st.src, [&](uint32_t i0, uint32_t i1, uint32_t i2, uint32_t address) {
-    const int64_t at[3] = {st.origin[0] + i0, st.origin[1] + i1, st.origin[2] + i2};
+    const int64_t at[4] = {st.origin[0] + i0, st.origin[1] + i1, st.origin[2] + i2, 0};
     int64_t offset;
     if (!global_offset(t, at, offset)) return;
     memcpy(const_cast<unsigned char*>(t.base) + offset, sim::shared_memory + address, t.element_bytes);

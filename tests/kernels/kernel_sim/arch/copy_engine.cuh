@@ -1,6 +1,6 @@
 // The tensor copy engine (csrc/kernels/arch/copy_engine.cuh) for the
 // host-side kernel simulation, found ahead of it on the include path:
-// ../hopper_sim.h's models of box loads and stores, bulk async-groups and
+// ../hopper_sim.h's models of box loads (tiled and im2col) and stores, bulk async-groups and
 // the async-proxy fence.
 #pragma once
 
@@ -16,6 +16,10 @@ inline void tma_load_3d(void* dst, const void* map, uint64_t* bar, int c0, int c
 inline void tma_load_3d_multicast(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2,
                                   uint16_t ranks) {
   sim::hopper::tma_load(dst, map, bar, c0, c1, c2, ranks);
+}
+inline void tma_load_im2col_4d(void* dst, const void* map, uint64_t* bar, int c, int w, int h, int n,
+                               uint16_t w_offset, uint16_t h_offset) {
+  sim::hopper::tma_load(dst, map, bar, c, w, h, 0, n, {w_offset, h_offset}, true);
 }
 inline void tma_store_3d(const void* map, const void* src, int c0, int c1, int c2) {
   sim::hopper::tma_store(map, src, c0, c1, c2);

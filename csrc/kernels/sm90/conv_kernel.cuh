@@ -1,0 +1,47 @@
+// Hopper convolution (sm_90a): one pass of a 2-D convolution as an implicit
+// GEMM, x, dy NHWC and w KRSC, 16-bit, fp32 accumulation:
+//   fprop  y  = x * w (+ bias)   M = N*P*Q pixels  N = K filters   K = R*S*C
+//   dgrad  dx = dy * w^T         M = N*H*W pixels  N = C channels  K = R*S*K (stride 1)
+//   wgrad  dw = dy^T * x         M = K filters     N = R*S*C       K = N*P*Q, split
+// The block is the GEMM's (sm90/block.cuh: the same ring, consumers, epilogue
+// and persistent tile order over 128 x 256 tiles; wgrad's splits are its
+// batch); only what the producer copies differs (sm90/conv_producer.cuh):
+// the copy engine's im2col mode gathers the activations (x, or dy for
+// dgrad) for one filter tap per box, with padding, stride and dilation in
+// the tensor map, so that no thread computes an activation's address, and
+// the gathered box lands in the swizzled layout wgmma reads, as a GEMM's
+// operand tile does.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/gemm_params.h"
+#include "conv/params.h"
+#include "sm90/block.cuh"
+#include "sm90/conv_producer.cuh"
+#include "sm90/params.h"
+
+namespace mpgemm::kernels::sm90 {
+
+// The operands' layouts per pass: fprop and dgrad read pixels K-major (the
+// im2col boxes' rows); dgrad's filters are N-major, wgrad's dy M-major and
+// its im2col boxes N-major.
+template <ConvPass Pass>
+inline constexpr bool kConvAKMajor = Pass != ConvPass::kWgrad;
+template <ConvPass Pass>
+inline constexpr bool kConvBKMajor = Pass == ConvPass::kFprop;
+
+// p describes the output as the GEMM's D (and fprop's bias): y, dx, or
+// wgrad's fp32 partial sums (one matrix per split) or dw itself.
+template <class Element, class Tile, ConvPass Pass>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_conv_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                      const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule,
+                      const ConvWalk walk) {
+  const auto load = [&](auto& shared, const BatchTile& tile, int, int, PipelineState& pipe) {
+    load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
+  };
+  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>(d_map, p, schedule, walk.k_slices, load);
+}
+
+}  // namespace mpgemm::kernels::sm90

@@ -1,0 +1,40 @@
+// Entry points of the Hopper convolution (sm90/conv_kernel.cuh) for the
+// convolution launcher (conv/launch.cu).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "conv/params.h"
+
+namespace mpgemm::kernels {
+
+// Whether the Hopper convolution takes this pass of the problem, the device
+// aside (wgmma_available says that): one group; 16-byte pixels for every
+// operand the copy engine reads (channels and filters multiples of 8, wgrad's
+// channels of 64), 16-byte aligned bases; dgrad at stride 1 alone (a stride
+// runs per phase on the WMMA kernels); the output in fp32 or the inputs'
+// type; a geometry the im2col tensor maps can describe (padding, stride and
+// taps within their ranges); 32-bit sizes; and a non-empty sum.
+bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
+
+// How the Hopper convolution runs a pass it takes: wgrad's split of its sum
+// over output pixels on the current device (1 for the other passes), and the
+// workspace its fp32 partial sums need (0 without a split).
+struct WgmmaConvPlan {
+  int splits = 1;
+  size_t workspace_bytes = 0;
+};
+WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params);
+
+// Enqueues one pass that wgmma_conv_takes on `stream`, as `plan`
+// (plan_wgmma_conv of the same pass and params) says, with `workspace` (at
+// least plan.workspace_bytes, 16-byte aligned). Returns
+// cudaErrorNotSupported where the code the device runs has no sm_90a kernel
+// or the driver no im2col encoder, cudaErrorInvalidValue for a problem the
+// path cannot take or a missing workspace.
+cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& params, const WgmmaConvPlan& plan, void* workspace,
+                              cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,33 @@
+// The tensor maps the Hopper kernels' copies read: the driver's encoders,
+// looked up at run time so that the extension does not link libcuda, and D's
+// map, which GEMM and convolution alike store through.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/gemm_params.h"
+#include "sm90/params.h"
+
+namespace mpgemm::kernels::sm90 {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+using EncodeIm2col = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                  const cuuint64_t*, const int*, const int*, cuuint32_t, cuuint32_t,
+                                  const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col; null where the driver has none.
+EncodeTiled encode_tiled();
+EncodeIm2col encode_im2col();
+
+// The tensor map's type of a 16-bit or fp32 element.
+CUtensorMapDataType map_type(ElementType type);
+
+// How the epilogue stores D (the schedule's d_pairs and d_copy): through the
+// copy engine where D can be described, in `d_map`, else from registers, two
+// elements at a time where D's rows and base allow.
+WgmmaSchedule output_schedule(const GemmParams& p, CUtensorMap* d_map);
+
+}  // namespace mpgemm::kernels::sm90

@@ -1,0 +1,196 @@
+// The Hopper convolution (csrc/kernels/sm90/conv_kernel.cuh) in the
+// host-side simulation at sim arch 900, for hopper_cases.cpp: its im2col
+// copies placed by hopper_models.h's model of the PTX ISA's im2col mode.
+//  - im2col walk: the model against the convolution's own definition: from
+//    a tile's first output pixel, with the bounding box the launcher's
+//    corners give (the first taps of the first and last windows along each
+//    dimension), pixel i of a box at tap (r, s) must read x at output pixel
+//    m0 + i's window tap (r, s), for random geometries, padding, strides,
+//    dilations, image edges and tiles that run past the last image (whose
+//    pixels must read nothing inside x);
+//  - conv: random problems of each pass (case i runs pass i % 3) through
+//    plan_conv2d and launch_conv2d with MPGEMM_CONV_PATH=wgmma on 1 to 3
+//    multiprocessors (each block then walks several tiles through the
+//    ring): channels up to three K slices, 1 to 3 taps a side, stride up to
+//    3 (dgrad mostly 1, the stride it takes), padding, dilation, fprop's
+//    bias, outputs in fp32 or the inputs' type with pitches the copy engine
+//    can and cannot store, fp16 and bf16; every other wgrad case on images
+//    large enough that its sum over output pixels splits. Every case the path takes
+//    must run on it; one in five of each pass has channels it does not take
+//    (the WMMA kernels do). The reference scatters every product into the
+//    pass's output. A bad MPGEMM_CONV_PATH must be refused.
+// Inputs are multiples of 1/8, so results must match the reference exactly.
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conv/launch.h"
+#include "kernel_sim/conv_reference.h"
+#include "kernel_sim/hopper_models.h"
+#include "kernel_sim/hopper_sim.h"
+#include "kernel_sim/sim_common.h"
+
+using namespace mpgemm::kernels;
+using sim::rnd;
+namespace model = sim::hopper_model;
+
+namespace {
+
+struct Geometry {
+  int64_t n, h, w, c, k, r, s, p, q;
+  int stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w;
+};
+
+// A random geometry whose output has at least one pixel.
+Geometry random_geometry(int64_t c, int64_t k) {
+  for (;;) {
+    Geometry g{rnd(1, 2), rnd(1, 12), rnd(1, 12), c, k, rnd(1, 3), rnd(1, 3), 0, 0,
+               int(rnd(1, 3)), int(rnd(1, 3)), int(rnd(0, 2)), int(rnd(0, 2)), int(rnd(1, 2)), int(rnd(1, 2))};
+    const int64_t span_h = g.h + 2 * g.pad_top - g.dilation_h * (g.r - 1) - 1;
+    const int64_t span_w = g.w + 2 * g.pad_left - g.dilation_w * (g.s - 1) - 1;
+    if (span_h < 0 || span_w < 0) continue;
+    g.p = span_h / g.stride_h + 1, g.q = span_w / g.stride_w + 1;
+    return g;
+  }
+}
+
+// g at stride 1, its output grown to match.
+Geometry with_unit_stride(Geometry g) {
+  g.stride_h = g.stride_w = 1;
+  g.p = g.h + 2 * g.pad_top - g.dilation_h * (g.r - 1);
+  g.q = g.w + 2 * g.pad_left - g.dilation_w * (g.s - 1);
+  return g;
+}
+
+}  // namespace
+
+// The model's walk against the convolution's windows; returns how many
+// elements it checked, counting mismatches.
+int check_im2col_walk(int& mismatches) {
+  int checked = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const Geometry g = random_geometry(64, 8);
+    // The bounding box: window starts from -pad to (out - 1) * stride - pad,
+    // as offsets from the first and last pixels.
+    const model::Im2colBox box{{g.c, g.w, g.h, g.n},
+                               {-g.pad_left, -g.pad_top},
+                               {int32_t((g.q - 1) * g.stride_w - g.pad_left - (g.w - 1)),
+                                int32_t((g.p - 1) * g.stride_h - g.pad_top - (g.h - 1))},
+                               {uint32_t(g.stride_w), uint32_t(g.stride_h)}};
+    const int64_t pixels = g.n * g.p * g.q, m0 = rnd(0, pixels - 1);
+    const int64_t image = m0 / (g.p * g.q), p = m0 % (g.p * g.q) / g.q, q = m0 % g.q;
+    const int64_t start[4] = {0, q * g.stride_w - g.pad_left, p * g.stride_h - g.pad_top, image};
+    const int r = int(rnd(0, g.r - 1)), s = int(rnd(0, g.s - 1));
+    for (uint32_t i = 0; i < 128; ++i, ++checked) {
+      const model::Im2colElement e =
+          model::im2col_element(box, start, s * g.dilation_w, r * g.dilation_h, i, 0);
+      const int64_t m = m0 + i;
+      const bool inside = e.at[1] >= 0 && e.at[1] < g.w && e.at[2] >= 0 && e.at[2] < g.h && e.at[3] < g.n;
+      if (m >= pixels) {  // past the last image: nothing of x
+        if (inside && mismatches++ < 5) printf("  im2col pixel %u past the last image reads x\n", i);
+        continue;
+      }
+      const int64_t want[3] = {m % g.q * g.stride_w - g.pad_left + s * g.dilation_w,
+                               m / g.q % g.p * g.stride_h - g.pad_top + r * g.dilation_h, m / (g.p * g.q)};
+      if ((e.at[1] != want[0] || e.at[2] != want[1] || e.at[3] != want[2]) && mismatches++ < 5)
+        printf("  im2col pixel %u of a box from output pixel %ld: (w %ld, h %ld, n %ld), expected (%ld, %ld, %ld)\n",
+               i, long(m0), long(e.at[1]), long(e.at[2]), long(e.at[3]), long(want[0]), long(want[1]),
+               long(want[2]));
+    }
+  }
+  return checked;
+}
+
+// Whether the Hopper convolution should take a case of the drawn kind:
+// conv/launch.h's rules, written out for what the cases vary.
+static bool path_takes(ConvPass pass, const Geometry& g) {
+  switch (pass) {
+    case ConvPass::kFprop: return g.c % 8 == 0;
+    case ConvPass::kDgrad: return g.c % 8 == 0 && g.k % 8 == 0 && g.stride_h == 1 && g.stride_w == 1;
+    default: return g.c % 64 == 0 && g.k % 8 == 0;
+  }
+}
+
+// One random problem of pass index % 3; whether it failed. Counts cases on
+// the Hopper path, and wgrad's that split the sum.
+bool hopper_conv_case(int index, int& on_wgmma, int& split) {
+  const auto pass = ConvPass(index % 3);
+  const bool other = index / 3 % 5 == 4;  // channels (wgrad: or filters) the path does not take
+  const auto channels = [&] {
+    if (pass == ConvPass::kWgrad) return other ? 8 * rnd(1, 7) : 64 * rnd(1, 2);
+    return other ? 8 * rnd(0, 2) + (rnd(0, 1) ? 4 : 2) : 8 * rnd(1, 24);
+  };
+  const int64_t c = channels(), k = pass == ConvPass::kFprop || other ? rnd(1, 40) : 8 * rnd(1, 5);
+  // dgrad mostly at stride 1, which it takes; every other wgrad case on two
+  // 24 x 24 images at stride 1, enough output pixels (18 slices) to split their sum.
+  Geometry g = random_geometry(c, k);
+  if (pass == ConvPass::kDgrad && rnd(0, 3) > 0) g = with_unit_stride(g);
+  if (pass == ConvPass::kWgrad && index / 3 % 2 == 0) {
+    g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
+    g = with_unit_stride(g);
+  }
+  const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
+  const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
+  sim::use_multiprocessors(int(rnd(1, 3)));
+  const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
+  const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
+  sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
+  for (auto [buffer, size] : {std::pair{&x, x_size}, {&w, w_size}, {&dy, y_size}})
+    for (int64_t i = 0; i < size; ++i) sim::set(buffer->p, in, i, rnd(-8, 8) / 8.0f);
+  const sim::Bias bias(pass == ConvPass::kFprop && rnd(0, 1), g.k);
+  Conv2dParams p;
+  p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.k = g.k, p.r = g.r, p.s = g.s, p.p = g.p, p.q = g.q;
+  p.stride_h = g.stride_h, p.stride_w = g.stride_w, p.pad_top = g.pad_top, p.pad_left = g.pad_left;
+  p.dilation_h = g.dilation_h, p.dilation_w = g.dilation_w;
+  p.input_type = in, p.out = result.p, p.out_type = out;
+  if (pass != ConvPass::kDgrad) p.x = x.p;
+  if (pass != ConvPass::kWgrad) p.wt = w.p;
+  if (pass != ConvPass::kFprop) p.dy = dy.p;
+  p.bias = bias.data(), p.bias_type = bias.type;
+  setenv("MPGEMM_CONV_PATH", "wgmma", 1);
+  const Conv2dPlan plan = plan_conv2d(pass, p);
+  std::unique_ptr<sim::Buffer> workspace;
+  if (plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(plan.workspace_bytes);
+  const cudaError_t err = launch_conv2d(pass, p, plan, workspace ? workspace->p : nullptr, nullptr);
+  unsetenv("MPGEMM_CONV_PATH");
+  const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma;
+  on_wgmma += wgmma;
+  split += wgmma && plan.wgmma.splits > 1;
+  const auto element = [in](const sim::Buffer& t) {
+    return [&t, in](int64_t i) { return double(sim::get(t.p, in, i)); };
+  };
+  std::vector<double> want = sim::conv_reference(pass, p, element(x), element(w), element(dy), out_size);
+  for (int64_t i = 0; pass == ConvPass::kFprop && i < out_size; ++i) want[i] += bias.values[i % g.k];
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < out_size; ++i) wrong += !(sim::get(result.p, out, i) == sim::rounded(float(want[i]), out));
+  const bool should = path_takes(pass, g);
+  const bool bad = err != cudaSuccess || wrong > 0 || wgmma != should;
+  static const char* const kPasses[] = {"fprop", "dgrad", "wgrad"};
+  if (bad)
+    printf("conv case %d FAILED: %s n %ld h %ld w %ld c %ld k %ld r %ld s %ld stride %d,%d pad %d,%d dilation %d,%d "
+           "%s -> %s%s: err=%d, on the Hopper path: %d (expected %d, %d splits), %ld of %ld wrong\n",
+           index, kPasses[int(pass)], long(g.n), long(g.h), long(g.w), long(g.c), long(g.k), long(g.r), long(g.s),
+           g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w,
+           in == ElementType::kBFloat16 ? "bf16" : "fp16", out == ElementType::kFloat32 ? "fp32" : "16-bit",
+           bias.present ? " + bias" : "", int(err), int(wgmma), int(should), plan.wgmma.splits, long(wrong),
+           long(out_size));
+  return bad;
+}
+
+// A value of MPGEMM_CONV_PATH that names no path is refused; whether it was not.
+bool bad_conv_path_accepted() {
+  setenv("MPGEMM_CONV_PATH", "hopper", 1);
+  bool refused = false;
+  try {
+    plan_conv2d(ConvPass::kFprop, Conv2dParams{});
+  } catch (const std::invalid_argument& e) {
+    refused = std::string(e.what()).find("MPGEMM_CONV_PATH") != std::string::npos;
+  }
+  unsetenv("MPGEMM_CONV_PATH");
+  if (!refused) printf("  MPGEMM_CONV_PATH=hopper was not refused\n");
+  return !refused;
+}
