@@ -383,6 +383,7 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert int(re.search(r"conv wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_CONV_WGMMA_CASES, replay
     assert int(re.search(r"conv wgmma wgrad cases that split: (\d+)", output).group(1)) > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
+    assert "taps at the im2col offsets' limit: ok" in output, replay
 
 
 @pytest.mark.parametrize("name", HOPPER_MUTATIONS)

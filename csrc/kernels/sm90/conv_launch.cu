@@ -32,10 +32,12 @@ using ConvTile = WgmmaTile;
 template <ConvPass Pass>
 using ConvSmem = sm90::WgmmaSmem<ConvTile, sm90::kConvAKMajor<Pass>, sm90::kConvBKMajor<Pass>>;
 
-// cuTensorMapEncodeIm2col's ranges for a 4-D tensor: bounding-box corners in
-// [-128, 127], traversal strides in [1, 8] (CUDA driver API, "Tensor Map
-// Object Management").
-constexpr int kCornerMin = -128, kCornerMax = 127, kMaxTraversalStride = 8;
+// The im2col mode's ranges for a 4-D tensor: bounding-box corners in [-128,
+// 127] and traversal strides in [1, 8] (cuTensorMapEncodeIm2col, CUDA driver
+// API, "Tensor Map Object Management"); the instruction's 16 bits of im2col
+// offsets shared by its two spatial dimensions, 8 bits each (PTX ISA,
+// "Tensors": "Im2col mode"), so taps at most 255 apart.
+constexpr int kCornerMin = -128, kCornerMax = 127, kMaxTraversalStride = 8, kMaxIm2colOffset = 255;
 
 // The bounding box along one spatial dimension of a source of `extent`
 // pixels: from the first window's first tap (-pad) to the last one's, (out -
@@ -75,7 +77,7 @@ bool im2col_describable(const Im2colSource& g, const Conv2dParams& p) {
   return within(g.stride_h, 1, kMaxTraversalStride) && within(g.stride_w, 1, kMaxTraversalStride) &&
          in_corner_range(corners(g.w, g.out_w, g.stride_w, g.pad_left)) &&
          in_corner_range(corners(g.h, g.out_h, g.stride_h, g.pad_top)) &&
-         within((p.r - 1) * p.dilation_h, 0, UINT16_MAX) && within((p.s - 1) * p.dilation_w, 0, UINT16_MAX);
+         within((p.r - 1) * p.dilation_h, 0, kMaxIm2colOffset) && within((p.s - 1) * p.dilation_w, 0, kMaxIm2colOffset);
 }
 
 // The source (N, H, W, channels) as its im2col map: dimensions (channels, W,
@@ -210,7 +212,10 @@ WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p) {
   // kMinSlicesPerSplit slices, at most kMaxSplits splits.
   const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(output_gemm(pass, p, 1, nullptr));
   const int64_t wanted = ceil_div(kSplitBlocksPerSM * device_limits().multiprocessors, std::max<int64_t>(tiles, 1));
-  plan.splits = int(std::max<int64_t>(1, std::min({wanted, wgrad_slices(p) / kMinSlicesPerSplit, kMaxSplits})));
+  const int64_t slices = wgrad_slices(p);
+  const int64_t splits = std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits}));
+  // As many splits as whole runs of ceil(slices / splits) slices take: none left empty.
+  plan.splits = int(ceil_div(slices, ceil_div(slices, splits)));
   if (plan.splits > 1) plan.workspace_bytes = size_t(plan.splits) * size_t(p.k * p.r * p.s * p.c) * sizeof(float);
   return plan;
 }

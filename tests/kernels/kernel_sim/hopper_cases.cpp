@@ -37,8 +37,8 @@
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy
 // asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma wgrad cases that split:
-// N", "conv: F/N failed" and "bad
-// MPGEMM_CONV_PATH refused: ok"; exits 1 on a failure.
+// N", "conv: F/N failed", "bad MPGEMM_CONV_PATH refused: ok" and "taps at
+// the im2col offsets' limit: ok"; exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -320,6 +320,7 @@ static bool check_cluster_occupancy() {
 int check_im2col_walk(int& mismatches);
 bool hopper_conv_case(int index, int& on_wgmma, int& split);
 bool bad_conv_path_accepted();
+bool far_taps_wrong();
 
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),
@@ -348,9 +349,9 @@ int main(int argc, char** argv) {
   printf("im2col walk: %d/%d mismatches\n", walk_mismatches, walked);
   int conv_failed = 0, conv_on_wgmma = 0, conv_split = 0;
   for (int i = 0; i < conv_cases; ++i) conv_failed += hopper_conv_case(i, conv_on_wgmma, conv_split);
-  const bool path_bad = bad_conv_path_accepted();
+  const bool path_bad = bad_conv_path_accepted(), far_taps_bad = far_taps_wrong();
   printf("conv wgmma cases: %d\nconv wgmma wgrad cases that split: %d\nconv: %d/%d failed\n"
-         "bad MPGEMM_CONV_PATH refused: %s\n", conv_on_wgmma, conv_split, conv_failed, conv_cases,
-         path_bad ? "FAILED" : "ok");
-  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad;
+         "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv_on_wgmma, conv_split,
+         conv_failed, conv_cases, path_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok");
+  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad || far_taps_bad;
 }

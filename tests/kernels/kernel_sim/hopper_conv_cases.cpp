@@ -18,7 +18,9 @@
 //    large enough that its sum over output pixels splits. Every case the path takes
 //    must run on it; one in five of each pass has channels it does not take
 //    (the WMMA kernels do). The reference scatters every product into the
-//    pass's output. A bad MPGEMM_CONV_PATH must be refused.
+//    pass's output. A bad MPGEMM_CONV_PATH must be refused; taps 254 pixels
+//    apart must run on the path and taps 256 apart (past the im2col
+//    offsets' 8 bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 #include <cstdio>
 #include <cstdlib>
@@ -178,6 +180,41 @@ bool hopper_conv_case(int index, int& on_wgmma, int& split) {
            in == ElementType::kBFloat16 ? "bf16" : "fp16", out == ElementType::kFloat32 ? "fp32" : "16-bit",
            bias.present ? " + bias" : "", int(err), int(wgmma), int(should), plan.wgmma.splits, long(wrong),
            long(out_size));
+  return bad;
+}
+
+// Taps 254 pixels apart (3 taps, dilation 127, padding 127) run on the path,
+// right against the reference; 256 apart (dilation 128) are past the im2col
+// offsets' 8 bits and must be refused. Whether either went wrong.
+bool far_taps_wrong() {
+  bool bad = false;
+  for (const int dilation : {127, 128}) {
+    const Geometry g{1, 3, 2, 8, 8, 3, 1, 3, 2, 1, 1, dilation, 0, dilation, 1};
+    const bool should = dilation < 128;
+    sim::Buffer x(g.n * g.h * g.w * g.c * 2), w(g.k * g.r * g.s * g.c * 2), y(g.n * g.p * g.q * g.k * 4);
+    for (int64_t i = 0; i < g.n * g.h * g.w * g.c; ++i) sim::set(x.p, ElementType::kFloat16, i, rnd(-8, 8) / 8.0f);
+    for (int64_t i = 0; i < g.k * g.r * g.s * g.c; ++i) sim::set(w.p, ElementType::kFloat16, i, rnd(-8, 8) / 8.0f);
+    Conv2dParams p;
+    p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.k = g.k, p.r = g.r, p.s = g.s, p.p = g.p, p.q = g.q;
+    p.pad_top = g.pad_top, p.dilation_h = g.dilation_h;
+    p.x = x.p, p.wt = w.p, p.out = y.p;
+    setenv("MPGEMM_CONV_PATH", "wgmma", 1);
+    const Conv2dPlan plan = plan_conv2d(ConvPass::kFprop, p);
+    const cudaError_t err = launch_conv2d(ConvPass::kFprop, p, plan, nullptr, nullptr);
+    unsetenv("MPGEMM_CONV_PATH");
+    const auto element = [](const sim::Buffer& t) {
+      return [&t](int64_t i) { return double(sim::get(t.p, ElementType::kFloat16, i)); };
+    };
+    const std::vector<double> want = sim::conv_reference(ConvPass::kFprop, p, element(x), element(w), element(x),
+                                                         g.n * g.p * g.q * g.k);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) wrong += !(sim::get(y.p, ElementType::kFloat32, i) == float(want[i]));
+    if (err != cudaSuccess || wrong || (plan.path == Conv2dPlan::Path::kWgmma) != should) {
+      printf("  taps %d apart: err=%d, on the Hopper path: %d (expected %d), %ld wrong\n", 2 * dilation, int(err),
+             int(plan.path == Conv2dPlan::Path::kWgmma), int(should), long(wrong));
+      bad = true;
+    }
+  }
   return bad;
 }
 

@@ -331,6 +331,9 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
   const TensorMap& t = sim::tensor_map(map);
   SIM_CHECK(t.im2col == im2col, "a %s copy through a%s map", im2col ? "im2col" : "tiled",
             t.im2col ? "n im2col" : " tiled");
+  // A 4-D tensor's two im2col offsets share the instruction's 16 bits (PTX ISA, "Im2col mode").
+  SIM_CHECK(offsets[0] >= 0 && offsets[0] < 256 && offsets[1] >= 0 && offsets[1] < 256,
+            "im2col offsets (%d, %d) past 8 bits each", offsets[0], offsets[1]);
   const uint32_t to = sim::shared_address(dst), barrier = sim::shared_address(bar);
   // A swizzled box's pattern starts over every 1024 bytes (hopper_models.h):
   // the destination must start one, as it does for the descriptors' base offset 0.
