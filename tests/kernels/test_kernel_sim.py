@@ -158,35 +158,40 @@ HOPPER_MUTATIONS = {
         (False, False), "asked 2 times", "WgmmaPairTile"),
 }
 # Planted bugs in the Hopper convolution: the file and text, the timing,
-# what the simulation must say. Each planted build compiles the convolution's
-# unit (sm90/conv_launch.cu, which holds its kernels) from the planted copy
-# in place of the real one, and runs convolutions alone.
+# what the simulation must say, and the pass whose kernel carries it. A bug
+# in a kernel (its producer or mainloop) is built as the GEMM's are: the one
+# fp16 kernel of that pass from the planted copy
+# (kernel_sim/hopper_conv_planted.cpp), linked ahead of the real ones, and
+# every case runs on fp16 (`pinned`). A bug in host code (pass None) builds
+# the convolution's unit (sm90/conv_launch.cu) from the planted copy in place
+# of the real one. Either runs convolutions alone.
 CONV_MUTATIONS = {
     # The im2col box read at tap (s, r) instead of (r, s).
     "im2col box at the wrong filter offset": (
         "sm90/conv_producer.cuh",
         ("uint16_t(s * walk.dilation_w), uint16_t(r * walk.dilation_h)",
          "uint16_t(r * walk.dilation_w), uint16_t(s * walk.dilation_h)"),
-        (False, False), "FAILED"),
+        (False, False), "FAILED", "kFprop"),
     # A bounding box one pixel short at the far corner: the walk wraps to the next row a window early.
     "bounding box with the wrong far corner": (
         "sm90/conv_launch.cu",
         ("(out - 1) * stride - pad - (extent - 1)}", "(out - 1) * stride - pad - extent}"),
-        (False, False), "FAILED"),
+        (False, False), "FAILED", None),
     "stage handed back before its wgmmas retire": (
-        "sm90/mainloop.cuh", ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory"),
+        "sm90/mainloop.cuh", ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory",
+        "kFprop"),
     "dgrad's filters read unflipped": (
         "sm90/conv_producer.cuh", ("(walk.r - 1 - r) * walk.s + (walk.s - 1 - s)", "r * walk.s + s"),
-        (False, False), "FAILED"),
+        (False, False), "FAILED", "kDgrad"),
     "wgrad's boxes at the transposed tap": (
         "sm90/conv_producer.cuh",
         ("w_offset[box] = s * walk.dilation_w, h_offset[box] = r * walk.dilation_h;",
          "w_offset[box] = r * walk.dilation_w, h_offset[box] = s * walk.dilation_h;"),
-        (False, False), "FAILED"),
+        (False, False), "FAILED", "kWgrad"),
     "wgrad's splits all summing the first pixels": (
         "sm90/conv_producer.cuh",
         ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;", "const int first_pixel = 0;"),
-        (False, False), "FAILED"),
+        (False, False), "FAILED", "kWgrad"),
 }
 CONV_UNIT = "sm90/conv_launch.cu"
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
@@ -292,10 +297,12 @@ def results(tmp_path_factory):
             planted[name] = compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, mutant_kernels,
                                         f"hopper_mutant{i}.", [f"-DPLANTED_TILE={tile}"])[0]
         conv_planted = {}
-        for i, (name, (file, mutation, _, _)) in enumerate(CONV_MUTATIONS.items()):
+        for i, (name, (file, mutation, _, _, planted_pass)) in enumerate(CONV_MUTATIONS.items()):
             mutant_kernels = mutated_kernels(str(out / f"conv_mutant{i}"), mutation, [file])
-            conv_planted[name] = compile_all([os.path.join(mutant_kernels, CONV_UNIT)], 900, mutant_kernels,
-                                             f"conv_mutant{i}.")[0]
+            unit = (os.path.join(SIM_DIR, "hopper_conv_planted.cpp") if planted_pass
+                    else os.path.join(mutant_kernels, CONV_UNIT))
+            defines = [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else []
+            conv_planted[name] = compile_all([unit], 900, mutant_kernels, f"conv_mutant{i}.", defines)[0]
         kept = [o for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         mutant = link([o.result() for o in mutant_objects + kept], str(out / "sim_mutant"))
@@ -304,11 +311,14 @@ def results(tmp_path_factory):
         # The planted kernel first: the linker keeps the first definition it meets.
         hopper_mutant_binaries = {name: link([o.result()] + hopper, str(out / f"sim_hopper_mutant{i}"))
                                   for i, (name, o) in enumerate(planted.items())}
-        # The planted unit replaces the real one, and comes first: its copies of shared code are the ones kept.
+        # A planted kernel comes first (its copies of shared code are the ones
+        # kept); a planted unit replaces the real one.
         without_conv = [o for src, o in zip(hopper_sources, hopper)
                         if os.path.relpath(src, KERNEL_DIR) != CONV_UNIT]
-        conv_mutant_binaries = {name: link([o.result()] + without_conv, str(out / f"sim_conv_mutant{i}"))
-                                for i, (name, o) in enumerate(conv_planted.items())}
+        conv_mutant_binaries = {
+            name: link([o.result()] + (hopper if CONV_MUTATIONS[name][4] else without_conv),
+                       str(out / f"sim_conv_mutant{i}"))
+            for i, (name, o) in enumerate(conv_planted.items())}
 
         jobs = {}
         for arch, late in RUNS:
@@ -322,9 +332,9 @@ def results(tmp_path_factory):
         for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
                                                         wgmma_late, conv_cases=0, pinned=True)
-        for name, (_, _, (copies_late, wgmma_late), _) in CONV_MUTATIONS.items():
+        for name, (_, _, (copies_late, wgmma_late), _, planted_pass) in CONV_MUTATIONS.items():
             jobs[("conv mutant", name)] = pool.submit(run_hopper, conv_mutant_binaries[name], 1, copies_late,
-                                                      wgmma_late, cases=0)
+                                                      wgmma_late, cases=0, pinned=planted_pass is not None)
         return {key: job.result() for key, job in jobs.items()}
 
 

@@ -31,7 +31,7 @@
 //   hopper_cases <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]
 // "pinned" runs every case on A row-major, B column-major and fp16 inputs:
 // the one Hopper kernel of each kind that a planted bug's build replaces
-// (hopper_planted.cpp).
+// (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp).
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N" and
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy

@@ -14,10 +14,11 @@
 //    ring): channels up to three K slices, 1 to 3 taps a side, stride up to
 //    3 (dgrad mostly 1, the stride it takes), padding, dilation, fprop's
 //    bias, outputs in fp32 or the inputs' type with pitches the copy engine
-//    can and cannot store, fp16 and bf16; every other wgrad case on images
-//    large enough that its sum over output pixels splits. Every case the path takes
-//    must run on it; one in five of each pass has channels it does not take
-//    (the WMMA kernels do). The reference scatters every product into the
+//    can and cannot store, fp16 and bf16 (fp16 alone where pinned: the
+//    planted kernels' type); every other wgrad case on images large enough
+//    that its sum over output pixels splits. Every case the path takes must
+//    run on it; one in five of each pass has channels it does not take (the
+//    WMMA kernels do). The reference scatters every product into the
 //    pass's output. A bad MPGEMM_CONV_PATH must be refused; taps 254 pixels
 //    apart must run on the path and taps 256 apart (past the im2col
 //    offsets' 8 bits) must not.
@@ -32,6 +33,7 @@
 
 #include "conv/launch.h"
 #include "kernel_sim/conv_reference.h"
+#include "kernel_sim/gemm_cases.h"
 #include "kernel_sim/hopper_models.h"
 #include "kernel_sim/hopper_sim.h"
 #include "kernel_sim/sim_common.h"
@@ -135,7 +137,7 @@ bool hopper_conv_case(int index, int& on_wgmma, int& split) {
     g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
     g = with_unit_stride(g);
   }
-  const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
+  const ElementType in = rnd(0, 1) && !sim::pinned.on ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;

@@ -1,0 +1,12 @@
+// One Hopper convolution kernel from a copy of the kernels with a bug planted
+// in its producer or mainloop (test_kernel_sim.py): PLANTED_PASS's, fp16
+// inputs, the one `hopper_cases ... pinned` runs for that pass. Linked ahead
+// of the unplanted kernels, its definitions of the kernel and of every
+// function it shares with them are the ones the linker keeps, so that a
+// planted build compiles this one kernel rather than all six.
+#include "sm90/conv_kernel.cuh"
+
+template void mpgemm::kernels::sm90::wgmma_conv_kernel<__half, mpgemm::kernels::WgmmaTile,
+                                                       mpgemm::kernels::ConvPass::PLANTED_PASS>(
+    CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
+    mpgemm::kernels::sm90::ConvWalk);
