@@ -360,15 +360,22 @@ def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
     assert code != 0 and "gemm: 0/" not in output and "conv: 0/" not in output, output[-4000:]
 
 
-@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS,
-                         ids=[f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}"
-                              for c, w in HOPPER_RUNS])
-def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, wgmma_late):
+HOPPER_RUN_IDS = [f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}" for c, w in HOPPER_RUNS]
+
+
+def hopper_run(results, copies_late, wgmma_late):
+    """(output, replay line) of a Hopper run, which must have exited cleanly."""
     seed = HOPPER_RUNS[(copies_late, wgmma_late)]
     code, output = results[("hopper", copies_late, wgmma_late)]
     print(f"seed {seed}\n{output}")
     replay = f"replay: hopper {copies_late=} {wgmma_late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
     assert code == 0, f"{replay}\n{output[-12000:]}"
+    return output, replay
+
+
+@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS, ids=HOPPER_RUN_IDS)
+def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, wgmma_late):
+    output, replay = hopper_run(results, copies_late, wgmma_late)
     assert re.search(r"layout: 0/\d+ mismatches", output), replay
     assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
     assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
@@ -380,14 +387,9 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert "cluster occupancy asked once per device and kernel: ok" in output, replay
 
 
-@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS,
-                         ids=[f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}"
-                              for c, w in HOPPER_RUNS])
+@pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS, ids=HOPPER_RUN_IDS)
 def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late, wgmma_late):
-    seed = HOPPER_RUNS[(copies_late, wgmma_late)]
-    code, output = results[("hopper", copies_late, wgmma_late)]
-    replay = f"replay: hopper {copies_late=} {wgmma_late=} seed={seed} (MPGEMM_TEST_SEED={SEED})"
-    assert code == 0, f"{replay}\n{output[-12000:]}"
+    output, replay = hopper_run(results, copies_late, wgmma_late)
     assert re.search(r"im2col walk: 0/\d+ mismatches", output), replay
     assert f"conv: 0/{HOPPER_CONV_CASES} failed" in output, replay
     assert int(re.search(r"conv wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_CONV_WGMMA_CASES, replay
