@@ -8,12 +8,13 @@ bench/gpu_check.py:
       forward, backward-data and backward-filter passes of convolutions on
       the large tile, with stride 2, depthwise and with 3 channels (padded
       copies), and on sm_90 the Hopper convolution's three passes
-      (MPGEMM_CONV_PATH=wgmma, wgrad split); every result is checked
-      against float64.
+      (MPGEMM_CONV_PATH=wgmma, wgrad split; dgrad's phases at stride 2);
+      every result is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
-      128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), each
-      checked against float64, and its three kernels seen running.
+      128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
+      one dgrad tile per phase at stride 2, each checked against float64,
+      and its three kernels seen running.
   python3 bench/gpu_targets.py profile [--size N] [--warmup W]
       W calls of the N^3 GEMM (fp16 in, fp32 out), then the one that
       `ncu --launch-skip W --launch-count 1` reads.
@@ -94,10 +95,12 @@ def sanitize():
     _conv_passes("depthwise", (2, 32, 14, 14), (32, 1, 3, 3), padding=1, groups=32)
     _conv_passes("3 channels", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
     if torch.cuda.get_device_capability() == (9, 0):
-        # Stride 1 (dgrad takes no other) and 64 channels (wgrad's boxes): every pass on the Hopper kernels,
-        # wgrad's 18 K slices split.
+        # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then
+        # dgrad's four phases at stride 2, and a 1x1 at stride 2 whose three unreached phases are zeroed.
         os.environ["MPGEMM_CONV_PATH"] = "wgmma"
         _conv_passes("Hopper", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
+        _conv_passes("Hopper stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
+        _conv_passes("Hopper 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
         os.environ.pop("MPGEMM_CONV_PATH")
     torch.cuda.synchronize()
 
@@ -105,7 +108,8 @@ def sanitize():
 def conv_tiles():
     """One tile of each pass on the Hopper convolution: fprop of 2 x 8 x 8
     pixels by 256 filters; dgrad (2 x 8 x 8 pixels of dx by 256 channels)
-    and wgrad (128 filters by 256 channels) of a 1x1."""
+    and wgrad (128 filters by 256 channels) of a 1x1; then dgrad at stride
+    2, one tile per phase of dx (2 x 8 x 8 pixels each by 256 channels)."""
     if torch.cuda.get_device_capability() != (9, 0):
         raise SystemExit("conv-tiles needs an sm_90 GPU")
     torch.manual_seed(0)
@@ -113,6 +117,7 @@ def conv_tiles():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         _conv_passes("one fprop tile", (2, 64, 8, 8), (256, 64, 3, 3), padding=1)
         _conv_passes("one dgrad and one wgrad tile", (2, 256, 8, 8), (128, 256, 1, 1))
+        _conv_passes("one dgrad tile per phase at stride 2", (2, 256, 16, 16), (64, 256, 3, 3), stride=2, padding=1)
     ran = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and
            "wgmma_conv_kernel" in e.name}
     print(f"Hopper convolution kernels that ran: {len(ran)}")

@@ -15,12 +15,14 @@ stores, mbarriers, named barriers) runs on models of those instructions
 written from the PTX ISA (kernel_sim/hopper_models.h, hopper_sim.h), with
 copies, stores and wgmmas completing early or late; its index code is checked
 against the models element by element, and planted pipeline and epilogue bugs
-must be caught. The Hopper convolution (fprop, dgrad at stride 1, wgrad)
-runs there too, its im2col copies placed by the model of the PTX ISA's
-im2col mode, which is checked against the convolution's own windows; a
-wrong filter offset, a wrong bounding-box corner, dgrad's filters unflipped,
-wgrad's splits summing the same pixels and a stage handed back early must
-be caught. See kernel_sim/hopper_cases.cpp and hopper_conv_cases.cpp."""
+must be caught. The Hopper convolution (fprop, dgrad, with a stride one
+launch per phase, wgrad) runs there too, its im2col copies placed by the
+model of the PTX ISA's im2col mode, which is checked against the
+convolution's own windows; a wrong filter offset, a wrong bounding-box
+corner, dgrad's filters unflipped, a strided dgrad's phases stored to the
+wrong pixels, wgrad's splits summing the same pixels and a stage handed
+back early must be caught. See kernel_sim/hopper_cases.cpp and
+hopper_conv_cases.cpp."""
 
 import concurrent.futures
 import glob
@@ -63,10 +65,11 @@ MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
 HOPPER_CASES = 24
 # Random convolutions per Hopper run, case i of pass i % 3; one in five of
-# each pass has channels the Hopper convolution does not take, and some
-# dgrad cases a stride (hopper_conv_cases.cpp fails a case the path takes
-# that does not run on it, or one it does not take that does); every other
-# wgrad case splits its sum.
+# each pass has channels the Hopper convolution does not take
+# (hopper_conv_cases.cpp fails a case the path takes that does not run on
+# it, or one it does not take that does); every other wgrad case splits its
+# sum; two dgrad cases in three have a stride, some of them phases no tap
+# reaches.
 HOPPER_CONV_CASES = 30
 HOPPER_MIN_CONV_WGMMA_CASES = 15
 HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
@@ -181,8 +184,16 @@ CONV_MUTATIONS = {
         "sm90/mainloop.cuh", ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory",
         "kFprop"),
     "dgrad's filters read unflipped": (
-        "sm90/conv_producer.cuh", ("(walk.r - 1 - r) * walk.s + (walk.s - 1 - s)", "r * walk.s + s"),
+        "sm90/conv_producer.cuh",
+        ("walk.filter_tap_last - r * walk.filter_row_step - s * walk.filter_col_step", "r * walk.s + s"),
         (False, False), "FAILED", "kDgrad"),
+    # A strided dgrad's phases stored as if their pixels were dense rows of dx.
+    "dgrad's phases stored to dense rows": (
+        "sm90/conv_launch.cu", ("if (g.rows != c.h || g.cols != c.w)", "if (false)"), (False, False), "FAILED", None),
+    # A phase's pixel rows a row of the phase apart instead of stride_h rows of dx.
+    "dgrad's phase rows without the stride between them": (
+        "sm90/epilogue.cuh", ("a * g.row_pitch", "a * g.cols * g.col_pitch"), (False, False),
+        "FAILED|AddressSanitizer", "kDgrad"),
     "wgrad's boxes at the transposed tap": (
         "sm90/conv_producer.cuh",
         ("w_offset[box] = s * walk.dilation_w, h_offset[box] = r * walk.dilation_h;",
@@ -394,6 +405,8 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert f"conv: 0/{HOPPER_CONV_CASES} failed" in output, replay
     assert int(re.search(r"conv wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_CONV_WGMMA_CASES, replay
     assert int(re.search(r"conv wgmma wgrad cases that split: (\d+)", output).group(1)) > 0, replay
+    assert int(re.search(r"conv wgmma dgrad cases with a stride: (\d+)", output).group(1)) > 0, replay
+    assert int(re.search(r"conv wgmma dgrad cases with a phase no tap reaches: (\d+)", output).group(1)) > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
 

@@ -137,13 +137,14 @@ def kernels_run(fn):
 
 
 @needs_hopper
+@pytest.mark.parametrize("stride", [1, 2])  # 2: dgrad one launch per phase of dx
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_wgmma_conv_path_runs_the_hopper_kernels_for_every_pass(monkeypatch, dtype):
+def test_wgmma_conv_path_runs_the_hopper_kernels_for_every_pass(monkeypatch, dtype, stride):
     x = torch.randn(4, 64, 14, 14, device="cuda").to(dtype).to(memory_format=torch.channels_last).requires_grad_()
     weight = (torch.randn(128, 64, 3, 3, device="cuda") / 24).requires_grad_()
 
     def step():
-        mpgemm.conv2d(x, weight, None, 1, 1).float().sum().backward()
+        mpgemm.conv2d(x, weight, None, stride, 1).float().sum().backward()
 
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     hopper = {name for name in kernels_run(step) if "wgmma_conv_kernel" in name}

@@ -214,15 +214,6 @@ struct PaddedConv {
   size_t bytes = 0;                 // all of the workspace
 };
 
-// A copy between tensors of dims `from` and `to` (conv/padded_copy.h).
-PaddedCopy copy_between(const void* src, const int64_t (&from)[4], void* dst, const int64_t (&to)[4], int bytes) {
-  PaddedCopy copy;
-  copy.src = src, copy.dst = dst, copy.element_bytes = bytes;
-  std::copy(from, from + 4, copy.from);
-  std::copy(to, to + 4, copy.to);
-  return copy;
-}
-
 // `tiles`: the padded problem's plan where already known, or null to work it out.
 PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, void* workspace) {
   const int64_t g = p.groups, cg = p.c / g, kg = p.k / g, taps = p.r * p.s;

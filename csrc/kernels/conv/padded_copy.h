@@ -3,6 +3,7 @@
 // operands on the way in, the pass's output on the way out.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -21,6 +22,16 @@ struct PaddedCopy {
   int64_t from[4] = {0, 0, 0, 0};
   int64_t to[4] = {0, 0, 0, 0};
 };
+
+// A copy from `src`, of dims `from`, to `dst`, of dims `to`, of elements of `bytes`.
+inline PaddedCopy copy_between(const void* src, const int64_t (&from)[4], void* dst, const int64_t (&to)[4],
+                               int bytes) {
+  PaddedCopy copy;
+  copy.src = src, copy.dst = dst, copy.element_bytes = bytes;
+  std::copy(from, from + 4, copy.from);
+  std::copy(to, to + 4, copy.to);
+  return copy;
+}
 
 // Enqueues the copy on `stream`; cudaErrorInvalidValue for an element size
 // other than 2 or 4, dims 0 or 2 that differ, or more than INT_MAX elements

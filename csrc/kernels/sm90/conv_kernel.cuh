@@ -1,7 +1,7 @@
 // Hopper convolution (sm_90a): one pass of a 2-D convolution as an implicit
 // GEMM, x, dy NHWC and w KRSC, 16-bit, fp32 accumulation:
 //   fprop  y  = x * w (+ bias)   M = N*P*Q pixels  N = K filters   K = R*S*C
-//   dgrad  dx = dy * w^T         M = N*H*W pixels  N = C channels  K = R*S*K (stride 1)
+//   dgrad  dx = dy * w^T         M = N*H*W pixels  N = C channels  K = R*S*K (per phase of a stride)
 //   wgrad  dw = dy^T * x         M = K filters     N = R*S*C       K = N*P*Q, split
 // The block is the GEMM's (sm90/block.cuh: the same ring, consumers, epilogue
 // and persistent tile order over 128 x 256 tiles; wgrad's splits are its

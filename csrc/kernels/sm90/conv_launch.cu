@@ -1,11 +1,16 @@
-// Host side of the Hopper convolution: per pass, the im2col tensor map of
+// Host side of the Hopper convolution: per launch, the im2col tensor map of
 // the activations it gathers (x, or dy for dgrad: a bounding box of the first
 // taps of every output pixel's window, the convolution's traversal
 // strides), the tiled map of its other operand (the filters, or dy for
 // wgrad), the output's map as the GEMM's D, and the walk of the implicit
-// GEMM (sm90/params.h's ConvWalk); wgrad's split partial sums are reduced in
-// split order. The kernels are instantiated here, one per pass and input
-// type.
+// GEMM (sm90/params.h's ConvWalk). fprop and wgrad are one launch each;
+// wgrad's split partial sums are reduced in split order, and where its
+// channels are not whole boxes of 64, each tap's are padded in its GEMM and
+// copied back to dw; dgrad with a stride
+// is one launch per phase of dx, as the WMMA dgrad runs it (conv/geometry.h),
+// each an im2col walk of dy at stride 1 over the taps that reach the phase,
+// its rows stored to strided pixels of dx. The kernels are instantiated
+// here, one per pass and input type.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -16,6 +21,8 @@
 #include "common/launch_utils.h"
 #include "common/math.h"
 #include "common/tile_configs.h"
+#include "conv/geometry.h"
+#include "conv/padded_copy.h"
 #include "gemm/splitk_reduce.h"
 #include "plan/gemm_plan.h"
 #include "sm90/conv_kernel.cuh"
@@ -54,30 +61,54 @@ bool in_corner_range(const Corners& c) {
   return c.lower >= kCornerMin && c.lower <= kCornerMax && c.upper >= kCornerMin && c.upper <= kCornerMax;
 }
 
-// The pixel grid a pass's im2col boxes walk, over which source: fprop and
-// wgrad x's windows at the output pixels; dgrad (stride 1) dy's windows at
-// dx's pixels, padded by dilation * (taps - 1) - pad.
+// The pixel grid a launch's im2col boxes walk, over which source, and at
+// which taps: fprop and wgrad, x's windows at the output pixels; dgrad, dy's
+// windows at the pixels of dx (stride 1) or of one phase of dx, over the
+// taps that reach them.
 struct Im2colSource {
   const void* base;
-  int64_t channels, w, h;   // the source's
-  int64_t out_w, out_h;     // the grid's
+  int64_t channels, w, h;  // the source's
+  int64_t out_w, out_h;    // the grid's
   int stride_w, stride_h;
   int64_t pad_left, pad_top;
+  int taps_w = 0, taps_h = 0;  // along each dimension
+  int tap_w = 0, tap_h = 0;    // the distance between taps, in source pixels
 };
 
-Im2colSource im2col_source(ConvPass pass, const Conv2dParams& p) {
-  if (pass == ConvPass::kDgrad)
-    return {p.dy, p.k, p.q, p.p, p.w, p.h, 1, 1, p.dilation_w * (p.s - 1) - p.pad_left,
-            p.dilation_h * (p.r - 1) - p.pad_top};
-  return {p.x, p.c, p.w, p.h, p.q, p.p, p.stride_w, p.stride_h, p.pad_left, p.pad_top};
+Im2colSource x_source(const Conv2dParams& p) {
+  Im2colSource g{p.x, p.c, p.w, p.h, p.q, p.p, p.stride_w, p.stride_h, p.pad_left, p.pad_top};
+  g.taps_w = int(p.s), g.taps_h = int(p.r), g.tap_w = p.dilation_w, g.tap_h = p.dilation_h;
+  return g;
 }
 
-bool im2col_describable(const Im2colSource& g, const Conv2dParams& p) {
+// dgrad's phase `g` (conv/geometry.h's dgrad_phase_gemm; at stride 1 the one
+// phase, all of dx): its pixel (image, a, b) takes dy's (a + origin_h + i *
+// tap_h, b + origin_w + j * tap_w) at phase tap (i, j), the taps stepping
+// back through dy (tap_h, tap_w <= 0). The walk takes them from the last,
+// so that its taps step forward from the window's first pixel, as an
+// im2col box's offsets do: at stride 1, padding dilation * (R - 1) - pad.
+Im2colSource dy_source(const Conv2dParams& p, const ConvGemm& g) {
+  Im2colSource s{p.dy, p.k, p.q, p.p, g.cols, g.rows, 1, 1};
+  s.pad_left = -(g.origin_w + (g.taps_s - 1) * g.tap_w), s.pad_top = -(g.origin_h + (g.taps_r - 1) * g.tap_h);
+  s.taps_w = g.taps_s, s.taps_h = g.taps_r, s.tap_w = -g.tap_w, s.tap_h = -g.tap_h;
+  return s;
+}
+
+bool im2col_describable(const Im2colSource& g) {
   const auto within = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
   return within(g.stride_h, 1, kMaxTraversalStride) && within(g.stride_w, 1, kMaxTraversalStride) &&
          in_corner_range(corners(g.w, g.out_w, g.stride_w, g.pad_left)) &&
          in_corner_range(corners(g.h, g.out_h, g.stride_h, g.pad_top)) &&
-         within((p.r - 1) * p.dilation_h, 0, kMaxIm2colOffset) && within((p.s - 1) * p.dilation_w, 0, kMaxIm2colOffset);
+         within(int64_t(g.taps_h - 1) * g.tap_h, 0, kMaxIm2colOffset) &&
+         within(int64_t(g.taps_w - 1) * g.tap_w, 0, kMaxIm2colOffset);
+}
+
+// dgrad's phases, (phase_h, phase_w) row-major; a phase no tap reaches has K = 0.
+template <class Visit>
+void for_each_dgrad_phase(const Conv2dParams& p, const Visit& visit) {
+  for (int phase_h = 0; phase_h < dgrad_phases_h(p); ++phase_h)
+    for (int phase_w = 0; phase_w < dgrad_phases_w(p); ++phase_w)
+      visit(phase_h, phase_w, dgrad_phase_gemm(p, phase_h, phase_w));
 }
 
 // The source (N, H, W, channels) as its im2col map: dimensions (channels, W,
@@ -115,50 +146,112 @@ cudaError_t tiled_map(CUtensorMap* map, ElementType type, const void* base, int6
   return err == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// The pass's GEMM sizes (M, N) and its output as D: y with fprop's bias, dx,
-// or wgrad's split partial sums in `workspace` (dw itself without a split).
-GemmParams output_gemm(ConvPass pass, const Conv2dParams& c, int splits, void* workspace) {
+// One launch of a pass's kernel: its GEMM (M, N and the output as D), how
+// D's rows lie (strided pixels for a phase of dgrad), the walk of its K
+// slices and the im2col source of its activations.
+struct ConvLaunch {
+  GemmParams gemm;
+  sm90::PixelRows rows;
+  sm90::ConvWalk walk;
+  Im2colSource source;
+};
+
+// The walk of output pixel rows (fprop and dgrad) over g: every tap, every
+// block of 64 of the source's channels at each.
+sm90::ConvWalk pixel_walk(const Im2colSource& g) {
+  sm90::ConvWalk walk;
+  walk.pixels_per_image = int(g.out_h * g.out_w), walk.q = int(g.out_w);
+  walk.stride_h = g.stride_h, walk.stride_w = g.stride_w;
+  walk.pad_top = int(g.pad_top), walk.pad_left = int(g.pad_left);
+  walk.dilation_h = g.tap_h, walk.dilation_w = g.tap_w;
+  walk.r = g.taps_h, walk.s = g.taps_w;
+  walk.channel_blocks = int(ceil_div(g.channels, int64_t(Config::kBlockK)));
+  walk.k_slices = walk.r * walk.s * walk.channel_blocks;
+  return walk;
+}
+
+// D of `m` x `n` elements at `d`, rows n apart.
+GemmParams output_gemm(const Conv2dParams& c, int64_t m, int64_t n, void* d) {
   GemmParams p;
   p.ab_type = c.input_type;
-  p.d = c.out, p.d_type = c.out_type;
-  switch (pass) {
-    case ConvPass::kFprop:
-      p.m = c.n * c.p * c.q, p.n = c.k;
-      p.bias = c.bias, p.bias_type = c.bias_type;
-      break;
-    case ConvPass::kDgrad: p.m = c.n * c.h * c.w, p.n = c.c; break;
-    case ConvPass::kWgrad:
-      p.m = c.k, p.n = c.r * c.s * c.c, p.batch = splits;
-      if (splits > 1) p.d = workspace, p.d_type = ElementType::kFloat32;
-      break;
-  }
-  p.d_row_stride = p.n, p.d_batch_stride = p.m * p.n;
+  p.m = m, p.n = n;
+  p.d = d, p.d_type = c.out_type;
+  p.d_row_stride = n, p.d_batch_stride = m * n;
   return p;
+}
+
+// fprop: y = x * w + bias.
+ConvLaunch fprop_launch(const Conv2dParams& c) {
+  ConvLaunch l;
+  l.gemm = output_gemm(c, c.n * c.p * c.q, c.k, c.out);
+  l.gemm.bias = c.bias, l.gemm.bias_type = c.bias_type;
+  l.source = x_source(c);
+  l.walk = pixel_walk(l.source);
+  return l;
 }
 
 // wgrad's K slices: its output pixels, 64 a slice.
 int64_t wgrad_slices(const Conv2dParams& p) { return ceil_div(p.n * p.p * p.q, int64_t(Config::kBlockK)); }
 
-sm90::ConvWalk conv_walk(ConvPass pass, const Conv2dParams& p, int splits) {
-  const Im2colSource g = im2col_source(pass, p);
-  sm90::ConvWalk walk;
-  walk.pixels_per_image = int(g.out_h * g.out_w), walk.q = int(g.out_w);
-  walk.stride_h = g.stride_h, walk.stride_w = g.stride_w;
-  walk.pad_top = int(g.pad_top), walk.pad_left = int(g.pad_left);
-  walk.dilation_h = p.dilation_h, walk.dilation_w = p.dilation_w;
-  walk.r = int(p.r), walk.s = int(p.s);
-  walk.channel_blocks = int(ceil_div(g.channels, int64_t(Config::kBlockK)));
-  walk.channels = int(p.c);
-  walk.k_slices = pass == ConvPass::kWgrad ? int(ceil_div(wgrad_slices(p), splits))
-                                           : walk.r * walk.s * walk.channel_blocks;
-  return walk;
+// wgrad's GEMM columns per tap: C rounded up to whole im2col boxes of 64
+// channels, each at one tap.
+int64_t wgrad_tap_columns(const Conv2dParams& p) { return round_up(p.c, int64_t(Config::kBlockK)); }
+
+// wgrad's workspace: first its splits' fp32 partial sums (none without a
+// split), then, where C is not a whole number of boxes, dw in the GEMM's
+// columns (each tap's channels padded), which a copy takes back to dw.
+size_t wgrad_partials_bytes(const Conv2dParams& p, int splits) {
+  if (splits == 1) return 0;
+  return size_t(round_up(int64_t(splits) * p.k * p.r * p.s * wgrad_tap_columns(p) * int64_t(sizeof(float)), 16));
+}
+size_t wgrad_padded_bytes(const Conv2dParams& p) {
+  if (wgrad_tap_columns(p) == p.c) return 0;
+  return size_t(p.k * p.r * p.s * wgrad_tap_columns(p) * element_bytes(p.out_type));
 }
 
-// The maps of the pass's two operands.
+// Where wgrad's sum lands: dw, or its padded copy in the workspace.
+void* wgrad_sum(const Conv2dParams& c, int splits, void* workspace) {
+  if (wgrad_padded_bytes(c) == 0) return c.out;
+  return workspace == nullptr ? nullptr : static_cast<char*>(workspace) + wgrad_partials_bytes(c, splits);
+}
+
+// wgrad: its sum (wgrad_sum), or its `splits` partial sums in fp32 at the
+// start of `workspace`.
+ConvLaunch wgrad_launch(const Conv2dParams& c, int splits, void* workspace) {
+  ConvLaunch l;
+  l.gemm = output_gemm(c, c.k, c.r * c.s * wgrad_tap_columns(c), wgrad_sum(c, splits, workspace));
+  l.gemm.batch = splits;
+  if (splits > 1) l.gemm.d = workspace, l.gemm.d_type = ElementType::kFloat32;
+  l.source = x_source(c);
+  l.walk = pixel_walk(l.source);
+  l.walk.channels = int(wgrad_tap_columns(c));
+  l.walk.k_slices = int(ceil_div(wgrad_slices(c), splits));
+  return l;
+}
+
+// dgrad's phase (phase_h, phase_w), `g`: its pixels of dx, rows * cols an
+// image, stride_h rows and stride_w columns apart (at stride 1, all of dx,
+// dense), over the taps that reach them, the filters flipped.
+ConvLaunch dgrad_launch(const Conv2dParams& c, int phase_h, int phase_w, const ConvGemm& g) {
+  ConvLaunch l;
+  const int64_t first_pixel = phase_h * c.w + phase_w;
+  void* d = static_cast<char*>(c.out) + first_pixel * c.c * element_bytes(c.out_type);
+  l.gemm = output_gemm(c, c.n * g.rows * g.cols, c.c, d);
+  if (g.rows != c.h || g.cols != c.w)
+    l.rows = {g.cols, g.rows * g.cols, c.h * c.w * c.c, c.stride_h * c.w * c.c, c.stride_w * c.c};
+  l.source = dy_source(c, g);
+  l.walk = pixel_walk(l.source);
+  // Walk tap (i, j) is phase tap (taps_r - 1 - i, taps_s - 1 - j).
+  const int last_r = g.filter_r0 + (g.taps_r - 1) * g.filter_dr, last_s = g.filter_s0 + (g.taps_s - 1) * g.filter_ds;
+  l.walk.filter_tap_last = last_r * int(c.s) + last_s;
+  l.walk.filter_row_step = g.filter_dr * int(c.s), l.walk.filter_col_step = g.filter_ds;
+  return l;
+}
+
+// The maps of a launch's two operands.
 template <ConvPass Pass>
-cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dParams& p) {
+cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dParams& p, const Im2colSource& g) {
   using BTile = typename ConvSmem<Pass>::BTile;
-  const Im2colSource g = im2col_source(Pass, p);
   if constexpr (Pass == ConvPass::kWgrad) {
     if (const cudaError_t err = tiled_map(a_map, p.input_type, p.dy, p.k, p.n * p.p * p.q, 1, Config::kBlockK, 1);
         err != cudaSuccess)
@@ -171,22 +264,72 @@ cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dPar
 }
 
 template <class Element, ConvPass Pass>
-cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* workspace, cudaStream_t stream) {
-  const GemmParams p = output_gemm(Pass, c, plan.splits, workspace);
-  const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(p);
+cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t stream) {
+  const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(l.gemm);
   if (tiles == 0) return cudaSuccess;
   CUtensorMap a_map, b_map, d_map{};
-  if (const cudaError_t err = operand_maps<Pass>(&a_map, &b_map, c); err != cudaSuccess) return err;
-  const sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
+  if (const cudaError_t err = operand_maps<Pass>(&a_map, &b_map, c, l.source); err != cudaSuccess) return err;
+  const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
   static PerDeviceFact resident_clusters;  // blocks alone: never asked
-  const cudaError_t err = sm90::launch_persistent<Element, ConvTile>(
-      &sm90::wgmma_conv_kernel<Element, ConvTile, Pass>, ConvSmem<Pass>::kBytes, tiles, resident_clusters, stream,
-      a_map, b_map, d_map, p, schedule, conv_walk(Pass, c, plan.splits));
-  if (err != cudaSuccess || Pass != ConvPass::kWgrad || plan.splits == 1) return err;
-  // dw = the sum of the splits, in split order (deterministic).
-  GemmParams out = p;
-  out.batch = 1, out.d = c.out, out.d_type = c.out_type;
-  return launch_splitk_reduce(out, static_cast<const float*>(workspace), plan.splits, stream);
+  return sm90::launch_persistent<Element, ConvTile>(&sm90::wgmma_conv_kernel<Element, ConvTile, Pass>,
+                                                    ConvSmem<Pass>::kBytes, tiles, resident_clusters, stream, a_map,
+                                                    b_map, d_map, l.gemm, schedule, l.walk);
+}
+
+// dgrad: one launch per phase that a tap reaches; dx is zeroed first where
+// some phase none reaches (a 1x1 at stride 2: three of four).
+template <class Element>
+cudaError_t launch_dgrad(const Conv2dParams& c, cudaStream_t stream) {
+  bool unreached = false;
+  for_each_dgrad_phase(c, [&](int, int, const ConvGemm& g) { unreached |= g.k == 0; });
+  if (unreached)
+    if (const cudaError_t err =
+            cudaMemsetAsync(c.out, 0, size_t(c.n * c.h * c.w * c.c) * size_t(element_bytes(c.out_type)), stream);
+        err != cudaSuccess)
+      return err;
+  cudaError_t err = cudaSuccess;
+  for_each_dgrad_phase(c, [&](int phase_h, int phase_w, const ConvGemm& g) {
+    if (err == cudaSuccess && g.k > 0)
+      err = launch_one<Element, ConvPass::kDgrad>(c, dgrad_launch(c, phase_h, phase_w, g), stream);
+  });
+  return err;
+}
+
+template <class Element, ConvPass Pass>
+cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* workspace, cudaStream_t stream) {
+  if constexpr (Pass == ConvPass::kFprop) {
+    return launch_one<Element, Pass>(c, fprop_launch(c), stream);
+  } else if constexpr (Pass == ConvPass::kDgrad) {
+    return launch_dgrad<Element>(c, stream);
+  } else {
+    const ConvLaunch l = wgrad_launch(c, plan.splits, workspace);
+    if (const cudaError_t err = launch_one<Element, Pass>(c, l, stream); err != cudaSuccess) return err;
+    void* sum = wgrad_sum(c, plan.splits, workspace);
+    if (plan.splits > 1) {
+      // The sum of the splits, in split order (deterministic).
+      GemmParams out = l.gemm;
+      out.batch = 1, out.d = sum, out.d_type = c.out_type;
+      if (const cudaError_t err = launch_splitk_reduce(out, static_cast<const float*>(workspace), plan.splits, stream);
+          err != cudaSuccess)
+        return err;
+    }
+    if (sum == c.out) return cudaSuccess;
+    // dw = each tap's first C columns.
+    const int64_t taps = c.r * c.s;
+    return launch_padded_copy(copy_between(sum, {1, c.k, taps, wgrad_tap_columns(c)}, c.out, {1, c.k, taps, c.c},
+                                           element_bytes(c.out_type)),
+                              stream);
+  }
+}
+
+// Whether the im2col maps can describe every launch of the pass.
+bool im2col_describable(ConvPass pass, const Conv2dParams& p) {
+  if (pass != ConvPass::kDgrad) return im2col_describable(x_source(p));
+  bool describable = true;
+  for_each_dgrad_phase(p, [&](int, int, const ConvGemm& g) {
+    describable &= g.k == 0 || im2col_describable(dy_source(p, g));
+  });
+  return describable;
 }
 
 }  // namespace
@@ -194,15 +337,13 @@ cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* 
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
   const bool reads_x = pass != ConvPass::kDgrad, reads_w = pass != ConvPass::kWgrad;
   const bool reads_dy = pass != ConvPass::kFprop;
-  const bool channels = pass == ConvPass::kWgrad ? p.c % Config::kBlockK == 0 : p.c % 8 == 0;
   const bool sum = pass == ConvPass::kFprop ? p.c > 0 : pass == ConvPass::kDgrad ? p.k > 0 : p.n * p.p * p.q > 0;
-  return p.groups == 1 && p.c > 0 && p.k > 0 && channels && (!reads_dy || p.k % 8 == 0) && sum &&
-         (pass != ConvPass::kDgrad || (p.stride_h == 1 && p.stride_w == 1)) &&
+  return p.groups == 1 && p.c > 0 && p.k > 0 && p.c % 8 == 0 && (!reads_dy || p.k % 8 == 0) && sum &&
          (p.out_type == ElementType::kFloat32 || p.out_type == p.input_type) && (!reads_x || aligned16(p.x)) &&
          (!reads_w || aligned16(p.wt)) && (!reads_dy || aligned16(p.dy)) &&
-         im2col_describable(im2col_source(pass, p), p) &&
-         std::max({p.n * p.p * p.q, p.n * p.h * p.w, p.k, p.r * p.s * p.c, p.n * p.h * p.w * p.c,
-                   p.n * p.p * p.q * p.k, p.k * p.r * p.s * p.c}) <= INT_MAX;
+         im2col_describable(pass, p) &&
+         std::max({p.n * p.p * p.q, p.n * p.h * p.w, p.k, p.r * p.s * wgrad_tap_columns(p), p.n * p.h * p.w * p.c,
+                   p.n * p.p * p.q * p.k, p.k * p.r * p.s * wgrad_tap_columns(p)}) <= INT_MAX;
 }
 
 WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p) {
@@ -210,13 +351,13 @@ WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p) {
   if (pass != ConvPass::kWgrad) return plan;
   // As the WMMA wgrad does: about kSplitBlocksPerSM blocks per multiprocessor, each split at least
   // kMinSlicesPerSplit slices, at most kMaxSplits splits.
-  const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(output_gemm(pass, p, 1, nullptr));
+  const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(wgrad_launch(p, 1, nullptr).gemm);
   const int64_t wanted = ceil_div(kSplitBlocksPerSM * device_limits().multiprocessors, std::max<int64_t>(tiles, 1));
   const int64_t slices = wgrad_slices(p);
   const int64_t splits = std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits}));
   // As many splits as whole runs of ceil(slices / splits) slices take: none left empty.
   plan.splits = int(ceil_div(slices, ceil_div(slices, splits)));
-  if (plan.splits > 1) plan.workspace_bytes = size_t(plan.splits) * size_t(p.k * p.r * p.s * p.c) * sizeof(float);
+  plan.workspace_bytes = wgrad_partials_bytes(p, plan.splits) + wgrad_padded_bytes(p);
   return plan;
 }
 
@@ -224,7 +365,7 @@ cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& p, const WgmmaC
                               cudaStream_t stream) {
   if (!wgmma_conv_takes(pass, p) || plan.splits < 1 || (pass != ConvPass::kWgrad && plan.splits != 1))
     return cudaErrorInvalidValue;
-  if (plan.splits > 1 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
+  if (plan.workspace_bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   return with_input_element(p.input_type, [&](auto element) {
     using Element = typename decltype(element)::type;
     switch (pass) {

@@ -12,16 +12,18 @@ namespace mpgemm::kernels {
 
 // Whether the Hopper convolution takes this pass of the problem, the device
 // aside (wgmma_available says that): one group; 16-byte pixels for every
-// operand the copy engine reads (channels and filters multiples of 8, wgrad's
-// channels of 64), 16-byte aligned bases; dgrad at stride 1 alone (a stride
-// runs per phase on the WMMA kernels); the output in fp32 or the inputs'
+// operand the copy engine reads (channels and filters multiples of 8),
+// 16-byte aligned bases; the output in fp32 or the inputs'
 // type; a geometry the im2col tensor maps can describe (padding, stride and
-// taps within their ranges); 32-bit sizes; and a non-empty sum.
+// taps within their ranges; for dgrad with a stride, those of each phase);
+// 32-bit sizes; and a non-empty sum.
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 
 // How the Hopper convolution runs a pass it takes: wgrad's split of its sum
 // over output pixels on the current device (1 for the other passes), and the
-// workspace its fp32 partial sums need (0 without a split).
+// workspace wgrad needs: its splits' fp32 partial sums, and where its
+// channels are not a multiple of 64, dw with each tap's channels padded to
+// one (0 for the other passes, and for wgrad with neither).
 struct WgmmaConvPlan {
   int splits = 1;
   size_t workspace_bytes = 0;

@@ -8,12 +8,16 @@
 //    one filter tap and 64 channels (x's pixels p * stride - pad + r *
 //    dilation, those in the padding arriving as zeros), and the tiled boxes
 //    of the tile's 256 filters at that tap and those channels (K-major);
-//  - dgrad, stride 1: the same over dy (the padding dilation * (R - 1) -
-//    pad), the filters read at the flipped tap and transposed: boxes of 64
-//    output channels of dx by 64 filters (N-major);
+//  - dgrad: the same over dy, the filters read at the flipped tap and
+//    transposed: boxes of 64 output channels of dx by 64 filters (N-major).
+//    At stride 1 the walk is dx's pixels over every tap (the padding
+//    dilation * (R - 1) - pad); with a stride, one launch walks one phase
+//    of dx (sm90/conv_launch.cu) over the taps that reach it, whose dy
+//    pixels are again a stride-1 window of the phase's pixel grid;
 //  - wgrad: 64 output pixels a slice, the tile's 128 filters of dy as tiled
 //    boxes (M-major) and its 256 columns of (r, s, c) as four im2col boxes
-//    of x, each 64 channels at one tap (N-major).
+//    of x, each 64 channels at one tap (N-major); each tap's columns are C
+//    rounded up to whole boxes.
 #pragma once
 
 #include <cstdint>
@@ -67,8 +71,10 @@ __device__ __forceinline__ void load_pixel_rows_tile(Smem& shared, const CUtenso
   const BoxStart start = box_start(int(tile.origin.m0), walk);
   for (int r = 0; r < walk.r; ++r)
     for (int s = 0; s < walk.s; ++s) {
-      // dgrad reads the filters flipped: its tap (r, s) is the filters' (R - 1 - r, S - 1 - s).
-      const int tap = Pass == ConvPass::kFprop ? r * walk.s + s : (walk.r - 1 - r) * walk.s + (walk.s - 1 - s);
+      // dgrad reads the filters flipped (at stride 1 its tap (r, s) is the filters' (R - 1 - r, S - 1 - s)).
+      const int tap = Pass == ConvPass::kFprop
+                          ? r * walk.s + s
+                          : walk.filter_tap_last - r * walk.filter_row_step - s * walk.filter_col_step;
       for (int c0 = 0, block = 0; block < walk.channel_blocks; ++block, c0 += Config::kBlockK, pipe.advance()) {
         uint64_t* full = claim_stage(shared, pipe);
         tma_load_im2col_4d(shared.a[pipe.stage], a_map, full, c0, start.w, start.h, start.image,
@@ -85,7 +91,8 @@ __device__ __forceinline__ void load_pixel_rows_tile(Smem& shared, const CUtenso
 }
 
 // wgrad: rows from tile.origin.m0 are filters, columns from tile.origin.n0
-// are (r, s, c) of x, GEMM-K the output pixels of split tile.batch. dy_map
+// are (r, s, c) of x, walk.channels of them per tap (C rounded up to whole
+// boxes), GEMM-K the output pixels of split tile.batch. dy_map
 // is dy as dimensions (K, N * P * Q, 1), x_map x's im2col map as fprop's
 // (64 pixels a box).
 template <class Tile, class Smem>
@@ -96,8 +103,8 @@ __device__ __forceinline__ void load_wgrad_tile(Smem& shared, const CUtensorMap*
   static_assert(Tile::kClusterM == 1 && !ATile::kKMajor && !BTile::kKMajor && BTile::kBoxRows == Config::kBlockK,
                 "blocks alone, dy M-major, x N-major in im2col boxes of 64 channels");
   const int m0 = int(tile.origin.m0);
-  // Each of B's boxes is 64 channels at one tap (C is a multiple of 64);
-  // past the last tap, channels past C, which arrive as zeros.
+  // Each of B's boxes is 64 of a tap's columns; those past C (within the
+  // tap, or past the last tap) are channels past x's, which arrive as zeros.
   int channel[BTile::kBoxes], w_offset[BTile::kBoxes], h_offset[BTile::kBoxes];
 #pragma unroll
   for (int box = 0; box < BTile::kBoxes; ++box) {

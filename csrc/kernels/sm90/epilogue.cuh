@@ -5,7 +5,8 @@
 // OutputStrip, 128-byte swizzle) to two shared-memory buffers in turn, and
 // one thread stores each with the copy engine, two strips in flight, so that
 // the consumer goes on to its next tile while the last strips drain;
-// otherwise it stores from registers, two elements at a time where D allows.
+// otherwise (and where D's rows are a strided dgrad's pixels, which no tiled
+// box holds) it stores from registers, two elements at a time where D allows.
 // Bias and activation come first, apart from the stores, so that each is
 // written once per kernel rather than once per output type and way to store:
 // woven into the stores, they made every kernel 72 to 84 k instructions that
@@ -58,6 +59,17 @@ __device__ __forceinline__ void add_bias_and_activate(float (&acc)[128], const G
   }
 }
 
+// Where row `row` of a matrix of D starts, in elements past the matrix:
+// d_row_stride apart, or as the schedule's strided pixels say (found by
+// division, once per row and tile).
+__device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSchedule& s, int64_t row) {
+  const PixelRows& g = s.d_pixels;
+  if (g.cols == 0) return row * p.d_row_stride;
+  const int image = int(row) / g.pixels, within = int(row) - image * g.pixels;
+  const int a = within / g.cols, b = within - a * g.cols;
+  return image * g.image_pitch + a * g.row_pitch + b * g.col_pitch;
+}
+
 // Rounds and stores the consumer's 64 x 256 accumulators (rows from row0,
 // columns from col0 of matrix `batch` of D). Registers r..r+3 (r a multiple
 // of 4) hold columns c and c+1 of two rows 8 apart, c lying 8 * (r / 4)
@@ -72,7 +84,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmPa
   Out* out[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    out[h] = static_cast<Out*>(p.d) + batch * p.d_batch_stride + rows[h] * p.d_row_stride + col;
+    out[h] = static_cast<Out*>(p.d) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) + col;
   const auto store_pair = [](Out* at, float v0, float v1) {
     if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
     else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(at) =

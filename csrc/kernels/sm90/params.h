@@ -3,7 +3,20 @@
 // stored; and a convolution's walk of its implicit GEMM.
 #pragma once
 
+#include <cstdint>
+
 namespace mpgemm::kernels::sm90 {
+
+// D's rows as the pixels of a grid that takes every stride-th pixel of an
+// image (a phase of a strided dgrad, sm90/conv_launch.cu): row m is pixel
+// (image, a, b) of an images x rows x cols grid, `pixels` = rows * cols of
+// them per image, and starts image * image_pitch + a * row_pitch + b *
+// col_pitch elements past D. cols = 0: D's rows are dense, d_row_stride
+// apart.
+struct PixelRows {
+  int cols = 0, pixels = 0;
+  int64_t image_pitch = 0, row_pitch = 0, col_pitch = 0;
+};
 
 struct WgmmaSchedule {
   int raster_group = 1;  // tile rows per group of the tile order (sm90/tile_scheduler.cuh)
@@ -11,23 +24,30 @@ struct WgmmaSchedule {
   bool a_broadcast = false, b_broadcast = false;
   bool d_pairs = false;  // D's rows and base allow two-element stores
   bool d_copy = false;   // D has a tensor map: the epilogue stores through the copy engine
+  PixelRows d_pixels;    // D's rows as strided pixels (then stored from registers)
 };
 
 // A convolution's implicit GEMM as its producer walks it
 // (sm90/conv_producer.cuh). fprop and dgrad: GEMM rows are output pixels
-// (image, p, q) of y (or of dx), each tile's first one found by division
-// once per tile, and GEMM-K runs over filter taps (r, s) and, innermost,
-// blocks of 64 channels of the im2col source (x, or dy), so that one K
-// slice is one im2col box, the tap its offsets. wgrad: GEMM-K is the output
-// pixels, 64 a slice, k_slices of them per split of the sum (the batch of the
-// persistent tile order), and GEMM columns are (r, s, channel) of x, 64 of
-// them one im2col box at one tap.
+// (image, p, q) of y (or of dx, or of one phase of dx), each tile's first one
+// found by division once per tile, and GEMM-K runs over the walk's taps (r,
+// s) and, innermost, blocks of 64 channels of the im2col source (x, or dy),
+// so that one K slice is one im2col box, the tap its offsets (r * dilation_h,
+// s * dilation_w: the distance between taps in the source). dgrad reads the
+// filters flipped: walk tap (r, s) is filter tap (R * S index)
+// filter_tap_last - r * filter_row_step - s * filter_col_step. wgrad: GEMM-K
+// is the output pixels, 64 a slice, k_slices of them per split of the sum
+// (the batch of the persistent tile order), and GEMM columns are (r, s,
+// channel) of x, each tap's channels rounded up to whole im2col boxes of 64
+// at that tap.
 struct ConvWalk {
-  int pixels_per_image = 1, q = 1;  // of the pixel grid the im2col boxes step through: P * Q and Q (dgrad: H * W, W)
+  // of the pixel grid the im2col boxes step through: P * Q and Q (dgrad: a phase's rows * cols and cols)
+  int pixels_per_image = 1, q = 1;
   int stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dilation_h = 1, dilation_w = 1;
-  int r = 1, s = 1;
+  int r = 1, s = 1;                                               // the walk's taps
+  int filter_tap_last = 0, filter_row_step = 0, filter_col_step = 0;  // dgrad
   int channel_blocks = 1;  // fprop, dgrad: ceil(the source's channels / kBlockK)
-  int channels = 0;        // wgrad: C, a multiple of kBlockK
+  int channels = 0;        // wgrad: GEMM columns per tap, C rounded up to kBlockK
   int k_slices = 1;        // K slices per tile (wgrad: per split)
 };
 

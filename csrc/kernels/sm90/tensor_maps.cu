@@ -61,11 +61,15 @@ CUtensorMapDataType map_type(ElementType type) {
   }
 }
 
-WgmmaSchedule output_schedule(const GemmParams& p, CUtensorMap* d_map) {
+WgmmaSchedule output_schedule(const GemmParams& p, CUtensorMap* d_map, const PixelRows& pixels) {
   WgmmaSchedule schedule;
-  schedule.d_pairs = p.d_row_stride % 2 == 0 && p.d_batch_stride % 2 == 0 &&
+  schedule.d_pixels = pixels;
+  const bool strided = pixels.cols != 0;
+  const bool even_pitches = !strided || (pixels.image_pitch % 2 == 0 && pixels.row_pitch % 2 == 0 &&
+                                         pixels.col_pitch % 2 == 0);
+  schedule.d_pairs = p.d_row_stride % 2 == 0 && p.d_batch_stride % 2 == 0 && even_pitches &&
                      reinterpret_cast<uintptr_t>(p.d) % (2 * element_bytes(p.d_type)) == 0;
-  schedule.d_copy = output_map(d_map, p);
+  schedule.d_copy = !strided && output_map(d_map, p);
   return schedule;
 }
 

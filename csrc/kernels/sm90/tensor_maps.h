@@ -25,9 +25,10 @@ EncodeIm2col encode_im2col();
 // The tensor map's type of a 16-bit or fp32 element.
 CUtensorMapDataType map_type(ElementType type);
 
-// How the epilogue stores D (the schedule's d_pairs and d_copy): through the
-// copy engine where D can be described, in `d_map`, else from registers, two
-// elements at a time where D's rows and base allow.
-WgmmaSchedule output_schedule(const GemmParams& p, CUtensorMap* d_map);
+// How the epilogue stores D (the schedule's d_pairs, d_copy and d_pixels):
+// through the copy engine where D's rows are dense and D can be described,
+// in `d_map`, else from registers, two elements at a time where D's rows
+// (`pixels`, if strided) and base allow.
+WgmmaSchedule output_schedule(const GemmParams& p, CUtensorMap* d_map, const PixelRows& pixels = {});
 
 }  // namespace mpgemm::kernels::sm90

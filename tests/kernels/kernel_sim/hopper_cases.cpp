@@ -37,8 +37,10 @@
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy
 // asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma wgrad cases that split:
-// N", "conv: F/N failed", "bad MPGEMM_CONV_PATH refused: ok" and "taps at
-// the im2col offsets' limit: ok"; exits 1 on a failure.
+// N", "conv wgmma dgrad cases with a stride: N", "conv wgmma dgrad cases
+// with a phase no tap reaches: N", "conv: F/N failed", "bad
+// MPGEMM_CONV_PATH refused: ok" and "taps at the im2col offsets' limit: ok";
+// exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +50,7 @@
 
 #include "gemm/launch.h"
 #include "kernel_sim/gemm_cases.h"
+#include "kernel_sim/hopper_conv_cases.h"
 #include "kernel_sim/hopper_models.h"
 #include "kernel_sim/hopper_sim.h"
 #include "kernel_sim/sim_common.h"
@@ -316,12 +319,6 @@ static bool check_cluster_occupancy() {
   return bad;
 }
 
-// hopper_conv_cases.cpp's.
-int check_im2col_walk(int& mismatches);
-bool hopper_conv_case(int index, int& on_wgmma, int& split);
-bool bad_conv_path_accepted();
-bool far_taps_wrong();
-
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),
             "usage: %s <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]", argv[0]);
@@ -347,11 +344,14 @@ int main(int argc, char** argv) {
   int walk_mismatches = 0;
   const int walked = check_im2col_walk(walk_mismatches);
   printf("im2col walk: %d/%d mismatches\n", walk_mismatches, walked);
-  int conv_failed = 0, conv_on_wgmma = 0, conv_split = 0;
-  for (int i = 0; i < conv_cases; ++i) conv_failed += hopper_conv_case(i, conv_on_wgmma, conv_split);
+  int conv_failed = 0;
+  ConvCaseCounts conv;
+  for (int i = 0; i < conv_cases; ++i) conv_failed += hopper_conv_case(i, conv);
   const bool path_bad = bad_conv_path_accepted(), far_taps_bad = far_taps_wrong();
-  printf("conv wgmma cases: %d\nconv wgmma wgrad cases that split: %d\nconv: %d/%d failed\n"
-         "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv_on_wgmma, conv_split,
-         conv_failed, conv_cases, path_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok");
+  printf("conv wgmma cases: %d\nconv wgmma wgrad cases that split: %d\nconv wgmma dgrad cases with a stride: %d\n"
+         "conv wgmma dgrad cases with a phase no tap reaches: %d\nconv: %d/%d failed\n"
+         "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv.on_wgmma, conv.split,
+         conv.strided_dgrad, conv.unreached_phase, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
+         far_taps_bad ? "FAILED" : "ok");
   return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad || far_taps_bad;
 }

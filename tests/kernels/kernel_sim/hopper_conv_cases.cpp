@@ -12,11 +12,14 @@
 //    plan_conv2d and launch_conv2d with MPGEMM_CONV_PATH=wgmma on 1 to 3
 //    multiprocessors (each block then walks several tiles through the
 //    ring): channels up to three K slices, 1 to 3 taps a side, stride up to
-//    3 (dgrad mostly 1, the stride it takes), padding, dilation, fprop's
-//    bias, outputs in fp32 or the inputs' type with pitches the copy engine
-//    can and cannot store, fp16 and bf16 (fp16 alone where pinned: the
-//    planted kernels' type); every other wgrad case on images large enough
-//    that its sum over output pixels splits. Every case the path takes must
+//    3 (dgrad's strided cases one launch per phase of dx, some of them with
+//    phases no tap reaches, which must come out zero), padding, dilation,
+//    fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
+//    engine can and cannot store, fp16 and bf16 (fp16 alone where pinned:
+//    the planted kernels' type); every other wgrad case on images large
+//    enough that its sum over output pixels splits, and wgrad's channels
+//    whole boxes of 64 in one case in four, padded per tap in the rest
+//    (split or not). Every case the path takes must
 //    run on it; one in five of each pass has channels it does not take (the
 //    WMMA kernels do). The reference scatters every product into the
 //    pass's output. A bad MPGEMM_CONV_PATH must be refused; taps 254 pixels
@@ -31,9 +34,11 @@
 #include <string>
 #include <vector>
 
+#include "conv/geometry.h"
 #include "conv/launch.h"
 #include "kernel_sim/conv_reference.h"
 #include "kernel_sim/gemm_cases.h"
+#include "kernel_sim/hopper_conv_cases.h"
 #include "kernel_sim/hopper_models.h"
 #include "kernel_sim/hopper_sim.h"
 #include "kernel_sim/sim_common.h"
@@ -114,25 +119,49 @@ int check_im2col_walk(int& mismatches) {
 static bool path_takes(ConvPass pass, const Geometry& g) {
   switch (pass) {
     case ConvPass::kFprop: return g.c % 8 == 0;
-    case ConvPass::kDgrad: return g.c % 8 == 0 && g.k % 8 == 0 && g.stride_h == 1 && g.stride_w == 1;
-    default: return g.c % 64 == 0 && g.k % 8 == 0;
+    case ConvPass::kDgrad: return g.c % 8 == 0 && g.k % 8 == 0;
+    default: return g.c % 8 == 0 && g.k % 8 == 0;
   }
 }
 
-// One random problem of pass index % 3; whether it failed. Counts cases on
-// the Hopper path, and wgrad's that split the sum.
-bool hopper_conv_case(int index, int& on_wgmma, int& split) {
+// Whether some phase of a strided dgrad is reached by no tap (and so is left
+// to the zero fill).
+static bool has_unreached_phase(const Conv2dParams& p) {
+  for (int phase_h = 0; phase_h < dgrad_phases_h(p); ++phase_h)
+    for (int phase_w = 0; phase_w < dgrad_phases_w(p); ++phase_w)
+      if (dgrad_phase_gemm(p, phase_h, phase_w).k == 0) return true;
+  return false;
+}
+
+// One random problem of pass index % 3; whether it failed. Counts the cases
+// on the Hopper path, wgrad's that split the sum, dgrad's with a stride (one
+// launch per phase) and those of them with a phase no tap reaches.
+bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   const auto pass = ConvPass(index % 3);
-  const bool other = index / 3 % 5 == 4;  // channels (wgrad: or filters) the path does not take
-  const auto channels = [&] {
-    if (pass == ConvPass::kWgrad) return other ? 8 * rnd(1, 7) : 64 * rnd(1, 2);
-    return other ? 8 * rnd(0, 2) + (rnd(0, 1) ? 4 : 2) : 8 * rnd(1, 24);
+  const bool other = index / 3 % 5 == 4;  // channels the path does not take
+  const auto channels = [&]() -> int64_t {
+    if (other) return 8 * rnd(0, 2) + (rnd(0, 1) ? 4 : 2);
+    if (pass != ConvPass::kWgrad) return 8 * rnd(1, 24);
+    // wgrad: whole boxes of 64 channels a tap in every fourth case; in the
+    // rest each tap's channels padded to whole boxes in its GEMM.
+    if (index / 3 % 4 == 0) return 64 * rnd(1, 2);
+    const int64_t c = 8 * rnd(1, 16);
+    return c % 64 == 0 ? c + 8 : c;
   };
   const int64_t c = channels(), k = pass == ConvPass::kFprop || other ? rnd(1, 40) : 8 * rnd(1, 5);
-  // dgrad mostly at stride 1, which it takes; every other wgrad case on two
-  // 24 x 24 images at stride 1, enough output pixels (18 slices) to split their sum.
+  // dgrad in turn at stride 1 (one launch, dx's rows dense), at drawn
+  // strides other than 1 x 1, and as a 1x1 at stride 2 on images of at
+  // least 2 x 2 (a phase in each dimension that no tap reaches); every other
+  // wgrad case on two 24 x 24 images at stride 1, enough output pixels (18
+  // slices) to split their sum.
   Geometry g = random_geometry(c, k);
-  if (pass == ConvPass::kDgrad && rnd(0, 3) > 0) g = with_unit_stride(g);
+  if (pass == ConvPass::kDgrad && index / 3 % 3 == 0) g = with_unit_stride(g);
+  while (pass == ConvPass::kDgrad && index / 3 % 3 == 1 && g.stride_h == 1 && g.stride_w == 1)
+    g = random_geometry(c, k);
+  if (pass == ConvPass::kDgrad && index / 3 % 3 == 2) {
+    g.h = rnd(2, 12), g.w = rnd(2, 12), g.r = g.s = 1, g.stride_h = g.stride_w = 2;
+    g.p = (g.h + 2 * g.pad_top - 1) / 2 + 1, g.q = (g.w + 2 * g.pad_left - 1) / 2 + 1;
+  }
   if (pass == ConvPass::kWgrad && index / 3 % 2 == 0) {
     g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
     g = with_unit_stride(g);
@@ -162,8 +191,11 @@ bool hopper_conv_case(int index, int& on_wgmma, int& split) {
   const cudaError_t err = launch_conv2d(pass, p, plan, workspace ? workspace->p : nullptr, nullptr);
   unsetenv("MPGEMM_CONV_PATH");
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma;
-  on_wgmma += wgmma;
-  split += wgmma && plan.wgmma.splits > 1;
+  const bool strided = pass == ConvPass::kDgrad && (g.stride_h > 1 || g.stride_w > 1);
+  counts.on_wgmma += wgmma;
+  counts.split += wgmma && plan.wgmma.splits > 1;
+  counts.strided_dgrad += wgmma && strided;
+  counts.unreached_phase += wgmma && strided && has_unreached_phase(p);
   const auto element = [in](const sim::Buffer& t) {
     return [&t, in](int64_t i) { return double(sim::get(t.p, in, i)); };
   };

@@ -239,6 +239,12 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, i
   return cudaSuccess;
 }
 
+// Device memory is host memory here, and a stream runs at once.
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t = nullptr) {
+  memset(dst, value, count);
+  return cudaSuccess;
+}
+
 // __device__ variables are host variables here.
 template <class T>
 cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0) {

@@ -1,0 +1,22 @@
+// The Hopper convolution's checks (hopper_conv_cases.cpp), which
+// hopper_cases.cpp runs after the Hopper GEMM's.
+#pragma once
+
+// What the random convolution cases covered.
+struct ConvCaseCounts {
+  int on_wgmma = 0;         // cases on the Hopper path
+  int split = 0;            // wgrad's that split the sum
+  int strided_dgrad = 0;    // dgrad's with a stride: one launch per phase
+  int unreached_phase = 0;  // of those, with a phase no tap reaches
+};
+
+// The im2col model's walk against the convolution's windows: how many
+// elements it checked, counting mismatches.
+int check_im2col_walk(int& mismatches);
+// One random problem of pass index % 3 through plan_conv2d and
+// launch_conv2d; whether it failed.
+bool hopper_conv_case(int index, ConvCaseCounts& counts);
+// Whether a value of MPGEMM_CONV_PATH that names no path was accepted.
+bool bad_conv_path_accepted();
+// Whether taps at the im2col offsets' limit went wrong.
+bool far_taps_wrong();
