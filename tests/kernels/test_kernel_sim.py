@@ -229,6 +229,11 @@ def link(objects, out):
     return out
 
 
+def printed_count(output, label):
+    """The count a simulation printed after `label: `."""
+    return int(re.search(re.escape(label) + r": (\d+)", output).group(1))
+
+
 def run(args, timeout=300):
     """(exit code, output) of a driver; 124 and what it printed if it hangs."""
     try:
@@ -362,7 +367,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay
-    assert int(re.search(r"wgrad cases that split K: (\d+)", output).group(1)) > 0, replay
+    assert printed_count(output, "wgrad cases that split K") > 0, replay
     assert "ceiling: 0/3 failed" in output, replay
 
 
@@ -389,12 +394,12 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     output, replay = hopper_run(results, copies_late, wgmma_late)
     assert re.search(r"layout: 0/\d+ mismatches", output), replay
     assert f"gemm: 0/{HOPPER_CASES} failed" in output, replay
-    assert int(re.search(r"wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_WGMMA_CASES, replay
-    assert int(re.search(r"wgmma_2x1 cases: (\d+)", output).group(1)) == HOPPER_PAIR_CASES, replay
-    assert int(re.search(r"wgmma_pingpong cases: (\d+)", output).group(1)) >= HOPPER_MIN_PING_PONG_CASES, replay
-    copied_out = int(re.search(r"wgmma cases storing through the copy engine: (\d+)", output).group(1))
+    assert printed_count(output, "wgmma cases") >= HOPPER_MIN_WGMMA_CASES, replay
+    assert printed_count(output, "wgmma_2x1 cases") == HOPPER_PAIR_CASES, replay
+    assert printed_count(output, "wgmma_pingpong cases") >= HOPPER_MIN_PING_PONG_CASES, replay
+    copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
-    assert copied_out < int(re.search(r"wgmma cases: (\d+)", output).group(1)), replay
+    assert copied_out < printed_count(output, "wgmma cases"), replay
     assert "cluster occupancy asked once per device and kernel: ok" in output, replay
 
 
@@ -403,10 +408,10 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     output, replay = hopper_run(results, copies_late, wgmma_late)
     assert re.search(r"im2col walk: 0/\d+ mismatches", output), replay
     assert f"conv: 0/{HOPPER_CONV_CASES} failed" in output, replay
-    assert int(re.search(r"conv wgmma cases: (\d+)", output).group(1)) >= HOPPER_MIN_CONV_WGMMA_CASES, replay
-    assert int(re.search(r"conv wgmma wgrad cases that split: (\d+)", output).group(1)) > 0, replay
-    assert int(re.search(r"conv wgmma dgrad cases with a stride: (\d+)", output).group(1)) > 0, replay
-    assert int(re.search(r"conv wgmma dgrad cases with a phase no tap reaches: (\d+)", output).group(1)) > 0, replay
+    assert printed_count(output, "conv wgmma cases") >= HOPPER_MIN_CONV_WGMMA_CASES, replay
+    assert printed_count(output, "conv wgmma wgrad cases that split") > 0, replay
+    assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
+    assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
 
