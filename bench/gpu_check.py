@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""The GPU check of mpgemm, in two parts that each fit one call of a lent GPU.
+"""The GPU check of mpgemm, in four parts that each fit one call of a lent GPU.
 
-  bench/gpu_check.sh --part 1 OUTDIR    measure: build, GEMM/ceiling/MLP/conv
-                                         against cuBLAS and cuDNN, one ncu profile
+  bench/gpu_check.sh --part 1 OUTDIR    measure: build, GEMM/ceiling/MLP against
+                                         cuBLAS, the convolutions pass by pass
+                                         against cuDNN
   bench/gpu_check.sh --part 2 OUTDIR    prove: build, GPU tests, verify sweep,
+                                         the Hopper convolution's tiles,
                                          compute-sanitizer (memcheck, racecheck,
-                                         synccheck), the training benchmark
-  bench/gpu_check.sh --part 3 OUTDIR    the Hopper schedules' speed, the Hopper
-                                         convolution (opt-in) tested and timed,
-                                         and the C++ cuBLAS check
-  bench/gpu_check.sh --only gemm,profile OUTDIR     just those steps
+                                         synccheck)
+  bench/gpu_check.sh --part 3 OUTDIR    the Hopper schedules' speed, one ncu
+                                         profile, the C++ cuBLAS check
+  bench/gpu_check.sh --part 4 OUTDIR    training: ResNet-50 and the GPT-2 block,
+                                         timed and profiled step by step
+  bench/gpu_check.sh --only tests,gemm OUTDIR      just those steps, in that order
   bench/gpu_check.sh --dry-run [--part N]           the plan, on any machine
 
 Every step runs under `timeout` with its own limit; a failed or timed-out step
@@ -97,14 +100,27 @@ HOPPER = ('if [ "{arch}" = "9.0" ]; then nvcc -std=c++17 -O2 -gencode=arch=compu
 WGMMA_SPEED = ('if [ "{arch}" = "9.0" ]; then PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-correctness '
                '--json {raw}/wgmma_speed.json; else echo "not an sm_90 GPU: no Hopper path here"; fi')
 # The Hopper convolution (opt-in, MPGEMM_CONV_PATH=wgmma): one tile of each
-# pass first (a failure there names its pass), its GPU tests against cuDNN
-# and float64 (the test parametrization that forces it, and the check that
-# its kernels ran), then the conv suite with it against cuDNN.
-WGMMA_CONV = ('if [ "{arch}" = "9.0" ]; then rc=0; ' + PY + ' bench/gpu_targets.py conv-tiles || rc=1; '
-              + PY + ' -m pytest -q -rs tests/ops/test_conv_cuda.py -k wgmma '
-              '--junitxml {raw}/wgmma_conv_tests.xml || rc=1; MPGEMM_CONV_PATH=wgmma ' + PY + ' -m mpgemm bench conv '
-              '--dtypes fp16 --json {raw}/wgmma_conv.json || rc=1; exit $rc; '
+# pass against float64, a failure naming its pass. Its GPU tests are among
+# the tests step's (test_conv_cuda.py runs every case on both paths), its
+# speed in the conv step's (--conv-paths).
+CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py conv-tiles; '
               'else echo "not an sm_90 GPU: no Hopper path here"; fi')
+# The conv suite pass by pass (fprop, dgrad, wgrad and fwd+bwd against
+# cuDNN's own) on ResNet-50's layers at batch 256 and the depthwise layers,
+# on the default path and, on sm_90, the Hopper convolution's.
+CONV = (f'paths=""; [ "{{arch}}" = "9.0" ] && paths="--conv-paths wgmma"; {PY} -m mpgemm bench conv --dtypes fp16 '
+        '--batch-sizes 256 $paths --json {raw}/conv.json')
+# Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
+# way, at least 20 timed steps each after the scaler's first skips, with a
+# profile of torch.amp's and mpgemm's steps; on sm_90 ResNet-50 once more
+# with the Hopper convolution beside torch.amp.
+TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
+         "--time-limit 110 --json {raw}/train_resnet50.json || rc=1; "
+         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 --profile --no-search --time-limit 80 "
+         "--json {raw}/train_gpt2-block.json || rc=1; "
+         f'if [ "{{arch}}" = "9.0" ]; then MPGEMM_CONV_PATH=wgmma {PY} -m mpgemm bench train --models resnet50 '
+         "--batch-sizes 256 --ways torch.amp,mpgemm --no-search --time-limit 30 "
+         "--json {raw}/train_resnet50_wgmma.json || rc=1; fi; exit $rc")
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
          "-DCMAKE_CUDA_COMPILER=$(command -v nvcc) {cublas_args} && "
          "cmake --build build/cmake && build/cmake/gemm_cublas_check")
@@ -130,32 +146,36 @@ STEPS = (
          "the mma.sync ceiling, 1 and 2 blocks per SM"),
     Step("mlp", 1, 30, 10, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
-    # fp16 only: the bf16 cases take as long again (under 40 s on an H200), outside the measure part.
-    Step("conv", 1, 90, 25, f"{PY} -m mpgemm bench conv --dtypes fp16 --json {{raw}}/conv.json",
-         "conv2d vs cuDNN on all 23 distinct ResNet-50 convolutions (batch 32 and 256) and 5 depthwise layers "
-         "(batch 64), fwd and fwd+bwd, fp16"),
-    Step("profile", 1, 30, 10, _ncu_command(),
-         "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
+    # fp16 only: the bf16 cases take as long again, outside the measure part.
+    Step("conv", 1, 150, 60, CONV,
+         "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "
+         "at batch 256 and 5 depthwise layers, fp16; on sm_90 the Hopper convolution beside the default"),
     Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
-    Step("tests", 2, 150, 50, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
-         f"{XDIST}", "the GPU tests only (pytest -m gpu), in 8 processes where pytest-xdist is installed"),
+    Step("tests", 2, 150, 70, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
+         f"{XDIST}", "the GPU tests only (pytest -m gpu; on sm_90 each GEMM schedule and the Hopper convolution "
+         "forced too), in 8 processes where pytest-xdist is installed"),
     Step("verify", 2, 20, 7, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
-    Step("memcheck", 2, 30, 10, SANITIZER.replace("{tool}", "memcheck"),
+    Step("conv-tiles", 2, 30, 10, CONV_TILES,
+         "the Hopper convolution (sm_90 only): one tile of each pass and one dgrad tile per phase at stride 2 "
+         "against float64"),
+    Step("memcheck", 2, 40, 15, SANITIZER.replace("{tool}", "memcheck"),
          "compute-sanitizer memcheck: one call of each GEMM and conv kernel family (bench/gpu_targets.py)"),
-    Step("racecheck", 2, 30, 17, SANITIZER.replace("{tool}", "racecheck"),
+    Step("racecheck", 2, 40, 20, SANITIZER.replace("{tool}", "racecheck"),
          "compute-sanitizer racecheck (shared memory): the same calls"),
-    Step("synccheck", 2, 30, 10, SANITIZER.replace("{tool}", "synccheck"),
+    Step("synccheck", 2, 40, 15, SANITIZER.replace("{tool}", "synccheck"),
          "compute-sanitizer synccheck (barriers): the same calls"),
-    Step("train", 2, 85, 65, f"{PY} -m mpgemm bench train --time-limit 60 --json {{raw}}/train.json",
-         "ResNet-50 and a GPT-2 block: fp32; torch.amp and mpgemm in fp16 and bf16"),
     Step("build", 3, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
     Step("wgmma-speed", 3, 60, 15, WGMMA_SPEED,
          "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong) beside WMMA and cuBLAS (sm_90 only)"),
-    Step("wgmma-conv", 3, 150, 70, WGMMA_CONV,
-         "the Hopper convolution (MPGEMM_CONV_PATH=wgmma, sm_90 only): one tile of each pass, its GPU tests, "
-         "then conv2d vs cuDNN on ResNet-50's convolutions, fp16"),
+    Step("profile", 3, 30, 10, _ncu_command(),
+         "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
+    Step("build", 4, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
+    Step("train", 4, 300, 120, TRAIN,
+         "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
+         "tables of torch.amp's and mpgemm's steps; on sm_90 ResNet-50 with the Hopper convolution"),
 )
+PARTS = (1, 2, 3, 4)
 
 
 def steps_of(part=None, only=None):
@@ -165,9 +185,12 @@ def steps_of(part=None, only=None):
         unknown = [name for name in only if name not in known]
         if unknown:
             raise SystemExit(f"gpu_check: unknown step {', '.join(unknown)}; steps: {', '.join(sorted(known))}")
-        # In plan order; a step of both parts (the build) runs once.
-        seen = set()
-        chosen = [s for s in chosen if s.name in only and not (s.name in seen or seen.add(s.name))]
+        # In the order named, so that a short lease runs what matters first;
+        # a step of several parts (the build) runs once.
+        first = {}
+        for s in chosen:
+            first.setdefault(s.name, s)
+        chosen = [first[name] for name in dict.fromkeys(only) if name in first]
     return chosen
 
 
@@ -300,16 +323,16 @@ def run(steps, outdir, label):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", type=int, choices=(1, 2, 3))
+    parser.add_argument("--part", type=int, choices=PARTS)
     parser.add_argument("--only", type=lambda s: [n.strip() for n in s.split(",") if n.strip()], metavar="STEP[,STEP]")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     parser.add_argument("outdir", nargs="?")
     args = parser.parse_args(argv)
     if args.dry_run:
-        dry_run([args.part] if args.part else [1, 2, 3])
+        dry_run([args.part] if args.part else PARTS)
         return 0
     if args.outdir is None or (args.part is None and not args.only):
-        parser.error("give --part 1, 2 or 3 (or --only STEP[,STEP]) and OUTDIR")
+        parser.error("give --part 1, 2, 3 or 4 (or --only STEP[,STEP]) and OUTDIR")
     steps = steps_of(args.part, args.only)
     if not steps:
         parser.error(f"no step of part {args.part} is named in --only")

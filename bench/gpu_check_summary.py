@@ -128,6 +128,17 @@ def paired_section(report, pairs):
     return "; ".join(parts), []
 
 
+def conv_section(report):
+    """Each pass's geomean against cuDNN's, on the default path and on each
+    forced one; the per-class table below."""
+    paths = ["", *(f" {path}" for path in report.get("conv_paths", []))]
+    pairs = [(f"mpgemm{path}{t} {p}", f"cudnn{t} {p}") for t in BF16_TAGS for path in paths
+             for p in ("fwd", "dgrad", "wgrad", "fwd+bwd")]
+    headline, _ = paired_section(report, pairs)
+    table = _bench_report().conv_pass_table(report)
+    return headline, ["```", *table, "```"] if table else []
+
+
 def bench_step(name):
     def summarize(raw, result, report_name=f"{name}.json"):
         report = _load_json(os.path.join(raw, report_name))
@@ -137,7 +148,7 @@ def bench_step(name):
         section = {"gemm": gemm_section, "ceiling": ceiling_section,
                    "mlp": lambda r: paired_section(r, [(f"mpgemm fused{t} {p}", f"torch unfused{t} {p}")
                                                        for t, p in passes]),
-                   "conv": lambda r: paired_section(r, [(f"mpgemm{t} {p}", f"cudnn{t} {p}") for t, p in passes])}[name]
+                   "conv": conv_section}[name]
         headline, lines = section(report)
         lines = [f"- {note}" for note in _bench_report().notes(report)] + lines
         failed = [r for r in report["results"] if r["check_passed"] is False]
@@ -227,33 +238,40 @@ def build_step(raw, result):
 
 
 def train_step(raw, result):
-    """Per model, the speedups over fp32 at the largest batch every way of
-    the report ran, and the largest batches found; the text report from the
-    log."""
-    report = _load_json(os.path.join(raw, "train.json"))
-    if report is None:
+    """Per report (train*.json: one per model, and one per kernel path asked
+    for) and model: the speedups over fp32 and the ratios to torch.amp at the
+    largest batch every 16-bit way of the report ran, and the largest batches
+    found; the text reports, profiles included, from the log."""
+    names = sorted(f for f in os.listdir(raw) if f.startswith("train") and f.endswith(".json"))
+    reports = [r for r in (_load_json(os.path.join(raw, name)) for name in names) if r is not None]
+    if not reports:
         return "no report", _log_tail(raw, result), None
     parts = []
-    all_ways = list(dict.fromkeys(r["way"] for r in report["runs"]))
-    for model in report["config"]["models"]:
-        runs = [r for r in report["runs"] if r["model"] == model and r["status"] == "ok"]
-        by_batch = {}
-        for r in runs:
-            by_batch.setdefault(r["batch_size"], {})[r["way"]] = r
-        complete = [b for b, ways in by_batch.items() if len(ways) == len(all_ways)]
-        if complete:
-            ways = by_batch[max(complete)]
-            parts.append(f"{model} batch {max(complete)}: " + ", ".join(
-                f"{way} {_fmt(ways[way]['speedup_vs_fp32'], '.2f', 'x')}" for way in all_ways if way != "fp32"))
-        fits = [f"{s['way']} {'>=' if s['status'] == 'at least' else ''}{s['largest_fitting']}"
-                for s in report["largest_batch"] if s["model"] == model and s["largest_fitting"]]
-        if fits:
-            parts.append(f"{model} largest batch: " + ", ".join(fits))
-    lines = ["```", *_log_tail(raw, result, lines=80), "```"]
+    for report in reports:
+        paths = report.get("provenance", {}).get("kernel_paths") or {}
+        tag = "".join(f" ({name}={value})" for name, value in paths.items())
+        all_ways = [w for w in dict.fromkeys(r["way"] for r in report["runs"]) if w != "fp32"]
+        for model in report["config"]["models"]:
+            runs = [r for r in report["runs"] if r["model"] == model and r["status"] == "ok"]
+            by_batch = {}
+            for r in runs:
+                by_batch.setdefault(r["batch_size"], {})[r["way"]] = r
+            complete = [b for b, ways in by_batch.items() if all(w in ways for w in all_ways)]
+            if complete:
+                ways = by_batch[max(complete)]
+                parts.append(f"{model}{tag} batch {max(complete)}: " + ", ".join(
+                    f"{way} {_fmt(ways[way]['speedup_vs_fp32'], '.2f', 'x')}"
+                    + (f" ({ways[way]['vs_torch_amp']:.2f} of torch.amp)" if ways[way].get("vs_torch_amp") else "")
+                    for way in all_ways))
+            fits = [f"{s['way']} {'>=' if s['status'] == 'at least' else ''}{s['largest_fitting']}"
+                    for s in report["largest_batch"] if s["model"] == model and s["largest_fitting"]]
+            if fits:
+                parts.append(f"{model} largest batch: " + ", ".join(fits))
+    lines = ["```", *_log_tail(raw, result, lines=300), "```"]
     headline = "; ".join(parts) or "no batch ran in every way"
-    if not report.get("complete", True):
+    if not all(r.get("complete", True) for r in reports):
         headline = "INCOMPLETE; " + headline
-    return headline, lines, {"elapsed_s": report.get("elapsed_s")}
+    return headline, lines, {"elapsed_s": [r.get("elapsed_s") for r in reports]}
 
 
 def hopper_step(raw, result):
@@ -291,16 +309,6 @@ def wgmma_speed_step(raw, result):
     return headline, lines, {"geomean_vs_cublas": geomean}
 
 
-def wgmma_conv_step(raw, result):
-    """The Hopper convolution's GPU tests, then its conv suite against cuDNN."""
-    tests, failed, _ = tests_step(raw, result, "wgmma_conv_tests.xml")
-    speed, _, data = bench_step("conv")(raw, dict(result, name="conv"), "wgmma_conv.json")
-    if tests == "no test report" and speed == "no report":
-        tail = _log_tail(raw, result)
-        return "no report: " + (tail[-1] if tail else "empty log"), [], None
-    return f"tests: {tests}; {speed}", failed, data
-
-
 SUMMARIZERS = {
     "build": build_step, "hopper": hopper_step, "inspect": log_step(r"contain Tensor Core instructions"),
     "gemm": bench_step("gemm"), "ceiling": bench_step("ceiling"), "mlp": bench_step("mlp"),
@@ -308,7 +316,7 @@ SUMMARIZERS = {
     "verify": log_step(r"\d+ passed, \d+ failed"), "cublas-check": log_step(r"cases failed"),
     "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
     "synccheck": log_step(r"ERROR SUMMARY"), "train": train_step, "wgmma-speed": wgmma_speed_step,
-    "wgmma-conv": wgmma_conv_step,
+    "conv-tiles": log_step(r"Hopper convolution kernels that ran|no Hopper path|expected the Hopper"),
 }
 
 

@@ -4,6 +4,7 @@ A row whose result check failed shows FAIL and no speed; a CPU report shows
 no comparison at all."""
 
 import csv
+import math
 
 from . import display, gpu_state, provenance
 
@@ -82,10 +83,85 @@ def format_report(report):
         row.append({None: "", True: "ok", False: "FAIL"}[r["check_passed"]])
         rows.append(row)
     lines.append(display.format_table(header, rows, rule=False))
+    if on_gpu and conv_pass_rows(report):
+        lines.append("conv, pass by pass: geomean of cuDNN's time over mpgemm's (above 1x: mpgemm faster); "
+                     "cuDNN share: the class's part of cuDNN's fwd+bwd time over the suite")
+        lines += conv_pass_table(report)
     lines += notes(report)
     if not report.get("complete", True):
         lines.append("incomplete: the run stopped before its last case")
     return "\n".join(lines)
+
+
+# The passes of the conv suite's impls: (impl name's ending, the pass's name).
+CONV_PASS_ENDINGS = (("fwd", "fprop"), ("dgrad", "dgrad"), ("wgrad", "wgrad"), ("fwd+bwd", "fwd+bwd"))
+
+
+def conv_layer_class(shape):
+    """What kind of convolution a conv case is, for the per-pass table: the
+    first layer (3 channels), depthwise, 1x1 or RxS, strided or not; and
+    narrow (at most 128 filters) or wide."""
+    batch, c, k, kernel, stride, padding, size, *rest = shape
+    if rest and rest[0] > 1:
+        return "depthwise"
+    if c == 3:
+        return "first layer"
+    geometry = f"{kernel}x{kernel}" + (" strided" if stride > 1 else "")
+    return f"{geometry}, {'<=128' if k <= 128 else '>=256'} filters"
+
+
+def conv_pass_rows(report):
+    """Per operand type, forced path ("" for the default), layer class and
+    pass: the geomean of cuDNN's time over mpgemm's (above 1: mpgemm faster),
+    the number of layers, and the class's share of cuDNN's fwd+bwd time
+    over the suite. A class "all" sums every layer."""
+    conv = [r for r in report["results"] if r["suite"] == "conv" and r["check_passed"] is not False]
+    by_key = {(r["dtype"], _shape(r), r["impl"]): r for r in conv}
+    total, groups = {}, {}
+    names = dict(CONV_PASS_ENDINGS)
+    for r in conv:
+        if not r["baseline"] and r["impl"].endswith(" fwd+bwd"):
+            total[r["dtype"]] = total.get(r["dtype"], 0.0) + r["median_ms"]
+    for r in conv:
+        words = r["impl"].split(" ")
+        base = by_key.get((r["dtype"], _shape(r), r["baseline"]))
+        if words[0] != "mpgemm" or words[-1] not in names or base is None:
+            continue
+        path = " ".join(w for w in words[1:-1] if w != "bf16")
+        cudnn_both = by_key.get((r["dtype"], _shape(r), r["baseline"].rsplit(" ", 1)[0] + " fwd+bwd"))
+        for layer_class in (conv_layer_class(r["shape"]), "all"):
+            group = groups.setdefault((r["dtype"], path, layer_class, names[words[-1]]),
+                                      {"logs": [], "share_ms": 0.0})
+            group["logs"].append(math.log(base["median_ms"] / r["median_ms"]))
+            group["share_ms"] += cudnn_both["median_ms"] if cudnn_both else 0.0
+    rows = []
+    for (dtype, path, layer_class, name), g in groups.items():
+        rows.append(dict(dtype=dtype, path=path or "default", layer_class=layer_class, conv_pass=name,
+                         layers=len(g["logs"]), ratio=math.exp(sum(g["logs"]) / len(g["logs"])),
+                         share=g["share_ms"] / total[dtype] if total.get(dtype) else None))
+    return sorted(rows, key=lambda r: (r["dtype"], r["path"] != "default", r["path"], r["layer_class"] == "all",
+                                       r["layer_class"]))
+
+
+def conv_pass_table(report):
+    """conv_pass_rows as a table: a row per type, path and class, a column per pass."""
+    rows = conv_pass_rows(report)
+    if not rows:
+        return []
+    passes = [name for _, name in CONV_PASS_ENDINGS]
+    table = {}
+    for r in rows:
+        entry = table.setdefault((r["dtype"], r["path"], r["layer_class"]), {"layers": r["layers"], "share": None})
+        entry[r["conv_pass"]] = r["ratio"]
+        if r["conv_pass"] == "fwd+bwd":
+            entry["share"] = r["share"]
+    header = ["type", "path", "layers", "n", "cuDNN share"] + [f"{p} vs cuDNN" for p in passes]
+    lines = []
+    for (dtype, path, layer_class), entry in table.items():
+        share = "" if entry["share"] is None else f"{100 * entry['share']:.0f}%"
+        lines.append([dtype, path, layer_class, str(entry["layers"]), share]
+                     + [f"{entry[p]:.2f}x" if p in entry else "" for p in passes])
+    return [display.format_table(header, lines, rule=False)]
 
 
 def write_csv(report, path):

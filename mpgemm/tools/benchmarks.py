@@ -24,7 +24,9 @@ reference on tiny shapes and say plainly that these are not GPU measurements.
 """
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import re
 
 import torch
@@ -272,7 +274,88 @@ def _linear_case(shape, device, dtype):
     return make, dtype.itemsize * (m * k + n * k + m * n), impls
 
 
-def _conv_case(shape, device, dtype):
+# The extra convolution paths `bench conv --conv-paths` times beside the
+# default, each by setting MPGEMM_CONV_PATH around its calls (the planner
+# reads it at every call): "wgmma" takes each pass the Hopper convolution
+# takes on sm_90 and leaves the rest, and every pass elsewhere, to the WMMA
+# kernels; "wmma" forces the WMMA kernels.
+CONV_PATHS = ("wgmma", "wmma")
+CONV_PASSES = ("fprop", "dgrad", "wgrad")
+
+
+def parse_conv_paths(text):
+    """"wgmma,wmma" -> ("wgmma", "wmma")"""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names or any(n not in CONV_PATHS for n in names):
+        raise argparse.ArgumentTypeError(f"expected convolution paths from {', '.join(CONV_PATHS)}, got {text!r}")
+    return names
+
+
+@contextlib.contextmanager
+def conv_path(path):
+    """MPGEMM_CONV_PATH set to `path` inside the block (None: left as it is)."""
+    if path is None:
+        yield
+        return
+    saved = os.environ.get("MPGEMM_CONV_PATH")
+    os.environ["MPGEMM_CONV_PATH"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["MPGEMM_CONV_PATH"]
+        else:
+            os.environ["MPGEMM_CONV_PATH"] = saved
+
+
+def _on_path(fn, path):
+    if path is None:
+        return fn
+
+    def run(*args):
+        with conv_path(path):
+            return fn(*args)
+
+    return run
+
+
+def _conv_pass_impls(product, geometry, baseline_name, mpgemm_name, paths):
+    """dgrad and wgrad alone, each against the baseline's own pass
+    (aten.convolution_backward with one output asked for: cuDNN's dgrad or
+    wgrad on a GPU), for the default path and each of `paths`."""
+    stride, padding, dilation, groups = geometry
+    corners = (padding[0], padding[0], padding[1], padding[1])
+
+    def baseline(index):
+        mask = [index == 0, index == 1, False]
+
+        def run(x, w, b, grad):
+            return torch.ops.aten.convolution_backward(grad, x, w, None, stride, padding, dilation, False, [0, 0],
+                                                       groups, mask)[index]
+
+        return run
+
+    mpgemm_ops = {"dgrad": torch.ops.mpgemm.conv2d_grad_input, "wgrad": torch.ops.mpgemm.conv2d_grad_weight}
+    impls = {}
+    for index, name in enumerate(("dgrad", "wgrad")):
+        impls[f"{baseline_name} {name}"] = _direct(baseline(index), product)
+        for path in (None, *paths):
+            def run(x, w, b, grad, op=mpgemm_ops[name]):
+                return op(grad, x, w, stride, corners, dilation, groups)
+
+            impls[_path_name(mpgemm_name, path) + f" {name}"] = _direct(_on_path(run, path), product,
+                                                                       f"{baseline_name} {name}")
+    return impls
+
+
+def _path_name(mpgemm_name, path):
+    """"mpgemm" for the default path, "mpgemm wgmma" for a forced one."""
+    return mpgemm_name if path is None else mpgemm_name.replace("mpgemm", f"mpgemm {path}", 1)
+
+
+def _conv_case(shape, device, dtype, paths=()):
+    """fwd (fprop, with the bias) and fwd+bwd, then dgrad and wgrad alone,
+    mpgemm on its default path and on each of `paths` against cuDNN."""
     batch, c, k, kernel, stride, padding, size, *rest = shape
     groups = rest[0] if rest else 1
     out = (size + 2 * padding - kernel) // stride + 1
@@ -286,9 +369,19 @@ def _conv_case(shape, device, dtype):
                 torch.randn(k, device=device).to(dtype).requires_grad_(), grad)
 
     product = 2.0 * batch * k * out * out * c // groups * kernel**2
-    impls = _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding, 1, groups),
-                                  lambda x, w, b: F.conv2d(x, w, b, stride, padding, 1, groups), product, 3 * product,
-                                  f"mpgemm{_tag(dtype)}", ("cudnn" if device.type == "cuda" else "torch") + _tag(dtype))
+    baseline_name = ("cudnn" if device.type == "cuda" else "torch") + _tag(dtype)
+    mpgemm_name = f"mpgemm{_tag(dtype)}"
+    impls = {}
+    for path in (None, *paths):
+        both = _forward_and_backward(lambda x, w, b: ops.conv2d(x, w, b, stride, padding, 1, groups),
+                                     lambda x, w, b: F.conv2d(x, w, b, stride, padding, 1, groups), product,
+                                     3 * product, _path_name(mpgemm_name, path), baseline_name)
+        # A forced path's fwd+bwd runs its backward on that path too.
+        impls.update(both if path is None else {
+            name: dataclasses.replace(impl, run=_on_path(impl.run, path), result=_on_path(impl.result, path))
+            for name, impl in both.items() if impl.baseline})
+    impls.update(_conv_pass_impls(product, ((stride, stride), (padding, padding), (1, 1), groups), baseline_name,
+                                  mpgemm_name, paths))
     bytes_per_set = dtype.itemsize * (batch * c * size * size + k * c // groups * kernel**2 + batch * k * out * out)
     return make, bytes_per_set, impls
 
@@ -353,9 +446,10 @@ def check_results(impls, inputs):
     return errors
 
 
-def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cross_check=False):
+def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cross_check=False, conv_paths=()):
     """One row per impl: the result check, then the interleaved timings."""
-    make, bytes_per_set, impls = CASE_BUILDERS[suite](shape, device, DTYPES[dtype])
+    options = {"paths": conv_paths} if suite == "conv" else {}
+    make, bytes_per_set, impls = CASE_BUILDERS[suite](shape, device, DTYPES[dtype], **options)
     sets = _input_sets(make, bytes_per_set, device)
     errors = check_results(impls, sets[0])
     timings = time_interleaved({name: impl.run for name, impl in impls.items()}, sets, clock=clock,
@@ -376,30 +470,35 @@ def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cros
     return rows
 
 
-def plan_cases(suites, device, quick=False, shapes=None, dtypes=tuple(DTYPES)):
-    """[(suite, case, shape, dtype)]: each case once per operand type its suite runs."""
+def plan_cases(suites, device, quick=False, shapes=None, dtypes=tuple(DTYPES), conv_batches=None):
+    """[(suite, case, shape, dtype)]: each case once per operand type its suite runs;
+    conv_batches: ResNet-50's convolutions at these batch sizes only."""
     table = gpu_suites(quick) if device.type == "cuda" else CPU_SUITES
+    if conv_batches:
+        table = dict(table, conv=[(case, shape) for case, shape in table["conv"]
+                                  if case != "resnet50" or shape[0] in conv_batches])
     return [(suite, case, shape, dtype) for suite in suites for case, shape in
             ([("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES else table[suite])
             for dtype in SUITE_DTYPES[suite] if dtype in dtypes]
 
 
 def run(suites, device, *, quick=False, shapes=None, dtypes=tuple(DTYPES), reps=20, warmup_ms=100.0,
-        show_progress=True, checkpoint=None):
+        show_progress=True, checkpoint=None, conv_paths=(), conv_batches=None):
     """Measures the suites' cases; returns the report. checkpoint(report) is
     called after every case, so a run stopped by a time limit leaves what it
-    measured."""
+    measured. conv_paths: convolution paths timed beside the default
+    (CONV_PATHS); conv_batches: the batch sizes of ResNet-50's convolutions."""
     on_gpu = device.type == "cuda"
     if not on_gpu:
         reps, warmup_ms = min(reps, 3), 0.0
     dtypes, not_run = runnable_dtypes(dtypes, device)
-    plan = plan_cases(suites, device, quick, shapes, dtypes)
+    plan = plan_cases(suites, device, quick, shapes, dtypes, conv_batches)
     clock = CudaEventClock() if on_gpu else WallClock()
     report = dict(provenance.describe(device), build_info=build_info(), complete=False,
                   timing={"clock": type(clock).__name__, "warmup_ms": warmup_ms, "reps": reps,
                           "statistic": "median", "interleaved": True,
                           "baseline_tolerance": BASELINE_TOLERANCE},
-                  dtypes_not_run=not_run, gpu_state=[], results=[], errors=[])
+                  conv_paths=list(conv_paths), dtypes_not_run=not_run, gpu_state=[], results=[], errors=[])
     if on_gpu:
         peak, source = device_peak(device)
         report["peak_tflops"] = {"value": peak, "source": source}
@@ -415,7 +514,7 @@ def run(suites, device, *, quick=False, shapes=None, dtypes=tuple(DTYPES), reps=
         cross_checked |= cross_check
         try:
             report["results"] += measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps,
-                                              cross_check)
+                                              cross_check, conv_paths)
         except Exception as e:  # one case that cannot run must not lose the others' numbers
             report["errors"].append(dict(suite=suite, case=case, shape=list(shape), dtype=dtype,
                                          error=f"{type(e).__name__}: {e}"))
@@ -434,11 +533,15 @@ def main(args):
     if args.shapes and args.suite not in SHAPED_SUITES + ("all",):
         print(f"mpgemm bench: --shapes applies to the gemm and linear suites, not to {args.suite}")
         return 2
+    for value, flag in ((args.conv_paths, "--conv-paths"), (args.batch_sizes, "--batch-sizes")):
+        if value and args.suite not in ("conv", "all"):
+            print(f"mpgemm bench: {flag} applies to the conv suite and bench train, not to {args.suite}")
+            return 2
     suites = list(SUITES) if args.suite == "all" else [args.suite]
 
     save = display.json_saver(args.json)
     report = run(suites, device, quick=args.quick, shapes=args.shapes, dtypes=args.dtypes or tuple(DTYPES),
-                 reps=args.reps, checkpoint=save)
+                 reps=args.reps, checkpoint=save, conv_paths=args.conv_paths or (), conv_batches=args.batch_sizes)
     save(report)
     print(bench_report.format_report(report))
     if args.csv:

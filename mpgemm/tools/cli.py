@@ -7,9 +7,11 @@ from . import benchmarks, demo, kernel_report, train_bench, verify
 
 DEFAULT_REPS = 20
 # Options of one kind of bench that the other refuses: dest -> flag.
+# (--batch-sizes serves both: the batches of bench train and of the conv suite's ResNet-50 layers.)
 KERNEL_SUITE_OPTIONS = {"shapes": "--shapes", "dtypes": "--dtypes", "reps": "--reps", "csv": "--csv",
-                        "plot": "--plot"}
-TRAIN_OPTIONS = {"time_limit": "--time-limit", "batch_sizes": "--batch-sizes", "models": "--models"}
+                        "plot": "--plot", "conv_paths": "--conv-paths"}
+TRAIN_OPTIONS = {"time_limit": "--time-limit", "models": "--models", "ways": "--ways", "profile": "--profile",
+                 "no_search": "--no-search"}
 
 
 def positive_int(text):
@@ -24,7 +26,7 @@ def run_bench(args):
     refuses the options of the other."""
     train = args.suite == "train"
     for dest, flag in (KERNEL_SUITE_OPTIONS if train else TRAIN_OPTIONS).items():
-        if getattr(args, dest) is not None:
+        if getattr(args, dest) not in (None, False):
             print(f"mpgemm bench: {flag} applies to "
                   f"{'the kernel suites, not to train' if train else 'bench train only, not to ' + args.suite}")
             return 2
@@ -73,9 +75,18 @@ def build_parser():
                         f"with --quick {train_bench.GPU_QUICK_TIME_LIMIT_S:.0f})")
     p.add_argument("--batch-sizes", type=positive_int, nargs="+", metavar="N",
                    help="train: batch sizes, in images or sequences, for every model "
-                        "(default 32 64 128 256 images, 8 16 32 64 sequences)")
+                        "(default 32 64 128 256 images, 8 16 32 64 sequences); conv: the batch sizes of "
+                        "ResNet-50's convolutions (default 32 256)")
+    p.add_argument("--conv-paths", type=benchmarks.parse_conv_paths, metavar="wgmma[,wmma]",
+                   help="conv: also time mpgemm with MPGEMM_CONV_PATH set to each of these, beside the default")
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
                    help=f"train: models to run (default {','.join(train_bench.WORKLOADS)})")
+    p.add_argument("--ways", type=train_bench.parse_ways, metavar="WAY[,WAY]",
+                   help=f"train: ways to train (default all: {','.join(train_bench.WAYS)})")
+    p.add_argument("--profile", action="store_true",
+                   help="train: also profile a few steps of mpgemm and torch.amp (fp16) per model at its largest "
+                        "batch: the kernels that take the most time, and the step's time by kind of kernel")
+    p.add_argument("--no-search", action="store_true", help="train: skip the largest-batch searches")
     p.set_defaults(run=run_bench)
 
     p = commands.add_parser("inspect", help="list the compiled kernels and their Tensor Core instructions")

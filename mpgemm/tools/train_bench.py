@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .._build import build_info
 from ..memory import reset_workspace_stats, workspace_stats
-from . import display, gpu_state, models, provenance, training
+from . import display, gpu_state, models, provenance, step_profile, training
 from .progress import Progress
 from .train_report import format_report
 
@@ -39,6 +39,12 @@ WARMUP_SHARE = 0.3  # of a run's share, at most, spent on warm-up steps
 # A search stops once the largest batch that fits is known to within this
 # fraction of it: the last tries are the largest and slowest.
 SEARCH_RESOLUTION = 1 / 16
+# Warm-up goes on past max_warmup_steps while its last step was skipped (the
+# loss scaler's first overflows), at most this many steps more, so that the
+# timed steps are the steady state's.
+MAX_SKIP_WARMUP_STEPS = 30
+PROFILED_WAYS = ("torch.amp", "mpgemm")  # what --profile records, per model at its largest batch
+PROFILED_STEPS = 3
 LR = 0.01  # small enough that random labels do not drive the loss to inf
 
 
@@ -83,14 +89,28 @@ class BenchConfig:
     image_size: int = 224
     seq_len: int = 1024
     d_model: int = 768
+    ways: tuple = WAYS
     max_warmup_steps: int = 5
+    # Timed steps: at least min_timed_steps (or max_timed_steps, if fewer)
+    # whatever the run's share of the time, the time limit alone stopping
+    # them; then more, up to max_timed_steps, while the share lasts.
+    min_timed_steps: int = 20
     max_timed_steps: int = 30
     time_limit_s: float = GPU_TIME_LIMIT_S
     search: bool = True
+    profile: bool = False
+    # fp32 is timed at each model's smallest batch only: it is the slowest
+    # way by far, and the speedups over it hardly change with the batch.
+    fp32_every_batch: bool = False
     seed: int = 0
 
     def batches(self, workload):
         return self.batch_sizes or workload.gpu_batch_sizes
+
+    def runs_way(self, workload, batch, way):
+        if way not in self.ways:
+            return False
+        return way != "fp32" or self.fp32_every_batch or batch == min(self.batches(workload))
 
 
 NO_SEARCH_REASON = ("--quick on the CPU, where host memory bounds the batch, not a GPU's; the search needs a "
@@ -98,8 +118,8 @@ NO_SEARCH_REASON = ("--quick on the CPU, where host memory bounds the batch, not
 # Tiny: torch's fp16 and bf16 matmuls and convolutions are slow on most CPUs,
 # and the torch.amp ways run them (a GPT-2 block step at sequence 64 takes
 # seconds); at 32 the five ways cost what three did at 64.
-CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=32, seq_len=32, max_warmup_steps=1, max_timed_steps=2,
-                        time_limit_s=CPU_QUICK_TIME_LIMIT_S, search=False)
+CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=32, seq_len=32, max_warmup_steps=1, min_timed_steps=2,
+                        max_timed_steps=2, time_limit_s=CPU_QUICK_TIME_LIMIT_S, search=False)
 GPU_QUICK = BenchConfig(batch_sizes=(32,), time_limit_s=GPU_QUICK_TIME_LIMIT_S)
 
 
@@ -125,6 +145,11 @@ class Run:
     @property
     def median_step_s(self):
         return statistics.median(self.step_times_s) if self.step_times_s else None
+
+    @property
+    def spread(self):
+        """(slowest - fastest) timed step over the median."""
+        return (max(self.step_times_s) - min(self.step_times_s)) / self.median_step_s if self.step_times_s else None
 
     @property
     def items_per_s(self):
@@ -196,19 +221,18 @@ def _train(run, workload, config, device, budget, share_end):
     with _trainer(workload, run.way, config, device) as trainer:
         saved = training.SavedBytes()
         with saved:
-            last = trainer.step(x, target, workload.loss_fn).seconds
+            first = trainer.step(x, target, workload.loss_fn)
         run.saved_memory_mb = saved.total / 2**20
-        run.warmup_step_times_s.append(last)
-        warmup_end = budget.clock() + WARMUP_SHARE * budget.left(share_end)
-        while len(run.warmup_step_times_s) < config.max_warmup_steps and budget.left(warmup_end) > last:
-            last = trainer.step(x, target, workload.loss_fn).seconds
-            run.warmup_step_times_s.append(last)
+        run.warmup_step_times_s.append(first.seconds)
+        last = _warm_up(trainer, x, target, workload, config, budget, budget.clock() + WARMUP_SHARE *
+                        budget.left(share_end), run.warmup_step_times_s, first.skipped)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         reset_workspace_stats()
-        # The first timed step may overrun the run's share, not the time limit.
+        # The first min_timed_steps may overrun the run's share, not the time limit.
+        least = min(config.min_timed_steps, config.max_timed_steps)
         while len(run.step_times_s) < config.max_timed_steps and \
-                budget.left(share_end if run.step_times_s else None) > last:
+                budget.left(share_end if len(run.step_times_s) >= least else None) > last:
             step = trainer.step(x, target, workload.loss_fn)
             last = step.seconds
             run.step_times_s.append(step.seconds)
@@ -225,6 +249,21 @@ def _train(run, workload, config, device, budget, share_end):
         run.reason = "the time limit came during its warm-up"
 
 
+def _warm_up(trainer, x, target, workload, config, budget, warmup_end, times, skipped):
+    """Warm-up steps after the first (whose time `times` holds, and
+    `skipped` whether the scaler skipped it): up to config.max_warmup_steps
+    while the warm-up's time lasts, then on while the last step was skipped,
+    MAX_SKIP_WARMUP_STEPS more at most. The last step's time."""
+    last = times[-1]
+    while budget.left(warmup_end) > last and (
+            len(times) < config.max_warmup_steps or
+            (skipped and len(times) < config.max_warmup_steps + MAX_SKIP_WARMUP_STEPS)):
+        step = trainer.step(x, target, workload.loss_fn)
+        last, skipped = step.seconds, step.skipped
+        times.append(last)
+    return last
+
+
 def _predicted_step_s(runs, model, way, batch):
     """A step's time at `batch` from the largest batch measured for the same
     model and way, taken as proportional to the batch; None when none was."""
@@ -238,7 +277,7 @@ def _predicted_step_s(runs, model, way, batch):
 def measure_runs(config, device, budget, done):
     """The timed runs, in plan order; done(runs, note) after each."""
     plan = [(WORKLOADS[name], batch, way) for name in config.models for batch in config.batches(WORKLOADS[name])
-            for way in WAYS]
+            for way in WAYS if config.runs_way(WORKLOADS[name], batch, way)]
     phase_end = budget.start + (budget.end - budget.start) * (1 - SEARCH_SHARE if config.search else 1)
     runs = []
     for index, (workload, batch, way) in enumerate(plan):
@@ -324,7 +363,7 @@ def search_largest_batch(search, workload, runs, config, device, budget, share_e
 
 def run_searches(config, device, budget, runs, done):
     """A largest-batch search per model and way; done(searches, note) after each."""
-    searches = [Search(name, way) for name in config.models for way in WAYS]
+    searches = [Search(name, way) for name in config.models for way in config.ways]
     if not config.search:
         for search in searches:
             search.status, search.reason = "skipped", NO_SEARCH_REASON
@@ -338,17 +377,60 @@ def run_searches(config, device, budget, runs, done):
 
 
 def _run_entries(runs, on_gpu):
-    """The runs as the report holds them: their fields, units, medians and,
-    for GPU times only, the speedup over fp32 at the same batch."""
-    fp32 = {(r.model, r.batch_size): r.items_per_s for r in runs if r.way == "fp32" and r.items_per_s}
+    """The runs as the report holds them: their fields, units, medians,
+    spreads and, for GPU times only, the speedup over fp32 (at the same
+    batch, else at the batch fp32 ran: "fp32_batch") and, for mpgemm's ways,
+    the ratio to torch.amp's throughput in the same type at the same batch."""
+    fp32 = {}
+    for r in runs:
+        if r.way == "fp32" and r.items_per_s:
+            fp32.setdefault(r.model, {})[r.batch_size] = r.items_per_s
+    amp_of = {way.dtype: way.name for way in training.WAYS_BY_NAME.values() if way.recipe == "torch.amp"}
+    rates = {(r.model, r.batch_size, r.way): r.items_per_s for r in runs if r.items_per_s}
     entries = []
     for run in runs:
-        baseline, workload = fp32.get((run.model, run.batch_size)), WORKLOADS[run.model]
+        workload, measured = WORKLOADS[run.model], fp32.get(run.model, {})
+        fp32_batch = run.batch_size if run.batch_size in measured else min(measured, default=None)
+        way = training.WAYS_BY_NAME[run.way]
+        amp = rates.get((run.model, run.batch_size, amp_of.get(way.dtype))) if way.recipe == "mpgemm" else None
         entries.append(dataclasses.asdict(run) | {
             "unit": workload.unit, "batch_unit": workload.batch_unit, "median_step_s": run.median_step_s,
-            "items_per_s": run.items_per_s,
-            "speedup_vs_fp32": run.items_per_s / baseline if on_gpu and run.items_per_s and baseline else None})
+            "spread": run.spread, "items_per_s": run.items_per_s,
+            "speedup_vs_fp32": run.items_per_s / measured[fp32_batch] if on_gpu and run.items_per_s and fp32_batch
+            else None,
+            "fp32_batch": fp32_batch if on_gpu else None,
+            "vs_torch_amp": run.items_per_s / amp if on_gpu and run.items_per_s and amp else None})
     return entries
+
+
+def profile_runs(config, device, budget, done):
+    """--profile: PROFILED_STEPS steps of each of PROFILED_WAYS (those the
+    config runs) per model at its largest batch, under torch.profiler, after
+    the warm-up a timed run takes; done(profiles, note) after each."""
+    profiles = []
+    for name in config.models:
+        workload = WORKLOADS[name]
+        batch = max(config.batches(workload))
+        for way in (w for w in PROFILED_WAYS if w in config.ways):
+            entry = {"model": name, "batch_size": batch, "way": way, "steps": PROFILED_STEPS, "summary": None,
+                     "reason": ""}
+            profiles.append(entry)
+            if budget.left() <= 0:
+                entry["reason"] = "the time limit came before it"
+            else:
+                try:
+                    x, target = _batch(workload, batch, config, device)
+                    with _trainer(workload, way, config, device) as trainer:
+                        first = trainer.step(x, target, workload.loss_fn)
+                        _warm_up(trainer, x, target, workload, config, budget, budget.end, [first.seconds],
+                                 first.skipped)
+                        entry["summary"] = step_profile.profile_steps(
+                            lambda: trainer.step(x, target, workload.loss_fn), PROFILED_STEPS)
+                except Exception as error:  # a profile that fails must not lose the timed runs
+                    entry["reason"] = describe_error(error)
+                free_memory(device)
+            done(profiles, f"profile {name} {way}")
+    return profiles
 
 
 def run(config, device, show_progress=True, checkpoint=None):
@@ -367,10 +449,12 @@ def run(config, device, show_progress=True, checkpoint=None):
               "device_memory_mb": (torch.cuda.get_device_properties(device).total_memory / 2**20
                                    if device.type == "cuda" else None),
               "gpu_state": {"before": gpu_state.read(device), "after": None},
-              "runs": [], "largest_batch": [], "elapsed_s": 0.0}
-    planned_runs = sum(len(config.batches(WORKLOADS[m])) for m in config.models) * len(WAYS)
-    planned_searches = len(config.models) * len(WAYS) if config.search else 0
-    progress = Progress(planned_runs + planned_searches, "bench train") if show_progress else None
+              "runs": [], "largest_batch": [], "profiles": [], "elapsed_s": 0.0}
+    planned_runs = sum(config.runs_way(WORKLOADS[m], batch, way) for m in config.models
+                       for batch in config.batches(WORKLOADS[m]) for way in WAYS)
+    planned_searches = len(config.models) * len(config.ways) if config.search else 0
+    planned_profiles = len(config.models) * len(set(PROFILED_WAYS) & set(config.ways)) if config.profile else 0
+    progress = Progress(planned_runs + planned_searches + planned_profiles, "bench train") if show_progress else None
 
     def record(key, entries, note):
         report[key] = entries
@@ -383,6 +467,8 @@ def run(config, device, show_progress=True, checkpoint=None):
     runs = measure_runs(config, device, budget,
                         lambda runs, note: record("runs", _run_entries(runs, device.type == "cuda"), note))
     report["gpu_state"]["after"] = gpu_state.read(device)
+    if config.profile:
+        profile_runs(config, device, budget, lambda profiles, note: record("profiles", profiles, note))
     run_searches(config, device, budget, runs, lambda searches, note: record(
         "largest_batch", [dataclasses.asdict(s) | {"batch_unit": WORKLOADS[s.model].batch_unit} for s in searches],
         note))
@@ -409,12 +495,25 @@ def parse_models(text):
     return names
 
 
+def parse_ways(text):
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in WAYS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown way {', '.join(map(repr, unknown)) or repr(text)}; "
+                                         f"choose from {', '.join(WAYS)}")
+    return tuple(way for way in WAYS if way in names)
+
+
 def make_config(on_gpu, args):
     config = (GPU_QUICK if on_gpu else CPU_QUICK) if args.quick else BenchConfig()
-    changes = {name: value for name, value in (("models", args.models), ("time_limit_s", args.time_limit))
-               if value is not None}
+    changes = {name: value for name, value in (("models", args.models), ("time_limit_s", args.time_limit),
+                                               ("ways", args.ways)) if value is not None}
     if args.batch_sizes:
         changes["batch_sizes"] = tuple(args.batch_sizes)
+    if args.profile:
+        changes["profile"] = True
+    if args.no_search:
+        changes["search"] = False
     return dataclasses.replace(config, **changes)
 
 

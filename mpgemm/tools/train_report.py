@@ -7,7 +7,7 @@ batch size and way, then the largest batches that fit. On
 the CPU: ms/step and saved memory only, under a line saying that these are
 not GPU measurements."""
 
-from . import display, gpu_state, provenance, training
+from . import display, gpu_state, provenance, step_profile, training
 
 UNIT_ABBREVIATIONS = {"images": "img/s", "tokens": "tok/s"}
 CPU_WARNING = ("NOT GPU MEASUREMENTS: without a GPU, --quick trains a tiny configuration on mpgemm's CPU "
@@ -28,8 +28,11 @@ def _setup_text(report):
     setup = "; ".join(parts)
     return (f"{setup[:1].upper()}{setup[1:]}. SGD lr {c['lr']} momentum 0.9, synthetic data on the device, "
             f"seed {c['seed']}. "
-            f"Per run up to {c['max_warmup_steps']} warm-up and {c['max_timed_steps']} timed steps, median "
-            f"reported. {report['settings']['fp32']}; {report['settings']['bf16']}; cudnn.benchmark "
+            f"Per run up to {c['max_warmup_steps']} warm-up steps (more while the loss scaler skips its first "
+            f"steps) and {min(c.get('min_timed_steps', 0), c['max_timed_steps'])} to {c['max_timed_steps']} timed "
+            f"steps, the median reported. fp32 "
+            f"{'at every batch' if c.get('fp32_every_batch', True) else 'at the smallest batch only'}. "
+            f"{report['settings']['fp32']}; {report['settings']['bf16']}; cudnn.benchmark "
             f"{'on' if report['settings']['cudnn_benchmark'] else 'off'}.")
 
 
@@ -39,8 +42,8 @@ def _megabytes(value):
 
 
 def _runs_table(runs, on_gpu):
-    header = (["model", "batch", "way", "throughput", "ms/step", "speedup", "peak MB", "work MB"] if on_gpu
-              else ["model", "batch", "way", "CPU ms/step", "saved MB"]) + ["skipped"]
+    header = (["model", "batch", "way", "throughput", "ms/step", "vs fp32", "vs amp", "peak MB", "work MB"]
+              if on_gpu else ["model", "batch", "way", "CPU ms/step", "saved MB"]) + ["skipped"]
     # Names read left-aligned, numbers right-aligned.
     name_width = max([len(header[0])] + [len(r["model"]) for r in runs])
     way_width = max(map(len, training.WAYS))
@@ -54,11 +57,16 @@ def _runs_table(runs, on_gpu):
         ms = f"{1000 * r['median_step_s']:.1f}"
         if on_gpu:
             speedup = f"{r['speedup_vs_fp32']:.2f}x" if r["speedup_vs_fp32"] else ""
-            row += [f"{r['items_per_s']:.0f} {UNIT_ABBREVIATIONS[r['unit']]}", ms, speedup,
+            if speedup and r.get("fp32_batch") not in (None, r["batch_size"]):
+                speedup += "*"
+            vs_amp = f"{r['vs_torch_amp']:.2f}x" if r.get("vs_torch_amp") else ""
+            if r.get("spread") is not None:
+                ms += f" ±{50 * r['spread']:.0f}%"
+            row += [f"{r['items_per_s']:.0f} {UNIT_ABBREVIATIONS[r['unit']]}", ms, speedup, vs_amp,
                     f"{r['peak_memory_mb']:.0f}", _megabytes(r.get("workspace_largest_mb"))]
         else:
             row += [ms, f"{r['saved_memory_mb']:.1f}"]
-        rows.append(row + [f"{r['skipped_steps']} of {len(r['step_times_s'])}"])
+        rows.append(row + [f"{r['skipped_steps']}/{len(r['step_times_s'])}"])
     return display.format_table(header, rows, right_align=True)
 
 
@@ -89,6 +97,11 @@ def format_report(report):
         lines.append(wrap(f"GPU before the timed runs: {gpu_state.describe(state['before'])}; after: "
                           f"{gpu_state.describe(state['after'])}."))
     lines.append(_runs_table(report["runs"], on_gpu))
+    if on_gpu:
+        lines.append(wrap("ms/step: the median timed step, ± half the spread (slowest - fastest) over the median; "
+                          "vs fp32: throughput over fp32's at the same batch (* at the batch fp32 ran); vs amp: "
+                          "mpgemm's throughput over torch.amp's in the same type at the same batch; skipped: of "
+                          "the timed steps."))
     for r in report["runs"]:
         if r["status"] != "ok":
             lines.append(wrap(f"{r['model']} batch {r['batch_size']} {r['way']}, {r['status']}: {r['reason']}",
@@ -100,6 +113,10 @@ def format_report(report):
         memory = f", {report['device_memory_mb']:.0f} MB device" if report["device_memory_mb"] else ""
         lines.append(f"Largest batch that fits (one forward+backward+step on a fresh model per try{memory}):")
         lines += [wrap(_search_text(s), indent="  ") for s in searches]
+    if report.get("profiles"):
+        lines.append("Profiled steps (torch.profiler; per step, device time):")
+        for entry in report["profiles"]:
+            lines += step_profile.format_profile(entry)
     measured = sum(r["status"] == "ok" for r in report["runs"])
     lines.append(f"Time limit {report['config']['time_limit_s']:.0f} s, used {report['elapsed_s']:.1f} s; "
                  f"{measured} of {len(report['runs'])} runs measured.")

@@ -25,9 +25,11 @@ import dataclasses
 import time
 
 import torch
+from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import amp
+from . import step_profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,23 +100,26 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=way.dtype)
 
     def step(self, x, target, loss_fn):
-        """One timed forward, backward and optimizer step on (x, target)."""
+        """One timed forward, backward and optimizer step on (x, target). Its
+        phases are marked as profiler ranges (step_profile.py reads them)."""
         synchronize(self.device)
         start = time.perf_counter()
-        with self.autocast():
-            output = self.model(x)
-        loss = loss_fn(output.float(), target)
-        scale = 1.0
-        if self.scaler is None:
-            loss.backward()
-            self.optimizer.step()
-        else:
-            scale = self.scaler.get_scale()
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        synchronize(self.device)
+        with record_function(step_profile.STEP):
+            with record_function(step_profile.phase_name("forward")):
+                with self.autocast():
+                    output = self.model(x)
+                loss = loss_fn(output.float(), target)
+            scale = 1.0 if self.scaler is None else self.scaler.get_scale()
+            with record_function(step_profile.phase_name("backward")):
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+            with record_function(step_profile.phase_name("optimizer")):
+                if self.scaler is None:
+                    self.optimizer.step()
+                else:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                self.optimizer.zero_grad(set_to_none=True)
+            synchronize(self.device)
         seconds = time.perf_counter() - start
         return StepResult(seconds, loss.item(), self._skipped(scale), scale)
 

@@ -23,7 +23,7 @@ import gpu_check  # noqa: E402
 import gpu_check_summary  # noqa: E402
 
 
-@pytest.mark.parametrize("part", [1, 2, 3])
+@pytest.mark.parametrize("part", gpu_check.PARTS)
 def test_each_part_fits_the_lease(part):
     steps = gpu_check.steps_of(part)
     assert steps and sum(s.limit_s for s in steps) < 8 * 60
@@ -32,24 +32,31 @@ def test_each_part_fits_the_lease(part):
     assert len(gpu_check.OUTPUT_FILES) <= 3
 
 
-def test_part_one_measures_and_part_two_proves():
-    assert [s.name for s in gpu_check.steps_of(1)] == ["build", "hopper", "inspect", "gemm", "ceiling", "mlp", "conv",
-                                                       "profile"]
-    assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "memcheck", "racecheck",
-                                                       "synccheck", "train"]
-    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "wgmma-conv", "cublas-check"]
+def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
+    assert [s.name for s in gpu_check.steps_of(1)] == ["build", "hopper", "inspect", "gemm", "ceiling", "mlp", "conv"]
+    assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "conv-tiles", "memcheck",
+                                                       "racecheck", "synccheck"]
+    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "profile", "cublas-check"]
+    assert [s.name for s in gpu_check.steps_of(4)] == ["build", "train"]
     gemm = next(s for s in gpu_check.STEPS if s.name == "gemm")
     for shape in ("1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "4095x4097x4093"):
         assert shape in gemm.command
+    # The convolutions pass by pass at ResNet-50's batch 256, the Hopper path beside the default on sm_90.
+    conv = next(s for s in gpu_check.STEPS if s.name == "conv")
+    assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma" in conv.command
+    train = next(s for s in gpu_check.STEPS if s.name == "train")
+    for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64 --profile",
+                   "MPGEMM_CONV_PATH=wgmma"):
+        assert needed in train.command
 
 
 def test_dry_run_prints_each_step_with_its_limit_and_the_files_returned():
     out = subprocess.run([os.path.join(ROOT, "bench", "gpu_check.sh"), "--dry-run"], capture_output=True, text=True,
                          check=True).stdout
-    for part in (1, 2, 3):
+    for part in gpu_check.PARTS:
         limits = sum(s.limit_s for s in gpu_check.steps_of(part))
         assert f"part {part}: {limits} s of limits (budget 480 s)" in out
-    assert out.count("returns summary.md, summary.json, gpu_check.tar.gz") == 3
+    assert out.count("returns summary.md, summary.json, gpu_check.tar.gz") == len(gpu_check.PARTS)
     assert "  profile       limit   30 s" in out
 
 
@@ -75,8 +82,11 @@ def test_tests_run_in_eight_processes_only_where_xdist_is_installed(tmp_path):
     assert expanded(str(tmp_path / "nowhere")) == ""
 
 
-def test_only_picks_named_steps_once():
-    assert [(s.name, s.part) for s in gpu_check.steps_of(None, ["gemm", "build"])] == [("build", 1), ("gemm", 1)]
+def test_only_picks_named_steps_once_in_the_order_named():
+    assert [(s.name, s.part) for s in gpu_check.steps_of(None, ["build", "gemm"])] == [("build", 1), ("gemm", 1)]
+    # Proof first where the lease is short: the order named, not the parts'.
+    assert [s.name for s in gpu_check.steps_of(None, ["build", "tests", "conv", "train", "tests"])] == [
+        "build", "tests", "conv", "train"]
     assert [s.name for s in gpu_check.steps_of(2, ["tests"])] == ["tests"]
     with pytest.raises(SystemExit, match="unknown step nope"):
         gpu_check.steps_of(None, ["nope"])
@@ -85,7 +95,7 @@ def test_only_picks_named_steps_once():
 def test_usage_errors(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["somewhere"])
-    assert "give --part 1, 2 or 3" in capsys.readouterr().err
+    assert "give --part 1, 2, 3 or 4" in capsys.readouterr().err
 
 
 def fake_steps(raw_report):
@@ -186,18 +196,6 @@ def test_tests_summary_reads_junit_xml(tmp_path):
         '<testcase classname="tests.test_gemm_cuda" name="test_b"/></testsuite></testsuites>')
     headline, lines, _ = gpu_check_summary.tests_step(str(tmp_path), {"log": "none.log"})
     assert headline == "3 passed, 1 failed, 1 skipped" and lines == ["- FAILED tests.test_gemm_cuda::test_a"]
-
-
-def test_wgmma_conv_summary_reads_its_tests_and_says_what_is_missing(tmp_path):
-    (tmp_path / "wgmma_conv_tests.xml").write_text(
-        '<testsuite tests="4" failures="1" errors="0" skipped="0">'
-        '<testcase classname="tests.ops.test_conv_cuda" name="test_x[wgmma]"><failure/></testcase></testsuite>')
-    headline, lines, _ = gpu_check_summary.wgmma_conv_step(str(tmp_path), {"log": "none.log"})
-    assert headline == "tests: 3 passed, 1 failed, 0 skipped; no report"
-    assert lines == ["- FAILED tests.ops.test_conv_cuda::test_x[wgmma]"]
-    (tmp_path / "wgmma_conv_tests.xml").unlink()
-    headline, _, _ = gpu_check_summary.wgmma_conv_step(str(tmp_path), {"log": "none.log"})
-    assert headline.startswith("no report")
 
 
 def _wgmma_row(m, **ratios):

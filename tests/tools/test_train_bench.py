@@ -48,7 +48,7 @@ def tiny(monkeypatch):
 
 def tiny_config(**changes):
     base = train_bench.BenchConfig(models=("tiny",), batch_sizes=(4, 8), max_warmup_steps=2, max_timed_steps=3,
-                                   time_limit_s=60.0, search=False)
+                                   time_limit_s=60.0, search=False, fp32_every_batch=True)
     return train_bench.dataclasses.replace(base, **changes)
 
 
@@ -241,7 +241,13 @@ def test_full_benchmark_needs_a_gpu(capsys):
     (["bench", "train", "--dtypes", "bf16"], "--dtypes applies to the kernel suites, not to train"),
     (["bench", "gemm", "--time-limit", "5"], "--time-limit applies to bench train only, not to gemm"),
     (["bench", "--models", "resnet50"], "--models applies to bench train only, not to all"),
-    (["bench", "conv", "--batch-sizes", "8"], "--batch-sizes applies to bench train only, not to conv"),
+    (["bench", "gemm", "--batch-sizes", "8"], "--batch-sizes applies to the conv suite and bench train, not to gemm"),
+    (["bench", "linear", "--conv-paths", "wgmma"], "--conv-paths applies to the conv suite and bench train, not to "
+                                                  "linear"),
+    (["bench", "train", "--conv-paths", "wgmma"], "--conv-paths applies to the kernel suites, not to train"),
+    (["bench", "conv", "--ways", "mpgemm"], "--ways applies to bench train only, not to conv"),
+    (["bench", "conv", "--profile"], "--profile applies to bench train only, not to conv"),
+    (["bench", "gemm", "--no-search"], "--no-search applies to bench train only, not to gemm"),
 ])
 def test_bench_refuses_the_other_kinds_options(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -290,3 +296,23 @@ def test_a_small_gpu_run_measures_every_way():
     for r in report["runs"]:
         assert r["status"] == "ok" and r["peak_memory_mb"] > 0 and r["items_per_s"] > 0, r
         assert r["speedup_vs_fp32"] == pytest.approx(r["items_per_s"] / report["runs"][0]["items_per_s"])
+
+
+@pytest.mark.gpu
+def test_a_profiled_gpu_step_places_its_kernels():
+    """mpgemm's step runs mpgemm's kernels and torch.amp's none; both run
+    cuBLAS or cuDNN somewhere (the attention's products, at least) and an
+    optimizer; the kinds and the idle time add up to the step."""
+    config = train_bench.BenchConfig(models=("gpt2-block",), batch_sizes=(2,), seq_len=64, max_warmup_steps=2,
+                                     min_timed_steps=2, max_timed_steps=2, time_limit_s=60.0, search=False,
+                                     profile=True, ways=("torch.amp", "mpgemm"))
+    report = train_bench.run(config, "cuda", show_progress=False)
+    summaries = {p["way"]: p["summary"] for p in report["profiles"]}
+    assert set(summaries) == {"torch.amp", "mpgemm"}
+    for way, summary in summaries.items():
+        kinds = summary["categories_ms"]
+        assert summary["steps"] == train_bench.PROFILED_STEPS and kinds["optimizer"] > 0, way
+        assert (kinds["mpgemm"] > 0) == (way == "mpgemm"), way
+        assert sum(kinds.values()) == pytest.approx(summary["step_ms"], rel=0.05), way
+        assert summary["top_kernels"] and summary["top_kernels"][0]["ms_per_step"] > 0
+    assert "mpgemm" in {k["category"] for k in summaries["mpgemm"]["top_kernels"]}

@@ -1,0 +1,89 @@
+"""step_profile.py on made-up traces: each device event is placed by when
+the host launched it, the kinds and the idle time add up to the step, and
+the kernels that take the most time come first."""
+
+import pytest
+
+from mpgemm.tools import step_profile
+
+
+def _annotation(name, ts, dur):
+    return {"cat": "user_annotation", "name": name, "ts": ts, "dur": dur}
+
+
+def _launch(correlation, ts):
+    return {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "args": {"correlation": correlation}}
+
+
+def _kernel(name, correlation, ts, dur, cat="kernel"):
+    return {"cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"correlation": correlation}}
+
+
+def _step(start):
+    """A step of 1000 us: forward launches an mpgemm GEMM and a LayerNorm,
+    backward a cuBLAS GEMM (queued in the forward's time, run later: placed
+    by its launch) and a copy, the optimizer an elementwise kernel; 300 us of
+    the step no device event covers."""
+    c = start  # correlation ids unique per step
+    return [
+        _annotation("train_step", start, 1000),
+        _annotation("train_step/forward", start, 300),
+        _annotation("train_step/backward", start + 300, 400),
+        _annotation("train_step/optimizer", start + 700, 250),
+        _launch(c + 1, start + 10), _kernel("void mpgemm::kernels::gemm_kernel<128>(Params)", c + 1, start + 20, 200),
+        _launch(c + 2, start + 20), _kernel("vectorized_layer_norm_kernel", c + 2, start + 220, 50),
+        _launch(c + 3, start + 310), _kernel("nvjet_hsh_256x128_2cta", c + 3, start + 300, 200),
+        _launch(c + 4, start + 320), _kernel("Memcpy DtoD", c + 4, start + 500, 100, cat="gpu_memcpy"),
+        _launch(c + 5, start + 710), _kernel("multi_tensor_apply_kernel<SGD>", c + 5, start + 750, 150),
+    ]
+
+
+def test_device_events_are_placed_by_their_launch_and_add_up_to_the_step():
+    events = _step(0) + _step(5000)
+    # A kernel launched outside any step is not counted.
+    events += [_launch(99, 9000), _kernel("elementwise_kernel", 99, 9010, 50)]
+    summary = step_profile.summarize_trace(events)
+    assert summary["steps"] == 2 and summary["step_ms"] == pytest.approx(1.0)
+    assert summary["device_events"] == 10
+    kinds = summary["categories_ms"]
+    assert kinds == pytest.approx({"mpgemm": 0.2, "cudnn/cublas": 0.2, "attention": 0.0, "normalization": 0.05,
+                                   "elementwise": 0.0, "optimizer": 0.15, "copies and fills": 0.1, "other": 0.0,
+                                   "idle": 0.3})
+    assert sum(kinds.values()) == pytest.approx(summary["step_ms"])
+    assert summary["phases_ms"] == pytest.approx({"forward": 0.25, "backward": 0.3, "optimizer": 0.15})
+    top = summary["top_kernels"]
+    assert [k["category"] for k in top[:2]] == ["mpgemm", "cudnn/cublas"]
+    assert top[0]["calls_per_step"] == 1 and top[0]["share"] == pytest.approx(0.2)
+    lines = step_profile.format_profile({"model": "m", "batch_size": 2, "way": "mpgemm", "summary": summary})
+    assert lines[0] == "m batch 2, mpgemm: 1.0 ms per step (mean of 2 profiled steps)"
+    assert "idle 0.3 (30%)" in lines[1] and "mpgemm::kernels::gemm_kernel<128>" in lines[4]
+
+
+def test_a_trace_without_steps_or_device_events():
+    assert step_profile.summarize_trace([_launch(1, 0), _kernel("k", 1, 0, 5)]) is None
+    summary = step_profile.summarize_trace([_annotation("train_step", 0, 100)])
+    assert summary["device_events"] == 0 and summary["categories_ms"]["idle"] == pytest.approx(0.1)
+    lines = step_profile.format_profile({"model": "m", "batch_size": 2, "way": "fp32", "summary": summary})
+    assert "no device events recorded" in lines[-1]
+    assert step_profile.format_profile({"model": "m", "batch_size": 2, "way": "fp32", "summary": None,
+                                        "reason": "OutOfMemoryError: x"}) == ["m batch 2, fp32: OutOfMemoryError: x"]
+
+
+@pytest.mark.parametrize("name, phase, kind, expected", [
+    ("void mpgemm::kernels::wgmma_conv_kernel<...>", "forward", "kernel", "mpgemm"),
+    ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc", "forward", "kernel", "cudnn/cublas"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "forward", "kernel", "attention"),
+    ("pytorch_flash::flash_bwd_kernel", "backward", "kernel", "attention"),
+    ("batch_norm_collect_statistics_channels_last_kernel", "forward", "kernel", "normalization"),
+    ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", "backward", "kernel", "elementwise"),
+    ("void mpgemm::kernels::unscale_kernel", "optimizer", "kernel", "optimizer"),
+    ("Memset (Device)", "backward", "memset", "copies and fills"),
+    ("some_custom_kernel", None, "kernel", "other"),
+])
+def test_categories(name, phase, kind, expected):
+    assert step_profile.category(name, phase, kind) == expected
+
+
+def test_short_names_drop_parameters_not_template_arguments():
+    assert step_profile.short_name("void f<g(int)>(float*, int)") == "f<g(int)>"
+    assert len(step_profile.short_name("k" * 200, 60)) == 60
