@@ -73,6 +73,7 @@ cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, bool a_k_ma
                               cudaStream_t stream) {
   if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
     return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
     using E = typename decltype(element)::type;
     if (a_k_major && b_k_major) return launch<E, Tile, true, true>(p, raster_group, stream);

@@ -53,6 +53,18 @@ EncodeIm2col encode_im2col() {
   return encode;
 }
 
+cudaError_t bind_primary_context() {
+  // cudaSetDevice makes the device's primary context current (CUDA 12 on);
+  // a thread keeps it until something else is made current there.
+  thread_local int bound_device = -1;
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (device == bound_device) return cudaSuccess;
+  if (const cudaError_t err = cudaSetDevice(device); err != cudaSuccess) return err;
+  bound_device = device;
+  return cudaSuccess;
+}
+
 CUtensorMapDataType map_type(ElementType type) {
   switch (type) {
     case ElementType::kFloat32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;

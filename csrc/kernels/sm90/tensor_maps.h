@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_runtime.h>
 
 #include "common/gemm_params.h"
 #include "sm90/params.h"
@@ -21,6 +22,14 @@ using EncodeIm2col = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t,
 // cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col; null where the driver has none.
 EncodeTiled encode_tiled();
 EncodeIm2col encode_im2col();
+
+// Makes the current device's primary context current on the calling thread,
+// as the encoders (driver calls) need and runtime calls do not ensure: on a
+// thread whose first CUDA work is a Hopper launch (the autograd engine's
+// device thread running a backward, a user's worker thread) they refuse with
+// CUDA_ERROR_INVALID_CONTEXT. Once per thread and device; every launcher calls
+// it before its first encoder.
+cudaError_t bind_primary_context();
 
 // The tensor map's type of a 16-bit or fp32 element.
 CUtensorMapDataType map_type(ElementType type);

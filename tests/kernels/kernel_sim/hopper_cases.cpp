@@ -39,12 +39,13 @@
 // mismatches", "conv wgmma cases: N", "conv wgmma wgrad cases that split:
 // N", "conv wgmma dgrad cases with a stride: N", "conv wgmma dgrad cases
 // with a phase no tap reaches: N", "conv: F/N failed", "bad
-// MPGEMM_CONV_PATH refused: ok" and "taps at the im2col offsets' limit: ok";
-// exits 1 on a failure.
+// MPGEMM_CONV_PATH refused: ok", "taps at the im2col offsets' limit: ok"
+// and "first Hopper launches on fresh threads: ok"; exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -319,6 +320,22 @@ static bool check_cluster_occupancy() {
   return bad;
 }
 
+// A thread whose first CUDA work is a Hopper launch (the autograd engine's
+// device thread, a user's worker thread) has no context current, which the
+// driver's encoders need: a GEMM forced onto the Hopper path, then
+// convolutions until one takes it, each on a thread of its own. Whether one
+// failed or the Hopper convolution never ran.
+static bool check_fresh_threads() {
+  bool bad = false;
+  int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, copied_out = 0;
+  std::thread([&] { bad |= hopper_gemm_case(3, on_wgmma, on_pairs, on_ping_pong, copied_out); }).join();
+  if (on_wgmma != 1) printf("  the GEMM on a fresh thread did not run on the Hopper path\n");
+  ConvCaseCounts conv;
+  for (int i = 0; i < 8 && conv.on_wgmma == 0; ++i) std::thread([&] { bad |= hopper_conv_case(i, conv); }).join();
+  if (conv.on_wgmma == 0) printf("  no convolution on a fresh thread ran on the Hopper path\n");
+  return bad || on_wgmma != 1 || conv.on_wgmma == 0;
+}
+
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),
             "usage: %s <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]", argv[0]);
@@ -353,5 +370,8 @@ int main(int argc, char** argv) {
          "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv.on_wgmma, conv.split,
          conv.strided_dgrad, conv.unreached_phase, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
          far_taps_bad ? "FAILED" : "ok");
-  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad || far_taps_bad;
+  const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
+  if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
+  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad || far_taps_bad ||
+         fresh_bad;
 }

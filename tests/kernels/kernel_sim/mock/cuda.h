@@ -15,7 +15,7 @@
 using cuuint32_t = uint32_t;
 using cuuint64_t = uint64_t;
 
-enum CUresult { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 };
+enum CUresult { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_INVALID_CONTEXT = 201 };
 enum CUtensorMapDataType {
   CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
   CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
@@ -112,6 +112,7 @@ inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint3
                              const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                              const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                              CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  if (!context_current) return CUDA_ERROR_INVALID_CONTEXT;
   SIM_CHECK(rank <= 3, "a tiled map of rank %u is not modelled", rank);
   TensorMap t;
   bool valid = tensor_valid(t, map, type, rank, base, dims, strides, box[0], interleave, swizzle);
@@ -134,6 +135,7 @@ inline CUresult encode_im2col(CUtensorMap* map, CUtensorMapDataType type, cuuint
                               cuuint32_t channels_per_pixel, cuuint32_t pixels_per_column,
                               const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                               CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  if (!context_current) return CUDA_ERROR_INVALID_CONTEXT;
   SIM_CHECK(rank == 4, "an im2col map of rank %u is not modelled", rank);
   SIM_CHECK(element_strides[0] == 1 && element_strides[3] == 1, "element strides of C and N are not modelled");
   TensorMap t;

@@ -61,6 +61,7 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
   cudaErrorNotSupported = 801
 };
 using cudaStream_t = struct CUstream_st*;
@@ -219,7 +220,21 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   sim::warp_barrier->arrive_and_wait();
 }
 
+namespace sim {
+// Whether the calling thread has the device's primary context current. A
+// thread starts without; runtime calls that need a context make it current
+// (bind_context below), cudaGetDevice and cudaDeviceGetAttribute do not, and
+// the driver's encoders (mock/cuda.h) refuse without one, as the driver does.
+inline thread_local bool context_current = false;
+inline void bind_context() { context_current = true; }
+}  // namespace sim
+
 inline cudaError_t cudaGetDevice(int* device) { *device = sim::device; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int device) {
+  if (device != sim::device) return cudaErrorInvalidDevice;
+  sim::bind_context();
+  return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = sim::multiprocessors; break;
@@ -234,6 +249,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) 
 template <class... P>
 cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
   SIM_CHECK(attr == cudaFuncAttributeMaxDynamicSharedMemorySize, "attribute %d", int(attr));
+  sim::bind_context();
   if (value < 0 || size_t(value) > sim::shared_limit) return cudaErrorInvalidValue;
   sim::opted_in_smem[reinterpret_cast<const void*>(kernel)] = value;
   return cudaSuccess;
@@ -241,6 +257,7 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, i
 
 // Device memory is host memory here, and a stream runs at once.
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t = nullptr) {
+  sim::bind_context();
   memset(dst, value, count);
   return cudaSuccess;
 }
@@ -347,12 +364,14 @@ cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void**
   const std::tuple<P...> params = [&]<size_t... I>(std::index_sequence<I...>) {
     return std::tuple<P...>(*static_cast<P*>(args[I])...);
   }(std::index_sequence_for<P...>{});
+  sim::bind_context();
   return sim::launch(kernel, grid, block, params, smem, 1);
 }
 
 template <class... P, class... A>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A&&... args) {
   const std::tuple<P...> params(std::forward<A>(args)...);
+  sim::bind_context();
   return sim::launch(kernel, config->gridDim, config->blockDim, params, config->dynamicSmemBytes,
                      sim::cluster_of(*config));
 }
@@ -360,6 +379,7 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
 // Every multiprocessor holds a block of any kernel the simulation runs.
 template <class... P>
 cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, void (*kernel)(P...), const cudaLaunchConfig_t* config) {
+  sim::bind_context();
   ++sim::cluster_occupancy_queries[{sim::device, reinterpret_cast<const void*>(kernel)}];
   *clusters = sim::multiprocessors / int(sim::cluster_of(*config));
   return cudaSuccess;
