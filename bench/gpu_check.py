@@ -69,7 +69,7 @@ class Step:
     name: str
     part: int
     limit_s: int  # the hard limit `timeout` enforces
-    estimate_s: int  # what the step took on an H200 on 2026-11-26, or before that on an H100 (summary.md compares)
+    estimate_s: int  # what the step took on an H100 on 2026-11-27, else an H200 on 2026-11-26 (summary.md compares)
     command: str  # bash; {raw} is the folder archived at the end, {arch} the GPU's compute capability
     what: str
 
@@ -99,16 +99,17 @@ HOPPER = ('if [ "{arch}" = "9.0" ]; then nvcc -std=c++17 -O2 -gencode=arch=compu
           'else echo "not an sm_90 GPU: no Hopper path here"; fi')
 WGMMA_SPEED = ('if [ "{arch}" = "9.0" ]; then PYTHONPATH=. ' + PY + ' bench/wgmma_check.py --skip-correctness '
                '--json {raw}/wgmma_speed.json; else echo "not an sm_90 GPU: no Hopper path here"; fi')
-# The Hopper convolution (opt-in, MPGEMM_CONV_PATH=wgmma): one tile of each
+# The Hopper convolution (MPGEMM_CONV_PATH=wgmma forces it): one tile of each
 # pass against float64, a failure naming its pass. Its GPU tests are among
-# the tests step's (test_conv_cuda.py runs every case on both paths), its
+# the tests step's (test_conv_cuda.py runs every case on each path), its
 # speed in the conv step's (--conv-paths).
 CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py conv-tiles; '
               'else echo "not an sm_90 GPU: no Hopper path here"; fi')
 # The conv suite pass by pass (fprop, dgrad, wgrad and fwd+bwd against
 # cuDNN's own) on ResNet-50's layers at batch 256 and the depthwise layers,
-# on the default path and, on sm_90, the Hopper convolution's.
-CONV = (f'paths=""; [ "{{arch}}" = "9.0" ] && paths="--conv-paths wgmma"; {PY} -m mpgemm bench conv --dtypes fp16 '
+# on the default path and, on sm_90, each path forced (the default there
+# mixes them pass by pass).
+CONV = (f'paths=""; [ "{{arch}}" = "9.0" ] && paths="--conv-paths wgmma,wmma"; {PY} -m mpgemm bench conv --dtypes fp16 '
         '--batch-sizes 256 $paths --json {raw}/conv.json')
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a
@@ -134,7 +135,7 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 
 STEPS = (
-    Step("build", 1, 120, 80, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("build", 1, 120, 95, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
     Step("hopper", 1, 45, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
          "then its GEMM on every operand layout, type and edge against float64"),
     Step("inspect", 1, 60, 30, f"{PY} -m mpgemm inspect",
@@ -147,9 +148,9 @@ STEPS = (
     Step("mlp", 1, 30, 10, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: the bf16 cases take as long again, outside the measure part.
-    Step("conv", 1, 150, 60, CONV,
+    Step("conv", 1, 150, 45, CONV,
          "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "
-         "at batch 256 and 5 depthwise layers, fp16; on sm_90 the Hopper convolution beside the default"),
+         "at batch 256 and 5 depthwise layers, fp16; on sm_90 each path forced beside the default"),
     Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
     Step("tests", 2, 150, 70, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu; on sm_90 each GEMM schedule and the Hopper convolution "
@@ -171,7 +172,7 @@ STEPS = (
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
     Step("build", 4, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
-    Step("train", 4, 300, 120, TRAIN,
+    Step("train", 4, 300, 80, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; on sm_90 ResNet-50 with the Hopper convolution"),
 )

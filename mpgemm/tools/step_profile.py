@@ -12,9 +12,9 @@ own thread, land where they were asked for. Then:
 - categories: each device event in one kind, in this order: launched in the
   optimizer phase (unscaling, the update, the master copies) -> "optimizer";
   copies and fills; a kernel whose name says mpgemm -> "mpgemm"; attention
-  (flash or fused SDPA) -> "attention"; cuDNN's and cuBLAS's convolution and
-  GEMM kernels -> "cudnn/cublas"; normalization; elementwise and reductions;
-  anything else -> "other". "idle" is the step's time (between the GPU
+  (flash or fused SDPA) -> "attention"; normalization (cuDNN's batch norms
+  too); cuDNN's and cuBLAS's convolution and GEMM kernels -> "cudnn/cublas";
+  elementwise and reductions; anything else -> "other". "idle" is the step's time (between the GPU
   synchronizations that bracket it) that no device event covers.
 - the kernels that take the most time per step, by name.
 
@@ -42,9 +42,11 @@ LAUNCH_EVENTS = {"cuda_runtime", "cuda_driver"}
 NAME_RULES = (
     ("mpgemm", re.compile(r"mpgemm")),
     ("attention", re.compile(r"flash|fmha|attention|sdpa")),
+    # Before cuDNN's: its batch norms are cudnn::batchnorm_*; LayerNorm's
+    # backward is torch's GammaBetaBackward.
+    ("normalization", re.compile(r"norm|welford|gammabeta")),
     ("cudnn/cublas", re.compile(r"xmma|cudnn|cublas|cutlass|nvjet|gemm|gemv|conv|implicit|fprop|dgrad|wgrad|"
                                 r"nchw|nhwc")),
-    ("normalization", re.compile(r"norm|welford")),
     ("elementwise", re.compile(r"elementwise|vectorized|unrolled|reduce|copy|fill|cat|index|softmax|scatter|"
                                r"gather|where|relu|gelu|add|mul|loss|pool|sum|cast")),
 )
@@ -67,7 +69,7 @@ def category(name, phase, kind="kernel"):
 
 def short_name(name, width=80):
     """A kernel's name without its parameter list, cut to `width`."""
-    name = name.removeprefix("void ")
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
     depth = 0
     for i, ch in enumerate(name):
         depth += (ch == "<") - (ch == ">")

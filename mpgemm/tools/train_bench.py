@@ -5,14 +5,18 @@ transformer block (sequence 1024) are trained on synthetic data with SGD
 (momentum 0.9) in each of the five ways of `training` (fp32 with TF32 off;
 torch.amp and mpgemm in fp16 and in bf16), through the training step the demo
 uses. For each batch size: images/s or tokens/s (median step time after
-warm-up steps, the GPU synchronized around each step), the speedup over fp32,
-the peak memory and mpgemm's workspaces (the largest one call took); then,
-per model and way, the largest batch that fits in the GPU's memory.
+warm-up steps, which go on while the loss scaler skips its first steps; the
+GPU synchronized around each step), the spread of the step times, the
+speedup over fp32 (timed at each model's smallest batch only), mpgemm's
+ratio to torch.amp, the peak memory and mpgemm's workspaces (the largest one
+call took); then, per model and way, the largest batch that fits in the
+GPU's memory; with --profile, where the device time of torch.amp's and
+mpgemm's steps goes (step_profile.py).
 
 The whole run is bounded by --time-limit: the timed runs share most of it and
-the largest-batch searches the rest; within its share a run sizes its number
-of steps from the step times it measures, and a run the time limit did not
-reach is reported as not run. Without a GPU only --quick runs: a tiny
+the largest-batch searches the rest; a run times at least min_timed_steps
+(20) whatever its share, then more while its share lasts, and a run the time
+limit did not reach is reported as not run. Without a GPU only --quick runs: a tiny
 configuration that shows the benchmark works, not GPU measurements.
 """
 
@@ -39,10 +43,6 @@ WARMUP_SHARE = 0.3  # of a run's share, at most, spent on warm-up steps
 # A search stops once the largest batch that fits is known to within this
 # fraction of it: the last tries are the largest and slowest.
 SEARCH_RESOLUTION = 1 / 16
-# Warm-up goes on past max_warmup_steps while its last step was skipped (the
-# loss scaler's first overflows), at most this many steps more, so that the
-# timed steps are the steady state's.
-MAX_SKIP_WARMUP_STEPS = 30
 PROFILED_WAYS = ("torch.amp", "mpgemm")  # what --profile records, per model at its largest batch
 PROFILED_STEPS = 3
 LR = 0.01  # small enough that random labels do not drive the loss to inf
@@ -91,6 +91,10 @@ class BenchConfig:
     d_model: int = 768
     ways: tuple = WAYS
     max_warmup_steps: int = 5
+    # Warm-up goes on past max_warmup_steps while its last step was skipped
+    # (the loss scaler's first overflows), at most this many steps more, so
+    # that the timed steps are the steady state's.
+    max_skip_warmup_steps: int = 30
     # Timed steps: at least min_timed_steps (or max_timed_steps, if fewer)
     # whatever the run's share of the time, the time limit alone stopping
     # them; then more, up to max_timed_steps, while the share lasts.
@@ -118,8 +122,8 @@ NO_SEARCH_REASON = ("--quick on the CPU, where host memory bounds the batch, not
 # Tiny: torch's fp16 and bf16 matmuls and convolutions are slow on most CPUs,
 # and the torch.amp ways run them (a GPT-2 block step at sequence 64 takes
 # seconds); at 32 the five ways cost what three did at 64.
-CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=32, seq_len=32, max_warmup_steps=1, min_timed_steps=2,
-                        max_timed_steps=2, time_limit_s=CPU_QUICK_TIME_LIMIT_S, search=False)
+CPU_QUICK = BenchConfig(batch_sizes=(2,), image_size=32, seq_len=32, max_warmup_steps=1, max_skip_warmup_steps=0,
+                        min_timed_steps=2, max_timed_steps=2, time_limit_s=CPU_QUICK_TIME_LIMIT_S, search=False)
 GPU_QUICK = BenchConfig(batch_sizes=(32,), time_limit_s=GPU_QUICK_TIME_LIMIT_S)
 
 
@@ -253,11 +257,11 @@ def _warm_up(trainer, x, target, workload, config, budget, warmup_end, times, sk
     """Warm-up steps after the first (whose time `times` holds, and
     `skipped` whether the scaler skipped it): up to config.max_warmup_steps
     while the warm-up's time lasts, then on while the last step was skipped,
-    MAX_SKIP_WARMUP_STEPS more at most. The last step's time."""
+    config.max_skip_warmup_steps more at most. The last step's time."""
     last = times[-1]
     while budget.left(warmup_end) > last and (
             len(times) < config.max_warmup_steps or
-            (skipped and len(times) < config.max_warmup_steps + MAX_SKIP_WARMUP_STEPS)):
+            (skipped and len(times) < config.max_warmup_steps + config.max_skip_warmup_steps)):
         step = trainer.step(x, target, workload.loss_fn)
         last, skipped = step.seconds, step.skipped
         times.append(last)
@@ -486,22 +490,22 @@ def positive_seconds(text):
     return value
 
 
-def parse_models(text):
+def _parse_names(text, known, what, quote=str):
+    """The names of a comma-separated list, each one of `known`."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in WORKLOADS]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown model {', '.join(unknown) or repr(text)}; "
-                                         f"choose from {', '.join(WORKLOADS)}")
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(map(quote, unknown)) or repr(text)}; "
+                                         f"choose from {', '.join(known)}")
     return names
 
 
+def parse_models(text):
+    return _parse_names(text, tuple(WORKLOADS), "model")
+
+
 def parse_ways(text):
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in WAYS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown way {', '.join(map(repr, unknown)) or repr(text)}; "
-                                         f"choose from {', '.join(WAYS)}")
-    return tuple(way for way in WAYS if way in names)
+    return _parse_names(text, WAYS, "way", quote=repr)  # way names hold spaces
 
 
 def make_config(on_gpu, args):

@@ -409,6 +409,7 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert re.search(r"im2col walk: 0/\d+ mismatches", output), replay
     assert f"conv: 0/{HOPPER_CONV_CASES} failed" in output, replay
     assert printed_count(output, "conv wgmma cases") >= HOPPER_MIN_CONV_WGMMA_CASES, replay
+    assert printed_count(output, "conv wgmma cases by default") > 0, replay
     assert printed_count(output, "conv wgmma wgrad cases that split") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay

@@ -5,9 +5,10 @@ The ops allocate their outputs; the caching allocator hands back the blocks
 just freed, so filling same-sized blocks with NaN right before each call
 poisons the outputs: an element the kernels do not write stays NaN.
 
-On Hopper GPUs each case also runs with MPGEMM_CONV_PATH=wgmma, the Hopper
-convolution (opt-in until it has passed here), which takes each pass where
-its geometry allows and leaves the rest to the defaults."""
+On Hopper GPUs, where the default takes the Hopper convolution for the
+passes it measured faster on, each case also runs with MPGEMM_CONV_PATH=wgmma
+(the Hopper convolution wherever its geometry allows) and =wmma (the WMMA
+kernels alone, the default of every other GPU)."""
 
 import re
 
@@ -27,8 +28,8 @@ needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="bf16 Tensor Cores need sm_
 DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
 IS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="the Hopper convolution needs an sm_90 GPU")
-# MPGEMM_CONV_PATH values: the defaults everywhere, the Hopper convolution on Hopper.
-CONV_PATHS = ["auto", pytest.param("wgmma", marks=needs_hopper)]
+# MPGEMM_CONV_PATH values: the defaults everywhere, each path forced on Hopper.
+CONV_PATHS = ["auto", pytest.param("wgmma", marks=needs_hopper), pytest.param("wmma", marks=needs_hopper)]
 
 
 @pytest.fixture(params=CONV_PATHS)
@@ -151,6 +152,27 @@ def test_wgmma_conv_path_runs_the_hopper_kernels_for_every_pass(monkeypatch, dty
     assert len(hopper) == 3, hopper  # fprop, dgrad and wgrad
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wmma")
     assert not any("wgmma" in name for name in kernels_run(step))
+    # The default on Hopper: every pass of a convolution with taps.
+    monkeypatch.delenv("MPGEMM_CONV_PATH")
+    assert len({name for name in kernels_run(step) if "wgmma_conv_kernel" in name}) == 3
+
+
+@needs_hopper
+def test_the_hopper_default_leaves_small_1x1_wgrads_to_wmma(monkeypatch):
+    """wgrad of a 1x1 with fewer than 2^19 filters x channels ran faster on
+    the WMMA kernels (H100, d816ee9): fprop and dgrad on the Hopper kernels,
+    wgrad not; at 512 x 1024 all three."""
+    monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
+    for channels, filters, hopper_passes in ((64, 128, 2), (512, 1024, 3)):
+        x = torch.randn(2, channels, 8, 8, device="cuda").half().to(memory_format=torch.channels_last)
+        weight = (torch.randn(filters, channels, 1, 1, device="cuda") / channels**0.5).half()
+        x.requires_grad_(), weight.requires_grad_()
+
+        def step():
+            mpgemm.conv2d(x, weight).float().sum().backward()
+
+        ran = kernels_run(step)
+        assert len({name for name in ran if "wgmma_conv_kernel" in name}) == hopper_passes, ran
 
 
 def test_bad_conv_path_is_refused_with_a_clear_error(monkeypatch):

@@ -329,3 +329,59 @@ def test_a_gpu_run_checks_every_result_and_reads_the_gpu():
     assert gemm[0]["dtype"] == "fp16"
     assert all(("profiler_kernel_ms" in r) == (r["dtype"] == "fp16") for r in gemm)
     assert [s["when"] for s in report["gpu_state"]] == ["before", "after"] * 2
+
+
+def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
+    """dgrad and wgrad alone against torch's own passes, and each forced
+    path's impls run with MPGEMM_CONV_PATH set during their calls only."""
+    monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
+    seen = []
+    real = benchmarks.ops.conv2d
+
+    def recording(*args, **kwargs):
+        seen.append(benchmarks.os.environ.get("MPGEMM_CONV_PATH"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(benchmarks.ops, "conv2d", recording)
+    make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16, paths=("wgmma",))
+    assert {name: impl.baseline for name, impl in impls.items() if impl.baseline} == {
+        "mpgemm fwd": "torch fwd", "mpgemm fwd+bwd": "torch fwd+bwd", "mpgemm wgmma fwd": "torch fwd",
+        "mpgemm wgmma fwd+bwd": "torch fwd+bwd", "mpgemm dgrad": "torch dgrad", "mpgemm wgmma dgrad": "torch dgrad",
+        "mpgemm wgrad": "torch wgrad", "mpgemm wgmma wgrad": "torch wgrad"}
+    inputs = make()
+    for name in ("mpgemm fwd", "mpgemm wgmma fwd", "mpgemm wgmma fwd+bwd"):
+        impls[name].run(*inputs)
+    assert seen == [None, "wgmma", "wgmma"] and "MPGEMM_CONV_PATH" not in benchmarks.os.environ
+    errors = benchmarks.check_results(impls, inputs)
+    assert all(e is None or e < 1e-2 for e in errors.values()), errors
+    # The passes alone are the passes: dgrad is x's gradient, wgrad the filters'.
+    x, w, b, grad = inputs
+    assert impls["mpgemm dgrad"].run(*inputs).shape == x.shape
+    assert impls["mpgemm wgrad"].run(*inputs).shape == w.shape
+    with pytest.raises(Exception, match="convolution paths from wgmma, wmma"):
+        benchmarks.parse_conv_paths("hopper")
+
+
+def _conv_row(shape, impl, baseline, median_ms, dtype="fp16"):
+    return dict(suite="conv", case="resnet50", shape=list(shape), impl=impl, baseline=baseline, dtype=dtype,
+                median_ms=median_ms, check_passed=None if not baseline else True)
+
+
+def test_conv_pass_table_groups_layers_by_class_and_path():
+    one, three = (256, 64, 64, 1, 1, 0, 56), (256, 256, 256, 3, 2, 1, 28)
+    rows = []
+    for shape, scale in ((one, 1.0), (three, 2.0)):
+        for p in ("fwd", "dgrad", "wgrad", "fwd+bwd"):
+            rows.append(_conv_row(shape, f"cudnn {p}", "", scale))
+            rows.append(_conv_row(shape, f"mpgemm {p}", f"cudnn {p}", 2 * scale))
+            rows.append(_conv_row(shape, f"mpgemm wgmma {p}", f"cudnn {p}", scale / 2))
+    report = {"results": rows}
+    by = {(r["path"], r["layer_class"], r["conv_pass"]): r for r in bench_report.conv_pass_rows(report)}
+    assert by[("default", "1x1, <=128 filters", "dgrad")]["ratio"] == pytest.approx(0.5)
+    assert by[("wgmma", "3x3 strided, >=256 filters", "wgrad")]["ratio"] == pytest.approx(2.0)
+    assert by[("wgmma", "all", "fprop")]["layers"] == 2
+    assert by[("default", "3x3 strided, >=256 filters", "fwd+bwd")]["share"] == pytest.approx(2 / 3)
+    assert bench_report.conv_layer_class((64, 3, 64, 7, 2, 3, 224)) == "first layer"
+    assert bench_report.conv_layer_class((64, 144, 144, 3, 1, 1, 56, 144)) == "depthwise"
+    (table,) = bench_report.conv_pass_table(report)
+    assert "fprop vs cuDNN" in table and "0.50x" in table and "2.00x" in table

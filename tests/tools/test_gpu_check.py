@@ -43,7 +43,7 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
         assert shape in gemm.command
     # The convolutions pass by pass at ResNet-50's batch 256, the Hopper path beside the default on sm_90.
     conv = next(s for s in gpu_check.STEPS if s.name == "conv")
-    assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma" in conv.command
+    assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma,wmma" in conv.command
     train = next(s for s in gpu_check.STEPS if s.name == "train")
     for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64 --profile",
                    "MPGEMM_CONV_PATH=wgmma"):
@@ -303,3 +303,36 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
                               str(path)], capture_output=True, text=True)
     assert profile.returncode == 0, profile.stderr
     assert json.loads(path.read_text())["kernel_ms"] > 0
+
+
+def test_train_summary_reads_every_report_and_names_the_kernel_path(tmp_path):
+    def run(way, speedup, vs_amp=None, model="resnet50"):
+        return dict(model=model, batch_size=256, way=way, status="ok", speedup_vs_fp32=speedup, vs_torch_amp=vs_amp)
+
+    default = {"complete": True, "config": {"models": ["resnet50"]}, "largest_batch": [], "provenance": {},
+               "runs": [run("fp32", 1.0), run("torch.amp", 5.2), run("mpgemm", 3.4, 0.65)]}
+    forced = {"complete": True, "config": {"models": ["resnet50"]}, "largest_batch": [],
+              "provenance": {"kernel_paths": {"MPGEMM_CONV_PATH": "wgmma"}},
+              "runs": [run("torch.amp", None), run("mpgemm", None, 0.88)]}
+    (tmp_path / "train_resnet50.json").write_text(json.dumps(default))
+    (tmp_path / "train_resnet50_wgmma.json").write_text(json.dumps(forced))
+    headline, _, data = gpu_check_summary.train_step(str(tmp_path), {"log": "train.log"})
+    assert headline == ("resnet50 batch 256: torch.amp 5.20x, mpgemm 3.40x (0.65 of torch.amp); "
+                        "resnet50 (MPGEMM_CONV_PATH=wgmma) batch 256: torch.amp -, mpgemm - (0.88 of torch.amp)")
+    assert len(data["elapsed_s"]) == 2
+
+
+def test_conv_summary_gives_each_pass_on_each_path(tmp_path):
+    rows = []
+    for p, ratio in (("fwd", 0.5), ("dgrad", 0.25), ("wgrad", 0.5), ("fwd+bwd", 0.4)):
+        rows.append(dict(suite="conv", case="resnet50", shape=[256, 64, 64, 1, 1, 0, 56], impl=f"cudnn {p}",
+                         baseline="", dtype="fp16", median_ms=1.0, check_passed=None, starved_rounds=0, times_ms=[1.0]))
+        for path, r in (("", ratio), (" wgmma", 2 * ratio)):
+            rows.append(dict(suite="conv", case="resnet50", shape=[256, 64, 64, 1, 1, 0, 56], impl=f"mpgemm{path} {p}",
+                             baseline=f"cudnn {p}", dtype="fp16", median_ms=1.0 / r, check_passed=True,
+                             starved_rounds=0, times_ms=[1.0 / r]))
+    report = {"results": rows, "conv_paths": ["wgmma"], "gpu_measurement": True, "complete": True}
+    (tmp_path / "conv.json").write_text(json.dumps(report))
+    headline, lines, _ = gpu_check_summary.SUMMARIZERS["conv"](str(tmp_path), {"log": "conv.log", "name": "conv"})
+    assert "mpgemm dgrad 0.25x of cudnn dgrad" in headline and "mpgemm wgmma dgrad 0.50x of cudnn dgrad" in headline
+    assert lines[0] == "```" and any("1x1, <=128 filters" in line for line in lines)

@@ -75,6 +75,11 @@ def test_a_trace_without_steps_or_device_events():
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "forward", "kernel", "attention"),
     ("pytorch_flash::flash_bwd_kernel", "backward", "kernel", "attention"),
     ("batch_norm_collect_statistics_channels_last_kernel", "forward", "kernel", "normalization"),
+    ("void cudnn::batchnorm_bwtr_nhwc_semiPersist<__half, float>(cudnn::NhwcBatchNormBwdParams)", "backward",
+     "kernel", "normalization"),
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>(long)", "backward", "kernel",
+     "normalization"),
+    ("nvjet_sm90_hsh_192x192_64x4_1x2_h_bz_coopB_bias_TNN", "forward", "kernel", "cudnn/cublas"),
     ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", "backward", "kernel", "elementwise"),
     ("void mpgemm::kernels::unscale_kernel", "optimizer", "kernel", "optimizer"),
     ("Memset (Device)", "backward", "memset", "copies and fills"),
@@ -86,4 +91,5 @@ def test_categories(name, phase, kind, expected):
 
 def test_short_names_drop_parameters_not_template_arguments():
     assert step_profile.short_name("void f<g(int)>(float*, int)") == "f<g(int)>"
+    assert step_profile.short_name("void at::native::(anonymous namespace)::k<float>(long)") == "at::native::k<float>"
     assert len(step_profile.short_name("k" * 200, 60)) == 60

@@ -47,8 +47,8 @@ def tiny(monkeypatch):
 
 
 def tiny_config(**changes):
-    base = train_bench.BenchConfig(models=("tiny",), batch_sizes=(4, 8), max_warmup_steps=2, max_timed_steps=3,
-                                   time_limit_s=60.0, search=False, fp32_every_batch=True)
+    base = train_bench.BenchConfig(models=("tiny",), batch_sizes=(4, 8), max_warmup_steps=2, max_skip_warmup_steps=0,
+                                   max_timed_steps=3, time_limit_s=60.0, search=False, fp32_every_batch=True)
     return train_bench.dataclasses.replace(base, **changes)
 
 
@@ -65,18 +65,20 @@ def test_budget_gives_each_task_the_time_left_over_the_tasks_left():
 
 def test_runs_take_their_step_counts_when_time_allows(tiny):
     saved = []
-    report = train_bench.run(tiny_config(), "cpu", show_progress=False,
+    report = train_bench.run(tiny_config(fp32_every_batch=False), "cpu", show_progress=False,
                              checkpoint=lambda r: saved.append(json.loads(json.dumps(r))))
     # Saved after each run, so that a run killed from outside leaves what it measured.
-    runs = 2 * len(training.WAYS)
+    runs = 2 * len(training.WAYS) - 1
     assert [(len(r["runs"]), r["complete"]) for r in saved[:runs]] == [(n, False) for n in range(1, runs + 1)]
     assert report["complete"] and saved[-1]["largest_batch"] == report["largest_batch"]
+    # fp32, the slowest way by far, at the smallest batch only.
     assert [(r["way"], r["batch_size"]) for r in report["runs"]] == [
-        (way, batch) for batch in (4, 8) for way in training.WAYS]
+        (way, batch) for batch in (4, 8) for way in training.WAYS if way != "fp32" or batch == 4]
     for r in report["runs"]:
         assert r["status"] == "ok" and len(r["warmup_step_times_s"]) == 2 and len(r["step_times_s"]) == 3
         assert r["items_per_s"] == pytest.approx(r["batch_size"] / sorted(r["step_times_s"])[1])
         assert r["speedup_vs_fp32"] is None and r["peak_memory_mb"] is None, "no GPU figures from a CPU run"
+        assert r["vs_torch_amp"] is None and r["spread"] >= 0
         assert r["saved_memory_mb"] > 0
         assert r["workspace_largest_mb"] == r["workspace_mb_per_step"] == 0  # the CPU backend takes none
     assert report["gpu_state"] == {"before": None, "after": None}
@@ -316,3 +318,65 @@ def test_a_profiled_gpu_step_places_its_kernels():
         assert sum(kinds.values()) == pytest.approx(summary["step_ms"], rel=0.05), way
         assert summary["top_kernels"] and summary["top_kernels"][0]["ms_per_step"] > 0
     assert "mpgemm" in {k["category"] for k in summaries["mpgemm"]["top_kernels"]}
+
+
+class SkippingTrainer:
+    """A trainer whose first `skips` steps are skipped by its scaler."""
+
+    def __init__(self, skips):
+        self.skips, self.steps = skips, 0
+
+    def step(self, x, target, loss_fn):
+        self.steps += 1
+        return training.StepResult(0.001, 1.0, self.steps <= self.skips, 1.0)
+
+
+@pytest.mark.parametrize("skips, warmup_steps", [(0, 3), (2, 3), (6, 7), (100, 3 + 30)])
+def test_warm_up_goes_on_while_the_scaler_skips(skips, warmup_steps):
+    config = tiny_config(max_warmup_steps=3, max_skip_warmup_steps=30)
+    trainer = SkippingTrainer(skips)
+    first = trainer.step(None, None, None)
+    times = [first.seconds]
+    train_bench._warm_up(trainer, None, None, train_bench.WORKLOADS["resnet50"], config, train_bench.Budget(60.0),
+                         float("inf"), times, first.skipped)
+    assert len(times) == warmup_steps
+
+
+def test_a_run_times_its_least_steps_past_its_share(tiny):
+    """A run whose share of the time is already spent still times
+    min_timed_steps (the time limit alone stops those), then no more."""
+    config = tiny_config(max_warmup_steps=1, min_timed_steps=5, max_timed_steps=30)
+    run = train_bench.Run("tiny", 4, "torch.amp", 4)
+    budget = train_bench.Budget(60.0)
+    train_bench._train(run, train_bench.WORKLOADS["tiny"], config, torch.device("cpu"), budget, budget.clock())
+    assert run.status == "ok" and len(run.step_times_s) == 5 and run.spread >= 0
+
+
+def test_vs_torch_amp_and_speedups_against_fp32_at_the_batch_it_ran(tiny):
+    def run(batch, way, seconds):
+        return train_bench.Run("tiny", batch, way, batch, status="ok", step_times_s=[seconds], peak_memory_mb=1.0)
+
+    runs = [run(4, "fp32", 1.0), run(8, "torch.amp", 0.5), run(8, "mpgemm", 1.0), run(8, "mpgemm bf16", 1.0)]
+    entries = {e["way"]: e for e in train_bench._run_entries(runs, on_gpu=True)}
+    assert entries["torch.amp"]["speedup_vs_fp32"] == 4.0 and entries["torch.amp"]["fp32_batch"] == 4
+    assert entries["mpgemm"]["vs_torch_amp"] == 0.5
+    assert entries["mpgemm bf16"]["vs_torch_amp"] is None  # no torch.amp bf16 at that batch
+    text = train_report._runs_table(train_bench._run_entries(runs, on_gpu=True), True)
+    assert "4.00x*" in text and "0.50x" in text
+
+
+def test_profile_runs_record_torch_amp_and_mpgemm_at_the_largest_batch(tiny):
+    report = train_bench.run(tiny_config(profile=True, ways=("torch.amp", "mpgemm"), max_timed_steps=1), "cpu",
+                             show_progress=False)
+    assert [(p["way"], p["batch_size"]) for p in report["profiles"]] == [("torch.amp", 8), ("mpgemm", 8)]
+    for p in report["profiles"]:
+        assert p["summary"]["steps"] == train_bench.PROFILED_STEPS and p["summary"]["step_ms"] > 0
+    text = train_report.format_report(report)
+    assert "Profiled steps" in text and "no device events recorded" in text
+    assert {r["way"] for r in report["runs"]} == {"torch.amp", "mpgemm"}
+
+
+def test_bench_train_refuses_an_unknown_way(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "train", "--ways", "mpgemm,apex"])
+    assert "argument --ways: unknown way 'apex'; choose from" in capsys.readouterr().err

@@ -286,11 +286,17 @@ ConvPath conv_path() {
   throw std::invalid_argument(std::string("MPGEMM_CONV_PATH must be 'auto', 'wgmma' or 'wmma', got '") + path + "'");
 }
 
+bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& p) {
+  if (pass != ConvPass::kWgrad || p.r * p.s > 1) return true;
+  return p.k / p.groups * (p.c / p.groups) >= (int64_t(1) << 19);
+}
+
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
   if (p.groups <= 0) return plan;
-  if (path == ConvPath::kWgmma && wgmma_conv_takes(pass, p) && wgmma_available()) {
+  const bool hopper = path == ConvPath::kWgmma || (path == ConvPath::kAuto && wgmma_conv_by_default(pass, p));
+  if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
     plan.wgmma = plan_wgmma_conv(pass, p);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;

@@ -44,12 +44,22 @@ struct Conv2dPlan {
   size_t workspace_bytes = 0;
 };
 
-// Which kernels MPGEMM_CONV_PATH asks for: "auto" (or unset) the defaults,
-// the WMMA implicit GEMMs, until the Hopper convolution has passed on a GPU;
-// "wgmma" the Hopper convolution wherever it takes the pass (elsewhere the
-// defaults); "wmma" never. Throws std::invalid_argument for any other value.
+// Which kernels MPGEMM_CONV_PATH asks for: "auto" (or unset) the defaults:
+// on sm_90 the Hopper convolution where it takes the pass and
+// wgmma_conv_by_default says it is the faster, else the WMMA implicit GEMMs
+// (or the depthwise and padded-copy kernels); "wgmma" the Hopper convolution
+// wherever it takes the pass; "wmma" never. Throws std::invalid_argument for
+// any other value.
 enum class ConvPath : int { kAuto = 0, kWgmma, kWmma };
 ConvPath conv_path();
+
+// Where the Hopper convolution is the default on sm_90, among the passes it
+// takes (H100, d816ee9, 2026-11-27, ResNet-50's convolutions at batch 256:
+// bench/results/2026-11-27_h100-sxm_d816ee9): fprop and dgrad everywhere
+// (1.02x to 6.3x the WMMA kernels' speed); wgrad where it has taps (every 3x3
+// 1.31x to 1.61x) or, for a 1x1, filters x channels per group of at least
+// 2^19 (1.26x to 1.77x); smaller 1x1 wgrads tied or lost (0.75x to 1.08x).
+bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH (conv_path).
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -206,12 +207,16 @@ bool conv_case(int index) {
   const unsigned max_grid_y = clipped ? unsigned(rnd(1, 2)) : 65535;
   const unsigned max_grid_x = long_rows ? 1 : direct && clipped ? unsigned(rnd(1, 2)) : 1u << 31;
   sim::max_grid.x = max_grid_x, sim::max_grid.y = max_grid_y;
-  // The workspace poisoned: the reduction must read only what the splits wrote.
+  // The workspace poisoned: the reduction must read only what the splits
+  // wrote. At sim arch 900 the default takes the Hopper convolution where it
+  // can (hopper_conv_cases.cpp): these cases are the WMMA kernels'.
+  setenv("MPGEMM_CONV_PATH", "wmma", 1);
   const Conv2dPlan plan = plan_conv2d(pass, a);
   const size_t workspace_bytes = plan.workspace_bytes;
   std::vector<float> workspace(workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
   void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
   const cudaError_t err = launch_conv2d(pass, a, plan, workspace_bytes ? aligned : nullptr, nullptr);
+  unsetenv("MPGEMM_CONV_PATH");
   // The launcher took the path the case was built for. A padded-path case
   // may draw channels and bases that need no copy (multiples of 4 or 8, an
   // empty batch's null operands); it then runs in place.

@@ -36,7 +36,8 @@
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N" and
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy
 // asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
-// mismatches", "conv wgmma cases: N", "conv wgmma wgrad cases that split:
+// mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
+// "conv wgmma wgrad cases that split:
 // N", "conv wgmma dgrad cases with a stride: N", "conv wgmma dgrad cases
 // with a phase no tap reaches: N", "conv: F/N failed", "bad
 // MPGEMM_CONV_PATH refused: ok", "taps at the im2col offsets' limit: ok"
@@ -322,16 +323,24 @@ static bool check_cluster_occupancy() {
 
 // A thread whose first CUDA work is a Hopper launch (the autograd engine's
 // device thread, a user's worker thread) has no context current, which the
-// driver's encoders need: a GEMM forced onto the Hopper path, then
+// driver's encoders need: a GEMM on the Hopper path's pairs, then
 // convolutions until one takes it, each on a thread of its own. Whether one
 // failed or the Hopper convolution never ran.
 static bool check_fresh_threads() {
   bool bad = false;
+  // The simulated device's shared memory is the launching thread's to name.
+  const auto on_fresh_thread = [](auto run) {
+    std::thread([&] {
+      sim::shared_memory = smem;
+      run();
+    }).join();
+  };
   int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, copied_out = 0;
-  std::thread([&] { bad |= hopper_gemm_case(3, on_wgmma, on_pairs, on_ping_pong, copied_out); }).join();
+  // Case 1: pairs of blocks on operands the copy engine describes, always on the Hopper path.
+  on_fresh_thread([&] { bad |= hopper_gemm_case(1, on_wgmma, on_pairs, on_ping_pong, copied_out); });
   if (on_wgmma != 1) printf("  the GEMM on a fresh thread did not run on the Hopper path\n");
   ConvCaseCounts conv;
-  for (int i = 0; i < 8 && conv.on_wgmma == 0; ++i) std::thread([&] { bad |= hopper_conv_case(i, conv); }).join();
+  for (int i = 0; i < 8 && conv.on_wgmma == 0; ++i) on_fresh_thread([&] { bad |= hopper_conv_case(i, conv); });
   if (conv.on_wgmma == 0) printf("  no convolution on a fresh thread ran on the Hopper path\n");
   return bad || on_wgmma != 1 || conv.on_wgmma == 0;
 }
@@ -365,9 +374,11 @@ int main(int argc, char** argv) {
   ConvCaseCounts conv;
   for (int i = 0; i < conv_cases; ++i) conv_failed += hopper_conv_case(i, conv);
   const bool path_bad = bad_conv_path_accepted(), far_taps_bad = far_taps_wrong();
-  printf("conv wgmma cases: %d\nconv wgmma wgrad cases that split: %d\nconv wgmma dgrad cases with a stride: %d\n"
+  printf("conv wgmma cases: %d\nconv wgmma cases by default: %d\nconv wgmma wgrad cases that split: %d\n"
+         "conv wgmma dgrad cases with a stride: %d\n"
          "conv wgmma dgrad cases with a phase no tap reaches: %d\nconv: %d/%d failed\n"
-         "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv.on_wgmma, conv.split,
+         "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv.on_wgmma, conv.by_default,
+         conv.split,
          conv.strided_dgrad, conv.unreached_phase, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
          far_taps_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();

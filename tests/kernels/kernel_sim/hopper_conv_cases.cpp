@@ -9,7 +9,9 @@
 //    dilations, image edges and tiles that run past the last image (whose
 //    pixels must read nothing inside x);
 //  - conv: random problems of each pass (case i runs pass i % 3) through
-//    plan_conv2d and launch_conv2d with MPGEMM_CONV_PATH=wgmma on 1 to 3
+//    plan_conv2d and launch_conv2d with MPGEMM_CONV_PATH=wgmma (one in four
+//    on the default path, which takes the passes wgmma_conv_by_default
+//    names) on 1 to 3
 //    multiprocessors (each block then walks several tiles through the
 //    ring): channels up to three K slices, 1 to 3 taps a side, stride up to
 //    3 (dgrad's strided cases one launch per phase of dx, some of them with
@@ -184,7 +186,10 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   if (pass != ConvPass::kWgrad) p.wt = w.p;
   if (pass != ConvPass::kFprop) p.dy = dy.p;
   p.bias = bias.data(), p.bias_type = bias.type;
-  setenv("MPGEMM_CONV_PATH", "wgmma", 1);
+  // One case in four on the default path, which takes the Hopper
+  // convolution only where wgmma_conv_by_default says so.
+  const bool by_default = index % 4 == 1;
+  if (!by_default) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
   const Conv2dPlan plan = plan_conv2d(pass, p);
   std::unique_ptr<sim::Buffer> workspace;
   if (plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(plan.workspace_bytes);
@@ -193,6 +198,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma;
   const bool strided = pass == ConvPass::kDgrad && (g.stride_h > 1 || g.stride_w > 1);
   counts.on_wgmma += wgmma;
+  counts.by_default += wgmma && by_default;
   counts.split += wgmma && plan.wgmma.splits > 1;
   counts.strided_dgrad += wgmma && strided;
   counts.unreached_phase += wgmma && strided && has_unreached_phase(p);
@@ -203,7 +209,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   for (int64_t i = 0; pass == ConvPass::kFprop && i < out_size; ++i) want[i] += bias.values[i % g.k];
   int64_t wrong = 0;
   for (int64_t i = 0; i < out_size; ++i) wrong += !(sim::get(result.p, out, i) == sim::rounded(float(want[i]), out));
-  const bool should = path_takes(pass, g);
+  const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, p));
   const bool bad = err != cudaSuccess || wrong > 0 || wgmma != should;
   static const char* const kPasses[] = {"fprop", "dgrad", "wgrad"};
   if (bad)

@@ -5,6 +5,7 @@
 // What the random convolution cases covered.
 struct ConvCaseCounts {
   int on_wgmma = 0;         // cases on the Hopper path
+  int by_default = 0;       // of those, on the default path (MPGEMM_CONV_PATH unset)
   int split = 0;            // wgrad's that split the sum
   int strided_dgrad = 0;    // dgrad's with a stride: one launch per phase
   int unreached_phase = 0;  // of those, with a phase no tap reaches
