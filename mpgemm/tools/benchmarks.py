@@ -280,7 +280,6 @@ def _linear_case(shape, device, dtype):
 # takes on sm_90 and leaves the rest, and every pass elsewhere, to the WMMA
 # kernels; "wmma" forces the WMMA kernels.
 CONV_PATHS = ("wgmma", "wmma")
-CONV_PASSES = ("fprop", "dgrad", "wgrad")
 
 
 def parse_conv_paths(text):
@@ -293,10 +292,7 @@ def parse_conv_paths(text):
 
 @contextlib.contextmanager
 def conv_path(path):
-    """MPGEMM_CONV_PATH set to `path` inside the block (None: left as it is)."""
-    if path is None:
-        yield
-        return
+    """MPGEMM_CONV_PATH set to `path` inside the block."""
     saved = os.environ.get("MPGEMM_CONV_PATH")
     os.environ["MPGEMM_CONV_PATH"] = path
     try:
@@ -309,6 +305,7 @@ def conv_path(path):
 
 
 def _on_path(fn, path):
+    """fn, called with MPGEMM_CONV_PATH set to `path`; fn itself for the default path (None)."""
     if path is None:
         return fn
 
