@@ -4,12 +4,15 @@ bench/gpu_check.py:
   python3 bench/gpu_targets.py sanitize
       one call of each kernel family under compute-sanitizer: the WMMA GEMM
       (16-byte cp.async path with bias and GELU; one-element path, fp16 out),
-      each Hopper GEMM on sm_90 (blocks alone, pairs, ping-pong), and the
-      forward, backward-data and backward-filter passes of convolutions on
-      the large tile, with stride 2, depthwise and with 3 channels (padded
-      copies), and on sm_90 the Hopper convolution's three passes
-      (MPGEMM_CONV_PATH=wgmma, wgrad split; dgrad's phases at stride 2);
-      every result is checked against float64.
+      each Hopper GEMM on sm_90 (blocks alone, pairs, ping-pong, the narrow
+      128 x 128 and 128 x 64 tiles), and the forward, backward-data and
+      backward-filter passes of convolutions on the large tile, with stride
+      2, depthwise, with 3 channels (padded copies) and a 1x1 as GEMMs
+      (MPGEMM_CONV_PATH=gemm), and on sm_90 the
+      Hopper convolution's three passes (MPGEMM_CONV_PATH=wgmma, wgrad
+      split; dgrad's phases at stride 2), on its wide tile and with
+      MPGEMM_NARROW_TILES=1 on the narrow ones; every result is checked
+      against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
       128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
@@ -78,15 +81,17 @@ def _conv_passes(name, x_shape, w_shape, **conv_args):
 
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
-    one-element paths, each Hopper GEMM (sm_90), and convolutions whose
-    passes run on the large tile, on dgrad's phases (stride 2), on the
-    depthwise kernels and on the padded copies (3 channels), and the Hopper
-    convolution's three passes (sm_90)."""
+    one-element paths, each Hopper GEMM (sm_90, the narrow tiles' too), and
+    convolutions whose passes run on the large tile, on dgrad's phases
+    (stride 2), on the depthwise kernels, on the padded copies (3
+    channels) and as GEMMs (a 1x1), and the Hopper convolution's three
+    passes (sm_90), on its
+    wide tile and, under MPGEMM_NARROW_TILES=1, its narrow ones."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
     if torch.cuda.get_device_capability() == (9, 0):
-        for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong"):
+        for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"):
             _gemm_on(path, 520, 1032, 264, bias=True, activation="relu")
     os.environ.pop("MPGEMM_GEMM_PATH")
     # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
@@ -94,6 +99,10 @@ def sanitize():
     _conv_passes("stride 2", (2, 32, 15, 15), (64, 32, 3, 3), stride=2, padding=1)
     _conv_passes("depthwise", (2, 32, 14, 14), (32, 1, 3, 3), padding=1, groups=32)
     _conv_passes("3 channels", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
+    # A 1x1 as GEMMs (MPGEMM_CONV_PATH=gemm): wgrad's K (the 2 x 28 x 28 pixels) split.
+    os.environ["MPGEMM_CONV_PATH"] = "gemm"
+    _conv_passes("1x1 as GEMMs", (2, 64, 28, 28), (72, 64, 1, 1))
+    os.environ.pop("MPGEMM_CONV_PATH")
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then
         # dgrad's four phases at stride 2, and a 1x1 at stride 2 whose three unreached phases are zeroed.
@@ -101,6 +110,14 @@ def sanitize():
         _conv_passes("Hopper", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
         _conv_passes("Hopper stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         _conv_passes("Hopper 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
+        # The narrow tiles: fprop of 72 filters on 128 x 64 tiles (9 tiles of 128 x 128 would fill too few),
+        # dgrad of 64 channels on them, wgrad (9 x 64 columns) on the wide tile; a 1x1 of 128 filters over
+        # 16 x 32 x 32 pixels, fprop on 128 x 128 tiles (128 of them), dgrad and wgrad (64 columns) on 128 x 64.
+        os.environ["MPGEMM_NARROW_TILES"] = "1"
+        _conv_passes("Hopper narrow", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
+        _conv_passes("Hopper narrow stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
+        _conv_passes("Hopper narrow 1x1", (16, 64, 32, 32), (128, 64, 1, 1))
+        os.environ.pop("MPGEMM_NARROW_TILES")
         os.environ.pop("MPGEMM_CONV_PATH")
     torch.cuda.synchronize()
 

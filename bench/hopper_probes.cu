@@ -3,7 +3,8 @@
 //   tma    the box copies with 128-byte swizzle of an iota tile, per operand
 //          layout and tile height: every element must land where
 //          SwizzledOperandTile::offset says;
-//   wgmma  one K slice of m64n256k16 (four k16 steps, two warpgroups, with
+//   wgmma  one K slice of m64nNk16 for the tiles' widths N = 256, 128 and 64
+//          (four k16 steps, two warpgroups, with
 //          the GEMM's descriptors) on small-integer operands placed by
 //          SwizzledOperandTile::offset, per pair of layouts: every accumulator
 //          register must hold the exact product at (accumulator_row,
@@ -91,15 +92,16 @@ __global__ void im2col_probe(const __grid_constant__ CUtensorMap map, int c, int
   });
 }
 
-// One 64-deep K slice of wgmmas on the GEMM's A (128 rows) and B (256 rows)
+// One 64-deep K slice of wgmmas on the GEMM's A (128 rows) and B (N rows)
 // tiles, already in the SwizzledOperandTile layout in `a_bytes` / `b_bytes`: two
 // warpgroups, each issuing the four k16 steps on its 64 rows as the GEMM's
-// consumers do, then dumping each thread's 128 accumulators. Dynamic shared
+// consumers do, then dumping each thread's N / 2 accumulators. Dynamic shared
 // memory, aligned to the swizzle pattern as in the GEMM.
-template <bool AKMajor, bool BKMajor>
+template <int N, bool AKMajor, bool BKMajor>
 __global__ void wgmma_probe(const uint8_t* a_bytes, const uint8_t* b_bytes, float* out) {
   using ATile = SwizzledOperandTile<128, AKMajor>;
-  using BTile = SwizzledOperandTile<256, BKMajor>;
+  using BTile = SwizzledOperandTile<N, BKMajor>;
+  constexpr int kRegisters = N / 2;
   extern __shared__ uint8_t probe_smem[];
   uint8_t* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(probe_smem) + kSwizzleAtomBytes - 1) &
                                           ~uintptr_t(kSwizzleAtomBytes - 1));
@@ -109,15 +111,15 @@ __global__ void wgmma_probe(const uint8_t* a_bytes, const uint8_t* b_bytes, floa
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ordinary stores, read by wgmma
   __syncthreads();
   const int warpgroup = threadIdx.x / 128;
-  float acc[128];
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  float acc[kRegisters];
+  for (int i = 0; i < kRegisters; ++i) acc[i] = 0.0f;
   wgmma_fence();
   for (int k16 = 0; k16 < 4; ++k16)
-    wgmma_m64n256k16<__half, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(acc, ATile::descriptor(smem_address(a), k16, warpgroup),
-                                                              BTile::descriptor(smem_address(b), k16), k16 > 0);
+    wgmma_m64nNk16<N, __half, AKMajor ? 0 : 1, BKMajor ? 0 : 1>(
+        acc, ATile::descriptor(smem_address(a), k16, warpgroup), BTile::descriptor(smem_address(b), k16), k16 > 0);
   wgmma_commit();
   wgmma_wait<0>();
-  for (int i = 0; i < 128; ++i) out[threadIdx.x * 128 + i] = acc[i];
+  for (int i = 0; i < kRegisters; ++i) out[threadIdx.x * kRegisters + i] = acc[i];
 }
 
 
@@ -169,41 +171,42 @@ int probe_tma(EncodeTiled encode) {
 float a_value(int m, int k) { return float((m * 3 + k * 5) % 7 - 3); }
 float b_value(int k, int n) { return float((k * 2 + n * 7) % 9 - 4); }
 
-template <bool AKMajor, bool BKMajor>
+template <int N, bool AKMajor, bool BKMajor>
 int probe_wgmma() {
   using ATile = SwizzledOperandTile<128, AKMajor>;
-  using BTile = SwizzledOperandTile<256, BKMajor>;
-  constexpr int kThreads = 256, kSmemBytes = ATile::kBytes + BTile::kBytes + kSwizzleAtomBytes;
+  using BTile = SwizzledOperandTile<N, BKMajor>;
+  constexpr int kThreads = 256, kRegisters = N / 2, kSmemBytes = ATile::kBytes + BTile::kBytes + kSwizzleAtomBytes;
   std::vector<__half> a(ATile::kBytes / 2, __float2half(0.0f)), b(BTile::kBytes / 2, __float2half(0.0f));
   for (int k = 0; k < 64; ++k) {
     for (int m = 0; m < 128; ++m) a[ATile::offset(m, k) / 2] = __float2half(a_value(m, k));
-    for (int n = 0; n < 256; ++n) b[BTile::offset(n, k) / 2] = __float2half(b_value(k, n));
+    for (int n = 0; n < N; ++n) b[BTile::offset(n, k) / 2] = __float2half(b_value(k, n));
   }
   uint8_t *a_dev = nullptr, *b_dev = nullptr;
   float* out = nullptr;
   CHECK(cudaMalloc(&a_dev, a.size() * 2));
   CHECK(cudaMalloc(&b_dev, b.size() * 2));
-  CHECK(cudaMalloc(&out, kThreads * 128 * sizeof(float)));
+  CHECK(cudaMalloc(&out, kThreads * kRegisters * sizeof(float)));
   CHECK(cudaMemcpy(a_dev, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(b_dev, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  CHECK(cudaFuncSetAttribute(wgmma_probe<AKMajor, BKMajor>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  wgmma_probe<AKMajor, BKMajor><<<1, kThreads, kSmemBytes>>>(a_dev, b_dev, out);
+  CHECK(cudaFuncSetAttribute(wgmma_probe<N, AKMajor, BKMajor>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes));
+  wgmma_probe<N, AKMajor, BKMajor><<<1, kThreads, kSmemBytes>>>(a_dev, b_dev, out);
   CHECK(cudaGetLastError());
-  std::vector<float> d(kThreads * 128);
+  std::vector<float> d(kThreads * kRegisters);
   CHECK(cudaMemcpy(d.data(), out, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
   int wrong = 0;
   for (int t = 0; t < kThreads; ++t)
-    for (int r = 0; r < 128; ++r) {
+    for (int r = 0; r < kRegisters; ++r) {
       const int row = 64 * (t / 128) + accumulator_row(t % 128, r), col = accumulator_col(t % 128, r);
       float expected = 0.0f;
       for (int k = 0; k < 64; ++k) expected += a_value(row, k) * b_value(k, col);
-      if (d[t * 128 + r] != expected && wrong++ < 8)
-        std::printf("wgmma A %s B %s: thread %d register %d (row %d, column %d) holds %g, expected %g\n",
+      if (d[t * kRegisters + r] != expected && wrong++ < 8)
+        std::printf("wgmma n%d A %s B %s: thread %d register %d (row %d, column %d) holds %g, expected %g\n", N,
                     AKMajor ? "K-major" : "M-major", BKMajor ? "K-major" : "N-major", t, r, row, col,
-                    d[t * 128 + r], expected);
+                    d[t * kRegisters + r], expected);
     }
-  std::printf("wgmma A %-7s B %-7s 2 x 4 m64n256k16: %s\n", AKMajor ? "K-major" : "M-major",
-              BKMajor ? "K-major" : "N-major", wrong ? "WRONG" : "ok");
+  std::printf("wgmma A %-7s B %-7s 2 x 4 m64n%dk16: %s\n", AKMajor ? "K-major" : "M-major",
+              BKMajor ? "K-major" : "N-major", N, wrong ? "WRONG" : "ok");
   CHECK(cudaFree(a_dev));
   CHECK(cudaFree(b_dev));
   CHECK(cudaFree(out));
@@ -292,10 +295,13 @@ int main() {
   failed += probe_tma<64, false>(encode);
   failed += probe_tma<128, false>(encode);
   failed += probe_tma<256, false>(encode);
-  failed += probe_wgmma<true, true>();
-  failed += probe_wgmma<true, false>();
-  failed += probe_wgmma<false, true>();
-  failed += probe_wgmma<false, false>();
+  // The wide tile's wgmma and the narrow tiles' (m64n128k16, m64n64k16), on every pair of layouts.
+  failed += probe_wgmma<256, true, true>() + probe_wgmma<256, true, false>() + probe_wgmma<256, false, true>() +
+            probe_wgmma<256, false, false>();
+  failed += probe_wgmma<128, true, true>() + probe_wgmma<128, true, false>() + probe_wgmma<128, false, true>() +
+            probe_wgmma<128, false, false>();
+  failed += probe_wgmma<64, true, true>() + probe_wgmma<64, true, false>() + probe_wgmma<64, false, true>() +
+            probe_wgmma<64, false, false>();
   CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &found));
   const EncodeIm2col encode_im2col = reinterpret_cast<EncodeIm2col>(fn);
   // ResNet-50's 3x3 (stride 1 and 2) and 1x1 stride-2 shapes, small; a dilated one with 24 channels.

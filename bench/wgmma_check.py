@@ -27,7 +27,9 @@ from mpgemm.tools.timing import CudaEventClock, input_sets_for, time_interleaved
 
 LAYOUTS = [("row", "col"), ("row", "row"), ("col", "col"), ("col", "row")]
 # MPGEMM_GEMM_PATH values that force each Hopper kernel; each names the plan's config.
-HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wgmma_pingpong")
+HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64")
+# The narrow tiles' schedules, timed on outputs of at most NARROW_COLUMNS columns.
+NARROW_PATHS, NARROW_COLUMNS = ("wgmma_n128", "wgmma_n64"), 128
 # (batch, m, n, k): one tile; several tiles with K remainders and ragged
 # edges; a wave and more; a batch. Each size a multiple of 8 where it may be
 # a leading dimension, so that every layout stays on the path.
@@ -90,7 +92,7 @@ def correctness():
 # idle (few tiles), and the shapes of transformer layers.
 SWEEP = [(512, 512, 512), (1024, 1024, 1024), (1536, 1536, 1536), (16, 4096, 4096), (128, 4096, 4096),
          (4096, 128, 4096), (64, 64, 16384), (1024, 1024, 16384), (16384, 4096, 4096), (16384, 16384, 4096),
-         (16384, 4096, 16384)]
+         (16384, 4096, 16384), (16384, 64, 4096), (16384, 128, 4096), (8192, 128, 8192)]
 
 
 def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
@@ -129,12 +131,20 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
             os.environ["MPGEMM_GEMM_PATH"] = "wmma"
             return mpgemm.gemm(a, b)
 
+        def forced(path):
+            def run(a, b):
+                os.environ["MPGEMM_GEMM_PATH"] = path
+                return mpgemm.gemm(a, b)
+            return run
+
         def cublas(a, b):
             return torch.mm(a, b, out_dtype=torch.float32)
 
-        times = time_interleaved({"wgmma": wgmma, "wgmma_direct": wgmma_direct, "wgmma_2x1": wgmma_2x1,
-                                  "wgmma_pingpong": wgmma_pingpong, "wmma": wmma, "cublas": cublas},
-                                 sets, clock=clock, reps=15)
+        fns = {"wgmma": wgmma, "wgmma_direct": wgmma_direct, "wgmma_2x1": wgmma_2x1,
+               "wgmma_pingpong": wgmma_pingpong, "wmma": wmma}
+        if n <= NARROW_COLUMNS:
+            fns.update({path: forced(path) for path in NARROW_PATHS})
+        times = time_interleaved({**fns, "cublas": cublas}, sets, clock=clock, reps=15)
         os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
         flop = 2 * m * n * k
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),

@@ -66,7 +66,8 @@ PyObject* default_device_limits(PyObject*, PyObject*) {
                        d.max_smem_per_block, "arch", d.arch);
 }
 
-// Runs f, turning a bad MPGEMM_GEMM_PATH (kernels::gemm_path) into a ValueError.
+// Runs f, turning a bad MPGEMM_GEMM_PATH or MPGEMM_NARROW_TILES (kernels::gemm_path,
+// kernels::narrow_tiles_enabled) into a ValueError.
 template <class F>
 PyObject* raising_value_error(F&& f) {
   try {

@@ -59,7 +59,7 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   kernels::Conv2dPlan plan;
   try {
     plan = kernels::plan_conv2d(pass, p);
-  } catch (const std::invalid_argument& e) {  // a bad MPGEMM_CONV_PATH
+  } catch (const std::invalid_argument& e) {  // a bad MPGEMM_CONV_PATH or MPGEMM_NARROW_TILES
     TORCH_CHECK_VALUE(false, e.what());
   }
   at::Tensor workspace;

@@ -275,11 +275,17 @@ def _linear_case(shape, device, dtype):
 
 
 # The extra convolution paths `bench conv --conv-paths` times beside the
-# default, each by setting MPGEMM_CONV_PATH around its calls (the planner
-# reads it at every call): "wgmma" takes each pass the Hopper convolution
-# takes on sm_90 and leaves the rest, and every pass elsewhere, to the WMMA
-# kernels; "wmma" forces the WMMA kernels.
-CONV_PATHS = ("wgmma", "wmma")
+# default, each by setting MPGEMM_CONV_PATH (and MPGEMM_NARROW_TILES) around
+# its calls (the planner reads them at every call): "wgmma" takes each pass
+# the Hopper convolution takes on sm_90 and leaves the rest, and every pass
+# elsewhere, to the WMMA kernels; "wgmma_narrow" the same, its passes whose
+# N is at most 128 on the narrow tiles (MPGEMM_NARROW_TILES=1); "wmma"
+# forces the WMMA kernels; "gemm" runs 1x1 convolutions at stride 1 without
+# padding as GEMMs, the rest as the default does.
+CONV_PATHS = ("wgmma", "wgmma_narrow", "wmma", "gemm")
+_CONV_PATH_ENV = {"wgmma": {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0"},
+                  "wgmma_narrow": {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "1"},
+                  "wmma": {"MPGEMM_CONV_PATH": "wmma"}, "gemm": {"MPGEMM_CONV_PATH": "gemm"}}
 
 
 def parse_conv_paths(text):
@@ -292,16 +298,17 @@ def parse_conv_paths(text):
 
 @contextlib.contextmanager
 def conv_path(path):
-    """MPGEMM_CONV_PATH set to `path` inside the block."""
-    saved = os.environ.get("MPGEMM_CONV_PATH")
-    os.environ["MPGEMM_CONV_PATH"] = path
+    """The environment that asks for convolution path `path`, inside the block."""
+    saved = {name: os.environ.get(name) for name in _CONV_PATH_ENV[path]}
+    os.environ.update(_CONV_PATH_ENV[path])
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ["MPGEMM_CONV_PATH"]
-        else:
-            os.environ["MPGEMM_CONV_PATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def _on_path(fn, path):

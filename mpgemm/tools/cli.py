@@ -77,8 +77,9 @@ def build_parser():
                    help="train: batch sizes, in images or sequences, for every model "
                         "(default 32 64 128 256 images, 8 16 32 64 sequences); conv: the batch sizes of "
                         "ResNet-50's convolutions (default 32 256)")
-    p.add_argument("--conv-paths", type=benchmarks.parse_conv_paths, metavar="wgmma[,wmma]",
-                   help="conv: also time mpgemm with MPGEMM_CONV_PATH set to each of these, beside the default")
+    p.add_argument("--conv-paths", type=benchmarks.parse_conv_paths, metavar="wgmma[,wgmma_narrow,wmma]",
+                   help="conv: also time mpgemm on each of these paths, beside the default (MPGEMM_CONV_PATH set to "
+                        "it; wgmma_narrow: wgmma with MPGEMM_NARROW_TILES=1)")
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
                    help=f"train: models to run (default {','.join(train_bench.WORKLOADS)})")
     p.add_argument("--ways", type=train_bench.parse_ways, metavar="WAY[,WAY]",

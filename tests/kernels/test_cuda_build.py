@@ -10,9 +10,11 @@ and the inputs' own), no spills, and no ptxas
 advisory that it serialized the wgmmas or ignored setmaxnreg; the
 kernels for pairs of blocks multicast their copies, arrive on the other
 block's mbarriers and meet at a cluster barrier, with no memory fence in the
-mainloop. The Hopper convolution's kernels (fprop, dgrad, wgrad) are the
-same block fed by the copy engine's im2col loads (UTMALDG.4D.IM2COL) and
-tiled loads of the filters (wgrad: of dy).
+mainloop. The narrow tiles' kernels (128 x 128 and 128 x 64) issue wgmmas
+of their width and store as many strips as their columns fill. The Hopper
+convolution's kernels (fprop, dgrad, wgrad, on each of the three tiles
+blocks alone run) are the same block fed by the copy engine's im2col loads
+(UTMALDG.4D.IM2COL) and tiled loads of the filters (wgrad: of dy).
 """
 
 import pytest
@@ -52,11 +54,13 @@ def hopper_kernels(cuda_build, machine_code):
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
                if "wgmma_gemm_kernel" in name}
-    # Two input types by four operand layouts by three kernels: blocks alone,
-    # pairs, pairs with ping-pong consumers.
-    assert len(kernels) == 24, sorted(kernels)
+    # Two input types by four operand layouts by five kernels: blocks alone
+    # on 128 x 256, 128 x 128 and 128 x 64 tiles, pairs, pairs with ping-pong
+    # consumers.
+    assert len(kernels) == 40, sorted(kernels)
     assert sum(is_one_of(PAIR_KERNEL, name) for name in kernels) == 16, sorted(kernels)
     assert sum(is_one_of(PING_PONG_KERNEL, name) for name in kernels) == 8, sorted(kernels)
+    assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
     return kernels
 
 
@@ -64,17 +68,25 @@ def hopper_kernels(cuda_build, machine_code):
 # as their mangled names spell them; ping-pong's pairs too.
 PAIR_KERNEL = ("13WgmmaPairTile", "17WgmmaPingPongTile")
 PING_PONG_KERNEL = ("17WgmmaPingPongTile",)
+# The narrow tiles, by width.
+NARROW_KERNEL = {"13WgmmaN128Tile": 128, "12WgmmaN64Tile": 64}
 
 
 def is_one_of(parts, name):
     return any(part in name for part in parts)
 
 
+def tile_width(name):
+    """The columns of a Hopper kernel's tile: its wgmma's N."""
+    return next((width for part, width in NARROW_KERNEL.items() if part in name), 256)
+
+
 def check_hopper_block(name, instructions):
     """What every Hopper kernel's block (sm90/block.cuh) compiles to; its
     mainloop's span (sass.MainloopMix)."""
     opcodes = [i.opcode for i in instructions]
-    hgmma = "HGMMA.64x256x16.F32.BF16" if "__nv_bfloat16" in name else "HGMMA.64x256x16.F32"
+    width = tile_width(name)
+    hgmma = f"HGMMA.64x{width}x16.F32" + (".BF16" if "__nv_bfloat16" in name else "")
     assert {op for op in opcodes if op.startswith("HGMMA")} == {hgmma}, name
     assert sass.count_opcodes(opcodes, "HMMA") == 0, f"{name} runs mma.sync"
     mix = sass.mainloop_mix(instructions)
@@ -91,11 +103,11 @@ def check_hopper_block(name, instructions):
     # (before it is written, and before it is stored).
     assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
     stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
-    # The epilogues of two output types, fp32 (8 strips a tile) and the
-    # inputs' own (4), once each: bias and activation come before the
-    # stores, so that the activations do not multiply the stores' code
-    # (bench/NOTES.md, "The Hopper epilogue's code").
-    assert stores == 8 + 4, f"{name}: {stores} strip stores"
+    # The epilogues of two output types, fp32 (a strip per 32 columns: 8 a
+    # 256-column tile) and the inputs' own (per 64: 4), once each: bias and
+    # activation come before the stores, so that the activations do not
+    # multiply the stores' code (bench/NOTES.md, "The Hopper epilogue's code").
+    assert stores == width // 32 + width // 64, f"{name}: {stores} strip stores"
     assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
     assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
     body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
@@ -124,7 +136,8 @@ def hopper_conv_kernels(cuda_build, machine_code):
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
                if "wgmma_conv_kernel" in name}
-    assert len(kernels) == 6, sorted(kernels)
+    assert len(kernels) == 18, sorted(kernels)
+    assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
     return kernels
 
 

@@ -10,18 +10,25 @@ and no nvcc needed, so the kernels' indexing, bounds, zero-fill and
 synchronization are tested wherever the tests run. See kernel_sim/driver.cpp
 and conv_cases.cpp.
 
+1x1 convolutions at stride 1 without padding run as GEMMs too, as
+MPGEMM_CONV_PATH=gemm asks (kernel_sim/conv_gemm_cases.cpp), on the WMMA
+tiles and at sim arch 900 on the Hopper GEMM.
+
 At sim arch 900 the Hopper GEMM (wgmma, the tensor copy engine's loads and
 stores, mbarriers, named barriers) runs on models of those instructions
 written from the PTX ISA (kernel_sim/hopper_models.h, hopper_sim.h), with
 copies, stores and wgmmas completing early or late; its index code is checked
 against the models element by element, and planted pipeline and epilogue bugs
-must be caught. The Hopper convolution (fprop, dgrad, with a stride one
-launch per phase, wgrad) runs there too, its im2col copies placed by the
-model of the PTX ISA's im2col mode, which is checked against the
-convolution's own windows; a wrong filter offset, a wrong bounding-box
+must be caught; the narrow tiles (128 x 128 and 128 x 64, deeper rings) run
+there, forced and as MPGEMM_NARROW_TILES=1 picks them. The Hopper
+convolution (fprop, dgrad, with a stride one launch per phase, wgrad) runs
+there too, on the wide tile and, under MPGEMM_NARROW_TILES=1, the narrow
+ones, its im2col copies placed by the model of the PTX ISA's im2col mode,
+which is checked against the convolution's own windows; a wrong filter offset, a wrong bounding-box
 corner, dgrad's filters unflipped, a strided dgrad's phases stored to the
-wrong pixels, wgrad's splits summing the same pixels and a stage handed
-back early must be caught. See kernel_sim/hopper_cases.cpp and
+wrong pixels, wgrad's splits summing the same pixels, a stage handed
+back early and a narrow tile's filters copied in the wide tile's boxes must
+be caught. See kernel_sim/hopper_cases.cpp and
 hopper_conv_cases.cpp."""
 
 import concurrent.futures
@@ -78,7 +85,9 @@ HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False
 # pairs of blocks (wgmma_2x1), which only MPGEMM_GEMM_PATH asks for; an
 # eighth asks for pairs with ping-pong consumers (wgmma_pingpong), which the
 # heuristic also gives the small problems on 132 multiprocessors:
-# hopper_cases fails a pair case that does not run the kernel it asks for.
+# hopper_cases fails a pair case that does not run the kernel it asks for;
+# an eighth the narrow tiles (wgmma_n128, wgmma_n64), forced or picked under
+# MPGEMM_NARROW_TILES=1, each of which must run the kernel it names.
 HOPPER_MIN_WGMMA_CASES = 3
 HOPPER_PAIR_CASES = HOPPER_MIN_PING_PONG_CASES = HOPPER_CASES // 8
 # Of those, some store D through the copy engine (the rest from registers).
@@ -94,7 +103,7 @@ HOPPER_MIN_COPIED_OUT_CASES = 2
 # layouts and input type (`hopper_cases ... pinned`). A bug in code the
 # kernels share (the epilogue) reaches the planted kernel alike.
 HOPPER_MUTATED_FILES = ["sm90/block.cuh", "sm90/gemm_kernel.cuh", "sm90/producer.cuh", "sm90/mainloop.cuh", "sm90/epilogue.cuh",
-                        "sm90/launch_kernel.cuh"]
+                        "sm90/launch_kernel.cuh", "sm90/pipeline.cuh"]
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
         ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
@@ -159,6 +168,12 @@ HOPPER_MUTATIONS = {
     "cluster occupancy asked on every launch": (
         ("  static PerDeviceFact resident_clusters;", "  PerDeviceFact resident_clusters;"),
         (False, False), "asked 2 times", "WgmmaPairTile"),
+    # A narrow tile's ring walked as if it had the deepest ring's stages (8
+    # for the 128 x 128 tile's 6): stages past its shared memory.
+    "ring deeper than the narrow tile's stages": (
+        ("using TilePipeline = PipelineState<Tile::kStages>;",
+         "using TilePipeline = PipelineState<WgmmaBlockConfig::kMaxStages>;"),
+        (False, False), "used before mbarrier.init|a box copy lands|a wgmma is issued|FAILED|deadlock", "WgmmaN128Tile"),
 }
 # Planted bugs in the Hopper convolution: the file and text, the timing,
 # what the simulation must say, and the pass whose kernel carries it. A bug
@@ -203,6 +218,13 @@ CONV_MUTATIONS = {
         "sm90/conv_producer.cuh",
         ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;", "const int first_pixel = 0;"),
         (False, False), "FAILED", "kWgrad"),
+    # A narrow tile's filters copied in the wide tile's boxes: more bytes
+    # than its stage announces, past its B tile.
+    "filter boxes sized for the wide tile": (
+        "sm90/conv_launch.cu",
+        ("using BTile = typename sm90::ConvSmem<Tile, Pass>::BTile;",
+         "using BTile = typename sm90::ConvSmem<WgmmaTile, Pass>::BTile;"),
+        (False, False), "deadlock|a box copy lands|FAILED", None),
 }
 CONV_UNIT = "sm90/conv_launch.cu"
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
@@ -234,11 +256,11 @@ def printed_count(output, label):
     return int(re.search(re.escape(label) + r": (\d+)", output).group(1))
 
 
-def run(args, timeout=300):
+def run(args, timeout=300, env=None):
     """(exit code, output) of a driver; 124 and what it printed if it hangs."""
     try:
         proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **SANITIZER_ENV})
+                              env={**os.environ, **SANITIZER_ENV, **(env or {})})
     except subprocess.TimeoutExpired as hung:
         output = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part or ""
                          for part in (hung.stdout, hung.stderr))
@@ -251,8 +273,10 @@ def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
 
 
 def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES, conv_cases=HOPPER_CONV_CASES,
-               pinned=False):
-    return run([binary, cases, conv_cases, seed, int(copies_late), int(wgmma_late)] + (["pinned"] if pinned else []))
+               pinned=False, planted=False):
+    """A Hopper driver's run; a planted bug's (`planted`) stops at its first failed case."""
+    return run([binary, cases, conv_cases, seed, int(copies_late), int(wgmma_late)] + (["pinned"] if pinned else []),
+               env={"SIM_FIRST_FAILURE": "1"} if planted else None)
 
 
 def kernel_files(kernel_dir, pattern):
@@ -287,7 +311,8 @@ def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("kernel_sim")
     driver = os.path.join(SIM_DIR, "driver.cpp")
     # The kernel sources last: the mutant swaps in its own copies of them.
-    drivers = [driver, os.path.join(SIM_DIR, "conv_cases.cpp"), os.path.join(SIM_DIR, "gemm_cases.cpp")]
+    drivers = [driver] + [os.path.join(SIM_DIR, name) for name in ("conv_cases.cpp", "conv_gemm_cases.cpp",
+                                                                   "gemm_cases.cpp")]
     kernels = kernel_files(KERNEL_DIR, "**/*.cu") + kernel_files(KERNEL_DIR, "plan/*.cpp")
     sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
     # Only the units with a WMMA pipeline get the mutant's copies; the rest are the real ones.
@@ -295,7 +320,7 @@ def results(tmp_path_factory):
     mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION, ["wmma/block.cuh"])
     # The Hopper driver runs GEMMs and convolutions: their launchers and every kernel they may pick.
     hopper_sources = [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
-                                                               "gemm_cases.cpp")] + [
+                                                               "conv_gemm_cases.cpp", "gemm_cases.cpp")] + [
         os.path.join(KERNEL_DIR, name) for name in kernels
         if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_"))]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
@@ -347,10 +372,11 @@ def results(tmp_path_factory):
                                                                     wgmma_late)
         for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
-                                                        wgmma_late, conv_cases=0, pinned=True)
+                                                        wgmma_late, conv_cases=0, pinned=True, planted=True)
         for name, (_, _, (copies_late, wgmma_late), _, planted_pass) in CONV_MUTATIONS.items():
             jobs[("conv mutant", name)] = pool.submit(run_hopper, conv_mutant_binaries[name], 1, copies_late,
-                                                      wgmma_late, cases=0, pinned=planted_pass is not None)
+                                                      wgmma_late, cases=0, pinned=planted_pass is not None,
+                                                      planted=True)
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -368,6 +394,8 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay
     assert printed_count(output, "wgrad cases that split K") > 0, replay
+    # 1x1 convolutions through the GEMM (MPGEMM_CONV_PATH=gemm), wgrad's long K split on WMMA tiles.
+    assert re.search(r"conv as gemm: 0/12 failed \([1-9]\d* splitting K\)", output), replay
     assert "ceiling: 0/3 failed" in output, replay
 
 
@@ -397,6 +425,7 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma cases") >= HOPPER_MIN_WGMMA_CASES, replay
     assert printed_count(output, "wgmma_2x1 cases") == HOPPER_PAIR_CASES, replay
     assert printed_count(output, "wgmma_pingpong cases") >= HOPPER_MIN_PING_PONG_CASES, replay
+    assert printed_count(output, "wgmma_n128 cases") >= 1 and printed_count(output, "wgmma_n64 cases") >= 1, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay
@@ -411,10 +440,14 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert printed_count(output, "conv wgmma cases") >= HOPPER_MIN_CONV_WGMMA_CASES, replay
     assert printed_count(output, "conv wgmma cases by default") > 0, replay
     assert printed_count(output, "conv wgmma wgrad cases that split") > 0, replay
+    assert printed_count(output, "conv wgmma cases on wgmma_n128") > 0, replay
+    assert printed_count(output, "conv wgmma cases on wgmma_n64") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
+    assert re.search(rf"conv as gemm: 0/{HOPPER_CONV_CASES // 3} failed \([1-9]\d* on the Hopper GEMM\)", output), \
+        replay
     # A thread's first launch binds the device's context before the driver's encoders run.
     assert "first Hopper launches on fresh threads: ok" in output, replay
 

@@ -5,10 +5,15 @@ The ops allocate their outputs; the caching allocator hands back the blocks
 just freed, so filling same-sized blocks with NaN right before each call
 poisons the outputs: an element the kernels do not write stays NaN.
 
+With MPGEMM_CONV_PATH=gemm, 1x1 convolutions at stride 1 without padding
+run as GEMMs on every GPU (opt-in until measured).
+
 On Hopper GPUs, where the default takes the Hopper convolution for the
 passes it measured faster on, each case also runs with MPGEMM_CONV_PATH=wgmma
-(the Hopper convolution wherever its geometry allows) and =wmma (the WMMA
-kernels alone, the default of every other GPU)."""
+(the Hopper convolution wherever its geometry allows), with that and
+MPGEMM_NARROW_TILES=1 (its narrow tiles, 128 x 128 and 128 x 64, for passes
+whose N is at most 128; opt-in until this file has passed on them) and with
+=wmma (the WMMA kernels alone, the default of every other GPU)."""
 
 import re
 
@@ -28,13 +33,18 @@ needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="bf16 Tensor Cores need sm_
 DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
 IS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="the Hopper convolution needs an sm_90 GPU")
-# MPGEMM_CONV_PATH values: the defaults everywhere, each path forced on Hopper.
-CONV_PATHS = ["auto", pytest.param("wgmma", marks=needs_hopper), pytest.param("wmma", marks=needs_hopper)]
+# MPGEMM_CONV_PATH values: the defaults everywhere, each path forced on
+# Hopper; "wgmma_narrow": the Hopper convolution with MPGEMM_NARROW_TILES=1.
+CONV_PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper) for path in ("wgmma", "wgmma_narrow", "wmma")]
 
 
 @pytest.fixture(params=CONV_PATHS)
 def conv_path(request, monkeypatch):
-    monkeypatch.setenv("MPGEMM_CONV_PATH", request.param)
+    monkeypatch.setenv("MPGEMM_CONV_PATH", request.param.removesuffix("_narrow"))
+    if request.param.endswith("_narrow"):
+        monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    else:
+        monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
     return request.param
 
 # Per input type: (reference, bound on ||out - ref|| / ||ref|| for the fp32
@@ -175,8 +185,54 @@ def test_the_hopper_default_leaves_small_1x1_wgrads_to_wmma(monkeypatch):
         assert len({name for name in ran if "wgmma_conv_kernel" in name}) == hopper_passes, ran
 
 
+@needs_hopper
+@pytest.mark.parametrize("filters, tile", [(64, "WgmmaN64Tile"), (128, "WgmmaN128Tile"), (256, "WgmmaTile")])
+def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
+    """MPGEMM_NARROW_TILES=1 puts fprop on the tile its filters fill (196
+    tiles of 128 x 128, enough to keep the 128-column tile; dgrad: its 64
+    channels, wgrad: 9 x 64 columns on the wide tile); without it, every
+    pass on the wide tile. Right against float32 either way."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    x = torch.randn(32, 64, 28, 28, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
+    weight = (torch.randn(filters, 64, 3, 3, device="cuda") / 24).half().requires_grad_()
+    expected = F.conv2d(x.float(), weight.float(), None, 1, 1)
+    for narrow, tiles in (("1", {tile, "WgmmaN64Tile", "WgmmaTile"}), ("0", {"WgmmaTile"})):
+        monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+        out = []
+
+        def step():
+            y = mpgemm.conv2d(x, weight, None, 1, 1)
+            out.append(y.float())
+            y.float().sum().backward()
+
+        ran = {name for name in kernels_run(step) if "wgmma_conv_kernel" in name}
+        assert {t for t in ("WgmmaTile", "WgmmaN128Tile", "WgmmaN64Tile") if any(t in name for name in ran)} == tiles
+        assert relative_error(out[0], expected) < 1e-3
+
+
+ONE_BY_ONE = [(c, k, size) for c, k, kernel, stride, padding, size in RESNET50 if kernel == 1 and stride == 1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, size", ONE_BY_ONE + [(3, 5, 9), (20, 36, 7)])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_one_by_one_convolutions_as_gemms(c, k, size, batch, dtype, monkeypatch):
+    """MPGEMM_CONV_PATH=gemm: a 1x1 at stride 1 without padding runs every
+    pass as the GEMM it is (ResNet-50's, and channels no 16-byte chunk
+    divides), on the GEMM's kernels and no convolution kernel, right against
+    cuDNN and float64."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "gemm")
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, 1, 1, device="cuda") * c**-0.5
+    # mpgemm's kernels (the references' cuDNN ones aside).
+    ran = {name for name in kernels_run(lambda: compare(x, weight, torch.randn(k, device="cuda")))
+           if "mpgemm" in name}
+    assert not any("conv" in name for name in ran), ran
+    assert any("gemm_kernel" in name for name in ran), ran
+
+
 def test_bad_conv_path_is_refused_with_a_clear_error(monkeypatch):
     x = torch.randn(2, 8, 5, 5, device="cuda").half()
     monkeypatch.setenv("MPGEMM_CONV_PATH", "hopper")
-    with pytest.raises(ValueError, match="MPGEMM_CONV_PATH must be 'auto', 'wgmma' or 'wmma', got 'hopper'"):
+    with pytest.raises(ValueError, match="MPGEMM_CONV_PATH must be 'auto', 'wgmma', 'wmma' or 'gemm', got 'hopper'"):
         mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))

@@ -3,7 +3,10 @@ without a GPU; bf16 needs sm_80). On an sm_90 GPU with a build holding sm_90a
 code, random cases and the large shapes also run with each path forced
 (MPGEMM_GEMM_PATH=wgmma: the Hopper kernel wherever it can run; wgmma_2x1: the
 same on pairs of blocks that multicast B; wgmma_pingpong: on pairs whose
-consumers take tiles in turn; wmma: never).
+consumers take tiles in turn; wgmma_n128 and wgmma_n64: on blocks alone over
+the narrow tiles, 128 x 128 and 128 x 64; wmma: never), and outputs of at
+most 128 columns with MPGEMM_NARROW_TILES=1, which lets the heuristic pick
+the narrow tiles.
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -27,7 +30,7 @@ HAS_HOPPER_PATH = (torch.cuda.is_available() and torch.cuda.get_device_capabilit
                    and "sm_90a" in mpgemm.build_info()["cuda_archs"])
 needs_hopper_path = pytest.mark.skipif(not HAS_HOPPER_PATH, reason="the Hopper path needs sm_90 and sm_90a code")
 # MPGEMM_GEMM_PATH values: the default everywhere, each path forced on Hopper.
-HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wmma")
+HOPPER_PATHS = ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64", "wmma")
 PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper_path) for path in HOPPER_PATHS]
 
 # Bounds on ||out - ref|| / ||ref|| against float64 and against cuBLAS (fp32
@@ -278,3 +281,24 @@ def test_every_candidate_plan_matches_cublas():
             assert relative_error(out, want) < TOLERANCE, plan
     finally:
         mpgemm._C.clear_tuned_gemm_plans()
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("m, n, tile", [(8192, 64, "WgmmaN64Tile"), (16384, 128, "WgmmaN128Tile"),
+                                        (8192, 128, "WgmmaN64Tile"), (16384, 256, "WgmmaTile")])
+def test_narrow_tiles_where_asked_for(m, n, tile, monkeypatch):
+    """MPGEMM_NARROW_TILES=1: 64 columns on 128 x 64 tiles; 128 on 128 x 128
+    ones where those fill more than half of an H100's or H200's 132
+    multiprocessors (128 tiles), else on 128 x 64 (64 of them would be 64
+    tiles); 256 on the wide tile (128 tiles of 128 x 256). Right against
+    cuBLAS."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    a = operand((m, 1024))
+    b = operand((1024, n), "col")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = poisoned_gemm(a, b)
+        torch.cuda.synchronize()
+    ran = [event.name for event in prof.events() if "wgmma_gemm_kernel" in event.name]
+    assert ran and all(tile in name for name in ran), ran
+    assert relative_error(out, cublas_gemm(a, b).double().cpu()) < TOLERANCE

@@ -29,7 +29,8 @@ def no_tuning(tmp_path, monkeypatch):
 def test_table_lists_every_configuration_once():
     configs = mpgemm.tile_configs()
     names = [c["name"] for c in configs]
-    assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1", "wgmma_pingpong"]
+    assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1", "wgmma_pingpong",
+                     "wgmma_n128", "wgmma_n64"]
     by_name = {c["name"]: c for c in configs}
     assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
     assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
@@ -52,6 +53,13 @@ def test_table_lists_every_configuration_once():
     assert (ping_pong["warp_m"], ping_pong["warp_n"], ping_pong["threads"], ping_pong["cluster_m"]) == \
         (64, 256, 384, 2)
     assert hopper["smem_bytes"] - ping_pong["smem_bytes"] == 4 * 64 * 64 * 2  # 64 rows of A fewer in each stage
+    # The narrow tiles: blocks alone, 128 x 128 in 6 stages of 32 KB and 128 x 64 in 8 of 24 KB, as much of
+    # the 227 KB as the wide tile's ring takes.
+    for name, block_n, stages in (("wgmma_n128", 128, 6), ("wgmma_n64", 64, 8)):
+        narrow = by_name[name]
+        assert (narrow["block_m"], narrow["block_n"], narrow["stages"], narrow["cluster_m"]) == (128, block_n, stages, 1)
+        assert (narrow["warp_n"], narrow["threads"], narrow["schedule"]) == (block_n, 384, "cooperative")
+        assert stages * (128 + block_n) * 64 * 2 < narrow["smem_bytes"] <= 227 * 1024
     # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
     assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
 
@@ -118,10 +126,11 @@ def forced_path(path):
     return path.startswith("wgmma")
 
 
-@pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", "wgmma_2x1", "wgmma_pingpong", ""])
+@pytest.mark.parametrize("path", ["wmma", "auto", "wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64",
+                                  ""])
 def test_the_environment_switches_the_hopper_path(path, monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
-    hopper = path if path in ("wgmma_2x1", "wgmma_pingpong") else "wgmma"
+    hopper = path if path in ("wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64") else "wgmma"
     assert (mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == hopper) == (path != "wmma")
     assert (mpgemm.gemm_plan(1024, 1024, 1024, device_limits=H100).config ==
             (hopper if forced_path(path) else "wgmma_pingpong")) == (path != "wmma")
@@ -146,7 +155,7 @@ def test_pairs_of_blocks_count_their_tile_rows_in_cluster_tiles(path, cluster_ro
 def test_pairs_are_a_tuning_candidate_and_a_tuned_choice(tuned):
     candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
     assert [(p.config, p.split_k) for p in candidates if p.config.startswith("wgmma")] == \
-        [("wgmma", 1), ("wgmma_2x1", 1), ("wgmma_pingpong", 1)]
+        [("wgmma", 1), ("wgmma_2x1", 1), ("wgmma_pingpong", 1), ("wgmma_n128", 1), ("wgmma_n64", 1)]
     assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma"  # measured fastest there
     gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 4096, "k": 4096, "config": tuned, "split_k": 1}])
     plan = mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
@@ -158,11 +167,49 @@ def test_pairs_are_a_tuning_candidate_and_a_tuned_choice(tuned):
 def test_a_bad_path_is_named(monkeypatch):
     monkeypatch.setenv("MPGEMM_GEMM_PATH", "hopper")
     with pytest.raises(ValueError,
-                       match="MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong' or 'wmma', "
-                             "got 'hopper'"):
+                       match="MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong', "
+                             "'wgmma_n128', 'wgmma_n64' or 'wmma', got 'hopper'"):
         mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
     with pytest.raises(ValueError, match="MPGEMM_GEMM_PATH"):
         mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
+
+
+@pytest.mark.parametrize("m, n, k, batch, narrow", [
+    (16384, 64, 4096, 1, "wgmma_n64"), (16384, 1, 4096, 1, "wgmma_n64"),
+    (16384, 128, 4096, 1, "wgmma_n128"),  # 128 tiles of 128 x 128: more than half of 132
+    (8192, 128, 4096, 1, "wgmma_n64"),  # 64 of them: 128 x 64 tiles instead, 128 of those
+    (4096, 128, 4096, 1, "wgmma_n64"), (2048, 100, 1024, 8, "wgmma_n128"), (4096, 129, 4096, 1, None),
+    (4096, 4096, 4096, 1, None)])
+def test_narrow_tiles_only_where_asked_for(m, n, k, batch, narrow, monkeypatch):
+    """MPGEMM_NARROW_TILES=1 (opt-in until they have passed the GPU tests)
+    puts outputs of at most 128 columns that take the Hopper path on the
+    narrow tiles: 128 x 64 up to 64 columns, or up to 128 where 128 x 128
+    tiles would fill at most half of the multiprocessors; never wider
+    outputs, never other archs, and never without it."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    default = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config
+    assert default in ("wgmma", "wgmma_pingpong")
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
+    assert plan.config == (narrow or default) and plan.split_k == 1 and (narrow is None or plan.cluster_m == 1)
+    assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=A100).config.startswith("wgmma")
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "0")
+    assert mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config == default
+
+
+def test_narrow_tiles_leave_wmma_split_k_where_the_rule_splits(monkeypatch):
+    """4096 x 64 x 4096 splits K on WMMA tiles (64 small tiles, 64 slices);
+    the narrow tiles replace the wide Hopper tile, not the split (a split of
+    K on the Hopper scheduler is issue 56's)."""
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    plan = mpgemm.gemm_plan(4096, 64, 4096, device_limits=H100)
+    assert plan.config == "small" and plan.split_k > 1
+
+
+def test_a_bad_narrow_tiles_value_is_named(monkeypatch):
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_NARROW_TILES must be '0' or '1', got 'yes'"):
+        mpgemm.gemm_plan(4096, 64, 4096, device_limits=H100)
 
 
 def test_operands_the_copy_engine_cannot_describe_stay_on_wmma():

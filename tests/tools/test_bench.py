@@ -30,12 +30,15 @@ def test_parse_shapes_and_dtypes():
 def test_measurements_name_the_kernel_paths_asked_for(monkeypatch):
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
     assert provenance.describe("cpu")["kernel_paths"] == {}
     assert "MPGEMM" not in provenance.headline(provenance.describe("cpu"))
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     info = provenance.describe("cpu")
     assert info["kernel_paths"] == {"MPGEMM_CONV_PATH": "wgmma"}
     assert provenance.headline(info).endswith(", MPGEMM_CONV_PATH=wgmma")
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    assert provenance.describe("cpu")["kernel_paths"] == {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "1"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU report")
@@ -335,30 +338,38 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     """dgrad and wgrad alone against torch's own passes, and each forced
     path's impls run with MPGEMM_CONV_PATH set during their calls only."""
     monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
     seen = []
     real = benchmarks.ops.conv2d
 
     def recording(*args, **kwargs):
         seen.append(benchmarks.os.environ.get("MPGEMM_CONV_PATH"))
+        narrow.append(benchmarks.os.environ.get("MPGEMM_NARROW_TILES"))
         return real(*args, **kwargs)
 
+    narrow = []
     monkeypatch.setattr(benchmarks.ops, "conv2d", recording)
-    make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16, paths=("wgmma",))
+    make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16,
+                                                      paths=("wgmma", "wgmma_narrow"))
     assert {name: impl.baseline for name, impl in impls.items() if impl.baseline} == {
         "mpgemm fwd": "torch fwd", "mpgemm fwd+bwd": "torch fwd+bwd", "mpgemm wgmma fwd": "torch fwd",
         "mpgemm wgmma fwd+bwd": "torch fwd+bwd", "mpgemm dgrad": "torch dgrad", "mpgemm wgmma dgrad": "torch dgrad",
-        "mpgemm wgrad": "torch wgrad", "mpgemm wgmma wgrad": "torch wgrad"}
+        "mpgemm wgrad": "torch wgrad", "mpgemm wgmma wgrad": "torch wgrad",
+        **{f"mpgemm wgmma_narrow {p}": f"torch {p}" for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
     inputs = make()
     for name in ("mpgemm fwd", "mpgemm wgmma fwd", "mpgemm wgmma fwd+bwd"):
         impls[name].run(*inputs)
     assert seen == [None, "wgmma", "wgmma"] and "MPGEMM_CONV_PATH" not in benchmarks.os.environ
+    assert narrow == [None, "0", "0"]
+    impls["mpgemm wgmma_narrow fwd"].run(*inputs)
+    assert (seen[-1], narrow[-1]) == ("wgmma", "1") and "MPGEMM_NARROW_TILES" not in benchmarks.os.environ
     errors = benchmarks.check_results(impls, inputs)
     assert all(e is None or e < 1e-2 for e in errors.values()), errors
     # The passes alone are the passes: dgrad is x's gradient, wgrad the filters'.
     x, w, b, grad = inputs
     assert impls["mpgemm dgrad"].run(*inputs).shape == x.shape
     assert impls["mpgemm wgrad"].run(*inputs).shape == w.shape
-    with pytest.raises(Exception, match="convolution paths from wgmma, wmma"):
+    with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wmma, gemm"):
         benchmarks.parse_conv_paths("hopper")
 
 

@@ -43,7 +43,7 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
         assert shape in gemm.command
     # The convolutions pass by pass at ResNet-50's batch 256, the Hopper path beside the default on sm_90.
     conv = next(s for s in gpu_check.STEPS if s.name == "conv")
-    assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma,wmma" in conv.command
+    assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma,wgmma_narrow,wmma,gemm" in conv.command
     train = next(s for s in gpu_check.STEPS if s.name == "train")
     for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64 --profile",
                    "MPGEMM_CONV_PATH=wgmma"):
@@ -209,12 +209,15 @@ def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
     step was stopped before writing it, from the rows its log printed."""
     ratios = dict(wgmma=1.0, wgmma_direct=0.9, wgmma_2x1=1.0, wgmma_pingpong=0.5, wmma=0.5)
     rows = [_wgmma_row(1024, **dict(ratios, wgmma=0.5, wgmma_pingpong=1.0)), _wgmma_row(8192, **dict(ratios, wgmma=2.0))]
+    # The narrow tiles, timed on one shape only: averaged over it, "-" where not timed.
+    rows[0].update(wgmma_n128_vs_cublas=0.8, wgmma_n64_vs_cublas=0.4)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "speed.log").write_text("$ wgmma_check\n" + "".join(json.dumps(r) + "\n" for r in rows))
     headline, lines, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
     assert headline.startswith("geomean vs cuBLAS over 2 shapes: wgmma 1.00x, wgmma_direct 0.90x")
-    assert "wgmma_pingpong 0.71x" in headline
-    assert lines[2] == "| 1024x1024x1024 | float16 | rc | 0.50 | 0.90 | 1.00 | 1.00 | 0.50 |"
+    assert "wgmma_pingpong 0.71x" in headline and "wgmma_n128 0.80x (over 1)" in headline
+    assert lines[2] == "| 1024x1024x1024 | float16 | rc | 0.50 | 0.90 | 1.00 | 1.00 | 0.80 | 0.40 | 0.50 |"
+    assert lines[3] == "| 8192x8192x8192 | float16 | rc | 2.00 | 0.90 | 1.00 | 0.50 | - | - | 0.50 |"
     (tmp_path / "wgmma_speed.json").write_text(json.dumps({"speed": rows[:1]}))
     headline, _, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
     assert "over 1 shapes" in headline and data["geomean_vs_cublas"]["wgmma_pingpong"] == 1.0

@@ -54,43 +54,80 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// D (64 x 256, fp32, 128 registers per thread) = A (64 x 16) * B (16 x 256)
-// + (accumulate ? D : 0), both operands read from shared memory through their
-// descriptors (sm90/layout.h). TransA / TransB: 1 where the operand is stored
-// M- or N-major rather than K-major (9.7.15.5.1).
+// D (64 x N, fp32, N / 2 registers per thread) = A (64 x 16) * B (16 x N)
+// + (accumulate ? D : 0), for N = 256, 128 or 64, both operands read from
+// shared memory through their descriptors (sm90/layout.h). TransA / TransB:
+// 1 where the operand is stored M- or N-major rather than K-major
+// (9.7.15.5.1).
 #define MPGEMM_ACC8(i)                                                                                       \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-#define MPGEMM_ACC64(i)                                                                                     \
-  MPGEMM_ACC8(i), MPGEMM_ACC8(i + 8), MPGEMM_ACC8(i + 16), MPGEMM_ACC8(i + 24), MPGEMM_ACC8(i + 32), \
-      MPGEMM_ACC8(i + 40), MPGEMM_ACC8(i + 48), MPGEMM_ACC8(i + 56)
-#define MPGEMM_WGMMA_M64N256K16(TYPES)                                                                       \
-  asm volatile(                                                                                              \
-      "{\n"                                                                                                  \
-      "  .reg .pred accumulate;\n"                                                                          \
-      "  setp.ne.b32 accumulate, %130, 0;\n"                                                                \
-      "  wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES                                                 \
-      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, " \
-      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, " \
-      "%85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, " \
-      "%105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "   \
-      "%122, %123, %124, %125, %126, %127}, %128, %129, accumulate, 1, 1, %131, %132;\n"                     \
-      "}\n"                                                                                                  \
-      : MPGEMM_ACC64(0), MPGEMM_ACC64(64)                                                                    \
+#define MPGEMM_WGMMA_M64N256K16(TYPES)                                                                  \
+  asm volatile(                                                                                         \
+      "{\n"                                                                                             \
+      "  .reg .pred accumulate;\n"                                                                      \
+      "  setp.ne.b32 accumulate, %130, 0;\n"                                                            \
+      "  wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " {"                                       \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                \
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "    \
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}" \
+      ", %128, %129, accumulate, 1, 1, %131, %132;\n"                                                   \
+      "}\n"                                                                                             \
+      : MPGEMM_ACC8(0), MPGEMM_ACC8(8), MPGEMM_ACC8(16), MPGEMM_ACC8(24),                               \
+        MPGEMM_ACC8(32), MPGEMM_ACC8(40), MPGEMM_ACC8(48), MPGEMM_ACC8(56),                             \
+        MPGEMM_ACC8(64), MPGEMM_ACC8(72), MPGEMM_ACC8(80), MPGEMM_ACC8(88),                             \
+        MPGEMM_ACC8(96), MPGEMM_ACC8(104), MPGEMM_ACC8(112), MPGEMM_ACC8(120)                           \
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB))
+#define MPGEMM_WGMMA_M64N128K16(TYPES)                                                   \
+  asm volatile(                                                                          \
+      "{\n"                                                                              \
+      "  .reg .pred accumulate;\n"                                                       \
+      "  setp.ne.b32 accumulate, %66, 0;\n"                                              \
+      "  wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " {"                        \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"  \
+      ", %64, %65, accumulate, 1, 1, %67, %68;\n"                                        \
+      "}\n"                                                                              \
+      : MPGEMM_ACC8(0), MPGEMM_ACC8(8), MPGEMM_ACC8(16), MPGEMM_ACC8(24),                \
+        MPGEMM_ACC8(32), MPGEMM_ACC8(40), MPGEMM_ACC8(48), MPGEMM_ACC8(56)               \
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB))
+#define MPGEMM_WGMMA_M64N64K16(TYPES)                                                   \
+  asm volatile(                                                                         \
+      "{\n"                                                                             \
+      "  .reg .pred accumulate;\n"                                                      \
+      "  setp.ne.b32 accumulate, %34, 0;\n"                                             \
+      "  wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " {"                        \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}" \
+      ", %32, %33, accumulate, 1, 1, %35, %36;\n"                                       \
+      "}\n"                                                                             \
+      : MPGEMM_ACC8(0), MPGEMM_ACC8(8), MPGEMM_ACC8(16), MPGEMM_ACC8(24)                \
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB))
 
-template <class Element, int TransA, int TransB>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+template <int N, class Element, int TransA, int TransB>
+__device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(N == 256 || N == 128 || N == 64, "the widths the kernels issue");
 #if MPGEMM_SM90A
-  if constexpr (std::is_same_v<Element, __half>) MPGEMM_WGMMA_M64N256K16("f16.f16");
-  else MPGEMM_WGMMA_M64N256K16("bf16.bf16");
+  constexpr bool kHalf = std::is_same_v<Element, __half>;
+  if constexpr (N == 256 && kHalf) MPGEMM_WGMMA_M64N256K16("f16.f16");
+  else if constexpr (N == 256) MPGEMM_WGMMA_M64N256K16("bf16.bf16");
+  else if constexpr (N == 128 && kHalf) MPGEMM_WGMMA_M64N128K16("f16.f16");
+  else if constexpr (N == 128) MPGEMM_WGMMA_M64N128K16("bf16.bf16");
+  else if constexpr (kHalf) MPGEMM_WGMMA_M64N64K16("f16.f16");
+  else MPGEMM_WGMMA_M64N64K16("bf16.bf16");
 #endif
 }
 
 #undef MPGEMM_WGMMA_M64N256K16
-#undef MPGEMM_ACC64
+#undef MPGEMM_WGMMA_M64N128K16
+#undef MPGEMM_WGMMA_M64N64K16
 #undef MPGEMM_ACC8
 
 }  // namespace mpgemm::kernels

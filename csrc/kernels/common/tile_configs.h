@@ -9,7 +9,8 @@
 namespace mpgemm::kernels {
 
 enum class TileConfigId : int {
-  kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kWgmmaPingPong, kCount
+  kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kWgmmaPingPong, kWgmmaN128, kWgmmaN64,
+  kCount
 };
 
 // A tile of the WMMA kernels (wmma/): a block computes a kBlockM x kBlockN
@@ -73,39 +74,48 @@ struct WmmaTileConfig {
 // the two mainloops must take turns (sm90/mainloop.cuh).
 enum class Consumers : int { kCooperative = 0, kPingPong = 1 };
 
-// What every Hopper block holds (sm90/), however its consumers share the
-// work: kConsumers warpgroups that each issue 64 x 256 x 16 wgmmas (one
-// instruction spans the tile's width) into 64 x 256 fp32 accumulators, one
-// more warpgroup that issues the copies, and a ring of kStages shared-memory
-// stages of kBlockK-deep K slices.
+// What every Hopper block holds (sm90/), whatever its tile: kConsumers
+// warpgroups that each issue 64 x N x 16 wgmmas (one instruction spans the
+// tile's width, N = the tile's kBlockN) into 64 x N fp32 accumulators, one
+// more warpgroup that issues the copies, and a ring of stages of
+// kBlockK-deep K slices.
 struct WgmmaBlockConfig {
   static constexpr int kConsumers = 2;
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kThreads = kWarpgroupThreads * (kConsumers + 1);
-  static constexpr int kInstrM = 64, kInstrN = 256, kInstrK = 16;
-  static constexpr int kBlockN = kInstrN, kBlockK = 64, kStages = 4;
+  static constexpr int kInstrM = 64, kInstrK = 16;
+  static constexpr int kBlockK = 64;
   // Registers per thread after setmaxnreg: the producer gives up what the
-  // consumers' 128 accumulators need (both within the 64K of the SM).
+  // consumers' accumulators (up to 128: 64 x 256 fp32 over 128 threads) need
+  // (both within the 64K of the SM).
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
   // Each consumer stages its output in kOutputBuffers strips of 64 rows by
   // 128 bytes (sm90/layout.h's OutputStrip), so that it writes one while the
   // copy engine stores the other.
   static constexpr int kOutputBuffers = 2, kOutputStripBytes = kInstrM * 128;
+  // The shared memory a block may have (227 KB on sm_90), and the ring's
+  // deepest: more stages than this hide no more of the copies' latency.
+  static constexpr int kMaxSmemBytes = 227 * 1024, kMaxStages = 8;
   static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * kWarpgroupThreads * kConsumers <= 65536,
                 "the register file holds every warpgroup");
 };
 
 // A Hopper tile: a block's tile and shared memory under one consumer
 // schedule, on blocks alone (ClusterM = 1) or on clusters of ClusterM blocks
-// stacked along M that multicast B's copies into each other.
-template <Consumers Schedule, int ClusterM>
+// stacked along M that multicast B's copies into each other, BlockN columns
+// wide: 256, or 128 and 64 for narrow outputs (GEMMs and convolutions
+// whose N is at most 128, where a 256-column wgmma would multiply zeros
+// over half or three quarters of its columns).
+template <Consumers Schedule, int ClusterM, int BlockN = 256>
 struct WgmmaTileConfig : WgmmaBlockConfig {
   static constexpr Consumers kSchedule = Schedule;
   static constexpr bool kPingPong = Schedule == Consumers::kPingPong;
   static constexpr int kClusterM = ClusterM;
   static constexpr int kBlockM = kPingPong ? kInstrM : kConsumers * kInstrM;
-  // What one consumer's wgmmas cover.
+  static constexpr int kBlockN = BlockN, kInstrN = BlockN;
+  // What one consumer's wgmmas cover, and its fp32 accumulators per thread.
   static constexpr int kWarpM = kInstrM, kWarpN = kInstrN;
+  static constexpr int kAccumulators = kInstrM * kInstrN / kWarpgroupThreads;
   // The copy engine loads boxes of any extent from 16-byte aligned bases and
   // pitches (GemmShape::wgmma says which operands): the operands' own chunk
   // width, from 8 elements down to 1 (an odd K), does not matter to it.
@@ -113,13 +123,20 @@ struct WgmmaTileConfig : WgmmaBlockConfig {
   static constexpr bool kWgmma = true;
   // Consumers of a block that read each stage: the arrivals its `empty` barrier takes from each block.
   static constexpr int kStageReaders = kPingPong ? 1 : kConsumers;
-  // kStages of A's and B's tiles, the output strips, the 2 x kStages mbarriers,
-  // and an atom of slack to align the dynamic shared memory (only 16-byte
-  // aligned) to 1024: 225 (cooperative) or 193 (ping-pong) of the 227 KB a
-  // block may have; a 5th ping-pong stage would need 233.
-  static constexpr int kSmemBytes = kStages * (kBlockM + kBlockN) * kBlockK * 2 +
-                                    kConsumers * kOutputBuffers * kOutputStripBytes + 2 * kStages * 8 + 1024;
-  static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory holds the ring and the output strips");
+  // As many stages of A's and B's tiles as the block's shared memory holds
+  // beside the output strips, the stages' mbarriers (two each) and an atom
+  // of slack to align the dynamic shared memory (only 16-byte aligned) to
+  // 1024, up to kMaxStages: 4 of 48 KB for 128 x 256 tiles (225 of the 227
+  // KB), 4 of 40 for ping-pong's 64 x 256 (193: a 5th would need 233), 6 of
+  // 32 for 128 x 128, 8 of 24 for 128 x 64.
+  static constexpr int kStageBytes = (kBlockM + kBlockN) * kBlockK * 2;
+  static constexpr int kFixedBytes = kConsumers * kOutputBuffers * kOutputStripBytes + 1024;
+  static constexpr int kFitStages = (kMaxSmemBytes - kFixedBytes - 2 * kMaxStages * 8) / kStageBytes;
+  static constexpr int kStages = kFitStages < kMaxStages ? kFitStages : kMaxStages;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kFixedBytes + 2 * kStages * 8;
+  static_assert(kSmemBytes <= kMaxSmemBytes, "a block's shared memory holds the ring and the output strips");
+  static_assert(kStages >= 2, "the ring needs at least two stages");
+  static_assert(BlockN == 256 || BlockN == 128 || BlockN == 64, "wgmma widths the kernels issue");
   static_assert(ClusterM == 1 || ClusterM == 2, "blocks alone or in pairs");
 };
 
@@ -160,6 +177,11 @@ MPGEMM_TILE_CONFIG(ScalarTile, kScalar, "scalar", WmmaTileConfig<64, 64, 16, 32,
 MPGEMM_TILE_CONFIG(WgmmaTile, kWgmma, "wgmma", WgmmaTileConfig<Consumers::kCooperative, 1>);
 MPGEMM_TILE_CONFIG(WgmmaPairTile, kWgmmaPair, "wgmma_2x1", WgmmaTileConfig<Consumers::kCooperative, 2>);
 MPGEMM_TILE_CONFIG(WgmmaPingPongTile, kWgmmaPingPong, "wgmma_pingpong", WgmmaTileConfig<Consumers::kPingPong, 2>);
+// Narrow outputs (N of at most 128 or 64): blocks alone on 128 x 128 and
+// 128 x 64 tiles, their rings deeper (6 and 8 stages) since each slice's
+// wgmmas are shorter.
+MPGEMM_TILE_CONFIG(WgmmaN128Tile, kWgmmaN128, "wgmma_n128", WgmmaTileConfig<Consumers::kCooperative, 1, 128>);
+MPGEMM_TILE_CONFIG(WgmmaN64Tile, kWgmmaN64, "wgmma_n64", WgmmaTileConfig<Consumers::kCooperative, 1, 64>);
 
 #undef MPGEMM_TILE_CONFIG
 
@@ -175,7 +197,7 @@ struct TileList {
 
 // Every tile, in the order of TileConfigId.
 using AllTiles = TileList<WideTile, TallTile, SquareTile, CompactTile, SmallTile, ScalarTile, WgmmaTile,
-                          WgmmaPairTile, WgmmaPingPongTile>;
+                          WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile>;
 
 template <class... Tiles>
 constexpr bool listed_in_id_order(TileList<Tiles...>) {

@@ -7,7 +7,9 @@
 // 16-byte chunk divides (3-channel first layers), and misaligned operands,
 // run on a copy of the problem whose channels are padded with zeros to
 // whole chunks, in the workspace. Where MPGEMM_CONV_PATH=wgmma asks, the
-// Hopper convolution (sm90/conv_launch.h) takes the passes it can.
+// Hopper convolution (sm90/conv_launch.h) takes the passes it can (on sm_90
+// by default where it measured faster); where =gemm asks, a 1x1 at stride 1
+// without padding runs as a GEMM (gemm/launch.h).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -283,7 +285,41 @@ ConvPath conv_path() {
   if (path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0) return ConvPath::kAuto;
   if (std::strcmp(path, "wgmma") == 0) return ConvPath::kWgmma;
   if (std::strcmp(path, "wmma") == 0) return ConvPath::kWmma;
-  throw std::invalid_argument(std::string("MPGEMM_CONV_PATH must be 'auto', 'wgmma' or 'wmma', got '") + path + "'");
+  if (std::strcmp(path, "gemm") == 0) return ConvPath::kGemm;
+  throw std::invalid_argument(std::string("MPGEMM_CONV_PATH must be 'auto', 'wgmma', 'wmma' or 'gemm', got '") + path +
+                              "'");
+}
+
+bool is_one_by_one_gemm(const Conv2dParams& p) {
+  return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
+         p.pad_left == 0 && p.p == p.h && p.q == p.w;
+}
+
+GemmParams one_by_one_gemm(ConvPass pass, const Conv2dParams& c) {
+  const int64_t pixels = c.n * c.h * c.w;
+  GemmParams g;
+  g.ab_type = c.input_type;
+  g.d = c.out, g.d_type = c.out_type;
+  switch (pass) {
+    case ConvPass::kFprop:
+      g.m = pixels, g.n = c.k, g.k = c.c;
+      g.a = c.x, g.a_row_stride = c.c, g.a_col_stride = 1;
+      g.b = c.wt, g.b_row_stride = 1, g.b_col_stride = c.c;
+      g.bias = c.bias, g.bias_type = c.bias_type;
+      break;
+    case ConvPass::kDgrad:
+      g.m = pixels, g.n = c.c, g.k = c.k;
+      g.a = c.dy, g.a_row_stride = c.k, g.a_col_stride = 1;
+      g.b = c.wt, g.b_row_stride = c.c, g.b_col_stride = 1;
+      break;
+    case ConvPass::kWgrad:
+      g.m = c.k, g.n = c.c, g.k = pixels;
+      g.a = c.dy, g.a_row_stride = 1, g.a_col_stride = c.k;
+      g.b = c.x, g.b_row_stride = c.c, g.b_col_stride = 1;
+      break;
+  }
+  g.d_row_stride = g.n, g.d_batch_stride = g.m * g.n;
+  return g;
 }
 
 bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& p) {
@@ -295,7 +331,14 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
   if (p.groups <= 0) return plan;
-  const bool hopper = path == ConvPath::kWgmma || (path == ConvPath::kAuto && wgmma_conv_by_default(pass, p));
+  if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
+    plan.path = Conv2dPlan::Path::kGemm;
+    plan.gemm = plan_gemm(one_by_one_gemm(pass, p));
+    plan.workspace_bytes = plan.gemm.workspace_bytes;
+    return plan;
+  }
+  const bool hopper = path == ConvPath::kWgmma ||
+                      ((path == ConvPath::kAuto || path == ConvPath::kGemm) && wgmma_conv_by_default(pass, p));
   if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
     plan.wgmma = plan_wgmma_conv(pass, p);
@@ -327,6 +370,9 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan
     case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kImplicitGemm: return launch_in_place(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kWgmma: return launch_wgmma_conv(pass, p, plan.wgmma, workspace, stream);
+    case Conv2dPlan::Path::kGemm:
+      if (!is_one_by_one_gemm(p)) return cudaErrorInvalidValue;
+      return launch_gemm(one_by_one_gemm(pass, p), plan.gemm, workspace, stream);
     default: return cudaErrorInvalidValue;
   }
 }

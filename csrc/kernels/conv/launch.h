@@ -7,6 +7,7 @@
 
 #include "conv/depthwise.h"
 #include "conv/params.h"
+#include "gemm/launch.h"
 #include "plan/gemm_plan.h"
 #include "sm90/conv_launch.h"
 
@@ -34,13 +35,18 @@ struct Conv2dPlan {
     kPadded,
     // The Hopper convolution (sm90/conv_launch.h), where MPGEMM_CONV_PATH asks for it.
     kWgmma,
+    // A 1x1 convolution at stride 1 without padding as the plain GEMM it is
+    // (one_by_one_gemm), on the GEMM's own plan, where MPGEMM_CONV_PATH=gemm asks.
+    kGemm,
   };
   Path path = Path::kInvalid;
   DepthwisePlan depthwise;  // kDepthwise
   ConvTilePlan tiles;       // kImplicitGemm; kPadded: the padded problem's
   WgmmaConvPlan wgmma;      // kWgmma
-  // wgrad's split partial sums (of the implicit GEMM, the depthwise kernels
-  // or the Hopper convolution) and the padded copies; 0 when neither applies.
+  GemmLaunch gemm;          // kGemm
+  // wgrad's split partial sums (of the implicit GEMM, the depthwise kernels,
+  // the Hopper convolution or the GEMM's split-K) and the padded copies; 0
+  // when neither applies.
   size_t workspace_bytes = 0;
 };
 
@@ -48,10 +54,23 @@ struct Conv2dPlan {
 // on sm_90 the Hopper convolution where it takes the pass and
 // wgmma_conv_by_default says it is the faster, else the WMMA implicit GEMMs
 // (or the depthwise and padded-copy kernels); "wgmma" the Hopper convolution
-// wherever it takes the pass; "wmma" never. Throws std::invalid_argument for
-// any other value.
-enum class ConvPath : int { kAuto = 0, kWgmma, kWmma };
+// wherever it takes the pass; "wmma" never; "gemm" a 1x1 convolution at
+// stride 1 without padding as a GEMM (one_by_one_gemm: the Hopper GEMM on
+// sm_90, the WMMA tiles elsewhere; opt-in until measured), every other
+// problem as "auto". Throws std::invalid_argument for any other value.
+enum class ConvPath : int { kAuto = 0, kWgmma, kWmma, kGemm };
 ConvPath conv_path();
+
+// A pass of a 1x1 convolution at stride 1 without padding, in one group, as
+// the GEMM it is on NHWC activations and KC filters, reading every operand
+// in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
+// dx[NHW, C] = dy[NHW, K] w (B row-major); wgrad dw[K, C] = dy^T x (A
+// column-major, B row-major, K = the N*H*W pixels). Whether the problem is
+// one (a stride other than 1 reads every stride-th pixel, which no GEMM
+// operand's row pitch describes: the im2col boxes of the Hopper convolution,
+// or the implicit GEMM's gathers, read those).
+bool is_one_by_one_gemm(const Conv2dParams& params);
+GemmParams one_by_one_gemm(ConvPass pass, const Conv2dParams& params);
 
 // Where the Hopper convolution is the default on sm_90, among the passes it
 // takes (H100, d816ee9, 2026-11-27, ResNet-50's convolutions at batch 256:

@@ -81,10 +81,27 @@ GemmPath gemm_path() {
   if (std::strcmp(path, "wgmma") == 0) return GemmPath::kWgmma;
   if (std::strcmp(path, "wgmma_2x1") == 0) return GemmPath::kWgmmaPair;
   if (std::strcmp(path, "wgmma_pingpong") == 0) return GemmPath::kWgmmaPingPong;
+  if (std::strcmp(path, "wgmma_n128") == 0) return GemmPath::kWgmmaN128;
+  if (std::strcmp(path, "wgmma_n64") == 0) return GemmPath::kWgmmaN64;
   if (std::strcmp(path, "wmma") == 0) return GemmPath::kWmma;
   throw std::invalid_argument(
-      std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong' or 'wmma', got '") + path +
-      "'");
+      std::string("MPGEMM_GEMM_PATH must be 'auto', 'wgmma', 'wgmma_2x1', 'wgmma_pingpong', 'wgmma_n128', "
+                  "'wgmma_n64' or 'wmma', got '") +
+      path + "'");
+}
+
+bool narrow_tiles_enabled() {
+  const char* narrow = std::getenv("MPGEMM_NARROW_TILES");
+  if (narrow == nullptr || *narrow == '\0' || std::strcmp(narrow, "0") == 0) return false;
+  if (std::strcmp(narrow, "1") == 0) return true;
+  throw std::invalid_argument(std::string("MPGEMM_NARROW_TILES must be '0' or '1', got '") + narrow + "'");
+}
+
+TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessors) {
+  if (!narrow_tiles_enabled() || n > tile_config(TileConfigId::kWgmmaN128).block_n) return TileConfigId::kCount;
+  if (n <= tile_config(TileConfigId::kWgmmaN64).block_n || tiles_n128 * 2 <= multiprocessors)
+    return TileConfigId::kWgmmaN64;
+  return TileConfigId::kWgmmaN128;
 }
 
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
@@ -130,14 +147,17 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     operands, not switched off by gemm_path), unless rule 3 below splits K
 //     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
 //     idle on small outputs with long K, where split-K of smaller WMMA tiles
-//     ran up to 9x faster on an H100. Ping-pong consumers on pairs
+//     ran up to 9x faster on an H100. Where MPGEMM_NARROW_TILES=1 and N is
+//     at most 128, the narrow tile narrow_wgmma_tile names in place of the
+//     wide one (opt-in: not yet run on a GPU; it leaves rule 3's split). Otherwise ping-pong consumers on pairs
 //     ("wgmma_pingpong") where blocks alone's 128 x 256 tiles (times the
 //     batch) fill at most half of the multiprocessors: their 64 x 256 tiles
 //     give more blocks work, 1.3x to 1.7x faster on three of the four such
 //     shapes timed on an H200 and a tie on the fourth (bench/NOTES.md,
 //     2026-11-26); elsewhere blocks alone ("wgmma"), which
 //     were 2% to 5% faster than ping-pong from 128 tiles on, and equal to
-//     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the three.
+//     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the Hopper
+//     kernels.
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
 //  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
 //     whose shared memory and arch the device has and whose grid (tiles x
@@ -149,11 +169,20 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
   const GemmPath path = gemm_path();
+  narrow_tiles_enabled();  // a bad value is refused wherever it is set, whatever the shape
   const TileConfigId hopper = path == GemmPath::kWgmmaPair       ? TileConfigId::kWgmmaPair
                               : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
+                              : path == GemmPath::kWgmmaN128     ? TileConfigId::kWgmmaN128
+                              : path == GemmPath::kWgmmaN64      ? TileConfigId::kWgmmaN64
                                                                  : TileConfigId::kWgmma;
   const bool forced = path != GemmPath::kAuto && path != GemmPath::kWmma;  // one of the Hopper kernels
   if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d)) {
+    if (path == GemmPath::kAuto) {
+      const TileConfigId narrow =
+          narrow_wgmma_tile(s.n, tiles(tile_config(TileConfigId::kWgmmaN128), s) * s.batch, d.multiprocessors);
+      if (narrow != TileConfigId::kCount && fits_device(tile_config(narrow), s, d))
+        return make_plan(narrow, s, 1, false);
+    }
     const TileConfigInfo& ping_pong = tile_config(TileConfigId::kWgmmaPingPong);
     const bool few_tiles = tiles(tile_config(TileConfigId::kWgmma), s) * s.batch * 2 <= d.multiprocessors;
     if (path == GemmPath::kAuto && few_tiles && fits_device(ping_pong, s, d))

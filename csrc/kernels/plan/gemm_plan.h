@@ -84,10 +84,25 @@ GemmShape gemm_shape(const GemmParams& params);
 // Which kernels MPGEMM_GEMM_PATH asks for: "auto" (or unset) lets the
 // heuristic choose, "wgmma" takes the Hopper path wherever it can run,
 // "wgmma_2x1" too on pairs of blocks that share B's copies,
-// "wgmma_pingpong" on pairs whose consumers take tiles in turn, "wmma"
-// never does. Throws std::invalid_argument for any other value.
-enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWgmmaPingPong, kWmma };
+// "wgmma_pingpong" on pairs whose consumers take tiles in turn,
+// "wgmma_n128" and "wgmma_n64" on blocks alone over 128 x 128 and 128 x 64
+// tiles, "wmma" never does. Throws std::invalid_argument for any other
+// value.
+enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWgmmaPingPong, kWgmmaN128, kWgmmaN64, kWmma };
 GemmPath gemm_path();
+
+// Whether MPGEMM_NARROW_TILES=1 lets the plans of the Hopper GEMM and
+// convolution pick the narrow tiles (wgmma_n128, wgmma_n64) for outputs of
+// at most 128 columns: opt-in until they have passed the GPU tests
+// (unset or "0": no; throws std::invalid_argument for any other value).
+bool narrow_tiles_enabled();
+
+// The narrow Hopper tile for an output `n` columns wide made of `tiles_n128`
+// 128 x 128 tiles (times the batch) on `multiprocessors`: wgmma_n64 for n
+// of at most 64, or at most 128 where 128-column tiles fill at most half of
+// the multiprocessors; wgmma_n128 for the rest up to 128; kCount (none)
+// past 128 or where narrow_tiles_enabled() says no.
+TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessors);
 
 // Split-K cuts K into at most this many ranges of whole slices, and a split
 // gets at least kMinSlicesPerSplit slices, so that its share of the mainloop

@@ -3,11 +3,11 @@
 //
 // Work: a persistent grid walks the tiles of every matrix of the batch in
 // grouped order (sm90/tile_scheduler.cuh). With Tile::kClusterM = 2 blocks run
-// in pairs, a pair taking two tiles stacked along M that read the same 256
+// in pairs, a pair taking two tiles stacked along M that read the same
 // columns of B.
 // Block: three warpgroups with split roles (warp specialization). Warpgroup 0
 // produces: one of its threads issues the copies of each 64-deep K slice
-// into a ring of kStages shared-memory stages (sm90/pipeline.cuh), each
+// into a ring of Tile::kStages shared-memory stages (sm90/pipeline.cuh), each
 // guarded by two mbarriers: `full` completes when the copy engine has
 // written the stage's bytes (its B half from the other block of a pair too),
 // `empty` when every consumer that reads the stage's copies has finished
@@ -16,10 +16,11 @@
 // (sm90/producer.cuh), a convolution's im2col boxes of activations and tiles
 // of filters (sm90/conv_producer.cuh). Warpgroups 1 and 2 consume
 // (sm90/mainloop.cuh) on one of two schedules (Tile::kSchedule): cooperative,
-// 128 x 256 tiles whose 64-row halves the two consumers take, or ping-pong,
-// 64 x 256 tiles that the consumers take in turn, one storing a tile while
-// the other's wgmmas run. Each then stores its accumulators
-// (sm90/epilogue.cuh).
+// 128 x N tiles whose 64-row halves the two consumers take, or ping-pong,
+// 64 x N tiles that the consumers take in turn, one storing a tile while
+// the other's wgmmas run; N is the tile's width, 256, or 128 and 64 for
+// narrow outputs, the ring deeper where its stages are smaller. Each then
+// stores its accumulators (sm90/epilogue.cuh).
 // Why: mma.sync reaches about two thirds of Hopper's Tensor Core rate and
 // wgmma all of it; the copy engine computes every address and bound itself
 // (elements past the tensor arrive as zeros), so the consumers do no address
@@ -92,7 +93,7 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   const int thread = threadIdx.x % Config::kWarpgroupThreads;
   const int rank = Tile::kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Config::kStages; ++s) {
+    for (int s = 0; s < Tile::kStages; ++s) {
       mbarrier_init(&shared.full[s], 1);
       mbarrier_init(&shared.empty[s], Tile::kStageReaders * Tile::kClusterM);
     }
@@ -104,7 +105,7 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
 
   const int64_t tiles = Scheduler::tiles(p);
   const int64_t first_tile = Scheduler::first(), tile_step = Scheduler::step();
-  PipelineState pipe;
+  TilePipeline<Tile> pipe;
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
@@ -133,19 +134,19 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   constexpr int kTurnThreads = Config::kConsumers * Config::kWarpgroupThreads;
   const int next_consumer = (consumer + 1) % Config::kConsumers;
   if constexpr (Tile::kPingPong) pipe.advance(consumer * k_slices);
-  float acc[128];
+  float acc[Tile::kAccumulators];
   OutputStaging staging{shared.out[consumer]};
   for (int64_t t = consumer_first; t < tiles; t += consumer_step) {
     const BatchTile tile = Scheduler::tile(t, p, schedule.raster_group, rank);
     if constexpr (Tile::kPingPong)
       if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
-    const PipelineState reading = mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
+    const TilePipeline<Tile> reading = mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
     if constexpr (Tile::kPingPong)
       if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
     finish_tile<Tile>(shared, reading, thread);
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
-    store_accumulators<Element>(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread,
+    store_accumulators<Element, Tile>(acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread,
                                 consumer);
   }
   // The shared memory the last stores read goes with the block.

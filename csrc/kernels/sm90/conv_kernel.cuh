@@ -4,8 +4,8 @@
 //   dgrad  dx = dy * w^T         M = N*H*W pixels  N = C channels  K = R*S*K (per phase of a stride)
 //   wgrad  dw = dy^T * x         M = K filters     N = R*S*C       K = N*P*Q, split
 // The block is the GEMM's (sm90/block.cuh: the same ring, consumers, epilogue
-// and persistent tile order over 128 x 256 tiles; wgrad's splits are its
-// batch); only what the producer copies differs (sm90/conv_producer.cuh):
+// and persistent tile order over 128 x 256 tiles, or 128 x 128 and 128 x 64
+// for passes whose N is narrow; wgrad's splits are its batch); only what the producer copies differs (sm90/conv_producer.cuh):
 // the copy engine's im2col mode gathers the activations (x, or dy for
 // dgrad) for one filter tap per box, with padding, stride and dilation in
 // the tensor map, so that no thread computes an activation's address, and
@@ -30,6 +30,8 @@ template <ConvPass Pass>
 inline constexpr bool kConvAKMajor = Pass != ConvPass::kWgrad;
 template <ConvPass Pass>
 inline constexpr bool kConvBKMajor = Pass == ConvPass::kFprop;
+template <class Tile, ConvPass Pass>
+using ConvSmem = WgmmaSmem<Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>;
 
 // p describes the output as the GEMM's D (and fprop's bias): y, dx, or
 // wgrad's fp32 partial sums (one matrix per split) or dw itself.
@@ -38,7 +40,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_conv_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule,
                       const ConvWalk walk) {
-  const auto load = [&](auto& shared, const BatchTile& tile, int, int, PipelineState& pipe) {
+  const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
     load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
   };
   wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>(d_map, p, schedule, walk.k_slices, load);

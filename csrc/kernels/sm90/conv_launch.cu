@@ -9,8 +9,10 @@
 // copied back to dw; dgrad with a stride
 // is one launch per phase of dx, as the WMMA dgrad runs it (conv/geometry.h),
 // each an im2col walk of dy at stride 1 over the taps that reach the phase,
-// its rows stored to strided pixels of dx. The kernels are instantiated
-// here, one per pass and input type.
+// its rows stored to strided pixels of dx. Each pass runs on the 128 x 256
+// tile, or where MPGEMM_NARROW_TILES=1 asks and its N (fprop's filters,
+// dgrad's channels, wgrad's columns) is at most 128, on a narrow one; the
+// kernels are instantiated in sm90/conv_kernels_<tile>.cu.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -27,7 +29,7 @@
 #include "plan/gemm_plan.h"
 #include "sm90/conv_kernel.cuh"
 #include "sm90/conv_launch.h"
-#include "sm90/launch_kernel.cuh"
+#include "sm90/launch.h"
 #include "sm90/layout.h"
 #include "sm90/tensor_maps.h"
 
@@ -35,9 +37,8 @@ namespace mpgemm::kernels {
 namespace {
 
 using Config = WgmmaBlockConfig;
-using ConvTile = WgmmaTile;
-template <ConvPass Pass>
-using ConvSmem = sm90::WgmmaSmem<ConvTile, sm90::kConvAKMajor<Pass>, sm90::kConvBKMajor<Pass>>;
+// The tiles a pass may run on: the wide one, and the narrow ones (wgmma_n128, wgmma_n64).
+using ConvTiles = TileList<WgmmaTile, WgmmaN128Tile, WgmmaN64Tile>;
 
 // The im2col mode's ranges for a 4-D tensor: bounding-box corners in [-128,
 // 127] and traversal strides in [1, 8] (cuTensorMapEncodeIm2col, CUDA driver
@@ -248,37 +249,33 @@ ConvLaunch dgrad_launch(const Conv2dParams& c, int phase_h, int phase_w, const C
   return l;
 }
 
-// The maps of a launch's two operands.
-template <ConvPass Pass>
+// The maps of a launch's two operands, for Tile's boxes.
+template <class Tile, ConvPass Pass>
 cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dParams& p, const Im2colSource& g) {
-  using BTile = typename ConvSmem<Pass>::BTile;
+  using BTile = typename sm90::ConvSmem<Tile, Pass>::BTile;
   if constexpr (Pass == ConvPass::kWgrad) {
     if (const cudaError_t err = tiled_map(a_map, p.input_type, p.dy, p.k, p.n * p.p * p.q, 1, Config::kBlockK, 1);
         err != cudaSuccess)
       return err;
     return im2col_map(b_map, p, g, Config::kBlockK);
   } else {
-    if (const cudaError_t err = im2col_map(a_map, p, g, ConvTile::kBlockM); err != cudaSuccess) return err;
+    if (const cudaError_t err = im2col_map(a_map, p, g, Tile::kBlockM); err != cudaSuccess) return err;
     return tiled_map(b_map, p.input_type, p.wt, p.c, p.r * p.s, p.k, 1, BTile::kBoxRows);
   }
 }
 
-template <class Element, ConvPass Pass>
+template <class Element, class Tile, ConvPass Pass>
 cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t stream) {
-  const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(l.gemm);
-  if (tiles == 0) return cudaSuccess;
+  if (sm90::PersistentTileScheduler<Tile>::tiles(l.gemm) == 0) return cudaSuccess;
   CUtensorMap a_map, b_map, d_map{};
-  if (const cudaError_t err = operand_maps<Pass>(&a_map, &b_map, c, l.source); err != cudaSuccess) return err;
+  if (const cudaError_t err = operand_maps<Tile, Pass>(&a_map, &b_map, c, l.source); err != cudaSuccess) return err;
   const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
-  static PerDeviceFact resident_clusters;  // blocks alone: never asked
-  return sm90::launch_persistent<Element, ConvTile>(&sm90::wgmma_conv_kernel<Element, ConvTile, Pass>,
-                                                    ConvSmem<Pass>::kBytes, tiles, resident_clusters, stream, a_map,
-                                                    b_map, d_map, l.gemm, schedule, l.walk);
+  return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass>(a_map, b_map, d_map, l.gemm, schedule, l.walk, stream);
 }
 
 // dgrad: one launch per phase that a tap reaches; dx is zeroed first where
 // some phase none reaches (a 1x1 at stride 2: three of four).
-template <class Element>
+template <class Element, class Tile>
 cudaError_t launch_dgrad(const Conv2dParams& c, cudaStream_t stream) {
   bool unreached = false;
   for_each_dgrad_phase(c, [&](int, int, const ConvGemm& g) { unreached |= g.k == 0; });
@@ -290,20 +287,20 @@ cudaError_t launch_dgrad(const Conv2dParams& c, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   for_each_dgrad_phase(c, [&](int phase_h, int phase_w, const ConvGemm& g) {
     if (err == cudaSuccess && g.k > 0)
-      err = launch_one<Element, ConvPass::kDgrad>(c, dgrad_launch(c, phase_h, phase_w, g), stream);
+      err = launch_one<Element, Tile, ConvPass::kDgrad>(c, dgrad_launch(c, phase_h, phase_w, g), stream);
   });
   return err;
 }
 
-template <class Element, ConvPass Pass>
+template <class Element, class Tile, ConvPass Pass>
 cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* workspace, cudaStream_t stream) {
   if constexpr (Pass == ConvPass::kFprop) {
-    return launch_one<Element, Pass>(c, fprop_launch(c), stream);
+    return launch_one<Element, Tile, Pass>(c, fprop_launch(c), stream);
   } else if constexpr (Pass == ConvPass::kDgrad) {
-    return launch_dgrad<Element>(c, stream);
+    return launch_dgrad<Element, Tile>(c, stream);
   } else {
     const ConvLaunch l = wgrad_launch(c, plan.splits, workspace);
-    if (const cudaError_t err = launch_one<Element, Pass>(c, l, stream); err != cudaSuccess) return err;
+    if (const cudaError_t err = launch_one<Element, Tile, Pass>(c, l, stream); err != cudaSuccess) return err;
     void* sum = wgrad_sum(c, plan.splits, workspace);
     if (plan.splits > 1) {
       // The sum of the splits, in split order (deterministic).
@@ -348,11 +345,26 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
 
 WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p) {
   WgmmaConvPlan plan;
+  const int multiprocessors = device_limits().multiprocessors;
+  // The pass's GEMM: M x N (dgrad: over all of dx's pixels, whatever its phases).
+  const int64_t m = pass == ConvPass::kFprop ? p.n * p.p * p.q : pass == ConvPass::kDgrad ? p.n * p.h * p.w : p.k;
+  const int64_t n = pass == ConvPass::kFprop ? p.k : pass == ConvPass::kDgrad ? p.c : p.r * p.s * wgrad_tap_columns(p);
+  // wgrad's split fills the device however few its tiles: the narrow tile
+  // that fits N, not the one with more tiles.
+  const TileConfigInfo& n128 = tile_config(TileConfigId::kWgmmaN128);
+  const int64_t tiles_n128 = pass == ConvPass::kWgrad
+                                 ? multiprocessors
+                                 : ceil_div(m, int64_t(n128.block_m)) * ceil_div(n, int64_t(n128.block_n));
+  const TileConfigId narrow = narrow_wgmma_tile(n, tiles_n128, multiprocessors);
+  if (narrow != TileConfigId::kCount) plan.tile = narrow;
   if (pass != ConvPass::kWgrad) return plan;
   // As the WMMA wgrad does: about kSplitBlocksPerSM blocks per multiprocessor, each split at least
   // kMinSlicesPerSplit slices, at most kMaxSplits splits.
-  const int64_t tiles = sm90::PersistentTileScheduler<ConvTile>::tiles(wgrad_launch(p, 1, nullptr).gemm);
-  const int64_t wanted = ceil_div(kSplitBlocksPerSM * device_limits().multiprocessors, std::max<int64_t>(tiles, 1));
+  const GemmParams gemm = wgrad_launch(p, 1, nullptr).gemm;
+  const int64_t tiles = with_tile(
+      ConvTiles{}, plan.tile, [&](auto tile) { return sm90::PersistentTileScheduler<decltype(tile)>::tiles(gemm); },
+      int64_t(1));
+  const int64_t wanted = ceil_div(kSplitBlocksPerSM * multiprocessors, std::max<int64_t>(tiles, 1));
   const int64_t slices = wgrad_slices(p);
   const int64_t splits = std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits}));
   // As many splits as whole runs of ceil(slices / splits) slices take: none left empty.
@@ -369,12 +381,18 @@ cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& p, const WgmmaC
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.input_type, [&](auto element) {
     using Element = typename decltype(element)::type;
-    switch (pass) {
-      case ConvPass::kFprop: return launch_pass<Element, ConvPass::kFprop>(p, plan, workspace, stream);
-      case ConvPass::kDgrad: return launch_pass<Element, ConvPass::kDgrad>(p, plan, workspace, stream);
-      case ConvPass::kWgrad: return launch_pass<Element, ConvPass::kWgrad>(p, plan, workspace, stream);
-    }
-    return cudaErrorInvalidValue;
+    return with_tile(
+        ConvTiles{}, plan.tile,
+        [&](auto tile) {
+          using Tile = decltype(tile);
+          switch (pass) {
+            case ConvPass::kFprop: return launch_pass<Element, Tile, ConvPass::kFprop>(p, plan, workspace, stream);
+            case ConvPass::kDgrad: return launch_pass<Element, Tile, ConvPass::kDgrad>(p, plan, workspace, stream);
+            case ConvPass::kWgrad: return launch_pass<Element, Tile, ConvPass::kWgrad>(p, plan, workspace, stream);
+          }
+          return cudaErrorInvalidValue;
+        },
+        cudaErrorInvalidValue);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/tile_configs.h"
 #include "conv/params.h"
 
 namespace mpgemm::kernels {
@@ -19,12 +20,15 @@ namespace mpgemm::kernels {
 // 32-bit sizes; and a non-empty sum.
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 
-// How the Hopper convolution runs a pass it takes: wgrad's split of its sum
-// over output pixels on the current device (1 for the other passes), and the
-// workspace wgrad needs: its splits' fp32 partial sums, and where its
-// channels are not a multiple of 64, dw with each tap's channels padded to
-// one (0 for the other passes, and for wgrad with neither).
+// How the Hopper convolution runs a pass it takes: its tile (the 128 x 256
+// wgmma tile, or where MPGEMM_NARROW_TILES=1 and the pass's N is at most 128
+// the narrow one plan/gemm_plan.h's narrow_wgmma_tile names), wgrad's split
+// of its sum over output pixels on the current device (1 for the other
+// passes), and the workspace wgrad needs: its splits' fp32 partial sums, and
+// where its channels are not a multiple of 64, dw with each tap's channels
+// padded to one (0 for the other passes, and for wgrad with neither).
 struct WgmmaConvPlan {
+  TileConfigId tile = TileConfigId::kWgmma;
   int splits = 1;
   size_t workspace_bytes = 0;
 };

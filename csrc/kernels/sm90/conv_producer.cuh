@@ -46,8 +46,8 @@ __device__ __forceinline__ BoxStart box_start(int pixel, const ConvWalk& walk) {
 }
 
 // Waits for the stage at `pipe` to be handed back and announces its bytes.
-template <class Smem>
-__device__ __forceinline__ uint64_t* claim_stage(Smem& shared, const PipelineState& pipe) {
+template <class Smem, int Stages>
+__device__ __forceinline__ uint64_t* claim_stage(Smem& shared, const PipelineState<Stages>& pipe) {
   mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1);
   mbarrier_arrive_expect_tx(&shared.full[pipe.stage], Smem::ATile::kBytes + Smem::BTile::kBytes);
   return &shared.full[pipe.stage];
@@ -61,7 +61,7 @@ __device__ __forceinline__ uint64_t* claim_stage(Smem& shared, const PipelineSta
 template <ConvPass Pass, class Tile, class Smem>
 __device__ __forceinline__ void load_pixel_rows_tile(Smem& shared, const CUtensorMap* a_map, const CUtensorMap* w_map,
                                                      const BatchTile& tile, const ConvWalk& walk,
-                                                     PipelineState& pipe) {
+                                                     TilePipeline<Tile>& pipe) {
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   static_assert(Tile::kClusterM == 1 && ATile::kKMajor && ATile::kBoxes == 1 &&
@@ -97,7 +97,7 @@ __device__ __forceinline__ void load_pixel_rows_tile(Smem& shared, const CUtenso
 // (64 pixels a box).
 template <class Tile, class Smem>
 __device__ __forceinline__ void load_wgrad_tile(Smem& shared, const CUtensorMap* dy_map, const CUtensorMap* x_map,
-                                                const BatchTile& tile, const ConvWalk& walk, PipelineState& pipe) {
+                                                const BatchTile& tile, const ConvWalk& walk, TilePipeline<Tile>& pipe) {
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   static_assert(Tile::kClusterM == 1 && !ATile::kKMajor && !BTile::kKMajor && BTile::kBoxRows == Config::kBlockK,
@@ -132,7 +132,7 @@ __device__ __forceinline__ void load_wgrad_tile(Smem& shared, const CUtensorMap*
 // The tile's K slices into the ring from `pipe` on, leaving `pipe` past them.
 template <ConvPass Pass, class Tile, class Smem>
 __device__ __forceinline__ void load_conv_tile(Smem& shared, const CUtensorMap* a_map, const CUtensorMap* b_map,
-                                               const BatchTile& tile, const ConvWalk& walk, PipelineState& pipe) {
+                                               const BatchTile& tile, const ConvWalk& walk, TilePipeline<Tile>& pipe) {
   if constexpr (Pass == ConvPass::kWgrad) load_wgrad_tile<Tile>(shared, a_map, b_map, tile, walk, pipe);
   else load_pixel_rows_tile<Pass, Tile>(shared, a_map, b_map, tile, walk, pipe);
 }

@@ -1,5 +1,5 @@
 // The epilogue of a Hopper block: each consumer adds bias and activation to
-// its 64 x 256 fp32 accumulators in registers, in place, then rounds them
+// its 64 x N fp32 accumulators (N the tile's width) in registers, in place, then rounds them
 // once to D's type. Where D has a tensor map (a 16-byte aligned base and
 // pitches) it writes strips of 64 rows x 128 bytes (sm90/layout.h's
 // OutputStrip, 128-byte swizzle) to two shared-memory buffers in turn, and
@@ -29,18 +29,20 @@
 
 namespace mpgemm::kernels::sm90 {
 
-// Adds the bias, if any, to the consumer's accumulators (columns from col0)
-// and applies the activation, in place. The bias type is dispatched once,
-// outside the unrolled loop.
-__device__ __forceinline__ void add_bias_and_activate(float (&acc)[128], const GemmParams& p, int64_t col0,
+// Adds the bias, if any, to the consumer's Registers accumulators (64 x
+// 2 * Registers, columns from col0) and applies the activation, in place.
+// The bias type is dispatched once, outside the unrolled loop.
+template <int Registers>
+__device__ __forceinline__ void add_bias_and_activate(float (&acc)[Registers], const GemmParams& p, int64_t col0,
                                                       int thread) {
+  constexpr int kCols = 2 * Registers;
   const int64_t past_col0 = p.n - col0;
-  const int cols = past_col0 < Config::kInstrN ? int(past_col0) : Config::kInstrN;  // of the tile, inside D
+  const int cols = past_col0 < kCols ? int(past_col0) : kCols;  // of the tile, inside D
   const auto add_bias = [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* bias = static_cast<const T*>(p.bias) + col0;
 #pragma unroll
-    for (int r = 0; r < 128; r += 4) {
+    for (int r = 0; r < Registers; r += 4) {
       const int col = accumulator_col(thread, r);
       const float b0 = col < cols ? ElementTraits<T>::to_float(bias[col]) : 0.0f;
       const float b1 = col + 1 < cols ? ElementTraits<T>::to_float(bias[col + 1]) : 0.0f;
@@ -50,7 +52,7 @@ __device__ __forceinline__ void add_bias_and_activate(float (&acc)[128], const G
   if (p.bias != nullptr) visit_element_type(p.bias_type, add_bias);
   const auto activate = [&](auto activation) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = apply_activation(decltype(activation)::value, acc[i]);
+    for (int i = 0; i < Registers; ++i) acc[i] = apply_activation(decltype(activation)::value, acc[i]);
   };
   switch (p.activation) {
     case Activation::kRelu: return activate(std::integral_constant<Activation, Activation::kRelu>{});
@@ -70,14 +72,14 @@ __device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSc
   return image * g.image_pitch + a * g.row_pitch + b * g.col_pitch;
 }
 
-// Rounds and stores the consumer's 64 x 256 accumulators (rows from row0,
+// Rounds and stores the consumer's 64 x 2 * Registers accumulators (rows from row0,
 // columns from col0 of matrix `batch` of D). Registers r..r+3 (r a multiple
 // of 4) hold columns c and c+1 of two rows 8 apart, c lying 8 * (r / 4)
 // columns past register 0's: each row's stores are constant offsets from one
 // pointer. Threads whose rows and columns all lie inside D skip every bound
 // check.
-template <class Out>
-__device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmParams& p, const WgmmaSchedule& s,
+template <class Out, int Registers>
+__device__ __forceinline__ void store_tile(const float (&acc)[Registers], const GemmParams& p, const WgmmaSchedule& s,
                                            int64_t batch, int64_t row0, int64_t col0, int thread) {
   const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
   const int64_t col = col0 + accumulator_col(thread, 0);
@@ -90,14 +92,14 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const GemmPa
     else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(at) =
         ElementTraits<Out>::round_pair(v0, v1);
   };
-  if (s.d_pairs && rows[1] < p.m && col0 + Config::kInstrN <= p.n) {  // inside D: no checks
+  if (s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n) {  // inside D: no checks
 #pragma unroll
-    for (int r = 0; r < 128; r += 4)
+    for (int r = 0; r < Registers; r += 4)
 #pragma unroll
       for (int h = 0; h < 2; ++h) store_pair(out[h] + 8 * (r / 4), acc[r + 2 * h], acc[r + 2 * h + 1]);
   } else {
 #pragma unroll
-    for (int r = 0; r < 128; r += 4) {
+    for (int r = 0; r < Registers; r += 4) {
       const int64_t c = col + 8 * (r / 4);
       if (c >= p.n) break;
       const bool both = c + 1 < p.n;
@@ -129,21 +131,23 @@ struct OutputStaging {
   uint32_t strips = 0;
 };
 
-// Stores the consumer's 64 x 256 accumulators (rows from row0, columns from
+// Stores the consumer's 64 x 2 * Registers accumulators (rows from row0, columns from
 // col0 of matrix `batch` of D) through its output strips and the copy
 // engine, which leaves out what lies past D. Before a buffer is written
 // again, the store that last read it must be done reading (one issuing
 // thread waits, then the warpgroup meets); the strip's writes are fenced for
 // the async proxy and met on before its one store is issued.
-template <class Out>
-__device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const GemmParams& p, const CUtensorMap* d_map,
-                                              OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
-                                              int thread, int consumer) {
+template <class Out, int Registers>
+__device__ __forceinline__ void copy_out_tile(const float (&acc)[Registers], const GemmParams& p,
+                                              const CUtensorMap* d_map, OutputStaging& staging, int64_t batch,
+                                              int64_t row0, int64_t col0, int thread, int consumer) {
   using Strip = OutputStrip<sizeof(Out)>;
-  constexpr int kRegisters = Config::kInstrN / 2 / Strip::kStrips;  // a strip's accumulators per thread
+  constexpr int kStrips = 2 * Registers / Strip::kCols;  // across the consumer's columns
+  static_assert(kStrips * Strip::kCols == 2 * Registers, "whole strips span a consumer's columns");
+  constexpr int kRegisters = Registers / kStrips;  // a strip's accumulators per thread
   const int barrier = kStripBarrier + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
 #pragma unroll
-  for (int strip = 0; strip < Strip::kStrips; ++strip) {
+  for (int strip = 0; strip < kStrips; ++strip) {
     const int64_t strip_col0 = col0 + strip * Strip::kCols;
     if (strip_col0 >= p.n) break;  // the same for the whole warpgroup: the rest lies past D
     uint8_t* buffer = staging.buffers[staging.strips % Config::kOutputBuffers];
@@ -180,10 +184,11 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[128], const Gem
 // (plan/gemm_plan.cpp's gemm_shape admits no other), so that each kernel
 // holds four ways to store. A consumer whose rows all lie past M (the second
 // block of a pair at the last tile row) stores nothing.
-template <class Element>
-__device__ __forceinline__ void store_accumulators(float (&acc)[128], const GemmParams& p, const WgmmaSchedule& s,
-                                                   const CUtensorMap* d_map, OutputStaging& staging, int64_t batch,
-                                                   int64_t row0, int64_t col0, int thread, int consumer) {
+template <class Element, class Tile>
+__device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
+                                                   const WgmmaSchedule& s, const CUtensorMap* d_map,
+                                                   OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
+                                                   int thread, int consumer) {
   if (row0 >= p.m) return;
   add_bias_and_activate(acc, p, col0, thread);
   const auto store_as = [&](auto out) {

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
   const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
-  const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, PipelineState& pipe) {
+  const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, TilePipeline<Tile>& pipe) {
     load_tile<Tile>(shared, &a_map, &b_map, tile, schedule, slices, rank, pipe);
   };
   wgmma_block<Element, Tile, AKMajor, BKMajor>(d_map, p, schedule, k_slices, load);

@@ -47,7 +47,7 @@ cudaError_t operand_map(CUtensorMap* map, ElementType type, const void* base, in
 template <class Element, class Tile, bool AKMajor, bool BKMajor>
 cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
   using ATile = sm90::SwizzledOperandTile<Tile::kBlockM, AKMajor>;
-  using BTile = sm90::SwizzledOperandTile<Config::kBlockN, BKMajor>;
+  using BTile = sm90::SwizzledOperandTile<Tile::kBlockN, BKMajor>;
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_map<ATile>(&a_map, p.ab_type, p.a, p.m, p.k,
                                                  AKMajor ? p.a_row_stride : p.a_col_stride, p.a_batch_stride, p.batch);
@@ -86,5 +86,7 @@ cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, bool a_k_ma
 template cudaError_t launch_wgmma_gemm<WgmmaTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaPairTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaPingPongTile>(const GemmParams&, int, bool, bool, cudaStream_t);
+template cudaError_t launch_wgmma_gemm<WgmmaN128Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
+template cudaError_t launch_wgmma_gemm<WgmmaN64Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
 
 }  // namespace mpgemm::kernels

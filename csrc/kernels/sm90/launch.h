@@ -6,6 +6,7 @@
 
 #include "common/gemm_params.h"
 #include "common/tile_configs.h"
+#include "conv/params.h"
 #include "sm90/params.h"
 
 namespace mpgemm::kernels {
@@ -18,6 +19,15 @@ namespace sm90 {
 template <class Element, class Tile, bool AKMajor, bool BKMajor>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
+
+// Launches the Hopper convolution kernel of one input type, tile and pass
+// (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and
+// `walk` its walk of K. Instantiated in sm90/conv_kernels_<tile>.cu, a
+// tile's six kernels (three passes, two types) a unit.
+template <class Element, class Tile, ConvPass Pass>
+cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                     const GemmParams& params, const WgmmaSchedule& schedule, const ConvWalk& walk,
+                                     cudaStream_t stream);
 
 }  // namespace sm90
 

@@ -80,9 +80,7 @@ template <int ElementBytes>
 struct OutputStrip {
   static constexpr int kRows = WgmmaBlockConfig::kInstrM, kCols = kSwizzleBytes / ElementBytes;
   static constexpr int kBytes = WgmmaBlockConfig::kOutputStripBytes;
-  static constexpr int kStrips = WgmmaBlockConfig::kInstrN / kCols;  // across a consumer's 256 columns
   static_assert(kBytes == kRows * kSwizzleBytes, "a strip is 64 rows of one swizzle row each");
-  static_assert(kStrips * kCols == WgmmaBlockConfig::kInstrN, "whole strips span a consumer's columns");
   // Byte offset of element (row, col) of the strip.
   MPGEMM_HOST_DEVICE constexpr static uint32_t offset(uint32_t row, uint32_t col) {
     return swizzle128_offset(row, col * ElementBytes);

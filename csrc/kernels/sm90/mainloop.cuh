@@ -1,7 +1,8 @@
 // The consumer mainloop of a Hopper block: a consumer warpgroup waits for
-// each stage of its tile's K slices to fill, issues the slice's four 64 x 256
-// x 16 wgmmas (A's 64 rows and B's 256 columns read from the swizzled tiles
-// through their descriptors) into 64 x 256 fp32 accumulators in registers,
+// each stage of its tile's K slices to fill, issues the slice's four 64 x N
+// x 16 wgmmas (A's 64 rows and B's N columns, the tile's width, read from
+// the swizzled tiles through their descriptors) into 64 x N fp32
+// accumulators in registers,
 // and keeps one slice's wgmmas in flight while it waits for the next: a
 // stage goes back to the producers (every block whose copies land in it)
 // once the wgmmas after its own have been issued.
@@ -32,18 +33,19 @@ __device__ __forceinline__ void release_stage(Smem& shared, int stage, int threa
 // last, whose wgmmas may still be in flight: returns its position (for
 // finish_tile), and leaves `pipe` past the slices.
 template <class Element, class Tile, class Smem>
-__device__ __forceinline__ PipelineState mma_tile(float (&acc)[128], Smem& shared, PipelineState& pipe, int k_slices,
-                                                  int row_block, int thread) {
+__device__ __forceinline__ TilePipeline<Tile> mma_tile(float (&acc)[Tile::kAccumulators], Smem& shared,
+                                                       TilePipeline<Tile>& pipe, int k_slices, int row_block,
+                                                       int thread) {
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
-  PipelineState reading = pipe;  // the stage whose wgmmas may still be in flight
+  TilePipeline<Tile> reading = pipe;  // the stage whose wgmmas may still be in flight
   for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
     mbarrier_wait(&shared.full[pipe.stage], pipe.phase);
     const uint32_t a_tile = smem_address(shared.a[pipe.stage]), b_tile = smem_address(shared.b[pipe.stage]);
     wgmma_fence();
 #pragma unroll
     for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16)
-      wgmma_m64n256k16<Element, ATile::kKMajor ? 0 : 1, BTile::kKMajor ? 0 : 1>(
+      wgmma_m64nNk16<Tile::kInstrN, Element, ATile::kKMajor ? 0 : 1, BTile::kKMajor ? 0 : 1>(
           acc, ATile::descriptor(a_tile, k16, row_block), BTile::descriptor(b_tile, k16), slice > 0 || k16 > 0);
     wgmma_commit();
     // The previous slice's wgmmas are done once at most this one's are
@@ -60,7 +62,7 @@ __device__ __forceinline__ PipelineState mma_tile(float (&acc)[128], Smem& share
 // Waits for the tile's last wgmmas and hands their stage back: the
 // accumulators then hold the tile.
 template <class Tile, class Smem>
-__device__ __forceinline__ void finish_tile(Smem& shared, const PipelineState& reading, int thread) {
+__device__ __forceinline__ void finish_tile(Smem& shared, const TilePipeline<Tile>& reading, int thread) {
   wgmma_wait<0>();
   release_stage<Tile>(shared, reading.stage, thread);
 }

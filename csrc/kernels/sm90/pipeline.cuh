@@ -13,18 +13,19 @@ namespace mpgemm::kernels::sm90 {
 
 using Config = WgmmaBlockConfig;
 
-// A block's shared memory: kStages stages of A's and B's tiles, each with a
-// `full` mbarrier (the copy engine has written it) and an `empty` one (every
-// consumer that reads it is done), and each consumer's output strips.
+// A block's shared memory: Tile::kStages stages of A's and B's tiles, each
+// with a `full` mbarrier (the copy engine has written it) and an `empty` one
+// (every consumer that reads it is done), and each consumer's output strips.
 template <class Tile, bool AKMajor, bool BKMajor>
 struct WgmmaSmem {
   using ATile = SwizzledOperandTile<Tile::kBlockM, AKMajor>;
-  using BTile = SwizzledOperandTile<Config::kBlockN, BKMajor>;
-  alignas(kSwizzleAtomBytes) uint8_t a[Config::kStages][ATile::kBytes];
-  alignas(kSwizzleAtomBytes) uint8_t b[Config::kStages][BTile::kBytes];
+  using BTile = SwizzledOperandTile<Tile::kBlockN, BKMajor>;
+  static constexpr int kStages = Tile::kStages;
+  alignas(kSwizzleAtomBytes) uint8_t a[kStages][ATile::kBytes];
+  alignas(kSwizzleAtomBytes) uint8_t b[kStages][BTile::kBytes];
   alignas(kSwizzleAtomBytes) uint8_t out[Config::kConsumers][Config::kOutputBuffers][Config::kOutputStripBytes];
-  uint64_t full[Config::kStages];
-  uint64_t empty[Config::kStages];
+  uint64_t full[kStages];
+  uint64_t empty[kStages];
   static constexpr int kBytes = Tile::kSmemBytes;
 };
 
@@ -34,12 +35,15 @@ template <class Smem>
 constexpr bool kFitsFromAnyStart =
     offsetof(Smem, empty) + sizeof(Smem::empty) + (kSwizzleAtomBytes - 16) <= size_t(Smem::kBytes);
 
-// The ring's position: stage index and the parity of the round through it.
+// The position in a ring of Stages stages: stage index and the parity of
+// the round through it.
+template <int Stages>
 struct PipelineState {
+  static constexpr int kStages = Stages;
   int stage = 0;
   uint32_t phase = 0;
   __device__ void advance() {
-    if (++stage == Config::kStages) {
+    if (++stage == Stages) {
       stage = 0;
       phase ^= 1;
     }
@@ -47,9 +51,13 @@ struct PipelineState {
   // Past `slices` more slices at once (a ping-pong consumer skipping the other's tile).
   __device__ void advance(int slices) {
     const int to = stage + slices;
-    stage = to % Config::kStages;
-    phase ^= uint32_t(to / Config::kStages) & 1;
+    stage = to % Stages;
+    phase ^= uint32_t(to / Stages) & 1;
   }
 };
+
+// The ring of Tile's blocks.
+template <class Tile>
+using TilePipeline = PipelineState<Tile::kStages>;
 
 }  // namespace mpgemm::kernels::sm90

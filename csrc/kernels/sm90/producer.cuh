@@ -38,7 +38,7 @@ __device__ __forceinline__ void load_boxes(uint8_t* dst, const void* map, uint64
 template <class Tile, class Smem>
 __device__ __forceinline__ void load_tile(Smem& shared, const CUtensorMap* a_map, const CUtensorMap* b_map,
                                           const BatchTile& tile, const WgmmaSchedule& schedule, int k_slices,
-                                          int rank, PipelineState& pipe) {
+                                          int rank, TilePipeline<Tile>& pipe) {
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   static_assert(BTile::kBoxes % Tile::kClusterM == 0, "the blocks of a cluster copy B in whole boxes");
@@ -60,9 +60,9 @@ __device__ __forceinline__ void load_tile(Smem& shared, const CUtensorMap* a_map
 // arrive on this block's `empty` barriers, so wait for each stage's last
 // hand-back, that none comes after this block exits.
 template <class Tile, class Smem>
-__device__ __forceinline__ void wait_for_hand_backs(Smem& shared, PipelineState& pipe) {
+__device__ __forceinline__ void wait_for_hand_backs(Smem& shared, TilePipeline<Tile>& pipe) {
   if constexpr (Tile::kClusterM > 1) {
-    for (int s = 0; s < Config::kStages; ++s, pipe.advance())
+    for (int s = 0; s < Tile::kStages; ++s, pipe.advance())
       mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1);
   }
 }

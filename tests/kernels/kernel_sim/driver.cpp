@@ -8,7 +8,9 @@
 // Prints "gemm: F/N failed" (random problems on the launcher's plan), "gemm
 // plans: F/N failed" (split-K, every configuration of the table, grouped tile
 // orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
-// conv kernels ran) and "ceiling: F/N failed"; exits 1 on a failure.
+// conv kernels ran), "conv as gemm: F/N failed" (1x1 convolutions through
+// the GEMM, conv_gemm_cases.cpp) and "ceiling: F/N failed"; exits 1 on a
+// failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -19,6 +21,7 @@
 #include "amp/unscale.h"
 #include "common/epilogue_math.h"
 #include "gemm/launch.h"
+#include "kernel_sim/conv_gemm_cases.h"
 #include "kernel_sim/gemm_cases.h"
 #include "kernel_sim/sim_common.h"
 #include "wmma/mma_ceiling.h"
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {
   sim::async_copies_late = std::stoi(argv[5]);
   sim::shared_memory = smem;
   sim::shared_capacity = sizeof smem;
-  constexpr int kCeilingCases = 3;
+  constexpr int kCeilingCases = 3, kConvGemmCases = 12;
   int gemm_failed = 0, unscale_failed = 0, conv_failed = 0, ceiling_failed = 0;
   for (int i = 0; i < gemm_cases; ++i) gemm_failed += random_gemm_case(i);
   int plan_cases = 0, plan_failed = heuristic_split_cases(plan_cases);
@@ -237,9 +240,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
   printf("kernels launched: %zu\nconv kernels launched: %zu\nwgrad cases that split K: %d\n", sim::launched.size(),
          sim::launched.size() - before_conv, conv_splits_run);
+  int conv_gemm_failed = 0;
+  ConvGemmCounts conv_gemm;
+  for (int i = 0; i < kConvGemmCases; ++i) conv_gemm_failed += conv_gemm_case(i, conv_gemm);
+  printf("conv as gemm: %d/%d failed (%d splitting K)\n", conv_gemm_failed, kConvGemmCases, conv_gemm.split);
   for (int i = 0; i < kCeilingCases; ++i) ceiling_failed += ceiling_case(i);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
-  return gemm_failed || plan_failed || unscale_failed || conv_failed || ceiling_failed;
+  return gemm_failed || plan_failed || unscale_failed || conv_failed || conv_gemm_failed || ceiling_failed;
 }

@@ -50,7 +50,7 @@ Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols
 
 }  // namespace
 
-bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran) {
+bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran, GemmShape* shape) {
   const int64_t batch = spec.batch ? spec.batch : rnd(1, 3);
   int64_t m = spec.min_m ? rnd(spec.min_m, spec.max_m) : rnd(0, 3) ? rnd(1, spec.max_m) : rnd(1, 16);
   int64_t n = spec.min_n ? rnd(spec.min_n, spec.max_n) : rnd(0, 3) ? rnd(1, spec.max_n) : rnd(1, 16);
@@ -103,6 +103,7 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   const GemmLaunch launch = spec.has_plan ? plan_gemm(p, spec.plan) : plan_gemm(p);
   const GemmPlan& plan = launch.plan;
   if (ran) *ran = plan;
+  if (shape) *shape = GemmShape{batch, m, n, k};
   // Split-K's partial sums, poisoned (0xff) like D.
   Buffer workspace(std::max<size_t>(launch.workspace_bytes, 1));
   const cudaError_t err = launch_gemm(p, launch, workspace.p, nullptr);

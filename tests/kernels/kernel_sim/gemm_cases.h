@@ -9,6 +9,7 @@
 namespace sim {
 
 using mpgemm::kernels::GemmPlan;
+using mpgemm::kernels::GemmShape;
 
 // What a GEMM case may pin down; the rest is random. A plan with no
 // `config` is the launcher's own (plan_gemm: the heuristic on the simulated
@@ -49,7 +50,8 @@ struct PinnedKernel {
 inline PinnedKernel pinned;
 
 // Runs one case; whether it failed (and then prints why). `ran`, if given,
-// receives the plan it ran on.
-bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran = nullptr);
+// receives the plan it ran on, and `shape` the problem's shape.
+bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran = nullptr,
+               GemmShape* shape = nullptr);
 
 }  // namespace sim

@@ -17,8 +17,12 @@
 //    pair past M), and one in eight with MPGEMM_GEMM_PATH=wgmma_pingpong, on
 //    pairs whose consumers take 64-row tiles in turn (each skipping the
 //    other's slices in the ring); and, on either pair kernel, tall problems
-//    whose tile order has a partial group. Every pair case must run the
-//    kernel it asks for: its operands are ones the copy engine describes. Half
+//    whose tile order has a partial group; one in eight on the narrow tiles
+//    (128 x 128 and 128 x 64, rings of 6 and 8 stages), asked for by
+//    MPGEMM_GEMM_PATH=wgmma_n128 or =wgmma_n64, or by
+//    MPGEMM_NARROW_TILES=1 on outputs of at most 128 columns, with K that
+//    wraps their rings. Every pair and narrow case must run the kernel it
+//    asks for: its operands are ones the copy engine describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
 //    through the copy engine, and the rest mostly pitches it cannot describe.
 //    D is fp32 or the inputs' type, as the ops make it, but in three cases
@@ -29,19 +33,24 @@
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 //  - the Hopper convolution: hopper_conv_cases.cpp.
 //   hopper_cases <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]
+// With SIM_FIRST_FAILURE set in the environment (a planted bug's run) the
+// cases stop at the first that fails.
 // "pinned" runs every case on A row-major, B column-major and fp16 inputs:
 // the one Hopper kernel of each kind that a planted bug's build replaces
 // (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp).
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
-// any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N" and
+// any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N",
+// "wgmma_n128 cases: N", "wgmma_n64 cases: N" and
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy
 // asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
-// "conv wgmma wgrad cases that split:
-// N", "conv wgmma dgrad cases with a stride: N", "conv wgmma dgrad cases
-// with a phase no tap reaches: N", "conv: F/N failed", "bad
-// MPGEMM_CONV_PATH refused: ok", "taps at the im2col offsets' limit: ok"
-// and "first Hopper launches on fresh threads: ok"; exits 1 on a failure.
+// "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
+// N", "conv wgmma cases on wgmma_n64: N", "conv wgmma dgrad cases with a
+// stride: N", "conv wgmma dgrad cases with a phase no tap reaches: N",
+// "conv: F/N failed", "bad MPGEMM_CONV_PATH refused: ok", "taps at the
+// im2col offsets' limit: ok", "conv as gemm: F/N failed (N on the Hopper
+// GEMM)" (1x1 convolutions through the GEMM, conv_gemm_cases.cpp) and
+// "first Hopper launches on fresh threads: ok"; exits 1 on a failure.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +60,7 @@
 #include <vector>
 
 #include "gemm/launch.h"
+#include "kernel_sim/conv_gemm_cases.h"
 #include "kernel_sim/gemm_cases.h"
 #include "kernel_sim/hopper_conv_cases.h"
 #include "kernel_sim/hopper_models.h"
@@ -157,51 +167,80 @@ static int check_output_strip(int& mismatches) {
   return checked;
 }
 
+// B's tile of a Hopper tile, K-major and MN-major, against the models.
+template <class Tile>
+static int check_b_tiles(int& mismatches) {
+  return check_operand_tile<Tile::kBlockN, true, Tile::kInstrN>(mismatches) +
+         check_operand_tile<Tile::kBlockN, false, Tile::kInstrN>(mismatches);
+}
+
+// The ring of Stages stages: after i slices, stage i mod Stages in round i /
+// Stages, whose parity the waits name; and the same after a jump of j slices
+// from there (a ping-pong consumer passing the other's tile).
+template <int Stages>
+static int check_ring(int& mismatches) {
+  int checked = 0;
+  sm90::PipelineState<Stages> pipe;
+  for (int i = 0; i < 1000; ++i, pipe.advance(), ++checked) {
+    if (pipe.stage != i % Stages || int(pipe.phase) != i / Stages % 2)
+      mismatch(mismatches, "ring position (stage, parity)", i, Stages, pipe.stage * 2 + pipe.phase,
+               i % Stages * 2 + i / Stages % 2);
+    for (int j : {0, 1, 3, 4, 5, 7, 8, 63, 64, 65, 1 << 20}) {
+      sm90::PipelineState<Stages> jumped = pipe;
+      jumped.advance(j);
+      const int to = i + j;
+      if (jumped.stage != to % Stages || int(jumped.phase) != to / Stages % 2)
+        mismatch(mismatches, "ring position after a jump (stage, parity)", i, j, jumped.stage * 2 + jumped.phase,
+                 to % Stages * 2 + to / Stages % 2);
+    }
+  }
+  return checked;
+}
+
 static int check_layouts(int& mismatches) {
   using Config = WgmmaBlockConfig;
   constexpr int kCooperativeRows = WgmmaTile::kBlockM;
   constexpr int kPingPongRows = WgmmaPingPongTile::kBlockM;
+  static_assert(WgmmaTile::kStages == 4 && WgmmaPingPongTile::kStages == 4 && WgmmaN128Tile::kStages == 6 &&
+                    WgmmaN64Tile::kStages == 8,
+                "the rings bench/NOTES.md's predictions assume");
   int checked = check_models(mismatches) + check_operand_tile<kCooperativeRows, true, Config::kInstrM>(mismatches) +
                 check_operand_tile<kCooperativeRows, false, Config::kInstrM>(mismatches) +
                 check_operand_tile<kPingPongRows, true, Config::kInstrM>(mismatches) +
                 check_operand_tile<kPingPongRows, false, Config::kInstrM>(mismatches) +
-                check_operand_tile<Config::kBlockN, true, Config::kInstrN>(mismatches) +
-                check_operand_tile<Config::kBlockN, false, Config::kInstrN>(mismatches) +
-                check_output_strip<4>(mismatches) + check_output_strip<2>(mismatches);
+                check_b_tiles<WgmmaTile>(mismatches) + check_b_tiles<WgmmaN128Tile>(mismatches) +
+                check_b_tiles<WgmmaN64Tile>(mismatches) + check_output_strip<4>(mismatches) +
+                check_output_strip<2>(mismatches) + check_ring<WgmmaTile::kStages>(mismatches) +
+                check_ring<WgmmaN128Tile::kStages>(mismatches) + check_ring<WgmmaN64Tile::kStages>(mismatches);
+  // Every accumulator register of the widest tile (the narrow ones' are its first N / 2).
   for (int thread = 0; thread < Config::kWarpgroupThreads; ++thread)
-    for (int reg = 0; reg < Config::kInstrN / 2; ++reg, ++checked) {
+    for (int reg = 0; reg < WgmmaTile::kAccumulators; ++reg, ++checked) {
       const model::FragmentElement e = model::accumulator_element(thread, reg);
       if (sm90::accumulator_row(thread, reg) != e.row)
         mismatch(mismatches, "accumulator row", thread, reg, sm90::accumulator_row(thread, reg), e.row);
       if (sm90::accumulator_col(thread, reg) != e.col)
         mismatch(mismatches, "accumulator column", thread, reg, sm90::accumulator_col(thread, reg), e.col);
     }
-  // The ring: after i slices, stage i mod kStages in round i / kStages,
-  // whose parity the waits name; and the same after a jump of j slices from
-  // there (a ping-pong consumer passing the other's tile).
-  sm90::PipelineState pipe;
-  for (int i = 0; i < 1000; ++i, pipe.advance(), ++checked) {
-    if (pipe.stage != i % Config::kStages || int(pipe.phase) != i / Config::kStages % 2)
-      mismatch(mismatches, "ring position (stage, parity)", i, 0, pipe.stage * 2 + pipe.phase,
-               i % Config::kStages * 2 + i / Config::kStages % 2);
-    for (int j : {0, 1, 3, 4, 5, 7, 8, 63, 64, 65, 1 << 20}) {
-      sm90::PipelineState jumped = pipe;
-      jumped.advance(j);
-      const int to = i + j;
-      if (jumped.stage != to % Config::kStages || int(jumped.phase) != to / Config::kStages % 2)
-        mismatch(mismatches, "ring position after a jump (stage, parity)", i, j, jumped.stage * 2 + jumped.phase,
-                 to % Config::kStages * 2 + to / Config::kStages % 2);
-    }
-  }
   return checked;
 }
 
+// What the random GEMM cases covered: cases on any Hopper kernel, on each
+// of the kernels only MPGEMM_GEMM_PATH or MPGEMM_NARROW_TILES asks for, and
+// those that stored D through the copy engine.
+struct GemmCaseCounts {
+  int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0;
+};
+
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
 // plan the launcher must refuse.
-static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_ping_pong, int& copied_out) {
+static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // Pairs in one case of four, every other one with ping-pong consumers; of
-  // each pair kernel's cases, one in two tall.
+  // each pair kernel's cases, one in two tall. Narrow tiles in one case of
+  // eight, in turn wgmma_n128 and wgmma_n64 forced, and the tile
+  // MPGEMM_NARROW_TILES=1 picks for an output of at most 128 columns.
   const bool forced = index % 4 == 3, paired = index % 4 == 1, ping_pong = index % 8 == 5;
+  const bool narrow = index % 8 == 4;
+  const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: MPGEMM_NARROW_TILES=1
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
   // kernels do not store: WMMA tiles even where MPGEMM_GEMM_PATH=wgmma asks
@@ -216,55 +255,86 @@ static bool hopper_gemm_case(int index, int& on_wgmma, int& on_pairs, int& on_pi
   sim::use_multiprocessors(multiprocessors);
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
+  if (narrow && narrow_kind < 2) setenv("MPGEMM_GEMM_PATH", narrow_kind == 0 ? "wgmma_n128" : "wgmma_n64", 1);
+  if (narrow && narrow_kind == 2) setenv("MPGEMM_NARROW_TILES", "1", 1);
   sim::GemmCaseSpec spec;
   // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
-  spec.aligned = paired || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
+  spec.aligned = paired || narrow || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
   spec.whole_chunks = false;
-  spec.copyable_operands = paired;  // so that every pair case runs its kernel
-  // On each pair kernel: the tall cases store from registers, the others through the copy engine.
-  spec.d_copyable = (paired ? index / 8 : index / 4) % 2 == 0;
+  // So that every pair and narrow case runs its kernel, and every other forced one the wide tile's.
+  spec.copyable_operands = paired || narrow || index % 8 == 3;
+  // On each pair kernel: the tall cases store from registers, the others through the copy engine; every
+  // forced case through the copy engine (the epilogue's strips turned over most often).
+  spec.d_copyable = forced || (paired ? index / 8 : index / 4) % 2 == 0;
   using OutputType = sim::GemmCaseSpec::OutputType;
   spec.d_type = other_type || refused ? OutputType::kOther16Bit : OutputType::kOpsOwn;
   if (other_type || refused) spec.min_k = 1;
   if (refused) {
     spec.has_plan = true;
-    const TileConfigId hopper[] = {TileConfigId::kWgmma, TileConfigId::kWgmmaPair, TileConfigId::kWgmmaPingPong};
-    spec.plan.config = hopper[sim::rnd(0, 2)];
+    const TileConfigId hopper[] = {TileConfigId::kWgmma, TileConfigId::kWgmmaPair, TileConfigId::kWgmmaPingPong,
+                                   TileConfigId::kWgmmaN128, TileConfigId::kWgmmaN64};
+    spec.plan.config = hopper[sim::rnd(0, 4)];
     spec.expect = cudaErrorInvalidValue;
   }
   spec.max_m = 300, spec.max_n = 560, spec.max_k = 200;
-  if (forced) spec.max_m = spec.max_n = 100, spec.min_k = 64, spec.max_k = 640;  // long K on one tile
+  // Long K on one tile, as wide as it goes: up to 8 output strips a consumer through the copy engine, at
+  // least 3 (each output buffer written again while a store may read it) in every other forced case.
+  if (forced) spec.max_m = 128, spec.max_n = 256, spec.min_k = 64, spec.max_k = 640;
+  if (forced && index % 8 == 3) spec.min_n = 129;
   if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
   if (ping_pong && !tall && !short_ping_pong) spec.min_m = 129, spec.min_n = 257;  // four tiles or more
   if (short_ping_pong) spec.max_m = 128, spec.max_n = 512, spec.min_k = 65, spec.max_k = 256, spec.batch = 1;
   if (tall) spec.min_m = 8 * 128 + 1, spec.max_m = 9 * 128, spec.max_n = 200, spec.min_k = 1, spec.max_k = 64;
   if (tall) spec.batch = 1;
+  // Narrow: K that wraps the deeper rings (6 and 8 stages) within every
+  // tile where a tile is forced (9 or 10 slices), any K where the plan
+  // picks it, on up to four multiprocessors, so that each block walks
+  // several tiles; columns up to 128 where the plan picks the tile (on one
+  // multiprocessor, where no split of K on WMMA tiles can win it), past it
+  // where one is forced.
+  if (narrow) spec.max_m = 300, spec.max_n = narrow_kind == 2 ? 128 : 200, spec.max_k = 640;
+  if (narrow) spec.min_k = narrow_kind == 2 ? 1 : 8 * 64 + 1;
+  if (narrow) sim::use_multiprocessors(narrow_kind == 2 ? 1 : int(sim::rnd(1, 4)));
   GemmPlan plan;
+  GemmShape shape;
   const uint64_t stores_before = sim::hopper::stores_issued;
   const char* kind = refused      ? "refused"
+                     : narrow     ? "narrow"
                      : forced     ? "forced"
                      : tall       ? "tall"
                      : ping_pong  ? "ping-pong"
                      : paired     ? "pairs"
                      : other_type ? "other type"
                                   : "gemm";
-  bool bad = sim::gemm_case(kind, index, spec, &plan);
+  bool bad = sim::gemm_case(kind, index, spec, &plan, &shape);
   unsetenv("MPGEMM_GEMM_PATH");
+  unsetenv("MPGEMM_NARROW_TILES");
   if (other_type && is_wgmma(plan.config)) {
     printf("other type case %d FAILED: the launcher planned the Hopper path for D it does not store\n", index);
     bad = true;
   }
-  const TileConfigId asked = ping_pong ? TileConfigId::kWgmmaPingPong : TileConfigId::kWgmmaPair;
-  if (paired && plan.config != asked) {
+  // The narrow tile the plan should pick: 64 columns or fewer, or 128
+  // 128-column tiles that fill at most half of the multiprocessors, take
+  // 128 x 64 tiles.
+  const bool few_n128_tiles = (shape.m + 127) / 128 * ((shape.n + 127) / 128) * shape.batch * 2 <= sim::multiprocessors;
+  const TileConfigId asked = ping_pong                        ? TileConfigId::kWgmmaPingPong
+                             : paired                         ? TileConfigId::kWgmmaPair
+                             : narrow_kind == 0               ? TileConfigId::kWgmmaN128
+                             : narrow_kind == 1               ? TileConfigId::kWgmmaN64
+                             : shape.n <= 64 || few_n128_tiles ? TileConfigId::kWgmmaN64
+                                                              : TileConfigId::kWgmmaN128;
+  if ((paired || narrow) && plan.config != asked) {
     printf("%s case %d FAILED: MPGEMM_GEMM_PATH asked for %s, the launcher planned %s\n", kind, index,
            tile_config(asked).name, tile_config(plan.config).name);
     bad = true;
   }
   if (refused) return bad;
-  on_wgmma += is_wgmma(plan.config);
-  on_pairs += plan.config == TileConfigId::kWgmmaPair;
-  on_ping_pong += plan.config == TileConfigId::kWgmmaPingPong;
-  copied_out += sim::hopper::stores_issued != stores_before;
+  counts.on_wgmma += is_wgmma(plan.config);
+  counts.on_pairs += plan.config == TileConfigId::kWgmmaPair;
+  counts.on_ping_pong += plan.config == TileConfigId::kWgmmaPingPong;
+  counts.on_n128 += plan.config == TileConfigId::kWgmmaN128;
+  counts.on_n64 += plan.config == TileConfigId::kWgmmaN64;
+  counts.copied_out += sim::hopper::stores_issued != stores_before;
   return bad;
 }
 
@@ -335,14 +405,14 @@ static bool check_fresh_threads() {
       run();
     }).join();
   };
-  int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, copied_out = 0;
+  GemmCaseCounts gemm;
   // Case 1: pairs of blocks on operands the copy engine describes, always on the Hopper path.
-  on_fresh_thread([&] { bad |= hopper_gemm_case(1, on_wgmma, on_pairs, on_ping_pong, copied_out); });
-  if (on_wgmma != 1) printf("  the GEMM on a fresh thread did not run on the Hopper path\n");
+  on_fresh_thread([&] { bad |= hopper_gemm_case(1, gemm); });
+  if (gemm.on_wgmma != 1) printf("  the GEMM on a fresh thread did not run on the Hopper path\n");
   ConvCaseCounts conv;
   for (int i = 0; i < 8 && conv.on_wgmma == 0; ++i) on_fresh_thread([&] { bad |= hopper_conv_case(i, conv); });
   if (conv.on_wgmma == 0) printf("  no convolution on a fresh thread ran on the Hopper path\n");
-  return bad || on_wgmma != 1 || conv.on_wgmma == 0;
+  return bad || gemm.on_wgmma != 1 || conv.on_wgmma == 0;
 }
 
 int main(int argc, char** argv) {
@@ -360,11 +430,14 @@ int main(int argc, char** argv) {
   int mismatches = 0;
   const int checked = check_layouts(mismatches);
   printf("layout: %d/%d mismatches\n", mismatches, checked);
-  int failed = 0, on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, copied_out = 0;
-  for (int i = 0; i < cases; ++i) failed += hopper_gemm_case(i, on_wgmma, on_pairs, on_ping_pong, copied_out);
-  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\n"
-         "wgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
-         on_wgmma, on_pairs, on_ping_pong, copied_out, failed, cases);
+  int failed = 0;
+  GemmCaseCounts gemm;
+  // A planted bug's run (SIM_FIRST_FAILURE set) has shown what it must at its first failed case.
+  const bool first_failure = std::getenv("SIM_FIRST_FAILURE") != nullptr;
+  for (int i = 0; i < cases && !(first_failure && failed); ++i) failed += hopper_gemm_case(i, gemm);
+  printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\nwgmma_n128 cases: %d\n"
+         "wgmma_n64 cases: %d\nwgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
+         gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.copied_out, failed, cases);
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
   int walk_mismatches = 0;
@@ -372,17 +445,25 @@ int main(int argc, char** argv) {
   printf("im2col walk: %d/%d mismatches\n", walk_mismatches, walked);
   int conv_failed = 0;
   ConvCaseCounts conv;
-  for (int i = 0; i < conv_cases; ++i) conv_failed += hopper_conv_case(i, conv);
+  for (int i = 0; i < conv_cases && !(first_failure && (failed || conv_failed)); ++i)
+    conv_failed += hopper_conv_case(i, conv);
   const bool path_bad = bad_conv_path_accepted(), far_taps_bad = far_taps_wrong();
+  // 1x1 convolutions as GEMMs, as many as the convolution cases' third.
+  int conv_gemm_failed = 0;
+  ConvGemmCounts conv_gemm;
+  for (int i = 0; i < conv_cases / 3 && !(first_failure && (failed || conv_failed)); ++i)
+    conv_gemm_failed += conv_gemm_case(i, conv_gemm);
+  printf("conv as gemm: %d/%d failed (%d on the Hopper GEMM)\n", conv_gemm_failed, conv_cases / 3,
+         conv_gemm.on_wgmma);
   printf("conv wgmma cases: %d\nconv wgmma cases by default: %d\nconv wgmma wgrad cases that split: %d\n"
+         "conv wgmma cases on wgmma_n128: %d\nconv wgmma cases on wgmma_n64: %d\n"
          "conv wgmma dgrad cases with a stride: %d\n"
          "conv wgmma dgrad cases with a phase no tap reaches: %d\nconv: %d/%d failed\n"
          "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n", conv.on_wgmma, conv.by_default,
-         conv.split,
-         conv.strided_dgrad, conv.unreached_phase, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
+         conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad, conv.unreached_phase, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
          far_taps_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
-  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || path_bad || far_taps_bad ||
-         fresh_bad;
+  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || conv_gemm_failed || path_bad ||
+         far_taps_bad || fresh_bad;
 }

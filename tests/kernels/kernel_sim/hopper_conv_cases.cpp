@@ -21,9 +21,13 @@
 //    the planted kernels' type); every other wgrad case on images large
 //    enough that its sum over output pixels splits, and wgrad's channels
 //    whole boxes of 64 in one case in four, padded per tap in the rest
-//    (split or not). Every case the path takes must
-//    run on it; one in five of each pass has channels it does not take (the
-//    WMMA kernels do). The reference scatters every product into the
+//    (split or not). Every other case of each pass (not where pinned) sets
+//    MPGEMM_NARROW_TILES=1, which must put a pass whose N is at most 128 on
+//    the narrow tile conv/launch.h names (fprop drawing up to 128 filters,
+//    every other time more than 64 on one multiprocessor, so that 128 x 128
+//    tiles run); without it every case runs on the 128 x 256 tile. Every
+//    case the path takes must run on it; one in five of each pass has
+//    channels it does not take (the WMMA kernels do). The reference scatters every product into the
 //    pass's output. A bad MPGEMM_CONV_PATH must be refused; taps 254 pixels
 //    apart must run on the path and taps 256 apart (past the im2col
 //    offsets' 8 bits) must not.
@@ -126,6 +130,16 @@ static bool path_takes(ConvPass pass, const Geometry& g) {
   }
 }
 
+// The tile the Hopper convolution should run a case on: conv/launch.h's
+// rule (plan/gemm_plan.h's narrow_wgmma_tile on the pass's N) written out.
+static TileConfigId expected_tile(ConvPass pass, const Geometry& g, bool narrow) {
+  const int64_t n = pass == ConvPass::kFprop ? g.k : pass == ConvPass::kDgrad ? g.c : g.r * g.s * ((g.c + 63) / 64 * 64);
+  const int64_t m = pass == ConvPass::kFprop ? g.n * g.p * g.q : g.n * g.h * g.w;
+  if (!narrow || n > 128) return TileConfigId::kWgmma;
+  const bool few_tiles = pass != ConvPass::kWgrad && (m + 127) / 128 * ((n + 127) / 128) * 2 <= sim::multiprocessors;
+  return n <= 64 || few_tiles ? TileConfigId::kWgmmaN64 : TileConfigId::kWgmmaN128;
+}
+
 // Whether some phase of a strided dgrad is reached by no tap (and so is left
 // to the zero fill).
 static bool has_unreached_phase(const Conv2dParams& p) {
@@ -150,7 +164,11 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
     const int64_t c = 8 * rnd(1, 16);
     return c % 64 == 0 ? c + 8 : c;
   };
-  const int64_t c = channels(), k = pass == ConvPass::kFprop || other ? rnd(1, 40) : 8 * rnd(1, 5);
+  const bool narrow = index / 3 % 2 == 1 && !sim::pinned.on, wide_narrow = narrow && index / 6 % 2 == 1;
+  const int64_t c = channels();
+  const int64_t k = pass == ConvPass::kFprop && narrow ? (wide_narrow ? rnd(65, 128) : rnd(1, 64))
+                    : pass == ConvPass::kFprop || other ? rnd(1, 40)
+                                                        : 8 * rnd(1, 5);
   // dgrad in turn at stride 1 (one launch, dx's rows dense), at drawn
   // strides other than 1 x 1, and as a 1x1 at stride 2 on images of at
   // least 2 x 2 (a phase in each dimension that no tap reaches); every other
@@ -170,7 +188,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   }
   const ElementType in = rnd(0, 1) && !sim::pinned.on ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
-  sim::use_multiprocessors(int(rnd(1, 3)));
+  sim::use_multiprocessors(wide_narrow ? 1 : int(rnd(1, 3)));
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
   const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
   sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
@@ -190,12 +208,17 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // convolution only where wgmma_conv_by_default says so.
   const bool by_default = index % 4 == 1;
   if (!by_default) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
+  if (narrow) setenv("MPGEMM_NARROW_TILES", "1", 1);
   const Conv2dPlan plan = plan_conv2d(pass, p);
   std::unique_ptr<sim::Buffer> workspace;
   if (plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(plan.workspace_bytes);
   const cudaError_t err = launch_conv2d(pass, p, plan, workspace ? workspace->p : nullptr, nullptr);
   unsetenv("MPGEMM_CONV_PATH");
+  unsetenv("MPGEMM_NARROW_TILES");
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma;
+  const TileConfigId tile = expected_tile(pass, g, narrow);
+  counts.on_n128 += wgmma && plan.wgmma.tile == TileConfigId::kWgmmaN128;
+  counts.on_n64 += wgmma && plan.wgmma.tile == TileConfigId::kWgmmaN64;
   const bool strided = pass == ConvPass::kDgrad && (g.stride_h > 1 || g.stride_w > 1);
   counts.on_wgmma += wgmma;
   counts.by_default += wgmma && by_default;
@@ -210,16 +233,17 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   int64_t wrong = 0;
   for (int64_t i = 0; i < out_size; ++i) wrong += !(sim::get(result.p, out, i) == sim::rounded(float(want[i]), out));
   const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, p));
-  const bool bad = err != cudaSuccess || wrong > 0 || wgmma != should;
+  const bool bad = err != cudaSuccess || wrong > 0 || wgmma != should || (wgmma && plan.wgmma.tile != tile);
   static const char* const kPasses[] = {"fprop", "dgrad", "wgrad"};
   if (bad)
     printf("conv case %d FAILED: %s n %ld h %ld w %ld c %ld k %ld r %ld s %ld stride %d,%d pad %d,%d dilation %d,%d "
-           "%s -> %s%s: err=%d, on the Hopper path: %d (expected %d, %d splits), %ld of %ld wrong\n",
+           "%s -> %s%s: err=%d, on the Hopper path: %d (expected %d, %d splits, tile %s, expected %s), %ld of %ld "
+           "wrong\n",
            index, kPasses[int(pass)], long(g.n), long(g.h), long(g.w), long(g.c), long(g.k), long(g.r), long(g.s),
            g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w,
            in == ElementType::kBFloat16 ? "bf16" : "fp16", out == ElementType::kFloat32 ? "fp32" : "16-bit",
-           bias.present ? " + bias" : "", int(err), int(wgmma), int(should), plan.wgmma.splits, long(wrong),
-           long(out_size));
+           bias.present ? " + bias" : "", int(err), int(wgmma), int(should), plan.wgmma.splits,
+           tile_config(plan.wgmma.tile).name, tile_config(tile).name, long(wrong), long(out_size));
   return bad;
 }
 

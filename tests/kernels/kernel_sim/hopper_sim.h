@@ -412,8 +412,12 @@ inline void bulk_commit_group() {
 }
 
 // wait_group N, with or without .read: the oldest groups are done (read
-// and written) until at most N remain.
+// and written) until at most N remain. Late, their reads wait a moment
+// first, so that a thread of the warpgroup that writes a strip's buffer
+// without waiting for this wait (through a barrier after it) has done so
+// before the store reads it.
 inline void bulk_wait_group(int n) {
+  if (copies_late && store_groups.size() > size_t(n)) std::this_thread::sleep_for(std::chrono::microseconds(200));
   while (store_groups.size() > size_t(n)) {
     for (const Store& st : store_groups.front()) perform(st);
     store_groups.pop_front();

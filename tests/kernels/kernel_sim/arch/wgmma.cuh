@@ -21,9 +21,9 @@ void wgmma_wait() {
   sim::hopper::warpgroup_step(N);
 }
 
-template <class Element, int TransA, int TransB>
-void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  sim::hopper::wgmma<Element, 256>(d, desc_a, desc_b, accumulate, TransA, TransB);
+template <int N, class Element, int TransA, int TransB>
+void wgmma_m64nNk16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  sim::hopper::wgmma<Element, N>(d, desc_a, desc_b, accumulate, TransA, TransB);
 }
 
 }  // namespace mpgemm::kernels

@@ -1,0 +1,37 @@
+// The definition of sm90::launch_wgmma_conv_kernel (sm90/launch.h),
+// included only by the units that instantiate the Hopper convolution's
+// kernels: sm90/conv_kernels_*.cu.
+#pragma once
+
+#include "sm90/conv_kernel.cuh"
+#include "sm90/launch.h"
+#include "sm90/launch_kernel.cuh"
+
+namespace mpgemm::kernels::sm90 {
+
+template <class Element, class Tile, ConvPass Pass>
+cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                     const GemmParams& p, const WgmmaSchedule& schedule, const ConvWalk& walk,
+                                     cudaStream_t stream) {
+  static PerDeviceFact resident_clusters;  // blocks alone: never asked
+  return launch_persistent<Element, Tile>(&wgmma_conv_kernel<Element, Tile, Pass>, ConvSmem<Tile, Pass>::kBytes,
+                                          PersistentTileScheduler<Tile>::tiles(p), resident_clusters, stream, a_map,
+                                          b_map, d_map, p, schedule, walk);
+}
+
+}  // namespace mpgemm::kernels::sm90
+
+// Instantiates the launch of one tile's Hopper convolution kernels: each
+// pass, fp16 and bf16 (sm90/launch.h).
+#define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS)                                                         \
+  template cudaError_t                                                                                            \
+  mpgemm::kernels::sm90::launch_wgmma_conv_kernel<ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS>( \
+      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,             \
+      const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&, cudaStream_t);
+#define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                           \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop)             \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad)             \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kWgrad)             \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kFprop)      \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kDgrad)      \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kWgrad)

@@ -1,0 +1,6 @@
+// The Hopper GEMM kernels of WgmmaN128Tile, on blocks alone over 128 x 128
+// tiles for narrow outputs, for bf16 inputs: one per pair of operand layouts
+// (sm90/launch.h).
+#include "sm90/launch_kernel.cuh"
+
+MPGEMM_WGMMA_LAUNCH(__nv_bfloat16, WgmmaN128Tile)
