@@ -169,7 +169,9 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
   const GemmPath path = gemm_path();
-  narrow_tiles_enabled();  // a bad value is refused wherever it is set, whatever the shape
+  // Asked on every plan, so that a bad MPGEMM_NARROW_TILES is refused whatever the shape.
+  const TileConfigId narrow =
+      narrow_wgmma_tile(s.n, tiles(tile_config(TileConfigId::kWgmmaN128), s) * s.batch, d.multiprocessors);
   const TileConfigId hopper = path == GemmPath::kWgmmaPair       ? TileConfigId::kWgmmaPair
                               : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
                               : path == GemmPath::kWgmmaN128     ? TileConfigId::kWgmmaN128
@@ -177,12 +179,8 @@ GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
                                                                  : TileConfigId::kWgmma;
   const bool forced = path != GemmPath::kAuto && path != GemmPath::kWmma;  // one of the Hopper kernels
   if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d)) {
-    if (path == GemmPath::kAuto) {
-      const TileConfigId narrow =
-          narrow_wgmma_tile(s.n, tiles(tile_config(TileConfigId::kWgmmaN128), s) * s.batch, d.multiprocessors);
-      if (narrow != TileConfigId::kCount && fits_device(tile_config(narrow), s, d))
-        return make_plan(narrow, s, 1, false);
-    }
+    if (path == GemmPath::kAuto && narrow != TileConfigId::kCount && fits_device(tile_config(narrow), s, d))
+      return make_plan(narrow, s, 1, false);
     const TileConfigInfo& ping_pong = tile_config(TileConfigId::kWgmmaPingPong);
     const bool few_tiles = tiles(tile_config(TileConfigId::kWgmma), s) * s.batch * 2 <= d.multiprocessors;
     if (path == GemmPath::kAuto && few_tiles && fits_device(ping_pong, s, d))
