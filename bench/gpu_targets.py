@@ -10,9 +10,9 @@ bench/gpu_check.py:
       2, depthwise, with 3 channels (padded copies) and a 1x1 as GEMMs
       (MPGEMM_CONV_PATH=gemm), and on sm_90 the
       Hopper convolution's three passes (MPGEMM_CONV_PATH=wgmma, wgrad
-      split; dgrad's phases at stride 2), on its wide tile and with
-      MPGEMM_NARROW_TILES=1 on the narrow ones; every result is checked
-      against float64.
+      split; dgrad's phases at stride 2; a first layer's fprop and wgrad
+      on folded taps), on its wide tile and with MPGEMM_NARROW_TILES=1 on
+      the narrow ones; every result is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
       128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
@@ -85,8 +85,8 @@ def sanitize():
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
-    passes (sm_90), on its
-    wide tile and, under MPGEMM_NARROW_TILES=1, its narrow ones."""
+    passes (sm_90; a first layer's on folded taps), on its wide tile and,
+    under MPGEMM_NARROW_TILES=1, its narrow ones."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -110,6 +110,8 @@ def sanitize():
         _conv_passes("Hopper", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
         _conv_passes("Hopper stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         _conv_passes("Hopper 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
+        # A first layer (3 channels, 7x7 at stride 2): fprop and wgrad on folded taps (dgrad on WMMA).
+        _conv_passes("Hopper folded taps", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
         # The narrow tiles: fprop of 72 filters on 128 x 64 tiles (9 tiles of 128 x 128 would fill too few),
         # dgrad of 64 channels on them, wgrad (9 x 64 columns) on the wide tile; a 1x1 of 128 filters over
         # 16 x 32 x 32 pixels, fprop on 128 x 128 tiles (128 of them), dgrad and wgrad (64 columns) on 128 x 64.

@@ -11,8 +11,9 @@ call returns. Splits aim at filling the device, so the partial sums are
 bounded by the device's size, not the problem's: a GEMM splits only when its
 tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 / tiles) parts, so its partials hold at most 1.5 x multiprocessors tiles of
-fp32 (a tuned plan at most 16 x M x N x 4 bytes); wgrad's at most
-4 x multiprocessors + its own tiles. These counters say how much a run took.
+fp32 (a tuned plan at most 16 x M x N x 4 bytes); wgrad splits as a cost
+model of its mainloop and partials' traffic says is fastest, its partials at
+most 4 x multiprocessors + its own tiles. These counters say how much a run took.
 """
 
 from . import _C

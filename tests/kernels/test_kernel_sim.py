@@ -23,12 +23,14 @@ must be caught; the narrow tiles (128 x 128 and 128 x 64, deeper rings) run
 there, forced and as MPGEMM_NARROW_TILES=1 picks them. The Hopper
 convolution (fprop, dgrad, with a stride one launch per phase, wgrad) runs
 there too, on the wide tile and, under MPGEMM_NARROW_TILES=1, the narrow
-ones, its im2col copies placed by the model of the PTX ISA's im2col mode,
+ones, and few-channel fprop and wgrad on copies with their taps folded into
+the channels (conv/folded_taps.h), its im2col copies placed by the model of the PTX ISA's im2col mode,
 which is checked against the convolution's own windows; a wrong filter offset, a wrong bounding-box
 corner, dgrad's filters unflipped, a strided dgrad's phases stored to the
 wrong pixels, wgrad's splits summing the same pixels, a stage handed
 back early and a narrow tile's filters copied in the wide tile's boxes must
-be caught. See kernel_sim/hopper_cases.cpp and
+be caught, and wgrad's split counts for ResNet-50 on 132 multiprocessors
+must be the cost model's (plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
 hopper_conv_cases.cpp."""
 
 import concurrent.futures
@@ -314,9 +316,17 @@ def results(tmp_path_factory):
     drivers = [driver] + [os.path.join(SIM_DIR, name) for name in ("conv_cases.cpp", "conv_gemm_cases.cpp",
                                                                    "gemm_cases.cpp")]
     kernels = kernel_files(KERNEL_DIR, "**/*.cu") + kernel_files(KERNEL_DIR, "plan/*.cpp")
-    sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels]
-    # Only the units with a WMMA pipeline get the mutant's copies; the rest are the real ones.
-    mutated = ["wmma/gemm_tiles.cu", "conv/launch.cu"]
+    # At the WMMA archs the Hopper kernels compile to their headers alone:
+    # their instantiation units compile there as one.
+    instantiations = [name for name in kernels if re.match(r"sm90/(gemm|conv)_kernels_\w+\.cu$", name)]
+    combined = out / "sm90_instantiations.cpp"
+    combined.write_text("".join(f'#include "{name}"\n' for name in instantiations))
+    sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels if name not in instantiations] + [
+        str(combined)]
+    # The mutant: the convolutions' unit with the planted pipeline, and one
+    # planted WMMA GEMM tile (kernel_sim/wmma_planted.cpp) linked ahead of
+    # the real tiles; the rest are the real units.
+    mutated = ["conv/launch.cu"]
     mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION, ["wmma/block.cuh"])
     # The Hopper driver runs GEMMs and convolutions: their launchers and every kernel they may pick.
     hopper_sources = [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
@@ -330,8 +340,10 @@ def results(tmp_path_factory):
 
         objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
         hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
-        mutant_objects = [pool.submit(compile_object, os.path.join(mutant_dir, name), 800, mutant_dir,
-                                      str(out / f"mutant.{name.replace('/', '.')}.o")) for name in mutated]
+        mutant_objects = [pool.submit(compile_object, source, 800, mutant_dir,
+                                      str(out / f"mutant.{os.path.basename(source)}.o"))
+                          for source in [os.path.join(SIM_DIR, "wmma_planted.cpp")] +
+                          [os.path.join(mutant_dir, name) for name in mutated]]
         planted = {}
         for i, (name, (mutation, _, _, tile)) in enumerate(HOPPER_MUTATIONS.items()):
             mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, HOPPER_MUTATED_FILES)
@@ -446,6 +458,11 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
+    assert "wgrad splits on 132 multiprocessors: ok" in output, replay
+    # Few-channel fprop and wgrad on folded taps (conv/folded_taps.h), and
+    # the random cases' own folds (their few channels, where the taps fold).
+    assert f"conv on folded taps: 0/{HOPPER_CONV_CASES // 6} failed" in output, replay
+    assert printed_count(output, "conv cases on folded taps") >= HOPPER_CONV_CASES // 6, replay
     assert re.search(rf"conv as gemm: 0/{HOPPER_CONV_CASES // 3} failed \([1-9]\d* on the Hopper GEMM\)", output), \
         replay
     # A thread's first launch binds the device's context before the driver's encoders run.

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 import mpgemm
 from mpgemm.testing import TOLERANCE, relative_error
 from mpgemm.tools import models
+from mpgemm.tools.training import DispatchedOps
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # dL/dy is rounded to the product's type (2**-11 for fp16, 2**-9 for bf16)
@@ -129,16 +130,22 @@ def test_conv_mixed_dtypes_follow_the_rule(device, x_dtype, w_dtype, b_dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("frozen", ["x", "weight"])
-def test_conv_gradient_of_one_operand(device, frozen):
+@pytest.mark.parametrize("c,k,kernel,stride,padding", [(8, 16, 3, 2, 1), (3, 8, 7, 2, 3)], ids=["3x3", "first-layer"])
+def test_conv_gradient_of_one_operand(device, frozen, c, k, kernel, stride, padding):
     """Backward asks for one gradient where the other operand needs none (a
-    network's input, a frozen filter): that one alone, right."""
-    x = random(2, 8, 7, 7, device=device, dtype=torch.float16).requires_grad_(frozen != "x")
-    weight = random(16, 8, 3, 3, device=device, dtype=torch.float16).requires_grad_(frozen != "weight")
-    out = mpgemm.conv2d(x, weight, stride=2, padding=1)
+    network's input, as ResNet's first layer's image; a frozen filter): that
+    one alone is computed (one op of its own, no dgrad for the image), and
+    right."""
+    x = random(2, c, 15, 15, device=device, dtype=torch.float16).requires_grad_(frozen != "x")
+    weight = random(k, c, kernel, kernel, device=device, dtype=torch.float16).requires_grad_(frozen != "weight")
+    out = mpgemm.conv2d(x, weight, stride=stride, padding=padding)
     x64, w64 = (t.detach().double().requires_grad_(t.requires_grad) for t in (x, weight))
-    ref = F.conv2d(x64, w64, stride=2, padding=1)
+    ref = F.conv2d(x64, w64, stride=stride, padding=padding)
     grad = torch.randn(out.shape, device=device).half()
-    out.backward(grad)
+    with DispatchedOps() as ops:
+        out.backward(grad)
+    mpgemm_ops = {name: n for name, n in ops.count.items() if name.startswith("conv2d")}
+    assert mpgemm_ops == {"conv2d_grad_weight" if frozen == "x" else "conv2d_grad_input": 1}
     ref.backward(grad.double())
     trained, trained64 = (weight, w64) if frozen == "x" else (x, x64)
     assert relative_error(trained.grad, trained64.grad) < GRAD_TOLERANCE[torch.float16]

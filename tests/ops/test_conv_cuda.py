@@ -13,7 +13,9 @@ passes it measured faster on, each case also runs with MPGEMM_CONV_PATH=wgmma
 (the Hopper convolution wherever its geometry allows), with that and
 MPGEMM_NARROW_TILES=1 (its narrow tiles, 128 x 128 and 128 x 64, for passes
 whose N is at most 128; opt-in until this file has passed on them) and with
-=wmma (the WMMA kernels alone, the default of every other GPU)."""
+=wmma (the WMMA kernels alone, the default of every other GPU). Forced, the
+Hopper convolution also takes fprop and wgrad of few input channels (a
+first layer's) through copies with their taps folded into the channels."""
 
 import re
 
@@ -208,6 +210,33 @@ def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
         ran = {name for name in kernels_run(step) if "wgmma_conv_kernel" in name}
         assert {t for t in ("WgmmaTile", "WgmmaN128Tile", "WgmmaN64Tile") if any(t in name for name in ran)} == tiles
         assert relative_error(out[0], expected) < 1e-3
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch",
+                         [(3, 64, 7, 2, 3, 224, 8), (3, 16, 3, 1, 1, 32, 16), (4, 24, 5, 2, 2, 33, 4),
+                          (1, 8, 7, 3, 0, 20, 2)])
+def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
+    """MPGEMM_CONV_PATH=wgmma (opt-in): fprop and wgrad of few input
+    channels (ResNet's first layer, a CIFAR stem, odd ones) run on the
+    Hopper convolution of copies with their taps folded into the channels
+    (conv/folded_taps.h), right against cuDNN and float64; a training step
+    whose image needs no gradient runs no dgrad."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
+    compare(x, weight, torch.randn(k, device="cuda"), stride, padding)
+    weight = weight.to(dtype).requires_grad_()
+
+    def step():
+        mpgemm.conv2d(x, weight, None, stride, padding).float().sum().backward()
+
+    ran = {name for name in kernels_run(step) if "mpgemm" in name}
+    assert sum("fold_input_kernel" in name for name in ran) == 1, ran
+    assert any("fold_filters_kernel" in name for name in ran) and any("unfold_filter" in name for name in ran), ran
+    assert len({name for name in ran if "wgmma_conv_kernel" in name}) == 2, ran  # fprop and wgrad, no dgrad
+    assert not any("conv2d_kernel" in name or "padded_copy" in name for name in ran), ran
 
 
 ONE_BY_ONE = [(c, k, size) for c, k, kernel, stride, padding, size in RESNET50 if kernel == 1 and stride == 1]

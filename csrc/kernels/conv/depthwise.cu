@@ -11,6 +11,7 @@
 #include "conv/depthwise_kernels.cuh"
 #include "conv/geometry.h"
 #include "gemm/splitk_reduce.h"
+#include "plan/split_cost.h"
 
 namespace mpgemm::kernels {
 
@@ -26,8 +27,11 @@ constexpr int64_t kSmemLimit = 48 * 1024;  // no opt-in needed
 // multiprocessor (4 waves of the kernels' kMinBlocksPerSM), so that each
 // block stages its filters once for many runs.
 constexpr int64_t kBlocksPerSM = 8;
-// wgrad splits its runs (conv/params.h's kSplitBlocksPerSM and kMaxSplits),
-// each pixel lane summing at least kMinRunsPerLane runs.
+// wgrad splits its runs to fill the device with about kSplitBlocksPerSM
+// blocks a multiprocessor, in at most plan/split_cost.h's kMaxSplits splits,
+// each pixel lane summing at least kMinRunsPerLane runs. (Its partial sums
+// are a filter of taps x channels, too small for their traffic to matter.)
+constexpr int64_t kSplitBlocksPerSM = 4;
 constexpr int64_t kMinRunsPerLane = 4;
 constexpr int64_t kMaxGridX = INT_MAX;
 

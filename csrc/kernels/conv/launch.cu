@@ -8,8 +8,10 @@
 // run on a copy of the problem whose channels are padded with zeros to
 // whole chunks, in the workspace. Where MPGEMM_CONV_PATH=wgmma asks, the
 // Hopper convolution (sm90/conv_launch.h) takes the passes it can (on sm_90
-// by default where it measured faster); where =gemm asks, a 1x1 at stride 1
-// without padding runs as a GEMM (gemm/launch.h).
+// by default where it measured faster), and fprop and wgrad of few input
+// channels through copies with their taps folded into the channels
+// (conv/folded_taps.h); where =gemm asks, a 1x1 at stride 1 without padding
+// runs as a GEMM (gemm/launch.h).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -23,10 +25,12 @@
 #include "common/math.h"
 #include "common/tile_configs.h"
 #include "conv/depthwise.h"
+#include "conv/folded_taps.h"
 #include "conv/implicit_gemm.cuh"
 #include "conv/launch.h"
 #include "conv/padded_copy.h"
 #include "gemm/splitk_reduce.h"
+#include "plan/split_cost.h"
 #include "sm90/launch.h"
 
 namespace mpgemm::kernels {
@@ -87,12 +91,16 @@ ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
                                                             : TileConfigId::kSmall;
     return plan;
   }
-  // wgrad splits K to fill the device, on the largest tile that runs here.
+  // wgrad splits K as plan/split_cost.h's model says is fastest, on the
+  // largest tile that runs here.
   plan.tile = square_fits ? TileConfigId::kSquare : TileConfigId::kCompact;
-  const int64_t tiles = blocks(plan.tile);
-  const int64_t slices = ceil_div(g.k, tile_config(plan.tile).block_k);
-  const int64_t wanted = ceil_div(kSplitBlocksPerSM * device.multiprocessors, tiles);
-  plan.split_k = int(std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits})));
+  SplitProblem split;
+  split.tile = tile_config(plan.tile);
+  split.tiles = blocks(plan.tile);
+  split.slices = ceil_div(g.k, split.tile.block_k);
+  split.multiprocessors = device.multiprocessors;
+  split.output_elements = g.m * g.n * p.groups;
+  plan.split_k = cheapest_split(split);
   return plan;
 }
 
@@ -278,6 +286,39 @@ cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, const ConvTilePl
   return conv.copies_out ? launch_padded_copy(conv.copy_out, stream) : cudaSuccess;
 }
 
+// The folded problem (conv/folded_taps.h) in the workspace: the folded x,
+// then the folded filters (fprop) or their gradient (wgrad), then the
+// Hopper convolution's own workspace.
+struct FoldedConv {
+  Conv2dParams folded;
+  void* x_folded;
+  void* w_folded;
+  void* inner_workspace;
+};
+
+FoldedConv fold_taps(ConvPass pass, const Conv2dParams& p, void* workspace) {
+  char* at = static_cast<char*>(workspace);
+  FoldedConv conv;
+  conv.x_folded = at;
+  conv.w_folded = at == nullptr ? nullptr : at + folded_input_bytes(p);
+  conv.inner_workspace = at == nullptr ? nullptr : at + folded_input_bytes(p) + folded_filter_bytes(pass, p);
+  conv.folded = folded_problem(pass, p, conv.x_folded, conv.w_folded);
+  return conv;
+}
+
+cudaError_t launch_folded(ConvPass pass, const Conv2dParams& p, const WgmmaConvPlan& plan, void* workspace,
+                          cudaStream_t stream) {
+  if (!folds_taps(pass, p) || workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
+  const FoldedConv conv = fold_taps(pass, p, workspace);
+  if (const cudaError_t err = launch_fold_input(p, conv.x_folded, stream); err != cudaSuccess) return err;
+  if (pass == ConvPass::kFprop)
+    if (const cudaError_t err = launch_fold_filters(p, conv.w_folded, stream); err != cudaSuccess) return err;
+  if (const cudaError_t err = launch_wgmma_conv(pass, conv.folded, plan, conv.inner_workspace, stream);
+      err != cudaSuccess)
+    return err;
+  return pass == ConvPass::kWgrad ? launch_unfold_filter_gradient(p, conv.w_folded, stream) : cudaSuccess;
+}
+
 }  // namespace
 
 ConvPath conv_path() {
@@ -345,6 +386,15 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     return plan;
   }
+  if (path == ConvPath::kWgmma && folds_taps(pass, p) && wgmma_available()) {
+    const Conv2dParams folded = fold_taps(pass, p, nullptr).folded;
+    if (wgmma_conv_takes(pass, folded)) {
+      plan.path = Conv2dPlan::Path::kFoldedTaps;
+      plan.wgmma = plan_wgmma_conv(pass, folded);
+      plan.workspace_bytes = folded_input_bytes(p) + folded_filter_bytes(pass, p) + plan.wgmma.workspace_bytes;
+      return plan;
+    }
+  }
   plan.depthwise = plan_depthwise(pass, p);
   if (plan.depthwise.vector > 0) {
     plan.path = Conv2dPlan::Path::kDepthwise;
@@ -370,6 +420,7 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan
     case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kImplicitGemm: return launch_in_place(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kWgmma: return launch_wgmma_conv(pass, p, plan.wgmma, workspace, stream);
+    case Conv2dPlan::Path::kFoldedTaps: return launch_folded(pass, p, plan.wgmma, workspace, stream);
     case Conv2dPlan::Path::kGemm:
       if (!is_one_by_one_gemm(p)) return cudaErrorInvalidValue;
       return launch_gemm(one_by_one_gemm(pass, p), plan.gemm, workspace, stream);

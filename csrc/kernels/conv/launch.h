@@ -38,15 +38,20 @@ struct Conv2dPlan {
     // A 1x1 convolution at stride 1 without padding as the plain GEMM it is
     // (one_by_one_gemm), on the GEMM's own plan, where MPGEMM_CONV_PATH=gemm asks.
     kGemm,
+    // Few input channels (a first layer's fprop and wgrad), where
+    // MPGEMM_CONV_PATH=wgmma asks and the Hopper convolution cannot take the
+    // problem as it is: the Hopper convolution of copies whose taps are
+    // folded into the channels (conv/folded_taps.h), in the workspace.
+    kFoldedTaps,
   };
   Path path = Path::kInvalid;
   DepthwisePlan depthwise;  // kDepthwise
   ConvTilePlan tiles;       // kImplicitGemm; kPadded: the padded problem's
-  WgmmaConvPlan wgmma;      // kWgmma
+  WgmmaConvPlan wgmma;      // kWgmma; kFoldedTaps: the folded problem's
   GemmLaunch gemm;          // kGemm
   // wgrad's split partial sums (of the implicit GEMM, the depthwise kernels,
-  // the Hopper convolution or the GEMM's split-K) and the padded copies; 0
-  // when neither applies.
+  // the Hopper convolution or the GEMM's split-K), the padded copies and the
+  // folded ones; 0 when none applies.
   size_t workspace_bytes = 0;
 };
 
@@ -54,10 +59,12 @@ struct Conv2dPlan {
 // on sm_90 the Hopper convolution where it takes the pass and
 // wgmma_conv_by_default says it is the faster, else the WMMA implicit GEMMs
 // (or the depthwise and padded-copy kernels); "wgmma" the Hopper convolution
-// wherever it takes the pass; "wmma" never; "gemm" a 1x1 convolution at
-// stride 1 without padding as a GEMM (one_by_one_gemm: the Hopper GEMM on
-// sm_90, the WMMA tiles elsewhere; opt-in until measured), every other
-// problem as "auto". Throws std::invalid_argument for any other value.
+// wherever it takes the pass, and where it does not take fprop or wgrad as
+// they are, wherever it takes their folded taps (opt-in until measured);
+// "wmma" never; "gemm" a 1x1 convolution at stride 1 without padding as a
+// GEMM (one_by_one_gemm: the Hopper GEMM on sm_90, the WMMA tiles elsewhere;
+// opt-in until measured), every other problem as "auto". Throws
+// std::invalid_argument for any other value.
 enum class ConvPath : int { kAuto = 0, kWgmma, kWmma, kGemm };
 ConvPath conv_path();
 

@@ -34,11 +34,4 @@ struct Conv2dParams {
   ElementType bias_type = ElementType::kFloat32;
 };
 
-// wgrad, whose sum over every output pixel dwarfs its output (the filters),
-// splits that sum to fill the device: it aims at about kSplitBlocksPerSM
-// blocks per multiprocessor (two waves of the implicit GEMM's large tile,
-// which holds two at once), in at most kMaxSplits splits, on either kernel.
-inline constexpr int64_t kSplitBlocksPerSM = 4;
-inline constexpr int64_t kMaxSplits = 256;
-
 }  // namespace mpgemm::kernels

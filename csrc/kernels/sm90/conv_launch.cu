@@ -27,6 +27,7 @@
 #include "conv/padded_copy.h"
 #include "gemm/splitk_reduce.h"
 #include "plan/gemm_plan.h"
+#include "plan/split_cost.h"
 #include "sm90/conv_kernel.cuh"
 #include "sm90/conv_launch.h"
 #include "sm90/launch.h"
@@ -358,17 +359,17 @@ WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p) {
   const TileConfigId narrow = narrow_wgmma_tile(n, tiles_n128, multiprocessors);
   if (narrow != TileConfigId::kCount) plan.tile = narrow;
   if (pass != ConvPass::kWgrad) return plan;
-  // As the WMMA wgrad does: about kSplitBlocksPerSM blocks per multiprocessor, each split at least
-  // kMinSlicesPerSplit slices, at most kMaxSplits splits.
+  // As the WMMA wgrad does: the split plan/split_cost.h's model says is fastest.
   const GemmParams gemm = wgrad_launch(p, 1, nullptr).gemm;
-  const int64_t tiles = with_tile(
+  SplitProblem split;
+  split.tile = tile_config(plan.tile);
+  split.tiles = with_tile(
       ConvTiles{}, plan.tile, [&](auto tile) { return sm90::PersistentTileScheduler<decltype(tile)>::tiles(gemm); },
       int64_t(1));
-  const int64_t wanted = ceil_div(kSplitBlocksPerSM * multiprocessors, std::max<int64_t>(tiles, 1));
-  const int64_t slices = wgrad_slices(p);
-  const int64_t splits = std::max<int64_t>(1, std::min({wanted, slices / kMinSlicesPerSplit, kMaxSplits}));
-  // As many splits as whole runs of ceil(slices / splits) slices take: none left empty.
-  plan.splits = int(ceil_div(slices, ceil_div(slices, splits)));
+  split.slices = wgrad_slices(p);
+  split.multiprocessors = multiprocessors;
+  split.output_elements = gemm.m * gemm.n;
+  plan.splits = cheapest_split(split);
   plan.workspace_bytes = wgrad_partials_bytes(p, plan.splits) + wgrad_padded_bytes(p);
   return plan;
 }

@@ -10,6 +10,7 @@ struct ConvCaseCounts {
   int strided_dgrad = 0;    // dgrad's with a stride: one launch per phase
   int unreached_phase = 0;  // of those, with a phase no tap reaches
   int on_n128 = 0, on_n64 = 0;  // on the narrow tiles (MPGEMM_NARROW_TILES=1)
+  int folded = 0;               // on folded taps (conv/folded_taps.h)
 };
 
 // The im2col model's walk against the convolution's windows: how many
@@ -18,7 +19,13 @@ int check_im2col_walk(int& mismatches);
 // One random problem of pass index % 3 through plan_conv2d and
 // launch_conv2d; whether it failed.
 bool hopper_conv_case(int index, ConvCaseCounts& counts);
+// One random few-channel fprop or wgrad (index % 2) with the Hopper
+// convolution forced, which must run on folded taps; whether it failed.
+bool folded_conv_case(int index, ConvCaseCounts& counts);
 // Whether a value of MPGEMM_CONV_PATH that names no path was accepted.
 bool bad_conv_path_accepted();
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();
+// Whether wgrad's split counts for ResNet-50's layers on 132
+// multiprocessors differ from the cost model's, on either convolution.
+bool wgrad_splits_wrong();
