@@ -12,10 +12,10 @@
 //    plan_conv2d and launch_conv2d with MPGEMM_CONV_PATH=wgmma (one in four
 //    on the default path, which takes the passes wgmma_conv_by_default
 //    names) on 1 to 3 multiprocessors (each block then walks several tiles
-//    through the ring; wgrad's split cases on 16): channels up to three K slices, 1 to 3 taps a side, stride up to
-//    3 (dgrad's strided cases one launch per phase of dx, some of them with
-//    phases no tap reaches, which must come out zero), padding, dilation,
-//    fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
+//    through the ring; wgrad's split cases on 16): channels up to three K
+//    slices, 1 to 3 taps a side, stride up to 3 (dgrad's strided cases one
+//    launch per phase of dx, some of them with phases no tap reaches, which
+//    must come out zero), padding, dilation, fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
 //    engine can and cannot store, fp16 and bf16 (fp16 alone where pinned:
 //    the planted kernels' type); every other wgrad case on images large
 //    enough that its sum over output pixels splits, and wgrad's channels
