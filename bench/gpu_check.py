@@ -108,9 +108,11 @@ CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py con
 # The conv suite pass by pass (fprop, dgrad, wgrad and fwd+bwd against
 # cuDNN's own) on ResNet-50's layers at batch 256 and the depthwise layers,
 # on the default path and, on sm_90, each path forced (the default there
-# mixes them pass by pass), the Hopper convolution on its narrow tiles too;
-# everywhere 1x1 convolutions as GEMMs (gemm).
-CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && paths="--conv-paths wgmma,wgmma_narrow,wmma,gemm"; '
+# mixes them pass by pass), the Hopper convolution on its narrow tiles and
+# with its strided dgrad's rows staged too; everywhere 1x1 convolutions as
+# GEMMs (gemm).
+CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
+        f'paths="--conv-paths wgmma,wgmma_narrow,wgmma_staged,wmma,gemm"; '
         f'{PY} -m mpgemm bench conv --dtypes fp16 --batch-sizes 256 $paths --json {{raw}}/conv.json')
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a

@@ -10,9 +10,11 @@ bench/gpu_check.py:
       2, depthwise, with 3 channels (padded copies) and a 1x1 as GEMMs
       (MPGEMM_CONV_PATH=gemm), and on sm_90 the
       Hopper convolution's three passes (MPGEMM_CONV_PATH=wgmma, wgrad
-      split; dgrad's phases at stride 2; a first layer's fprop and wgrad
-      on folded taps), on its wide tile and with MPGEMM_NARROW_TILES=1 on
-      the narrow ones; every result is checked against float64.
+      split; dgrad's phases at stride 2, their rows from registers and,
+      with MPGEMM_STAGED_ROW_STORES=1, through shared memory; a first
+      layer's fprop and wgrad on folded taps), on its wide tile and with
+      MPGEMM_NARROW_TILES=1 on the narrow ones; every result is checked
+      against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
       128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
@@ -85,8 +87,9 @@ def sanitize():
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
-    passes (sm_90; a first layer's on folded taps), on its wide tile and,
-    under MPGEMM_NARROW_TILES=1, its narrow ones."""
+    passes (sm_90; a first layer's on folded taps; strided dgrad's rows
+    staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
+    ones."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -120,6 +123,15 @@ def sanitize():
         _conv_passes("Hopper narrow stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         _conv_passes("Hopper narrow 1x1", (16, 64, 32, 32), (128, 64, 1, 1))
         os.environ.pop("MPGEMM_NARROW_TILES")
+        # dgrad's phases with their rows staged through shared memory (MPGEMM_STAGED_ROW_STORES=1), on the
+        # wide tile and on a narrow one.
+        os.environ["MPGEMM_STAGED_ROW_STORES"] = "1"
+        _conv_passes("Hopper staged rows stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
+        _conv_passes("Hopper staged rows 1x1 stride 2", (2, 264, 14, 14), (72, 264, 1, 1), stride=2)
+        os.environ["MPGEMM_NARROW_TILES"] = "1"
+        _conv_passes("Hopper narrow staged rows stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
+        os.environ.pop("MPGEMM_NARROW_TILES")
+        os.environ.pop("MPGEMM_STAGED_ROW_STORES")
         os.environ.pop("MPGEMM_CONV_PATH")
     torch.cuda.synchronize()
 

@@ -59,7 +59,8 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   kernels::Conv2dPlan plan;
   try {
     plan = kernels::plan_conv2d(pass, p);
-  } catch (const std::invalid_argument& e) {  // a bad MPGEMM_CONV_PATH or MPGEMM_NARROW_TILES
+  } catch (const std::invalid_argument& e) {
+    // A bad MPGEMM_CONV_PATH, MPGEMM_NARROW_TILES or MPGEMM_STAGED_ROW_STORES.
     TORCH_CHECK_VALUE(false, e.what());
   }
   at::Tensor workspace;

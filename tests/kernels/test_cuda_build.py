@@ -81,9 +81,20 @@ def tile_width(name):
     return next((width for part, width in NARROW_KERNEL.items() if part in name), 256)
 
 
-def check_hopper_block(name, instructions):
-    """What every Hopper kernel's block (sm90/block.cuh) compiles to; its
-    mainloop's span (sass.MainloopMix)."""
+def strips_per_tile(width):
+    """The output strips of a tile `width` columns wide, in its epilogues of
+    two output types, fp32 (a strip per 32 columns: 8 a 256-column tile) and
+    the inputs' own (per 64: 4), once each: bias and activation come before
+    the stores, so that the activations do not multiply the stores' code
+    (bench/NOTES.md, "The Hopper epilogue's code")."""
+    return width // 32 + width // 64
+
+
+def check_hopper_block(name, instructions, staged_rows=False):
+    """What every Hopper kernel's block (sm90/block.cuh) compiles to, its
+    epilogue through the copy engine, or with `staged_rows` (strided dgrad's
+    kernels that stage their rows) through shared memory and 16-byte stores;
+    its mainloop's span (sass.MainloopMix)."""
     opcodes = [i.opcode for i in instructions]
     width = tile_width(name)
     hgmma = f"HGMMA.64x{width}x16.F32" + (".BF16" if "__nv_bfloat16" in name else "")
@@ -93,23 +104,26 @@ def check_hopper_block(name, instructions):
     # One K slice: four k16 steps, no global loads (the copy engine's) and no block barrier.
     assert mix is not None and mix.counts["hmma"] == 4, f"{name}: {mix}"
     assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
+    epilogue = ("LDS.128", "STG.E.128") if staged_rows else ("FENCE.VIEW.ASYNC.S", "UTMASTG.3D")
     for needed in ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "SYNCS.ARRIVE.TRANS64", "USETMAXREG.DEALLOC",
-                   "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR",
-                   # The epilogue through the copy engine.
-                   "STS.64", "FENCE.VIEW.ASYNC.S", "UTMASTG.3D", "BAR.SYNC.DEFER_BLOCKING"):
+                   "USETMAXREG.TRY_ALLOC", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "STS.64",
+                   "BAR.SYNC.DEFER_BLOCKING", *epilogue):
         assert sass.count_opcodes(opcodes, needed) > 0, f"{name} lacks {needed}"
-    # Its strips are written through the shared window, not generic
-    # addresses; each is fenced for the copy engine and met on twice
-    # (before it is written, and before it is stored).
+    # Its strips are written through the shared window, not generic addresses.
     assert sass.count_opcodes(opcodes, "ST.E") == 0, f"{name} writes its output strips with generic stores"
-    stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
-    # The epilogues of two output types, fp32 (a strip per 32 columns: 8 a
-    # 256-column tile) and the inputs' own (per 64: 4), once each: bias and
-    # activation come before the stores, so that the activations do not
-    # multiply the stores' code (bench/NOTES.md, "The Hopper epilogue's code").
-    assert stores == width // 32 + width // 64, f"{name}: {stores} strip stores"
-    assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
-    assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
+    strips = strips_per_tile(width)
+    if staged_rows:
+        # Each strip met on once, then read back and stored a 16-byte chunk a thread, 4 rows of 16 apart.
+        assert sass.count_opcodes(opcodes, "UTMASTG") == 0, f"{name} stores through the copy engine"
+        assert sass.count_opcodes(opcodes, "LDS.128") == sass.count_opcodes(opcodes, "STG.E.128") == 4 * strips, name
+        assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= strips, f"{name}: strip barriers"
+    else:
+        # Each strip fenced for the copy engine and met on twice (before it
+        # is written, and before it is stored).
+        stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
+        assert stores == strips, f"{name}: {stores} strip stores"
+        assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
+        assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
     body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
     assert not [op for op in body if op.startswith("MEMBAR")], f"{name} fences memory in its mainloop"
 
@@ -128,22 +142,26 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
         assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == is_one_of(PING_PONG_KERNEL, name), f"{name}: BAR.ARV"
 
 
+STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"
+
+
 @pytest.fixture(scope="module")
 def hopper_conv_kernels(cuda_build, machine_code):
     """{kernel name: [sass.Instruction]} of the Hopper convolution's kernels in the sm_90a code: fprop, dgrad
-    and wgrad, fp16 and bf16."""
+    and wgrad, and dgrad staging its rows, fp16 and bf16, on each tile."""
     if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
-               if "wgmma_conv_kernel" in name}
-    assert len(kernels) == 18, sorted(kernels)
+               if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name}
+    assert len(kernels) == 24, sorted(kernels)
+    assert sum(STAGED_ROWS_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
     return kernels
 
 
 def test_hopper_conv_runs_wgmma_on_im2col_copies(hopper_conv_kernels):
     for name, instructions in hopper_conv_kernels.items():
-        check_hopper_block(name, instructions)
+        check_hopper_block(name, instructions, staged_rows=STAGED_ROWS_KERNEL in name)
         opcodes = [i.opcode for i in instructions]
         # Activations through the copy engine's im2col mode; filters (wgrad: dy) through its tiled mode;
         # blocks alone.

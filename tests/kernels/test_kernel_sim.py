@@ -78,7 +78,7 @@ HOPPER_CASES = 24
 # (hopper_conv_cases.cpp fails a case the path takes that does not run on
 # it, or one it does not take that does); every other wgrad case splits its
 # sum; two dgrad cases in three have a stride, some of them phases no tap
-# reaches.
+# reaches, and two in three of those stage their rows through shared memory.
 HOPPER_CONV_CASES = 30
 HOPPER_MIN_CONV_WGMMA_CASES = 15
 HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False, True): SEED}
@@ -178,13 +178,15 @@ HOPPER_MUTATIONS = {
         (False, False), "used before mbarrier.init|a box copy lands|a wgmma is issued|FAILED|deadlock", "WgmmaN128Tile"),
 }
 # Planted bugs in the Hopper convolution: the file and text, the timing,
-# what the simulation must say, and the pass whose kernel carries it. A bug
-# in a kernel (its producer or mainloop) is built as the GEMM's are: the one
-# fp16 kernel of that pass from the planted copy
+# what the simulation must say, and the pass whose kernel carries it
+# (STAGED_ROWS: dgrad's that stages a strided phase's rows). A bug in a
+# kernel (its producer, mainloop or epilogue) is built as the GEMM's are: the
+# one fp16 kernel of that pass from the planted copy
 # (kernel_sim/hopper_conv_planted.cpp), linked ahead of the real ones, and
 # every case runs on fp16 (`pinned`). A bug in host code (pass None) builds
 # the convolution's unit (sm90/conv_launch.cu) from the planted copy in place
 # of the real one. Either runs convolutions alone.
+STAGED_ROWS = "staged rows"
 CONV_MUTATIONS = {
     # The im2col box read at tap (s, r) instead of (r, s).
     "im2col box at the wrong filter offset": (
@@ -220,6 +222,15 @@ CONV_MUTATIONS = {
         "sm90/conv_producer.cuh",
         ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;", "const int first_pixel = 0;"),
         (False, False), "FAILED", "kWgrad"),
+    # A strided dgrad's staged strip read back before the warpgroup has met
+    # after writing it (MPGEMM_STAGED_ROW_STORES=1): the simulation orders
+    # ordinary shared-memory accesses between threads by named barriers.
+    "staged strip read back before the warpgroup has written it": (
+        "sm90/epilogue.cuh",
+        ("    write_strip<Out>(acc, buffer, strip, rows, thread);\n"
+         "    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
+         "    write_strip<Out>(acc, buffer, strip, rows, thread);\n"),
+        (False, False), "with no barrier between", STAGED_ROWS),
     # A narrow tile's filters copied in the wide tile's boxes: more bytes
     # than its stage announces, past its B tile.
     "filter boxes sized for the wide tile": (
@@ -354,7 +365,8 @@ def results(tmp_path_factory):
             mutant_kernels = mutated_kernels(str(out / f"conv_mutant{i}"), mutation, [file])
             unit = (os.path.join(SIM_DIR, "hopper_conv_planted.cpp") if planted_pass
                     else os.path.join(mutant_kernels, CONV_UNIT))
-            defines = [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else []
+            defines = (["-DPLANTED_STAGED_ROWS"] if planted_pass == STAGED_ROWS
+                       else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
             conv_planted[name] = compile_all([unit], 900, mutant_kernels, f"conv_mutant{i}.", defines)[0]
         kept = [o for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
@@ -456,7 +468,9 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert printed_count(output, "conv wgmma cases on wgmma_n64") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
+    assert printed_count(output, "conv wgmma dgrad cases with their rows staged") > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
+    assert "bad MPGEMM_STAGED_ROW_STORES refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
     assert "wgrad splits on 132 multiprocessors: ok" in output, replay
     # Few-channel fprop and wgrad on folded taps (conv/folded_taps.h), and

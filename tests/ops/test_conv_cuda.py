@@ -15,7 +15,9 @@ MPGEMM_NARROW_TILES=1 (its narrow tiles, 128 x 128 and 128 x 64, for passes
 whose N is at most 128; opt-in until this file has passed on them) and with
 =wmma (the WMMA kernels alone, the default of every other GPU). Forced, the
 Hopper convolution also takes fprop and wgrad of few input channels (a
-first layer's) through copies with their taps folded into the channels."""
+first layer's) through copies with their taps folded into the channels, and
+with MPGEMM_STAGED_ROW_STORES=1 its strided dgrad stores dx's rows through
+shared memory (opt-in until this file has passed on it)."""
 
 import re
 
@@ -237,6 +239,43 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
     assert any("fold_filters_kernel" in name for name in ran) and any("unfold_filter" in name for name in ran), ran
     assert len({name for name in ran if "wgmma_conv_kernel" in name}) == 2, ran  # fprop and wgrad, no dgrad
     assert not any("conv2d_kernel" in name or "padded_copy" in name for name in ran), ran
+
+
+STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, padding, size in RESNET50 if stride > 1]
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch",
+                         [layer + (8,) for layer in STRIDED if layer[0] > 3] +
+                         [(16, 16, 3, 3, 1, 11, 2), (24, 40, 1, 2, 0, 9, 3), (8, 8, 5, (2, 3), 2, 13, 2)])
+def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
+    """MPGEMM_STAGED_ROW_STORES=1 (opt-in): strided dgrad on the Hopper
+    convolution stores each phase's rows of dx through shared memory, on its
+    own kernel (ResNet-50's strided layers, strides of 3 and 2 x 3, a 1x1 at
+    stride 2 whose unreached phases must be zeros), right against cuDNN and
+    float64; '0' keeps the registers' stores."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "1")
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
+    compare(x, weight, None, stride, padding)
+    x.requires_grad_()
+
+    def step():
+        mpgemm.conv2d(x, weight.to(dtype), None, stride, padding).float().sum().backward()
+
+    for staged in ("1", "0"):
+        monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", staged)
+        ran = {name for name in kernels_run(step) if "mpgemm" in name}
+        assert any("wgmma_dgrad_staged_rows_kernel" in name for name in ran) == (staged == "1"), ran
+
+
+def test_bad_staged_row_stores_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_STAGED_ROW_STORES must be '0' or '1', got 'yes'"):
+        mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))
 
 
 ONE_BY_ONE = [(c, k, size) for c, k, kernel, stride, padding, size in RESNET50 if kernel == 1 and stride == 1]

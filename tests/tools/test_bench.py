@@ -339,37 +339,43 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     path's impls run with MPGEMM_CONV_PATH set during their calls only."""
     monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
     monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
+    monkeypatch.delenv("MPGEMM_STAGED_ROW_STORES", raising=False)
     seen = []
     real = benchmarks.ops.conv2d
 
     def recording(*args, **kwargs):
         seen.append(benchmarks.os.environ.get("MPGEMM_CONV_PATH"))
         narrow.append(benchmarks.os.environ.get("MPGEMM_NARROW_TILES"))
+        staged.append(benchmarks.os.environ.get("MPGEMM_STAGED_ROW_STORES"))
         return real(*args, **kwargs)
 
-    narrow = []
+    narrow, staged = [], []
     monkeypatch.setattr(benchmarks.ops, "conv2d", recording)
     make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16,
-                                                      paths=("wgmma", "wgmma_narrow"))
+                                                      paths=("wgmma", "wgmma_narrow", "wgmma_staged"))
     assert {name: impl.baseline for name, impl in impls.items() if impl.baseline} == {
         "mpgemm fwd": "torch fwd", "mpgemm fwd+bwd": "torch fwd+bwd", "mpgemm wgmma fwd": "torch fwd",
         "mpgemm wgmma fwd+bwd": "torch fwd+bwd", "mpgemm dgrad": "torch dgrad", "mpgemm wgmma dgrad": "torch dgrad",
         "mpgemm wgrad": "torch wgrad", "mpgemm wgmma wgrad": "torch wgrad",
-        **{f"mpgemm wgmma_narrow {p}": f"torch {p}" for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
+        **{f"mpgemm wgmma_{path} {p}": f"torch {p}" for path in ("narrow", "staged")
+           for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
     inputs = make()
     for name in ("mpgemm fwd", "mpgemm wgmma fwd", "mpgemm wgmma fwd+bwd"):
         impls[name].run(*inputs)
     assert seen == [None, "wgmma", "wgmma"] and "MPGEMM_CONV_PATH" not in benchmarks.os.environ
-    assert narrow == [None, "0", "0"]
+    assert narrow == [None, "0", "0"] and staged == [None, "0", "0"]
     impls["mpgemm wgmma_narrow fwd"].run(*inputs)
-    assert (seen[-1], narrow[-1]) == ("wgmma", "1") and "MPGEMM_NARROW_TILES" not in benchmarks.os.environ
+    assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "1", "0")
+    impls["mpgemm wgmma_staged fwd"].run(*inputs)
+    assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "0", "1")
+    assert "MPGEMM_NARROW_TILES" not in benchmarks.os.environ and "MPGEMM_STAGED_ROW_STORES" not in benchmarks.os.environ
     errors = benchmarks.check_results(impls, inputs)
     assert all(e is None or e < 1e-2 for e in errors.values()), errors
     # The passes alone are the passes: dgrad is x's gradient, wgrad the filters'.
     x, w, b, grad = inputs
     assert impls["mpgemm dgrad"].run(*inputs).shape == x.shape
     assert impls["mpgemm wgrad"].run(*inputs).shape == w.shape
-    with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wmma, gemm"):
+    with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wgmma_staged, wmma, gemm"):
         benchmarks.parse_conv_paths("hopper")
 
 

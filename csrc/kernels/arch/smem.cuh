@@ -1,6 +1,6 @@
 // Shared memory: the block's dynamic shared memory, the shared-window address
 // of a pointer into it (what mbarriers, copies and wgmma descriptors take),
-// and stores through that window.
+// and stores and loads through that window.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,19 @@ __device__ __forceinline__ void st_shared(uint32_t address, uint32_t packed) {
 #if MPGEMM_SM90A
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(packed) : "memory");
 #endif
+}
+
+// A 16-byte load from a shared-window address: what a thread reads back of a
+// strip the warpgroup wrote.
+__device__ __forceinline__ uint4 ld_shared_16(uint32_t address) {
+  uint4 v{};
+#if MPGEMM_SM90A
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address)
+               : "memory");
+#endif
+  return v;
 }
 
 }  // namespace mpgemm::kernels

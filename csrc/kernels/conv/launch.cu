@@ -331,6 +331,13 @@ ConvPath conv_path() {
                               "'");
 }
 
+bool staged_row_stores() {
+  const char* staged = std::getenv("MPGEMM_STAGED_ROW_STORES");
+  if (staged == nullptr || *staged == '\0' || std::strcmp(staged, "0") == 0) return false;
+  if (std::strcmp(staged, "1") == 0) return true;
+  throw std::invalid_argument(std::string("MPGEMM_STAGED_ROW_STORES must be '0' or '1', got '") + staged + "'");
+}
+
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
          p.pad_left == 0 && p.p == p.h && p.q == p.w;
@@ -371,6 +378,7 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& p) {
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
+  const bool staged_rows = staged_row_stores();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
     plan.path = Conv2dPlan::Path::kGemm;
@@ -382,7 +390,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
                       ((path == ConvPath::kAuto || path == ConvPath::kGemm) && wgmma_conv_by_default(pass, p));
   if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
-    plan.wgmma = plan_wgmma_conv(pass, p);
+    plan.wgmma = plan_wgmma_conv(pass, p, staged_rows);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     return plan;
   }

@@ -68,6 +68,13 @@ struct Conv2dPlan {
 enum class ConvPath : int { kAuto = 0, kWgmma, kWmma, kGemm };
 ConvPath conv_path();
 
+// Whether MPGEMM_STAGED_ROW_STORES=1 asks the Hopper convolution's strided
+// dgrad to store each phase's rows of dx through shared memory, whole 16-byte
+// chunks a thread (sm90/epilogue.cuh's store_tile_through_strips; opt-in
+// until its kernels have passed the GPU tests); '0' or unset: from
+// registers. Throws std::invalid_argument for any other value.
+bool staged_row_stores();
+
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
 // the GEMM it is on NHWC activations and KC filters, reading every operand
 // in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
@@ -87,7 +94,9 @@ GemmParams one_by_one_gemm(ConvPass pass, const Conv2dParams& params);
 // 2^19 (1.26x to 1.77x); smaller 1x1 wgrads tied or lost (0.75x to 1.08x).
 bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params);
 
-// Throws std::invalid_argument for a bad MPGEMM_CONV_PATH (conv_path).
+// Throws std::invalid_argument for a bad MPGEMM_CONV_PATH or
+// MPGEMM_STAGED_ROW_STORES (conv_path, staged_row_stores), whatever the
+// problem.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as

@@ -33,17 +33,40 @@ inline constexpr bool kConvBKMajor = Pass == ConvPass::kFprop;
 template <class Tile, ConvPass Pass>
 using ConvSmem = WgmmaSmem<Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>;
 
-// p describes the output as the GEMM's D (and fprop's bias): y, dx, or
-// wgrad's fp32 partial sums (one matrix per split) or dw itself.
+// The block of a convolution kernel: p describes the output as the GEMM's D
+// (and fprop's bias): y, dx, or wgrad's fp32 partial sums (one matrix per
+// split) or dw itself. StagedRows (dgrad only): a phase of a strided dgrad
+// whose rows of dx are stored through shared memory, whole 16-byte chunks
+// (sm90/epilogue.cuh).
+template <class Element, class Tile, ConvPass Pass, bool StagedRows>
+__device__ __forceinline__ void wgmma_conv_block(const CUtensorMap& a_map, const CUtensorMap& b_map,
+                                                 const CUtensorMap& d_map, const GemmParams& p,
+                                                 const WgmmaSchedule& schedule, const ConvWalk& walk) {
+  static_assert(!StagedRows || Pass == ConvPass::kDgrad, "only dgrad's phases store strided rows");
+  const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
+    load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
+  };
+  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>, StagedRows>(d_map, p, schedule, walk.k_slices,
+                                                                                  load);
+}
+
 template <class Element, class Tile, ConvPass Pass>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_conv_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule,
                       const ConvWalk walk) {
-  const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
-    load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
-  };
-  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>(d_map, p, schedule, walk.k_slices, load);
+  wgmma_conv_block<Element, Tile, Pass, false>(a_map, b_map, d_map, p, schedule, walk);
+}
+
+// dgrad's phases whose strided rows the epilogue stages (a kernel apart, so
+// that the other passes' kernels keep their code).
+template <class Element, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_dgrad_staged_rows_kernel(const __grid_constant__ CUtensorMap a_map,
+                                   const __grid_constant__ CUtensorMap b_map,
+                                   const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                                   const WgmmaSchedule schedule, const ConvWalk walk) {
+  wgmma_conv_block<Element, Tile, ConvPass::kDgrad, true>(a_map, b_map, d_map, p, schedule, walk);
 }
 
 }  // namespace mpgemm::kernels::sm90

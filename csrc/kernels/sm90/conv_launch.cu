@@ -1,16 +1,16 @@
-// Host side of the Hopper convolution: per launch, the im2col tensor map of
-// the activations it gathers (x, or dy for dgrad: a bounding box of the first
-// taps of every output pixel's window, the convolution's traversal
-// strides), the tiled map of its other operand (the filters, or dy for
-// wgrad), the output's map as the GEMM's D, and the walk of the implicit
-// GEMM (sm90/params.h's ConvWalk). fprop and wgrad are one launch each;
-// wgrad's split partial sums are reduced in split order, and where its
-// channels are not whole boxes of 64, each tap's are padded in its GEMM and
-// copied back to dw; dgrad with a stride
+// Host side of the Hopper convolution: per launch, the im2col tensor map of the
+// activations it gathers (x, or dy for dgrad: a bounding box of the first taps
+// of every output pixel's window, the convolution's traversal strides), the
+// tiled map of its other operand (the filters, or dy for wgrad), the output's
+// map as the GEMM's D, and the walk of the implicit GEMM (sm90/params.h's
+// ConvWalk). fprop and wgrad are one launch each; wgrad's split partial sums
+// are reduced in split order, and where its channels are not whole boxes of 64,
+// each tap's are padded in its GEMM and copied back to dw; dgrad with a stride
 // is one launch per phase of dx, as the WMMA dgrad runs it (conv/geometry.h),
-// each an im2col walk of dy at stride 1 over the taps that reach the phase,
-// its rows stored to strided pixels of dx. Each pass runs on the 128 x 256
-// tile, or where MPGEMM_NARROW_TILES=1 asks and its N (fprop's filters,
+// each an im2col walk of dy at stride 1 over the taps that reach the phase, its
+// rows stored to strided pixels of dx (from registers, or where
+// MPGEMM_STAGED_ROW_STORES=1, through shared memory). Each pass runs on the 128
+// x 256 tile, or where MPGEMM_NARROW_TILES=1 asks and its N (fprop's filters,
 // dgrad's channels, wgrad's columns) is at most 128, on a narrow one; the
 // kernels are instantiated in sm90/conv_kernels_<tile>.cu.
 #include <algorithm>
@@ -265,19 +265,35 @@ cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dPar
   }
 }
 
+// Whether the epilogue may store a launch's strided rows through shared
+// memory (sm90/epilogue.cuh's store_tile_through_strips): D's base, its
+// pixels' pitches and its row of columns whole 16-byte chunks.
+bool rows_stageable(const ConvLaunch& l) {
+  const int64_t bytes = element_bytes(l.gemm.d_type);
+  const auto whole_chunks = [&](int64_t elements) { return elements * bytes % 16 == 0; };
+  return l.rows.cols != 0 && aligned16(l.gemm.d) && whole_chunks(l.rows.image_pitch) &&
+         whole_chunks(l.rows.row_pitch) && whole_chunks(l.rows.col_pitch) && whole_chunks(l.gemm.n);
+}
+
+// One launch; a phase of dgrad's on the kernel that stages its rows where
+// the plan asks (WgmmaConvPlan::staged_rows) and rows_stageable allows.
 template <class Element, class Tile, ConvPass Pass>
-cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t stream) {
+cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t stream, bool staged_rows = false) {
   if (sm90::PersistentTileScheduler<Tile>::tiles(l.gemm) == 0) return cudaSuccess;
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_maps<Tile, Pass>(&a_map, &b_map, c, l.source); err != cudaSuccess) return err;
   const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
+  if constexpr (Pass == ConvPass::kDgrad)
+    if (staged_rows && rows_stageable(l))
+      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, true>(a_map, b_map, d_map, l.gemm, schedule, l.walk,
+                                                                       stream);
   return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass>(a_map, b_map, d_map, l.gemm, schedule, l.walk, stream);
 }
 
 // dgrad: one launch per phase that a tap reaches; dx is zeroed first where
 // some phase none reaches (a 1x1 at stride 2: three of four).
 template <class Element, class Tile>
-cudaError_t launch_dgrad(const Conv2dParams& c, cudaStream_t stream) {
+cudaError_t launch_dgrad(const Conv2dParams& c, const WgmmaConvPlan& plan, cudaStream_t stream) {
   bool unreached = false;
   for_each_dgrad_phase(c, [&](int, int, const ConvGemm& g) { unreached |= g.k == 0; });
   if (unreached)
@@ -288,7 +304,8 @@ cudaError_t launch_dgrad(const Conv2dParams& c, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   for_each_dgrad_phase(c, [&](int phase_h, int phase_w, const ConvGemm& g) {
     if (err == cudaSuccess && g.k > 0)
-      err = launch_one<Element, Tile, ConvPass::kDgrad>(c, dgrad_launch(c, phase_h, phase_w, g), stream);
+      err = launch_one<Element, Tile, ConvPass::kDgrad>(c, dgrad_launch(c, phase_h, phase_w, g), stream,
+                                                        plan.staged_rows);
   });
   return err;
 }
@@ -298,7 +315,7 @@ cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* 
   if constexpr (Pass == ConvPass::kFprop) {
     return launch_one<Element, Tile, Pass>(c, fprop_launch(c), stream);
   } else if constexpr (Pass == ConvPass::kDgrad) {
-    return launch_dgrad<Element, Tile>(c, stream);
+    return launch_dgrad<Element, Tile>(c, plan, stream);
   } else {
     const ConvLaunch l = wgrad_launch(c, plan.splits, workspace);
     if (const cudaError_t err = launch_one<Element, Tile, Pass>(c, l, stream); err != cudaSuccess) return err;
@@ -344,8 +361,9 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
                    p.n * p.p * p.q * p.k, p.k * p.r * p.s * wgrad_tap_columns(p)}) <= INT_MAX;
 }
 
-WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p) {
+WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_rows) {
   WgmmaConvPlan plan;
+  plan.staged_rows = staged_rows && pass == ConvPass::kDgrad;
   const int multiprocessors = device_limits().multiprocessors;
   // The pass's GEMM: M x N (dgrad: over all of dx's pixels, whatever its phases).
   const int64_t m = pass == ConvPass::kFprop ? p.n * p.p * p.q : pass == ConvPass::kDgrad ? p.n * p.h * p.w : p.k;

@@ -26,13 +26,18 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 // of its sum over output pixels on the current device (1 for the other
 // passes), and the workspace wgrad needs: its splits' fp32 partial sums, and
 // where its channels are not a multiple of 64, dw with each tap's channels
-// padded to one (0 for the other passes, and for wgrad with neither).
+// padded to one (0 for the other passes, and for wgrad with neither); and
+// whether dgrad's strided phases store their rows through shared memory,
+// whole 16-byte chunks a thread, where dx's layout allows (`staged_rows`
+// asked, as MPGEMM_STAGED_ROW_STORES=1 does: conv/launch.h), or from
+// registers, two elements a store.
 struct WgmmaConvPlan {
   TileConfigId tile = TileConfigId::kWgmma;
   int splits = 1;
   size_t workspace_bytes = 0;
+  bool staged_rows = false;
 };
-WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params);
+WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params, bool staged_rows = false);
 
 // Enqueues one pass that wgmma_conv_takes on `stream`, as `plan`
 // (plan_wgmma_conv of the same pass and params) says, with `workspace` (at

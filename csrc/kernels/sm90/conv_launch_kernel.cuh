@@ -9,12 +9,16 @@
 
 namespace mpgemm::kernels::sm90 {
 
-template <class Element, class Tile, ConvPass Pass>
+template <class Element, class Tile, ConvPass Pass, bool StagedRows>
 cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                      const GemmParams& p, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream) {
   static PerDeviceFact resident_clusters;  // blocks alone: never asked
-  return launch_persistent<Element, Tile>(&wgmma_conv_kernel<Element, Tile, Pass>, ConvSmem<Tile, Pass>::kBytes,
+  const auto kernel = [] {
+    if constexpr (StagedRows) return &wgmma_dgrad_staged_rows_kernel<Element, Tile>;
+    else return &wgmma_conv_kernel<Element, Tile, Pass>;
+  }();
+  return launch_persistent<Element, Tile>(kernel, ConvSmem<Tile, Pass>::kBytes,
                                           PersistentTileScheduler<Tile>::tiles(p), resident_clusters, stream, a_map,
                                           b_map, d_map, p, schedule, walk);
 }
@@ -22,16 +26,18 @@ cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap
 }  // namespace mpgemm::kernels::sm90
 
 // Instantiates the launch of one tile's Hopper convolution kernels: each
-// pass, fp16 and bf16 (sm90/launch.h).
-#define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS)                                                         \
-  template cudaError_t                                                                                            \
-  mpgemm::kernels::sm90::launch_wgmma_conv_kernel<ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS>( \
-      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,             \
+// pass, fp16 and bf16 (sm90/launch.h); and of dgrad's kernel that stages a
+// phase's rows (STAGED_ROWS true: sm90/conv_kernels_staged_rows.cu, a unit
+// apart, so that the passes' units keep their code).
+#define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS, STAGED_ROWS)                                    \
+  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_conv_kernel<                                   \
+      ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS, STAGED_ROWS>(                      \
+      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,     \
       const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&, cudaStream_t);
-#define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                           \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop)             \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad)             \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kWgrad)             \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kFprop)      \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kDgrad)      \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kWgrad)
+#define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                                \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop, false)           \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad, false)           \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kWgrad, false)           \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kFprop, false)    \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kDgrad, false)    \
+  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kWgrad, false)

@@ -6,7 +6,10 @@
 // one thread stores each with the copy engine, two strips in flight, so that
 // the consumer goes on to its next tile while the last strips drain;
 // otherwise (and where D's rows are a strided dgrad's pixels, which no tiled
-// box holds) it stores from registers, two elements at a time where D allows.
+// box holds) it stores from registers, two elements at a time where D allows,
+// or, in the kernels built for it (StagedRows), writes each strip as for the
+// copy engine and reads it back a 16-byte chunk a thread, so that a warp
+// stores four whole 128-byte rows at a time.
 // Bias and activation come first, apart from the stores, so that each is
 // written once per kernel rather than once per output type and way to store:
 // woven into the stores, they made every kernel 72 to 84 k instructions that
@@ -131,6 +134,42 @@ struct OutputStaging {
   uint32_t strips = 0;
 };
 
+// A consumer's output strips across its 64 x 2 * Registers accumulators:
+// 64 rows by 128 bytes each (sm90/layout.h's OutputStrip), kRegisters
+// accumulators of a thread per strip.
+template <class Out, int Registers>
+struct ConsumerStrips {
+  using Strip = OutputStrip<sizeof(Out)>;
+  static constexpr int kStrips = 2 * Registers / Strip::kCols;  // across the consumer's columns
+  static_assert(kStrips * Strip::kCols == 2 * Registers, "whole strips span a consumer's columns");
+  static constexpr int kRegisters = Registers / kStrips;
+};
+
+// Writes strip `strip` of the consumer's accumulators, rounded to Out, to the
+// shared-memory buffer at `buffer_address` in the strip's swizzled layout;
+// `rows`, the thread's two rows (accumulator_row of registers 0 and 2).
+template <class Out, int Registers>
+__device__ __forceinline__ void write_strip(const float (&acc)[Registers], uint32_t buffer_address, int strip,
+                                            const int (&rows)[2], int thread) {
+  using Strips = ConsumerStrips<Out, Registers>;
+  using Strip = typename Strips::Strip;
+#pragma unroll
+  for (int r = strip * Strips::kRegisters; r < (strip + 1) * Strips::kRegisters; r += 4) {
+    const int col = accumulator_col(thread, r);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float v0 = acc[r + 2 * h], v1 = acc[r + 2 * h + 1];
+      const uint32_t at = buffer_address + Strip::offset(rows[h], col - strip * Strip::kCols);
+      if constexpr (std::is_same_v<Out, float>) {
+        st_shared(at, make_float2(v0, v1));
+      } else {
+        const auto pair = ElementTraits<Out>::round_pair(v0, v1);
+        st_shared(at, *reinterpret_cast<const uint32_t*>(&pair));
+      }
+    }
+  }
+}
+
 // Stores the consumer's 64 x 2 * Registers accumulators (rows from row0, columns from
 // col0 of matrix `batch` of D) through its output strips and the copy
 // engine, which leaves out what lies past D. Before a buffer is written
@@ -141,34 +180,17 @@ template <class Out, int Registers>
 __device__ __forceinline__ void copy_out_tile(const float (&acc)[Registers], const GemmParams& p,
                                               const CUtensorMap* d_map, OutputStaging& staging, int64_t batch,
                                               int64_t row0, int64_t col0, int thread, int consumer) {
-  using Strip = OutputStrip<sizeof(Out)>;
-  constexpr int kStrips = 2 * Registers / Strip::kCols;  // across the consumer's columns
-  static_assert(kStrips * Strip::kCols == 2 * Registers, "whole strips span a consumer's columns");
-  constexpr int kRegisters = Registers / kStrips;  // a strip's accumulators per thread
+  using Strips = ConsumerStrips<Out, Registers>;
   const int barrier = kStripBarrier + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
 #pragma unroll
-  for (int strip = 0; strip < kStrips; ++strip) {
-    const int64_t strip_col0 = col0 + strip * Strip::kCols;
+  for (int strip = 0; strip < Strips::kStrips; ++strip) {
+    const int64_t strip_col0 = col0 + strip * Strips::Strip::kCols;
     if (strip_col0 >= p.n) break;  // the same for the whole warpgroup: the rest lies past D
     uint8_t* buffer = staging.buffers[staging.strips % Config::kOutputBuffers];
     const uint32_t buffer_address = smem_address(buffer);
     if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();
     named_barrier_sync(barrier, Config::kWarpgroupThreads);
-#pragma unroll
-    for (int r = strip * kRegisters; r < (strip + 1) * kRegisters; r += 4) {
-      const int col = accumulator_col(thread, r);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float v0 = acc[r + 2 * h], v1 = acc[r + 2 * h + 1];
-        const uint32_t at = buffer_address + Strip::offset(rows[h], col - strip * Strip::kCols);
-        if constexpr (std::is_same_v<Out, float>) {
-          st_shared(at, make_float2(v0, v1));
-        } else {
-          const auto pair = ElementTraits<Out>::round_pair(v0, v1);
-          st_shared(at, *reinterpret_cast<const uint32_t*>(&pair));
-        }
-      }
-    }
+    write_strip<Out>(acc, buffer_address, strip, rows, thread);
     fence_proxy_async_shared();
     named_barrier_sync(barrier, Config::kWarpgroupThreads);
     if (thread == 0) {
@@ -179,12 +201,63 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[Registers], con
   }
 }
 
+// Stores the consumer's 64 x 2 * Registers accumulators (rows from row0,
+// columns from col0 of matrix `batch` of D) where D's rows are strided pixels
+// (WgmmaSchedule::d_pixels), through its output strips but without the copy
+// engine: each strip is written as copy_out_tile writes it, the warpgroup
+// meets, and then each thread reads back 16-byte chunks of it, 8 threads a
+// row, and stores them, so that a warp's store writes 4 whole rows of 128
+// bytes instead of 16 bytes in each of 8 rows, as store_tile's do. The buffers
+// take turns, so that the meeting after a strip's writes also orders every
+// thread's reads of the strip before it ahead of the writes of the one after.
+// D's base, pitches and columns are whole 16-byte chunks (the launcher checks).
+template <class Out, int Registers>
+__device__ __forceinline__ void store_tile_through_strips(const float (&acc)[Registers], const GemmParams& p,
+                                                          const WgmmaSchedule& s, OutputStaging& staging,
+                                                          int64_t batch, int64_t row0, int64_t col0, int thread,
+                                                          int consumer) {
+  using Strips = ConsumerStrips<Out, Registers>;
+  using Strip = typename Strips::Strip;
+  static_assert(Config::kOutputBuffers >= 2, "a strip's buffer is written again only after another's meeting");
+  constexpr int kChunkBytes = 16, kChunksPerRow = kSwizzleBytes / kChunkBytes;
+  constexpr int kRowsPerPass = Config::kWarpgroupThreads / kChunksPerRow, kPasses = Strip::kRows / kRowsPerPass;
+  const int chunk = thread % kChunksPerRow, first_row = thread / kChunksPerRow;
+  // This thread's rows of D (null past M), at its chunk of the tile's first column.
+  unsigned char* row_at[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int64_t row = row0 + first_row + pass * kRowsPerPass;
+    row_at[pass] = row < p.m ? static_cast<unsigned char*>(p.d) +
+                                   (batch * p.d_batch_stride + row_offset(p, s, row) + col0) * int64_t(sizeof(Out)) +
+                                   chunk * kChunkBytes
+                             : nullptr;
+  }
+  const int barrier = kStripBarrier + consumer, rows[2] = {accumulator_row(thread, 0), accumulator_row(thread, 2)};
+#pragma unroll
+  for (int strip = 0; strip < Strips::kStrips; ++strip) {
+    const int64_t strip_col0 = col0 + strip * Strip::kCols;
+    if (strip_col0 >= p.n) break;  // the same for the whole warpgroup: the rest lies past D
+    const uint32_t buffer = smem_address(staging.buffers[staging.strips % Config::kOutputBuffers]);
+    write_strip<Out>(acc, buffer, strip, rows, thread);
+    named_barrier_sync(barrier, Config::kWarpgroupThreads);
+    if (strip_col0 + chunk * (kChunkBytes / int(sizeof(Out))) < p.n) {
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass)
+        if (row_at[pass] != nullptr)
+          *reinterpret_cast<uint4*>(row_at[pass] + strip * kSwizzleBytes) =
+              ld_shared_16(buffer + swizzle128_offset(first_row + pass * kRowsPerPass, chunk * kChunkBytes));
+    }
+    ++staging.strips;
+  }
+}
+
 // The epilogue for the launch's output type, through the copy engine where D
 // has a tensor map. D is fp32 or the inputs' type, as the ops make it
 // (plan/gemm_plan.cpp's gemm_shape admits no other), so that each kernel
-// holds four ways to store. A consumer whose rows all lie past M (the second
-// block of a pair at the last tile row) stores nothing.
-template <class Element, class Tile>
+// holds four ways to store, or two where it is built to stage strided rows
+// (StagedRows: a strided dgrad's phases). A consumer whose rows all lie past
+// M (the second block of a pair at the last tile row) stores nothing.
+template <class Element, class Tile, bool StagedRows = false>
 __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
@@ -193,7 +266,8 @@ __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulat
   add_bias_and_activate(acc, p, col0, thread);
   const auto store_as = [&](auto out) {
     using Out = typename decltype(out)::type;
-    if (s.d_copy) copy_out_tile<Out>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
+    if constexpr (StagedRows) store_tile_through_strips<Out>(acc, p, s, staging, batch, row0, col0, thread, consumer);
+    else if (s.d_copy) copy_out_tile<Out>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
     else store_tile<Out>(acc, p, s, batch, row0, col0, thread);
   };
   if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{});

@@ -22,9 +22,11 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 
 // Launches the Hopper convolution kernel of one input type, tile and pass
 // (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and
-// `walk` its walk of K. Instantiated in sm90/conv_kernels_<tile>.cu, a
-// tile's six kernels (three passes, two types) a unit.
-template <class Element, class Tile, ConvPass Pass>
+// `walk` its walk of K; StagedRows, dgrad's kernel that stores a phase's
+// strided rows through shared memory. Instantiated in
+// sm90/conv_kernels_<tile>.cu, a tile's six kernels (three passes, two types)
+// a unit, and the staged dgrad's in sm90/conv_kernels_staged_rows.cu.
+template <class Element, class Tile, ConvPass Pass, bool StagedRows = false>
 cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                      const GemmParams& params, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream);

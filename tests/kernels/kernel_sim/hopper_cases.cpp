@@ -452,7 +452,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < conv_cases / 6 && !(first_failure && (failed || conv_failed)); ++i)
     folded_failed += folded_conv_case(i, conv);
   printf("conv on folded taps: %d/%d failed\n", folded_failed, conv_cases / 6);
-  const bool path_bad = bad_conv_path_accepted(), far_taps_bad = far_taps_wrong();
+  const bool path_bad = bad_conv_variable_accepted("MPGEMM_CONV_PATH", "hopper");
+  const bool staged_bad = bad_conv_variable_accepted("MPGEMM_STAGED_ROW_STORES", "yes");
+  const bool far_taps_bad = far_taps_wrong();
   const bool splits_bad = conv_cases > 0 && !(first_failure && conv_failed) && wgrad_splits_wrong();
   // 1x1 convolutions as GEMMs, as many as the convolution cases' third.
   int conv_gemm_failed = 0;
@@ -464,15 +466,17 @@ int main(int argc, char** argv) {
   printf("conv wgmma cases: %d\nconv wgmma cases by default: %d\nconv wgmma wgrad cases that split: %d\n"
          "conv wgmma cases on wgmma_n128: %d\nconv wgmma cases on wgmma_n64: %d\n"
          "conv wgmma dgrad cases with a stride: %d\n"
-         "conv wgmma dgrad cases with a phase no tap reaches: %d\nconv cases on folded taps: %d\n"
+         "conv wgmma dgrad cases with a phase no tap reaches: %d\n"
+         "conv wgmma dgrad cases with their rows staged: %d\nconv cases on folded taps: %d\n"
          "conv: %d/%d failed\n"
-         "bad MPGEMM_CONV_PATH refused: %s\ntaps at the im2col offsets' limit: %s\n"
-         "wgrad splits on 132 multiprocessors: %s\n", conv.on_wgmma, conv.by_default,
-         conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad, conv.unreached_phase, conv.folded, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
-         far_taps_bad ? "FAILED" : "ok", splits_bad ? "FAILED" : "ok");
+         "bad MPGEMM_CONV_PATH refused: %s\nbad MPGEMM_STAGED_ROW_STORES refused: %s\n"
+         "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n",
+         conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad,
+         conv.unreached_phase, conv.staged_rows, conv.folded, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
+         staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok", splits_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
   return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || folded_failed ||
-         conv_gemm_failed || path_bad ||
+         conv_gemm_failed || path_bad || staged_bad ||
          far_taps_bad || splits_bad || fresh_bad;
 }

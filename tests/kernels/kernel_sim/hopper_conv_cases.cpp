@@ -15,7 +15,9 @@
 //    through the ring; wgrad's split cases on 16): channels up to three K
 //    slices, 1 to 3 taps a side, stride up to 3 (dgrad's strided cases one
 //    launch per phase of dx, some of them with phases no tap reaches, which
-//    must come out zero), padding, dilation, fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
+//    must come out zero; two in three with MPGEMM_STAGED_ROW_STORES=1, whose
+//    epilogue must then, and only then, read its rows back from shared
+//    memory), padding, dilation, fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
 //    engine can and cannot store, fp16 and bf16 (fp16 alone where pinned:
 //    the planted kernels' type); every other wgrad case on images large
 //    enough that its sum over output pixels splits, and wgrad's channels
@@ -34,7 +36,7 @@
 //    must run on copies with their taps folded into the channels;
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
 //    convolutions, against the cost model's worked out apart.
-// A bad MPGEMM_CONV_PATH must be refused; taps 254 pixels apart must run on
+// A bad MPGEMM_CONV_PATH or MPGEMM_STAGED_ROW_STORES must be refused; taps 254 pixels apart must run on
 // the path and taps 256 apart (past the im2col offsets' 8 bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 #include <cstdio>
@@ -154,6 +156,17 @@ static bool has_unreached_phase(const Conv2dParams& p) {
   return false;
 }
 
+// Whether some phase of a strided dgrad has pixels, a tap that reaches them,
+// and rows that are not all of dx's: one that stores strided rows.
+static bool has_strided_phase(const Conv2dParams& p) {
+  for (int phase_h = 0; phase_h < dgrad_phases_h(p); ++phase_h)
+    for (int phase_w = 0; phase_w < dgrad_phases_w(p); ++phase_w) {
+      const ConvGemm g = dgrad_phase_gemm(p, phase_h, phase_w);
+      if (g.k > 0 && g.m > 0 && (g.rows != p.h || g.cols != p.w)) return true;
+    }
+  return false;
+}
+
 // Whether the Hopper convolution should take fprop or wgrad of a few-channel
 // case through folded taps (conv/folded_taps.h's rule, written out): no
 // dilation, the folded channels (stride_h x S x C) within a box of 64,
@@ -178,10 +191,14 @@ struct ConvRun {
   cudaError_t err = cudaSuccess;
   int64_t wrong = 0, size = 0;
   bool bias = false;
+  uint64_t shared_loads = 0;  // ld.shared by the launch's threads: an epilogue that staged its rows
 };
 
+// A random problem run through plan_conv2d and launch_conv2d, with
+// MPGEMM_CONV_PATH=wgmma (forced), MPGEMM_NARROW_TILES=1 (narrow) and
+// MPGEMM_STAGED_ROW_STORES=1 (staged) where asked, against the reference.
 ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType out, bool with_bias, bool forced,
-                 bool narrow) {
+                 bool narrow, bool staged = false) {
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
   const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
   sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
@@ -200,13 +217,17 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   p.bias = bias.data(), p.bias_type = bias.type;
   if (forced) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
   if (narrow) setenv("MPGEMM_NARROW_TILES", "1", 1);
+  if (staged) setenv("MPGEMM_STAGED_ROW_STORES", "1", 1);
   run.plan = plan_conv2d(pass, p);
   // Poisoned (sim::Buffer): the launch must read only what it wrote there.
   std::unique_ptr<sim::Buffer> workspace;
   if (run.plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(run.plan.workspace_bytes);
+  const uint64_t loads = sim::hopper::shared_loads;
   run.err = launch_conv2d(pass, p, run.plan, workspace ? workspace->p : nullptr, nullptr);
+  run.shared_loads = sim::hopper::shared_loads - loads;
   unsetenv("MPGEMM_CONV_PATH");
   unsetenv("MPGEMM_NARROW_TILES");
+  unsetenv("MPGEMM_STAGED_ROW_STORES");
   const auto element = [in](const sim::Buffer& t) {
     return [&t, in](int64_t i) { return double(sim::get(t.p, in, i)); };
   };
@@ -292,6 +313,9 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
     g.h = rnd(2, 12), g.w = rnd(2, 12), g.r = g.s = 1, g.stride_h = g.stride_w = 2;
     g.p = (g.h + 2 * g.pad_top - 1) / 2 + 1, g.q = (g.w + 2 * g.pad_left - 1) / 2 + 1;
   }
+  // Two strided dgrad cases in three (some on narrow tiles, some on the
+  // default path) store their phases' rows through shared memory.
+  const bool staged = pass == ConvPass::kDgrad && index / 3 % 3 != 0 && index / 9 % 2 == 0;
   const bool split_sum = pass == ConvPass::kWgrad && index / 3 % 2 == 0;
   if (split_sum) {
     g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
@@ -306,7 +330,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // One case in four on the default path, which takes the Hopper
   // convolution only where wgmma_conv_by_default says so.
   const bool by_default = index % 4 == 1;
-  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow);
+  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow, staged);
   const Conv2dPlan& plan = run.plan;
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma, folded = plan.path == Conv2dPlan::Path::kFoldedTaps;
   const TileConfigId tile = expected_tile(pass, g, narrow);
@@ -319,15 +343,21 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   counts.strided_dgrad += wgmma && strided;
   counts.unreached_phase += wgmma && strided && has_unreached_phase(run.params);
   counts.folded += folded;
+  // Only a strided dgrad asked to stage its rows loads from shared memory
+  // (its epilogue's strips), where a tap reaches a phase of strided rows.
+  const bool should_stage = wgmma && strided && staged && has_strided_phase(run.params);
+  const bool did_stage = run.shared_loads > 0;
+  counts.staged_rows += did_stage;
   const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, run.params));
   const bool should_fold = !path_takes(pass, g) && !by_default && folds(pass, g);
   const bool bad = run.err != cudaSuccess || run.wrong > 0 || wgmma != should || folded != should_fold ||
-                   (wgmma && plan.wgmma.tile != tile);
+                   (wgmma && plan.wgmma.tile != tile) || did_stage != should_stage;
   if (bad)
     printf("conv case %d FAILED: %s: on the Hopper path: %d (expected %d), folded %d (expected %d), %d splits, "
-           "tile %s (expected %s)\n",
+           "tile %s (expected %s), rows staged %d (expected %d)\n",
            index, describe(pass, g, in, out, run).c_str(), int(wgmma), int(should), int(folded), int(should_fold),
-           plan.wgmma.splits, tile_config(plan.wgmma.tile).name, tile_config(tile).name);
+           plan.wgmma.splits, tile_config(plan.wgmma.tile).name, tile_config(tile).name, int(did_stage),
+           int(should_stage));
   return bad;
 }
 
@@ -350,17 +380,18 @@ bool far_taps_wrong() {
   return bad;
 }
 
-// A value of MPGEMM_CONV_PATH that names no path is refused; whether it was not.
-bool bad_conv_path_accepted() {
-  setenv("MPGEMM_CONV_PATH", "hopper", 1);
+// A bad value of `variable` (MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES) is
+// refused by any plan, whatever the problem; whether it was not.
+bool bad_conv_variable_accepted(const char* variable, const char* value) {
+  setenv(variable, value, 1);
   bool refused = false;
   try {
     plan_conv2d(ConvPass::kFprop, Conv2dParams{});
   } catch (const std::invalid_argument& e) {
-    refused = std::string(e.what()).find("MPGEMM_CONV_PATH") != std::string::npos;
+    refused = std::string(e.what()).find(variable) != std::string::npos;
   }
-  unsetenv("MPGEMM_CONV_PATH");
-  if (!refused) printf("  MPGEMM_CONV_PATH=hopper was not refused\n");
+  unsetenv(variable);
+  if (!refused) printf("  %s=%s was not refused\n", variable, value);
   return !refused;
 }
 

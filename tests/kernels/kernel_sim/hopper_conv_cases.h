@@ -11,6 +11,7 @@ struct ConvCaseCounts {
   int unreached_phase = 0;  // of those, with a phase no tap reaches
   int on_n128 = 0, on_n64 = 0;  // on the narrow tiles (MPGEMM_NARROW_TILES=1)
   int folded = 0;               // on folded taps (conv/folded_taps.h)
+  int staged_rows = 0;          // strided dgrad's with their rows staged (MPGEMM_STAGED_ROW_STORES=1)
 };
 
 // The im2col model's walk against the convolution's windows: how many
@@ -22,8 +23,9 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts);
 // One random few-channel fprop or wgrad (index % 2) with the Hopper
 // convolution forced, which must run on folded taps; whether it failed.
 bool folded_conv_case(int index, ConvCaseCounts& counts);
-// Whether a value of MPGEMM_CONV_PATH that names no path was accepted.
-bool bad_conv_path_accepted();
+// Whether a bad value of `variable` (MPGEMM_CONV_PATH,
+// MPGEMM_STAGED_ROW_STORES) was accepted.
+bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();
 // Whether wgrad's split counts for ResNet-50's layers on 132

@@ -106,6 +106,17 @@ struct Store {
 struct NamedBarrier {
   int count = 0, arrived = 0;
   uint64_t generation = 0;
+  // The threads' clocks (below) joined over this opening's arrivals, and
+  // over the last opening's, which each thread that waited takes on waking.
+  std::vector<uint32_t> joined, released;
+};
+
+// Who last wrote a 4-byte word of shared memory with an ordinary store
+// (st.shared), and who has read it since (ld.shared), each at its own clock.
+struct WordAccess {
+  int writer = -1;
+  uint32_t written_at = 0;
+  std::vector<std::pair<int, uint32_t>> readers;
 };
 
 // A warpgroup's wgmmas, and where its threads stand in the collective steps
@@ -136,6 +147,12 @@ struct Block {
   std::vector<int> unfenced;  // per 16-byte chunk: threads that wrote it and have not fenced since
   Warpgroup warpgroups[1024 / kWarpgroupThreads];
   std::map<int, NamedBarrier> named;
+  // Ordinary shared-memory accesses between the block's threads: per thread,
+  // a vector clock (entry u: how many of thread u's arrivals at named
+  // barriers this thread has met since, its own entry its own arrivals); per
+  // 4-byte word, its accesses (ordinary_access).
+  std::vector<std::vector<uint32_t>> clocks;
+  std::vector<WordAccess> words;
 };
 inline Block blocks[sim::kMaxCluster];
 // The calling thread's block, and block `rank` of its cluster.
@@ -364,16 +381,67 @@ inline void perform(const Store& st) {
   });
 }
 
+// The calling thread's vector clock in its block (the caller holds the mutex).
+inline std::vector<uint32_t>& own_clock() {
+  Block& b = own();
+  if (b.clocks.size() != blockDim.x) b.clocks.assign(blockDim.x, std::vector<uint32_t>(blockDim.x, 0));
+  return b.clocks[threadIdx.x];
+}
+
+// An ordinary access (st.shared or ld.shared) of `bytes` at shared address
+// `address` by the calling thread, checked against the other threads' (the
+// caller holds the mutex): a word another thread wrote may be read or
+// written again, and a word another thread read may be written, only after
+// a named barrier that the other thread arrived at after its access and
+// this thread waited on (or one met later through a chain of such). The
+// warpgroups' strips (sm90/epilogue.cuh) rely on nothing else.
+inline void ordinary_access(uint32_t address, uint32_t bytes, bool write) {
+  Block& b = own();
+  if (b.words.size() < sim::shared_capacity / 4) b.words.assign(sim::shared_capacity / 4, WordAccess{});
+  const std::vector<uint32_t>& clock = own_clock();
+  const int self = int(threadIdx.x);
+  const auto seen = [&](int other, uint32_t at) { return other == self || clock[other] > at; };
+  for (uint32_t word = address / 4; word < (address + bytes + 3) / 4; ++word) {
+    WordAccess& w = b.words[word];
+    SIM_CHECK(w.writer < 0 || seen(w.writer, w.written_at),
+              "thread %d %s shared memory (byte %u) that thread %d wrote, with no barrier between", self,
+              write ? "writes" : "reads", word * 4, w.writer);
+    if (write) {
+      for (const auto& [reader, at] : w.readers)
+        SIM_CHECK(seen(reader, at), "thread %d writes shared memory (byte %u) that thread %d read, with no barrier "
+                  "between", self, word * 4, reader);
+      w.writer = self, w.written_at = clock[self], w.readers.clear();
+    } else {
+      const auto it = std::find_if(w.readers.begin(), w.readers.end(), [&](const auto& r) { return r.first == self; });
+      if (it == w.readers.end()) w.readers.emplace_back(self, clock[self]);
+      else it->second = clock[self];
+    }
+  }
+}
+
 // An ordinary store of `bytes` at shared address `address` of the calling thread's block.
 inline void st_shared(uint32_t address, const void* value, uint32_t bytes) {
   SIM_CHECK(address % bytes == 0 && address + bytes <= sim::shared_size, "st.shared of %u bytes at %u", bytes,
             address);
+  std::lock_guard lock(mutex);
+  ordinary_access(address, bytes, true);
   memcpy(sim::shared_memory + address, value, bytes);
   const uint32_t chunk = address / 16;
   if (std::find(unfenced_writes.begin(), unfenced_writes.end(), chunk) != unfenced_writes.end()) return;
-  std::lock_guard lock(mutex);
   ++chunk_counts(own().unfenced)[chunk];
   unfenced_writes.push_back(chunk);
+}
+
+inline std::atomic<uint64_t> shared_loads{0};  // ld.shared since the run began
+
+// An ordinary load of `bytes` at shared address `address` of the calling thread's block.
+inline void ld_shared(uint32_t address, void* value, uint32_t bytes) {
+  SIM_CHECK(address % bytes == 0 && address + bytes <= sim::shared_size, "ld.shared of %u bytes at %u", bytes,
+            address);
+  ++shared_loads;
+  std::lock_guard lock(mutex);
+  ordinary_access(address, bytes, false);
+  memcpy(value, sim::shared_memory + address, bytes);
 }
 
 // fence.proxy.async.shared::cta: the async proxy may read what this thread wrote.
@@ -433,13 +501,27 @@ inline void named_barrier(int id, int count, bool wait) {
   if (b.arrived == 0) b.count = count;
   SIM_CHECK(b.count == count, "threads meet at barrier %d counting %d and %d threads", id, b.count, count);
   const uint64_t generation = b.generation;
+  // The arrival ticks this thread's clock and joins it to the opening's.
+  std::vector<uint32_t>& clock = own_clock();
+  ++clock[threadIdx.x];
+  if (b.joined.size() != clock.size()) b.joined.assign(clock.size(), 0);
+  for (size_t u = 0; u < clock.size(); ++u) b.joined[u] = std::max(b.joined[u], clock[u]);
+  const auto take_joined = [&] {
+    for (size_t u = 0; u < clock.size(); ++u) clock[u] = std::max(clock[u], b.released[u]);
+  };
   if (++b.arrived == count) {
     b.arrived = 0;
     ++b.generation;
+    b.released = std::move(b.joined);
+    b.joined.clear();
+    if (wait) take_joined();
     moved();
     return;
   }
-  if (wait) wait_until(lock, [&] { return b.generation != generation; }, "at named barrier %d", id);
+  if (wait) {
+    wait_until(lock, [&] { return b.generation != generation; }, "at named barrier %d", id);
+    take_joined();
+  }
 }
 inline void named_barrier_sync(int id, int count) { named_barrier(id, count, true); }
 inline void named_barrier_arrive(int id, int count) { named_barrier(id, count, false); }
@@ -617,6 +699,8 @@ inline void end_block() {
   for (Block& b : blocks) {
     b.barriers.clear();
     b.named.clear();
+    b.clocks.clear();
+    b.words.clear();
     std::fill(b.unfenced.begin(), b.unfenced.end(), 0);
     std::fill(b.written.begin(), b.written.end(), 0);
     b.exited = false;

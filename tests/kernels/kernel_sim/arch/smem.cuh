@@ -3,7 +3,7 @@
 // drivers define, which the blocks that run one at a time share; each
 // block's own in a cluster, whose blocks run at once (block_shared_memory:
 // the driver's for the first); addresses as offsets into it; and stores
-// through the shared window, modelled (../hopper_sim.h).
+// and loads through the shared window, modelled (../hopper_sim.h).
 #pragma once
 
 #include <cstdint>
@@ -22,5 +22,10 @@ inline uint32_t smem_address(const void* p) { return sim::shared_address(p); }
 
 inline void st_shared(uint32_t address, float2 pair) { sim::hopper::st_shared(address, &pair, sizeof pair); }
 inline void st_shared(uint32_t address, uint32_t packed) { sim::hopper::st_shared(address, &packed, sizeof packed); }
+inline uint4 ld_shared_16(uint32_t address) {
+  uint4 v;
+  sim::hopper::ld_shared(address, &v, sizeof v);
+  return v;
+}
 
 }  // namespace mpgemm::kernels
