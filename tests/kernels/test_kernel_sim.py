@@ -23,14 +23,19 @@ must be caught; the narrow tiles (128 x 128 and 128 x 64, deeper rings) run
 there, forced and as MPGEMM_NARROW_TILES=1 picks them. The Hopper
 convolution (fprop, dgrad, with a stride one launch per phase, wgrad) runs
 there too, on the wide tile and, under MPGEMM_NARROW_TILES=1, the narrow
-ones, and few-channel fprop and wgrad on copies with their taps folded into
-the channels (conv/folded_taps.h), its im2col copies placed by the model of the PTX ISA's im2col mode,
-which is checked against the convolution's own windows; a wrong filter offset, a wrong bounding-box
+ones, strided dgrad with its rows from registers and, under
+MPGEMM_STAGED_ROW_STORES=1, staged through shared memory, and few-channel
+fprop and wgrad on copies with their taps folded into the channels
+(conv/folded_taps.h), its im2col copies placed by the model of the PTX ISA's
+im2col mode, which is checked against the convolution's own windows.
+Ordinary shared-memory accesses between threads are checked against the
+named barriers between them. A wrong filter offset, a wrong bounding-box
 corner, dgrad's filters unflipped, a strided dgrad's phases stored to the
-wrong pixels, wgrad's splits summing the same pixels, a stage handed
-back early and a narrow tile's filters copied in the wide tile's boxes must
-be caught, and wgrad's split counts for ResNet-50 on 132 multiprocessors
-must be the cost model's (plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
+wrong pixels, wgrad's splits summing the same pixels, a stage handed back
+early, a narrow tile's filters copied in the wide tile's boxes and a staged
+strip read back before its warpgroup has met must be caught, and wgrad's
+split counts for ResNet-50 on 132 multiprocessors must be the cost model's
+(plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
 hopper_conv_cases.cpp."""
 
 import concurrent.futures
