@@ -130,6 +130,8 @@ def sanitize():
         _conv_passes("Hopper staged rows 1x1 stride 2", (2, 264, 14, 14), (72, 264, 1, 1), stride=2)
         os.environ["MPGEMM_NARROW_TILES"] = "1"
         _conv_passes("Hopper narrow staged rows stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
+        # 128 channels over 4 x 48 x 48 pixels of dx: 72 tiles of 128 x 128, enough to keep that tile.
+        _conv_passes("Hopper n128 staged rows stride 2", (4, 128, 48, 48), (72, 128, 3, 3), stride=2, padding=1)
         os.environ.pop("MPGEMM_NARROW_TILES")
         os.environ.pop("MPGEMM_STAGED_ROW_STORES")
         os.environ.pop("MPGEMM_CONV_PATH")

@@ -246,17 +246,21 @@ STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, paddi
 
 @needs_hopper
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch",
-                         [layer + (8,) for layer in STRIDED if layer[0] > 3] +
-                         [(16, 16, 3, 3, 1, 11, 2), (24, 40, 1, 2, 0, 9, 3), (8, 8, 5, (2, 3), 2, 13, 2)])
-def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch, tile",
+                         [layer + (8, "WgmmaTile") for layer in STRIDED if layer[0] > 3] +
+                         [(16, 16, 3, 3, 1, 11, 2, "WgmmaTile"), (24, 40, 1, 2, 0, 9, 3, "WgmmaTile"),
+                          (8, 8, 5, (2, 3), 2, 13, 2, "WgmmaTile"),
+                          # MPGEMM_NARROW_TILES=1: 128 channels over 196 tiles, 64 over 4.
+                          (128, 128, 3, 2, 1, 56, 8, "WgmmaN128Tile"), (64, 72, 3, 2, 1, 15, 2, "WgmmaN64Tile")])
+def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype):
     """MPGEMM_STAGED_ROW_STORES=1 (opt-in): strided dgrad on the Hopper
     convolution stores each phase's rows of dx through shared memory, on its
     own kernel (ResNet-50's strided layers, strides of 3 and 2 x 3, a 1x1 at
-    stride 2 whose unreached phases must be zeros), right against cuDNN and
-    float64; '0' keeps the registers' stores."""
+    stride 2 whose unreached phases must be zeros, and on each narrow tile),
+    right against cuDNN and float64; '0' keeps the registers' stores."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "1")
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "0" if tile == "WgmmaTile" else "1")
     x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
     compare(x, weight, None, stride, padding)
@@ -267,8 +271,8 @@ def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, bat
 
     for staged in ("1", "0"):
         monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", staged)
-        ran = {name for name in kernels_run(step) if "mpgemm" in name}
-        assert any("wgmma_dgrad_staged_rows_kernel" in name for name in ran) == (staged == "1"), ran
+        ran = {name for name in kernels_run(step) if "wgmma_dgrad_staged_rows_kernel" in name}
+        assert len(ran) == (staged == "1") and all(tile in name for name in ran), ran
 
 
 def test_bad_staged_row_stores_is_refused_with_a_clear_error(monkeypatch):
