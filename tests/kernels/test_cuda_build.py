@@ -14,7 +14,10 @@ mainloop. The narrow tiles' kernels (128 x 128 and 128 x 64) issue wgmmas
 of their width and store as many strips as their columns fill. The Hopper
 convolution's kernels (fprop, dgrad, wgrad, on each of the three tiles
 blocks alone run) are the same block fed by the copy engine's im2col loads
-(UTMALDG.4D.IM2COL) and tiled loads of the filters (wgrad: of dy).
+(UTMALDG.4D.IM2COL) and tiled loads of the filters (wgrad: of dy); its
+dgrad kernels that stage a strided phase's rows store no strip through the
+copy engine but read each back with 16-byte shared loads (LDS.128) and
+store it with 16-byte global stores (STG.E.128), four of each a strip.
 """
 
 import pytest
