@@ -109,7 +109,8 @@ def sanitize():
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then
         # dgrad's four phases at stride 2, and a 1x1 at stride 2 whose three unreached phases are zeroed.
-        os.environ["MPGEMM_CONV_PATH"] = "wgmma"
+        # On the wide tile, dx's rows from registers (the narrow tiles and staged rows are the defaults).
+        os.environ.update(MPGEMM_CONV_PATH="wgmma", MPGEMM_NARROW_TILES="0", MPGEMM_STAGED_ROW_STORES="0")
         _conv_passes("Hopper", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
         _conv_passes("Hopper stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         _conv_passes("Hopper 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
@@ -122,7 +123,7 @@ def sanitize():
         _conv_passes("Hopper narrow", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
         _conv_passes("Hopper narrow stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         _conv_passes("Hopper narrow 1x1", (16, 64, 32, 32), (128, 64, 1, 1))
-        os.environ.pop("MPGEMM_NARROW_TILES")
+        os.environ["MPGEMM_NARROW_TILES"] = "0"
         # dgrad's phases with their rows staged through shared memory (MPGEMM_STAGED_ROW_STORES=1), on the
         # wide tile and on a narrow one.
         os.environ["MPGEMM_STAGED_ROW_STORES"] = "1"
@@ -146,7 +147,8 @@ def conv_tiles():
     if torch.cuda.get_device_capability() != (9, 0):
         raise SystemExit("conv-tiles needs an sm_90 GPU")
     torch.manual_seed(0)
-    os.environ["MPGEMM_CONV_PATH"] = "wgmma"
+    # The wide tile, dx's rows stored from registers: the mainloop's three kernels.
+    os.environ.update(MPGEMM_CONV_PATH="wgmma", MPGEMM_NARROW_TILES="0", MPGEMM_STAGED_ROW_STORES="0")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         _conv_passes("one fprop tile", (2, 64, 8, 8), (256, 64, 3, 3), padding=1)
         _conv_passes("one dgrad and one wgrad tile", (2, 256, 8, 8), (128, 256, 1, 1))

@@ -6,18 +6,19 @@ just freed, so filling same-sized blocks with NaN right before each call
 poisons the outputs: an element the kernels do not write stays NaN.
 
 With MPGEMM_CONV_PATH=gemm, 1x1 convolutions at stride 1 without padding
-run as GEMMs on every GPU (opt-in until measured).
+run as GEMMs on every GPU (opt-in: slower than the Hopper convolution).
 
-On Hopper GPUs, where the default takes the Hopper convolution for the
-passes it measured faster on, each case also runs with MPGEMM_CONV_PATH=wgmma
-(the Hopper convolution wherever its geometry allows), with that and
-MPGEMM_NARROW_TILES=1 (its narrow tiles, 128 x 128 and 128 x 64, for passes
-whose N is at most 128; opt-in until this file has passed on them) and with
-=wmma (the WMMA kernels alone, the default of every other GPU). Forced, the
-Hopper convolution also takes fprop and wgrad of few input channels (a
-first layer's) through copies with their taps folded into the channels, and
-with MPGEMM_STAGED_ROW_STORES=1 its strided dgrad stores dx's rows through
-shared memory (opt-in until this file has passed on it)."""
+On Hopper GPUs the default takes the Hopper convolution for the passes it
+measured faster on: on its narrow tiles (128 x 128 and 128 x 64) for passes
+whose N is at most 128, with strided dgrad storing dx's rows through shared
+memory, and fprop of few input channels (a first layer's) through copies
+with their taps folded into the channels. Each case also runs with
+MPGEMM_CONV_PATH=wgmma (the Hopper convolution wherever its geometry
+allows) on its wide tile with dx's rows stored from registers
+(MPGEMM_NARROW_TILES=0, MPGEMM_STAGED_ROW_STORES=0), with that on the narrow
+tiles (MPGEMM_NARROW_TILES=1), and with =wmma (the WMMA kernels alone, the
+default of every other GPU). Forced, the Hopper convolution also takes
+wgrad of few input channels on folded taps."""
 
 import re
 
@@ -38,17 +39,20 @@ DTYPES = [torch.float16, pytest.param(torch.bfloat16, marks=needs_bf16)]
 IS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="the Hopper convolution needs an sm_90 GPU")
 # MPGEMM_CONV_PATH values: the defaults everywhere, each path forced on
-# Hopper; "wgmma_narrow": the Hopper convolution with MPGEMM_NARROW_TILES=1.
+# Hopper; "wgmma" on the wide tile with dx's rows from registers,
+# "wgmma_narrow" the same on the narrow tiles.
 CONV_PATHS = ["auto"] + [pytest.param(path, marks=needs_hopper) for path in ("wgmma", "wgmma_narrow", "wmma")]
 
 
 @pytest.fixture(params=CONV_PATHS)
 def conv_path(request, monkeypatch):
     monkeypatch.setenv("MPGEMM_CONV_PATH", request.param.removesuffix("_narrow"))
-    if request.param.endswith("_narrow"):
-        monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    if request.param.startswith("wgmma"):
+        monkeypatch.setenv("MPGEMM_NARROW_TILES", "1" if request.param.endswith("_narrow") else "0")
+        monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "0")
     else:
         monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
+        monkeypatch.delenv("MPGEMM_STAGED_ROW_STORES", raising=False)
     return request.param
 
 # Per input type: (reference, bound on ||out - ref|| / ||ref|| for the fp32
@@ -151,6 +155,12 @@ def kernels_run(fn):
     return {event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA}
 
 
+def hopper_conv_kernels(names):
+    """The Hopper convolution's kernels among `names`: the mainloop's, and
+    strided dgrad's that stages dx's rows through shared memory."""
+    return {name for name in names if "wgmma_conv_kernel" in name or "wgmma_dgrad_staged_rows_kernel" in name}
+
+
 @needs_hopper
 @pytest.mark.parametrize("stride", [1, 2])  # 2: dgrad one launch per phase of dx
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -162,22 +172,29 @@ def test_wgmma_conv_path_runs_the_hopper_kernels_for_every_pass(monkeypatch, dty
         mpgemm.conv2d(x, weight, None, stride, 1).float().sum().backward()
 
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
-    hopper = {name for name in kernels_run(step) if "wgmma_conv_kernel" in name}
+    hopper = hopper_conv_kernels(kernels_run(step))
     assert len(hopper) == 3, hopper  # fprop, dgrad and wgrad
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wmma")
     assert not any("wgmma" in name for name in kernels_run(step))
     # The default on Hopper: every pass of a convolution with taps.
     monkeypatch.delenv("MPGEMM_CONV_PATH")
-    assert len({name for name in kernels_run(step) if "wgmma_conv_kernel" in name}) == 3
+    assert len(hopper_conv_kernels(kernels_run(step))) == 3
 
 
 @needs_hopper
-def test_the_hopper_default_leaves_small_1x1_wgrads_to_wmma(monkeypatch):
+@pytest.mark.parametrize("narrow, small_wgrad_on_hopper", [(None, True), ("0", False)])
+def test_the_hopper_default_takes_1x1_wgrads_on_narrow_tiles(monkeypatch, narrow, small_wgrad_on_hopper):
     """wgrad of a 1x1 with fewer than 2^19 filters x channels ran faster on
-    the WMMA kernels (H100, d816ee9): fprop and dgrad on the Hopper kernels,
-    wgrad not; at 512 x 1024 all three."""
+    the narrow Hopper tiles than on the WMMA kernels, and slower on the wide
+    tile (H100, 2026-11-27 and -28): by default every pass on the Hopper
+    kernels; with MPGEMM_NARROW_TILES=0 that wgrad on WMMA, and at 512 x
+    1024 all three either way."""
     monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
-    for channels, filters, hopper_passes in ((64, 128, 2), (512, 1024, 3)):
+    if narrow is None:
+        monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
+    else:
+        monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+    for channels, filters, hopper_passes in ((64, 128, 2 + small_wgrad_on_hopper), (512, 1024, 3)):
         x = torch.randn(2, channels, 8, 8, device="cuda").half().to(memory_format=torch.channels_last)
         weight = (torch.randn(filters, channels, 1, 1, device="cuda") / channels**0.5).half()
         x.requires_grad_(), weight.requires_grad_()
@@ -186,22 +203,27 @@ def test_the_hopper_default_leaves_small_1x1_wgrads_to_wmma(monkeypatch):
             mpgemm.conv2d(x, weight).float().sum().backward()
 
         ran = kernels_run(step)
-        assert len({name for name in ran if "wgmma_conv_kernel" in name}) == hopper_passes, ran
+        assert len(hopper_conv_kernels(ran)) == hopper_passes, ran
 
 
 @needs_hopper
 @pytest.mark.parametrize("filters, tile", [(64, "WgmmaN64Tile"), (128, "WgmmaN128Tile"), (256, "WgmmaTile")])
 def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
-    """MPGEMM_NARROW_TILES=1 puts fprop on the tile its filters fill (196
-    tiles of 128 x 128, enough to keep the 128-column tile; dgrad: its 64
-    channels, wgrad: 9 x 64 columns on the wide tile); without it, every
-    pass on the wide tile. Right against float32 either way."""
+    """The narrow tiles (by default, or MPGEMM_NARROW_TILES=1) put fprop on
+    the tile its filters fill (196 tiles of 128 x 128, enough to keep the
+    128-column tile; dgrad: its 64 channels, wgrad: 9 x 64 columns on the
+    wide tile); with '0', every pass on the wide tile. Right against float32
+    either way."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     x = torch.randn(32, 64, 28, 28, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
     weight = (torch.randn(filters, 64, 3, 3, device="cuda") / 24).half().requires_grad_()
     expected = F.conv2d(x.float(), weight.float(), None, 1, 1)
-    for narrow, tiles in (("1", {tile, "WgmmaN64Tile", "WgmmaTile"}), ("0", {"WgmmaTile"})):
-        monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+    for narrow, tiles in ((None, {tile, "WgmmaN64Tile", "WgmmaTile"}), ("1", {tile, "WgmmaN64Tile", "WgmmaTile"}),
+                          ("0", {"WgmmaTile"})):
+        if narrow is None:
+            monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
+        else:
+            monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
         out = []
 
         def step():
@@ -209,7 +231,7 @@ def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
             out.append(y.float())
             y.float().sum().backward()
 
-        ran = {name for name in kernels_run(step) if "wgmma_conv_kernel" in name}
+        ran = hopper_conv_kernels(kernels_run(step))
         assert {t for t in ("WgmmaTile", "WgmmaN128Tile", "WgmmaN64Tile") if any(t in name for name in ran)} == tiles
         assert relative_error(out[0], expected) < 1e-3
 
@@ -220,11 +242,12 @@ def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
                          [(3, 64, 7, 2, 3, 224, 8), (3, 16, 3, 1, 1, 32, 16), (4, 24, 5, 2, 2, 33, 4),
                           (1, 8, 7, 3, 0, 20, 2)])
 def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
-    """MPGEMM_CONV_PATH=wgmma (opt-in): fprop and wgrad of few input
-    channels (ResNet's first layer, a CIFAR stem, odd ones) run on the
-    Hopper convolution of copies with their taps folded into the channels
+    """MPGEMM_CONV_PATH=wgmma: fprop and wgrad of few input channels
+    (ResNet's first layer, a CIFAR stem, odd ones) run on the Hopper
+    convolution of copies with their taps folded into the channels
     (conv/folded_taps.h), right against cuDNN and float64; a training step
-    whose image needs no gradient runs no dgrad."""
+    whose image needs no gradient runs no dgrad. By default fprop alone
+    folds its taps; wgrad runs on the WMMA kernels (faster there)."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
@@ -237,8 +260,13 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
     ran = {name for name in kernels_run(step) if "mpgemm" in name}
     assert sum("fold_input_kernel" in name for name in ran) == 1, ran
     assert any("fold_filters_kernel" in name for name in ran) and any("unfold_filter" in name for name in ran), ran
-    assert len({name for name in ran if "wgmma_conv_kernel" in name}) == 2, ran  # fprop and wgrad, no dgrad
+    assert len(hopper_conv_kernels(ran)) == 2, ran  # fprop and wgrad, no dgrad
     assert not any("conv2d_kernel" in name or "padded_copy" in name for name in ran), ran
+    monkeypatch.delenv("MPGEMM_CONV_PATH")
+    ran = {name for name in kernels_run(step) if "mpgemm" in name}
+    assert sum("fold_input_kernel" in name for name in ran) == 1, ran
+    assert any("fold_filters_kernel" in name for name in ran) and not any("unfold_filter" in name for name in ran), ran
+    assert len(hopper_conv_kernels(ran)) == 1, ran  # fprop; wgrad on WMMA
 
 
 STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, padding, size in RESNET50 if stride > 1]
@@ -253,11 +281,12 @@ STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, paddi
                           # MPGEMM_NARROW_TILES=1: 128 channels over 196 tiles, 64 over 4.
                           (128, 128, 3, 2, 1, 56, 8, "WgmmaN128Tile"), (64, 72, 3, 2, 1, 15, 2, "WgmmaN64Tile")])
 def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype):
-    """MPGEMM_STAGED_ROW_STORES=1 (opt-in): strided dgrad on the Hopper
-    convolution stores each phase's rows of dx through shared memory, on its
-    own kernel (ResNet-50's strided layers, strides of 3 and 2 x 3, a 1x1 at
-    stride 2 whose unreached phases must be zeros, and on each narrow tile),
-    right against cuDNN and float64; '0' keeps the registers' stores."""
+    """By default (or MPGEMM_STAGED_ROW_STORES=1), strided dgrad on the
+    Hopper convolution stores each phase's rows of dx through shared memory,
+    on its own kernel (ResNet-50's strided layers, strides of 3 and 2 x 3, a
+    1x1 at stride 2 whose unreached phases must be zeros, and on each narrow
+    tile), right against cuDNN and float64; '0' keeps the registers'
+    stores."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "1")
     monkeypatch.setenv("MPGEMM_NARROW_TILES", "0" if tile == "WgmmaTile" else "1")
@@ -269,10 +298,13 @@ def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, bat
     def step():
         mpgemm.conv2d(x, weight.to(dtype), None, stride, padding).float().sum().backward()
 
-    for staged in ("1", "0"):
-        monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", staged)
+    for staged in (None, "1", "0"):
+        if staged is None:
+            monkeypatch.delenv("MPGEMM_STAGED_ROW_STORES")
+        else:
+            monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", staged)
         ran = {name for name in kernels_run(step) if "wgmma_dgrad_staged_rows_kernel" in name}
-        assert len(ran) == (staged == "1") and all(tile in name for name in ran), ran
+        assert len(ran) == (staged != "0") and all(tile in name for name in ran), ran
 
 
 def test_bad_staged_row_stores_is_refused_with_a_clear_error(monkeypatch):

@@ -5,8 +5,8 @@ code, random cases and the large shapes also run with each path forced
 same on pairs of blocks that multicast B; wgmma_pingpong: on pairs whose
 consumers take tiles in turn; wgmma_n128 and wgmma_n64: on blocks alone over
 the narrow tiles, 128 x 128 and 128 x 64; wmma: never), and outputs of at
-most 128 columns with MPGEMM_NARROW_TILES=1, which lets the heuristic pick
-the narrow tiles.
+most 128 columns on the narrow tiles the heuristic picks by default, and
+without them (MPGEMM_NARROW_TILES=0).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -286,19 +286,26 @@ def test_every_candidate_plan_matches_cublas():
 @needs_hopper_path
 @pytest.mark.parametrize("m, n, tile", [(8192, 64, "WgmmaN64Tile"), (16384, 128, "WgmmaN128Tile"),
                                         (8192, 128, "WgmmaN64Tile"), (16384, 256, "WgmmaTile")])
-def test_narrow_tiles_where_asked_for(m, n, tile, monkeypatch):
-    """MPGEMM_NARROW_TILES=1: 64 columns on 128 x 64 tiles; 128 on 128 x 128
-    ones where those fill more than half of an H100's or H200's 132
-    multiprocessors (128 tiles), else on 128 x 64 (64 of them would be 64
-    tiles); 256 on the wide tile (128 tiles of 128 x 256). Right against
-    cuBLAS."""
+def test_narrow_tiles_by_default(m, n, tile, monkeypatch):
+    """By default (and with MPGEMM_NARROW_TILES=1): 64 columns on 128 x 64
+    tiles; 128 on 128 x 128 ones where those fill more than half of an
+    H100's or H200's 132 multiprocessors (128 tiles), else on 128 x 64 (64
+    of them would be 64 tiles); 256 on the wide tile (128 tiles of 128 x
+    256). MPGEMM_NARROW_TILES=0: no narrow tile. Right against cuBLAS."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
-    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
     a = operand((m, 1024))
     b = operand((1024, n), "col")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = poisoned_gemm(a, b)
-        torch.cuda.synchronize()
-    ran = [event.name for event in prof.events() if "wgmma_gemm_kernel" in event.name]
-    assert ran and all(tile in name for name in ran), ran
-    assert relative_error(out, cublas_gemm(a, b).double().cpu()) < TOLERANCE
+    for narrow in (None, "1", "0"):
+        if narrow is None:
+            monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
+        else:
+            monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = poisoned_gemm(a, b)
+            torch.cuda.synchronize()
+        ran = [event.name for event in prof.events() if "wgmma_gemm_kernel" in event.name]
+        if narrow == "0":
+            assert ran and not any("WgmmaN" in name for name in ran), ran
+        else:
+            assert ran and all(tile in name for name in ran), ran
+        assert relative_error(out, cublas_gemm(a, b).double().cpu()) < TOLERANCE

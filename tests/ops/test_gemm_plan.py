@@ -102,12 +102,13 @@ def test_hopper_path_by_default_on_sm90(m, n, k, batch):
 
 
 @pytest.mark.parametrize("m, n, k, batch", [(1024, 1024, 1024, 1), (1024, 1024, 16384, 1), (128, 4096, 4096, 1),
-                                            (4096, 128, 4096, 1), (128 * 66, 256, 4096, 1), (1024, 1024, 1024, 2),
-                                            (8, 8, 8, 1)])
+                                            (128 * 66, 256, 4096, 1), (1024, 1024, 1024, 2)])
 def test_ping_pong_by_default_where_blocks_alone_leave_half_the_gpu_idle(m, n, k, batch):
     """At most 66 tiles of 128 x 256 on 132 multiprocessors: ping-pong's
     64 x 256 tiles, 1.3x to 1.7x faster on three of the four such shapes
-    timed on an H200 and a tie on the fourth (bench/NOTES.md)."""
+    timed on an H200 and a tie on the fourth (bench/NOTES.md). Outputs of
+    at most 128 columns take the narrow tiles instead
+    (test_narrow_tiles_by_default_and_only_where_they_fit)."""
     plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
     assert (plan.config, plan.cluster_m, plan.split_k) == ("wgmma_pingpong", 2, 1)
     for limits in (A100, SM86, SM75, dict(H100, arch=100)):
@@ -180,28 +181,32 @@ def test_a_bad_path_is_named(monkeypatch):
     (8192, 128, 4096, 1, "wgmma_n64"),  # 64 of them: 128 x 64 tiles instead, 128 of those
     (4096, 128, 4096, 1, "wgmma_n64"), (2048, 100, 1024, 8, "wgmma_n128"), (4096, 129, 4096, 1, None),
     (4096, 4096, 4096, 1, None)])
-def test_narrow_tiles_only_where_asked_for(m, n, k, batch, narrow, monkeypatch):
-    """MPGEMM_NARROW_TILES=1 (opt-in until they have passed the GPU tests)
-    puts outputs of at most 128 columns that take the Hopper path on the
-    narrow tiles: 128 x 64 up to 64 columns, or up to 128 where 128 x 128
+def test_narrow_tiles_by_default_and_only_where_they_fit(m, n, k, batch, narrow, monkeypatch):
+    """The narrow tiles (the default on sm_90 since they passed the GPU
+    tests and measured faster on an H100, 2026-11-28; MPGEMM_NARROW_TILES=0
+    turns them off) put outputs of at most 128 columns that take the Hopper
+    path on them: 128 x 64 up to 64 columns, or up to 128 where 128 x 128
     tiles would fill at most half of the multiprocessors; never wider
-    outputs, never other archs, and never without it."""
+    outputs and never other archs."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
-    default = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config
-    assert default in ("wgmma", "wgmma_pingpong")
-    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
-    plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
-    assert plan.config == (narrow or default) and plan.split_k == 1 and (narrow is None or plan.cluster_m == 1)
-    assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=A100).config.startswith("wgmma")
     monkeypatch.setenv("MPGEMM_NARROW_TILES", "0")
-    assert mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config == default
+    wide = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config
+    assert wide in ("wgmma", "wgmma_pingpong")
+    for value in (None, "1"):
+        if value is None:
+            monkeypatch.delenv("MPGEMM_NARROW_TILES")
+        else:
+            monkeypatch.setenv("MPGEMM_NARROW_TILES", value)
+        plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
+        assert plan.config == (narrow or wide) and plan.split_k == 1 and (narrow is None or plan.cluster_m == 1)
+        assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=A100).config.startswith("wgmma")
 
 
 def test_narrow_tiles_leave_wmma_split_k_where_the_rule_splits(monkeypatch):
     """4096 x 64 x 4096 splits K on WMMA tiles (64 small tiles, 64 slices);
     the narrow tiles replace the wide Hopper tile, not the split (a split of
     K on the Hopper scheduler is issue 56's)."""
-    monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+    monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
     plan = mpgemm.gemm_plan(4096, 64, 4096, device_limits=H100)
     assert plan.config == "small" and plan.split_k > 1
 

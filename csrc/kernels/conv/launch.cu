@@ -333,8 +333,8 @@ ConvPath conv_path() {
 
 bool staged_row_stores() {
   const char* staged = std::getenv("MPGEMM_STAGED_ROW_STORES");
-  if (staged == nullptr || *staged == '\0' || std::strcmp(staged, "0") == 0) return false;
-  if (std::strcmp(staged, "1") == 0) return true;
+  if (staged == nullptr || *staged == '\0' || std::strcmp(staged, "1") == 0) return true;
+  if (std::strcmp(staged, "0") == 0) return false;
   throw std::invalid_argument(std::string("MPGEMM_STAGED_ROW_STORES must be '0' or '1', got '") + staged + "'");
 }
 
@@ -370,10 +370,12 @@ GemmParams one_by_one_gemm(ConvPass pass, const Conv2dParams& c) {
   return g;
 }
 
-bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& p) {
-  if (pass != ConvPass::kWgrad || p.r * p.s > 1) return true;
+bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& p, bool narrow_tiles) {
+  if (pass != ConvPass::kWgrad || p.r * p.s > 1 || narrow_tiles) return true;
   return p.k / p.groups * (p.c / p.groups) >= (int64_t(1) << 19);
 }
+
+bool folded_taps_by_default(ConvPass pass) { return pass == ConvPass::kFprop; }
 
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
@@ -387,14 +389,15 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     return plan;
   }
   const bool hopper = path == ConvPath::kWgmma ||
-                      ((path == ConvPath::kAuto || path == ConvPath::kGemm) && wgmma_conv_by_default(pass, p));
+                      ((path == ConvPath::kAuto || path == ConvPath::kGemm) && wgmma_conv_by_default(pass, p, narrow_tiles_enabled()));
   if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
     plan.wgmma = plan_wgmma_conv(pass, p, staged_rows);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     return plan;
   }
-  if (path == ConvPath::kWgmma && folds_taps(pass, p) && wgmma_available()) {
+  const bool fold = path == ConvPath::kWgmma || (path != ConvPath::kWmma && folded_taps_by_default(pass));
+  if (fold && folds_taps(pass, p) && wgmma_available()) {
     const Conv2dParams folded = fold_taps(pass, p, nullptr).folded;
     if (wgmma_conv_takes(pass, folded)) {
       plan.path = Conv2dPlan::Path::kFoldedTaps;

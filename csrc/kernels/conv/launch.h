@@ -38,10 +38,11 @@ struct Conv2dPlan {
     // A 1x1 convolution at stride 1 without padding as the plain GEMM it is
     // (one_by_one_gemm), on the GEMM's own plan, where MPGEMM_CONV_PATH=gemm asks.
     kGemm,
-    // Few input channels (a first layer's fprop and wgrad), where
-    // MPGEMM_CONV_PATH=wgmma asks and the Hopper convolution cannot take the
-    // problem as it is: the Hopper convolution of copies whose taps are
-    // folded into the channels (conv/folded_taps.h), in the workspace.
+    // Few input channels (a first layer's fprop and wgrad), where the
+    // Hopper convolution cannot take the problem as it is and
+    // MPGEMM_CONV_PATH=wgmma asks (fprop also by default on sm_90:
+    // folded_taps_by_default): the Hopper convolution of copies whose taps
+    // are folded into the channels (conv/folded_taps.h), in the workspace.
     kFoldedTaps,
   };
   Path path = Path::kInvalid;
@@ -57,22 +58,25 @@ struct Conv2dPlan {
 
 // Which kernels MPGEMM_CONV_PATH asks for: "auto" (or unset) the defaults:
 // on sm_90 the Hopper convolution where it takes the pass and
-// wgmma_conv_by_default says it is the faster, else the WMMA implicit GEMMs
-// (or the depthwise and padded-copy kernels); "wgmma" the Hopper convolution
-// wherever it takes the pass, and where it does not take fprop or wgrad as
-// they are, wherever it takes their folded taps (opt-in until measured);
-// "wmma" never; "gemm" a 1x1 convolution at stride 1 without padding as a
-// GEMM (one_by_one_gemm: the Hopper GEMM on sm_90, the WMMA tiles elsewhere;
-// opt-in until measured), every other problem as "auto". Throws
-// std::invalid_argument for any other value.
+// wgmma_conv_by_default says it is the faster, and fprop of few channels on
+// its folded taps, else the WMMA implicit GEMMs (or the depthwise and
+// padded-copy kernels); "wgmma" the Hopper convolution wherever it takes the
+// pass, and where it does not take fprop or wgrad as they are, wherever it
+// takes their folded taps; "wmma" never; "gemm" a 1x1 convolution at stride
+// 1 without padding as a GEMM (one_by_one_gemm: the Hopper GEMM on sm_90,
+// the WMMA tiles elsewhere; opt-in: its wgrad ran at half the Hopper
+// convolution's speed on an H100, 2026-11-28), every other problem as
+// "auto". Throws std::invalid_argument for any other value.
 enum class ConvPath : int { kAuto = 0, kWgmma, kWmma, kGemm };
 ConvPath conv_path();
 
-// Whether MPGEMM_STAGED_ROW_STORES=1 asks the Hopper convolution's strided
-// dgrad to store each phase's rows of dx through shared memory, whole 16-byte
-// chunks a thread (sm90/epilogue.cuh's store_tile_through_strips; opt-in
-// until its kernels have passed the GPU tests); '0' or unset: from
-// registers. Throws std::invalid_argument for any other value.
+// Whether the Hopper convolution's strided dgrad stores each phase's rows of
+// dx through shared memory, whole 16-byte chunks a thread
+// (sm90/epilogue.cuh's store_tile_through_strips): yes unless
+// MPGEMM_STAGED_ROW_STORES is "0" (then from registers; the default since
+// its kernels passed the GPU tests and ran 1.10x to 1.41x faster on an H100,
+// 2026-11-28). Unset, "" or "1": yes; throws std::invalid_argument for any
+// other value.
 bool staged_row_stores();
 
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
@@ -87,12 +91,20 @@ bool is_one_by_one_gemm(const Conv2dParams& params);
 GemmParams one_by_one_gemm(ConvPass pass, const Conv2dParams& params);
 
 // Where the Hopper convolution is the default on sm_90, among the passes it
-// takes (H100, d816ee9, 2026-11-27, ResNet-50's convolutions at batch 256:
-// bench/results/2026-11-27_h100-sxm_d816ee9): fprop and dgrad everywhere
-// (1.02x to 6.3x the WMMA kernels' speed); wgrad where it has taps (every 3x3
-// 1.31x to 1.61x) or, for a 1x1, filters x channels per group of at least
-// 2^19 (1.26x to 1.77x); smaller 1x1 wgrads tied or lost (0.75x to 1.08x).
-bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params);
+// takes (H100, ResNet-50's convolutions at batch 256,
+// bench/results/2026-11-27_h100-sxm_d816ee9 and 2026-11-28_h100-sxm_2d75062):
+// fprop and dgrad everywhere (1.02x to 6.3x the WMMA kernels' speed); wgrad
+// with taps (every 3x3 1.20x to 2.15x) and, with the narrow tiles
+// (`narrow_tiles`, narrow_tiles_enabled), of every 1x1 (1.06x to 1.58x);
+// without them, of a 1x1 only with filters x channels per group of at least
+// 2^19, where smaller ones tied or lost (0.75x to 1.08x).
+bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params, bool narrow_tiles);
+
+// Whether the default on sm_90 runs a pass of few input channels that folds
+// its taps (conv/folded_taps.h's folds_taps) on the folded Hopper
+// convolution: fprop (ResNet-50's first layer 1.46x the WMMA kernels'
+// speed on the narrow tile, H100, 2026-11-28), not wgrad (0.60x).
+bool folded_taps_by_default(ConvPass pass);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH or
 // MPGEMM_STAGED_ROW_STORES (conv_path, staged_row_stores), whatever the

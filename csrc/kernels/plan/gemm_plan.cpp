@@ -92,8 +92,8 @@ GemmPath gemm_path() {
 
 bool narrow_tiles_enabled() {
   const char* narrow = std::getenv("MPGEMM_NARROW_TILES");
-  if (narrow == nullptr || *narrow == '\0' || std::strcmp(narrow, "0") == 0) return false;
-  if (std::strcmp(narrow, "1") == 0) return true;
+  if (narrow == nullptr || *narrow == '\0' || std::strcmp(narrow, "1") == 0) return true;
+  if (std::strcmp(narrow, "0") == 0) return false;
   throw std::invalid_argument(std::string("MPGEMM_NARROW_TILES must be '0' or '1', got '") + narrow + "'");
 }
 
@@ -147,9 +147,11 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
 //     operands, not switched off by gemm_path), unless rule 3 below splits K
 //     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
 //     idle on small outputs with long K, where split-K of smaller WMMA tiles
-//     ran up to 9x faster on an H100. Where MPGEMM_NARROW_TILES=1 and N is
-//     at most 128, the narrow tile narrow_wgmma_tile names in place of the
-//     wide one (opt-in: not yet run on a GPU; it leaves rule 3's split). Otherwise ping-pong consumers on pairs
+//     ran up to 9x faster on an H100. Where N is at most 128 (and
+//     MPGEMM_NARROW_TILES is not "0"), the narrow tile narrow_wgmma_tile
+//     names in place of the wide one: 1.2x to 2x faster on the four such
+//     shapes timed on an H100 (bench/NOTES.md, 2026-11-28); it leaves rule
+//     3's split. Otherwise ping-pong consumers on pairs
 //     ("wgmma_pingpong") where blocks alone's 128 x 256 tiles (times the
 //     batch) fill at most half of the multiprocessors: their 64 x 256 tiles
 //     give more blocks work, 1.3x to 1.7x faster on three of the four such

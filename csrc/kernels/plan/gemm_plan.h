@@ -91,10 +91,11 @@ GemmShape gemm_shape(const GemmParams& params);
 enum class GemmPath : int { kAuto = 0, kWgmma, kWgmmaPair, kWgmmaPingPong, kWgmmaN128, kWgmmaN64, kWmma };
 GemmPath gemm_path();
 
-// Whether MPGEMM_NARROW_TILES=1 lets the plans of the Hopper GEMM and
-// convolution pick the narrow tiles (wgmma_n128, wgmma_n64) for outputs of
-// at most 128 columns: opt-in until they have passed the GPU tests
-// (unset or "0": no; throws std::invalid_argument for any other value).
+// Whether the plans of the Hopper GEMM and convolution may pick the narrow
+// tiles (wgmma_n128, wgmma_n64) for outputs of at most 128 columns: yes
+// unless MPGEMM_NARROW_TILES is "0" (the default since they passed the GPU
+// tests and measured faster on an H100, 2026-11-28; unset, "" or "1": yes;
+// throws std::invalid_argument for any other value).
 bool narrow_tiles_enabled();
 
 // The narrow Hopper tile for an output `n` columns wide made of `tiles_n128`

@@ -19,9 +19,9 @@
 //    other's slices in the ring); and, on either pair kernel, tall problems
 //    whose tile order has a partial group; one in eight on the narrow tiles
 //    (128 x 128 and 128 x 64, rings of 6 and 8 stages), asked for by
-//    MPGEMM_GEMM_PATH=wgmma_n128 or =wgmma_n64, or by
-//    MPGEMM_NARROW_TILES=1 on outputs of at most 128 columns, with K that
-//    wraps their rings. Every pair and narrow case must run the kernel it
+//    MPGEMM_GEMM_PATH=wgmma_n128 or =wgmma_n64, or picked by the default
+//    on outputs of at most 128 columns (MPGEMM_NARROW_TILES=0 in every other
+//    case), with K that wraps their rings. Every pair and narrow case must run the kernel it
 //    asks for: its operands are ones the copy engine describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
 //    through the copy engine, and the rest mostly pitches it cannot describe.
@@ -237,10 +237,10 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // Pairs in one case of four, every other one with ping-pong consumers; of
   // each pair kernel's cases, one in two tall. Narrow tiles in one case of
   // eight, in turn wgmma_n128 and wgmma_n64 forced, and the tile
-  // MPGEMM_NARROW_TILES=1 picks for an output of at most 128 columns.
+  // the default picks for an output of at most 128 columns.
   const bool forced = index % 4 == 3, paired = index % 4 == 1, ping_pong = index % 8 == 5;
   const bool narrow = index % 8 == 4;
-  const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: MPGEMM_NARROW_TILES=1
+  const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
   // kernels do not store: WMMA tiles even where MPGEMM_GEMM_PATH=wgmma asks
@@ -256,7 +256,9 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   if (narrow && narrow_kind < 2) setenv("MPGEMM_GEMM_PATH", narrow_kind == 0 ? "wgmma_n128" : "wgmma_n64", 1);
-  if (narrow && narrow_kind == 2) setenv("MPGEMM_NARROW_TILES", "1", 1);
+  // The narrow tiles are the default: left to it where the plan should pick one, "0" elsewhere, so
+  // that every other case keeps the tile it ran on before they were.
+  if (!narrow || narrow_kind != 2) setenv("MPGEMM_NARROW_TILES", "0", 1);
   sim::GemmCaseSpec spec;
   // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
   spec.aligned = paired || narrow || other_type || refused || sim::rnd(0, 7) ? 1 : 0;

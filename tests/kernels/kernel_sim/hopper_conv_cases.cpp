@@ -15,21 +15,22 @@
 //    through the ring; wgrad's split cases on 16): channels up to three K
 //    slices, 1 to 3 taps a side, stride up to 3 (dgrad's strided cases one
 //    launch per phase of dx, some of them with phases no tap reaches, which
-//    must come out zero; two in three with MPGEMM_STAGED_ROW_STORES=1, whose
-//    epilogue must then, and only then, read its rows back from shared
-//    memory), padding, dilation, fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
+//    must come out zero; two in three with their rows staged, the default
+//    (MPGEMM_STAGED_ROW_STORES=0 in the rest), whose epilogue must then, and
+//    only then, read its rows back from shared memory), padding, dilation, fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
 //    engine can and cannot store, fp16 and bf16 (fp16 alone where pinned:
 //    the planted kernels' type); every other wgrad case on images large
 //    enough that its sum over output pixels splits, and wgrad's channels
 //    whole boxes of 64 in one case in four, padded per tap in the rest
-//    (split or not). Every other case of each pass (not where pinned) sets
-//    MPGEMM_NARROW_TILES=1, which must put a pass whose N is at most 128 on
+//    (split or not). Every other case of each pass (not where pinned) runs
+//    with the narrow tiles (the default; MPGEMM_NARROW_TILES=0 in the
+//    rest), which must put a pass whose N is at most 128 on
 //    the narrow tile conv/launch.h names (fprop drawing up to 128 filters,
 //    every other time more than 64 on one multiprocessor, so that 128 x 128
 //    tiles run); without it every case runs on the 128 x 256 tile. Every
 //    case the path takes must run on it; one in five of each pass has
-//    channels it does not take (the WMMA kernels do, or, forced, fprop and
-//    wgrad on folded taps where those fold). The reference scatters every
+//    channels it does not take (the WMMA kernels do, or fprop on folded taps
+//    where those fold, and forced, wgrad too). The reference scatters every
 //    product into the pass's output;
 //  - folded taps: random few-channel fprop and wgrad (first layers: up to 7
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
@@ -182,7 +183,7 @@ static bool folds(ConvPass pass, const Geometry& g) {
 namespace {
 
 // One pass of a problem through plan_conv2d and launch_conv2d (the Hopper
-// convolution forced where `forced`, MPGEMM_NARROW_TILES=1 where `narrow`),
+// convolution forced where `forced`, the narrow tiles where `narrow`),
 // on random multiples of 1/8, against the reference: its plan, launch error
 // and wrong elements.
 struct ConvRun {
@@ -195,8 +196,8 @@ struct ConvRun {
 };
 
 // A random problem run through plan_conv2d and launch_conv2d, with
-// MPGEMM_CONV_PATH=wgmma (forced), MPGEMM_NARROW_TILES=1 (narrow) and
-// MPGEMM_STAGED_ROW_STORES=1 (staged) where asked, against the reference.
+// MPGEMM_CONV_PATH=wgmma (forced), the narrow tiles (narrow) and staged rows
+// (staged) where asked, against the reference.
 ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType out, bool with_bias, bool forced,
                  bool narrow, bool staged = false) {
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
@@ -215,9 +216,12 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   if (pass != ConvPass::kWgrad) p.wt = w.p;
   if (pass != ConvPass::kFprop) p.dy = dy.p;
   p.bias = bias.data(), p.bias_type = bias.type;
+  // The narrow tiles and staged rows are the defaults: asked for by name
+  // where forced, left to the default on the default path, and "0" where not
+  // wanted.
   if (forced) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
-  if (narrow) setenv("MPGEMM_NARROW_TILES", "1", 1);
-  if (staged) setenv("MPGEMM_STAGED_ROW_STORES", "1", 1);
+  if (!narrow || forced) setenv("MPGEMM_NARROW_TILES", narrow ? "1" : "0", 1);
+  if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
   run.plan = plan_conv2d(pass, p);
   // Poisoned (sim::Buffer): the launch must read only what it wrote there.
   std::unique_ptr<sim::Buffer> workspace;
@@ -348,8 +352,8 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   const bool should_stage = wgmma && strided && staged && has_strided_phase(run.params);
   const bool did_stage = run.shared_loads > 0;
   counts.staged_rows += did_stage;
-  const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, run.params));
-  const bool should_fold = !path_takes(pass, g) && !by_default && folds(pass, g);
+  const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, run.params, narrow));
+  const bool should_fold = !path_takes(pass, g) && (!by_default || folded_taps_by_default(pass)) && folds(pass, g);
   const bool bad = run.err != cudaSuccess || run.wrong > 0 || wgmma != should || folded != should_fold ||
                    (wgmma && plan.wgmma.tile != tile) || did_stage != should_stage;
   if (bad)
