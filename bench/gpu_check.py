@@ -138,10 +138,10 @@ XDIST = f"$({PY} -c 'import xdist' 2>/dev/null && printf -- '-n 8')"
 
 
 STEPS = (
-    Step("build", 1, 120, 95, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
+    Step("build", 1, 180, 110, BUILD, "build the extension for this GPU only (in place, ninja, all cores)"),
     Step("hopper", 1, 45, 15, HOPPER, "the Hopper path (sm_90 only): probes of the TMA box and wgmma layouts, "
          "then its GEMM on every operand layout, type and edge against float64"),
-    Step("inspect", 1, 60, 30, f"{PY} -m mpgemm inspect",
+    Step("inspect", 1, 45, 30, f"{PY} -m mpgemm inspect",
          "HMMA in every kernel's machine code, and the kernels each op ran (torch.profiler)"),
     Step("gemm", 1, 30, 10, f"{PY} -m mpgemm bench gemm --shapes {GEMM_SHAPES} --json {{raw}}/gemm.json",
          "GEMM vs cuBLAS, fp16 and bf16 in, fp32 and 16-bit out; events cross-checked with the profiler at "
@@ -151,11 +151,11 @@ STEPS = (
     Step("mlp", 1, 30, 10, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU vs torch at 16384 tokens, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: the bf16 cases take as long again, outside the measure part.
-    Step("conv", 1, 150, 45, CONV,
+    Step("conv", 1, 120, 45, CONV,
          "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "
          "at batch 256 and 5 depthwise layers, fp16; on sm_90 each path forced beside the default"),
-    Step("build", 2, 120, 85, BUILD, "the same build (a no-op on the machine part 1 left warm)"),
-    Step("tests", 2, 150, 70, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
+    Step("build", 2, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
+    Step("tests", 2, 120, 65, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu; on sm_90 each GEMM schedule and the Hopper convolution "
          "forced too), in 8 processes where pytest-xdist is installed"),
     Step("verify", 2, 20, 7, f"{PY} -m mpgemm verify --sweep 200", "float64 and cuBLAS on 214 shapes, fp16 and bf16"),
@@ -168,14 +168,14 @@ STEPS = (
          "compute-sanitizer racecheck (shared memory): the same calls"),
     Step("synccheck", 2, 40, 15, SANITIZER.replace("{tool}", "synccheck"),
          "compute-sanitizer synccheck (barriers): the same calls"),
-    Step("build", 3, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
+    Step("build", 3, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
     Step("wgmma-speed", 3, 60, 15, WGMMA_SPEED,
          "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong) beside WMMA and cuBLAS (sm_90 only)"),
     Step("profile", 3, 30, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
-    Step("build", 4, 120, 85, BUILD, "the same build (a no-op on a machine left warm)"),
-    Step("train", 4, 300, 80, TRAIN,
+    Step("build", 4, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
+    Step("train", 4, 280, 80, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; on sm_90 ResNet-50 with the Hopper convolution"),
 )
