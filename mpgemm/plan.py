@@ -134,9 +134,8 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     holding 9.0), unless the WMMA rule below would split K: ping-pong
     consumers on pairs of blocks, "wgmma_pingpong", where the 128 x 256
     tiles of blocks alone (times the batch) fill at most half the
-    multiprocessors, else blocks alone, "wgmma"; with MPGEMM_NARROW_TILES=1
-    (opt-in until they have passed the GPU tests), outputs of at most 128
-    columns take a narrow tile instead: "wgmma_n64" (128 x 64) up to 64
+    multiprocessors, else blocks alone, "wgmma"; outputs of at most 128
+    columns take a narrow tile instead (unless MPGEMM_NARROW_TILES=0): "wgmma_n64" (128 x 64) up to 64
     columns or where 128 x 128 tiles would fill at most half the
     multiprocessors, else "wgmma_n128" (MPGEMM_GEMM_PATH=wgmma,
     =wgmma_2x1, =wgmma_pingpong, =wgmma_n128 or =wgmma_n64 takes that

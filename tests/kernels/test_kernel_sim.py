@@ -20,12 +20,11 @@ written from the PTX ISA (kernel_sim/hopper_models.h, hopper_sim.h), with
 copies, stores and wgmmas completing early or late; its index code is checked
 against the models element by element, and planted pipeline and epilogue bugs
 must be caught; the narrow tiles (128 x 128 and 128 x 64, deeper rings) run
-there, forced and as MPGEMM_NARROW_TILES=1 picks them. The Hopper
-convolution (fprop, dgrad, with a stride one launch per phase, wgrad) runs
-there too, on the wide tile and, under MPGEMM_NARROW_TILES=1, the narrow
-ones, strided dgrad with its rows from registers and, under
-MPGEMM_STAGED_ROW_STORES=1, staged through shared memory, and few-channel
-fprop and wgrad on copies with their taps folded into the channels
+there, forced and as the default picks them. The Hopper convolution
+(fprop, dgrad, with a stride one launch per phase, wgrad) runs there too,
+on the wide tile (MPGEMM_NARROW_TILES=0) and the narrow ones, strided dgrad
+with its rows from registers (MPGEMM_STAGED_ROW_STORES=0) and staged
+through shared memory, and few-channel fprop and wgrad on copies with their taps folded into the channels
 (conv/folded_taps.h), its im2col copies placed by the model of the PTX ISA's
 im2col mode, which is checked against the convolution's own windows.
 Ordinary shared-memory accesses between threads are checked against the
@@ -93,8 +92,8 @@ HOPPER_RUNS = {(False, False): 11, (True, True): 12, (True, False): SEED, (False
 # eighth asks for pairs with ping-pong consumers (wgmma_pingpong), which the
 # heuristic also gives the small problems on 132 multiprocessors:
 # hopper_cases fails a pair case that does not run the kernel it asks for;
-# an eighth the narrow tiles (wgmma_n128, wgmma_n64), forced or picked under
-# MPGEMM_NARROW_TILES=1, each of which must run the kernel it names.
+# an eighth the narrow tiles (wgmma_n128, wgmma_n64), forced or picked by
+# the default, each of which must run the kernel it names.
 HOPPER_MIN_WGMMA_CASES = 3
 HOPPER_PAIR_CASES = HOPPER_MIN_PING_PONG_CASES = HOPPER_CASES // 8
 # Of those, some store D through the copy engine (the rest from registers).

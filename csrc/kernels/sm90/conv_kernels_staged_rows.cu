@@ -1,5 +1,5 @@
 // The Hopper convolution's dgrad kernels that store a strided phase's rows
-// through shared memory (MPGEMM_STAGED_ROW_STORES=1), on each tile, for fp16
+// through shared memory (the default; not with MPGEMM_STAGED_ROW_STORES=0), on each tile, for fp16
 // and bf16 inputs (sm90/launch.h).
 #include "sm90/conv_launch_kernel.cuh"
 

@@ -8,9 +8,9 @@
 // each tap's are padded in its GEMM and copied back to dw; dgrad with a stride
 // is one launch per phase of dx, as the WMMA dgrad runs it (conv/geometry.h),
 // each an im2col walk of dy at stride 1 over the taps that reach the phase, its
-// rows stored to strided pixels of dx (from registers, or where
-// MPGEMM_STAGED_ROW_STORES=1, through shared memory). Each pass runs on the
-// 128 x 256 tile, or where MPGEMM_NARROW_TILES=1 asks and its N (fprop's
+// rows stored to strided pixels of dx (through shared memory by default, or
+// from registers). Each pass runs on the 128 x 256 tile, or where the narrow
+// tiles are on (the default) and its N (fprop's
 // filters, dgrad's channels, wgrad's columns) is at most 128, on a narrow one;
 // the kernels are instantiated in sm90/conv_kernels_<tile>.cu and, those that
 // stage dgrad's rows, sm90/conv_kernels_staged_rows.cu.

@@ -21,15 +21,15 @@ namespace mpgemm::kernels {
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 
 // How the Hopper convolution runs a pass it takes: its tile (the 128 x 256
-// wgmma tile, or where MPGEMM_NARROW_TILES=1 and the pass's N is at most 128
-// the narrow one plan/gemm_plan.h's narrow_wgmma_tile names), wgrad's split
+// wgmma tile, or where the narrow tiles are on (plan/gemm_plan.h's
+// narrow_tiles_enabled) and the pass's N is at most 128 the narrow one plan/gemm_plan.h's narrow_wgmma_tile names), wgrad's split
 // of its sum over output pixels on the current device (1 for the other
 // passes), and the workspace wgrad needs: its splits' fp32 partial sums, and
 // where its channels are not a multiple of 64, dw with each tap's channels
 // padded to one (0 for the other passes, and for wgrad with neither); and
 // whether dgrad's strided phases store their rows through shared memory,
 // whole 16-byte chunks a thread, where dx's layout allows (`staged_rows`
-// asked, as MPGEMM_STAGED_ROW_STORES=1 does: conv/launch.h), or from
+// asked, as the default does: conv/launch.h's staged_row_stores), or from
 // registers, two elements a store.
 struct WgmmaConvPlan {
   TileConfigId tile = TileConfigId::kWgmma;

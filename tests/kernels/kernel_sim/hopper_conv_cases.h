@@ -9,9 +9,9 @@ struct ConvCaseCounts {
   int split = 0;            // wgrad's that split the sum
   int strided_dgrad = 0;    // dgrad's with a stride: one launch per phase
   int unreached_phase = 0;  // of those, with a phase no tap reaches
-  int on_n128 = 0, on_n64 = 0;  // on the narrow tiles (MPGEMM_NARROW_TILES=1)
+  int on_n128 = 0, on_n64 = 0;  // on the narrow tiles
   int folded = 0;               // on folded taps (conv/folded_taps.h)
-  int staged_rows = 0;          // strided dgrad's with their rows staged (MPGEMM_STAGED_ROW_STORES=1)
+  int staged_rows = 0;          // strided dgrad's with their rows staged
 };
 
 // The im2col model's walk against the convolution's windows: how many
