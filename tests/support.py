@@ -23,3 +23,12 @@ def skip_or_fail(reason):
     if require_nvcc():
         pytest.fail(f"{reason} (MPGEMM_REQUIRE_NVCC=1 makes this a failure)")
     pytest.skip(reason)
+
+
+def set_environment(monkeypatch, name, value):
+    """`name` set to `value` for the test, or unset where value is None (its
+    default)."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 import mpgemm
 from mpgemm.testing import relative_error
 
+from support import set_environment
 from test_conv import CASES, RESNET50
 
 pytestmark = pytest.mark.gpu
@@ -190,10 +191,7 @@ def test_the_hopper_default_takes_1x1_wgrads_on_narrow_tiles(monkeypatch, narrow
     kernels; with MPGEMM_NARROW_TILES=0 that wgrad on WMMA, and at 512 x
     1024 all three either way."""
     monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
-    if narrow is None:
-        monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
-    else:
-        monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+    set_environment(monkeypatch, "MPGEMM_NARROW_TILES", narrow)
     for channels, filters, hopper_passes in ((64, 128, 2 + small_wgrad_on_hopper), (512, 1024, 3)):
         x = torch.randn(2, channels, 8, 8, device="cuda").half().to(memory_format=torch.channels_last)
         weight = (torch.randn(filters, channels, 1, 1, device="cuda") / channels**0.5).half()
@@ -220,10 +218,7 @@ def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
     expected = F.conv2d(x.float(), weight.float(), None, 1, 1)
     for narrow, tiles in ((None, {tile, "WgmmaN64Tile", "WgmmaTile"}), ("1", {tile, "WgmmaN64Tile", "WgmmaTile"}),
                           ("0", {"WgmmaTile"})):
-        if narrow is None:
-            monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
-        else:
-            monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+        set_environment(monkeypatch, "MPGEMM_NARROW_TILES", narrow)
         out = []
 
         def step():
@@ -299,10 +294,7 @@ def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, bat
         mpgemm.conv2d(x, weight.to(dtype), None, stride, padding).float().sum().backward()
 
     for staged in (None, "1", "0"):
-        if staged is None:
-            monkeypatch.delenv("MPGEMM_STAGED_ROW_STORES")
-        else:
-            monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", staged)
+        set_environment(monkeypatch, "MPGEMM_STAGED_ROW_STORES", staged)
         ran = {name for name in kernels_run(step) if "wgmma_dgrad_staged_rows_kernel" in name}
         assert len(ran) == (staged != "0") and all(tile in name for name in ran), ran
 

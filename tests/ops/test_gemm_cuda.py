@@ -21,6 +21,8 @@ import torch
 import mpgemm
 from mpgemm.testing import random_operand, reference_gemm, relative_error
 
+from support import set_environment
+
 pytestmark = pytest.mark.gpu
 
 HAS_BF16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
@@ -296,10 +298,7 @@ def test_narrow_tiles_by_default(m, n, tile, monkeypatch):
     a = operand((m, 1024))
     b = operand((1024, n), "col")
     for narrow in (None, "1", "0"):
-        if narrow is None:
-            monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
-        else:
-            monkeypatch.setenv("MPGEMM_NARROW_TILES", narrow)
+        set_environment(monkeypatch, "MPGEMM_NARROW_TILES", narrow)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             out = poisoned_gemm(a, b)
             torch.cuda.synchronize()

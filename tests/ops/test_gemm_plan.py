@@ -11,6 +11,8 @@ import mpgemm
 from mpgemm import plan as gemm_plans
 from mpgemm.tools.tuning import tune_gemm
 
+from support import set_environment
+
 H100 = {"multiprocessors": 132, "max_smem_per_block": 227 * 1024, "arch": 90}
 A100 = {"multiprocessors": 108, "max_smem_per_block": 163 * 1024, "arch": 80}
 SM86 = {"multiprocessors": 82, "max_smem_per_block": 99 * 1024, "arch": 86}
@@ -193,10 +195,7 @@ def test_narrow_tiles_by_default_and_only_where_they_fit(m, n, k, batch, narrow,
     wide = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config
     assert wide in ("wgmma", "wgmma_pingpong")
     for value in (None, "1"):
-        if value is None:
-            monkeypatch.delenv("MPGEMM_NARROW_TILES")
-        else:
-            monkeypatch.setenv("MPGEMM_NARROW_TILES", value)
+        set_environment(monkeypatch, "MPGEMM_NARROW_TILES", value)
         plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
         assert plan.config == (narrow or wide) and plan.split_k == 1 and (narrow is None or plan.cluster_m == 1)
         assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=A100).config.startswith("wgmma")

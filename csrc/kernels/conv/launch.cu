@@ -388,15 +388,16 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.workspace_bytes = plan.gemm.workspace_bytes;
     return plan;
   }
-  const bool hopper = path == ConvPath::kWgmma ||
-                      ((path == ConvPath::kAuto || path == ConvPath::kGemm) && wgmma_conv_by_default(pass, p, narrow_tiles_enabled()));
+  const bool by_default = path == ConvPath::kAuto || path == ConvPath::kGemm;
+  const bool hopper =
+      path == ConvPath::kWgmma || (by_default && wgmma_conv_by_default(pass, p, narrow_tiles_enabled()));
   if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
     plan.wgmma = plan_wgmma_conv(pass, p, staged_rows);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     return plan;
   }
-  const bool fold = path == ConvPath::kWgmma || (path != ConvPath::kWmma && folded_taps_by_default(pass));
+  const bool fold = path == ConvPath::kWgmma || (by_default && folded_taps_by_default(pass));
   if (fold && folds_taps(pass, p) && wgmma_available()) {
     const Conv2dParams folded = fold_taps(pass, p, nullptr).folded;
     if (wgmma_conv_takes(pass, folded)) {

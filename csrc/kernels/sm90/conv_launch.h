@@ -21,10 +21,10 @@ namespace mpgemm::kernels {
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 
 // How the Hopper convolution runs a pass it takes: its tile (the 128 x 256
-// wgmma tile, or where the narrow tiles are on (plan/gemm_plan.h's
-// narrow_tiles_enabled) and the pass's N is at most 128 the narrow one plan/gemm_plan.h's narrow_wgmma_tile names), wgrad's split
-// of its sum over output pixels on the current device (1 for the other
-// passes), and the workspace wgrad needs: its splits' fp32 partial sums, and
+// wgmma tile, or where the narrow tiles are on and the pass's N is at most
+// 128 the narrow one: plan/gemm_plan.h's narrow_tiles_enabled and
+// narrow_wgmma_tile), wgrad's split of its sum over output pixels on the
+// current device (1 for the other passes), and the workspace wgrad needs: its splits' fp32 partial sums, and
 // where its channels are not a multiple of 64, dw with each tap's channels
 // padded to one (0 for the other passes, and for wgrad with neither); and
 // whether dgrad's strided phases store their rows through shared memory,

@@ -20,9 +20,10 @@
 //    whose tile order has a partial group; one in eight on the narrow tiles
 //    (128 x 128 and 128 x 64, rings of 6 and 8 stages), asked for by
 //    MPGEMM_GEMM_PATH=wgmma_n128 or =wgmma_n64, or picked by the default
-//    on outputs of at most 128 columns (MPGEMM_NARROW_TILES=0 in every other
-//    case), with K that wraps their rings. Every pair and narrow case must run the kernel it
-//    asks for: its operands are ones the copy engine describes. Half
+//    on outputs of at most 128 columns (MPGEMM_NARROW_TILES=0 in every
+//    other case), with K that wraps their rings. Every pair and narrow case
+//    must run the kernel it asks for: its operands are ones the copy engine
+//    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
 //    through the copy engine, and the rest mostly pitches it cannot describe.
 //    D is fp32 or the inputs' type, as the ops make it, but in three cases
