@@ -116,11 +116,14 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
         f'{PY} -m mpgemm bench conv --dtypes fp16 --batch-sizes 256 $paths --json {{raw}}/conv.json')
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a
-# profile of torch.amp's and mpgemm's steps; on sm_90 ResNet-50 once more
-# with the Hopper convolution beside torch.amp.
+# profile of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse)
+# beside torch.amp and mpgemm, its step profiled too; on sm_90 ResNet-50 once
+# more with the Hopper convolution beside torch.amp.
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
-         "--time-limit 110 --json {raw}/train_resnet50.json || rc=1; "
-         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 --profile --no-search --time-limit 80 "
+         "--time-limit 100 --json {raw}/train_resnet50.json || rc=1; "
+         f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
+         "--profile --no-search --time-limit 55 --json {raw}/train_resnet50_fused.json || rc=1; "
+         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 --profile --no-search --time-limit 60 "
          "--json {raw}/train_gpt2-block.json || rc=1; "
          f'if [ "{{arch}}" = "9.0" ]; then MPGEMM_CONV_PATH=wgmma {PY} -m mpgemm bench train --models resnet50 '
          "--batch-sizes 256 --ways torch.amp,mpgemm --no-search --time-limit 30 "
@@ -175,9 +178,10 @@ STEPS = (
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
     Step("build", 4, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
-    Step("train", 4, 280, 80, TRAIN,
+    Step("train", 4, 280, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
-         "tables of torch.amp's and mpgemm's steps; on sm_90 ResNet-50 with the Hopper convolution"),
+         "tables of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse); on sm_90 ResNet-50 with the "
+         "Hopper convolution"),
 )
 PARTS = (1, 2, 3, 4)
 

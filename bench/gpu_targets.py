@@ -13,8 +13,9 @@ bench/gpu_check.py:
       split; dgrad's phases at stride 2, their rows from registers and,
       with MPGEMM_STAGED_ROW_STORES=1, through shared memory; a first
       layer's fprop and wgrad on folded taps), on its wide tile and with
-      MPGEMM_NARROW_TILES=1 on the narrow ones; every result is checked
-      against float64.
+      MPGEMM_NARROW_TILES=1 on the narrow ones; and the fused batch norm's
+      forward and backward (16-byte runs and one-element ones); every result
+      is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
       128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mpgemm  # noqa: E402
+from mpgemm.fusion import batch_norm_act  # noqa: E402
 from mpgemm.testing import reference_gemm, relative_error  # noqa: E402
 from mpgemm.tools import gpu_state, timing  # noqa: E402
 
@@ -81,6 +83,23 @@ def _conv_passes(name, x_shape, w_shape, **conv_args):
         _check(f"conv2d {name} {pass_name}", out, ref)
 
 
+def _batch_norm_passes(name, shape):
+    """Batch norm with a residual add and a ReLU in training, forward and
+    backward (mpgemm.fuse's passes), each checked against float64 on the CPU."""
+    bn = torch.nn.BatchNorm2d(shape[1]).cuda()
+    y = torch.randn(*shape, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
+    residual = torch.randn_like(y).requires_grad_()
+    out = batch_norm_act(y, bn, residual, relu=True)
+    grad = torch.randn_like(out)
+    gy, gr = torch.autograd.grad(out, (y, residual), grad)
+    torch.cuda.synchronize()
+    y64, r64 = y.detach().double().cpu().requires_grad_(), residual.detach().double().cpu().requires_grad_()
+    out64 = torch.relu(F.batch_norm(y64, None, None, training=True) + r64)
+    gy64, gr64 = torch.autograd.grad(out64, (y64, r64), grad.double().cpu())
+    for pass_name, got, ref in (("forward", out, out64.detach()), ("dgrad", gy, gy64), ("residual grad", gr, gr64)):
+        _check(f"batch norm {name} {pass_name}", got, ref)
+
+
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles' too), and
@@ -89,7 +108,7 @@ def sanitize():
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps; strided dgrad's rows
     staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
-    ones."""
+    ones; and the fused batch norm's passes."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -106,6 +125,9 @@ def sanitize():
     os.environ["MPGEMM_CONV_PATH"] = "gemm"
     _conv_passes("1x1 as GEMMs", (2, 64, 28, 28), (72, 64, 1, 1))
     os.environ.pop("MPGEMM_CONV_PATH")
+    # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37).
+    _batch_norm_passes("64 channels", (8, 64, 28, 28))
+    _batch_norm_passes("37 channels", (3, 37, 9, 9))
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then
         # dgrad's four phases at stride 2, and a 1x1 at stride 2 whose three unreached phases are zeroed.

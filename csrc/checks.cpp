@@ -351,4 +351,25 @@ void check_mma_ceiling_args(const at::Tensor& a, const at::Tensor& b, int64_t it
   check_same_device(op, a, "a", out, "out");
 }
 
+void check_batch_norm_args(const char* op, const at::Tensor& y, std::initializer_list<NamedTensor> per_channel,
+                           const std::vector<NamedTensor>& like_y) {
+  TORCH_CHECK_VALUE(y.dim() == 4, op, ": expected y to be 4-D (N, C, H, W), got shape ", shape_of(y));
+  TORCH_CHECK_TYPE(is_float_type(y.scalar_type()), op, ": expected y to be ", kFloatTypes, ", got ",
+                   dtype_name(y.scalar_type()));
+  for (const auto& [t, name] : per_channel) {
+    TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": expected ", name, " to be torch.float32, got ",
+                     dtype_name(t->scalar_type()));
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->sym_size(0) == y.sym_size(1), op, ": expected ", name,
+                      " of shape (C,) = (", y.sym_size(1), ",), got shape ", shape_of(*t));
+    check_same_device(op, y, "y", *t, name);
+  }
+  for (const auto& [t, name] : like_y) {
+    TORCH_CHECK_TYPE(t->scalar_type() == y.scalar_type(), op, ": expected ", name, " to have y's dtype (",
+                     dtype_name(y.scalar_type()), "), got ", dtype_name(t->scalar_type()));
+    TORCH_CHECK_VALUE(t->sym_sizes() == y.sym_sizes(), op, ": expected ", name, " of y's shape ", shape_of(y),
+                      ", got shape ", shape_of(*t));
+    check_same_device(op, y, "y", *t, name);
+  }
+}
+
 }  // namespace mpgemm

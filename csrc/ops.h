@@ -3,8 +3,11 @@
 #pragma once
 
 #include <array>
+#include <initializer_list>
 #include <optional>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -112,6 +115,39 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
 void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf, const at::Tensor& inv_scale);
 void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
                         const at::Tensor& inv_scale);
+
+// Batch norm with its residual add and ReLU over y (N, C, H, W), fp32,
+// fp16 or bf16 in any memory format, with per-channel vectors of C fp32
+// values and tensors of y's shape and dtype; every result of y's shape has
+// its dtype and memory format. kernels/norm/batch_norm.h has the formulas.
+// check_batch_norm_args names op's arguments: y, the per-channel vectors,
+// the tensors of y's shape.
+using NamedTensor = std::pair<const at::Tensor*, const char*>;
+void check_batch_norm_args(const char* op, const at::Tensor& y, std::initializer_list<NamedTensor> per_channel,
+                           const std::vector<NamedTensor>& like_y = {});
+
+struct BatchNormForward {
+  at::Tensor y;
+  std::optional<at::Tensor> weight, bias, residual, running_mean, running_var;
+  bool batch_stats, relu;
+  double momentum, eps;
+};
+
+struct BatchNormBackward {
+  at::Tensor grad_out;
+  std::optional<at::Tensor> out;  // the chain's output, where it ends in a ReLU
+  at::Tensor y, mean, invstd, scale;
+  bool batch_stats;
+  std::array<bool, 3> output_mask;  // grad_y, the sums (gamma's and beta's gradients), grad_z
+};
+
+using BatchNormForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;  // out, mean, invstd, scale
+using BatchNormBackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;  // grad_y, sums, grad_z
+
+BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& args);
+BatchNormBackwardResult batch_norm_act_backward_cpu(const BatchNormBackward& args);
+BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& args);
+BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& args);
 
 // cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) on 2-D fp16 or bf16 operands: the baseline.
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);

@@ -11,6 +11,7 @@ from . import amp, nn
 from . import autograd  # noqa: F401  (registers the backward formulas)
 from ._build import build_info
 from .convert import convert, converted_layers
+from .fusion import fuse, fusion_report
 from .memory import reset_workspace_stats, workspace_stats
 from .ops import conv2d, gemm, linear
 from .plan import clear_tuning_cache, gemm_plan, load_tuning, tile_configs
@@ -25,5 +26,6 @@ def tune_gemm(shapes, **kwargs):
 
 
 __version__ = "0.1.0"
-__all__ = ["amp", "build_info", "clear_tuning_cache", "conv2d", "convert", "converted_layers", "gemm", "gemm_plan",
-           "linear", "load_tuning", "nn", "reset_workspace_stats", "tile_configs", "tune_gemm", "workspace_stats"]
+__all__ = ["amp", "build_info", "clear_tuning_cache", "conv2d", "convert", "converted_layers", "fuse", "fusion_report",
+           "gemm", "gemm_plan", "linear", "load_tuning", "nn", "reset_workspace_stats", "tile_configs", "tune_gemm",
+           "workspace_stats"]

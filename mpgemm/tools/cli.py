@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import benchmarks, demo, kernel_report, train_bench, verify
+from . import benchmarks, demo, kernel_report, train_bench, training, verify
 
 DEFAULT_REPS = 20
 # Options of one kind of bench that the other refuses: dest -> flag.
@@ -84,7 +84,8 @@ def build_parser():
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
                    help=f"train: models to run (default {','.join(train_bench.WORKLOADS)})")
     p.add_argument("--ways", type=train_bench.parse_ways, metavar="WAY[,WAY]",
-                   help=f"train: ways to train (default all: {','.join(train_bench.WAYS)})")
+                   help=f"train: ways to train (default: {','.join(train_bench.WAYS)}; also "
+                        f"{','.join(w for w in training.ALL_WAYS if w not in train_bench.WAYS)})")
     p.add_argument("--profile", action="store_true",
                    help="train: also profile a few steps of mpgemm and torch.amp (fp16) per model at its largest "
                         "batch: the kernels that take the most time, and the step's time by kind of kernel")

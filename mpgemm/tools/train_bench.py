@@ -3,8 +3,9 @@
 ResNet-50 (224x224 images, channels_last) and a GPT-2-small-shaped
 transformer block (sequence 1024) are trained on synthetic data with SGD
 (momentum 0.9) in each of the five ways of `training` (fp32 with TF32 off;
-torch.amp and mpgemm in fp16 and in bf16), through the training step the demo
-uses. For each batch size: images/s or tokens/s (median step time after
+torch.amp and mpgemm in fp16 and in bf16), and in "mpgemm fused" where --ways
+names it (ResNet-50 alone: mpgemm.fuse's chains), through the training step
+the demo uses. For each batch size: images/s or tokens/s (median step time after
 warm-up steps, which go on while the loss scaler skips its first steps; the
 GPU synchronized around each step), the spread of the step times, the
 speedup over fp32 (timed at each model's smallest batch only), mpgemm's
@@ -43,7 +44,7 @@ WARMUP_SHARE = 0.3  # of a run's share, at most, spent on warm-up steps
 # A search stops once the largest batch that fits is known to within this
 # fraction of it: the last tries are the largest and slowest.
 SEARCH_RESOLUTION = 1 / 16
-PROFILED_WAYS = ("torch.amp", "mpgemm")  # what --profile records, per model at its largest batch
+PROFILED_WAYS = ("torch.amp", "mpgemm", "mpgemm fused")  # what --profile records, per model at its largest batch
 PROFILED_STEPS = 3
 LR = 0.01  # small enough that random labels do not drive the loss to inf
 
@@ -58,6 +59,7 @@ class Workload:
     make_batch: object  # (batch size, config, device, generator) -> (input, target)
     loss_fn: object
     items_per_sample: object  # config -> images or tokens in one sample
+    fusable: bool = False  # has chains for mpgemm.fuse (the fused way runs it)
 
 
 def _images(batch, config, device, generator):
@@ -75,7 +77,7 @@ def _embeddings(batch, config, device, generator):
 WORKLOADS = {
     "resnet50": Workload("resnet50", "images", "images", (32, 64, 128, 256),
                          lambda config: models.resnet50().to(memory_format=torch.channels_last),
-                         _images, F.cross_entropy, lambda config: 1),
+                         _images, F.cross_entropy, lambda config: 1, fusable=True),
     "gpt2-block": Workload("gpt2-block", "tokens", "sequences", (8, 16, 32, 64),
                            lambda config: models.TransformerBlock(config.d_model),
                            _embeddings, F.mse_loss, lambda config: config.seq_len),
@@ -112,7 +114,7 @@ class BenchConfig:
         return self.batch_sizes or workload.gpu_batch_sizes
 
     def runs_way(self, workload, batch, way):
-        if way not in self.ways:
+        if way not in self.ways or (training.WAYS_BY_NAME[way].fused and not workload.fusable):
             return False
         return way != "fp32" or self.fp32_every_batch or batch == min(self.batches(workload))
 
@@ -281,7 +283,7 @@ def _predicted_step_s(runs, model, way, batch):
 def measure_runs(config, device, budget, done):
     """The timed runs, in plan order; done(runs, note) after each."""
     plan = [(WORKLOADS[name], batch, way) for name in config.models for batch in config.batches(WORKLOADS[name])
-            for way in WAYS if config.runs_way(WORKLOADS[name], batch, way)]
+            for way in training.ALL_WAYS if config.runs_way(WORKLOADS[name], batch, way)]
     phase_end = budget.start + (budget.end - budget.start) * (1 - SEARCH_SHARE if config.search else 1)
     runs = []
     for index, (workload, batch, way) in enumerate(plan):
@@ -455,7 +457,7 @@ def run(config, device, show_progress=True, checkpoint=None):
               "gpu_state": {"before": gpu_state.read(device), "after": None},
               "runs": [], "largest_batch": [], "profiles": [], "elapsed_s": 0.0}
     planned_runs = sum(config.runs_way(WORKLOADS[m], batch, way) for m in config.models
-                       for batch in config.batches(WORKLOADS[m]) for way in WAYS)
+                       for batch in config.batches(WORKLOADS[m]) for way in training.ALL_WAYS)
     planned_searches = len(config.models) * len(config.ways) if config.search else 0
     planned_profiles = len(config.models) * len(set(PROFILED_WAYS) & set(config.ways)) if config.profile else 0
     progress = Progress(planned_runs + planned_searches + planned_profiles, "bench train") if show_progress else None
@@ -505,7 +507,7 @@ def parse_models(text):
 
 
 def parse_ways(text):
-    return _parse_names(text, WAYS, "way", quote=repr)  # way names hold spaces
+    return _parse_names(text, training.ALL_WAYS, "way", quote=repr)  # way names hold spaces
 
 
 def make_config(on_gpu, args):

@@ -46,7 +46,7 @@ def _runs_table(runs, on_gpu):
               if on_gpu else ["model", "batch", "way", "CPU ms/step", "saved MB"]) + ["skipped"]
     # Names read left-aligned, numbers right-aligned.
     name_width = max([len(header[0])] + [len(r["model"]) for r in runs])
-    way_width = max(map(len, training.WAYS))
+    way_width = max(map(len, training.ALL_WAYS))
     header[0], header[2] = header[0].ljust(name_width), header[2].ljust(way_width)
     rows = []
     for r in runs:

@@ -12,7 +12,11 @@ training step they share.
                   advice for bf16);
   mpgemm bf16     mpgemm.amp.prepare(dtype=torch.bfloat16): bf16 model with
                   fp32 master weights; its LossScaler is disabled, for the same
-                  reason, and the same step runs through it.
+                  reason, and the same step runs through it;
+  mpgemm fused    mpgemm's way with mpgemm.fuse(): the conv -> batch norm
+                  (-> residual add) (-> ReLU) chains on mpgemm's fused passes,
+                  fused on the first step's batch. Opt-in (not among the
+                  default WAYS): ALL_WAYS lists it.
 
 The loss is computed in fp32 from the model's output, the same way for all
 of them. A step is timed between two GPU synchronizations, so its time is the
@@ -29,6 +33,7 @@ from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import amp
+from ..fusion import fuse
 from . import step_profile
 
 
@@ -39,6 +44,7 @@ class Way:
     name: str
     recipe: str  # "fp32", "torch.amp" or "mpgemm"
     dtype: torch.dtype  # the type its products take
+    fused: bool = False  # mpgemm.fuse() on the prepared model
 
     @property
     def loss_scaled(self):
@@ -52,8 +58,10 @@ WAYS_BY_NAME = {way.name: way for way in (
     Way("mpgemm", "mpgemm", torch.float16),
     Way("torch.amp bf16", "torch.amp", torch.bfloat16),
     Way("mpgemm bf16", "mpgemm", torch.bfloat16),
+    Way("mpgemm fused", "mpgemm", torch.float16, fused=True),
 )}
-WAYS = tuple(WAYS_BY_NAME)
+ALL_WAYS = tuple(WAYS_BY_NAME)
+WAYS = tuple(name for name, way in WAYS_BY_NAME.items() if not way.fused)  # the default ones
 FP32_NOTE = "fp32 is IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls during its runs"
 BF16_NOTE = "the bf16 ways use no loss scaling (bf16 has fp32's exponent range)"
 
@@ -91,6 +99,7 @@ class Trainer:
     optimizer: torch.optim.Optimizer
     scaler: object  # None, torch.amp.GradScaler or mpgemm.amp.LossScaler (disabled for bf16)
     device: torch.device
+    fuse_on_first_step: bool = False  # the fused way fuses on its first batch
 
     def autocast(self):
         """torch.autocast to the way's 16-bit type for torch.amp's ways; nothing for the others."""
@@ -102,6 +111,9 @@ class Trainer:
     def step(self, x, target, loss_fn):
         """One timed forward, backward and optimizer step on (x, target). Its
         phases are marked as profiler ranges (step_profile.py reads them)."""
+        if self.fuse_on_first_step:
+            fuse(self.model, x)
+            self.fuse_on_first_step = False
         synchronize(self.device)
         start = time.perf_counter()
         with record_function(step_profile.STEP):
@@ -137,8 +149,8 @@ def setup(way, model, optimizer, device):
     """A Trainer for `way` over an fp32 model and its optimizer, which
     mpgemm's ways replace by prepared ones. The fp32 way runs in IEEE fp32
     inside the block."""
-    if way not in WAYS:
-        raise ValueError(f"way must be one of {', '.join(WAYS)}, got {way!r}")
+    if way not in ALL_WAYS:
+        raise ValueError(f"way must be one of {', '.join(ALL_WAYS)}, got {way!r}")
     chosen, device = WAYS_BY_NAME[way], torch.device(device)
     with ieee_fp32() if chosen.recipe == "fp32" else contextlib.nullcontext():
         scaler = None
@@ -146,7 +158,7 @@ def setup(way, model, optimizer, device):
             scaler = torch.amp.GradScaler(device.type)
         elif chosen.recipe == "mpgemm":
             model, optimizer, scaler = amp.prepare(model, optimizer, dtype=chosen.dtype)
-        yield Trainer(way, model, optimizer, scaler, device)
+        yield Trainer(way, model, optimizer, scaler, device, fuse_on_first_step=chosen.fused)
 
 
 class SavedBytes:

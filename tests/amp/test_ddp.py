@@ -1,6 +1,6 @@
-"""A prepared model under DistributedDataParallel: 2 processes, gloo, CPU.
-Every rank must take the same skip decision and keep the same scale, also
-when only one rank's gradients overflow."""
+"""A prepared and fused model under DistributedDataParallel: 2 processes,
+gloo, CPU. Every rank must take the same skip decision and keep the same
+scale, also when only one rank's gradients overflow."""
 
 import os
 import socket
@@ -28,15 +28,19 @@ def worker(rank, port, out_dir):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
     try:
         torch.manual_seed(0)  # same initial weights on every rank
-        model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.LayerNorm(24), torch.nn.ReLU(),
-                                    torch.nn.Linear(24, 3))
+        # A conv -> batch norm -> ReLU chain that mpgemm.fuse runs, before DDP wraps the model.
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                    torch.nn.Flatten(), torch.nn.Linear(48, 24), torch.nn.LayerNorm(24),
+                                    torch.nn.ReLU(), torch.nn.Linear(24, 3))
         model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
                                                       init_scale=2.0**12, growth_interval=2)
+        mpgemm.fuse(model, torch.randn(2, 3, 3, 4))
+        assert [r["fused"] for r in mpgemm.fusion_report(model)] == [True]
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         torch.manual_seed(100 + rank)  # different data on every rank
         records = []
         for step in range(STEPS):
-            x, y = torch.randn(16, 12), torch.randint(0, 3, (16,))
+            x, y = torch.randn(16, 3, 3, 4), torch.randint(0, 3, (16,))
             scaler.scale(F.cross_entropy(ddp(x), y)).backward()
             if step == OVERFLOW_STEP and rank == OVERFLOW_RANK:
                 model[0].weight.grad[0, 0] = float("inf")  # after the all-reduce: this rank only

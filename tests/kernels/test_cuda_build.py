@@ -18,6 +18,9 @@ blocks alone run) are the same block fed by the copy engine's im2col loads
 dgrad kernels that stage a strided phase's rows store no strip through the
 copy engine but read each back with 16-byte shared loads (LDS.128) and
 store it with 16-byte global stores (STG.E.128), four of each a strip.
+The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
+their 16-byte variants (the elementwise ones store so too) and round every
+step on its own (no FFMA), as the CPU backend does.
 """
 
 import pytest
@@ -184,3 +187,22 @@ def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, machine_code, ho
     advisories = [line for line in cuda_build["log"].splitlines()
                   if "Potential Performance Loss" in line or "is injected" in line or "(C75" in line]
     assert not advisories, "\n".join(advisories[:10])
+
+
+def test_batch_norm_passes_move_16_bytes_and_round_each_step(cuda_build, machine_code):
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
+                   if "batch_norm" in name}
+        # The sums, act and grad_input for three element types, each in 16-byte runs and one element at a
+        # time; the finish for each type.
+        assert len(kernels) == 3 * 6 + 3, (arch, sorted(kernels))
+        for name, ops in kernels.items():
+            wide = "Li8E" in name or "Li4E" in name
+            stored = "act_kernel" in name or "grad_input" in name  # the elementwise passes' outputs
+            assert (sum(o.startswith("LDG.E.128") for o in ops) > 0) == wide, f"{arch} {name}: LDG.E.128"
+            assert (sum(o.startswith("STG.E.128") for o in ops) > 0) == (wide and stored), f"{arch} {name}: STG"
+            if "finish" not in name:
+                assert sass.count_opcodes(ops, "FFMA") == 0, f"{arch} {name}: a step contracted into an FMA"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"

@@ -2,7 +2,9 @@
 stand-in CUDA headers of kernel_sim/mock and the simulation's own instruction
 layer (kernel_sim/arch, found ahead of csrc/kernels/arch on the include path),
 and runs random GEMM (every tile of common/tile_configs.h, split-K, grouped
-tile orders), unscale, convolution (fprop, dgrad, wgrad) and mma.sync ceiling
+tile orders), unscale, convolution (fprop, dgrad, wgrad), mma.sync ceiling
+and batch-norm (mpgemm.fuse's passes: kernel_sim/batch_norm_cases.cpp; a
+row block's partial sums dropped and a row summed twice must be caught)
 problems on the host, with fp16 and bf16 inputs (bf16 from sim arch 800 on;
 below it launches must be refused), every CUDA thread a std::thread, under
 AddressSanitizer and UBSan, checking each output against a reference. No GPU
@@ -59,6 +61,7 @@ CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sa
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20
+BATCH_NORM_CASES = 24
 # Case i is pass i % 3 on load path i / 3 % 7 in element type i / 21 % 2 (fp16,
 # bf16), so every 42 cases run all 26 implicit-GEMM conv kernels (fprop and
 # dgrad on three tiles at 16-byte chunks and two at 8-byte ones, wgrad on the
@@ -75,6 +78,17 @@ RUNS = [(750, False), (800, False), (800, True)]
 FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
 # A pipeline that waits for one cp.async group too few: must fail.
 MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
+# Planted bugs in the batch-norm sums (norm/batch_norm_kernels.cuh), each of
+# which must fail the batch-norm cases: the last row block's partial sums
+# dropped, and each row block summing its predecessor's last row again.
+BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh"]
+BATCH_NORM_MUTATIONS = {
+    "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
+                                           "for (int64_t b = threadIdx.x; b + 1 < a.blocks; b += kThreads)"),
+    "a row summed twice": ("const int64_t begin = blockIdx.y * a.block_rows;",
+                           "const int64_t begin = blockIdx.y * a.block_rows - (blockIdx.y > 0);"),
+}
+BATCH_NORM_UNIT = "norm/batch_norm.cu"
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
 HOPPER_CASES = 24
 # Random convolutions per Hopper run, case i of pass i % 3; one in five of
@@ -285,8 +299,8 @@ def run(args, timeout=300, env=None):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late):
-    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late)])
+def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late, batch_norm_cases=BATCH_NORM_CASES):
+    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late), batch_norm_cases])
 
 
 def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES, conv_cases=HOPPER_CONV_CASES,
@@ -329,7 +343,7 @@ def results(tmp_path_factory):
     driver = os.path.join(SIM_DIR, "driver.cpp")
     # The kernel sources last: the mutant swaps in its own copies of them.
     drivers = [driver] + [os.path.join(SIM_DIR, name) for name in ("conv_cases.cpp", "conv_gemm_cases.cpp",
-                                                                   "gemm_cases.cpp")]
+                                                                   "gemm_cases.cpp", "batch_norm_cases.cpp")]
     kernels = kernel_files(KERNEL_DIR, "**/*.cu") + kernel_files(KERNEL_DIR, "plan/*.cpp")
     # At the WMMA archs the Hopper kernels compile to their headers alone:
     # their instantiation units compile there as one.
@@ -372,9 +386,18 @@ def results(tmp_path_factory):
             defines = (["-DPLANTED_STAGED_ROWS"] if planted_pass == STAGED_ROWS
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
             conv_planted[name] = compile_all([unit], 900, mutant_kernels, f"conv_mutant{i}.", defines)[0]
+        batch_norm_planted = {}
+        for i, (name, mutation) in enumerate(BATCH_NORM_MUTATIONS.items()):
+            mutant_kernels = mutated_kernels(str(out / f"batch_norm_mutant{i}"), mutation, BATCH_NORM_FILES)
+            batch_norm_planted[name] = compile_all([os.path.join(mutant_kernels, BATCH_NORM_UNIT)], 800,
+                                                   mutant_kernels, f"batch_norm_mutant{i}.")[0]
         kept = [o for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) not in mutated]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         mutant = link([o.result() for o in mutant_objects + kept], str(out / "sim_mutant"))
+        without_batch_norm = [o.result() for src, o in zip(sources, objects[800])
+                              if os.path.relpath(src, KERNEL_DIR) != BATCH_NORM_UNIT]
+        batch_norm_binaries = {name: link([o.result()] + without_batch_norm, str(out / f"sim_batch_norm_mutant{i}"))
+                               for i, (name, o) in enumerate(batch_norm_planted.items())}
         hopper = [o.result() for o in hopper_objects]
         hopper_binary = link(hopper, str(out / "sim_hopper"))
         # The planted kernel first: the linker keeps the first definition it meets.
@@ -394,7 +417,9 @@ def results(tmp_path_factory):
             for seed in (FIXED_SEEDS[(arch, late)], SEED):
                 jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
                                                        CONV_CASES, seed, late)
-        jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True)
+        jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True, 0)
+        for name, binary in batch_norm_binaries.items():
+            jobs[("batch norm mutant", name)] = pool.submit(run_driver, binary, 0, 0, 0, 1, False, 24)
         for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
             jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper_binary, seed, copies_late,
                                                                     wgmma_late)
@@ -425,11 +450,18 @@ def test_kernels_match_reference(results, arch, late, seeded):
     # 1x1 convolutions through the GEMM (MPGEMM_CONV_PATH=gemm), wgrad's long K split on WMMA tiles.
     assert re.search(r"conv as gemm: 0/12 failed \([1-9]\d* splitting K\)", output), replay
     assert "ceiling: 0/3 failed" in output, replay
+    assert f"batch norm: 0/{BATCH_NORM_CASES} failed" in output, replay
 
 
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
     code, output = results["mutant"]
     assert code != 0 and "gemm: 0/" not in output and "conv: 0/" not in output, output[-4000:]
+
+
+@pytest.mark.parametrize("name", BATCH_NORM_MUTATIONS)
+def test_simulation_catches_a_planted_batch_norm_sum_bug(results, name):
+    code, output = results[("batch norm mutant", name)]
+    assert code != 0 and re.search(r"batch norm: [1-9]\d*/24 failed", output), output[-4000:]
 
 
 HOPPER_RUN_IDS = [f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}" for c, w in HOPPER_RUNS]

@@ -46,7 +46,7 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
     assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma,wgmma_narrow,wgmma_staged,wmma,gemm" in conv.command
     train = next(s for s in gpu_check.STEPS if s.name == "train")
     for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64 --profile",
-                   "MPGEMM_CONV_PATH=wgmma"):
+                   "MPGEMM_CONV_PATH=wgmma", "--ways 'torch.amp,mpgemm,mpgemm fused' --profile"):
         assert needed in train.command
 
 
@@ -295,11 +295,12 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     sanitize = subprocess.run([sys.executable, target, "sanitize"], capture_output=True, text=True)
     assert sanitize.returncode == 0, sanitize.stdout + sanitize.stderr
     # 2 WMMA GEMMs, 3 passes of 5 convolutions (the large tile, stride 2, depthwise, 3 channels, a 1x1 as
-    # GEMMs); on sm_90 5 Hopper GEMMs (blocks alone, pairs, ping-pong, both narrow tiles) and 3 passes of 11
-    # Hopper convolutions (4 on the wide tile, a first layer's folded taps among them; 3 on the narrow tiles;
-    # 4 with staged rows, 2 of them on narrow tiles).
+    # GEMMs), 3 checks of 2 fused batch norms (forward, dgrad, the residual's gradient); on sm_90 5 Hopper
+    # GEMMs (blocks alone, pairs, ping-pong, both narrow tiles) and 3 passes of 11 Hopper convolutions (4 on
+    # the wide tile, a first layer's folded taps among them; 3 on the narrow tiles; 4 with staged rows, 2 of
+    # them on narrow tiles).
     hopper = 5 + 3 * 11 if torch.cuda.get_device_capability() == (9, 0) else 0
-    assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + hopper
+    assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + 3 * 2 + hopper
     if hopper:
         tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)
         assert tiles.returncode == 0 and "Hopper convolution kernels that ran: 3" in tiles.stdout, tiles.stdout

@@ -4,13 +4,13 @@
 // here. Inputs are small multiples of 1/8, exact in fp16 and bf16 alike, so
 // fp32 sums are exact in any order and results must match bit for bit. bf16
 // products run from sim arch 800 on; below it their launches must be refused.
-//   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1>
+//   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1> <batch norm cases>
 // Prints "gemm: F/N failed" (random problems on the launcher's plan), "gemm
 // plans: F/N failed" (split-K, every configuration of the table, grouped tile
 // orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
 // conv kernels ran), "conv as gemm: F/N failed" (1x1 convolutions through
-// the GEMM, conv_gemm_cases.cpp) and "ceiling: F/N failed"; exits 1 on a
-// failure.
+// the GEMM, conv_gemm_cases.cpp), "ceiling: F/N failed" and "batch norm:
+// F/N failed" (batch_norm_cases.cpp); exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -221,20 +221,27 @@ static bool ceiling_case(int index) {
 }
 
 bool conv_case(int index);  // conv_cases.cpp
+bool batch_norm_case(int index);  // batch_norm_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K
 
 int main(int argc, char** argv) {
-  SIM_CHECK(argc == 6, "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1>", argv[0]);
+  SIM_CHECK(argc == 7,
+            "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1> <batch norm cases>",
+            argv[0]);
   const int gemm_cases = std::stoi(argv[1]), unscale_cases = std::stoi(argv[2]), conv_cases = std::stoi(argv[3]);
+  const int batch_norm_cases = std::stoi(argv[6]);
   rng.seed(std::stoull(argv[4]));
   sim::async_copies_late = std::stoi(argv[5]);
   sim::shared_memory = smem;
   sim::shared_capacity = sizeof smem;
-  constexpr int kCeilingCases = 3, kConvGemmCases = 12;
+  const int kCeilingCases = gemm_cases > 0 ? 3 : 0, kConvGemmCases = gemm_cases > 0 ? 12 : 0;
   int gemm_failed = 0, unscale_failed = 0, conv_failed = 0, ceiling_failed = 0;
   for (int i = 0; i < gemm_cases; ++i) gemm_failed += random_gemm_case(i);
-  int plan_cases = 0, plan_failed = heuristic_split_cases(plan_cases);
-  plan_failed += forced_plan_cases(plan_cases);
+  // The fixed case sets (plans, 1x1 convolutions as GEMMs, the ceiling) run
+  // with the GEMM's cases: a run of batch-norm cases alone skips them.
+  const bool fixed_cases = gemm_cases > 0;
+  int plan_cases = 0, plan_failed = fixed_cases ? heuristic_split_cases(plan_cases) : 0;
+  if (fixed_cases) plan_failed += forced_plan_cases(plan_cases);
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
   const size_t before_conv = sim::launched.size();
   for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
@@ -245,8 +252,12 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kConvGemmCases; ++i) conv_gemm_failed += conv_gemm_case(i, conv_gemm);
   printf("conv as gemm: %d/%d failed (%d splitting K)\n", conv_gemm_failed, kConvGemmCases, conv_gemm.split);
   for (int i = 0; i < kCeilingCases; ++i) ceiling_failed += ceiling_case(i);
+  int batch_norm_failed = 0;
+  for (int i = 0; i < batch_norm_cases; ++i) batch_norm_failed += batch_norm_case(i);
+  printf("batch norm: %d/%d failed\n", batch_norm_failed, batch_norm_cases);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
-  return gemm_failed || plan_failed || unscale_failed || conv_failed || conv_gemm_failed || ceiling_failed;
+  return gemm_failed || plan_failed || unscale_failed || conv_failed || conv_gemm_failed || ceiling_failed ||
+         batch_norm_failed;
 }

@@ -215,6 +215,15 @@ inline uint32_t shared_address(const void* p) {
 }  // namespace sim
 
 inline void __syncthreads() { sim::block_barrier->arrive_and_wait(); }
+// fp32 arithmetic rounded once per step: g++ contracts nothing into an FMA
+// here (no FMA instructions at the simulation's target), as nvcc does not
+// for these intrinsics.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+// A store with the write-back cache policy (st.global.wb): a plain store here.
+template <class T>
+inline void __stwb(T* p, T v) { *p = v; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
   sim::warp_barrier->arrive_and_wait();

@@ -1,0 +1,91 @@
+// CPU backend of batch norm with its residual add and ReLU. The elementwise
+// steps and the per-channel ones round in fp32 in the CUDA kernels' order
+// (kernels/norm/batch_norm_kernels.cuh), so both backends give the same bits
+// from the same statistics; the statistics and backward's sums are exact
+// references, accumulated in fp64.
+#include <ATen/ATen.h>
+
+#include "ops.h"
+
+namespace mpgemm {
+namespace {
+
+// A per-channel vector shaped to broadcast over (N, C, H, W).
+at::Tensor per_channel(const at::Tensor& t) { return t.view({1, -1, 1, 1}); }
+
+const std::vector<int64_t> kReduced = {0, 2, 3};
+
+at::Tensor masked_grad(const at::Tensor& grad_out, const std::optional<at::Tensor>& out) {
+  const at::Tensor dz = grad_out.to(at::kFloat);
+  return out ? at::where(out->gt(0), dz, at::zeros({}, dz.options())) : dz;
+}
+
+at::Tensor in_format_of(const at::Tensor& y, const at::Tensor& result) {
+  return result.to(y.scalar_type()).contiguous(y.suggest_memory_format());
+}
+
+// torch's running-statistics update, in fp32: momentum * batch + (1 - momentum) * running.
+void update(at::Tensor& running, const at::Tensor& batch, double momentum) {
+  const float m = float(momentum);
+  running.copy_(batch.mul(m).add(running.to(at::kFloat).mul(1.0f - m)));
+}
+
+}  // namespace
+
+BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
+  const at::Tensor& y = a.y;
+  at::Tensor mean, var;  // var in fp64
+  if (a.batch_stats) {
+    const at::Tensor values = y.to(at::kDouble);
+    const at::Tensor mean64 = values.mean(kReduced);
+    var = (values - per_channel(mean64)).square().mean(kReduced);
+    mean = mean64.to(at::kFloat);
+    if (a.running_mean) {
+      const double rows = double(y.numel() / y.size(1));
+      at::Tensor running_mean = *a.running_mean, running_var = *a.running_var;
+      update(running_mean, mean, a.momentum);
+      update(running_var, (var * rows / (rows - 1.0)).to(at::kFloat), a.momentum);
+    }
+  } else {
+    mean = a.running_mean->to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);  // no alias
+    var = a.running_var->to(at::kDouble);
+  }
+  const at::Tensor invstd = (var + a.eps).rsqrt().to(at::kFloat);
+  const at::Tensor scale = a.weight ? a.weight->to(at::kFloat).mul(invstd) : invstd.clone();  // no alias
+  const at::Tensor beta = a.bias ? a.bias->to(at::kFloat) : at::zeros_like(mean);
+  const at::Tensor shift = beta.sub(mean.mul(scale));
+  at::Tensor z = y.to(at::kFloat).mul(per_channel(scale)).add(per_channel(shift));
+  if (a.residual) z = z.add(a.residual->to(at::kFloat));
+  if (a.relu) z = at::where(z.lt(0), at::zeros({}, z.options()), z);
+  return {in_format_of(y, z), mean, invstd, scale};
+}
+
+BatchNormBackwardResult batch_norm_act_backward_cpu(const BatchNormBackward& a) {
+  const at::Tensor& y = a.y;
+  const auto [want_grad_y, want_sums, want_grad_z] = a.output_mask;
+  const at::Tensor dz = masked_grad(a.grad_out, a.out);
+  // What is not asked for: an empty tensor each (outputs must not alias).
+  const auto empty = [&] { return at::empty({0}, y.options()); };
+  at::Tensor sum_dz, sum_dz_xhat;
+  if (want_sums || (want_grad_y && a.batch_stats)) {
+    const at::Tensor dz64 = dz.to(at::kDouble);
+    const at::Tensor xhat = (y.to(at::kDouble) - per_channel(a.mean.to(at::kDouble))) *
+                            per_channel(a.invstd.to(at::kDouble));
+    sum_dz = dz64.sum(kReduced).to(at::kFloat);
+    sum_dz_xhat = (dz64 * xhat).sum(kReduced).to(at::kFloat);
+  }
+  at::Tensor grad_y = empty();
+  if (want_grad_y && a.batch_stats) {
+    const float inv_rows = 1.0f / float(y.numel() / y.size(1));
+    const at::Tensor xhat = y.to(at::kFloat).sub(per_channel(a.mean)).mul(per_channel(a.invstd));
+    const at::Tensor mean_dz = sum_dz.mul(inv_rows), mean_dz_xhat = sum_dz_xhat.mul(inv_rows);
+    grad_y = in_format_of(y, dz.sub(per_channel(mean_dz)).sub(xhat.mul(per_channel(mean_dz_xhat)))
+                                 .mul(per_channel(a.scale)));
+  } else if (want_grad_y) {
+    grad_y = in_format_of(y, dz.mul(per_channel(a.scale)));
+  }
+  return {grad_y, want_sums ? sum_dz : empty(), want_sums ? sum_dz_xhat : empty(),
+          want_grad_z ? in_format_of(y, dz) : empty()};
+}
+
+}  // namespace mpgemm

@@ -1,0 +1,96 @@
+// The batch-norm ops' CPU, CUDA and Meta implementations (their schemas are
+// in ops.cpp, with every op's): each checks its arguments once, on every
+// backend alike, then hands them to the backend.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "ops.h"
+
+namespace mpgemm {
+namespace {
+
+using OptionalTensor = std::optional<at::Tensor>;
+
+// The tensors that are given, by name.
+std::vector<NamedTensor> given(std::initializer_list<std::pair<const OptionalTensor*, const char*>> tensors) {
+  std::vector<NamedTensor> present;
+  for (const auto& [t, name] : tensors)
+    if (*t) present.push_back({&**t, name});
+  return present;
+}
+
+BatchNormForward check_forward(const at::Tensor& y, const OptionalTensor& weight, const OptionalTensor& bias,
+                               const OptionalTensor& residual, const OptionalTensor& running_mean,
+                               const OptionalTensor& running_var, bool batch_stats, double momentum, double eps,
+                               bool relu) {
+  constexpr const char* op = "mpgemm.batch_norm_act";
+  check_batch_norm_args(op, y, {}, given({{&residual, "residual"}}));
+  for (const NamedTensor& t : given({{&weight, "weight"}, {&bias, "bias"}, {&running_mean, "running_mean"},
+                                     {&running_var, "running_var"}}))
+    check_batch_norm_args(op, y, {t});
+  TORCH_CHECK_VALUE(running_mean.has_value() == running_var.has_value(), op,
+                    ": expected running_mean and running_var both given or both None");
+  TORCH_CHECK_VALUE(batch_stats || running_mean, op,
+                    ": expected running_mean and running_var without batch statistics (batch_stats=False)");
+  TORCH_CHECK_VALUE(eps >= 0, op, ": expected eps >= 0, got ", eps);
+  return {y, weight, bias, residual, running_mean, running_var, batch_stats, relu, momentum, eps};
+}
+
+template <BatchNormForwardResult (*Impl)(const BatchNormForward&)>
+BatchNormForwardResult batch_norm_act(const at::Tensor& y, const OptionalTensor& weight, const OptionalTensor& bias,
+                                      const OptionalTensor& residual, const OptionalTensor& running_mean,
+                                      const OptionalTensor& running_var, bool batch_stats, double momentum,
+                                      double eps, bool relu) {
+  return Impl(check_forward(y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu));
+}
+
+template <BatchNormBackwardResult (*Impl)(const BatchNormBackward&)>
+BatchNormBackwardResult batch_norm_act_backward(const at::Tensor& grad_out, const OptionalTensor& out,
+                                                const at::Tensor& y, const at::Tensor& mean, const at::Tensor& invstd,
+                                                const at::Tensor& scale, bool batch_stats,
+                                                std::array<bool, 3> output_mask) {
+  const OptionalTensor grad = grad_out;
+  check_batch_norm_args("mpgemm.batch_norm_act_backward", y,
+                        {{&mean, "mean"}, {&invstd, "invstd"}, {&scale, "scale"}},
+                        given({{&grad, "grad_out"}, {&out, "out"}}));
+  return Impl({grad_out, out, y, mean, invstd, scale, batch_stats, output_mask});
+}
+
+// Meta: results of the backends' shapes, types and formats.
+at::Tensor like_y(const at::Tensor& y) {
+  return at::empty_symint(y.sym_sizes(), y.options().memory_format(y.suggest_memory_format()));
+}
+
+at::Tensor per_channel(const at::Tensor& y) { return at::empty_symint({y.sym_size(1)}, y.options().dtype(at::kFloat)); }
+
+BatchNormForwardResult batch_norm_act_meta(const BatchNormForward& a) {
+  return {like_y(a.y), per_channel(a.y), per_channel(a.y), per_channel(a.y)};
+}
+
+BatchNormBackwardResult batch_norm_act_backward_meta(const BatchNormBackward& a) {
+  const auto empty = [&] { return at::empty({0}, a.y.options()); };
+  const auto [grad_y, sums, grad_z] = a.output_mask;
+  return {grad_y ? like_y(a.y) : empty(), sums ? per_channel(a.y) : empty(), sums ? per_channel(a.y) : empty(),
+          grad_z ? like_y(a.y) : empty()};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
+  m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cpu>);
+  m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_cpu>);
+}
+
+TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
+  m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_meta>);
+  m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_meta>);
+}
+
+#ifdef MPGEMM_WITH_CUDA
+TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
+  m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cuda>);
+  m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_cuda>);
+}
+#endif
+
+}  // namespace mpgemm

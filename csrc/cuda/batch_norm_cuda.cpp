@@ -1,0 +1,104 @@
+// CUDA launchers of batch norm with its residual add and ReLU: tensors to
+// channels_last (no copy where they are already; the kernels read NHWC as
+// rows x channels), the kernels on the current stream with a workspace from
+// torch's allocator, results back in y's memory format. No host
+// synchronization.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "norm/batch_norm.h"
+#include "../ops.h"
+#include "../workspace.h"
+
+namespace mpgemm {
+namespace {
+
+at::Tensor nhwc(const at::Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); }
+
+kernels::BatchNormShape shape_of(const at::Tensor& y) {
+  return {y.size(1) ? y.numel() / y.size(1) : 0, y.size(1), element_type(y.scalar_type())};
+}
+
+// A result of y's shape, in y's memory format.
+at::Tensor in_format_of(const at::Tensor& y, const at::Tensor& result) {
+  return result.contiguous(y.suggest_memory_format());
+}
+
+float* floats(const at::Tensor& t) { return t.data_ptr<float>(); }
+const float* floats_or_null(const std::optional<at::Tensor>& t) { return t ? t->data_ptr<float>() : nullptr; }
+
+at::Tensor workspace_for(kernels::BatchNormShape shape, const at::Tensor& anchor) {
+  return allocate_workspace(size_t(kernels::batch_norm_workspace_floats(shape)) * sizeof(float), anchor);
+}
+
+cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
+  return t ? std::optional(t->contiguous()) : std::nullopt;
+}
+
+}  // namespace
+
+BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
+  const c10::cuda::CUDAGuard device_guard(a.y.device());
+  const at::Tensor y = nhwc(a.y);
+  const auto shape = shape_of(a.y);
+  const auto options = a.y.options().dtype(at::kFloat);
+  at::Tensor mean = at::empty({shape.channels}, options), invstd = at::empty_like(mean), scale = at::empty_like(mean);
+  at::Tensor out = at::empty_like(y);
+  if (shape.rows == 0 && a.batch_stats) {  // torch's statistics of nothing
+    mean.fill_(NAN), invstd.fill_(NAN), scale.fill_(NAN);
+    return {in_format_of(a.y, out), mean, invstd, scale};
+  }
+  const std::optional<at::Tensor> weight = contiguous(a.weight), bias = contiguous(a.bias);
+  const std::optional<at::Tensor> residual = a.residual ? std::optional(nhwc(*a.residual)) : std::nullopt;
+  // The kernels update the running statistics in place: a strided one goes
+  // through a contiguous copy, copied back.
+  std::optional<at::Tensor> running_mean = contiguous(a.running_mean), running_var = contiguous(a.running_var);
+  kernels::BatchNormChannels channels;
+  channels.weight = floats_or_null(weight);
+  channels.bias = floats_or_null(bias);
+  channels.running_mean = running_mean ? floats(*running_mean) : nullptr;
+  channels.running_var = running_var ? floats(*running_var) : nullptr;
+  channels.momentum = float(a.momentum);
+  channels.eps = a.eps;
+  channels.mean = floats(mean), channels.invstd = floats(invstd), channels.scale = floats(scale);
+  const at::Tensor workspace = workspace_for(shape, a.y);
+  C10_CUDA_CHECK(kernels::launch_batch_norm_forward(shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr,
+                                                    a.relu, a.batch_stats, channels,
+                                                    static_cast<float*>(workspace.data_ptr()), out.data_ptr(),
+                                                    stream_of(a.y)));
+  if (running_mean && !running_mean->is_same(*a.running_mean)) a.running_mean->copy_(*running_mean);
+  if (running_var && !running_var->is_same(*a.running_var)) a.running_var->copy_(*running_var);
+  return {in_format_of(a.y, out), mean, invstd, scale};
+}
+
+BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a) {
+  const c10::cuda::CUDAGuard device_guard(a.y.device());
+  const auto shape = shape_of(a.y);
+  const auto [want_grad_y, want_sums, want_grad_z] = a.output_mask;
+  const at::Tensor grad_out = nhwc(a.grad_out), y = nhwc(a.y);
+  const std::optional<at::Tensor> out = a.out ? std::optional(nhwc(*a.out)) : std::nullopt;
+  const at::Tensor mean = a.mean.contiguous(), invstd = a.invstd.contiguous(), scale = a.scale.contiguous();
+  // What is not asked for: an empty tensor each (outputs must not alias).
+  const auto empty = [&] { return at::empty({0}, a.y.options()); };
+  at::Tensor grad_y = want_grad_y ? at::empty_like(y) : empty(), grad_z = want_grad_z ? at::empty_like(y) : empty();
+  // Empty sums are zero.
+  at::Tensor sum_dz = want_sums ? at::zeros({shape.channels}, a.y.options().dtype(at::kFloat)) : empty();
+  at::Tensor sum_dz_xhat = want_sums ? at::zeros({shape.channels}, a.y.options().dtype(at::kFloat)) : empty();
+  if (shape.rows > 0 && shape.channels > 0) {
+    const kernels::BatchNormGrad g{grad_out.data_ptr(), out ? out->data_ptr() : nullptr, y.data_ptr(),
+                                   floats(mean), floats(invstd), floats(scale)};
+    const at::Tensor workspace = workspace_for(shape, a.y);
+    C10_CUDA_CHECK(kernels::launch_batch_norm_backward(
+        shape, g, a.batch_stats, static_cast<float*>(workspace.data_ptr()), want_sums ? floats(sum_dz) : nullptr,
+        want_sums ? floats(sum_dz_xhat) : nullptr, want_grad_y ? grad_y.data_ptr() : nullptr,
+        want_grad_z ? grad_z.data_ptr() : nullptr, stream_of(a.y)));
+  }
+  return {want_grad_y ? in_format_of(a.y, grad_y) : grad_y, sum_dz, sum_dz_xhat,
+          want_grad_z ? in_format_of(a.y, grad_z) : grad_z};
+}
+
+}  // namespace mpgemm

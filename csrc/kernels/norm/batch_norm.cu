@@ -1,0 +1,173 @@
+// Training batch norm's passes (norm/batch_norm.h): the row partition of the
+// per-channel sums, the vector width of the elementwise passes, and the
+// launches of norm/batch_norm_kernels.cuh for the element type: forward is
+// sums, finish, elementwise (sums skipped with running statistics); backward
+// sums, finish, elementwise, each skipped where nothing needs it.
+#include <cstdint>
+#include <initializer_list>
+
+#include "common/element_traits.cuh"
+#include "norm/batch_norm.h"
+#include "norm/batch_norm_kernels.cuh"
+
+namespace mpgemm::kernels {
+namespace {
+
+using batch_norm::kGroupsPerBlock;
+using batch_norm::kThreads;
+
+constexpr int64_t kMaxRowBlocks = 1024;
+constexpr int64_t kMinRowsPerBlock = 128;
+// About this many blocks of the sums in all: several waves on any GPU.
+constexpr int64_t kSumsBlocks = 2048;
+constexpr int64_t kMaxBlocks = 65535;
+
+// Channels in a 16-byte run of the element type.
+int64_t widest_run(BatchNormShape shape) { return shape.type == ElementType::kFloat32 ? 4 : 8; }
+
+// Blocks across the channels at the widest runs: the row partition reads
+// this, so that it depends on the shape alone (not on the pointers'
+// alignment, which picks the runs' width).
+int64_t channel_tiles(BatchNormShape shape) {
+  const int64_t per_block = kGroupsPerBlock * widest_run(shape);
+  return (shape.channels + per_block - 1) / per_block;
+}
+
+template <class F>
+cudaError_t visit_type(ElementType type, F&& f) {
+  switch (type) {
+    case ElementType::kFloat16: return f(ElementTag<__half>{});
+    case ElementType::kBFloat16: return f(ElementTag<__nv_bfloat16>{});
+    default: return f(ElementTag<float>{});
+  }
+}
+
+template <class Kernel, class Args>
+cudaError_t launch(Kernel* kernel, dim3 grid, int smem_bytes, Args args, cudaStream_t stream) {
+  void* params[] = {&args};
+  return cudaLaunchKernel(kernel, grid, dim3(kThreads), params, size_t(smem_bytes), stream);
+}
+
+// 16-byte runs where every run stays in one row and every pointer (the
+// per-channel vectors' too) is aligned to them.
+template <class T>
+bool vectorized(BatchNormShape shape, std::initializer_list<const void*> pointers) {
+  constexpr int64_t kWidth = 16 / sizeof(T);
+  if (shape.channels % kWidth != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// A sum pass over the row blocks, when `finish` has partials to total, then
+// the finish (a block per channel).
+cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs sums, batch_norm::FinishArgs finish,
+                                   cudaStream_t stream) {
+  const int64_t blocks = batch_norm_row_blocks(shape);
+  sums.block_rows = (shape.rows + blocks - 1) / blocks;
+  finish.blocks = blocks;
+  return visit_type(shape.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (finish.partial != nullptr) {
+      constexpr int kWide = 16 / sizeof(T);
+      const bool wide = vectorized<T>(shape, {sums.y, sums.grad_out, sums.out, sums.mean, sums.invstd});
+      const int64_t groups = shape.channels / (wide ? kWide : 1);
+      const dim3 grid(unsigned((groups + kGroupsPerBlock - 1) / kGroupsPerBlock), unsigned(blocks));
+      const cudaError_t err = wide ? launch(&batch_norm::sums_kernel<T, kWide>, grid, batch_norm::kSumsSmemBytes,
+                                            sums, stream)
+                                   : launch(&batch_norm::sums_kernel<T, 1>, grid, batch_norm::kSumsSmemBytes, sums,
+                                            stream);
+      if (err != cudaSuccess) return err;
+    }
+    return launch(&batch_norm::finish_kernel<T>, dim3(unsigned(shape.channels)), batch_norm::kFinishSmemBytes,
+                  finish, stream);
+  });
+}
+
+template <template <class, int> class Kernel, class Args>
+cudaError_t launch_elementwise(BatchNormShape shape, Args args, std::initializer_list<const void*> pointers,
+                               cudaStream_t stream) {
+  const int64_t chunk_rows = shape.channels >= batch_norm::kChunkElements
+                                 ? 1
+                                 : batch_norm::kChunkElements / shape.channels;
+  const int64_t chunks = (shape.rows + chunk_rows - 1) / chunk_rows;
+  const dim3 grid(unsigned(chunks < kMaxBlocks ? chunks : kMaxBlocks));
+  return visit_type(shape.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (vectorized<T>(shape, pointers)) return launch(Kernel<T, 16 / sizeof(T)>::run, grid, 0, args, stream);
+    return launch(Kernel<T, 1>::run, grid, 0, args, stream);
+  });
+}
+
+// The elementwise kernels as class templates, for launch_elementwise.
+template <class T, int kWidth>
+struct Act {
+  static constexpr auto run = &batch_norm::act_kernel<T, kWidth>;
+};
+template <class T, int kWidth>
+struct GradInput {
+  static constexpr auto run = &batch_norm::grad_input_kernel<T, kWidth>;
+};
+
+bool empty(BatchNormShape shape) { return shape.rows <= 0 || shape.channels <= 0; }
+
+}  // namespace
+
+int batch_norm_row_blocks(BatchNormShape shape) {
+  // About kSumsBlocks blocks of channels x rows in all, each summing at
+  // least kMinRowsPerBlock rows.
+  const int64_t by_rows = (shape.rows + kMinRowsPerBlock - 1) / kMinRowsPerBlock;
+  const int64_t tiles = channel_tiles(shape) > 0 ? channel_tiles(shape) : 1;
+  int64_t blocks = by_rows < kSumsBlocks / tiles ? by_rows : kSumsBlocks / tiles;
+  blocks = blocks < kMaxRowBlocks ? blocks : kMaxRowBlocks;
+  return int(blocks > 1 ? blocks : 1);
+}
+
+int64_t batch_norm_workspace_floats(BatchNormShape shape) {
+  // Two sums per channel per row block, and two per-channel vectors (the
+  // forward's shifts; backward's sums where the caller takes none).
+  return (2 * int64_t(batch_norm_row_blocks(shape)) + 2) * shape.channels;
+}
+
+cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
+                                      bool batch_stats, const BatchNormChannels& channels, float* workspace,
+                                      void* out, cudaStream_t stream) {
+  if (empty(shape)) return cudaSuccess;
+  float* shift = workspace;
+  float* partial = workspace + shape.channels;
+  const batch_norm::SumsArgs sums{shape, y, nullptr, nullptr, nullptr, nullptr, 0, partial};
+  const batch_norm::FinishArgs finish{shape, y, batch_stats ? partial : nullptr, 0, nullptr, nullptr, channels, shift};
+  if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
+  const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out};
+  return launch_elementwise<Act>(shape, args, {y, out, residual == nullptr ? y : residual, channels.scale, shift},
+                                 stream);
+}
+
+cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
+                                       float* workspace, float* sum_dz, float* sum_dz_xhat, void* grad_y,
+                                       void* grad_z, cudaStream_t stream) {
+  if (empty(shape)) return cudaSuccess;
+  // The input gradient with batch statistics needs the sums; write them to
+  // the workspace where the caller did not ask for them.
+  const bool sums_needed = sum_dz != nullptr || (grad_y != nullptr && batch_stats);
+  if (sums_needed) {
+    float* partial = workspace + 2 * shape.channels;
+    if (sum_dz == nullptr) sum_dz = workspace, sum_dz_xhat = workspace + shape.channels;
+    const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.mean, g.invstd, 0, partial};
+    const batch_norm::FinishArgs finish{shape, nullptr, partial, 0, sum_dz, sum_dz_xhat, {}, nullptr};
+    if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
+  }
+  if (grad_y == nullptr && grad_z == nullptr) return cudaSuccess;
+  const bool with_sums = batch_stats && grad_y != nullptr;
+  const batch_norm::GradInputArgs args{shape, g.grad_out, g.out, g.y, g.mean, g.invstd, g.scale,
+                                       with_sums ? sum_dz : nullptr, with_sums ? sum_dz_xhat : nullptr,
+                                       1.0f / float(shape.rows), grad_y, grad_z};
+  const void* out = g.out == nullptr ? g.y : g.out;
+  const void* written = grad_y != nullptr ? grad_y : grad_z;
+  return launch_elementwise<GradInput>(shape, args, {g.grad_out, out, g.y, written, grad_z ? grad_z : written,
+                                                     g.mean, g.invstd, g.scale, args.sum_dz ? args.sum_dz : g.scale,
+                                                     args.sum_dz_xhat ? args.sum_dz_xhat : g.scale},
+                                       stream);
+}
+
+}  // namespace mpgemm::kernels

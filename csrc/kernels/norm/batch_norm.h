@@ -1,0 +1,73 @@
+// Entry points of training batch norm's passes for host code, over a
+// channels-innermost (NHWC) activation seen as `rows` x `channels` (rows =
+// N * H * W), every such tensor of one element type (fp32, fp16 or bf16),
+// the per-channel vectors fp32. Every per-channel sum is reduced in a fixed
+// order (row blocks that depend on the shape alone, then the blocks in order,
+// no atomics): the results are bitwise the same on every run. The kernels
+// are in norm/batch_norm_kernels.cuh.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common/gemm_params.h"
+
+namespace mpgemm::kernels {
+
+struct BatchNormShape {
+  int64_t rows = 0, channels = 0;
+  ElementType type = ElementType::kFloat16;  // of every rows x channels tensor
+};
+
+// How many row blocks the per-channel sums take: a function of the shape
+// alone (never of the device), so that the order of every sum is too.
+int batch_norm_row_blocks(BatchNormShape shape);
+
+// fp32 floats of workspace a pass takes: two per channel per row block, and
+// the forward's shifts.
+int64_t batch_norm_workspace_floats(BatchNormShape shape);
+
+// The forward's per-channel vectors, as torch's BatchNorm2d holds them.
+struct BatchNormChannels {
+  const float* weight = nullptr;  // gamma; null: 1
+  const float* bias = nullptr;    // beta; null: 0
+  float* running_mean = nullptr;  // updated with batch statistics where given; read without them
+  float* running_var = nullptr;
+  float momentum = 0.0f;
+  double eps = 0.0;
+  float* mean = nullptr;    // written: the statistics used (batch or running)
+  float* invstd = nullptr;  // written: 1 / sqrt(var + eps)
+  float* scale = nullptr;   // written: gamma * invstd
+};
+
+// out = relu?(y * scale[c] + shift[c] + residual), shift = beta - mean *
+// scale, each step rounded in fp32, then once to the element type; residual
+// may be null. With batch statistics (the biased variance normalizes), the
+// running ones become momentum * batch + (1 - momentum) * running, the
+// variance unbiased; without, the running ones normalize.
+cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
+                                      bool batch_stats, const BatchNormChannels& channels, float* workspace,
+                                      void* out, cudaStream_t stream);
+
+// What backward reads: dz = grad_out, masked by out > 0 where the chain ends
+// in a ReLU (out non-null); xhat = (y - mean) * invstd.
+struct BatchNormGrad {
+  const void* grad_out = nullptr;
+  const void* out = nullptr;
+  const void* y = nullptr;
+  const float* mean = nullptr;
+  const float* invstd = nullptr;
+  const float* scale = nullptr;
+};
+
+// sum_dz[c] = sum of dz and sum_dz_xhat[c] = sum of dz * xhat (gamma's and
+// beta's gradients) where they are non-null, or where grad_y needs them;
+// grad_y = scale * (dz - sum_dz / rows - xhat * sum_dz_xhat / rows) with batch
+// statistics, scale * dz with running ones; grad_z = dz (the residual's
+// gradient). Null outputs are not computed.
+cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
+                                       float* workspace, float* sum_dz, float* sum_dz_xhat, void* grad_y,
+                                       void* grad_z, cudaStream_t stream);
+
+}  // namespace mpgemm::kernels

@@ -1,0 +1,72 @@
+"""Training batch norm on mpgemm's passes, with the residual add and ReLU
+that follow it in a ResNet block: ``relu(batch_norm(y) + residual)`` in one
+pass forward and two backward (csrc/kernels/norm/batch_norm.cu).
+
+:func:`batch_norm_act` has torch's ``BatchNorm2d`` semantics: batch
+statistics in training (the biased variance normalizes, the unbiased one
+enters ``running_var``), ``momentum`` with ``momentum=None`` as a cumulative
+average over ``num_batches_tracked``, ``track_running_stats=False``,
+``affine=False``, and the running statistics in eval. It saves for backward
+what torch's batch norm and ReLU save: y, the statistics and, where the chain
+ends in a ReLU, its output (which the next convolution saves anyway).
+"""
+
+import torch
+from torch.autograd.function import once_differentiable
+
+FLOAT = torch.float32
+ops = torch.ops.mpgemm
+
+
+class _BatchNormAct(torch.autograd.Function):
+    """out = relu?(y * scale + shift + residual), scale and shift from gamma,
+    beta and the statistics (batch ones in training, which update the
+    running ones in the op); one op forward, one backward."""
+
+    @staticmethod
+    def forward(ctx, y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu):
+        out, mean, invstd, scale = ops.batch_norm_act(y, weight, bias, residual, running_mean, running_var,
+                                                      batch_stats, momentum, eps, relu)
+        ctx.batch_stats, ctx.relu = batch_stats, relu
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (weight, bias))
+        ctx.save_for_backward(y, out if relu else None, mean, invstd, scale)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        y, out, mean, invstd, scale = ctx.saved_tensors
+        need_y, need_weight, need_bias, need_residual = ctx.needs_input_grad[:4]
+        # Without a ReLU the residual's gradient is grad_out itself.
+        mask = [need_y, need_weight or need_bias, need_residual and ctx.relu]
+        grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(grad_out, out, y, mean, invstd, scale,
+                                                                          ctx.batch_stats, mask)
+        weight_dtype, bias_dtype = ctx.dtypes
+        return (grad_y if need_y else None,
+                sum_dz_xhat.to(weight_dtype) if need_weight else None,
+                sum_dz.to(bias_dtype) if need_bias else None,
+                (grad_z if ctx.relu else grad_out) if need_residual else None,
+                None, None, None, None, None, None)
+
+
+def batch_norm_act(y, bn, residual=None, relu=False):
+    """``relu(bn(y) + residual)`` (each part optional) for a ``BatchNorm2d``
+    bn, as torch's forward computes it and with the same effect on bn's
+    running statistics and ``num_batches_tracked``; y is 4-D (N, C, H, W),
+    fp32, fp16 or bf16, and the result has its dtype and memory format. A
+    residual has y's shape and dtype (torch would promote another dtype:
+    :func:`~mpgemm.fuse`'s chains leave such an add to torch)."""
+    if y.dim() != 4:
+        raise ValueError(f"expected 4D input (got {y.dim()}D input)")
+    # torch's _BatchNorm.forward, step by step.
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
+    running_mean = bn.running_mean if not bn.training or bn.track_running_stats else None
+    running_var = bn.running_var if not bn.training or bn.track_running_stats else None
+    if use_batch_stats and y.numel() // max(y.shape[1], 1) <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {y.shape}")
+    return _BatchNormAct.apply(y, bn.weight, bn.bias, residual, running_mean, running_var, use_batch_stats,
+                               factor, bn.eps, relu)

@@ -1,0 +1,302 @@
+"""mpgemm.fuse: a model's conv -> batch norm (-> residual add) (-> ReLU)
+chains run on mpgemm's fused batch-norm passes, the model otherwise as it was.
+
+Each module whose children include a Conv2d and a BatchNorm2d has its own
+forward traced one level deep (torch.fx, children as leaves; chains.py finds
+the chains). One forward on the example arguments then checks the trace
+against what runs: every chain's batch norm must take exactly its
+convolution's output, once per call of its module. A module that passes gets
+a class whose forward runs the rewritten graph (the module's class stays in
+its MRO, so isinstance holds; its name, children, parameters and state_dict
+keys are unchanged). That forward checks, at each call, the plain attributes
+the traced forward read (``self.training``, a ``grad_checkpointing`` flag, a
+child that is None): where one has changed since fuse(), the module runs its
+own forward, unfused, and says so once.
+"""
+
+import copy
+import dataclasses
+import importlib
+import types
+import warnings
+
+import torch
+
+from ..convert import converted_class
+from . import chains as chain_graph
+
+PLAIN = (bool, int, float, str, type(None))
+_NOT_NONE = "<not None>"
+
+
+class FusedForward(torch.nn.Module):
+    """The forward fuse() gives a module: the rewritten graph where the
+    attributes its trace read are as they were, the module's own otherwise."""
+
+    wraps_forward = True  # converted_class keeps the module's forward's signature
+
+    def forward(self, *args, **kwargs):
+        plan = self.__dict__.get("_mpgemm_fusion")
+        if plan is not None and plan.holds_for(self):
+            return plan.function(self, *args, **kwargs)
+        return super().forward(*args, **kwargs)
+
+
+def _guard_value(value):
+    return value if isinstance(value, PLAIN) else _NOT_NONE
+
+
+@dataclasses.dataclass
+class FusionPlan:
+    """One module's rewritten forward: its source (fx's code and globals,
+    kept so that the plan pickles and copies), the attribute values it
+    assumes, and its chains."""
+    name: str
+    code: str
+    code_globals: dict
+    guards: tuple
+    children: tuple  # the module's children when traced, which the graph calls by name
+    chains: list
+    function: object = None
+    warned: bool = False
+
+    def __post_init__(self):
+        self.function = self._compile()
+
+    def _compile(self):
+        namespace = dict(self.code_globals)
+        exec(compile(self.code, f"<mpgemm.fuse {self.name or 'model'}>", "exec"), namespace)
+        return namespace["forward"]
+
+    def holds_for(self, module):
+        changed = next((name for name, value in self.guards if _guard_value(getattr(module, name, None)) != value),
+                       None)
+        if changed is None and _same(tuple(module._modules.values()), self.children):
+            return True
+        if not self.warned:
+            self.warned = True
+            what = f"{self.name or 'the model'}.{changed}" if changed else f"the children of {self.name or 'the model'}"
+            warnings.warn(f"mpgemm.fuse: {what} changed since fuse(): this module runs its own forward, unfused",
+                          stacklevel=3)
+        return False
+
+    def __getstate__(self):
+        # fx's globals hold Python modules (torch, operator), which pickle by name only.
+        state = dict(self.__dict__, function=None)
+        state["code_globals"] = {k: _ModuleName(v.__name__) if isinstance(v, types.ModuleType) else v
+                                 for k, v in self.code_globals.items()}
+        return state
+
+    def __setstate__(self, state):
+        state["code_globals"] = {k: importlib.import_module(v) if isinstance(v, _ModuleName) else v
+                                 for k, v in state["code_globals"].items()}
+        self.__dict__.update(state)
+        self.function = self._compile()
+
+    def __deepcopy__(self, memo):
+        plan = copy.copy(self)
+        plan.children = copy.deepcopy(self.children, memo)
+        return plan
+
+
+def _same(children, traced):
+    return len(children) == len(traced) and all(a is b for a, b in zip(children, traced))
+
+
+class _ModuleName(str):
+    """A Python module in a pickled plan's globals, by name."""
+
+
+class _AttributeReads:
+    """The plain attributes a forward reads from its module while traced."""
+
+    def __init__(self):
+        self.active = False
+        self.values = {}
+
+
+def _recording_class(cls, reads):
+    class Recording(cls):
+        def __getattribute__(self, name):
+            value = super().__getattribute__(name)
+            if reads.active and not name.startswith("_") and not callable(value) and name not in reads.values:
+                reads.values[name] = _guard_value(value)
+            return value
+
+    return Recording
+
+
+def _own_forward(cls):
+    """The forward under the wrappers mpgemm puts on a class (prepare()'s
+    autocast, fuse's own): the module's own."""
+    source = cls.__dict__.get("_mpgemm_source")
+    while source is not None and getattr(source[1], "wraps_forward", False):
+        cls = source[0]
+        source = cls.__dict__.get("_mpgemm_source")
+    return cls.forward
+
+
+def _fused_class(cls):
+    """cls with FusedForward under any wrapper of prepare()'s, or cls itself
+    where it has one already."""
+    source = cls.__dict__.get("_mpgemm_source")
+    if source is not None and source[1] is FusedForward:
+        return cls
+    if source is not None and getattr(source[1], "wraps_forward", False):
+        return converted_class(_fused_class(source[0]), source[1])
+    return converted_class(cls, FusedForward)
+
+
+def _traced(module):
+    """(graph, guards) of module's own forward, one level deep."""
+    reads = _AttributeReads()
+    original = module.__class__
+    module.__class__ = _recording_class(original, reads)
+    try:
+        reads.active = True
+        graph = chain_graph.trace(module, _own_forward(original))
+    finally:
+        reads.active = False
+        module.__class__ = original
+    return graph, tuple(sorted(reads.values.items()))
+
+
+def _candidates(model):
+    """Modules with a Conv2d and a batch norm fuse() can take among their children."""
+    for name, module in model.named_modules():
+        children = list(module.children())
+        if any(isinstance(c, torch.nn.Conv2d) for c in children) and \
+                any(chain_graph.is_fusable_batch_norm(c) for c in children):
+            yield name, module
+
+
+class _ExampleRun:
+    """Hooks that watch one forward: how often each candidate module runs and
+    whether each chain's batch norm takes its convolution's latest output."""
+
+    def __init__(self):
+        self.calls = {}
+        self.mismatched = set()
+        self.handles = []
+        self._latest = {}
+
+    def watch(self, module, chains):
+        self.handles.append(module.register_forward_pre_hook(lambda m, args: self._count(m)))
+        for conv, bn in chains:
+            self.handles.append(conv.register_forward_hook(lambda m, args, out: self._latest.__setitem__(m, out)))
+            self.handles.append(bn.register_forward_pre_hook(lambda m, args, conv=conv: self._check(conv, m, args)))
+
+    def _count(self, module):
+        self.calls[module] = self.calls.get(module, 0) + 1
+
+    def _check(self, conv, bn, args):
+        if not args or self._latest.pop(conv, None) is not args[0]:
+            self.mismatched.add(bn)
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def _run_example(model, args, kwargs):
+    """model(*args, **kwargs) without a graph, its buffers, parameters and the
+    random number generators left as they were."""
+    saved = [(t, t.detach().clone()) for t in model.buffers()]
+    devices = sorted({t.device.index for t in model.parameters() if t.device.type == "cuda"})
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            model(*args, **kwargs)
+    finally:
+        with torch.no_grad():
+            for t, value in saved:
+                t.copy_(value)
+
+
+def fuse(model, *example_args, **example_kwargs):
+    """Runs each Conv2d -> BatchNorm2d (-> residual add) (-> ReLU) chain of
+    `model` on mpgemm's fused batch-norm passes; returns `model` itself.
+
+    One forward on the example arguments (no graph; the model's buffers,
+    parameters, gradients and random state are left as they were) checks
+    that each chain found in its module's traced forward runs as traced. A
+    chain it cannot prove safe stays unfused and is named in a warning: a
+    convolution whose output is used twice, a module that runs twice in one
+    forward, a hook on the batch norm or the ReLU, a module whose forward
+    cannot be traced or did not run as traced, SyncBatchNorm. The module
+    tree, its names and classes (isinstance), parameters and ``state_dict()``
+    keys do not change, so checkpoints load either way; :func:`fusion_report`
+    says what was fused. Works before or after :func:`mpgemm.convert` and
+    :func:`mpgemm.amp.prepare`; wrap the model in DDP or torch.compile after.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"mpgemm.fuse: expected a torch.nn.Module, got {type(model).__name__}")
+    refused, plans = [], []
+    for name, module in _candidates(model):
+        prefix = f"{name}." if name else ""
+        if "forward" in module.__dict__:
+            refused.append((name or "the model", "its forward is replaced on the instance (a patch fuse cannot see)"))
+            continue
+        try:
+            graph, guards = _traced(module)
+        except Exception as error:  # noqa: BLE001 (fx raises many kinds; each means "not traceable")
+            refused.append((f"{name or 'the model'}", f"its forward cannot be traced ({type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''})"))
+            continue
+        found, not_fused = chain_graph.find_chains(module, graph)
+        refused += [(f"{prefix}{c.conv} -> {prefix}{c.bn}", reason) for c, reason in not_fused]
+        if found:
+            plans.append((name, module, graph, guards, found))
+    run = _ExampleRun()
+    for _, module, _, _, found in plans:
+        run.watch(module, [(module.get_submodule(c.conv), module.get_submodule(c.bn)) for c, *_ in found])
+    try:
+        _run_example(model, example_args, example_kwargs)
+    finally:
+        run.close()
+    for name, module, graph, guards, found in plans:
+        prefix = f"{name}." if name else ""
+        if not run.calls.get(module):
+            refused += [(f"{prefix}{c.conv} -> {prefix}{c.bn}", "its module did not run in the example forward")
+                        for c, *_ in found]
+            continue
+        proven = [f for f in found if module.get_submodule(f[0].bn) not in run.mismatched]
+        refused += [(f"{prefix}{c.conv} -> {prefix}{c.bn}", "it did not run as traced in the example forward")
+                    for c, *_ in found if (c, *_) not in proven]
+        if not proven:
+            continue
+        chain_graph.rewrite(graph, proven)
+        code = graph.python_code(root_module="self")
+        plan = FusionPlan(name, code.src, dict(code.globals), guards, tuple(module._modules.values()),
+                          [dataclasses.replace(c, conv=prefix + c.conv, bn=prefix + c.bn) for c, *_ in proven])
+        module.__class__ = _fused_class(type(module))
+        module._mpgemm_fusion = plan
+    model._mpgemm_fusion_refused = refused
+    if refused:
+        warnings.warn(_refusals(refused), stacklevel=2)
+    return model
+
+
+def _refusals(refused, shown=4):
+    """One line per reason, naming the first few chains (fusion_report has them all)."""
+    by_reason = {}
+    for what, why in refused:
+        by_reason.setdefault(why, []).append(what)
+    parts = [f"{why}: {', '.join(names[:shown])}" + (f" and {len(names) - shown} more" if len(names) > shown else "")
+             for why, names in by_reason.items()]
+    return "mpgemm.fuse: left unfused (mpgemm.fusion_report lists them): " + "; ".join(parts)
+
+
+def fusion_report(model):
+    """What :func:`fuse` did to `model`: a list of dicts, one per chain, with
+    the qualified names of its convolution and batch norm, whether a
+    residual add and a ReLU joined it, and ``fused`` (with the ``reason``
+    where it was left unfused)."""
+    report = []
+    for module in model.modules():
+        plan = module.__dict__.get("_mpgemm_fusion")
+        if plan is not None:
+            report += [{"conv": c.conv, "bn": c.bn, "residual": c.residual, "relu": c.relu, "fused": True}
+                       for c in plan.chains]
+    report += [{"chain": what, "fused": False, "reason": why}
+               for what, why in getattr(model, "_mpgemm_fusion_refused", [])]
+    return report

@@ -1,0 +1,176 @@
+// Random cases of the batch-norm passes (csrc/kernels/norm/batch_norm.cu)
+// against references computed here. Values are multiples of 1/8 (backward's
+// means too, its invstd a power of two), so every fp32 sum is exact in any
+// order and the statistics, the sums and everything computed from them must
+// match the references bit for bit; the elementwise steps round in fp32 as
+// the references do. Outputs start as NaN: an element a pass leaves unwritten
+// fails. Channel counts that are multiples of 8 take the 16-byte runs, others
+// one element; an output one element past an aligned address forces the
+// one-element path.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "kernel_sim/sim_common.h"
+#include "norm/batch_norm.h"
+
+using namespace mpgemm::kernels;
+using sim::Buffer;
+using sim::get;
+using sim::rnd;
+using sim::set;
+
+namespace {
+
+struct Matrix {
+  ElementType type;
+  int64_t count, offset;  // offset: elements past the buffer's 16-byte aligned start
+  Buffer mem;
+  Matrix(ElementType type, int64_t count, bool misaligned)
+      : type(type), count(count), offset(misaligned), mem((count + 1) * sim::bytes_of(type)) {}
+  void* data() { return mem.p + offset * sim::bytes_of(type); }
+  float operator[](int64_t i) const { return get(mem.p + offset * sim::bytes_of(type), type, i); }
+  void fill(int lo, int hi) {
+    for (int64_t i = 0; i < count; ++i) set(data(), type, i, rnd(lo, hi) / 8.0f);
+  }
+};
+
+std::vector<float> eighths(int64_t n, int lo, int hi) {
+  std::vector<float> v(n);
+  for (float& x : v) x = rnd(lo, hi) / 8.0f;
+  return v;
+}
+
+bool same(float got, float want) { return got == want || (std::isnan(got) && std::isnan(want)); }
+
+struct Checker {
+  int bad = 0;
+  void operator()(const char* what, int64_t i, float got, float want) {
+    if (!same(got, want) && bad++ < 3) printf("  %s[%ld] = %g, want %g\n", what, long(i), got, want);
+  }
+};
+
+// The forward: statistics (or running ones), then relu?(y * scale + shift + residual).
+void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+  const int64_t n = shape.rows * shape.channels, channels = shape.channels;
+  const bool misaligned = rnd(0, 4) == 0, relu = rnd(0, 1), with_residual = rnd(0, 1);
+  const bool batch_stats = rnd(0, 3) != 0, affine = rnd(0, 3) != 0, tracked = rnd(0, 3) != 0;
+  Matrix y(shape.type, n, false), residual(shape.type, n, misaligned), out(shape.type, n, misaligned);
+  y.fill(-32, 32);
+  residual.fill(-16, 16);
+  const std::vector<float> weight = eighths(channels, 1, 16), bias = eighths(channels, -16, 16);
+  std::vector<float> running_mean = eighths(channels, -8, 8), running_var = eighths(channels, 1, 16);
+  const std::vector<float> mean_before = running_mean, var_before = running_var;
+  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN);
+  BatchNormChannels ch;
+  ch.weight = affine ? weight.data() : nullptr;
+  ch.bias = affine ? bias.data() : nullptr;
+  ch.running_mean = tracked || !batch_stats ? running_mean.data() : nullptr;
+  ch.running_var = tracked || !batch_stats ? running_var.data() : nullptr;
+  ch.momentum = 0.25f;
+  ch.eps = 1e-5;
+  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data();
+  Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
+  err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, ch,
+                                  reinterpret_cast<float*>(workspace.p), out.data(), nullptr);
+  std::vector<float> shift(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    float want_mean = mean_before[c];
+    double var = var_before[c];
+    if (batch_stats) {
+      double sum = 0, squares = 0;
+      for (int64_t r = 0; r < shape.rows; ++r) {
+        const double v = double(y[r * channels + c]) - y[c];
+        sum += v;
+        squares += v * v;
+      }
+      const double offset = sum / shape.rows, variance = squares / shape.rows - offset * offset;
+      want_mean = float(y[c] + offset);
+      var = variance > 0 ? variance : 0;
+      if (ch.running_mean != nullptr) {
+        const float unbiased = float(var * shape.rows / (shape.rows - 1.0));
+        check("running_mean", c, running_mean[c], 0.25f * want_mean + 0.75f * mean_before[c]);
+        check("running_var", c, running_var[c], 0.25f * unbiased + 0.75f * var_before[c]);
+      }
+    } else {
+      check("running_mean", c, running_mean[c], mean_before[c]);
+    }
+    const float want_invstd = float(1.0 / std::sqrt(var + 1e-5));
+    const float want_scale = affine ? weight[c] * want_invstd : want_invstd;
+    shift[c] = (affine ? bias[c] : 0.0f) - want_mean * want_scale;
+    check("mean", c, mean[c], want_mean);
+    check("invstd", c, invstd[c], want_invstd);
+    check("scale", c, scale[c], want_scale);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = i % channels;
+    float z = y[i] * scale[c] + shift[c];
+    if (with_residual) z += residual[i];
+    if (relu && z < 0) z = 0;
+    check("out", i, out[i], sim::rounded(z, shape.type));
+  }
+}
+
+// Backward: the sums where asked for or needed, then the input gradient and dz.
+void backward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+  const int64_t n = shape.rows * shape.channels, channels = shape.channels;
+  const bool misaligned = rnd(0, 4) == 0, masked = rnd(0, 1), batch_stats = rnd(0, 3) != 0;
+  const bool want_sums = rnd(0, 1), want_grad_y = rnd(0, 3) != 0, want_grad_z = rnd(0, 1);
+  Matrix y(shape.type, n, false), out(shape.type, n, false), grad_out(shape.type, n, false);
+  Matrix grad_y(shape.type, n, misaligned), grad_z(shape.type, n, false);
+  y.fill(-32, 32);
+  out.fill(-8, 8);
+  grad_out.fill(-16, 16);
+  const std::vector<float> mean = eighths(channels, -16, 16), scale = eighths(channels, -16, 16);
+  std::vector<float> invstd(channels);
+  for (float& v : invstd) v = std::ldexp(1.0f, int(rnd(-1, 1)));
+  std::vector<float> sum_dz(channels, NAN), sum_dz_xhat(channels, NAN);
+  const BatchNormGrad g{grad_out.data(), masked ? out.data() : nullptr, y.data(), mean.data(), invstd.data(),
+                        scale.data()};
+  Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
+  err = launch_batch_norm_backward(shape, g, batch_stats, reinterpret_cast<float*>(workspace.p),
+                                   want_sums ? sum_dz.data() : nullptr, want_sums ? sum_dz_xhat.data() : nullptr,
+                                   want_grad_y ? grad_y.data() : nullptr, want_grad_z ? grad_z.data() : nullptr,
+                                   nullptr);
+  std::vector<float> dz(n);
+  std::vector<double> sums(channels), sums_xhat(channels);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = i % channels;
+    dz[i] = !masked || out[i] > 0 ? grad_out[i] : 0.0f;
+    sums[c] += dz[i];
+    sums_xhat[c] += double(dz[i]) * ((y[i] - mean[c]) * invstd[c]);
+  }
+  for (int64_t c = 0; c < channels && want_sums; ++c) {
+    check("sum_dz", c, sum_dz[c], float(sums[c]));
+    check("sum_dz_xhat", c, sum_dz_xhat[c], float(sums_xhat[c]));
+  }
+  const float inv_rows = 1.0f / float(shape.rows);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = i % channels;
+    float dy = scale[c] * dz[i];
+    if (batch_stats) {
+      const float xhat = (y[i] - mean[c]) * invstd[c];
+      dy = scale[c] * ((dz[i] - float(sums[c]) * inv_rows) - xhat * (float(sums_xhat[c]) * inv_rows));
+    }
+    if (want_grad_y) check("grad_y", i, grad_y[i], sim::rounded(dy, shape.type));
+    check("grad_z", i, grad_z[i], want_grad_z ? dz[i] : NAN);  // NaN: never written
+  }
+}
+
+}  // namespace
+
+bool batch_norm_case(int index) {
+  BatchNormShape shape;
+  shape.type = sim::any_type();
+  shape.channels = rnd(0, 2) ? 8 * rnd(1, 5) : rnd(1, 40);
+  shape.rows = rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);  // rows > 128: several row blocks
+  Checker check;
+  cudaError_t forward_err, backward_err;
+  forward_case(shape, check, forward_err);
+  backward_case(shape, check, backward_err);
+  check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess;
+  if (check.bad)
+    printf("batch norm case %d FAILED: errors %d %d, rows=%ld channels=%ld type=%d\n", index, int(forward_err),
+           int(backward_err), long(shape.rows), long(shape.channels), int(shape.type));
+  return check.bad;
+}

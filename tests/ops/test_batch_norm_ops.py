@@ -1,0 +1,230 @@
+"""The batch-norm ops (csrc/batch_norm_ops.cpp) on each backend: the forward
+(statistics, running statistics, out) and backward (input gradient, gamma's
+and beta's, the residual's) against float64 formulas; the elementwise steps
+against the same fp32 steps in torch (bitwise: both round each step in fp32);
+CUDA against the CPU backend and against itself (the sums' order is fixed);
+bad arguments; the registrations (opcheck)."""
+
+import pytest
+import torch
+
+import mpgemm  # noqa: F401  (registers the ops)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+ops = torch.ops.mpgemm
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# (N, C, H, W): odd channel counts, one pixel, more channels than a block's 32.
+SHAPES = [(2, 5, 3, 7), (3, 64, 4, 4), (4, 37, 1, 1), (2, 96, 5, 3)]
+EPS, MOMENTUM = 1e-5, 0.1
+
+
+def activation(shape, dtype, device, channels_last, offset=0.0):
+    t = (torch.randn(shape, device=device) * 2 + offset).to(dtype)
+    return t.to(memory_format=torch.channels_last) if channels_last else t
+
+
+def memory_format(t):
+    return torch.channels_last if t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous() \
+        else torch.contiguous_format
+
+
+def per_channel(t):
+    return t.view(1, -1, 1, 1)
+
+
+def poison(*tensors):
+    """Fills and frees blocks like `tensors`, so that the next allocations of
+    their sizes start out as NaN (an element a kernel does not write stays NaN)."""
+    if tensors[0].is_cuda:
+        blocks = [torch.full_like(t, float("nan")) for t in tensors for _ in range(3)]
+        del blocks
+
+
+def forward_reference(y, weight, bias, residual, running_mean, running_var, batch_stats, relu):
+    """float64 batch norm (+ residual) (+ ReLU); the running statistics' update."""
+    values = y.double()
+    if batch_stats:
+        var, mean = torch.var_mean(values, dim=(0, 2, 3), unbiased=False)
+        rows = y.numel() // y.shape[1]
+        new_running = (MOMENTUM * mean + (1 - MOMENTUM) * running_mean.double(),
+                       MOMENTUM * var * rows / (rows - 1) + (1 - MOMENTUM) * running_var.double())
+    else:
+        mean, var = running_mean.double(), running_var.double()
+        new_running = (running_mean.double(), running_var.double())
+    invstd = (var + EPS).rsqrt()
+    scale = invstd * weight.double()
+    z = values * per_channel(scale) + per_channel(bias.double() - mean * scale)
+    if residual is not None:
+        z = z + residual.double()
+    return (z.clamp_min(0) if relu else z), mean, invstd, scale, new_running
+
+
+def every_case(test):
+    """test on each device, dtype and memory format."""
+    for name, values in (("channels_last", [False, True]), ("dtype", DTYPES), ("device", DEVICES)):
+        test = pytest.mark.parametrize(name, values)(test)
+    return test
+
+
+def tolerance(dtype):
+    return {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+
+
+@every_case
+def test_forward_against_float64(device, dtype, channels_last):
+    for shape in SHAPES:
+        c = shape[1]
+        # A mean large against the spread: the statistics must not cancel.
+        y = activation(shape, dtype, device, channels_last, offset=50.0)
+        weight, bias = torch.rand(c, device=device) + 0.5, torch.randn(c, device=device)
+        residual = activation(shape, dtype, device, not channels_last)  # the other layout: copied in
+        for batch_stats, res, relu in [(True, None, False), (True, residual, True), (False, residual, False),
+                                       (False, None, True)]:
+            running_mean, running_var = torch.randn(c, device=device), torch.rand(c, device=device) + 0.5
+            running = (running_mean.clone(), running_var.clone())
+            poison(y)
+            out, mean, invstd, scale = ops.batch_norm_act(y, weight, bias, res, *running, batch_stats, MOMENTUM, EPS,
+                                                          relu)
+            ref, ref_mean, ref_invstd, ref_scale, ref_running = forward_reference(
+                y, weight, bias, res, running_mean, running_var, batch_stats, relu)
+            assert out.dtype == dtype and out.is_contiguous(memory_format=memory_format(y))
+            for got, want in [(mean, ref_mean), (invstd, ref_invstd), (scale, ref_scale), *zip(running, ref_running)]:
+                assert got.dtype == torch.float32
+                torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.double(), ref, rtol=tolerance(dtype), atol=tolerance(dtype) * 4)
+            # Given its statistics, the elementwise step is torch's fp32 arithmetic, bit for bit.
+            shift = (bias - mean * scale)
+            z = y.float() * per_channel(scale) + per_channel(shift)
+            if res is not None:
+                z = z + res.float()
+            if relu:
+                z = torch.where(z < 0, 0.0, z)
+            assert torch.equal(out, z.to(dtype)), (shape, batch_stats, relu)
+
+
+def backward_reference(grad_out, out, y, mean, invstd, scale, batch_stats):
+    g = grad_out.double()
+    dz = g if out is None else torch.where(out > 0, g, 0.0)
+    xhat = (y.double() - per_channel(mean.double())) * per_channel(invstd.double())
+    sum_dz, sum_dz_xhat = dz.sum((0, 2, 3)), (dz * xhat).sum((0, 2, 3))
+    rows = y.numel() // y.shape[1]
+    grad_y = per_channel(scale.double()) * dz
+    if batch_stats:
+        mean_dz, mean_dz_xhat = per_channel(sum_dz) / rows, per_channel(sum_dz_xhat) / rows
+        grad_y = per_channel(scale.double()) * (dz - mean_dz - xhat * mean_dz_xhat)
+    return grad_y, sum_dz, sum_dz_xhat, dz
+
+
+@every_case
+def test_backward_against_float64(device, dtype, channels_last):
+    for shape in SHAPES:
+        c = shape[1]
+        y, grad_out = activation(shape, dtype, device, channels_last), activation(shape, dtype, device, channels_last)
+        mean, invstd = torch.randn(c, device=device), torch.rand(c, device=device) + 0.5
+        scale = torch.rand(c, device=device) + 0.5
+        for out in (None, activation(shape, dtype, device, channels_last)):
+            for batch_stats in (True, False):
+                poison(y)
+                grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(
+                    grad_out, out, y, mean, invstd, scale, batch_stats, [True, True, True])
+                ref = backward_reference(grad_out, out, y, mean, invstd, scale, batch_stats)
+                assert grad_y.dtype == grad_z.dtype == dtype
+                assert grad_y.is_contiguous(memory_format=memory_format(y))
+                torch.testing.assert_close(grad_y.double(), ref[0], rtol=tolerance(dtype), atol=tolerance(dtype))
+                torch.testing.assert_close(sum_dz.double(), ref[1], rtol=1e-5, atol=1e-4)
+                torch.testing.assert_close(sum_dz_xhat.double(), ref[2], rtol=1e-5, atol=1e-4)
+                assert torch.equal(grad_z.double(), ref[3])
+                # What is not asked for is not computed.
+                for mask in ([True, False, False], [False, True, False], [False, False, True]):
+                    results = ops.batch_norm_act_backward(grad_out, out, y, mean, invstd, scale, batch_stats, mask)
+                    wanted = [mask[0], mask[1], mask[1], mask[2]]
+                    assert [r.numel() > 0 for r in results] == wanted
+                    full = (grad_y, sum_dz, sum_dz_xhat, grad_z)
+                    assert all(torch.equal(r, f) for r, f, w in zip(results, full, wanted) if w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_matches_the_cpu_backend_and_itself(dtype):
+    shape = (8, 48, 9, 11)
+    y = activation(shape, dtype, "cuda", True)
+    grad_out, residual = activation(shape, dtype, "cuda", True), activation(shape, dtype, "cuda", True)
+    weight, bias = torch.rand(48, device="cuda") + 0.5, torch.randn(48, device="cuda")
+    running = [torch.zeros(48, device="cuda"), torch.ones(48, device="cuda")]
+    results = ops.batch_norm_act(y, weight, bias, residual, *running, True, MOMENTUM, EPS, True)
+    again = ops.batch_norm_act(y, weight, bias, residual, None, None, True, MOMENTUM, EPS, True)
+    # The sums in a fixed order: bitwise the same on every run.
+    assert all(torch.equal(a, b) for a, b in zip(results, again))
+    out, mean, invstd, scale = results
+    grads = ops.batch_norm_act_backward(grad_out, out, y, mean, invstd, scale, True, [True, True, True])
+    assert all(torch.equal(a, b) for a, b in zip(grads, ops.batch_norm_act_backward(
+        grad_out, out, y, mean, invstd, scale, True, [True, True, True])))
+    cpu = ops.batch_norm_act(y.cpu(), weight.cpu(), bias.cpu(), residual.cpu(), None, None, True, MOMENTUM, EPS, True)
+    for a, b in zip(results, cpu):
+        torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tolerance(dtype), atol=tolerance(dtype))
+    cpu_grads = ops.batch_norm_act_backward(grad_out.cpu(), out.cpu(), y.cpu(), mean.cpu(), invstd.cpu(), scale.cpu(),
+                                            True, [True, True, True])
+    # From the same statistics: the elementwise steps bit for bit, the sums to fp32's rounding.
+    assert torch.equal(grads[3].cpu(), cpu_grads[3])
+    for a, b in zip(grads[1:3], cpu_grads[1:3]):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(grads[0].cpu().double(), cpu_grads[0].double(), rtol=tolerance(dtype),
+                               atol=tolerance(dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batches(device):
+    y = torch.empty(0, 3, 4, 4, device=device)
+    out, mean, invstd, scale = ops.batch_norm_act(y, None, None, None, None, None, True, MOMENTUM, EPS, False)
+    assert out.shape == y.shape and mean.isnan().all()
+    c = torch.ones(3, device=device)
+    grad_y, sum_dz, sum_dz_xhat, _ = ops.batch_norm_act_backward(y, None, y, c, c, c, True, [True, True, False])
+    assert grad_y.shape == y.shape and torch.equal(sum_dz, torch.zeros(3, device=device))
+
+
+def test_bad_arguments_are_named():
+    y, c = torch.randn(2, 3, 4, 4), torch.randn(3)
+
+    def forward(y=y, weight=c, bias=c, residual=None, running_mean=None, running_var=None, batch_stats=True, eps=EPS):
+        return ops.batch_norm_act(y, weight, bias, residual, running_mean, running_var, batch_stats, MOMENTUM, eps,
+                                  False)
+
+    with pytest.raises(ValueError, match=r"expected y to be 4-D"):
+        forward(y=y[0])
+    with pytest.raises(TypeError, match=r"expected y to be torch.float16, torch.bfloat16 or torch.float32"):
+        forward(y=y.double())
+    with pytest.raises(ValueError, match=r"expected bias of shape \(C,\) = \(3,\), got shape \(4,\)"):
+        forward(bias=torch.randn(4))
+    with pytest.raises(TypeError, match=r"expected weight to be torch.float32, got torch.float16"):
+        forward(weight=c.half())
+    with pytest.raises(ValueError, match=r"expected residual of y's shape \(2, 3, 4, 4\), got shape \(2, 3, 4, 5\)"):
+        forward(residual=torch.randn(2, 3, 4, 5))
+    with pytest.raises(TypeError, match=r"expected residual to have y's dtype \(torch.float32\), got torch.float16"):
+        forward(residual=y.half())
+    with pytest.raises(ValueError, match=r"running_mean and running_var both given or both None"):
+        forward(running_mean=c)
+    with pytest.raises(ValueError, match=r"expected running_mean and running_var without batch statistics"):
+        forward(batch_stats=False)
+    with pytest.raises(ValueError, match=r"expected eps >= 0, got -1"):
+        forward(eps=-1.0)
+    with pytest.raises(ValueError, match=r"expected out of y's shape"):
+        ops.batch_norm_act_backward(y, y[:1], y, c, c, c, True, [True, True, True])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    def t(*shape, dtype=torch.float32, channels_last=False):
+        value = torch.randn(*shape, device=device).to(dtype)
+        return value.to(memory_format=torch.channels_last) if channels_last else value
+
+    y, c = t(2, 5, 3, 4, dtype=torch.float16, channels_last=True), t(5)
+    samples = [
+        (ops.batch_norm_act.default, (y, c, c, t(2, 5, 3, 4, dtype=torch.float16), t(5), t(5).abs(), True, 0.1,
+                                      1e-5, True)),
+        (ops.batch_norm_act.default, (t(3, 4, 2, 2), None, None, None, None, None, True, 0.1, 1e-5, False)),
+        (ops.batch_norm_act.default, (y, c, None, None, t(5), t(5).abs(), False, 0.1, 1e-3, False)),
+        (ops.batch_norm_act_backward.default, (y, y, y, c, c.abs(), c, True, [True, True, True])),
+        (ops.batch_norm_act_backward.default, (y, None, y, c, c.abs(), c, False, [True, False, False])),
+    ]
+    for op, args in samples:
+        torch.library.opcheck(op, args)
