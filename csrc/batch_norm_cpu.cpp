@@ -15,9 +15,25 @@ at::Tensor per_channel(const at::Tensor& t) { return t.view({1, -1, 1, 1}); }
 
 const std::vector<int64_t> kReduced = {0, 2, 3};
 
-at::Tensor masked_grad(const at::Tensor& grad_out, const std::optional<at::Tensor>& out) {
+// out > 0 as bits: bit e of byte j for element 8j + e in NHWC order.
+at::Tensor relu_bits(const at::Tensor& out) {
+  const at::Tensor passed = out.gt(0).contiguous(at::MemoryFormat::ChannelsLast).permute({0, 2, 3, 1}).reshape({-1, 8});
+  const at::Tensor weights = at::pow(2, at::arange(8, out.options().dtype(at::kInt))).to(at::kByte);
+  return passed.to(at::kByte).mul(weights).sum(1, /*keepdim=*/false, at::kByte);
+}
+
+// Where the ReLU passed (out > 0), from its bits, as y's (N, C, H, W) booleans.
+at::Tensor passed_from_bits(const at::Tensor& bits, const at::Tensor& y) {
+  const at::Tensor shifts = at::arange(8, bits.options().dtype(at::kInt));
+  const at::Tensor nhwc = bits.to(at::kInt).unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).to(at::kBool);
+  return nhwc.reshape({y.size(0), y.size(2), y.size(3), y.size(1)}).permute({0, 3, 1, 2});
+}
+
+at::Tensor masked_grad(const at::Tensor& grad_out, const std::optional<at::Tensor>& out,
+                       const std::optional<at::Tensor>& relu_mask, const at::Tensor& y) {
   const at::Tensor dz = grad_out.to(at::kFloat);
-  return out ? at::where(out->gt(0), dz, at::zeros({}, dz.options())) : dz;
+  if (!out && !relu_mask) return dz;
+  return at::where(relu_mask ? passed_from_bits(*relu_mask, y) : out->gt(0), dz, at::zeros({}, dz.options()));
 }
 
 at::Tensor in_format_of(const at::Tensor& y, const at::Tensor& result) {
@@ -57,13 +73,16 @@ BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
   at::Tensor z = y.to(at::kFloat).mul(per_channel(scale)).add(per_channel(shift));
   if (a.residual) z = z.add(a.residual->to(at::kFloat));
   if (a.relu) z = at::where(z.lt(0), at::zeros({}, z.options()), z);
-  return {in_format_of(y, z), mean, invstd, scale};
+  const at::Tensor out = in_format_of(y, z);
+  const at::Tensor bits = a.relu && batch_norm_relu_mask_shape(y) ? relu_bits(out)
+                                                                   : at::empty({0}, y.options().dtype(at::kByte));
+  return {out, mean, invstd, scale, bits};
 }
 
 BatchNormBackwardResult batch_norm_act_backward_cpu(const BatchNormBackward& a) {
   const at::Tensor& y = a.y;
   const auto [want_grad_y, want_sums, want_grad_z] = a.output_mask;
-  const at::Tensor dz = masked_grad(a.grad_out, a.out);
+  const at::Tensor dz = masked_grad(a.grad_out, a.out, a.relu_mask, y);
   // What is not asked for: an empty tensor each (outputs must not alias).
   const auto empty = [&] { return at::empty({0}, y.options()); };
   at::Tensor sum_dz, sum_dz_xhat;

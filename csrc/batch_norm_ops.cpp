@@ -46,14 +46,25 @@ BatchNormForwardResult batch_norm_act(const at::Tensor& y, const OptionalTensor&
 
 template <BatchNormBackwardResult (*Impl)(const BatchNormBackward&)>
 BatchNormBackwardResult batch_norm_act_backward(const at::Tensor& grad_out, const OptionalTensor& out,
-                                                const at::Tensor& y, const at::Tensor& mean, const at::Tensor& invstd,
+                                                const OptionalTensor& relu_mask, const at::Tensor& y,
+                                                const at::Tensor& mean, const at::Tensor& invstd,
                                                 const at::Tensor& scale, bool batch_stats,
                                                 std::array<bool, 3> output_mask) {
+  constexpr const char* op = "mpgemm.batch_norm_act_backward";
   const OptionalTensor grad = grad_out;
-  check_batch_norm_args("mpgemm.batch_norm_act_backward", y,
-                        {{&mean, "mean"}, {&invstd, "invstd"}, {&scale, "scale"}},
+  check_batch_norm_args(op, y, {{&mean, "mean"}, {&invstd, "invstd"}, {&scale, "scale"}},
                         given({{&grad, "grad_out"}, {&out, "out"}}));
-  return Impl({grad_out, out, y, mean, invstd, scale, batch_stats, output_mask});
+  TORCH_CHECK_VALUE(!(out && relu_mask), op, ": expected the ReLU's out or its relu_mask, not both");
+  if (relu_mask) {
+    TORCH_CHECK_TYPE(relu_mask->scalar_type() == at::kByte, op, ": expected relu_mask to be torch.uint8, got ",
+                     relu_mask->scalar_type());
+    TORCH_CHECK_VALUE(relu_mask->dim() == 1 && relu_mask->sym_size(0) * 8 == y.sym_numel() &&
+                          y.sym_size(1) % 8 == 0 && relu_mask->is_contiguous(),
+                      op, ": expected relu_mask to be y's elements as contiguous bits (", y.sym_numel(),
+                      " / 8 bytes, 8 | C), got shape ", relu_mask->sym_sizes());
+    TORCH_CHECK_VALUE(relu_mask->device() == y.device(), op, ": expected relu_mask on y's device");
+  }
+  return Impl({grad_out, out, relu_mask, y, mean, invstd, scale, batch_stats, output_mask});
 }
 
 // Meta: results of the backends' shapes, types and formats.
@@ -64,7 +75,9 @@ at::Tensor like_y(const at::Tensor& y) {
 at::Tensor per_channel(const at::Tensor& y) { return at::empty_symint({y.sym_size(1)}, y.options().dtype(at::kFloat)); }
 
 BatchNormForwardResult batch_norm_act_meta(const BatchNormForward& a) {
-  return {like_y(a.y), per_channel(a.y), per_channel(a.y), per_channel(a.y)};
+  const auto bytes = a.relu && batch_norm_relu_mask_shape(a.y) ? a.y.sym_numel() / 8 : c10::SymInt(0);
+  return {like_y(a.y), per_channel(a.y), per_channel(a.y), per_channel(a.y),
+          at::empty_symint({bytes}, a.y.options().dtype(at::kByte))};
 }
 
 BatchNormBackwardResult batch_norm_act_backward_meta(const BatchNormBackward& a) {
@@ -75,6 +88,10 @@ BatchNormBackwardResult batch_norm_act_backward_meta(const BatchNormBackward& a)
 }
 
 }  // namespace
+
+bool batch_norm_relu_mask_shape(const at::Tensor& y) {
+  return (y.scalar_type() == at::kHalf || y.scalar_type() == at::kBFloat16) && y.sym_size(1) % 8 == 0;
+}
 
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cpu>);

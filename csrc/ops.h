@@ -135,14 +135,20 @@ struct BatchNormForward {
 
 struct BatchNormBackward {
   at::Tensor grad_out;
-  std::optional<at::Tensor> out;  // the chain's output, where it ends in a ReLU
+  std::optional<at::Tensor> out, relu_mask;  // where the chain ends in a ReLU: its output, or out > 0 as bits
   at::Tensor y, mean, invstd, scale;
   bool batch_stats;
   std::array<bool, 3> output_mask;  // grad_y, the sums (gamma's and beta's gradients), grad_z
 };
 
-using BatchNormForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;  // out, mean, invstd, scale
+// out, mean, invstd, scale, relu_mask
+using BatchNormForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using BatchNormBackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;  // grad_y, sums, grad_z
+
+// Whether the forward returns the ReLU's mask as bits: 16-bit y, a channel
+// count that is a multiple of 8 (the CUDA backend also needs its tensors
+// 16-byte aligned).
+bool batch_norm_relu_mask_shape(const at::Tensor& y);
 
 BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& args);
 BatchNormBackwardResult batch_norm_act_backward_cpu(const BatchNormBackward& args);

@@ -43,17 +43,25 @@ std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
 
 BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
   const c10::cuda::CUDAGuard device_guard(a.y.device());
-  const at::Tensor y = nhwc(a.y);
+  at::Tensor y = nhwc(a.y);
   const auto shape = shape_of(a.y);
   const auto options = a.y.options().dtype(at::kFloat);
   at::Tensor mean = at::empty({shape.channels}, options), invstd = at::empty_like(mean), scale = at::empty_like(mean);
   at::Tensor out = at::empty_like(y);
+  const bool bits = a.relu && batch_norm_relu_mask_shape(a.y);
+  at::Tensor relu_mask = at::empty({bits ? y.numel() / 8 : 0}, a.y.options().dtype(at::kByte));
   if (shape.rows == 0 && a.batch_stats) {  // torch's statistics of nothing
     mean.fill_(NAN), invstd.fill_(NAN), scale.fill_(NAN);
-    return {in_format_of(a.y, out), mean, invstd, scale};
+    return {in_format_of(a.y, out), mean, invstd, scale, relu_mask};
   }
   const std::optional<at::Tensor> weight = contiguous(a.weight), bias = contiguous(a.bias);
-  const std::optional<at::Tensor> residual = a.residual ? std::optional(nhwc(*a.residual)) : std::nullopt;
+  std::optional<at::Tensor> residual = a.residual ? std::optional(nhwc(*a.residual)) : std::nullopt;
+  // The bits are written by the 16-byte runs: a view that starts off a
+  // 16-byte boundary is copied (torch's allocations are aligned).
+  if (bits && !kernels::batch_norm_relu_mask_fits(shape, {y.data_ptr(), residual ? residual->data_ptr() : nullptr})) {
+    y = y.clone(at::MemoryFormat::ChannelsLast);
+    if (residual) residual = residual->clone(at::MemoryFormat::ChannelsLast);
+  }
   // The kernels update the running statistics in place: a strided one goes
   // through a contiguous copy, copied back.
   std::optional<at::Tensor> running_mean = contiguous(a.running_mean), running_var = contiguous(a.running_var);
@@ -66,13 +74,13 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
   channels.eps = a.eps;
   channels.mean = floats(mean), channels.invstd = floats(invstd), channels.scale = floats(scale);
   const at::Tensor workspace = workspace_for(shape, a.y);
-  C10_CUDA_CHECK(kernels::launch_batch_norm_forward(shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr,
-                                                    a.relu, a.batch_stats, channels,
-                                                    static_cast<float*>(workspace.data_ptr()), out.data_ptr(),
-                                                    stream_of(a.y)));
+  C10_CUDA_CHECK(kernels::launch_batch_norm_forward(
+      shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr, a.relu, a.batch_stats, channels,
+      static_cast<float*>(workspace.data_ptr()), out.data_ptr(), bits ? relu_mask.data_ptr<uint8_t>() : nullptr,
+      stream_of(a.y)));
   if (running_mean && !running_mean->is_same(*a.running_mean)) a.running_mean->copy_(*running_mean);
   if (running_var && !running_var->is_same(*a.running_var)) a.running_var->copy_(*running_var);
-  return {in_format_of(a.y, out), mean, invstd, scale};
+  return {in_format_of(a.y, out), mean, invstd, scale, relu_mask};
 }
 
 BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a) {
@@ -89,7 +97,8 @@ BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a)
   at::Tensor sum_dz = want_sums ? at::zeros({shape.channels}, a.y.options().dtype(at::kFloat)) : empty();
   at::Tensor sum_dz_xhat = want_sums ? at::zeros({shape.channels}, a.y.options().dtype(at::kFloat)) : empty();
   if (shape.rows > 0 && shape.channels > 0) {
-    const kernels::BatchNormGrad g{grad_out.data_ptr(), out ? out->data_ptr() : nullptr, y.data_ptr(),
+    const kernels::BatchNormGrad g{grad_out.data_ptr(), out ? out->data_ptr() : nullptr,
+                                   a.relu_mask ? a.relu_mask->data_ptr<uint8_t>() : nullptr, y.data_ptr(),
                                    floats(mean), floats(invstd), floats(scale)};
     const at::Tensor workspace = workspace_for(shape, a.y);
     C10_CUDA_CHECK(kernels::launch_batch_norm_backward(

@@ -7,8 +7,9 @@ statistics in training (the biased variance normalizes, the unbiased one
 enters ``running_var``), ``momentum`` with ``momentum=None`` as a cumulative
 average over ``num_batches_tracked``, ``track_running_stats=False``,
 ``affine=False``, and the running statistics in eval. It saves for backward
-what torch's batch norm and ReLU save: y, the statistics and, where the chain
-ends in a ReLU, its output (which the next convolution saves anyway).
+less than torch's batch norm and ReLU save: y and the statistics, and where
+the chain ends in a ReLU, its mask as bits (16-bit y, channels a multiple of
+8) or else its output (which the next convolution saves anyway).
 """
 
 import torch
@@ -25,22 +26,24 @@ class _BatchNormAct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu):
-        out, mean, invstd, scale = ops.batch_norm_act(y, weight, bias, residual, running_mean, running_var,
-                                                      batch_stats, momentum, eps, relu)
+        out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, residual, running_mean,
+                                                                 running_var, batch_stats, momentum, eps, relu)
         ctx.batch_stats, ctx.relu = batch_stats, relu
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (weight, bias))
-        ctx.save_for_backward(y, out if relu else None, mean, invstd, scale)
+        # The ReLU's mask: its bits where the op gave them, else the output itself.
+        bits = relu_mask if relu_mask.numel() else None
+        ctx.save_for_backward(y, out if relu and bits is None else None, bits, mean, invstd, scale)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        y, out, mean, invstd, scale = ctx.saved_tensors
+        y, out, relu_mask, mean, invstd, scale = ctx.saved_tensors
         need_y, need_weight, need_bias, need_residual = ctx.needs_input_grad[:4]
         # Without a ReLU the residual's gradient is grad_out itself.
         mask = [need_y, need_weight or need_bias, need_residual and ctx.relu]
-        grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(grad_out, out, y, mean, invstd, scale,
-                                                                          ctx.batch_stats, mask)
+        grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(grad_out, out, relu_mask, y, mean, invstd,
+                                                                          scale, ctx.batch_stats, mask)
         weight_dtype, bias_dtype = ctx.dtypes
         return (grad_y if need_y else None,
                 sum_dz_xhat.to(weight_dtype) if need_weight else None,

@@ -5,6 +5,7 @@ against the same fp32 steps in torch (bitwise: both round each step in fp32);
 CUDA against the CPU backend and against itself (the sums' order is fixed);
 bad arguments; the registrations (opcheck)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,6 +67,12 @@ def every_case(test):
     return test
 
 
+def relu_bits(out):
+    """out > 0 as bits, bit e of byte j for element 8j + e in NHWC order (numpy's little-endian packbits)."""
+    passed = (out > 0).permute(0, 2, 3, 1).reshape(-1).cpu().numpy()
+    return torch.from_numpy(np.packbits(passed, bitorder="little"))
+
+
 def tolerance(dtype):
     return {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
 
@@ -83,8 +90,13 @@ def test_forward_against_float64(device, dtype, channels_last):
             running_mean, running_var = torch.randn(c, device=device), torch.rand(c, device=device) + 0.5
             running = (running_mean.clone(), running_var.clone())
             poison(y)
-            out, mean, invstd, scale = ops.batch_norm_act(y, weight, bias, res, *running, batch_stats, MOMENTUM, EPS,
-                                                          relu)
+            out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, res, *running, batch_stats,
+                                                                     MOMENTUM, EPS, relu)
+            # With a ReLU, its mask as bits where 16-bit elements and 8 | C allow.
+            bits = relu and dtype != torch.float32 and c % 8 == 0
+            assert relu_mask.dtype == torch.uint8 and relu_mask.numel() == (y.numel() // 8 if bits else 0)
+            if bits:
+                assert torch.equal(relu_mask.cpu(), relu_bits(out))
             ref, ref_mean, ref_invstd, ref_scale, ref_running = forward_reference(
                 y, weight, bias, res, running_mean, running_var, batch_stats, relu)
             assert out.dtype == dtype and out.is_contiguous(memory_format=memory_format(y))
@@ -126,7 +138,11 @@ def test_backward_against_float64(device, dtype, channels_last):
             for batch_stats in (True, False):
                 poison(y)
                 grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(
-                    grad_out, out, y, mean, invstd, scale, batch_stats, [True, True, True])
+                    grad_out, out, None, y, mean, invstd, scale, batch_stats, [True, True, True])
+                if out is not None and c % 8 == 0:  # the same from the mask's bits
+                    from_bits = ops.batch_norm_act_backward(grad_out, None, relu_bits(out).to(device), y, mean,
+                                                            invstd, scale, batch_stats, [True, True, True])
+                    assert all(torch.equal(a, b) for a, b in zip(from_bits, (grad_y, sum_dz, sum_dz_xhat, grad_z)))
                 ref = backward_reference(grad_out, out, y, mean, invstd, scale, batch_stats)
                 assert grad_y.dtype == grad_z.dtype == dtype
                 assert grad_y.is_contiguous(memory_format=memory_format(y))
@@ -136,7 +152,8 @@ def test_backward_against_float64(device, dtype, channels_last):
                 assert torch.equal(grad_z.double(), ref[3])
                 # What is not asked for is not computed.
                 for mask in ([True, False, False], [False, True, False], [False, False, True]):
-                    results = ops.batch_norm_act_backward(grad_out, out, y, mean, invstd, scale, batch_stats, mask)
+                    results = ops.batch_norm_act_backward(grad_out, out, None, y, mean, invstd, scale, batch_stats,
+                                                          mask)
                     wanted = [mask[0], mask[1], mask[1], mask[2]]
                     assert [r.numel() > 0 for r in results] == wanted
                     full = (grad_y, sum_dz, sum_dz_xhat, grad_z)
@@ -155,15 +172,19 @@ def test_cuda_matches_the_cpu_backend_and_itself(dtype):
     again = ops.batch_norm_act(y, weight, bias, residual, None, None, True, MOMENTUM, EPS, True)
     # The sums in a fixed order: bitwise the same on every run.
     assert all(torch.equal(a, b) for a, b in zip(results, again))
-    out, mean, invstd, scale = results
-    grads = ops.batch_norm_act_backward(grad_out, out, y, mean, invstd, scale, True, [True, True, True])
+    out, mean, invstd, scale, relu_mask = results
+    grads = ops.batch_norm_act_backward(grad_out, out, None, y, mean, invstd, scale, True, [True, True, True])
     assert all(torch.equal(a, b) for a, b in zip(grads, ops.batch_norm_act_backward(
-        grad_out, out, y, mean, invstd, scale, True, [True, True, True])))
+        grad_out, out, None, y, mean, invstd, scale, True, [True, True, True])))
+    if dtype != torch.float32:  # the bits, and backward from them, as from the output
+        assert torch.equal(relu_mask.cpu(), relu_bits(out))
+        assert all(torch.equal(a, b) for a, b in zip(grads, ops.batch_norm_act_backward(
+            grad_out, None, relu_mask, y, mean, invstd, scale, True, [True, True, True])))
     cpu = ops.batch_norm_act(y.cpu(), weight.cpu(), bias.cpu(), residual.cpu(), None, None, True, MOMENTUM, EPS, True)
-    for a, b in zip(results, cpu):
+    for a, b in zip(results[:4], cpu[:4]):
         torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tolerance(dtype), atol=tolerance(dtype))
-    cpu_grads = ops.batch_norm_act_backward(grad_out.cpu(), out.cpu(), y.cpu(), mean.cpu(), invstd.cpu(), scale.cpu(),
-                                            True, [True, True, True])
+    cpu_grads = ops.batch_norm_act_backward(grad_out.cpu(), out.cpu(), None, y.cpu(), mean.cpu(), invstd.cpu(),
+                                            scale.cpu(), True, [True, True, True])
     # From the same statistics: the elementwise steps bit for bit, the sums to fp32's rounding.
     assert torch.equal(grads[3].cpu(), cpu_grads[3])
     for a, b in zip(grads[1:3], cpu_grads[1:3]):
@@ -175,10 +196,11 @@ def test_cuda_matches_the_cpu_backend_and_itself(dtype):
 @pytest.mark.parametrize("device", DEVICES)
 def test_empty_batches(device):
     y = torch.empty(0, 3, 4, 4, device=device)
-    out, mean, invstd, scale = ops.batch_norm_act(y, None, None, None, None, None, True, MOMENTUM, EPS, False)
+    out, mean, invstd, scale, _ = ops.batch_norm_act(y, None, None, None, None, None, True, MOMENTUM, EPS, False)
     assert out.shape == y.shape and mean.isnan().all()
     c = torch.ones(3, device=device)
-    grad_y, sum_dz, sum_dz_xhat, _ = ops.batch_norm_act_backward(y, None, y, c, c, c, True, [True, True, False])
+    grad_y, sum_dz, sum_dz_xhat, _ = ops.batch_norm_act_backward(y, None, None, y, c, c, c, True,
+                                                                 [True, True, False])
     assert grad_y.shape == y.shape and torch.equal(sum_dz, torch.zeros(3, device=device))
 
 
@@ -208,7 +230,14 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match=r"expected eps >= 0, got -1"):
         forward(eps=-1.0)
     with pytest.raises(ValueError, match=r"expected out of y's shape"):
-        ops.batch_norm_act_backward(y, y[:1], y, c, c, c, True, [True, True, True])
+        ops.batch_norm_act_backward(y, y[:1], None, y, c, c, c, True, [True, True, True])
+    y8, c8 = torch.randn(2, 8, 3, 3), torch.randn(8)
+    with pytest.raises(ValueError, match=r"the ReLU's out or its relu_mask, not both"):
+        ops.batch_norm_act_backward(y8, y8, torch.zeros(18, dtype=torch.uint8), y8, c8, c8, c8, True, [True] * 3)
+    with pytest.raises(TypeError, match=r"expected relu_mask to be torch.uint8"):
+        ops.batch_norm_act_backward(y8, None, torch.zeros(18), y8, c8, c8, c8, True, [True] * 3)
+    with pytest.raises(ValueError, match=r"expected relu_mask to be y's elements as contiguous bits \(144 / 8"):
+        ops.batch_norm_act_backward(y8, None, torch.zeros(17, dtype=torch.uint8), y8, c8, c8, c8, True, [True] * 3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -218,13 +247,17 @@ def test_opcheck(device):
         return value.to(memory_format=torch.channels_last) if channels_last else value
 
     y, c = t(2, 5, 3, 4, dtype=torch.float16, channels_last=True), t(5)
+    y8, c8 = t(2, 8, 3, 4, dtype=torch.bfloat16, channels_last=True), t(8)
+    bits8 = torch.randint(0, 256, (24,), dtype=torch.uint8, device=device)
     samples = [
         (ops.batch_norm_act.default, (y, c, c, t(2, 5, 3, 4, dtype=torch.float16), t(5), t(5).abs(), True, 0.1,
                                       1e-5, True)),
         (ops.batch_norm_act.default, (t(3, 4, 2, 2), None, None, None, None, None, True, 0.1, 1e-5, False)),
         (ops.batch_norm_act.default, (y, c, None, None, t(5), t(5).abs(), False, 0.1, 1e-3, False)),
-        (ops.batch_norm_act_backward.default, (y, y, y, c, c.abs(), c, True, [True, True, True])),
-        (ops.batch_norm_act_backward.default, (y, None, y, c, c.abs(), c, False, [True, False, False])),
+        (ops.batch_norm_act_backward.default, (y, y, None, y, c, c.abs(), c, True, [True, True, True])),
+        (ops.batch_norm_act_backward.default, (y, None, None, y, c, c.abs(), c, False, [True, False, False])),
+        (ops.batch_norm_act.default, (y8, c8, c8, None, None, None, True, 0.1, 1e-5, True)),
+        (ops.batch_norm_act_backward.default, (y8, None, bits8, y8, c8, c8.abs(), c8, True, [True, True, True])),
     ]
     for op, args in samples:
         torch.library.opcheck(op, args)

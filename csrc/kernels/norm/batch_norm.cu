@@ -129,16 +129,22 @@ int64_t batch_norm_workspace_floats(BatchNormShape shape) {
   return (2 * int64_t(batch_norm_row_blocks(shape)) + 2) * shape.channels;
 }
 
+bool batch_norm_relu_mask_fits(BatchNormShape shape, std::initializer_list<const void*> tensors) {
+  return shape.type != ElementType::kFloat32 && vectorized<__half>(shape, tensors);
+}
+
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
                                       bool batch_stats, const BatchNormChannels& channels, float* workspace,
-                                      void* out, cudaStream_t stream) {
+                                      void* out, uint8_t* relu_mask, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
+  if (relu_mask != nullptr && !(relu && batch_norm_relu_mask_fits(shape, {y, out, residual == nullptr ? y : residual})))
+    return cudaErrorInvalidValue;
   float* shift = workspace;
   float* partial = workspace + shape.channels;
-  const batch_norm::SumsArgs sums{shape, y, nullptr, nullptr, nullptr, nullptr, 0, partial};
+  const batch_norm::SumsArgs sums{shape, y, nullptr, nullptr, nullptr, nullptr, nullptr, 0, partial};
   const batch_norm::FinishArgs finish{shape, y, batch_stats ? partial : nullptr, 0, nullptr, nullptr, channels, shift};
   if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
-  const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out};
+  const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out, relu_mask};
   return launch_elementwise<Act>(shape, args, {y, out, residual == nullptr ? y : residual, channels.scale, shift},
                                  stream);
 }
@@ -153,13 +159,13 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
   if (sums_needed) {
     float* partial = workspace + 2 * shape.channels;
     if (sum_dz == nullptr) sum_dz = workspace, sum_dz_xhat = workspace + shape.channels;
-    const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.mean, g.invstd, 0, partial};
+    const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.relu_mask, g.mean, g.invstd, 0, partial};
     const batch_norm::FinishArgs finish{shape, nullptr, partial, 0, sum_dz, sum_dz_xhat, {}, nullptr};
     if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
   }
   if (grad_y == nullptr && grad_z == nullptr) return cudaSuccess;
   const bool with_sums = batch_stats && grad_y != nullptr;
-  const batch_norm::GradInputArgs args{shape, g.grad_out, g.out, g.y, g.mean, g.invstd, g.scale,
+  const batch_norm::GradInputArgs args{shape, g.grad_out, g.out, g.relu_mask, g.y, g.mean, g.invstd, g.scale,
                                        with_sums ? sum_dz : nullptr, with_sums ? sum_dz_xhat : nullptr,
                                        1.0f / float(shape.rows), grad_y, grad_z};
   const void* out = g.out == nullptr ? g.y : g.out;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include <cuda_runtime.h>
 
@@ -46,15 +47,24 @@ struct BatchNormChannels {
 // may be null. With batch statistics (the biased variance normalizes), the
 // running ones become momentum * batch + (1 - momentum) * running, the
 // variance unbiased; without, the running ones normalize.
+// relu_mask (with relu, where batch_norm_relu_mask_fits): out > 0 as bits,
+// bit e of byte j for element 8j + e in memory order.
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
                                       bool batch_stats, const BatchNormChannels& channels, float* workspace,
-                                      void* out, cudaStream_t stream);
+                                      void* out, uint8_t* relu_mask, cudaStream_t stream);
+
+// Whether the forward writes the ReLU's mask as bits for these tensors (y,
+// residual, out): 16-bit elements in 16-byte runs (a byte a thread), the
+// channel count a multiple of 8 and every pointer 16-byte aligned.
+bool batch_norm_relu_mask_fits(BatchNormShape shape, std::initializer_list<const void*> tensors);
 
 // What backward reads: dz = grad_out, masked by out > 0 where the chain ends
-// in a ReLU (out non-null); xhat = (y - mean) * invstd.
+// in a ReLU (from relu_mask's bits, or out, whichever is non-null); xhat =
+// (y - mean) * invstd.
 struct BatchNormGrad {
   const void* grad_out = nullptr;
   const void* out = nullptr;
+  const uint8_t* relu_mask = nullptr;
   const void* y = nullptr;
   const float* mean = nullptr;
   const float* invstd = nullptr;

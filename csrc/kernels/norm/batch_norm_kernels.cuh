@@ -14,7 +14,8 @@
 //                 (the shift keeps E[y^2] - E[y]^2 from cancelling where a
 //                 channel's mean is large against its spread); backward sums
 //                 dz and dz * xhat, dz being grad_out masked by out > 0 where
-//                 the chain ends in a ReLU.
+//                 the chain ends in a ReLU (its output, or the forward's bits
+//                 of it: out > 0).
 // finish_kernel - a block per channel sums the row blocks' partials in fp64:
 //                 thread t takes blocks t, t + 256, ..., then thread 0 the
 //                 threads' sums in order (a few hundred adds, once per
@@ -33,7 +34,10 @@
 //                 pointers allow. Each step is
 //                 rounded in fp32 as written (__fmul_rn and friends: never
 //                 contracted into an FMA), so the CPU backend
-//                 (csrc/batch_norm_cpu.cpp) gives the same bits.
+//                 (csrc/batch_norm_cpu.cpp) gives the same bits. With a ReLU,
+//                 the forward of 16-bit runs also writes out > 0 as bits, a
+//                 byte a thread: backward reads 1/16 of the bytes it would
+//                 read of out.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +61,7 @@ struct SumsArgs {
   const void* y;
   const void* grad_out;  // null: y's statistics
   const void* out;       // the ReLU's output, or null
+  const uint8_t* relu_mask;  // or its bits, or null
   const float* mean;
   const float* invstd;
   int64_t block_rows;
@@ -82,12 +87,14 @@ struct ActArgs {
   const void* residual;  // or null
   bool relu;
   void* out;
+  uint8_t* relu_mask;  // out > 0 as bits, written where non-null (16-byte runs of 16-bit elements only)
 };
 
 struct GradInputArgs {
   BatchNormShape shape;
   const void* grad_out;
   const void* out;  // the ReLU's output, or null
+  const uint8_t* relu_mask;  // or its bits, or null
   const void* y;
   const float* mean;
   const float* invstd;
@@ -160,6 +167,31 @@ __device__ __forceinline__ void load_channels(const float* p, int c, float (&v)[
   }
 }
 
+// Whether the chain's ReLU passed each of the kWidth elements from i (out >
+// 0), from its bits (bit e of byte j: element 8j + e, in memory order) or
+// from out itself; all of them without a ReLU.
+template <class T, int kWidth>
+__device__ __forceinline__ void relu_passed(const void* out, const uint8_t* bits, int64_t i, bool (&passed)[kWidth]) {
+  if (bits != nullptr) {
+    if constexpr (kWidth == 8) {
+      const unsigned byte = bits[i / 8];
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) passed[e] = (byte >> e) & 1u;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) passed[e] = (bits[(i + e) / 8] >> ((i + e) % 8)) & 1u;
+    }
+  } else if (out != nullptr) {
+    float o[kWidth];
+    load<T, kWidth>(out, i, o);
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) passed[e] = o[e] > 0.0f;
+  } else {
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) passed[e] = true;
+  }
+}
+
 // The sums of a block of rows over kWidth-channel groups (16 bytes where the
 // channel count and pointers allow, one channel otherwise).
 template <class T, int kWidth>
@@ -194,14 +226,12 @@ __global__ void __launch_bounds__(kThreads) sums_kernel(SumsArgs a) {
       for (int64_t r = begin + row_lane; r < end; r += rows_in_flight) {
         const int64_t i = r * channels + c;
         float dz[kWidth], y[kWidth];
+        bool passed[kWidth];
         load<T, kWidth>(a.grad_out, i, dz);
         load<T, kWidth>(a.y, i, y);
-        if (a.out != nullptr) {
-          float out[kWidth];
-          load<T, kWidth>(a.out, i, out);
+        relu_passed<T, kWidth>(a.out, a.relu_mask, i, passed);
 #pragma unroll
-          for (int e = 0; e < kWidth; ++e) dz[e] = out[e] > 0.0f ? dz[e] : 0.0f;
-        }
+        for (int e = 0; e < kWidth; ++e) dz[e] = passed[e] ? dz[e] : 0.0f;
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
           const float xhat = __fmul_rn(__fsub_rn(y[e], mean[e]), invstd[e]);
@@ -310,6 +340,15 @@ __global__ void __launch_bounds__(kThreads) act_kernel(ActArgs a) {
       y[e] = z;
     }
     store<T, kWidth>(a.out, i, y);
+    if constexpr (kWidth == 8 && sizeof(T) == 2) {
+      if (a.relu_mask != nullptr) {  // out > 0 as stored: a value that rounds to zero did not pass
+        unsigned bits = 0;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e)
+          bits |= unsigned(ElementTraits<T>::to_float(ElementTraits<T>::from_float(y[e])) > 0.0f) << e;
+        a.relu_mask[i / 8] = uint8_t(bits);
+      }
+    }
   });
 }
 
@@ -317,13 +356,11 @@ template <class T, int kWidth>
 __global__ void __launch_bounds__(kThreads) grad_input_kernel(GradInputArgs a) {
   for_each_run<kWidth>(a.shape, [&](int64_t i, int c) {
     float dz[kWidth], dy[kWidth], scale[kWidth];
+    bool passed[kWidth];
     load<T, kWidth>(a.grad_out, i, dz);
-    if (a.out != nullptr) {
-      float out[kWidth];
-      load<T, kWidth>(a.out, i, out);
+    relu_passed<T, kWidth>(a.out, a.relu_mask, i, passed);
 #pragma unroll
-      for (int e = 0; e < kWidth; ++e) dz[e] = out[e] > 0.0f ? dz[e] : 0.0f;
-    }
+    for (int e = 0; e < kWidth; ++e) dz[e] = passed[e] ? dz[e] : 0.0f;
     load_channels<kWidth>(a.scale, c, scale);
     if (a.sum_dz != nullptr) {
       float y[kWidth], mean[kWidth], invstd[kWidth], sum_dz[kWidth], sum_dz_xhat[kWidth];

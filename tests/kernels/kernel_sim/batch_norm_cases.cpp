@@ -71,8 +71,13 @@ void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   ch.eps = 1e-5;
   ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data();
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
+  // The ReLU's bits where the 16-byte runs of 16-bit elements write them.
+  const bool bits = relu && batch_norm_relu_mask_fits(shape, {y.data(), out.data(),
+                                                              with_residual ? residual.data() : y.data()});
+  std::vector<uint8_t> relu_mask(n / 8 + 1, 0xa5);
   err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, ch,
-                                  reinterpret_cast<float*>(workspace.p), out.data(), nullptr);
+                                  reinterpret_cast<float*>(workspace.p), out.data(),
+                                  bits ? relu_mask.data() : nullptr, nullptr);
   std::vector<float> shift(channels);
   for (int64_t c = 0; c < channels; ++c) {
     float want_mean = mean_before[c];
@@ -109,12 +114,19 @@ void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
     if (relu && z < 0) z = 0;
     check("out", i, out[i], sim::rounded(z, shape.type));
   }
+  for (int64_t j = 0; bits && j < n / 8; ++j) {
+    unsigned want = 0;
+    for (int e = 0; e < 8; ++e) want |= unsigned(out[8 * j + e] > 0) << e;
+    check("relu_mask", j, relu_mask[j], float(want));
+  }
+  if (bits) check("relu_mask past the end", n / 8, relu_mask[n / 8], 0xa5);
 }
 
 // Backward: the sums where asked for or needed, then the input gradient and dz.
 void backward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   const int64_t n = shape.rows * shape.channels, channels = shape.channels;
   const bool misaligned = rnd(0, 4) == 0, masked = rnd(0, 1), batch_stats = rnd(0, 3) != 0;
+  const bool from_bits = masked && channels % 8 == 0 && rnd(0, 2) != 0;  // the ReLU's mask as bits, not out
   const bool want_sums = rnd(0, 1), want_grad_y = rnd(0, 3) != 0, want_grad_z = rnd(0, 1);
   Matrix y(shape.type, n, false), out(shape.type, n, false), grad_out(shape.type, n, false);
   Matrix grad_y(shape.type, n, misaligned), grad_z(shape.type, n, false);
@@ -125,8 +137,10 @@ void backward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   std::vector<float> invstd(channels);
   for (float& v : invstd) v = std::ldexp(1.0f, int(rnd(-1, 1)));
   std::vector<float> sum_dz(channels, NAN), sum_dz_xhat(channels, NAN);
-  const BatchNormGrad g{grad_out.data(), masked ? out.data() : nullptr, y.data(), mean.data(), invstd.data(),
-                        scale.data()};
+  std::vector<uint8_t> relu_mask(n / 8);
+  for (int64_t i = 0; i < n && from_bits; ++i) relu_mask[i / 8] |= uint8_t(out[i] > 0) << (i % 8);
+  const BatchNormGrad g{grad_out.data(), masked && !from_bits ? out.data() : nullptr,
+                        from_bits ? relu_mask.data() : nullptr, y.data(), mean.data(), invstd.data(), scale.data()};
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
   err = launch_batch_norm_backward(shape, g, batch_stats, reinterpret_cast<float*>(workspace.p),
                                    want_sums ? sum_dz.data() : nullptr, want_sums ? sum_dz_xhat.data() : nullptr,
