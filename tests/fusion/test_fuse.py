@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import mpgemm
 from mpgemm.fusion import fuse, fusion_report
 from mpgemm.testing import relative_error
+from mpgemm.tools import training
 
 
 class BasicBlock(torch.nn.Module):
@@ -78,6 +79,13 @@ def tiny_resnet(channels=(3, 8, 12), norm=torch.nn.BatchNorm2d):
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture
+def ieee_fp32():
+    """cuDNN's convolutions in IEEE fp32 (torch lets them use TF32), for comparisons with float64."""
+    with training.ieee_fp32():
+        yield
 EXPECTED = {  # conv -> bn: (residual, relu)
     ("0", "1"): (False, True), ("3.conv1", "3.bn1"): (False, True), ("3.conv2", "3.bn2"): (True, True),
     ("4.conv1", "4.bn1"): (False, True), ("4.conv2", "4.bn2"): (True, True),
@@ -135,7 +143,7 @@ def test_fuses_the_chains_of_torchvision_and_timm_blocks():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batch", [2, 3])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_trains_as_the_unfused_model_in_fp32(device, batch, channels_last):
+def test_trains_as_the_unfused_model_in_fp32(device, batch, channels_last, ieee_fp32):
     model = tiny_resnet(channels=(3, 7, 13)).to(device)
     fused = fused_copy(model, torch.randn(batch, 3, 9, 9, device=device))
     fmt = torch.channels_last if channels_last else torch.contiguous_format
