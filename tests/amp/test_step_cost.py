@@ -31,7 +31,7 @@ class Logits(torch.nn.Module):
 # name: (fp32 model, input, target, loss), each at a fixed small batch
 WORKLOADS = {
     "resnet50": lambda g: (models.resnet50().to(memory_format=torch.channels_last),
-                           torch.randn(4, 3, 48, 48, generator=g).to(memory_format=torch.channels_last),
+                           torch.randn(4, 3, 32, 32, generator=g).to(memory_format=torch.channels_last),
                            torch.randint(0, 1000, (4,), generator=g), F.cross_entropy),
     "gpt2-block": lambda g: (models.TransformerBlock(), torch.randn(2, 32, 768, generator=g),
                              torch.randn(2, 32, 768, generator=g), F.mse_loss),

@@ -176,7 +176,7 @@ def test_ieee_fp32_turns_tf32_off_and_restores_it():
 def test_setup_refuses_an_unknown_way():
     model = torch.nn.Linear(4, 4)
     with pytest.raises(ValueError, match="way must be one of fp32, torch.amp, mpgemm, torch.amp bf16, mpgemm bf16, "
-                                         "got 'bf16'"):
+                                         "mpgemm fused, got 'bf16'"):
         with training.setup("bf16", model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu"):
             pass
 
