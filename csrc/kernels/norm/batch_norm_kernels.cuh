@@ -111,7 +111,6 @@ __device__ __forceinline__ float at(const void* p, int64_t i) {
   return ElementTraits<T>::to_float(static_cast<const T*>(p)[i]);
 }
 
-
 // kWidth elements of T from p[i], in fp32: one 16-byte load where kWidth fills it.
 template <class T, int kWidth>
 __device__ __forceinline__ void load(const void* p, int64_t i, float (&v)[kWidth]) {
@@ -134,9 +133,9 @@ __device__ __forceinline__ void load(const void* p, int64_t i, float (&v)[kWidth
 // here compiles to four 4-byte stores.)
 template <class T, int kWidth>
 __device__ __forceinline__ void store(void* p, int64_t i, const float (&v)[kWidth]) {
-  T* at = static_cast<T*>(p) + i;
+  T* dst = static_cast<T*>(p) + i;
   if constexpr (kWidth * sizeof(T) == 16 && sizeof(T) == 4) {
-    __stwb(reinterpret_cast<float4*>(at), make_float4(v[0], v[1], v[2], v[3]));
+    __stwb(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
   } else if constexpr (kWidth * sizeof(T) == 16) {  // 16-bit: rounded in pairs
     uint32_t words[4];
 #pragma unroll
@@ -144,10 +143,10 @@ __device__ __forceinline__ void store(void* p, int64_t i, const float (&v)[kWidt
       const auto pair = ElementTraits<T>::round_pair(v[2 * e], v[2 * e + 1]);
       words[e] = *reinterpret_cast<const uint32_t*>(&pair);
     }
-    __stwb(reinterpret_cast<uint4*>(at), uint4{words[0], words[1], words[2], words[3]});
+    __stwb(reinterpret_cast<uint4*>(dst), uint4{words[0], words[1], words[2], words[3]});
   } else {
 #pragma unroll
-    for (int e = 0; e < kWidth; ++e) at[e] = ElementTraits<T>::from_float(v[e]);
+    for (int e = 0; e < kWidth; ++e) dst[e] = ElementTraits<T>::from_float(v[e]);
   }
 }
 
