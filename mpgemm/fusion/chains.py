@@ -32,8 +32,6 @@ class Chain:
     bn: str
     residual: bool = False
     relu: bool = False
-    relu_module: str = None  # the ReLU's module, where it is one
-    skipped: tuple = ()      # Identity modules passed over
 
 
 def is_fusable_batch_norm(module):
@@ -99,7 +97,6 @@ def trace(module, forward):
     tracer = _OneLevelTracer()
     original = type(module).forward
     # fx traces type(root).forward: point it at the forward to trace for the call.
-    graph = None
     try:
         type(module).forward = forward
         graph = tracer.trace(module)
@@ -181,10 +178,8 @@ def find_chains(root, graph):
             continue
         skipped, replaced = [], [bn_node]
         end = _past_identities(root, bn_node, skipped)
-        residual = None
         user = _single_user(end)
-        if user is not None and _residual_of(user, end) is not None:
-            residual = _residual_of(user, end)
+        if user is not None and (residual := _residual_of(user, end)) is not None:
             replaced += skipped + [user]
             skipped_after = []
             end = _past_identities(root, user, skipped_after)
@@ -198,8 +193,7 @@ def find_chains(root, graph):
                 continue
             # Identity modules passed over after the last step stay where they are.
             replaced += [n for n in skipped if n not in replaced] + [user]
-            chain.relu, chain.relu_module = True, user.target if relu_module is not None else None
-        chain.skipped = tuple(n.target for n in skipped if n in replaced)
+            chain.relu = True
         if any(hooked(_module(root, n)) for n in skipped if n in replaced):
             refused.append((chain, "a hook on an Identity module between its steps"))
             continue

@@ -243,7 +243,7 @@ def fuse(model, *example_args, **example_kwargs):
                             f"{str(error).splitlines()[0] if str(error) else ''})"))
             continue
         found, not_fused = chain_graph.find_chains(module, graph)
-        refused += [(f"{prefix}{c.conv} -> {prefix}{c.bn}", reason) for c, reason in not_fused]
+        refused += [(_named(prefix, c), reason) for c, reason in not_fused]
         if found:
             plans.append((name, module, graph, guards, found))
     run = _ExampleRun()
@@ -256,12 +256,11 @@ def fuse(model, *example_args, **example_kwargs):
     for name, module, graph, guards, found in plans:
         prefix = f"{name}." if name else ""
         if not run.calls.get(module):
-            refused += [(f"{prefix}{c.conv} -> {prefix}{c.bn}", "its module did not run in the example forward")
-                        for c, *_ in found]
+            refused += [(_named(prefix, c), "its module did not run in the example forward") for c, *_ in found]
             continue
         proven = [f for f in found if module.get_submodule(f[0].bn) not in run.mismatched]
-        refused += [(f"{prefix}{c.conv} -> {prefix}{c.bn}", "it did not run as traced in the example forward")
-                    for c, *_ in found if (c, *_) not in proven]
+        refused += [(_named(prefix, c), "it did not run as traced in the example forward")
+                    for c, *_ in found if module.get_submodule(c.bn) in run.mismatched]
         if not proven:
             continue
         chain_graph.rewrite(graph, proven)
@@ -274,6 +273,11 @@ def fuse(model, *example_args, **example_kwargs):
     if refused:
         warnings.warn(_refusals(refused), stacklevel=2)
     return model
+
+
+def _named(prefix, chain):
+    """A chain by its modules' names in the model."""
+    return f"{prefix}{chain.conv} -> {prefix}{chain.bn}"
 
 
 def _refusals(refused, shown=4):
