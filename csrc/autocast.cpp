@@ -4,8 +4,9 @@
 // (fp16 or bf16), through autocast's cache of weight casts, then the op runs
 // with autocast off. The casts are ordinary ops, so autograd sees them.
 #include <ATen/autocast_mode.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+
+#include "op_handles.h"
 
 namespace mpgemm {
 namespace {
@@ -19,18 +20,7 @@ struct AutocastScope {
   at::ScalarType dtype = at::autocast::get_autocast_dtype(Device);
 };
 
-template <class Signature>
-c10::TypedOperatorHandle<Signature> op_handle(const char* name, const char* overload = "") {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Signature>();
-}
-
-using GemmSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                 std::optional<std::string_view>, std::optional<at::ScalarType>);
-using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                 at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,
-                                 std::optional<at::ScalarType>);
-
-// gemm and linear share a signature: (a or x, b or weight, bias, activation, out_dtype).
+// gemm and linear share a signature (op_handles.h).
 template <c10::DeviceType Device, const char* Name>
 at::Tensor gemm_like(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                      std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {

@@ -6,9 +6,8 @@ has the kernels' exact semantics.
 
 import torch
 
-from . import _C  # noqa: F401  (loading the library registers the torch.ops.mpgemm ops)
+from . import _C  # noqa: F401  (loading the library registers the torch.ops.mpgemm ops and their autograd)
 from . import amp, nn
-from . import autograd  # noqa: F401  (registers the backward formulas)
 from ._build import build_info
 from .convert import convert, converted_layers
 from .fusion import fuse, fusion_report

@@ -1,0 +1,273 @@
+// Autograd of gemm, linear and conv2d: C++ autograd Functions registered at
+// the Autograd key, so that a call costs the host what one of torch's own
+// differentiable ops does (torch.library's Python autograd wrapper cost 5-8x
+// a torch.nn.functional.linear call; bench/NOTES.md).
+//
+// For y = activation(a @ b + bias) (gemm, linear) the gradients are
+//     dz = dy * activation'(z)       (fp32; z recomputed, not stored)
+//     da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to the
+//                                     product's input type, fp16 or bf16;
+//                                     transposes read in place)
+//     dbias = sum(dz)                (accumulated in fp32)
+// and each gradient has the dtype of its input. conv2d's are its dgrad and
+// wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
+// an fp32 sum for the bias. Each saves its operands, and the bias only where
+// an activation is recomputed. Sizes are SymInts throughout, so that
+// torch.compile traces backward with symbolic shapes. Gradients are computed
+// once, without a graph: differentiating them again raises an error.
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/library.h>
+
+#include "op_handles.h"
+
+namespace mpgemm {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+at::Tensor call_gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                     std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  static const auto op = op_handle<GemmSignature>("mpgemm::gemm");
+  return op.call(a, b, bias, activation, out_dtype);
+}
+
+at::Tensor call_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  static const auto op = op_handle<GemmSignature>("mpgemm::linear");
+  return op.call(x, weight, bias, activation, out_dtype);
+}
+
+std::optional<at::Tensor> optional(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
+// What a forward keeps of its activation and bias for backward: the
+// activation's name (none: empty), and the bias's dtype where it has one.
+void save_epilogue(AutogradContext* ctx, std::optional<std::string_view> activation,
+                   const std::optional<at::Tensor>& bias) {
+  ctx->saved_data["activation"] = std::string(activation.value_or(""));
+  if (bias && bias->defined()) ctx->saved_data["bias_dtype"] = bias->scalar_type();
+}
+
+std::string saved_activation(AutogradContext* ctx) { return ctx->saved_data["activation"].toStringRef(); }
+
+std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx) {
+  const auto found = ctx->saved_data.find("bias_dtype");
+  return found == ctx->saved_data.end() ? std::nullopt : std::optional(found->second.toScalarType());
+}
+
+// Runs a Function's backward without a graph. Where create_graph asked for
+// one, the gradients come back through a node whose own backward raises.
+template <class Backward>
+variable_list once_differentiable(const char* op, const Backward& backward) {
+  variable_list grads;
+  {
+    const at::NoGradGuard no_grad;
+    grads = backward();
+  }
+  if (!at::GradMode::is_enabled()) return grads;
+  const auto raise_on_backward = std::make_shared<torch::autograd::DelayedError>(
+      std::string(op) + ": double backward is not supported; its gradients are computed without a graph",
+      int64_t(grads.size()));
+  variable_list detached;
+  detached.reserve(grads.size());
+  for (const at::Tensor& g : grads) detached.push_back(g.defined() ? g.detach().requires_grad_() : at::Tensor());
+  return (*raise_on_backward)(std::move(detached));
+}
+
+// dL/dz for y = activation(z), in fp32, or grad_out itself without an activation.
+template <class Recompute>
+at::Tensor pre_activation_grad(const at::Tensor& grad_out, const std::string& activation,
+                               const Recompute& pre_activation) {
+  if (activation.empty()) return grad_out;
+  const at::Tensor z = pre_activation();
+  if (activation == "relu") return at::threshold_backward(grad_out.to(at::kFloat), z, 0);
+  return at::gelu_backward(grad_out.to(at::kFloat), z);
+}
+
+// t summed over dims, accumulated in fp32, in dtype: one op where t has that
+// dtype (torch's sums of fp16 and bf16 accumulate in fp32), not a sum in fp32
+// and a cast.
+at::Tensor sum_to(const at::Tensor& t, at::IntArrayRef dims, at::ScalarType dtype) {
+  return t.scalar_type() == dtype ? t.sum(dims) : t.sum(dims, false, at::kFloat).to(dtype);
+}
+
+c10::SymInt product(c10::SymIntArrayRef sizes) {
+  c10::SymInt n = 1;
+  for (const c10::SymInt& s : sizes) n = n * s;
+  return n;
+}
+
+at::Tensor bias_grad(const at::Tensor& grad_z, at::ScalarType bias_dtype) {
+  const auto sizes = grad_z.sym_sizes();
+  const c10::SymInt rows = product(sizes.slice(0, sizes.size() - 1));
+  return sum_to(grad_z.reshape_symint({rows, sizes.back()}), {0}, bias_dtype);
+}
+
+// x @ y as the gradient of a 16-bit operand of `operand_shape` and x's dtype,
+// summed over the batch it was broadcast across.
+at::Tensor operand_grad(const at::Tensor& x, const at::Tensor& y, c10::SymIntArrayRef operand_shape) {
+  const auto xs = x.sym_sizes(), ys = y.sym_sizes();
+  c10::SymDimVector full = at::infer_size_symdimvector(xs.slice(0, xs.size() - 2), ys.slice(0, ys.size() - 2));
+  full.push_back(xs[xs.size() - 2]);
+  full.push_back(ys.back());
+  if (c10::SymIntArrayRef(full) == operand_shape) return call_gemm(x, y, std::nullopt, std::nullopt, x.scalar_type());
+  return call_gemm(x, y, std::nullopt, std::nullopt, at::kFloat).sum_to_size_symint(operand_shape).to(x.scalar_type());
+}
+
+// The 16-bit type linear and conv2d compute in (checks.cpp has the rule).
+at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight) {
+  return x.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
+}
+
+// Autograd numbers its edges by the tensors a Function got, so the bias,
+// last of them, is edge 2 where it was given.
+constexpr size_t kBiasEdge = 2;
+
+struct GemmFunction : torch::autograd::Function<GemmFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                            const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
+                            std::optional<at::ScalarType> out_dtype) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    save_epilogue(ctx, activation, bias);
+    ctx->save_for_backward({a, b, activation ? bias.value_or(at::Tensor()) : at::Tensor()});
+    return call_gemm(a, b, bias, activation, out_dtype);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
+    return once_differentiable("mpgemm.gemm", [&]() -> variable_list {
+      const variable_list saved = ctx->get_saved_variables();
+      const at::Tensor &a = saved[0], &b = saved[1];
+      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), [&] {
+        return call_gemm(a, b, optional(saved[2]), std::nullopt, at::kFloat);
+      });
+      const at::Tensor grad_z16 = grad_z.to(a.scalar_type());
+      at::Tensor grad_a, grad_b, grad_bias;
+      if (ctx->needs_input_grad(0)) grad_a = operand_grad(grad_z16, b.transpose(-1, -2), a.sym_sizes());
+      if (ctx->needs_input_grad(1)) {
+        if (b.dim() == 2 && a.dim() == 3) {
+          // One GEMM over the flattened batch instead of a batched one and a sum.
+          const c10::SymInt k = b.sym_size(0), n = b.sym_size(1), rows = a.sym_size(0) * a.sym_size(1);
+          grad_b = call_gemm(a.reshape_symint({rows, k}).t(), grad_z16.reshape_symint({rows, n}), std::nullopt,
+                             std::nullopt, a.scalar_type());
+        } else {
+          grad_b = operand_grad(a.transpose(-1, -2), grad_z16, b.sym_sizes());
+        }
+      }
+      const auto bias_dtype = saved_bias_dtype(ctx);
+      if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = bias_grad(grad_z, *bias_dtype);
+      return {grad_a, grad_b, grad_bias, at::Tensor(), at::Tensor()};
+    });
+  }
+};
+
+struct LinearFunction : torch::autograd::Function<LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
+                            std::optional<at::ScalarType> out_dtype) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    save_epilogue(ctx, activation, bias);
+    ctx->save_for_backward({x, weight, activation ? bias.value_or(at::Tensor()) : at::Tensor()});
+    return call_linear(x, weight, bias, activation, out_dtype);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
+    return once_differentiable("mpgemm.linear", [&]() -> variable_list {
+      const variable_list saved = ctx->get_saved_variables();
+      const at::Tensor &x = saved[0], &weight = saved[1];
+      const c10::SymInt out_features = weight.sym_size(0), in_features = weight.sym_size(1);
+      // Not -1: an empty feature dimension leaves -1 ambiguous.
+      const auto x_sizes = x.sym_sizes();
+      const c10::SymInt rows = product(x_sizes.slice(0, x_sizes.size() - 1));
+      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), [&] {
+        return call_linear(x, weight, optional(saved[2]), std::nullopt, at::kFloat);
+      });
+      const at::ScalarType dtype = product_dtype(x, weight);
+      const at::Tensor grad_z16 = grad_z.reshape_symint({rows, out_features}).to(dtype);
+      at::Tensor grad_x, grad_weight, grad_bias;
+      if (ctx->needs_input_grad(0))
+        grad_x = call_gemm(grad_z16, weight.to(dtype), std::nullopt, std::nullopt, x.scalar_type())
+                     .view_symint(x_sizes);
+      if (ctx->needs_input_grad(1)) {
+        const at::Tensor x16 = x.reshape_symint({rows, in_features}).to(dtype);
+        grad_weight = call_gemm(grad_z16.t(), x16, std::nullopt, std::nullopt, weight.scalar_type());
+      }
+      const auto bias_dtype = saved_bias_dtype(ctx);
+      if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = bias_grad(grad_z, *bias_dtype);
+      return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor()};
+    });
+  }
+};
+
+struct Conv2dFunction : torch::autograd::Function<Conv2dFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                            at::IntArrayRef dilation, int64_t groups, std::optional<at::ScalarType> out_dtype) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    save_epilogue(ctx, std::nullopt, bias);
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    ctx->saved_data["dilation"] = dilation;
+    ctx->saved_data["groups"] = groups;
+    ctx->save_for_backward({x, weight});
+    static const auto op = op_handle<ConvSignature>("mpgemm::conv2d");
+    return op.call(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
+    return once_differentiable("mpgemm.conv2d", [&]() -> variable_list {
+      static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
+      static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
+      static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
+      const variable_list saved = ctx->get_saved_variables();
+      const at::Tensor &x = saved[0], &weight = saved[1], &grad_out = grad_outs[0];
+      const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector(),
+                                 padding = ctx->saved_data["padding"].toIntVector(),
+                                 dilation = ctx->saved_data["dilation"].toIntVector();
+      const int64_t groups = ctx->saved_data["groups"].toInt();
+      at::Tensor grad_x, grad_weight, grad_bias;
+      const bool want_x = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+      if (want_x && want_weight)
+        std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
+      else if (want_x)
+        grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
+      else if (want_weight)
+        grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
+      const auto bias_dtype = saved_bias_dtype(ctx);
+      if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
+      return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    });
+  }
+};
+
+at::Tensor gemm_autograd(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                         std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  return GemmFunction::apply(a, b, bias, activation, out_dtype);
+}
+
+at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  return LinearFunction::apply(x, weight, bias, activation, out_dtype);
+}
+
+at::Tensor conv2d_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                           std::optional<at::ScalarType> out_dtype) {
+  return Conv2dFunction::apply(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mpgemm, Autograd, m) {
+  m.impl("gemm", &gemm_autograd);
+  m.impl("linear", &linear_autograd);
+  m.impl("conv2d", &conv2d_autograd);
+}
+
+}  // namespace mpgemm

@@ -1,0 +1,35 @@
+// Typed handles of mpgemm's own ops, for C++ code that calls an op through
+// the dispatcher (autocast's casts, autograd's backward formulas): each is
+// looked up once, then called like a function.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+namespace mpgemm {
+
+// gemm and linear: (a or x, b or weight, bias, activation, out_dtype).
+using GemmSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                 std::optional<std::string_view>, std::optional<at::ScalarType>);
+// conv2d: (x, weight, bias, stride, padding, dilation, groups, out_dtype).
+using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                 at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,
+                                 std::optional<at::ScalarType>);
+// conv2d_grad_input and conv2d_grad_weight: (grad_out, x, weight, stride, padding, dilation, groups).
+using ConvGradientSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef,
+                                         at::IntArrayRef, at::IntArrayRef, int64_t);
+// conv2d_backward: both of them from one call.
+using ConvGradientsSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                  const at::Tensor&, at::IntArrayRef,
+                                                                  at::IntArrayRef, at::IntArrayRef, int64_t);
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> op_handle(const char* name, const char* overload = "") {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Signature>();
+}
+
+}  // namespace mpgemm
