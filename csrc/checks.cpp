@@ -320,6 +320,24 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
   }
 }
 
+void check_update_loss_scale_args(const at::Tensor& scale, const at::Tensor& counters, const at::Tensor& found_inf) {
+  constexpr const char* op = "mpgemm.update_loss_scale_";
+  TORCH_CHECK_TYPE(scale.scalar_type() == at::kFloat && found_inf.scalar_type() == at::kFloat, op,
+                   ": expected scale and found_inf to be torch.float32, got ", dtype_name(scale.scalar_type()),
+                   " and ", dtype_name(found_inf.scalar_type()));
+  TORCH_CHECK_VALUE(scale.dim() == 0, op, ": expected scale to be 0-dim, got shape ", shape_of(scale));
+  TORCH_CHECK_VALUE(found_inf.numel() == 1, op, ": expected found_inf to hold one element, got shape ",
+                    shape_of(found_inf));
+  TORCH_CHECK_TYPE(counters.scalar_type() == at::kLong, op, ": expected counters to be torch.int64, got ",
+                   dtype_name(counters.scalar_type()));
+  TORCH_CHECK_VALUE(counters.dim() == 1 && counters.sym_size(0) == kernels::kLossScaleCounters &&
+                        counters.is_contiguous(),
+                    op, ": expected counters to be a contiguous tensor of shape (", kernels::kLossScaleCounters,
+                    ",), got shape ", shape_of(counters));
+  check_same_device(op, scale, "scale", counters, "counters");
+  check_same_device(op, scale, "scale", found_inf, "found_inf");
+}
+
 void check_mma_ceiling_args(const at::Tensor& a, const at::Tensor& b, int64_t iterations, const at::Tensor& out) {
   constexpr const char* op = "mpgemm._mma_ceiling";
   using Config = kernels::MmaCeilingTile;

@@ -83,6 +83,23 @@ void unscale_grads_meta(at::TensorList grads, at::TensorList outs, at::Tensor& f
   check_unscale_args(grads, outs, found_inf, inv_scale);
 }
 
+template <void (*Impl)(at::Tensor&, at::Tensor&, const at::Tensor&, const kernels::LossScaleRule&)>
+void update_loss_scale(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf, double growth_factor,
+                       double backoff_factor, int64_t growth_interval, double min_scale, int64_t hysteresis,
+                       bool dynamic) {
+  check_update_loss_scale_args(scale, counters, found_inf);
+  TORCH_CHECK_VALUE(growth_interval > 0 && hysteresis > 0,
+                    "mpgemm.update_loss_scale_: expected growth_interval and hysteresis to be positive, got ",
+                    growth_interval, " and ", hysteresis);
+  Impl(scale, counters, found_inf,
+       {float(growth_factor), float(backoff_factor), float(min_scale), growth_interval, hysteresis, dynamic});
+}
+
+void update_loss_scale_meta(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf, double, double,
+                            int64_t, double, int64_t, bool) {
+  check_update_loss_scale_args(scale, counters, found_inf);
+}
+
 using ConvForward = at::Tensor (*)(const ConvProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
                                    const std::optional<at::Tensor>&);
 using ConvGradient = at::Tensor (*)(const ConvProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
@@ -179,6 +196,13 @@ TORCH_LIBRARY(mpgemm, m) {
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
+  // Dynamic loss scaling's update after a step (kernels/amp/loss_scale.h):
+  // the scale (fp32, 0-dim) and its int64 counters (growth tracker, overflows
+  // in a row, skipped steps, last step skipped) in place, from the step's
+  // overflow flag, on the device: no host synchronization.
+  m.def(
+      "update_loss_scale_(Tensor(a!) scale, Tensor(b!) counters, Tensor found_inf, float growth_factor, "
+      "float backoff_factor, int growth_interval, float min_scale, int hysteresis, bool dynamic) -> ()");
   // Convolution: padding is (top, bottom, left, right); the gradients of x and
   // weight have their dtype and memory format.
   m.def(
@@ -223,6 +247,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("gemm.out", &gemm_out<gemm_cpu_into>);
   m.impl("linear", &linear<gemm_cpu_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cpu>);
+  m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cpu>);
   m.impl("conv2d", &conv2d<conv2d_cpu>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cpu>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cpu>);
@@ -235,6 +260,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm.out", &gemm_out_meta);
   m.impl("linear", &linear_meta);
   m.impl("unscale_grads_", &unscale_grads_meta);
+  m.impl("update_loss_scale_", &update_loss_scale_meta);
   m.impl("conv2d", &conv2d_meta);
   m.impl("conv2d_grad_input", &conv2d_gradient_meta<true>);
   m.impl("conv2d_grad_weight", &conv2d_gradient_meta<false>);
@@ -249,6 +275,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
   m.impl("linear", &linear<gemm_cuda_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
+  m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cuda>);
   m.impl("conv2d", &conv2d<conv2d_cuda>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cuda>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cuda>);

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "amp/loss_scale.h"
 #include "common/gemm_params.h"
 
 namespace mpgemm {
@@ -115,6 +116,15 @@ void check_unscale_args(at::TensorList grads, at::TensorList outs, const at::Ten
 void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf, const at::Tensor& inv_scale);
 void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf,
                         const at::Tensor& inv_scale);
+
+// update_loss_scale_: the scale (fp32, 0-dim) and its counters (int64, one
+// per kernels::LossScaleCounter) updated in place after a step whose overflow
+// flag is found_inf (fp32, one element), all on one device.
+void check_update_loss_scale_args(const at::Tensor& scale, const at::Tensor& counters, const at::Tensor& found_inf);
+void update_loss_scale_cpu(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
+                           const kernels::LossScaleRule& rule);
+void update_loss_scale_cuda(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
+                            const kernels::LossScaleRule& rule);
 
 // Batch norm with its residual add and ReLU over y (N, C, H, W), fp32,
 // fp16 or bf16 in any memory format, with per-channel vectors of C fp32

@@ -1,10 +1,12 @@
 // CUDA launcher of unscale_grads_: one chunk table, one kernel launch, no host
 // synchronization.
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -15,6 +17,17 @@ namespace mpgemm {
 namespace {
 
 constexpr int64_t kChunkElements = 1 << 16;
+
+// A CUDA graph captures the table's copy as a read of its pinned host buffer
+// at every replay, so a table copied during a capture is kept for the
+// process's life: the host allocator must never hand its buffer to another
+// table. (Tables copied outside captures go back to the allocator as usual.)
+void keep_for_replays(const at::Tensor& host_table) {
+  static std::mutex mutex;
+  static std::vector<at::Tensor> captured_tables;
+  const std::lock_guard<std::mutex> lock(mutex);
+  captured_tables.push_back(host_table);
+}
 
 }  // namespace
 
@@ -38,6 +51,8 @@ void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& f
   at::Tensor host_table = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
   std::memcpy(host_table.data_ptr(), chunks.data(), bytes);
   const at::Tensor table = host_table.to(found_inf.device(), /*non_blocking=*/true);
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
+    keep_for_replays(host_table);
   C10_CUDA_CHECK(kernels::launch_unscale(static_cast<const kernels::UnscaleChunk*>(table.data_ptr()),
                                          static_cast<int64_t>(chunks.size()), inv_scale.data_ptr<float>(),
                                          found_inf.data_ptr<float>(),

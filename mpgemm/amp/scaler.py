@@ -9,6 +9,8 @@ from .master import MasterWeightOptimizer
 from .master_grads import distributed, unscale_target
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
+# The counters' places in the scaler's int64 tensor (csrc/kernels/amp/loss_scale.h's LossScaleCounter).
+_GROWTH_TRACKER, _OVERFLOWS_IN_A_ROW, _SKIPPED_STEPS, _LAST_STEP_SKIPPED, _COUNTERS = range(5)
 
 
 class LossScaler:
@@ -22,6 +24,17 @@ class LossScaler:
     with a :class:`MasterWeightOptimizer`, unscaling acts on the fp32 master
     gradients; with any other optimizer, gradients (dense or sparse) are
     unscaled in place. All of an optimizer's gradients must be on one device.
+
+    The scale and its counters live on the device of the first loss it
+    scales, and one device op updates them (``mpgemm.update_loss_scale_``),
+    so a step waits on the device only to decide whether to skip: with an
+    optimizer that skips on the device itself (torch's fused Adam, AdamW and
+    SGD, ``fused=True``; wrapped or not in a :class:`MasterWeightOptimizer`)
+    it passes the overflow flag as ``found_inf``, as GradScaler does, and the
+    step never waits; with any other optimizer ``step`` reads the flag, one
+    host synchronization. Reading the scale or the counters
+    (``get_scale``, ``state_dict``, ``skipped_steps``) waits for the device,
+    as GradScaler's ``get_scale`` does.
 
     Beyond GradScaler:
       min_scale: floor of the scale (default 1.0).
@@ -46,19 +59,19 @@ class LossScaler:
             raise ValueError(f"mpgemm.amp.LossScaler: init_scale ({init_scale}) must be at least min_scale "
                              f"({min_scale})")
         self._enabled = enabled
-        self._scale = float(init_scale)
         self._growth_factor = float(growth_factor)
         self._backoff_factor = float(backoff_factor)
         self._growth_interval = growth_interval
         self._min_scale = float(min_scale)
         self._hysteresis = hysteresis
         self._dynamic = dynamic
-        self._growth_tracker = 0
-        self._overflows_in_a_row = 0
-        self.skipped_steps = 0
-        self.last_step_skipped = False
+        # On the CPU until the first scale() moves them to the loss's device;
+        # updated in place from then on, so that a captured CUDA graph reads
+        # and writes the same memory at every replay.
+        self._scale = torch.full((), float(init_scale), dtype=torch.float32)
+        self._counters = torch.zeros(_COUNTERS, dtype=torch.int64)
+        self._placed = False
         self._optimizer_states = {}  # id(optimizer) -> {"stage", "found_inf"}
-        self._scale_tensor = None
         # None before the first scale(); then whether scale() ran since the last
         # update(). Without one, unscale_/step would act on gradients a step
         # already used: GradScaler refuses them before the first scale() too.
@@ -68,7 +81,17 @@ class LossScaler:
         return self._enabled
 
     def get_scale(self):
-        return self._scale if self._enabled else 1.0
+        return float(self._scale) if self._enabled else 1.0
+
+    @property
+    def skipped_steps(self):
+        """Steps skipped since the scaler began (reading it waits for the device)."""
+        return int(self._counters[_SKIPPED_STEPS])
+
+    @property
+    def last_step_skipped(self):
+        """Whether the last step overflowed and was skipped (reading it waits for the device)."""
+        return bool(self._counters[_LAST_STEP_SKIPPED])
 
     def get_growth_factor(self):
         return self._growth_factor
@@ -92,9 +115,11 @@ class LossScaler:
         self._growth_interval = new_interval
 
     def _scale_on(self, device):
-        if self._scale_tensor is None or self._scale_tensor.device != device:
-            self._scale_tensor = torch.full((), self._scale, dtype=torch.float32, device=device)
-        return self._scale_tensor
+        """The scale on `device`: the state moves there at the first call, a
+        copy for any other device afterwards."""
+        if not self._placed:
+            self._scale, self._counters, self._placed = self._scale.to(device), self._counters.to(device), True
+        return self._scale if self._scale.device == device else self._scale.to(device, non_blocking=True)
 
     def scale(self, outputs):
         """outputs * scale, for a tensor or an iterable of tensors (nested):
@@ -122,7 +147,7 @@ class LossScaler:
                                f"scaler.scale(loss).backward(), scaler.step(optimizer), scaler.update()")
 
     def _state(self, optimizer):
-        return self._optimizer_states.setdefault(id(optimizer), {"stage": _READY, "found_inf": None, "overflow": None})
+        return self._optimizer_states.setdefault(id(optimizer), {"stage": _READY, "found_inf": None})
 
     def unscale_(self, optimizer):
         """Divides the optimizer's gradients by the scale and records inf/NaN.
@@ -142,7 +167,7 @@ class LossScaler:
             raise RuntimeError("mpgemm.amp.LossScaler: unscale_() is being called after step()")
         params = [p for group in optimizer.param_groups for p in group["params"]]
         device = params[0].device if params else torch.device("cpu")
-        found_inf = torch.zeros(1, dtype=torch.float32, device=device)
+        found_inf = torch.zeros((), dtype=torch.float32, device=device)  # 0-dim, as fused optimizers take it
         inv_scale = self._scale_on(device).double().reciprocal().float()
         if isinstance(optimizer, MasterWeightOptimizer):
             optimizer.unscale_grads_(inv_scale, found_inf)
@@ -156,7 +181,9 @@ class LossScaler:
 
     def step(self, optimizer, *args, **kwargs):
         """Unscales if needed, then steps unless the gradients overflowed.
-        Returns the optimizer's return value, or None for a skipped step."""
+        Returns the optimizer's return value, or None for a step skipped on
+        the host; an optimizer that skips on the device (fused) returns its
+        own value either way."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
@@ -168,63 +195,60 @@ class LossScaler:
         if state["stage"] == _READY:
             self.unscale_(optimizer)
         state["stage"] = _STEPPED
-        # The one host synchronization of a training step.
-        state["overflow"] = state["found_inf"].item() != 0.0
-        if state["overflow"]:
+        inner = optimizer.optimizer if isinstance(optimizer, MasterWeightOptimizer) else optimizer
+        if getattr(inner, "_step_supports_amp_scaling", False):
+            # It skips an overflowing step on the device, as under GradScaler;
+            # its gradients are unscaled already.
+            inner.grad_scale, inner.found_inf = None, state["found_inf"]
+            try:
+                return optimizer.step(*args, **kwargs)
+            finally:
+                del inner.grad_scale, inner.found_inf
+        # The one host synchronization of a step on any other optimizer.
+        if state["found_inf"].item() != 0.0:
             return None
         return optimizer.step(*args, **kwargs)
 
     def update(self, new_scale=None):
-        """Adjusts the scale after the steps of one iteration."""
+        """Adjusts the scale after the steps of one iteration, on the device."""
         if not self._enabled:
             return
         if new_scale is None and not self._optimizer_states:
             raise RuntimeError("mpgemm.amp.LossScaler: update() found no step or unscale_ since the last update(); "
                                "call scaler.step(optimizer) first")
-        overflow = any(
-            s["overflow"] if s["overflow"] is not None else s["found_inf"].item() != 0.0
-            for s in self._optimizer_states.values()
-            if s["found_inf"] is not None
-        )
-        self.last_step_skipped = overflow
-        self.skipped_steps += int(overflow)
-        if new_scale is not None:
-            self._scale = float(new_scale.item() if isinstance(new_scale, torch.Tensor) else new_scale)
-        elif self._dynamic:
-            self._update_scale(overflow)
-        self._scale_tensor = None
+        device = self._scale.device
+        flags = [s["found_inf"].to(device, non_blocking=True)
+                 for s in self._optimizer_states.values() if s["found_inf"] is not None]
+        if flags:
+            found_inf = flags[0] if len(flags) == 1 else torch.stack(flags).amax(0)
+            torch.ops.mpgemm.update_loss_scale_(self._scale, self._counters, found_inf, self._growth_factor,
+                                                self._backoff_factor, self._growth_interval, self._min_scale,
+                                                self._hysteresis, self._dynamic and new_scale is None)
+        else:
+            self._counters[_LAST_STEP_SKIPPED] = 0
+        if isinstance(new_scale, torch.Tensor):
+            self._scale.copy_(new_scale.reshape(()))
+        elif new_scale is not None:
+            self._scale.fill_(float(new_scale))
         self._optimizer_states = {}
         self._scaled_since_update = False
-
-    def _update_scale(self, overflow):
-        if overflow:
-            self._growth_tracker = 0
-            self._overflows_in_a_row += 1
-            if self._overflows_in_a_row >= self._hysteresis:
-                self._scale = max(self._scale * self._backoff_factor, self._min_scale)
-                self._overflows_in_a_row = 0
-        else:
-            self._overflows_in_a_row = 0
-            self._growth_tracker += 1
-            if self._growth_tracker == self._growth_interval:
-                self._scale *= self._growth_factor
-                self._growth_tracker = 0
 
     def state_dict(self):
         if not self._enabled:
             return {}
+        growth_tracker, overflows_in_a_row, skipped_steps, last_step_skipped = self._counters.tolist()
         return {
-            "scale": self._scale,
+            "scale": self.get_scale(),
             "growth_factor": self._growth_factor,
             "backoff_factor": self._backoff_factor,
             "growth_interval": self._growth_interval,
-            "_growth_tracker": self._growth_tracker,
+            "_growth_tracker": growth_tracker,
             "min_scale": self._min_scale,
             "hysteresis": self._hysteresis,
             "dynamic": self._dynamic,
-            "_overflows_in_a_row": self._overflows_in_a_row,
-            "skipped_steps": self.skipped_steps,
-            "last_step_skipped": self.last_step_skipped,
+            "_overflows_in_a_row": overflows_in_a_row,
+            "skipped_steps": skipped_steps,
+            "last_step_skipped": bool(last_step_skipped),
         }
 
     def load_state_dict(self, state_dict):
@@ -235,19 +259,21 @@ class LossScaler:
         if self._dynamic and float(state_dict["scale"]) < self._min_scale and "min_scale" not in state_dict:
             raise ValueError(f"mpgemm.amp.LossScaler: the saved scale {state_dict['scale']} is below min_scale "
                              f"({self._min_scale})")
-        self._scale = float(state_dict["scale"])
         self._growth_factor = float(state_dict["growth_factor"])
         self._backoff_factor = float(state_dict["backoff_factor"])
         self._growth_interval = int(state_dict["growth_interval"])
-        self._growth_tracker = int(state_dict["_growth_tracker"])
         # Keys beyond GradScaler's, so a GradScaler state_dict loads too.
         self._min_scale = float(state_dict.get("min_scale", self._min_scale))
         self._hysteresis = int(state_dict.get("hysteresis", self._hysteresis))
         self._dynamic = bool(state_dict.get("dynamic", self._dynamic))
-        self._overflows_in_a_row = int(state_dict.get("_overflows_in_a_row", 0))
-        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
-        self.last_step_skipped = bool(state_dict.get("last_step_skipped", False))
-        self._scale_tensor = None
+        # In place, where the state lives: a captured graph keeps its addresses.
+        self._scale.fill_(float(state_dict["scale"]))
+        counters = [0] * _COUNTERS
+        counters[_GROWTH_TRACKER] = int(state_dict["_growth_tracker"])
+        counters[_OVERFLOWS_IN_A_ROW] = int(state_dict.get("_overflows_in_a_row", 0))
+        counters[_SKIPPED_STEPS] = int(state_dict.get("skipped_steps", 0))
+        counters[_LAST_STEP_SKIPPED] = int(bool(state_dict.get("last_step_skipped", False)))
+        self._counters.copy_(torch.tensor(counters, dtype=torch.int64))
 
 
 def _check_option(name, value):

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import benchmarks, demo, kernel_report, train_bench, training, verify
+from . import benchmarks, demo, host_bench, kernel_report, train_bench, training, verify
 
 DEFAULT_REPS = 20
 # Options of one kind of bench that the other refuses: dest -> flag.
@@ -22,8 +22,15 @@ def positive_int(text):
 
 
 def run_bench(args):
-    """`bench train` runs train_bench, the other suites benchmarks; each
-    refuses the options of the other."""
+    """`bench train` runs train_bench, `bench host` host_bench, the other
+    suites benchmarks; each refuses the options of the others."""
+    if args.suite == "host":
+        given = [flag for dest, flag in {**KERNEL_SUITE_OPTIONS, **TRAIN_OPTIONS, "batch_sizes": "--batch-sizes",
+                                         "quick": "--quick"}.items() if getattr(args, dest) not in (None, False)]
+        if given:
+            print(f"mpgemm bench: {', '.join(given)} do not apply to host (it takes --json alone)")
+            return 2
+        return host_bench.main(args)
     train = args.suite == "train"
     for dest, flag in (KERNEL_SUITE_OPTIONS if train else TRAIN_OPTIONS).items():
         if getattr(args, dest) not in (None, False):
@@ -57,8 +64,9 @@ def build_parser():
     p.set_defaults(run=demo.main)
 
     p = commands.add_parser("bench", help="time mpgemm against cuBLAS and torch; `train`: whole training steps")
-    p.add_argument("suite", nargs="?", choices=[*benchmarks.SUITES, "all", "train"], default="all",
-                   help="all: the kernel suites; train: ResNet-50 and a GPT-2 block trained five ways")
+    p.add_argument("suite", nargs="?", choices=[*benchmarks.SUITES, "all", "train", "host"], default="all",
+                   help="all: the kernel suites; train: ResNet-50 and a GPT-2 block trained five ways; host: the "
+                        "host's time per call of the ops and of a training step, beside torch's")
     p.add_argument("--shapes", type=benchmarks.parse_shapes, metavar="MxNxK[,MxNxK...]",
                    help="shapes to run instead of the suites' (linear: tokens x out_features x in_features)")
     p.add_argument("--dtypes", type=benchmarks.parse_dtypes, metavar="fp16[,bf16]",

@@ -114,6 +114,8 @@ class Trainer:
         if self.fuse_on_first_step:
             fuse(self.model, x)
             self.fuse_on_first_step = False
+        # Read before the clock starts: reading a scale waits for the device.
+        scale = 1.0 if self.scaler is None else self.scaler.get_scale()
         synchronize(self.device)
         start = time.perf_counter()
         with record_function(step_profile.STEP):
@@ -121,7 +123,6 @@ class Trainer:
                 with self.autocast():
                     output = self.model(x)
                 loss = loss_fn(output.float(), target)
-            scale = 1.0 if self.scaler is None else self.scaler.get_scale()
             with record_function(step_profile.phase_name("backward")):
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             with record_function(step_profile.phase_name("optimizer")):

@@ -36,7 +36,7 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
     assert [s.name for s in gpu_check.steps_of(1)] == ["build", "hopper", "inspect", "gemm", "ceiling", "mlp", "conv"]
     assert [s.name for s in gpu_check.steps_of(2)] == ["build", "tests", "verify", "conv-tiles", "memcheck",
                                                        "racecheck", "synccheck"]
-    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "profile", "cublas-check"]
+    assert [s.name for s in gpu_check.steps_of(3)] == ["build", "wgmma-speed", "profile", "cublas-check", "host"]
     assert [s.name for s in gpu_check.steps_of(4)] == ["build", "train"]
     gemm = next(s for s in gpu_check.STEPS if s.name == "gemm")
     for shape in ("1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "4095x4097x4093"):

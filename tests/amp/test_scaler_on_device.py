@@ -1,0 +1,218 @@
+"""The loss scaler's state on the device: the update op against the rule
+written out in Python, a step with an optimizer that skips on the device
+(torch's fused AdamW) that never waits on the device, and the same training
+as with the host's skip decision."""
+
+import contextlib
+import copy
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mpgemm
+from support import SEED
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+GROWTH_TRACKER, OVERFLOWS_IN_A_ROW, SKIPPED_STEPS, LAST_STEP_SKIPPED = range(4)
+
+
+def rule(scale, counters, overflow, growth_factor, backoff_factor, growth_interval, min_scale, hysteresis, dynamic):
+    """The update, step by step, in Python (fp32 products, as the op's)."""
+    counters = list(counters)
+    counters[LAST_STEP_SKIPPED] = int(overflow)
+    counters[SKIPPED_STEPS] += int(overflow)
+    if not dynamic:
+        return scale, counters
+    f32 = lambda v: torch.tensor(v, dtype=torch.float32).item()  # noqa: E731
+    if overflow:
+        counters[GROWTH_TRACKER] = 0
+        counters[OVERFLOWS_IN_A_ROW] += 1
+        if counters[OVERFLOWS_IN_A_ROW] >= hysteresis:
+            scale = max(f32(scale * f32(backoff_factor)), f32(min_scale))
+            counters[OVERFLOWS_IN_A_ROW] = 0
+    else:
+        counters[OVERFLOWS_IN_A_ROW] = 0
+        counters[GROWTH_TRACKER] += 1
+        if counters[GROWTH_TRACKER] == growth_interval:
+            scale = f32(scale * f32(growth_factor))
+            counters[GROWTH_TRACKER] = 0
+    return scale, counters
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("settings", [(2.0, 0.5, 3, 1.0, 1, True), (1.5, 0.3, 2, 4.0, 3, True),
+                                      (2.0, 0.5, 1, 1.0, 2, False)])
+def test_update_op_follows_the_rule(device, settings):
+    rng = random.Random(SEED)
+    scale = torch.full((), 64.0, device=device)
+    counters = torch.zeros(4, dtype=torch.int64, device=device)
+    expected_scale, expected_counters = 64.0, [0, 0, 0, 0]
+    for _ in range(40):
+        overflow = rng.random() < 0.4
+        found_inf = torch.full((1,), float(overflow) * rng.choice([1.0, 3.0]), device=device)
+        torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, *settings)
+        expected_scale, expected_counters = rule(expected_scale, expected_counters, overflow, *settings)
+        assert (scale.item(), counters.tolist()) == (expected_scale, expected_counters)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_update_op_registration_and_errors(device):
+    scale, counters = torch.full((), 8.0, device=device), torch.zeros(4, dtype=torch.int64, device=device)
+    found_inf = torch.ones(1, device=device)
+    torch.library.opcheck(torch.ops.mpgemm.update_loss_scale_.default,
+                          (scale, counters, found_inf, 2.0, 0.5, 10, 1.0, 1, True))
+    bad = {"counters": (scale, torch.zeros(3, dtype=torch.int64, device=device), found_inf),
+           "scale": (torch.full((1,), 8.0, device=device), counters, found_inf),
+           "found_inf": (scale, counters, torch.ones(1, dtype=torch.float16, device=device))}
+    for name, tensors in bad.items():
+        with pytest.raises((ValueError, TypeError), match=name):
+            torch.ops.mpgemm.update_loss_scale_(*tensors, 2.0, 0.5, 10, 1.0, 1, True)
+    with pytest.raises(ValueError, match="growth_interval and hysteresis"):
+        torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, 2.0, 0.5, 0, 1.0, 1, True)
+
+
+@contextlib.contextmanager
+def host_reads_refused(monkeypatch):
+    """Every way a tensor's value reaches Python raises inside the block."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the host read a tensor's value")
+
+    with monkeypatch.context() as patch:
+        for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
+            patch.setattr(torch.Tensor, name, refuse)
+        yield
+
+
+def train(device, fused, steps, overflow_at, monkeypatch=None):
+    """Prepared fp16 training of a small model with AdamW: the masters, the
+    scaler's state and the optimizer's step counts after each step."""
+    torch.manual_seed(SEED)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
+    model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=torch.float16,
+                                                  init_scale=2.0**8, growth_interval=3)
+    data = torch.Generator().manual_seed(SEED + 1)
+    history = []
+    for i in range(steps):
+        x, y = torch.randn(8, 16, generator=data).to(device), torch.randn(8, 4, generator=data).to(device)
+        if i in overflow_at:
+            x[0, 0] = float("inf")
+        loss = F.mse_loss(model(x.half()).float(), y)
+        with host_reads_refused(monkeypatch) if monkeypatch is not None else contextlib.nullcontext():
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        steps_taken = [int(s["step"]) for s in optimizer.optimizer.state.values()]
+        history.append(([m.detach().clone() for m in optimizer.master_params()], scaler.state_dict(), steps_taken))
+    return history
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_fused_optimizer_skips_on_the_device_as_the_host_would(device, monkeypatch):
+    overflow_at = {1, 4, 5}
+    on_device = train(device, fused=True, steps=8, overflow_at=overflow_at, monkeypatch=monkeypatch)
+    on_host = train(device, fused=False, steps=8, overflow_at=overflow_at)
+    for i, ((masters, state, steps), (host_masters, host_state, host_steps)) in enumerate(zip(on_device, on_host)):
+        assert state == host_state, i
+        assert state["last_step_skipped"] == (i in overflow_at)
+        assert set(steps) == set(host_steps) == {i + 1 - len([s for s in overflow_at if s <= i])}
+        for m, h in zip(masters, host_masters):
+            torch.testing.assert_close(m, h, rtol=1e-5, atol=1e-6)  # fused and foreach AdamW round alike
+        if i in overflow_at:
+            for m, before in zip(masters, on_device[i - 1][0]):
+                assert torch.equal(m, before)
+    assert on_device[-1][1]["skipped_steps"] == len(overflow_at)
+
+
+@pytest.mark.gpu
+def test_a_fused_step_never_synchronizes():
+    model = torch.nn.Linear(64, 64).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=torch.float16)
+    x = torch.randn(32, 64, device="cuda", dtype=torch.float16)
+    for _ in range(2):  # the first step places the scaler's state and asks the device's facts
+        scaler.scale(model(x).float().square().mean()).backward()
+        torch.cuda.set_sync_debug_mode("error" if _ else "default")
+        try:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+def captured_training(steps, overflow_at, graph):
+    """A prepared step (forward, backward, unscale, step, update) run eagerly
+    or captured once and replayed, over the same data: the masters and the
+    scaler's state at the end."""
+    torch.manual_seed(SEED)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16)).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, capturable=True)
+    model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=torch.float16,
+                                                  init_scale=2.0**10, growth_interval=4)
+    data = torch.Generator().manual_seed(SEED + 1)
+    batches = [(torch.randn(32, 64, generator=data), torch.randn(32, 16, generator=data)) for _ in range(steps + 3)]
+    for i in overflow_at:
+        batches[3 + i][0][0, 0] = float("inf")
+    static_x, static_y = torch.empty(32, 64, device="cuda"), torch.empty(32, 16, device="cuda")
+
+    def step():
+        loss = F.mse_loss(model(static_x.half()).float(), static_y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up, as torch.cuda.graph asks
+        for x, y in batches[:3]:
+            static_x.copy_(x), static_y.copy_(y)
+            optimizer.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    optimizer.zero_grad(set_to_none=True)
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            step()
+    for x, y in batches[3:]:
+        static_x.copy_(x), static_y.copy_(y)
+        if graph:
+            captured.replay()
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.synchronize()
+    return [m.detach().clone() for m in optimizer.master_params()], scaler.state_dict()
+
+
+@pytest.mark.gpu
+def test_a_captured_step_replays_as_the_eager_steps_run():
+    eager_masters, eager_state = captured_training(20, overflow_at={7}, graph=False)
+    replayed_masters, replayed_state = captured_training(20, overflow_at={7}, graph=True)
+    assert eager_state == replayed_state and eager_state["skipped_steps"] == 1
+    assert all(torch.equal(e, r) for e, r in zip(eager_masters, replayed_masters))
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_compile_trains_a_converted_model():
+    torch.manual_seed(SEED)
+    model = mpgemm.convert(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                               torch.nn.Linear(128, 16)).cuda().half())
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    x, y = torch.randn(32, 64, device="cuda").half(), torch.randn(32, 16, device="cuda")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, eager)]
+    losses = {"compiled": [], "eager": []}
+    for _ in range(5):
+        for name, run, optimizer in (("compiled", compiled, optimizers[0]), ("eager", eager, optimizers[1])):
+            loss = F.mse_loss(run(x).float(), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses[name].append(loss.item())
+    assert losses["compiled"][-1] < losses["compiled"][0]
+    torch.testing.assert_close(losses["compiled"], losses["eager"], rtol=2e-3, atol=1e-4)
