@@ -100,6 +100,25 @@ def _batch_norm_passes(name, shape):
         _check(f"batch norm {name} {pass_name}", got, ref)
 
 
+def _loss_scaling():
+    """Loss scaling's two kernels: the unscale pass over gradients of three
+    types, one of them non-finite, and the scale's update from its flag."""
+    grads = [torch.randn(70000, device="cuda").half(), torch.randn(33, 5, device="cuda"),
+             torch.randn(1000, device="cuda").bfloat16()]
+    grads[1][3, 2] = float("inf")
+    outs = [torch.empty_like(g, dtype=torch.float32) for g in grads]
+    found_inf, inv_scale = torch.zeros((), device="cuda"), torch.full((), 1 / 1024, device="cuda")
+    torch.ops.mpgemm.unscale_grads_(grads, outs, found_inf, inv_scale)
+    scale, counters = torch.full((), 1024.0, device="cuda"), torch.zeros(4, dtype=torch.int64, device="cuda")
+    torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, 2.0, 0.5, 100, 1.0, 1, True)
+    torch.cuda.synchronize()
+    finite = [0, 2]
+    _check("unscale", torch.cat([outs[i].flatten() for i in finite]),
+           torch.cat([grads[i].double().flatten() / 1024 for i in finite]).cpu())
+    _check("loss scale update", torch.tensor([scale.item(), *counters.tolist(), found_inf.item()]),
+           torch.tensor([512.0, 0, 0, 1, 1, 1], dtype=torch.float64))
+
+
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles' too), and
@@ -108,7 +127,8 @@ def sanitize():
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps; strided dgrad's rows
     staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
-    ones; and the fused batch norm's passes."""
+    ones; the fused batch norm's passes; and loss scaling's unscale and
+    scale update."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -128,6 +148,7 @@ def sanitize():
     # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37).
     _batch_norm_passes("64 channels", (8, 64, 28, 28))
     _batch_norm_passes("37 channels", (3, 37, 9, 9))
+    _loss_scaling()
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then
         # dgrad's four phases at stride 2, and a 1x1 at stride 2 whose three unreached phases are zeroed.
