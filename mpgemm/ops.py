@@ -79,6 +79,12 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
 
 
 def _pair(value, name):
+    # What nn.Conv2d holds (a pair of ints) and a plain int first: the
+    # abstract-class checks below cost microseconds a call.
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
+        return value
+    if type(value) is int:
+        return (value, value)
     if isinstance(value, numbers.Integral):
         return (int(value), int(value))
     pair = tuple(value) if isinstance(value, (tuple, list)) else ()
