@@ -43,6 +43,13 @@ at::Tensor call_linear(const at::Tensor& x, const at::Tensor& weight, const std:
   return op.call(x, weight, bias, activation, out_dtype);
 }
 
+at::Tensor call_conv2d(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                       std::optional<at::ScalarType> out_dtype) {
+  static const auto op = op_handle<ConvSignature>("mpgemm::conv2d");
+  return op.call(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+}
+
 std::optional<at::Tensor> optional(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
@@ -216,8 +223,7 @@ struct Conv2dFunction : torch::autograd::Function<Conv2dFunction> {
     ctx->saved_data["dilation"] = dilation;
     ctx->saved_data["groups"] = groups;
     ctx->save_for_backward({x, weight});
-    static const auto op = op_handle<ConvSignature>("mpgemm::conv2d");
-    return op.call(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+    return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
@@ -246,20 +252,35 @@ struct Conv2dFunction : torch::autograd::Function<Conv2dFunction> {
   }
 };
 
+// Whether a call records a graph: where none is (no_grad, inference, no input
+// requiring a gradient), the op runs below autograd without building a
+// Function's node and saving its inputs.
+bool records_graph(const at::Tensor& first, const at::Tensor& second, const std::optional<at::Tensor>& bias) {
+  return at::GradMode::is_enabled() &&
+         (first.requires_grad() || second.requires_grad() || (bias && bias->defined() && bias->requires_grad()));
+}
+
 at::Tensor gemm_autograd(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                          std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
-  return GemmFunction::apply(a, b, bias, activation, out_dtype);
+  if (records_graph(a, b, bias)) return GemmFunction::apply(a, b, bias, activation, out_dtype);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return call_gemm(a, b, bias, activation, out_dtype);
 }
 
 at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
-  return LinearFunction::apply(x, weight, bias, activation, out_dtype);
+  if (records_graph(x, weight, bias)) return LinearFunction::apply(x, weight, bias, activation, out_dtype);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return call_linear(x, weight, bias, activation, out_dtype);
 }
 
 at::Tensor conv2d_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                            std::optional<at::ScalarType> out_dtype) {
-  return Conv2dFunction::apply(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  if (records_graph(x, weight, bias))
+    return Conv2dFunction::apply(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
 }
 
 }  // namespace

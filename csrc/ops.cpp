@@ -184,7 +184,7 @@ void mma_ceiling_meta(const at::Tensor& a, const at::Tensor& b, int64_t iteratio
 
 }  // namespace
 
-// bias is positional so that autograd (torch.library.register_autograd) sees it;
+// bias is positional, as autograd's other tensor inputs (csrc/autograd.cpp);
 // the Python wrappers keep it keyword-only for gemm.
 TORCH_LIBRARY(mpgemm, m) {
   m.def("gemm(Tensor a, Tensor b, Tensor? bias=None, *, str? activation=None, ScalarType? out_dtype=None) -> Tensor");

@@ -119,7 +119,7 @@ class LossScaler:
         copy for any other device afterwards."""
         if not self._placed:
             self._scale, self._counters, self._placed = self._scale.to(device), self._counters.to(device), True
-        return self._scale if self._scale.device == device else self._scale.to(device, non_blocking=True)
+        return self._scale if self._scale.device == device else _copy_to(self._scale, device)
 
     def scale(self, outputs):
         """outputs * scale, for a tensor or an iterable of tensors (nested):
@@ -196,7 +196,7 @@ class LossScaler:
             self.unscale_(optimizer)
         state["stage"] = _STEPPED
         inner = optimizer.optimizer if isinstance(optimizer, MasterWeightOptimizer) else optimizer
-        if getattr(inner, "_step_supports_amp_scaling", False):
+        if getattr(inner, "_step_supports_amp_scaling", False) and _has_state(inner):
             # It skips an overflowing step on the device, as under GradScaler;
             # its gradients are unscaled already.
             inner.grad_scale, inner.found_inf = None, state["found_inf"]
@@ -216,8 +216,7 @@ class LossScaler:
         if new_scale is None and not self._optimizer_states:
             raise RuntimeError("mpgemm.amp.LossScaler: update() found no step or unscale_ since the last update(); "
                                "call scaler.step(optimizer) first")
-        device = self._scale.device
-        flags = [s["found_inf"].to(device, non_blocking=True)
+        flags = [_copy_to(s["found_inf"], self._scale.device)
                  for s in self._optimizer_states.values() if s["found_inf"] is not None]
         if flags:
             found_inf = flags[0] if len(flags) == 1 else torch.stack(flags).amax(0)
@@ -227,7 +226,8 @@ class LossScaler:
         else:
             self._counters[_LAST_STEP_SKIPPED] = 0
         if isinstance(new_scale, torch.Tensor):
-            self._scale.copy_(new_scale.reshape(()))
+            with torch.no_grad():  # the scale never joins a graph
+                self._scale.copy_(new_scale.detach().reshape(()))
         elif new_scale is not None:
             self._scale.fill_(float(new_scale))
         self._optimizer_states = {}
@@ -274,6 +274,21 @@ class LossScaler:
         counters[_SKIPPED_STEPS] = int(state_dict.get("skipped_steps", 0))
         counters[_LAST_STEP_SKIPPED] = int(bool(state_dict.get("last_step_skipped", False)))
         self._counters.copy_(torch.tensor(counters, dtype=torch.int64))
+
+
+def _copy_to(tensor, device):
+    """tensor on device: non-blocking only onto a GPU (a non-blocking copy
+    to the CPU may be read before it lands)."""
+    return tensor.to(device, non_blocking=device.type != "cpu")
+
+
+def _has_state(optimizer):
+    """Whether every parameter with a gradient already has the optimizer's
+    state. Until then a skipped step is decided on the host: a fused
+    optimizer skipping on the device still creates the state it lacks, and
+    fused SGD creates its momentum buffers uninitialized (torch.empty_like)."""
+    return all(p in optimizer.state for group in optimizer.param_groups for p in group["params"]
+               if p.grad is not None)
 
 
 def _check_option(name, value):

@@ -36,19 +36,21 @@ def rule(scale, counters, overflow, growth_factor, backoff_factor, growth_interv
         counters[OVERFLOWS_IN_A_ROW] = 0
         counters[GROWTH_TRACKER] += 1
         if counters[GROWTH_TRACKER] == growth_interval:
-            scale = f32(scale * f32(growth_factor))
+            grown = f32(scale * f32(growth_factor))
+            scale = grown if grown != float("inf") else scale  # as GradScaler: never an infinite scale
             counters[GROWTH_TRACKER] = 0
     return scale, counters
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("settings", [(2.0, 0.5, 3, 1.0, 1, True), (1.5, 0.3, 2, 4.0, 3, True),
-                                      (2.0, 0.5, 1, 1.0, 2, False)])
-def test_update_op_follows_the_rule(device, settings):
+@pytest.mark.parametrize("start, settings", [(64.0, (2.0, 0.5, 3, 1.0, 1, True)), (64.0, (1.5, 0.3, 2, 4.0, 3, True)),
+                                             (64.0, (2.0, 0.5, 1, 1.0, 2, False)),
+                                             (2.0**125, (2.0, 0.5, 1, 1.0, 2, True))])  # growth stops at 2**127
+def test_update_op_follows_the_rule(device, start, settings):
     rng = random.Random(SEED)
-    scale = torch.full((), 64.0, device=device)
+    scale = torch.full((), start, device=device)
     counters = torch.zeros(4, dtype=torch.int64, device=device)
-    expected_scale, expected_counters = 64.0, [0, 0, 0, 0]
+    expected_scale, expected_counters = start, [0, 0, 0, 0]
     for _ in range(40):
         overflow = rng.random() < 0.4
         found_inf = torch.full((1,), float(overflow) * rng.choice([1.0, 3.0]), device=device)
@@ -63,11 +65,13 @@ def test_update_op_registration_and_errors(device):
     found_inf = torch.ones(1, device=device)
     torch.library.opcheck(torch.ops.mpgemm.update_loss_scale_.default,
                           (scale, counters, found_inf, 2.0, 0.5, 10, 1.0, 1, True))
-    bad = {"counters": (scale, torch.zeros(3, dtype=torch.int64, device=device), found_inf),
-           "scale": (torch.full((1,), 8.0, device=device), counters, found_inf),
-           "found_inf": (scale, counters, torch.ones(1, dtype=torch.float16, device=device))}
-    for name, tensors in bad.items():
-        with pytest.raises((ValueError, TypeError), match=name):
+    bad = {r"expected counters to be a contiguous tensor of shape \(4,\), got shape \(3,\)":
+           (scale, torch.zeros(3, dtype=torch.int64, device=device), found_inf),
+           r"expected scale to be 0-dim, got shape \(1,\)": (torch.full((1,), 8.0, device=device), counters, found_inf),
+           "expected scale and found_inf to be torch.float32, got torch.float32 and torch.float16":
+           (scale, counters, torch.ones(1, dtype=torch.float16, device=device))}
+    for message, tensors in bad.items():
+        with pytest.raises((ValueError, TypeError), match=message):
             torch.ops.mpgemm.update_loss_scale_(*tensors, 2.0, 0.5, 10, 1.0, 1, True)
     with pytest.raises(ValueError, match="growth_interval and hysteresis"):
         torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, 2.0, 0.5, 0, 1.0, 1, True)
@@ -87,7 +91,8 @@ def host_reads_refused(monkeypatch):
 
 def train(device, fused, steps, overflow_at, monkeypatch=None):
     """Prepared fp16 training of a small model with AdamW: the masters, the
-    scaler's state and the optimizer's step counts after each step."""
+    scaler's state and the optimizer's step counts after each step; with
+    monkeypatch, no tensor's value read by the host after the first step."""
     torch.manual_seed(SEED)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
@@ -100,7 +105,8 @@ def train(device, fused, steps, overflow_at, monkeypatch=None):
         if i in overflow_at:
             x[0, 0] = float("inf")
         loss = F.mse_loss(model(x.half()).float(), y)
-        with host_reads_refused(monkeypatch) if monkeypatch is not None else contextlib.nullcontext():
+        # From the second step on, once the optimizer has its state (the first step's skip is the host's).
+        with host_reads_refused(monkeypatch) if monkeypatch is not None and i else contextlib.nullcontext():
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -125,6 +131,48 @@ def test_a_fused_optimizer_skips_on_the_device_as_the_host_would(device, monkeyp
             for m, before in zip(masters, on_device[i - 1][0]):
                 assert torch.equal(m, before)
     assert on_device[-1][1]["skipped_steps"] == len(overflow_at)
+
+
+def test_a_fused_sgd_whose_first_step_overflows_starts_its_momentum_clean():
+    # Fused SGD makes its momentum buffers with torch.empty_like before its
+    # kernel skips: the first step's skip is decided on the host.
+    results = []
+    for fused in (True, False):
+        torch.manual_seed(SEED)
+        model = torch.nn.Linear(8, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=fused)
+        model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer)
+        x = torch.randn(16, 8)
+        for step in range(3):
+            inputs = x.clone()
+            if step == 0:
+                inputs[0, 0] = float("inf")
+            scaler.scale(model(inputs.half()).float().square().mean()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        results.append([m.detach().clone() for m in optimizer.master_params()])
+    assert all(torch.isfinite(m).all() for m in results[0])
+    for fused, plain in zip(*results):
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_the_state_on_one_device_and_an_optimizer_on_another():
+    # The loss on the GPU places the scaler's state there; a CPU optimizer's
+    # flag and scale cross devices both ways (blocking onto the CPU).
+    w = torch.nn.Parameter(torch.ones(4))
+    optimizer = torch.optim.SGD([w], lr=1.0)
+    scaler = mpgemm.amp.LossScaler(init_scale=1024.0, growth_interval=1)
+    for step in range(3):
+        grad = torch.full((4,), float("inf") if step == 1 else 1.0)
+        loss = (w * grad).sum().cuda()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    assert scaler.get_scale() == 2048.0 and scaler.skipped_steps == 1
+    torch.testing.assert_close(w.detach(), torch.full((4,), -1.0))
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ from mpgemm.tools import cli, host_bench
 def test_every_case_times_both_sides():
     results = host_bench.run(torch.device("cpu"), calls=3, reps=1, warmup_calls=1, progress=lambda line: None)
     assert [r.name for r in results][-1] == "training step (MLP, fp16)" and len(results) == 7
-    assert all(r.mpgemm_us > 0 and r.torch_us > 0 and r.ratio == r.mpgemm_us / r.torch_us for r in results)
+    assert all(r.mpgemm_us > 0 and r.torch_us > 0 for r in results)
     text = host_bench.report(results, torch.device("cpu"), calls=3, reps=1)
     assert "best of 1 runs of 3 calls" in " ".join(text.split()) and all(r.name in text for r in results)
 

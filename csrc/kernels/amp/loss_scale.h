@@ -3,9 +3,11 @@
 // the scale and its counters live on the device and a training step never
 // waits on it: a step that overflowed (found_inf != 0) is counted as skipped
 // and, after `hysteresis` of them in a row, backs the scale off (never below
-// min_scale); `growth_interval` clean steps in a row grow it.
+// min_scale); `growth_interval` clean steps in a row grow it, unless the
+// grown scale would overflow fp32 (as torch's GradScaler keeps it finite).
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "common/host_device.h"
@@ -44,7 +46,8 @@ MPGEMM_HOST_DEVICE void update_loss_scale(float* scale, int64_t* counters, float
   } else {
     counters[kOverflowsInARow] = 0;
     if (++counters[kGrowthTracker] == rule.growth_interval) {
-      *scale *= rule.growth_factor;
+      const float grown = *scale * rule.growth_factor;
+      if (grown <= FLT_MAX) *scale = grown;  // an infinite scale could never back off again
       counters[kGrowthTracker] = 0;
     }
   }
