@@ -121,6 +121,11 @@ void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& f
 // per kernels::LossScaleCounter) updated in place after a step whose overflow
 // flag is found_inf (fp32, one element), all on one device.
 void check_update_loss_scale_args(const at::Tensor& scale, const at::Tensor& counters, const at::Tensor& found_inf);
+// MPGEMM_LOSS_SCALE_KERNEL: "1" picks the one-thread kernel's function
+// (kernels/amp/loss_scale.h), unset or "0" a few tensor ops (any device).
+bool loss_scale_kernel_enabled();
+void update_loss_scale_with_tensor_ops(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
+                                       const kernels::LossScaleRule& rule);
 void update_loss_scale_cpu(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
                            const kernels::LossScaleRule& rule);
 void update_loss_scale_cuda(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,

@@ -1,5 +1,6 @@
-"""The loss scaler's state on the device: the update op against the rule
-written out in Python, a step with an optimizer that skips on the device
+"""The loss scaler's state on the device: the update op (its tensor ops, and
+the function of its opt-in CUDA kernel, MPGEMM_LOSS_SCALE_KERNEL=1) against
+the rule written out in Python, a step with an optimizer that skips on the device
 (torch's fused AdamW) that never waits on the device, and the same training
 as with the host's skip decision."""
 
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import mpgemm
-from support import SEED
+from support import SEED, set_environment
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 GROWTH_TRACKER, OVERFLOWS_IN_A_ROW, SKIPPED_STEPS, LAST_STEP_SKIPPED = range(4)
@@ -46,7 +47,9 @@ def rule(scale, counters, overflow, growth_factor, backoff_factor, growth_interv
 @pytest.mark.parametrize("start, settings", [(64.0, (2.0, 0.5, 3, 1.0, 1, True)), (64.0, (1.5, 0.3, 2, 4.0, 3, True)),
                                              (64.0, (2.0, 0.5, 1, 1.0, 2, False)),
                                              (2.0**125, (2.0, 0.5, 1, 1.0, 2, True))])  # growth stops at 2**127
-def test_update_op_follows_the_rule(device, start, settings):
+@pytest.mark.parametrize("kernel", [None, "1"])
+def test_update_op_follows_the_rule(device, start, settings, kernel, monkeypatch):
+    set_environment(monkeypatch, "MPGEMM_LOSS_SCALE_KERNEL", kernel)
     rng = random.Random(SEED)
     scale = torch.full((), start, device=device)
     counters = torch.zeros(4, dtype=torch.int64, device=device)
@@ -60,7 +63,7 @@ def test_update_op_follows_the_rule(device, start, settings):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_update_op_registration_and_errors(device):
+def test_update_op_registration_and_errors(device, monkeypatch):
     scale, counters = torch.full((), 8.0, device=device), torch.zeros(4, dtype=torch.int64, device=device)
     found_inf = torch.ones(1, device=device)
     torch.library.opcheck(torch.ops.mpgemm.update_loss_scale_.default,
@@ -75,6 +78,9 @@ def test_update_op_registration_and_errors(device):
             torch.ops.mpgemm.update_loss_scale_(*tensors, 2.0, 0.5, 10, 1.0, 1, True)
     with pytest.raises(ValueError, match="growth_interval and hysteresis"):
         torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, 2.0, 0.5, 0, 1.0, 1, True)
+    monkeypatch.setenv("MPGEMM_LOSS_SCALE_KERNEL", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_LOSS_SCALE_KERNEL must be '0' or '1', got 'yes'"):
+        torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, 2.0, 0.5, 10, 1.0, 1, True)
 
 
 @contextlib.contextmanager
