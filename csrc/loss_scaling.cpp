@@ -1,3 +1,8 @@
+// CPU implementations of loss scaling's ops.
+//
+// unscale_grads_, with the CUDA kernel's semantics: products in fp32, one
+// rounding to the output's dtype, the inf/NaN check on the fp32 product.
+//
 // update_loss_scale_ on any device as a few tensor ops, the default, and on
 // the CPU as the one function (kernels/amp/loss_scale.h) that the CUDA
 // kernel runs, where MPGEMM_LOSS_SCALE_KERNEL=1 picks the kernel: a new
@@ -13,6 +18,14 @@
 #include "ops.h"
 
 namespace mpgemm {
+
+void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& found_inf, const at::Tensor& inv_scale) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const at::Tensor scaled = grads[i].to(at::kFloat).mul(inv_scale);
+    if (!scaled.isfinite().all().item<bool>()) found_inf.fill_(1.0f);
+    outs[i].copy_(scaled);
+  }
+}
 
 bool loss_scale_kernel_enabled() {
   const char* kernel = std::getenv("MPGEMM_LOSS_SCALE_KERNEL");

@@ -1,5 +1,8 @@
-// CUDA launcher of unscale_grads_: one chunk table, one kernel launch, no host
-// synchronization.
+// CUDA launchers of loss scaling's ops, on the current stream, with no host
+// synchronization: unscale_grads_ as one chunk table and one kernel launch;
+// update_loss_scale_ as torch's tensor ops by default, or with
+// MPGEMM_LOSS_SCALE_KERNEL=1 one thread of its own kernel (opt-in until it
+// has passed the GPU tests).
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -10,6 +13,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "amp/loss_scale_launch.h"
 #include "amp/unscale.h"
 #include "../ops.h"
 
@@ -57,6 +61,15 @@ void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& f
                                          static_cast<int64_t>(chunks.size()), inv_scale.data_ptr<float>(),
                                          found_inf.data_ptr<float>(),
                                          c10::cuda::getCurrentCUDAStream(found_inf.get_device()).stream()));
+}
+
+void update_loss_scale_cuda(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
+                            const kernels::LossScaleRule& rule) {
+  const c10::cuda::CUDAGuard device_guard(scale.device());
+  if (!loss_scale_kernel_enabled()) return update_loss_scale_with_tensor_ops(scale, counters, found_inf, rule);
+  C10_CUDA_CHECK(kernels::launch_update_loss_scale(scale.data_ptr<float>(), counters.data_ptr<int64_t>(),
+                                                   found_inf.data_ptr<float>(), rule,
+                                                   c10::cuda::getCurrentCUDAStream(scale.get_device()).stream()));
 }
 
 }  // namespace mpgemm
