@@ -286,7 +286,10 @@ def _has_state(optimizer):
     """Whether every parameter with a gradient already has the optimizer's
     state. Until then a skipped step is decided on the host: a fused
     optimizer skipping on the device still creates the state it lacks, and
-    fused SGD creates its momentum buffers uninitialized (torch.empty_like)."""
+    fused SGD creates its momentum buffers uninitialized (torch.empty_like).
+    SGD without momentum keeps no state at all."""
+    if isinstance(optimizer, torch.optim.SGD) and all(group["momentum"] == 0 for group in optimizer.param_groups):
+        return True
     return all(p in optimizer.state for group in optimizer.param_groups for p in group["params"]
                if p.grad is not None)
 

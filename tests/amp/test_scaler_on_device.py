@@ -163,6 +163,29 @@ def test_a_fused_sgd_whose_first_step_overflows_starts_its_momentum_clean():
         torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
 
 
+def test_fused_sgd_without_momentum_skips_on_the_device_from_its_first_step(monkeypatch):
+    torch.manual_seed(SEED)
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+    model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer)
+    x = torch.randn(16, 8)
+    masters = [[m.detach().clone() for m in optimizer.master_params()]]
+    for step in range(3):
+        inputs = x.clone()
+        if step == 0:
+            inputs[0, 0] = float("inf")
+        loss = model(inputs.half()).float().square().mean()
+        with host_reads_refused(monkeypatch):  # no state to create: nothing is read back, even at first
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        masters.append([m.detach().clone() for m in optimizer.master_params()])
+    assert scaler.skipped_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(masters[0], masters[1]))  # the first step skipped
+    assert not any(torch.equal(a, b) for a, b in zip(masters[1], masters[3]))  # the others stepped
+
+
 @pytest.mark.gpu
 def test_the_state_on_one_device_and_an_optimizer_on_another():
     # The loss on the GPU places the scaler's state there; a CPU optimizer's
