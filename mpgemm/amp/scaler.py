@@ -30,9 +30,10 @@ class LossScaler:
     so a step waits on the device only to decide whether to skip: with an
     optimizer that skips on the device itself (torch's fused Adam, AdamW and
     SGD, ``fused=True``; wrapped or not in a :class:`MasterWeightOptimizer`)
-    it passes the overflow flag as ``found_inf``, as GradScaler does, and the
-    step never waits; with any other optimizer ``step`` reads the flag, one
-    host synchronization. Reading the scale or the counters
+    it passes the overflow flag as ``found_inf``, as GradScaler does, and
+    once the optimizer holds its state (from its first step on) the step
+    never waits; before that, and with any other optimizer, ``step`` reads
+    the flag, one host synchronization. Reading the scale or the counters
     (``get_scale``, ``state_dict``, ``skipped_steps``) waits for the device,
     as GradScaler's ``get_scale`` does.
 

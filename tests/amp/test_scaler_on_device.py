@@ -210,9 +210,9 @@ def test_a_fused_step_never_synchronizes():
     optimizer = torch.optim.AdamW(model.parameters(), fused=True)
     model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=torch.float16)
     x = torch.randn(32, 64, device="cuda", dtype=torch.float16)
-    for _ in range(2):  # the first step places the scaler's state and asks the device's facts
+    for step in range(2):  # the first places the scaler's state, asks the device's facts, makes AdamW's state
         scaler.scale(model(x).float().square().mean()).backward()
-        torch.cuda.set_sync_debug_mode("error" if _ else "default")
+        torch.cuda.set_sync_debug_mode("error" if step else "default")
         try:
             scaler.step(optimizer)
             scaler.update()
