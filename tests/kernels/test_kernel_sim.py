@@ -54,8 +54,12 @@ SIM_DIR = os.path.join(ROOT, "tests", "kernels", "kernel_sim")
 KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
 # -g1: line tables for the sanitizers' reports, a third faster to build than -g.
 # -Wno-psabi: the note that GCC 4.6 changed how 64-byte aligned arguments (CUtensorMap) pass.
-CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread",
-            "-Wno-psabi"]
+BASE_CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-pthread", "-Wno-psabi"]
+CXXFLAGS = BASE_CXXFLAGS + ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+# A planted bug's unit: the simulation's checks, its reference and
+# AddressSanitizer catch what is planted, so it builds without UBSan, a
+# third faster (the units it links with keep it).
+PLANTED_CXXFLAGS = BASE_CXXFLAGS + ["-fsanitize=address"]
 # CI has two cores, on which the whole module takes about 7 minutes, more
 # than half of it building (bench/NOTES.md, "The Hopper epilogue's code").
 WORKERS = 2
@@ -263,17 +267,36 @@ CONV_UNIT = "sm90/conv_launch.cu"
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
 
 
-def compile_object(source, arch, kernel_dir, out, defines=()):
+def source_flags(arch, kernel_dir, defines=()):
+    """g++'s defines and include paths for a unit at sim arch `arch`."""
     # Sim arch 900 is sm_90a, whose code alone has the Hopper GEMM.
     hopper = ["-D__CUDA_ARCH_FEAT_SM90_ALL"] if arch >= 900 else []
-    cmd = ["g++", *CXXFLAGS, f"-D__CUDA_ARCH__={arch}", *hopper, *defines,
-           # The stand-ins must shadow the real CUDA headers, and the
-           # simulation's instruction layer (kernel_sim/arch) the kernels' own.
-           "-I", os.path.join(SIM_DIR, "mock"), "-I", SIM_DIR, "-I", kernel_dir, "-I", os.path.dirname(SIM_DIR),
-           "-x", "c++", "-c", source, "-o", out]
+    # The stand-ins must shadow the real CUDA headers, and the simulation's
+    # instruction layer (kernel_sim/arch) the kernels' own.
+    return [f"-D__CUDA_ARCH__={arch}", *hopper, *defines, "-I", os.path.join(SIM_DIR, "mock"), "-I", SIM_DIR, "-I",
+            kernel_dir, "-I", os.path.dirname(SIM_DIR)]
+
+
+def compile_object(source, arch, kernel_dir, out, defines=(), flags=CXXFLAGS):
+    cmd = ["g++", *flags, *source_flags(arch, kernel_dir, defines), "-x", "c++", "-c", source, "-o", out]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"g++ failed on {source} for arch {arch}:\n{proc.stderr[-8000:]}"
     return out
+
+
+def same_code_at_800_and_900(source):
+    """Whether `source` preprocesses to the same text at sim arch 800 and 900,
+    but for at-least checks of the arch (`__CUDA_ARCH__ >= X`): no WMMA tile
+    or input type needs more than sm_80, so none of them reads otherwise
+    there (and a tile that did would run its empty kernel at 900 and fail
+    its cases)."""
+    texts = []
+    for arch in (800, 900):
+        cmd = ["g++", "-std=c++20", *source_flags(arch, KERNEL_DIR), "-E", "-P", "-x", "c++", source]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"g++ -E failed on {source} for arch {arch}:\n{proc.stderr[-8000:]}"
+        texts.append(re.sub(rf"\b{arch} >= ", "ARCH >= ", proc.stdout))
+    return texts[0] == texts[1]
 
 
 def link(objects, out):
@@ -352,32 +375,38 @@ def results(tmp_path_factory):
     combined.write_text("".join(f'#include "{name}"\n' for name in instantiations))
     sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels if name not in instantiations] + [
         str(combined)]
-    # The mutant: the convolutions' unit with the planted pipeline, and one
-    # planted WMMA GEMM tile (kernel_sim/wmma_planted.cpp) linked ahead of
-    # the real tiles; the rest are the real units.
-    mutated = ["conv/launch.cu"]
+    # The mutant: one WMMA tile's GEMM and convolution kernels with the
+    # planted pipeline (kernel_sim/wmma_planted.cpp), linked ahead of the
+    # real units.
     mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION, ["wmma/block.cuh"])
-    # The Hopper driver runs GEMMs and convolutions: their launchers and every kernel they may pick.
+    # The Hopper driver runs GEMMs and convolutions: their launchers and
+    # every kernel they may pick. It compiles at sim arch 900 the units whose
+    # code differs there (sm90/, whose kernels sim arch 800 compiles to their
+    # headers alone) and links sim arch 800's objects of the others (the WMMA
+    # tiles, the WMMA convolutions, the plans), whose code is the same.
+    hopper_units = [name for name in kernels if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_"))]
+    shared_units = [name for name in hopper_units if not name.startswith("sm90/")]
     hopper_sources = [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
                                                                "conv_gemm_cases.cpp", "gemm_cases.cpp")] + [
-        os.path.join(KERNEL_DIR, name) for name in kernels
-        if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_"))]
+        os.path.join(KERNEL_DIR, name) for name in hopper_units if name not in shared_units]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-        def compile_all(srcs, arch, kernel_dir, prefix, defines=()):
-            return [pool.submit(compile_object, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines)
-                    for i, src in enumerate(srcs)]
+        for name, same in zip(shared_units, pool.map(same_code_at_800_and_900,
+                                                     [os.path.join(KERNEL_DIR, name) for name in shared_units])):
+            assert same, f"{name} compiles differently at sim arch 900: build it there for the Hopper driver"
+
+        def compile_all(srcs, arch, kernel_dir, prefix, defines=(), flags=CXXFLAGS):
+            return [pool.submit(compile_object, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines,
+                                flags) for i, src in enumerate(srcs)]
 
         objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
         hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
-        mutant_objects = [pool.submit(compile_object, source, 800, mutant_dir,
-                                      str(out / f"mutant.{os.path.basename(source)}.o"))
-                          for source in [os.path.join(SIM_DIR, "wmma_planted.cpp")] +
-                          [os.path.join(mutant_dir, name) for name in mutated]]
+        mutant_object = compile_all([os.path.join(SIM_DIR, "wmma_planted.cpp")], 800, mutant_dir, "mutant.",
+                                    flags=PLANTED_CXXFLAGS)[0]
         planted = {}
         for i, (name, (mutation, _, _, tile)) in enumerate(HOPPER_MUTATIONS.items()):
             mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, HOPPER_MUTATED_FILES)
             planted[name] = compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, mutant_kernels,
-                                        f"hopper_mutant{i}.", [f"-DPLANTED_TILE={tile}"])[0]
+                                        f"hopper_mutant{i}.", [f"-DPLANTED_TILE={tile}"], PLANTED_CXXFLAGS)[0]
         conv_planted = {}
         for i, (name, (file, mutation, _, _, planted_pass)) in enumerate(CONV_MUTATIONS.items()):
             mutant_kernels = mutated_kernels(str(out / f"conv_mutant{i}"), mutation, [file])
@@ -385,34 +414,40 @@ def results(tmp_path_factory):
                     else os.path.join(mutant_kernels, CONV_UNIT))
             defines = (["-DPLANTED_STAGED_ROWS"] if planted_pass == STAGED_ROWS
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
-            conv_planted[name] = compile_all([unit], 900, mutant_kernels, f"conv_mutant{i}.", defines)[0]
+            conv_planted[name] = compile_all([unit], 900, mutant_kernels, f"conv_mutant{i}.", defines,
+                                             PLANTED_CXXFLAGS)[0]
         batch_norm_planted = {}
         for i, (name, mutation) in enumerate(BATCH_NORM_MUTATIONS.items()):
             mutant_kernels = mutated_kernels(str(out / f"batch_norm_mutant{i}"), mutation, BATCH_NORM_FILES)
             batch_norm_planted[name] = compile_all([os.path.join(mutant_kernels, BATCH_NORM_UNIT)], 800,
-                                                   mutant_kernels, f"batch_norm_mutant{i}.")[0]
-        kept = [o for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) not in mutated]
+                                                   mutant_kernels, f"batch_norm_mutant{i}.",
+                                                   flags=PLANTED_CXXFLAGS)[0]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
-        mutant = link([o.result() for o in mutant_objects + kept], str(out / "sim_mutant"))
+        # The planted kernels first: the linker keeps the first definition it meets.
+        mutant = link([mutant_object.result()] + [o.result() for o in objects[800]], str(out / "sim_mutant"))
         without_batch_norm = [o.result() for src, o in zip(sources, objects[800])
                               if os.path.relpath(src, KERNEL_DIR) != BATCH_NORM_UNIT]
         batch_norm_binaries = {name: link([o.result()] + without_batch_norm, str(out / f"sim_batch_norm_mutant{i}"))
                                for i, (name, o) in enumerate(batch_norm_planted.items())}
-        hopper = [o.result() for o in hopper_objects]
+        hopper = [o.result() for o in hopper_objects] + [
+            o.result() for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) in shared_units]
         hopper_binary = link(hopper, str(out / "sim_hopper"))
-        # The planted kernel first: the linker keeps the first definition it meets.
         hopper_mutant_binaries = {name: link([o.result()] + hopper, str(out / f"sim_hopper_mutant{i}"))
                                   for i, (name, o) in enumerate(planted.items())}
         # A planted kernel comes first (its copies of shared code are the ones
         # kept); a planted unit replaces the real one.
-        without_conv = [o for src, o in zip(hopper_sources, hopper)
-                        if os.path.relpath(src, KERNEL_DIR) != CONV_UNIT]
+        conv_unit = hopper_objects[hopper_sources.index(os.path.join(KERNEL_DIR, CONV_UNIT))].result()
+        without_conv = [o for o in hopper if o != conv_unit]
         conv_mutant_binaries = {
             name: link([o.result()] + (hopper if CONV_MUTATIONS[name][4] else without_conv),
                        str(out / f"sim_conv_mutant{i}"))
             for i, (name, o) in enumerate(conv_planted.items())}
 
+        # The longest runs first (the Hopper ones, 30-45 s each here), so that no long one is left to run alone.
         jobs = {}
+        for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
+            jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper_binary, seed, copies_late,
+                                                                    wgmma_late)
         for arch, late in RUNS:
             for seed in (FIXED_SEEDS[(arch, late)], SEED):
                 jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
@@ -420,9 +455,6 @@ def results(tmp_path_factory):
         jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True, 0)
         for name, binary in batch_norm_binaries.items():
             jobs[("batch norm mutant", name)] = pool.submit(run_driver, binary, 0, 0, 0, 1, False, 24)
-        for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
-            jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper_binary, seed, copies_late,
-                                                                    wgmma_late)
         for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
                                                         wgmma_late, conv_cases=0, pinned=True, planted=True)

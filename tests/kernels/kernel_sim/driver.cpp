@@ -220,6 +220,9 @@ static bool ceiling_case(int index) {
   return bad;
 }
 
+// The device this driver simulates (mock/cuda_runtime.h).
+const int sim::device_arch = __CUDA_ARCH__;
+
 bool conv_case(int index);  // conv_cases.cpp
 bool batch_norm_case(int index);  // batch_norm_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K

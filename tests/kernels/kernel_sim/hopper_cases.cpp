@@ -418,6 +418,9 @@ static bool check_fresh_threads() {
   return bad || gemm.on_wgmma != 1 || conv.on_wgmma == 0;
 }
 
+// The device this driver simulates (mock/cuda_runtime.h).
+const int sim::device_arch = __CUDA_ARCH__;
+
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),
             "usage: %s <gemm cases> <conv cases> <seed> <late copies: 0|1> <late wgmma: 0|1> [pinned]", argv[0]);

@@ -110,6 +110,12 @@ inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
 namespace sim {
+// The simulated device's arch, as __CUDA_ARCH__ writes it: defined once per
+// driver, by the unit that holds its main(), so that what a kernel unit asks
+// of the device is the driver's arch even where the unit was compiled at
+// another whose code is the same (the Hopper driver links sim arch 800's
+// objects of the units whose code does not differ at 900: test_kernel_sim.py).
+extern const int device_arch;
 // The simulated device, as cudaGetDevice names it, and its multiprocessors.
 // A real device's count never changes, and launchers keep what they asked of
 // a device (common/launch_utils.h's PerDeviceFact), so each count is a device of its
@@ -138,7 +144,7 @@ inline constexpr int kMaxCluster = 2;
 inline unsigned char* cluster_shared[kMaxCluster] = {};
 inline thread_local unsigned cluster_rank = 0, cluster_size = 1;
 inline size_t shared_limit =  // opt-in maximum per block
-    __CUDA_ARCH__ >= 900 ? 227 * 1024 : __CUDA_ARCH__ >= 800 ? 163 * 1024 : 64 * 1024;
+    device_arch >= 900 ? 227 * 1024 : device_arch >= 800 ? 163 * 1024 : 64 * 1024;
 inline std::map<const void*, size_t> opted_in_smem;
 inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
 // Run once after each block (each cluster), all its threads done: checks and
@@ -248,9 +254,9 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) 
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = sim::multiprocessors; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(sim::shared_limit); break;
-    // The simulated device is of the arch the kernels were built for.
-    case cudaDevAttrComputeCapabilityMajor: *value = __CUDA_ARCH__ / 100; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = __CUDA_ARCH__ / 10 % 10; break;
+    // The simulated device is of the arch the driver was built for.
+    case cudaDevAttrComputeCapabilityMajor: *value = sim::device_arch / 100; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = sim::device_arch / 10 % 10; break;
     default: SIM_CHECK(false, "attribute %d", int(attr));
   }
   return cudaSuccess;
@@ -282,7 +288,7 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_
 // Every kernel was built for the simulated arch.
 template <class... P>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, void (*)(P...)) {
-  attributes->binaryVersion = attributes->ptxVersion = __CUDA_ARCH__ / 10;
+  attributes->binaryVersion = attributes->ptxVersion = sim::device_arch / 10;
   return cudaSuccess;
 }
 
