@@ -82,15 +82,21 @@ RUNS = [(750, False), (800, False), (800, True)]
 FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
 # A pipeline that waits for one cp.async group too few: must fail.
 MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
-# Planted bugs in the batch-norm sums (norm/batch_norm_kernels.cuh), each of
-# which must fail the batch-norm cases: the last row block's partial sums
-# dropped, and each row block summing its predecessor's last row again.
+# Planted bugs: each a text of csrc/kernels and what replaces it, in which
+# PLANTED is true in a run that plants that bug (SIM_PLANTED_BUG, read by
+# sim::planted in mock/cuda_runtime.h) and false otherwise, so that the bugs
+# planted in one kernel share its build and each run plants one. A bug the
+# run cannot choose (a type: no PLANTED in its text) has a build of its own.
+#
+# In the batch-norm sums (norm/batch_norm_kernels.cuh), each of which must
+# fail the batch-norm cases: the last row block's partial sums dropped, and
+# each row block summing its predecessor's last row again.
 BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
-                                           "for (int64_t b = threadIdx.x; b + 1 < a.blocks; b += kThreads)"),
+                                           "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
     "a row summed twice": ("const int64_t begin = blockIdx.y * a.block_rows;",
-                           "const int64_t begin = blockIdx.y * a.block_rows - (blockIdx.y > 0);"),
+                           "const int64_t begin = blockIdx.y * a.block_rows - (PLANTED && blockIdx.y > 0);"),
 }
 BATCH_NORM_UNIT = "norm/batch_norm.cu"
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
@@ -121,76 +127,87 @@ HOPPER_MIN_COPIED_OUT_CASES = 2
 # soonest, what the simulation must say (texts separated by | where either
 # will do; the wrong consumer parity: "...that a box copy has yet to write"
 # or "...that no box copy has written", whichever the race gives), and the
-# Hopper tile whose kernel carries it: a planted build compiles that one
-# kernel from the planted copy (kernel_sim/hopper_planted.cpp, fp16 on
-# K-major operands) ahead of the unplanted ones, and runs every case on its
-# layouts and input type (`hopper_cases ... pinned`). A bug in code the
+# Hopper tile whose kernel carries it: the tile's bugs share a planted
+# build, which compiles that one kernel from the planted copy
+# (kernel_sim/hopper_planted.cpp, fp16 on K-major operands) ahead of the
+# unplanted ones, and runs every case on its layouts and input type
+# (`hopper_cases ... pinned`). A bug in code the
 # kernels share (the epilogue) reaches the planted kernel alike.
 HOPPER_MUTATED_FILES = ["sm90/block.cuh", "sm90/gemm_kernel.cuh", "sm90/producer.cuh", "sm90/mainloop.cuh", "sm90/epilogue.cuh",
                         "sm90/launch_kernel.cuh", "sm90/pipeline.cuh"]
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
         ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
-         "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ 1)"),
+         "mbarrier_wait(&shared.full[pipe.stage], pipe.phase ^ PLANTED)"),
         (True, True), "a wgmma is issued on shared memory", "WgmmaTile"),
     "producer waits on the wrong parity": (
         ("mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1)",
-         "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase)"),
+         "mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1 ^ PLANTED)"),
         (False, False), "deadlock", "WgmmaTile"),
     "stage handed back before its wgmmas retire": (
-        ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory", "WgmmaTile"),
+        ("wgmma_wait<1>()", "(PLANTED ? wgmma_wait<2>() : wgmma_wait<1>())"), (False, True),
+        "a box copy lands on shared memory", "WgmmaTile"),
     "accumulators reused without wgmma.fence": (
-        ("    wgmma_fence();\n", ""), (False, False), "without wgmma.fence", "WgmmaTile"),
+        ("    wgmma_fence();\n", "    if (!PLANTED) wgmma_fence();\n"), (False, False), "without wgmma.fence",
+        "WgmmaTile"),
     # A pair's consumers hand each stage back to their own producer alone, so
     # the other block's producer multicasts over a stage they still read.
     "stage of a pair handed back to one producer": (
         ("mbarrier_arrive_cluster(&shared.empty[stage], thread)",
-         "mbarrier_arrive_cluster(&shared.empty[stage], cluster_rank())"),
+         "mbarrier_arrive_cluster(&shared.empty[stage], PLANTED ? cluster_rank() : thread)"),
         (False, True), "a box copy lands on shared memory", "WgmmaPairTile"),
     # A pair's producer leaves without waiting for the other block's last hand-backs.
     "block of a pair exits before the other's arrivals": (
-        ("  if constexpr (Tile::kClusterM > 1) {\n    for (int s = 0;", "  if constexpr (false) {\n    for (int s = 0;"),
+        ("  if constexpr (Tile::kClusterM > 1) {\n    for (int s = 0;",
+         "  if constexpr (Tile::kClusterM > 1) {\n    if (!PLANTED) for (int s = 0;"),
         (False, False), "after it exited", "WgmmaPairTile"),
     # The epilogue's output strips: a buffer written again while the store
     # before last may still read it (stores then read late, so the wrong
     # strip reaches D), or before the warpgroup has met after the wait; a
     # strip stored before all its threads have written it, or unfenced.
     "output strip rewritten before its store has read it": (
-        ("bulk_wait_group_read<Config::kOutputBuffers - 1>()", "bulk_wait_group_read<Config::kOutputBuffers>()"),
+        ("bulk_wait_group_read<Config::kOutputBuffers - 1>()",
+         "(PLANTED ? bulk_wait_group_read<Config::kOutputBuffers>() : bulk_wait_group_read<Config::kOutputBuffers - 1>())"),
         (True, False), "FAILED", "WgmmaTile"),
     # (Wrong values, or an unfenced read where the others have written but not fenced: whichever the race gives.)
     "output strip stored before the warpgroup has written it": (
         ("    fence_proxy_async_shared();\n    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
-         "    fence_proxy_async_shared();\n"),
+         "    fence_proxy_async_shared();\n    if (!PLANTED) named_barrier_sync(barrier, Config::kWarpgroupThreads);\n"),
         (False, False), "FAILED|without fence.proxy.async", "WgmmaTile"),
     "output strip rewritten before the store before last has been waited for": (
         ("    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"
          "    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
-         "    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"),
+         "    if (thread == 0) bulk_wait_group_read<Config::kOutputBuffers - 1>();\n"
+         "    if (!PLANTED) named_barrier_sync(barrier, Config::kWarpgroupThreads);\n"),
         (True, False), "FAILED", "WgmmaTile"),
     "output strip stored without fence.proxy.async": (
-        ("    fence_proxy_async_shared();\n    named_barrier_sync(", "    named_barrier_sync("),
+        ("    fence_proxy_async_shared();\n", "    if (!PLANTED) fence_proxy_async_shared();\n"),
         (False, False), "without fence.proxy.async", "WgmmaTile"),
     "stores still in flight at exit": (
-        ("  if (thread == 0) bulk_wait_group<0>();\n", ""), (True, False), "box stores never waited for", "WgmmaTile"),
+        ("  if (thread == 0) bulk_wait_group<0>();\n", "  if (thread == 0 && !PLANTED) bulk_wait_group<0>();\n"),
+        (True, False), "box stores never waited for", "WgmmaTile"),
     # Ping-pong: a consumer that does not skip the other's slices in the ring
     # after its tile; mainloops that do not wait for their turn (a consumer
     # then waits on a stage two rounds ahead, whose parity reads as done); a
     # turn handed on where no tile follows (an arrival outlives the block).
     "ping-pong consumer keeps its place in the ring": (
-        ("    if constexpr (Tile::kPingPong) pipe.advance(k_slices);\n", ""),
+        ("    if constexpr (Tile::kPingPong) pipe.advance(k_slices);\n",
+         "    if constexpr (Tile::kPingPong) {\n      if (!PLANTED) pipe.advance(k_slices);\n    }\n"),
         (True, True), "a wgmma is issued on shared memory|deadlock", "WgmmaPingPongTile"),
     "ping-pong mainloops that do not take turns": (
-        ("if (t != first_tile) named_barrier_sync(kTurnBarrier",
-         "if (t != first_tile) named_barrier_arrive(kTurnBarrier"),
+        ("if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);",
+         "if (t != first_tile) {\n        if (PLANTED) named_barrier_arrive(kTurnBarrier + consumer, kTurnThreads);\n"
+         "        else named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);\n      }"),
         (False, False), "a box copy lands on shared memory|a wgmma is issued on shared memory", "WgmmaPingPongTile"),
     "ping-pong turn handed on after the block's last tile": (
-        ("if (t + tile_step < tiles) named_barrier_arrive(", "named_barrier_arrive("),
+        ("if (t + tile_step < tiles) named_barrier_arrive(", "if (PLANTED || t + tile_step < tiles) named_barrier_arrive("),
         (False, False), "which never opened", "WgmmaPingPongTile"),
     # The launcher of the pair kernels (sm90/launch_kernel.cuh) asking the
     # driver how many clusters fit on every launch, not once per device.
     "cluster occupancy asked on every launch": (
-        ("  static PerDeviceFact resident_clusters;", "  PerDeviceFact resident_clusters;"),
+        ("  static PerDeviceFact resident_clusters;",
+         "  static PerDeviceFact asked_once;\n  PerDeviceFact asked_on_this_launch;\n"
+         "  PerDeviceFact& resident_clusters = PLANTED ? asked_on_this_launch : asked_once;"),
         (False, False), "asked 2 times", "WgmmaPairTile"),
     # A narrow tile's ring walked as if it had the deepest ring's stages (8
     # for the 128 x 128 tile's 6): stages past its shared memory.
@@ -201,11 +218,11 @@ HOPPER_MUTATIONS = {
 }
 # Planted bugs in the Hopper convolution: the file and text, the timing,
 # what the simulation must say, and the pass whose kernel carries it
-# (STAGED_ROWS: dgrad's that stages a strided phase's rows). A bug in a
-# kernel (its producer, mainloop or epilogue) is built as the GEMM's are: the
-# one fp16 kernel of that pass from the planted copy
-# (kernel_sim/hopper_conv_planted.cpp), linked ahead of the real ones, and
-# every case runs on fp16 (`pinned`). A bug in host code (pass None) builds
+# (STAGED_ROWS: dgrad's that stages a strided phase's rows). The bugs of a
+# kernel (its producer, mainloop or epilogue) are built as the GEMM's are,
+# one build for a pass's: the one fp16 kernel of that pass from the planted
+# copy (kernel_sim/hopper_conv_planted.cpp), linked ahead of the real ones,
+# and every case runs on fp16 (`pinned`). Bugs in host code (pass None) build
 # the convolution's unit (sm90/conv_launch.cu) from the planted copy in place
 # of the real one. Either runs convolutions alone.
 STAGED_ROWS = "staged rows"
@@ -214,35 +231,39 @@ CONV_MUTATIONS = {
     "im2col box at the wrong filter offset": (
         "sm90/conv_producer.cuh",
         ("uint16_t(s * walk.dilation_w), uint16_t(r * walk.dilation_h)",
-         "uint16_t(r * walk.dilation_w), uint16_t(s * walk.dilation_h)"),
+         "uint16_t((PLANTED ? r : s) * walk.dilation_w), uint16_t((PLANTED ? s : r) * walk.dilation_h)"),
         (False, False), "FAILED", "kFprop"),
     # A bounding box one pixel short at the far corner: the walk wraps to the next row a window early.
     "bounding box with the wrong far corner": (
         "sm90/conv_launch.cu",
-        ("(out - 1) * stride - pad - (extent - 1)}", "(out - 1) * stride - pad - extent}"),
+        ("(out - 1) * stride - pad - (extent - 1)}", "(out - 1) * stride - pad - (PLANTED ? extent : extent - 1)}"),
         (False, False), "FAILED", None),
     "stage handed back before its wgmmas retire": (
-        "sm90/mainloop.cuh", ("wgmma_wait<1>()", "wgmma_wait<2>()"), (False, True), "a box copy lands on shared memory",
-        "kFprop"),
+        "sm90/mainloop.cuh", ("wgmma_wait<1>()", "(PLANTED ? wgmma_wait<2>() : wgmma_wait<1>())"), (False, True),
+        "a box copy lands on shared memory", "kFprop"),
     "dgrad's filters read unflipped": (
         "sm90/conv_producer.cuh",
-        ("walk.filter_tap_last - r * walk.filter_row_step - s * walk.filter_col_step", "r * walk.s + s"),
+        ("walk.filter_tap_last - r * walk.filter_row_step - s * walk.filter_col_step",
+         "(PLANTED ? r * walk.s + s : walk.filter_tap_last - r * walk.filter_row_step - s * walk.filter_col_step)"),
         (False, False), "FAILED", "kDgrad"),
     # A strided dgrad's phases stored as if their pixels were dense rows of dx.
     "dgrad's phases stored to dense rows": (
-        "sm90/conv_launch.cu", ("if (g.rows != c.h || g.cols != c.w)", "if (false)"), (False, False), "FAILED", None),
+        "sm90/conv_launch.cu",
+        ("if (g.rows != c.h || g.cols != c.w)", "if (!PLANTED && (g.rows != c.h || g.cols != c.w))"), (False, False),
+        "FAILED", None),
     # A phase's pixel rows a row of the phase apart instead of stride_h rows of dx.
     "dgrad's phase rows without the stride between them": (
-        "sm90/epilogue.cuh", ("a * g.row_pitch", "a * g.cols * g.col_pitch"), (False, False),
+        "sm90/epilogue.cuh", ("a * g.row_pitch", "a * (PLANTED ? g.cols * g.col_pitch : g.row_pitch)"), (False, False),
         "FAILED|AddressSanitizer", "kDgrad"),
     "wgrad's boxes at the transposed tap": (
         "sm90/conv_producer.cuh",
         ("w_offset[box] = s * walk.dilation_w, h_offset[box] = r * walk.dilation_h;",
-         "w_offset[box] = r * walk.dilation_w, h_offset[box] = s * walk.dilation_h;"),
+         "w_offset[box] = (PLANTED ? r : s) * walk.dilation_w, h_offset[box] = (PLANTED ? s : r) * walk.dilation_h;"),
         (False, False), "FAILED", "kWgrad"),
     "wgrad's splits all summing the first pixels": (
         "sm90/conv_producer.cuh",
-        ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;", "const int first_pixel = 0;"),
+        ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;",
+         "const int first_pixel = PLANTED ? 0 : int(tile.batch) * walk.k_slices * Config::kBlockK;"),
         (False, False), "FAILED", "kWgrad"),
     # A strided dgrad's staged strip read back before the warpgroup has met
     # after writing it (MPGEMM_STAGED_ROW_STORES=1): the simulation orders
@@ -251,7 +272,8 @@ CONV_MUTATIONS = {
         "sm90/epilogue.cuh",
         ("    write_strip<Out>(acc, buffer, strip, rows, thread);\n"
          "    named_barrier_sync(barrier, Config::kWarpgroupThreads);\n",
-         "    write_strip<Out>(acc, buffer, strip, rows, thread);\n"),
+         "    write_strip<Out>(acc, buffer, strip, rows, thread);\n"
+         "    if (!PLANTED) named_barrier_sync(barrier, Config::kWarpgroupThreads);\n"),
         (False, False), "with no barrier between", STAGED_ROWS),
     # A narrow tile's filters copied in the wide tile's boxes: more bytes
     # than its stage announces, past its B tile.
@@ -322,15 +344,22 @@ def run(args, timeout=300, env=None):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late, batch_norm_cases=BATCH_NORM_CASES):
-    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late), batch_norm_cases])
+def planted_env(number):
+    """The environment of a run that plants bug `number` (None: none), which stops at its first failed case."""
+    return None if number is None else {"SIM_PLANTED_BUG": str(number), "SIM_FIRST_FAILURE": "1"}
+
+
+def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late, batch_norm_cases=BATCH_NORM_CASES,
+               planted=None):
+    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late), batch_norm_cases],
+               env=planted_env(planted))
 
 
 def run_hopper(binary, seed, copies_late, wgmma_late, cases=HOPPER_CASES, conv_cases=HOPPER_CONV_CASES,
-               pinned=False, planted=False):
-    """A Hopper driver's run; a planted bug's (`planted`) stops at its first failed case."""
+               pinned=False, planted=None):
+    """A Hopper driver's run; one that plants bug number `planted` stops at its first failed case."""
     return run([binary, cases, conv_cases, seed, int(copies_late), int(wgmma_late)] + (["pinned"] if pinned else []),
-               env={"SIM_FIRST_FAILURE": "1"} if planted else None)
+               env=planted_env(planted))
 
 
 def kernel_files(kernel_dir, pattern):
@@ -338,20 +367,47 @@ def kernel_files(kernel_dir, pattern):
     return sorted(os.path.relpath(p, kernel_dir) for p in glob.glob(os.path.join(kernel_dir, pattern), recursive=True))
 
 
-def mutated_kernels(dest, mutation, files=None):
-    """A copy of csrc/kernels in `dest` with mutation[0] replaced by mutation[1] (in `files`, or anywhere)."""
+def mutated_kernels(dest, mutations):
+    """A copy of csrc/kernels in `dest` with each of `mutations`, (files,
+    (text, replacement)), made: every occurrence of the text in those files
+    replaced. Longer texts first, so that a text that holds another is
+    replaced before it (its replacement keeping the other)."""
     shutil.copytree(KERNEL_DIR, dest)
-    found = False
-    for name in files or kernel_files(dest, "**/*.*"):
-        path = os.path.join(dest, name)
-        with open(path) as f:
-            text = f.read()
-        if mutation[0] in text:
-            found = True
-            with open(path, "w") as f:
-                f.write(text.replace(mutation[0], mutation[1]))
-    assert found, f"{mutation[0]!r} is gone from csrc/kernels: update the mutation"
+    for files, (old, new) in sorted(mutations, key=lambda mutation: -len(mutation[1][0])):
+        found = False
+        for name in files:
+            path = os.path.join(dest, name)
+            with open(path) as f:
+                text = f.read()
+            if old in text:
+                found = True
+                with open(path, "w") as f:
+                    f.write(text.replace(old, new))
+        assert found, f"{old!r} is gone from csrc/kernels: update the mutation"
     return dest
+
+
+def planted_builds(bugs):
+    """The builds that plant `bugs`, {name: (mutation, the kernel it is
+    planted in)}: [(kernel, [(number, name)])], each bug numbered by its
+    place in `bugs`. The bugs of one kernel share a build, but a bug that a
+    run cannot choose (no PLANTED in its replacement) has one of its own."""
+    builds, shared = [], {}
+    for number, (name, (mutation, kernel)) in enumerate(bugs.items()):
+        if "PLANTED" not in mutation[1]:
+            builds.append((kernel, [(number, name)]))
+        elif kernel in shared:
+            shared[kernel].append((number, name))
+        else:
+            shared[kernel] = [(number, name)]
+            builds.append((kernel, shared[kernel]))
+    return builds
+
+
+def planted(mutation, number):
+    """`mutation` as bug `number` plants it: PLANTED true where the run's SIM_PLANTED_BUG is `number`."""
+    old, new = mutation
+    return old, new.replace("PLANTED", f"::sim::planted({number})")
 
 
 @pytest.fixture(scope="module")
@@ -378,7 +434,7 @@ def results(tmp_path_factory):
     # The mutant: one WMMA tile's GEMM and convolution kernels with the
     # planted pipeline (kernel_sim/wmma_planted.cpp), linked ahead of the
     # real units.
-    mutant_dir = mutated_kernels(str(out / "mutant"), MUTATION, ["wmma/block.cuh"])
+    mutant_dir = mutated_kernels(str(out / "mutant"), [(["wmma/block.cuh"], MUTATION)])
     # The Hopper driver runs GEMMs and convolutions: their launchers and
     # every kernel they may pick. It compiles at sim arch 900 the units whose
     # code differs there (sm90/, whose kernels sim arch 800 compiles to their
@@ -402,46 +458,54 @@ def results(tmp_path_factory):
         hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
         mutant_object = compile_all([os.path.join(SIM_DIR, "wmma_planted.cpp")], 800, mutant_dir, "mutant.",
                                     flags=PLANTED_CXXFLAGS)[0]
-        planted = {}
-        for i, (name, (mutation, _, _, tile)) in enumerate(HOPPER_MUTATIONS.items()):
-            mutant_kernels = mutated_kernels(str(out / f"hopper_mutant{i}"), mutation, HOPPER_MUTATED_FILES)
-            planted[name] = compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, mutant_kernels,
-                                        f"hopper_mutant{i}.", [f"-DPLANTED_TILE={tile}"], PLANTED_CXXFLAGS)[0]
-        conv_planted = {}
-        for i, (name, (file, mutation, _, _, planted_pass)) in enumerate(CONV_MUTATIONS.items()):
-            mutant_kernels = mutated_kernels(str(out / f"conv_mutant{i}"), mutation, [file])
+        # Each planted build: [(bug number, name)] and its object.
+        hopper_planted = []
+        for i, (tile, bugs) in enumerate(planted_builds(
+                {name: (mutation, tile) for name, (mutation, _, _, tile) in HOPPER_MUTATIONS.items()})):
+            planted_dir = mutated_kernels(str(out / f"hopper_planted{i}"), [
+                (HOPPER_MUTATED_FILES, planted(HOPPER_MUTATIONS[name][0], number)) for number, name in bugs])
+            hopper_planted.append((bugs, compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, planted_dir,
+                                                     f"hopper_planted{i}.", [f"-DPLANTED_TILE={tile}"],
+                                                     PLANTED_CXXFLAGS)[0]))
+        conv_planted = []
+        for i, (planted_pass, bugs) in enumerate(planted_builds(
+                {name: (mutation, planted_pass) for name, (_, mutation, _, _, planted_pass) in CONV_MUTATIONS.items()})):
+            planted_dir = mutated_kernels(str(out / f"conv_planted{i}"), [
+                ([CONV_MUTATIONS[name][0]], planted(CONV_MUTATIONS[name][1], number)) for number, name in bugs])
             unit = (os.path.join(SIM_DIR, "hopper_conv_planted.cpp") if planted_pass
-                    else os.path.join(mutant_kernels, CONV_UNIT))
+                    else os.path.join(planted_dir, CONV_UNIT))
             defines = (["-DPLANTED_STAGED_ROWS"] if planted_pass == STAGED_ROWS
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
-            conv_planted[name] = compile_all([unit], 900, mutant_kernels, f"conv_mutant{i}.", defines,
-                                             PLANTED_CXXFLAGS)[0]
-        batch_norm_planted = {}
-        for i, (name, mutation) in enumerate(BATCH_NORM_MUTATIONS.items()):
-            mutant_kernels = mutated_kernels(str(out / f"batch_norm_mutant{i}"), mutation, BATCH_NORM_FILES)
-            batch_norm_planted[name] = compile_all([os.path.join(mutant_kernels, BATCH_NORM_UNIT)], 800,
-                                                   mutant_kernels, f"batch_norm_mutant{i}.",
-                                                   flags=PLANTED_CXXFLAGS)[0]
+            conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
+                                                   PLANTED_CXXFLAGS)[0]))
+        batch_norm_bugs = list(enumerate(BATCH_NORM_MUTATIONS))
+        planted_dir = mutated_kernels(str(out / "batch_norm_planted"), [
+            (BATCH_NORM_FILES, planted(BATCH_NORM_MUTATIONS[name], number)) for number, name in batch_norm_bugs])
+        batch_norm_planted = compile_all([os.path.join(planted_dir, BATCH_NORM_UNIT)], 800, planted_dir,
+                                         "batch_norm_planted.", flags=PLANTED_CXXFLAGS)[0]
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         # The planted kernels first: the linker keeps the first definition it meets.
         mutant = link([mutant_object.result()] + [o.result() for o in objects[800]], str(out / "sim_mutant"))
         without_batch_norm = [o.result() for src, o in zip(sources, objects[800])
                               if os.path.relpath(src, KERNEL_DIR) != BATCH_NORM_UNIT]
-        batch_norm_binaries = {name: link([o.result()] + without_batch_norm, str(out / f"sim_batch_norm_mutant{i}"))
-                               for i, (name, o) in enumerate(batch_norm_planted.items())}
+        batch_norm_binary = link([batch_norm_planted.result()] + without_batch_norm, str(out / "sim_batch_norm_planted"))
         hopper = [o.result() for o in hopper_objects] + [
             o.result() for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) in shared_units]
         hopper_binary = link(hopper, str(out / "sim_hopper"))
-        hopper_mutant_binaries = {name: link([o.result()] + hopper, str(out / f"sim_hopper_mutant{i}"))
-                                  for i, (name, o) in enumerate(planted.items())}
+        # Each bug's (binary, number).
+        hopper_planted_binaries = {}
+        for i, (bugs, o) in enumerate(hopper_planted):
+            binary = link([o.result()] + hopper, str(out / f"sim_hopper_planted{i}"))
+            hopper_planted_binaries.update({name: (binary, number) for number, name in bugs})
         # A planted kernel comes first (its copies of shared code are the ones
         # kept); a planted unit replaces the real one.
         conv_unit = hopper_objects[hopper_sources.index(os.path.join(KERNEL_DIR, CONV_UNIT))].result()
         without_conv = [o for o in hopper if o != conv_unit]
-        conv_mutant_binaries = {
-            name: link([o.result()] + (hopper if CONV_MUTATIONS[name][4] else without_conv),
-                       str(out / f"sim_conv_mutant{i}"))
-            for i, (name, o) in enumerate(conv_planted.items())}
+        conv_planted_binaries = {}
+        for i, (bugs, o) in enumerate(conv_planted):
+            planted_pass = CONV_MUTATIONS[bugs[0][1]][4]
+            binary = link([o.result()] + (hopper if planted_pass else without_conv), str(out / f"sim_conv_planted{i}"))
+            conv_planted_binaries.update({name: (binary, number) for number, name in bugs})
 
         # The longest runs first (the Hopper ones, 30-45 s each here), so that no long one is left to run alone.
         jobs = {}
@@ -453,15 +517,17 @@ def results(tmp_path_factory):
                 jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
                                                        CONV_CASES, seed, late)
         jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True, 0)
-        for name, binary in batch_norm_binaries.items():
-            jobs[("batch norm mutant", name)] = pool.submit(run_driver, binary, 0, 0, 0, 1, False, 24)
+        for number, name in batch_norm_bugs:
+            jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False, 24,
+                                                            planted=number)
         for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
-            jobs[("hopper mutant", name)] = pool.submit(run_hopper, hopper_mutant_binaries[name], 1, copies_late,
-                                                        wgmma_late, conv_cases=0, pinned=True, planted=True)
+            binary, number = hopper_planted_binaries[name]
+            jobs[("hopper mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late, conv_cases=0,
+                                                        pinned=True, planted=number)
         for name, (_, _, (copies_late, wgmma_late), _, planted_pass) in CONV_MUTATIONS.items():
-            jobs[("conv mutant", name)] = pool.submit(run_hopper, conv_mutant_binaries[name], 1, copies_late,
-                                                      wgmma_late, cases=0, pinned=planted_pass is not None,
-                                                      planted=True)
+            binary, number = conv_planted_binaries[name]
+            jobs[("conv mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late, cases=0,
+                                                      pinned=planted_pass is not None, planted=number)
         return {key: job.result() for key, job in jobs.items()}
 
 

@@ -116,6 +116,15 @@ namespace sim {
 // another whose code is the same (the Hopper driver links sim arch 800's
 // objects of the units whose code does not differ at 900: test_kernel_sim.py).
 extern const int device_arch;
+// A planted build (test_kernel_sim.py) carries several bugs, each behind its
+// number; a run plants the one SIM_PLANTED_BUG names.
+inline bool planted(int bug) {
+  static const int chosen = [] {
+    const char* value = std::getenv("SIM_PLANTED_BUG");
+    return value ? std::atoi(value) : -1;
+  }();
+  return chosen == bug;
+}
 // The simulated device, as cudaGetDevice names it, and its multiprocessors.
 // A real device's count never changes, and launchers keep what they asked of
 // a device (common/launch_utils.h's PerDeviceFact), so each count is a device of its
