@@ -41,8 +41,9 @@ test: setup cuda-toolchain
 	@kernels_log=$$(mktemp); \
 	MPGEMM_CUDA_PYTHON=$(CUDA_VENV)/bin/python nice -n 10 $(PY) -m pytest -o cache_dir=.pytest_cache/kernels \
 		tests/kernels > $$kernels_log 2>&1 & kernels=$$!; \
+	trap 'kill $$kernels 2>/dev/null; rm -f $$kernels_log' EXIT; \
 	$(PY) -m pytest --ignore=tests/kernels; rest=$$?; \
-	wait $$kernels; status=$$?; cat $$kernels_log; rm -f $$kernels_log; \
+	echo "tests/kernels:"; wait $$kernels; status=$$?; cat $$kernels_log; \
 	[ $$rest -eq 0 ] && [ $$status -eq 0 ]
 
 run: setup

@@ -69,7 +69,8 @@ def build_extension(work, python, cuda_home):
     its build info, whether each op has a CUDA kernel, the CPU reference's
     error, the module's path, the build log and the library."""
     src = work / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.so", "__pycache__"))
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.so", "__pycache__",
+                                                                 ".pytest_cache"))
     # The wheels ship only libcudart.so.<major>; the linker looks for libcudart.so.
     libs = work / "lib"
     libs.mkdir()

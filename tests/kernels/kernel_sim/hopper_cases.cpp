@@ -57,9 +57,12 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "common/element_traits.cuh"
+#include "common/tile_configs.h"
 #include "gemm/launch.h"
 #include "kernel_sim/conv_gemm_cases.h"
 #include "kernel_sim/gemm_cases.h"
@@ -420,6 +423,17 @@ static bool check_fresh_threads() {
 
 // The device this driver simulates (mock/cuda_runtime.h).
 const int sim::device_arch = __CUDA_ARCH__;
+
+// This driver links sim arch 800's objects of the units outside sm90/
+// (test_kernel_sim.py), which hold the code a build at 900 would only where
+// none of their tiles and input types needs more than sm_80.
+template <class... Tiles>
+constexpr bool wmma_tiles_need_at_most_sm80(TileList<Tiles...>) {
+  return ((std::is_base_of_v<WgmmaBlockConfig, Tiles> || Tiles::kMinArch <= 80) && ...);
+}
+static_assert(wmma_tiles_need_at_most_sm80(AllTiles{}) && ElementTraits<__half>::kMinArch <= 800 &&
+                  ElementTraits<__nv_bfloat16>::kMinArch <= 800,
+              "a WMMA tile or input type needs more than sm_80: build the units outside sm90/ at 900 too");
 
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),

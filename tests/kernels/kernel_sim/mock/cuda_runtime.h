@@ -121,7 +121,11 @@ extern const int device_arch;
 inline bool planted(int bug) {
   static const int chosen = [] {
     const char* value = std::getenv("SIM_PLANTED_BUG");
-    return value ? std::atoi(value) : -1;
+    if (value == nullptr) return -1;
+    char* end = nullptr;
+    const long number = std::strtol(value, &end, 10);
+    SIM_CHECK(*value != '\0' && *end == '\0' && number >= 0, "SIM_PLANTED_BUG=%s is not a bug's number", value);
+    return int(number);
   }();
   return chosen == bug;
 }
