@@ -350,7 +350,8 @@ def run(args, timeout=300, env=None):
 
 
 def planted_env(number):
-    """The environment of a run that plants bug `number` (None: none), which stops at its first failed case."""
+    """The environment of a run that plants bug `number` (None: none); a Hopper driver's run then stops at its
+    first failed case."""
     return None if number is None else {"SIM_PLANTED_BUG": str(number), "SIM_FIRST_FAILURE": "1"}
 
 
