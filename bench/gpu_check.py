@@ -117,12 +117,16 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a
 # profile of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse)
-# beside torch.amp and mpgemm, its step profiled too; on sm_90 ResNet-50 once
+# beside torch.amp and mpgemm, its step profiled too, and once more with its
+# batch statistics from the convolutions' epilogues (MPGEMM_EPILOGUE_STATS=1); on sm_90 ResNet-50 once
 # more with the Hopper convolution beside torch.amp.
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
-         "--time-limit 100 --json {raw}/train_resnet50.json || rc=1; "
+         "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
          f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
-         "--profile --no-search --time-limit 55 --json {raw}/train_resnet50_fused.json || rc=1; "
+         "--profile --no-search --time-limit 45 --json {raw}/train_resnet50_fused.json || rc=1; "
+         f"MPGEMM_EPILOGUE_STATS=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
+         "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 25 "
+         "--json {raw}/train_resnet50_fused_epilogue_stats.json || rc=1; "
          f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 --profile --no-search --time-limit 60 "
          "--json {raw}/train_gpt2-block.json || rc=1; "
          f'if [ "{{arch}}" = "9.0" ]; then MPGEMM_CONV_PATH=wgmma {PY} -m mpgemm bench train --models resnet50 '
@@ -187,9 +191,9 @@ STEPS = (
          "the host's time per call of the ops and of a small training step beside torch's; the GPT-2 block at "
          "batch 8, where the host's time decides"),
     Step("build", 4, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
-    Step("train", 4, 280, 100, TRAIN,
+    Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
-         "tables of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse); on sm_90 ResNet-50 with the "
+         "tables of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse), with epilogue statistics too; on sm_90 ResNet-50 with the "
          "Hopper convolution"),
 )
 PARTS = (1, 2, 3, 4)

@@ -83,6 +83,20 @@ def _conv_passes(name, x_shape, w_shape, **conv_args):
         _check(f"conv2d {name} {pass_name}", out, ref)
 
 
+def _epilogue_statistics(name, x_shape, w_shape):
+    """conv2d_batch_stats (MPGEMM_EPILOGUE_STATS's op): y and its batch
+    statistics, checked against float64 on the CPU."""
+    x = torch.randn(*x_shape, device="cuda").half().to(memory_format=torch.channels_last)
+    weight = torch.randn(*w_shape, device="cuda").half()
+    y, stats = mpgemm.ops.conv2d_batch_stats(x, weight, None, 1, w_shape[-1] // 2)
+    torch.cuda.synchronize()
+    y64 = F.conv2d(x.double().cpu(), weight.double().cpu(), padding=w_shape[-1] // 2)
+    _check(f"conv2d_batch_stats {name} y", y, y64)
+    got = y.double().cpu()
+    _check(f"conv2d_batch_stats {name} statistics", stats,
+           torch.stack([got.mean((0, 2, 3)), got.var((0, 2, 3), unbiased=False)]))
+
+
 def _batch_norm_passes(name, shape):
     """Batch norm with a residual add and a ReLU in training, forward and
     backward (mpgemm.fuse's passes), each checked against float64 on the CPU."""
@@ -133,8 +147,8 @@ def sanitize():
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps; strided dgrad's rows
     staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
-    ones; the fused batch norm's passes; and loss scaling's unscale and
-    scale update."""
+    ones; the fused batch norm's passes; fprop's batch statistics from the
+    WMMA epilogue; and loss scaling's unscale and scale update."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -154,6 +168,10 @@ def sanitize():
     # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37).
     _batch_norm_passes("64 channels", (8, 64, 28, 28))
     _batch_norm_passes("37 channels", (3, 37, 9, 9))
+    # fprop with its batch statistics from the WMMA epilogue's column moments.
+    os.environ["MPGEMM_CONV_PATH"] = "wmma"
+    _epilogue_statistics("WMMA epilogue", (8, 64, 28, 28), (64, 64, 3, 3))
+    os.environ.pop("MPGEMM_CONV_PATH")
     _loss_scaling()
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then

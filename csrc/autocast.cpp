@@ -40,6 +40,17 @@ at::Tensor conv2d(const at::Tensor& x, const at::Tensor& weight, const std::opti
                  cached_cast(scope.dtype, bias, Device), stride, padding, dilation, groups, out_dtype);
 }
 
+template <c10::DeviceType Device>
+std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats(const at::Tensor& x, const at::Tensor& weight,
+                                                      const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                                      at::IntArrayRef padding, at::IntArrayRef dilation,
+                                                      int64_t groups) {
+  static const auto op = op_handle<ConvBatchStatsSignature>("mpgemm::conv2d_batch_stats");
+  const AutocastScope<Device> scope;
+  return op.call(cached_cast(scope.dtype, x, Device), cached_cast(scope.dtype, weight, Device),
+                 cached_cast(scope.dtype, bias, Device), stride, padding, dilation, groups);
+}
+
 constexpr char kGemm[] = "mpgemm::gemm";
 constexpr char kLinear[] = "mpgemm::linear";
 
@@ -49,12 +60,14 @@ TORCH_LIBRARY_IMPL(mpgemm, AutocastCPU, m) {
   m.impl("gemm", &gemm_like<c10::DeviceType::CPU, kGemm>);
   m.impl("linear", &gemm_like<c10::DeviceType::CPU, kLinear>);
   m.impl("conv2d", &conv2d<c10::DeviceType::CPU>);
+  m.impl("conv2d_batch_stats", &conv2d_batch_stats<c10::DeviceType::CPU>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, AutocastCUDA, m) {
   m.impl("gemm", &gemm_like<c10::DeviceType::CUDA, kGemm>);
   m.impl("linear", &gemm_like<c10::DeviceType::CUDA, kLinear>);
   m.impl("conv2d", &conv2d<c10::DeviceType::CUDA>);
+  m.impl("conv2d_batch_stats", &conv2d_batch_stats<c10::DeviceType::CUDA>);
 }
 
 }  // namespace mpgemm

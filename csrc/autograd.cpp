@@ -50,6 +50,14 @@ at::Tensor call_conv2d(const at::Tensor& x, const at::Tensor& weight, const std:
   return op.call(x, weight, bias, stride, padding, dilation, groups, out_dtype);
 }
 
+std::tuple<at::Tensor, at::Tensor> call_conv2d_batch_stats(const at::Tensor& x, const at::Tensor& weight,
+                                                           const std::optional<at::Tensor>& bias,
+                                                           at::IntArrayRef stride, at::IntArrayRef padding,
+                                                           at::IntArrayRef dilation, int64_t groups) {
+  static const auto op = op_handle<ConvBatchStatsSignature>("mpgemm::conv2d_batch_stats");
+  return op.call(x, weight, bias, stride, padding, dilation, groups);
+}
+
 std::optional<at::Tensor> optional(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
@@ -212,43 +220,77 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
   }
 };
 
+// What conv2d's backward needs of its forward: x, the weight, the geometry
+// and the bias's dtype.
+void save_conv2d(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                 at::IntArrayRef dilation, int64_t groups) {
+  save_epilogue(ctx, std::nullopt, bias);
+  ctx->saved_data["stride"] = stride;
+  ctx->saved_data["padding"] = padding;
+  ctx->saved_data["dilation"] = dilation;
+  ctx->saved_data["groups"] = groups;
+  ctx->save_for_backward({x, weight});
+}
+
+// The gradients of x, the weight and the bias from y's, then `extra` undefined
+// ones for the geometry's arguments.
+variable_list conv2d_gradients(AutogradContext* ctx, const at::Tensor& grad_out, int extra) {
+  return once_differentiable("mpgemm.conv2d", [&]() -> variable_list {
+    static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
+    static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
+    static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1];
+    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector(),
+                               padding = ctx->saved_data["padding"].toIntVector(),
+                               dilation = ctx->saved_data["dilation"].toIntVector();
+    const int64_t groups = ctx->saved_data["groups"].toInt();
+    at::Tensor grad_x, grad_weight, grad_bias;
+    const bool want_x = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+    if (want_x && want_weight)
+      std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
+    else if (want_x)
+      grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
+    else if (want_weight)
+      grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
+    const auto bias_dtype = saved_bias_dtype(ctx);
+    if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
+    variable_list grads{grad_x, grad_weight, grad_bias};
+    grads.resize(grads.size() + extra);
+    return grads;
+  });
+}
+
 struct Conv2dFunction : torch::autograd::Function<Conv2dFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                             at::IntArrayRef dilation, int64_t groups, std::optional<at::ScalarType> out_dtype) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    save_epilogue(ctx, std::nullopt, bias);
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
-    ctx->saved_data["dilation"] = dilation;
-    ctx->saved_data["groups"] = groups;
-    ctx->save_for_backward({x, weight});
+    save_conv2d(ctx, x, weight, bias, stride, padding, dilation, groups);
     return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return once_differentiable("mpgemm.conv2d", [&]() -> variable_list {
-      static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
-      static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
-      static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
-      const variable_list saved = ctx->get_saved_variables();
-      const at::Tensor &x = saved[0], &weight = saved[1], &grad_out = grad_outs[0];
-      const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector(),
-                                 padding = ctx->saved_data["padding"].toIntVector(),
-                                 dilation = ctx->saved_data["dilation"].toIntVector();
-      const int64_t groups = ctx->saved_data["groups"].toInt();
-      at::Tensor grad_x, grad_weight, grad_bias;
-      const bool want_x = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
-      if (want_x && want_weight)
-        std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
-      else if (want_x)
-        grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
-      else if (want_weight)
-        grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
-      const auto bias_dtype = saved_bias_dtype(ctx);
-      if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
-      return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    });
+    return conv2d_gradients(ctx, grad_outs[0], 5);  // stride, padding, dilation, groups, out_dtype
+  }
+};
+
+// conv2d_batch_stats: y as conv2d's; the statistics are not differentiable
+// (batch norm's backward differentiates them through y).
+struct Conv2dBatchStatsFunction : torch::autograd::Function<Conv2dBatchStatsFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                               at::IntArrayRef dilation, int64_t groups) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    save_conv2d(ctx, x, weight, bias, stride, padding, dilation, groups);
+    auto [y, batch_mean_var] = call_conv2d_batch_stats(x, weight, bias, stride, padding, dilation, groups);
+    ctx->mark_non_differentiable({batch_mean_var});
+    return {y, batch_mean_var};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
+    return conv2d_gradients(ctx, grad_outs[0], 4);  // stride, padding, dilation, groups
   }
 };
 
@@ -283,12 +325,25 @@ at::Tensor conv2d_autograd(const at::Tensor& x, const at::Tensor& weight, const 
   return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
 }
 
+std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats_autograd(const at::Tensor& x, const at::Tensor& weight,
+                                                              const std::optional<at::Tensor>& bias,
+                                                              at::IntArrayRef stride, at::IntArrayRef padding,
+                                                              at::IntArrayRef dilation, int64_t groups) {
+  if (records_graph(x, weight, bias)) {
+    const variable_list out = Conv2dBatchStatsFunction::apply(x, weight, bias, stride, padding, dilation, groups);
+    return {out[0], out[1]};
+  }
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return call_conv2d_batch_stats(x, weight, bias, stride, padding, dilation, groups);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mpgemm, Autograd, m) {
   m.impl("gemm", &gemm_autograd);
   m.impl("linear", &linear_autograd);
   m.impl("conv2d", &conv2d_autograd);
+  m.impl("conv2d_batch_stats", &conv2d_batch_stats_autograd);
 }
 
 }  // namespace mpgemm

@@ -52,10 +52,15 @@ BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
   const at::Tensor& y = a.y;
   at::Tensor mean, var;  // var in fp64
   if (a.batch_stats) {
-    const at::Tensor values = y.to(at::kDouble);
-    const at::Tensor mean64 = values.mean(kReduced);
-    var = (values - per_channel(mean64)).square().mean(kReduced);
-    mean = mean64.to(at::kFloat);
+    if (a.batch_mean_var) {
+      mean = (*a.batch_mean_var)[0].to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);  // no alias
+      var = (*a.batch_mean_var)[1].to(at::kDouble);
+    } else {
+      const at::Tensor values = y.to(at::kDouble);
+      const at::Tensor mean64 = values.mean(kReduced);
+      var = (values - per_channel(mean64)).square().mean(kReduced);
+      mean = mean64.to(at::kFloat);
+    }
     if (a.running_mean) {
       const double rows = double(y.numel() / y.size(1));
       at::Tensor running_mean = *a.running_mean, running_var = *a.running_var;

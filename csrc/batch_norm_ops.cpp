@@ -22,7 +22,7 @@ std::vector<NamedTensor> given(std::initializer_list<std::pair<const OptionalTen
 BatchNormForward check_forward(const at::Tensor& y, const OptionalTensor& weight, const OptionalTensor& bias,
                                const OptionalTensor& residual, const OptionalTensor& running_mean,
                                const OptionalTensor& running_var, bool batch_stats, double momentum, double eps,
-                               bool relu) {
+                               bool relu, const OptionalTensor& batch_mean_var) {
   constexpr const char* op = "mpgemm.batch_norm_act";
   check_batch_norm_args(op, y, {}, given({{&residual, "residual"}}));
   for (const NamedTensor& t : given({{&weight, "weight"}, {&bias, "bias"}, {&running_mean, "running_mean"},
@@ -33,15 +33,27 @@ BatchNormForward check_forward(const at::Tensor& y, const OptionalTensor& weight
   TORCH_CHECK_VALUE(batch_stats || running_mean, op,
                     ": expected running_mean and running_var without batch statistics (batch_stats=False)");
   TORCH_CHECK_VALUE(eps >= 0, op, ": expected eps >= 0, got ", eps);
-  return {y, weight, bias, residual, running_mean, running_var, batch_stats, relu, momentum, eps};
+  if (batch_mean_var) {
+    TORCH_CHECK_VALUE(batch_stats, op, ": expected batch_mean_var only with batch statistics (batch_stats=True)");
+    TORCH_CHECK_TYPE(batch_mean_var->scalar_type() == at::kFloat, op,
+                     ": expected batch_mean_var to be torch.float32, got ", batch_mean_var->scalar_type());
+    TORCH_CHECK_VALUE(batch_mean_var->dim() == 2 && batch_mean_var->sym_size(0) == 2 &&
+                          batch_mean_var->sym_size(1) == y.sym_size(1),
+                      op, ": expected batch_mean_var of shape (2, ", y.sym_size(1), ") (mean, variance), got ",
+                      batch_mean_var->sym_sizes());
+    TORCH_CHECK_VALUE(batch_mean_var->device() == y.device(), op, ": expected batch_mean_var on y's device (",
+                      y.device(), "), got ", batch_mean_var->device());
+  }
+  return {y, weight, bias, residual, running_mean, running_var, batch_stats, relu, momentum, eps, batch_mean_var};
 }
 
 template <BatchNormForwardResult (*Impl)(const BatchNormForward&)>
 BatchNormForwardResult batch_norm_act(const at::Tensor& y, const OptionalTensor& weight, const OptionalTensor& bias,
                                       const OptionalTensor& residual, const OptionalTensor& running_mean,
                                       const OptionalTensor& running_var, bool batch_stats, double momentum,
-                                      double eps, bool relu) {
-  return Impl(check_forward(y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu));
+                                      double eps, bool relu, const OptionalTensor& batch_mean_var) {
+  return Impl(check_forward(y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu,
+                            batch_mean_var));
 }
 
 template <BatchNormBackwardResult (*Impl)(const BatchNormBackward&)>

@@ -44,6 +44,24 @@ at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, 
   return out.to(problem.out_dtype).contiguous(memory_format_of(problem));
 }
 
+ConvWithBatchStats conv2d_batch_stats_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x,
+                                          const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  at::Tensor y = conv2d_cpu(problem, x, weight, bias);
+  at::Tensor stats = batch_mean_var_of(y);
+  return {std::move(y), std::move(stats)};
+}
+
+at::Tensor batch_mean_var_of(const at::Tensor& y) {
+  if (y.is_cuda()) {
+    // torch's own statistics pass (Welford's, in fp32, one read of y, any
+    // memory format): the variance from its 1 / sqrt(var + 0).
+    const auto [mean, invstd] = at::batch_norm_stats(y, 0.0);
+    return at::stack({mean, invstd.pow(-2)});
+  }
+  const auto [var, mean] = at::var_mean(y.to(at::kDouble), {0, 2, 3}, /*correction=*/0);
+  return at::stack({mean, var}).to(at::kFloat);
+}
+
 at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
                                  const at::Tensor& weight) {
   const auto& p = problem.padding;

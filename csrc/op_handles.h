@@ -27,6 +27,11 @@ using ConvGradientsSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tens
                                                                   const at::Tensor&, at::IntArrayRef,
                                                                   at::IntArrayRef, at::IntArrayRef, int64_t);
 
+// conv2d_batch_stats: (x, weight, bias, stride, padding, dilation, groups) -> (y, batch_mean_var).
+using ConvBatchStatsSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                   const std::optional<at::Tensor>&, at::IntArrayRef,
+                                                                   at::IntArrayRef, at::IntArrayRef, int64_t);
+
 template <class Signature>
 c10::TypedOperatorHandle<Signature> op_handle(const char* name, const char* overload = "") {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Signature>();

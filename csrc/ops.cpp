@@ -114,6 +114,16 @@ at::Tensor conv2d(const at::Tensor& x, const at::Tensor& weight, const std::opti
   return Impl(problem, x, weight, bias);
 }
 
+template <ConvWithBatchStats (*Impl)(const ConvProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
+                                     const std::optional<at::Tensor>&)>
+ConvWithBatchStats conv2d_batch_stats(const at::Tensor& x, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                      at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const auto problem = check_conv2d_args<int64_t>("mpgemm.conv2d_batch_stats", x, weight, bias, stride, padding,
+                                                  dilation, groups, std::nullopt);
+  return Impl(problem, x, weight, bias);
+}
+
 // grad_out of a conv2d of x and weight; the result has the dtype and memory
 // format of x (grad_input) or weight (grad_weight).
 template <ConvGradient Impl>
@@ -144,6 +154,16 @@ at::Tensor conv2d_meta(const at::Tensor& x, const at::Tensor& weight, const std:
       check_conv2d_args<c10::SymInt>("mpgemm.conv2d", x, weight, bias, stride, padding, dilation, groups, out_dtype);
   return at::empty_symint({pr.n, pr.k, pr.p, pr.q},
                           x.options().dtype(pr.out_dtype).memory_format(memory_format_of(pr)));
+}
+
+ConvWithBatchStats conv2d_batch_stats_meta(const at::Tensor& x, const at::Tensor& weight,
+                                           const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const auto pr = check_conv2d_args<c10::SymInt>("mpgemm.conv2d_batch_stats", x, weight, bias, stride, padding,
+                                                 dilation, groups, std::nullopt);
+  return {at::empty_symint({pr.n, pr.k, pr.p, pr.q},
+                           x.options().dtype(pr.out_dtype).memory_format(memory_format_of(pr))),
+          at::empty_symint({c10::SymInt(2), pr.k}, x.options().dtype(at::kFloat))};
 }
 
 // Gradients take the shape, dtype and memory format of their input.
@@ -217,6 +237,13 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "conv2d_backward(Tensor grad_out, Tensor x, Tensor weight, int[2] stride, int[4] padding, int[2] dilation, "
       "int groups) -> (Tensor grad_input, Tensor grad_weight)");
+  // conv2d's y, in x's dtype, and its batch statistics for a training batch
+  // norm after it: batch_mean_var (2, K) fp32, each channel's mean and biased
+  // variance over (N, P, Q) of y as stored (not differentiable: batch norm's
+  // backward differentiates its statistics through y).
+  m.def(
+      "conv2d_batch_stats(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[4] padding=0, "
+      "int[2] dilation=1, int groups=1) -> (Tensor y, Tensor batch_mean_var)");
   // Training batch norm with its residual add and ReLU (batch_norm_ops.cpp;
   // mpgemm/fusion/batch_norm.py is its autograd). Forward: out = relu?(y *
   // scale + shift + residual), from batch statistics (the running ones
@@ -229,8 +256,8 @@ TORCH_LIBRARY(mpgemm, m) {
   // Tensors of y's shape have y's dtype.
   m.def(
       "batch_norm_act(Tensor y, Tensor? weight, Tensor? bias, Tensor? residual, Tensor(a!)? running_mean, "
-      "Tensor(b!)? running_var, bool batch_stats, float momentum, float eps, bool relu) -> "
-      "(Tensor out, Tensor mean, Tensor invstd, Tensor scale, Tensor relu_mask)");
+      "Tensor(b!)? running_var, bool batch_stats, float momentum, float eps, bool relu, "
+      "Tensor? batch_mean_var=None) -> (Tensor out, Tensor mean, Tensor invstd, Tensor scale, Tensor relu_mask)");
   m.def(
       "batch_norm_act_backward(Tensor grad_out, Tensor? out, Tensor? relu_mask, Tensor y, Tensor mean, "
       "Tensor invstd, Tensor scale, bool batch_stats, bool[3] output_mask) -> "
@@ -252,6 +279,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cpu>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cpu>);
   m.impl("conv2d_backward", &conv2d_gradients<conv2d_grad_input_cpu, conv2d_grad_weight_cpu>);
+  m.impl("conv2d_batch_stats", &conv2d_batch_stats<conv2d_batch_stats_cpu>);
   m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cpu>);
 }
 
@@ -265,6 +293,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("conv2d_grad_input", &conv2d_gradient_meta<true>);
   m.impl("conv2d_grad_weight", &conv2d_gradient_meta<false>);
   m.impl("conv2d_backward", &conv2d_gradients_meta);
+  m.impl("conv2d_batch_stats", &conv2d_batch_stats_meta);
   m.impl("_cublas_gemm", &cublas_gemm_meta);
   m.impl("_mma_ceiling", &mma_ceiling_meta);
 }
@@ -280,6 +309,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cuda>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cuda>);
   m.impl("conv2d_backward", &conv2d_gradients<conv2d_grad_input_cuda, conv2d_grad_weight_cuda>);
+  m.impl("conv2d_batch_stats", &conv2d_batch_stats<conv2d_batch_stats_cuda>);
   m.impl("_cublas_gemm", &cublas_gemm_cuda);
   m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cuda>);
 }

@@ -90,6 +90,18 @@ at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at:
 at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
                                    const at::Tensor& x, const at::Tensor& weight);
 
+// conv2d_batch_stats: conv2d's output y and its batch statistics for a
+// training batch norm after it, batch_mean_var (2, K) fp32: each channel's
+// mean and biased variance over (N, P, Q) of y as stored. The CUDA backend
+// gathers them in the convolution's epilogue where its kernels can (Conv2dPlan::moment_rows), and
+// otherwise, as the CPU backend does, from y (batch_mean_var_of).
+using ConvWithBatchStats = std::tuple<at::Tensor, at::Tensor>;
+ConvWithBatchStats conv2d_batch_stats_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x,
+                                          const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+ConvWithBatchStats conv2d_batch_stats_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x,
+                                           const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+at::Tensor batch_mean_var_of(const at::Tensor& y);
+
 // Checks the output gradient of a conv2d against its problem: (N, K, P, Q),
 // fp32 or the problem's input_dtype.
 void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, const at::Tensor& x,
@@ -146,6 +158,9 @@ struct BatchNormForward {
   std::optional<at::Tensor> weight, bias, residual, running_mean, running_var;
   bool batch_stats, relu;
   double momentum, eps;
+  // The batch's statistics where given ((2, C) fp32: mean, biased variance;
+  // conv2d_batch_stats's), used instead of y's own (batch_stats only).
+  std::optional<at::Tensor> batch_mean_var;
 };
 
 struct BatchNormBackward {

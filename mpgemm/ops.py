@@ -142,3 +142,21 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, o
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     padding = _conv_padding(padding, weight, stride, dilation)
     return torch.ops.mpgemm.conv2d.default(x, weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)
+
+
+def conv2d_batch_stats(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """:func:`conv2d`'s output y, in x's dtype, and its batch statistics for a
+    training batch norm after it: a (2, out_channels) float32 tensor of each
+    channel's mean and biased variance over (N, H, W) of y as stored (not
+    differentiable: batch norm's backward differentiates them through y).
+    x is 4-D. On CUDA the convolution's epilogue gathers them where its
+    kernels can (the WMMA implicit GEMM on channels that are multiples of 8),
+    so that no pass over y is needed; elsewhere they come from y.
+    :func:`mpgemm.fuse`'s chains use it where MPGEMM_EPILOGUE_STATS=1."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"mpgemm.conv2d_batch_stats: expected x to be a 4-D tensor, got "
+                         f"{x.dim() if isinstance(x, torch.Tensor) else type(x).__name__}"
+                         f"{'-D' if isinstance(x, torch.Tensor) else ''}")
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    padding = _conv_padding(padding, weight, stride, dilation)
+    return torch.ops.mpgemm.conv2d_batch_stats.default(x, weight, bias, stride, padding, dilation, groups)

@@ -74,8 +74,10 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
   channels.eps = a.eps;
   channels.mean = floats(mean), channels.invstd = floats(invstd), channels.scale = floats(scale);
   const at::Tensor workspace = workspace_for(shape, a.y);
+  const std::optional<at::Tensor> batch_mean_var = contiguous(a.batch_mean_var);
   C10_CUDA_CHECK(kernels::launch_batch_norm_forward(
-      shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr, a.relu, a.batch_stats, channels,
+      shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr, a.relu, a.batch_stats,
+      batch_mean_var ? floats(*batch_mean_var) : nullptr, channels,
       static_cast<float*>(workspace.data_ptr()), out.data_ptr(), bits ? relu_mask.data_ptr<uint8_t>() : nullptr,
       stream_of(a.y)));
   if (running_mean && !running_mean->is_same(*a.running_mean)) a.running_mean->copy_(*running_mean);

@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "conv/launch.h"
+#include "norm/column_moments.h"
 #include "../ops.h"
 #include "../workspace.h"
 #include "tensor_core_support.h"
@@ -49,10 +50,13 @@ kernels::Conv2dParams geometry(const ConvProblem<int64_t>& problem, const at::Te
 }
 
 // Runs one pass into a fresh channels_last tensor of `shape` and `dtype` on
-// anchor's device, returned in `format`.
+// anchor's device, returned in `format`; with `batch_mean_var` (fprop), also
+// its batch statistics (conv2d_batch_stats_cuda), from the epilogue's column
+// moments where the plan's kernels write them.
 at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef shape, const at::Tensor& anchor,
-               at::ScalarType dtype, at::MemoryFormat format) {
+               at::ScalarType dtype, at::MemoryFormat format, at::Tensor* batch_mean_var = nullptr) {
   const c10::cuda::CUDAGuard device_guard(anchor.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(anchor.get_device()).stream();
   at::Tensor out = at::empty(shape, anchor.options().dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast));
   p.out = out.data_ptr();
   p.out_type = element_type(dtype);
@@ -63,17 +67,32 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
     // A bad MPGEMM_CONV_PATH, MPGEMM_NARROW_TILES or MPGEMM_STAGED_ROW_STORES.
     TORCH_CHECK_VALUE(false, e.what());
   }
-  at::Tensor workspace;
+  at::Tensor workspace, moments;
   if (plan.workspace_bytes > 0) workspace = allocate_workspace(plan.workspace_bytes, anchor);
+  const int64_t rows = p.n * p.p * p.q;
+  const bool epilogue_moments = batch_mean_var != nullptr && plan.moment_rows > 0 && rows > 0 && p.k > 0;
+  if (epilogue_moments) {
+    moments = at::empty({2, kernels::column_moment_blocks(rows, plan.moment_rows), p.k},
+                        anchor.options().dtype(at::kFloat));
+    p.moments = moments.data_ptr<float>();
+  }
   C10_CUDA_CHECK(kernels::launch_conv2d(pass, p, plan, plan.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
-                                        c10::cuda::getCurrentCUDAStream(anchor.get_device()).stream()));
+                                        stream));
+  if (batch_mean_var != nullptr) {
+    if (epilogue_moments) {
+      *batch_mean_var = at::empty({2, p.k}, anchor.options().dtype(at::kFloat));
+      C10_CUDA_CHECK(kernels::launch_column_moments_total(rows, p.k, plan.moment_rows, moments.data_ptr<float>(),
+                                                          batch_mean_var->data_ptr<float>(), stream));
+    } else {
+      *batch_mean_var = batch_mean_var_of(out);
+    }
+  }
   return out.contiguous(format);
 }
 
-}  // namespace
-
-at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
-                       const std::optional<at::Tensor>& bias) {
+// fprop's operands; with batch_mean_var, y's batch statistics too.
+at::Tensor fprop(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
+                 const std::optional<at::Tensor>& bias, at::Tensor* batch_mean_var) {
   kernels::Conv2dParams p = geometry(problem, x);
   const at::Tensor x_nhwc = channels_innermost(problem, x), w_krsc = channels_innermost(problem, weight);
   at::Tensor bias_contiguous;
@@ -85,7 +104,21 @@ at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x,
     p.bias_type = element_type(bias_contiguous.scalar_type());
   }
   return run(kernels::ConvPass::kFprop, p, {problem.n, problem.k, problem.p, problem.q}, x, problem.out_dtype,
-             memory_format_of(problem));
+             memory_format_of(problem), batch_mean_var);
+}
+
+}  // namespace
+
+at::Tensor conv2d_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias) {
+  return fprop(problem, x, weight, bias, nullptr);
+}
+
+ConvWithBatchStats conv2d_batch_stats_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& x,
+                                           const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  at::Tensor batch_mean_var;
+  at::Tensor y = fprop(problem, x, weight, bias, &batch_mean_var);
+  return {std::move(y), std::move(batch_mean_var)};
 }
 
 at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,

@@ -25,9 +25,11 @@ class _BatchNormAct(torch.autograd.Function):
     running ones in the op); one op forward, one backward."""
 
     @staticmethod
-    def forward(ctx, y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu):
+    def forward(ctx, y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu,
+                batch_mean_var):
         out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, residual, running_mean,
-                                                                 running_var, batch_stats, momentum, eps, relu)
+                                                                 running_var, batch_stats, momentum, eps, relu,
+                                                                 batch_mean_var)
         ctx.batch_stats, ctx.relu = batch_stats, relu
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (weight, bias))
         # The ReLU's mask: its bits where the op gave them, else the output itself.
@@ -49,16 +51,19 @@ class _BatchNormAct(torch.autograd.Function):
                 sum_dz_xhat.to(weight_dtype) if need_weight else None,
                 sum_dz.to(bias_dtype) if need_bias else None,
                 (grad_z if ctx.relu else grad_out) if need_residual else None,
-                None, None, None, None, None, None)
+                None, None, None, None, None, None, None)
 
 
-def batch_norm_act(y, bn, residual=None, relu=False):
+def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None):
     """``relu(bn(y) + residual)`` (each part optional) for a ``BatchNorm2d``
     bn, as torch's forward computes it and with the same effect on bn's
     running statistics and ``num_batches_tracked``; y is 4-D (N, C, H, W),
     fp32, fp16 or bf16, and the result has its dtype and memory format. A
     residual has y's shape and dtype (torch would promote another dtype:
-    :func:`~mpgemm.fuse`'s chains leave such an add to torch)."""
+    :func:`~mpgemm.fuse`'s chains leave such an add to torch).
+    batch_mean_var: y's batch statistics where they are known
+    (:func:`mpgemm.ops.conv2d_batch_stats`), used in place of y's own where
+    batch statistics normalize; ignored where the running ones do."""
     if y.dim() != 4:
         raise ValueError(f"expected 4D input (got {y.dim()}D input)")
     # torch's _BatchNorm.forward, step by step.
@@ -72,4 +77,4 @@ def batch_norm_act(y, bn, residual=None, relu=False):
     if use_batch_stats and y.numel() // max(y.shape[1], 1) <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {y.shape}")
     return _BatchNormAct.apply(y, bn.weight, bn.bias, residual, running_mean, running_var, use_batch_stats,
-                               factor, bn.eps, relu)
+                               factor, bn.eps, relu, batch_mean_var if use_batch_stats else None)

@@ -10,10 +10,13 @@ between the steps (timm's drop_block and aa when disabled) are passed over.
 
 import dataclasses
 import operator
+import os
+import threading
 
 import torch
 import torch.nn.functional as F
 
+from .. import nn
 from ..amp.prepare import CastOutputs
 from .batch_norm import batch_norm_act
 
@@ -41,14 +44,44 @@ def is_fusable_batch_norm(module):
             and type(module).forward is torch.nn.BatchNorm2d.forward)
 
 
+def epilogue_stats_enabled():
+    """Whether a chain's batch statistics come from its convolution's
+    epilogue (MPGEMM_EPILOGUE_STATS=1, opt-in until its kernels have passed
+    the GPU tests) rather than from a pass over its output ("0" or unset)."""
+    value = os.environ.get("MPGEMM_EPILOGUE_STATS", "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"MPGEMM_EPILOGUE_STATS must be '0' or '1', got {value!r}")
+    return value == "1"
+
+
+def _conv_with_stats(conv, bn, x):
+    """conv(x), its hooks run, and where the chain may take them (an
+    mpgemm Conv2d, batch statistics normalizing, epilogue_stats_enabled),
+    y's batch statistics from the same call: (y, statistics or None)."""
+    uses_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
+    if not (uses_batch_stats and type(conv).forward is nn.Conv2d.forward and epilogue_stats_enabled()
+            and not torch.compiler.is_compiling()):
+        return conv(x), None
+    key, answer = (threading.get_ident(), id(conv)), []
+    nn.batch_stats_requests[key] = answer
+    try:
+        y = conv(x)
+    finally:
+        del nn.batch_stats_requests[key]
+    # A forward hook that replaced y (a cast) leaves statistics of another tensor.
+    return y, answer[0][1] if answer and answer[0][0] is y else None
+
+
 def run_chain(conv, bn, x, residual=None, *, relu=False):
     """The chain's forward: the convolution as its module computes it (its
     hooks run), then batch norm, the residual add and the ReLU in mpgemm's
-    passes; as torch would compute them wherever the fused passes do not
-    apply (a hook added since fuse(), a residual of another shape or type)."""
-    y = conv(x)
+    passes, with batch statistics from the convolution's epilogue where
+    epilogue_stats_enabled; as torch would compute them wherever the fused
+    passes do not apply (a hook added since fuse(), a residual of another
+    shape or type)."""
+    y, batch_mean_var = _conv_with_stats(conv, bn, x)
     if _fused_now(bn, y, residual):
-        return batch_norm_act(y, bn, residual, relu)
+        return batch_norm_act(y, bn, residual, relu, batch_mean_var)
     out = bn(y)
     if residual is not None:
         out = out + residual

@@ -89,17 +89,24 @@ MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
 # planted in one kernel share its build and each run plants one. A bug the
 # run cannot choose (a type: no PLANTED in its text) has a build of its own.
 #
-# In the batch-norm sums (norm/batch_norm_kernels.cuh), each of which must
-# fail the batch-norm cases: the last row block's partial sums dropped, and
-# each row block summing its predecessor's last row again.
-BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh"]
+# In the batch-norm sums (norm/batch_norm_kernels.cuh) and the totals of
+# an epilogue's column moments (norm/column_moments.cu), each of which must
+# fail the batch-norm cases: the last row block's partial sums dropped, each
+# row block summing its predecessor's last row again, a block's moments
+# dropped from the mean (the last, or one a thread), and each block's mean
+# taken from the block after it (the next block counted twice).
+BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/column_moments.cu"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
     "a row summed twice": ("const int64_t begin = blockIdx.y * a.block_rows;",
                            "const int64_t begin = blockIdx.y * a.block_rows - (PLANTED && blockIdx.y > 0);"),
+    "a block's moments dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads) weighted",
+                                  "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads) weighted"),
+    "a block's moments counted twice": ("count(b) * mean_of(b);",
+                                        "count(b) * mean_of(PLANTED && b + 1 < a.blocks ? b + 1 : b);"),
 }
-BATCH_NORM_UNIT = "norm/batch_norm.cu"
+BATCH_NORM_UNITS = ["norm/batch_norm.cu", "norm/column_moments.cu"]
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
 HOPPER_CASES = 24
 # Random convolutions per Hopper run, case i of pass i % 3; one in five of
@@ -485,14 +492,15 @@ def results(tmp_path_factory):
         batch_norm_bugs = list(enumerate(BATCH_NORM_MUTATIONS))
         planted_dir = mutated_kernels(str(out / "batch_norm_planted"), [
             (BATCH_NORM_FILES, planted(BATCH_NORM_MUTATIONS[name], number)) for number, name in batch_norm_bugs])
-        batch_norm_planted = compile_all([os.path.join(planted_dir, BATCH_NORM_UNIT)], 800, planted_dir,
-                                         "batch_norm_planted.", flags=PLANTED_CXXFLAGS)[0]
+        batch_norm_planted = compile_all([os.path.join(planted_dir, unit) for unit in BATCH_NORM_UNITS], 800,
+                                         planted_dir, "batch_norm_planted.", flags=PLANTED_CXXFLAGS)
         binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
         # The planted kernels first: the linker keeps the first definition it meets.
         mutant = link([mutant_object.result()] + [o.result() for o in objects[800]], str(out / "sim_mutant"))
         without_batch_norm = [o.result() for src, o in zip(sources, objects[800])
-                              if os.path.relpath(src, KERNEL_DIR) != BATCH_NORM_UNIT]
-        batch_norm_binary = link([batch_norm_planted.result()] + without_batch_norm, str(out / "sim_batch_norm_planted"))
+                              if os.path.relpath(src, KERNEL_DIR) not in BATCH_NORM_UNITS]
+        batch_norm_binary = link([o.result() for o in batch_norm_planted] + without_batch_norm,
+                                 str(out / "sim_batch_norm_planted"))
         for name, same in same_code.items():
             assert same.result(), f"{name} compiles differently at sim arch 900: build it there for the Hopper driver"
         hopper = [o.result() for o in hopper_objects] + [
@@ -551,6 +559,8 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay
     assert printed_count(output, "wgrad cases that split K") > 0, replay
+    # fprop's epilogue moments (conv_cases.cpp), their kernels counted apart.
+    assert printed_count(output, "fprop cases with moments") > 0, replay
     # 1x1 convolutions through the GEMM (MPGEMM_CONV_PATH=gemm), wgrad's long K split on WMMA tiles.
     assert re.search(r"conv as gemm: 0/12 failed \([1-9]\d* splitting K\)", output), replay
     assert "ceiling: 0/3 failed" in output, replay

@@ -35,6 +35,12 @@ struct GemmParams {
   void* d = nullptr;  // row-major, unit column stride
   ElementType d_type = ElementType::kFloat32;
   int64_t d_batch_stride = 0, d_row_stride = 0;
+
+  // Written by the kernels built for it (a convolution's fprop that feeds
+  // training batch norm): each block of rows' moments of D's columns as
+  // stored, [2][blocks][d_row_stride] (the means, then the M2s; blocks of
+  // the kernel's rows, common/column_moments.cuh).
+  float* column_moments = nullptr;
 };
 
 // How the launcher spread the work over the grid.

@@ -21,6 +21,10 @@
 //          (the filters): each split sums a range of whole K slices and
 //          writes its fp32 partial tile to work.partials[split] (K x R*S*C/g,
 //          groups stacked as in dw); gemm/splitk_reduce.cu sums them in order.
+// moments - fprop built WithMoments (for a training batch norm after it):
+//          the epilogue also writes each tile's per-channel moments of y as
+//          stored to a.moments (common/column_moments.cuh), so that batch
+//          norm's statistics need no pass over y.
 #pragma once
 
 #include <cstdint>
@@ -66,9 +70,10 @@ struct PhaseRows {
   }
 };
 
-template <class Element, class Tile, ConvPass Pass, int Vector>
+template <class Element, class Tile, ConvPass Pass, int Vector, bool WithMoments = false>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM)
     conv2d_kernel(Conv2dParams a, const __grid_constant__ ConvGemm g, GemmGrid work) {
+  static_assert(!WithMoments || Pass == ConvPass::kFprop, "moments are of fprop's output");
   if constexpr (kWmmaCompiled<Element> && kTileCompiled<Tile>) {
     using Block = WmmaBlock<Element, Tile, ConvPassTraits<Pass>::kAKMajor, ConvPassTraits<Pass>::kBKMajor>;
     using TileA = typename Block::TileA;
@@ -124,10 +129,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM)
         out.d = static_cast<char*>(a.out) + out_offset * element_bytes(a.out_type);
       }
       out.bias = a.bias == nullptr ? nullptr : static_cast<const char*>(a.bias) + ko * element_bytes(a.bias_type);
-      if constexpr (Pass == ConvPass::kDgrad)
+      if constexpr (Pass == ConvPass::kDgrad) {
         block.epilogue(out, acc, smem, 0, PhaseRows{g});
-      else
+      } else if constexpr (WithMoments) {
+        out.column_moments = a.moments + ko;
+        block.template epilogue<true>(out, acc, smem, 0);
+      } else {
         block.epilogue(out, acc, smem, 0);
+      }
     }
   }
 }

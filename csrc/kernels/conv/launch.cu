@@ -110,11 +110,11 @@ size_t partials_bytes(const Conv2dParams& p, const ConvTilePlan& plan) {
   return size_t(plan.split_k) * size_t(p.k) * size_t(p.r * p.s * (p.c / p.groups)) * sizeof(float);
 }
 
-template <class Element, class Tile, ConvPass Pass, int Vector>
+template <class Element, class Tile, ConvPass Pass, int Vector, bool WithMoments = false>
 cudaError_t launch(const Conv2dParams& p, const ConvGemm& g, const GemmGrid& work, cudaStream_t stream) {
   using Traits = ConvPassTraits<Pass>;
   constexpr int kSmemBytes = WmmaSmem<Element, Tile, Traits::kAKMajor, Traits::kBKMajor>::kBytes;
-  auto* kernel = &conv2d_kernel<Element, Tile, Pass, Vector>;
+  auto* kernel = &conv2d_kernel<Element, Tile, Pass, Vector, WithMoments>;
   if (const cudaError_t err = check_tile_arch<Tile>(kernel); err != cudaSuccess) return err;
   if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
   const int64_t blocks = TileScheduler<Tile>::tiles(g.m, g.n) * work.split_k;
@@ -155,6 +155,10 @@ cudaError_t launch_pass(const Conv2dParams& p, const GemmGrid& work, cudaStream_
     const ConvGemm g = Pass == ConvPass::kFprop ? fprop_gemm(p, Tile::kBlockK) : wgrad_gemm(p, Tile::kBlockK);
     // An empty GEMM-K still launches: its output is zeros (wgrad of an empty batch).
     if (g.m == 0 || g.n == 0) return cudaSuccess;
+    // fprop's moments: on 16-byte chunks only (plan_conv2d's moment_rows).
+    if constexpr (Pass == ConvPass::kFprop && Vector == 8)
+      if (p.moments != nullptr) return launch<Element, Tile, Pass, Vector, true>(p, g, work, stream);
+    if (p.moments != nullptr) return cudaErrorInvalidValue;
     const cudaError_t err = launch<Element, Tile, Pass, Vector>(p, g, work, stream);
     if (err != cudaSuccess || work.split_k == 1) return err;
     return launch_wgrad_reduce(p, work, stream);
@@ -420,6 +424,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.path = Conv2dPlan::Path::kImplicitGemm;
     plan.tiles = plan_tiles(pass, p);
     plan.workspace_bytes = partials_bytes(p, plan.tiles);
+    if (pass == ConvPass::kFprop && plan.tiles.vector == 8) plan.moment_rows = tile_config(plan.tiles.tile).block_m;
   }
   return plan;
 }
@@ -427,6 +432,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
 cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan& plan, void* workspace,
                           cudaStream_t stream) {
   if (p.groups <= 0) return cudaErrorInvalidValue;
+  if (p.moments != nullptr && (pass != ConvPass::kFprop || plan.moment_rows == 0)) return cudaErrorInvalidValue;
   switch (plan.path) {
     case Conv2dPlan::Path::kDepthwise: return launch_depthwise(pass, p, plan.depthwise, workspace, stream);
     case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);

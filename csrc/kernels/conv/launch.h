@@ -54,6 +54,11 @@ struct Conv2dPlan {
   // the Hopper convolution or the GEMM's split-K), the padded copies and the
   // folded ones; 0 when none applies.
   size_t workspace_bytes = 0;
+  // fprop: the rows of each block whose column moments the kernels write
+  // where Conv2dParams::moments asks (the implicit GEMM on 16-byte chunks:
+  // its tile's rows; the Hopper convolution storing through the copy
+  // engine: its consumers' 64); 0 where they write none.
+  int moment_rows = 0;
 };
 
 // Which kernels MPGEMM_CONV_PATH asks for: "auto" (or unset) the defaults:
@@ -113,7 +118,8 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as
 // `plan` (plan_conv2d of the same pass and params) says, with `workspace` (at
-// least plan.workspace_bytes, 16-byte aligned). Returns the launch error,
+// least plan.workspace_bytes, 16-byte aligned); fprop's params.moments only
+// where plan.moment_rows > 0 (cudaErrorInvalidValue otherwise). Returns the launch error,
 // cudaErrorInvalidValue for sizes beyond 32-bit implicit-GEMM indices, an
 // input_type that is not 16-bit or a missing workspace,
 // cudaErrorNotSupported for bf16 where the device runs code built for an arch

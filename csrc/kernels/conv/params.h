@@ -32,6 +32,10 @@ struct Conv2dParams {
   ElementType out_type = ElementType::kFloat32;
   const void* bias = nullptr;  // fprop only: (k,), added in the epilogue
   ElementType bias_type = ElementType::kFloat32;
+  // fprop only, where the plan writes them (Conv2dPlan::moment_rows > 0):
+  // each block of moment_rows rows' per-channel moments of y as stored,
+  // [2][blocks][k] (common/column_moments.cuh), for training batch norm.
+  float* moments = nullptr;
 };
 
 }  // namespace mpgemm::kernels

@@ -134,15 +134,19 @@ bool batch_norm_relu_mask_fits(BatchNormShape shape, std::initializer_list<const
 }
 
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
-                                      bool batch_stats, const BatchNormChannels& channels, float* workspace,
-                                      void* out, uint8_t* relu_mask, cudaStream_t stream) {
+                                      bool batch_stats, const float* batch_mean_var,
+                                      const BatchNormChannels& channels, float* workspace, void* out,
+                                      uint8_t* relu_mask, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
+  if (batch_mean_var != nullptr && !batch_stats) return cudaErrorInvalidValue;
   if (relu_mask != nullptr && !(relu && batch_norm_relu_mask_fits(shape, {y, out, residual == nullptr ? y : residual})))
     return cudaErrorInvalidValue;
   float* shift = workspace;
   float* partial = workspace + shape.channels;
   const batch_norm::SumsArgs sums{shape, y, nullptr, nullptr, nullptr, nullptr, nullptr, 0, partial};
-  const batch_norm::FinishArgs finish{shape, y, batch_stats ? partial : nullptr, 0, nullptr, nullptr, channels, shift};
+  const bool sums_of_y = batch_stats && batch_mean_var == nullptr;
+  const batch_norm::FinishArgs finish{shape,   y,       sums_of_y ? partial : nullptr, batch_mean_var, 0, nullptr,
+                                      nullptr, channels, shift};
   if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
   const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out, relu_mask};
   return launch_elementwise<Act>(shape, args, {y, out, residual == nullptr ? y : residual, channels.scale, shift},
@@ -160,7 +164,7 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
     float* partial = workspace + 2 * shape.channels;
     if (sum_dz == nullptr) sum_dz = workspace, sum_dz_xhat = workspace + shape.channels;
     const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.relu_mask, g.mean, g.invstd, 0, partial};
-    const batch_norm::FinishArgs finish{shape, nullptr, partial, 0, sum_dz, sum_dz_xhat, {}, nullptr};
+    const batch_norm::FinishArgs finish{shape, nullptr, partial, nullptr, 0, sum_dz, sum_dz_xhat, {}, nullptr};
     if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
   }
   if (grad_y == nullptr && grad_z == nullptr) return cudaSuccess;

@@ -46,12 +46,16 @@ struct BatchNormChannels {
 // scale, each step rounded in fp32, then once to the element type; residual
 // may be null. With batch statistics (the biased variance normalizes), the
 // running ones become momentum * batch + (1 - momentum) * running, the
-// variance unbiased; without, the running ones normalize.
+// variance unbiased; without, the running ones normalize. batch_mean_var
+// (with batch statistics, or null): the batch's mean and biased variance
+// per channel ([2][channels], as norm/column_moments.h totals a
+// convolution's epilogue moments), used instead of a pass over y.
 // relu_mask (with relu, where batch_norm_relu_mask_fits): out > 0 as bits,
 // bit e of byte j for element 8j + e in memory order.
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
-                                      bool batch_stats, const BatchNormChannels& channels, float* workspace,
-                                      void* out, uint8_t* relu_mask, cudaStream_t stream);
+                                      bool batch_stats, const float* batch_mean_var,
+                                      const BatchNormChannels& channels, float* workspace, void* out,
+                                      uint8_t* relu_mask, cudaStream_t stream);
 
 // Whether the forward writes the ReLU's mask as bits for these tensors (y,
 // residual, out): 16-bit elements in 16-byte runs (a byte a thread), the

@@ -71,7 +71,8 @@ struct SumsArgs {
 struct FinishArgs {
   BatchNormShape shape;
   const void* y;          // the statistics' shifts, row 0 of y (forward with batch statistics)
-  const float* partial;   // the row blocks' sums, or null (forward without batch statistics)
+  const float* partial;   // the row blocks' sums, or null (forward without batch statistics or with mean_var)
+  const float* mean_var;  // forward: the batch's mean and biased variance ([2][channels]) where given, or null
   int64_t blocks;
   float* sum_first;       // backward: sum_dz, or null in the forward
   float* sum_second;      // backward: sum_dz_xhat
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) sums_kernel(SumsArgs a) {
 // backward take; the running statistics updated in fp32, as torch does.
 __device__ __forceinline__ void finish_forward(const FinishArgs& a, int64_t c, float mean, double var) {
   const BatchNormChannels& ch = a.channels;
-  if (a.partial != nullptr && ch.running_mean != nullptr) {
+  if ((a.partial != nullptr || a.mean_var != nullptr) && ch.running_mean != nullptr) {
     const double rows = double(a.shape.rows);
     const float unbiased = float(var * rows / (rows - 1.0));
     ch.running_mean[c] = __fadd_rn(__fmul_rn(ch.momentum, mean), __fmul_rn(1.0f - ch.momentum, ch.running_mean[c]));
@@ -281,8 +282,10 @@ __device__ __forceinline__ void finish_forward(const FinishArgs& a, int64_t c, f
 template <class T>
 __global__ void __launch_bounds__(kThreads) finish_kernel(FinishArgs a) {
   const int64_t c = blockIdx.x, channels = a.shape.channels;
-  if (a.partial == nullptr) {  // running statistics: nothing to sum
-    if (threadIdx.x == 0) finish_forward(a, c, a.channels.running_mean[c], double(a.channels.running_var[c]));
+  if (a.partial == nullptr) {  // given or running statistics: nothing to sum
+    if (threadIdx.x != 0) return;
+    if (a.mean_var != nullptr) finish_forward(a, c, a.mean_var[c], double(a.mean_var[channels + c]));
+    else finish_forward(a, c, a.channels.running_mean[c], double(a.channels.running_var[c]));
     return;
   }
   double first = 0.0, second = 0.0;

@@ -15,12 +15,17 @@
 // Epilogue: each warp parks one row of fragments in shared memory, then writes
 // it out with row-contiguous (coalesced, 16- or 8-byte where aligned) stores,
 // adding bias and activation in fp32 before the one rounding to D's type
-// (fp32, fp16 or bf16, whatever Element is).
+// (fp32, fp16 or bf16, whatever Element is). Built WithMoments, it also sums
+// each of its columns' values as stored (common/column_moments.cuh): a lane
+// its rows, then the lanes of a column by shuffles and the warps of a
+// column through shared memory, in fixed orders, into one block of
+// kBlockM rows' moments per column.
 #pragma once
 
 #include <cstdint>
 
 #include "arch/cp_async.cuh"
+#include "common/column_moments.cuh"
 #include "common/element_traits.cuh"
 #include "common/epilogue_math.h"
 #include "common/gemm_params.h"
@@ -44,6 +49,9 @@ struct WmmaSmem {
   static constexpr int kEpilogueBytes =
       Tile::kWarpsM * Tile::kWarpsN * kEpilogueWarpFloats * int(sizeof(float));
   static constexpr int kBytes = kMainloopBytes > kEpilogueBytes ? kMainloopBytes : kEpilogueBytes;
+  // The column moments of each warp row of the block, after the epilogue's stores.
+  static constexpr int kMomentsBytes = Tile::kWarpsM * 3 * Tile::kBlockN * int(sizeof(float));
+  static_assert(kMomentsBytes <= kBytes, "the column moments fit where the epilogue's strips were");
   static_assert(kBytes <= Tile::kSmemBytes, "the tile's shared memory (common/tile_configs.h) holds every layout's");
 };
 
@@ -224,7 +232,9 @@ struct WmmaBlock {
   // D rows are p.d_row_stride elements apart and batches p.d_batch_stride;
   // p.m, p.n, bias, activation and d_type describe the output side. Row i of
   // the tile's GEMM is row rows(i) of D (dgrad's phases scatter them).
-  template <class RowMap = ContiguousRows>
+  // WithMoments: the tile's column moments to p.column_moments, block m0 /
+  // kBlockM of rows (batch 0 only: a convolution's fprop).
+  template <bool WithMoments = false, class RowMap = ContiguousRows>
   __device__ void epilogue(const GemmParams& p, Accumulators& acc, unsigned char* smem, int64_t batch,
                            RowMap rows = {}) const {
     constexpr int kLanesPerRow = Tile::kWarpN / 4;
@@ -236,6 +246,7 @@ struct WmmaBlock {
     const int d_bytes = element_bytes(p.d_type);
     char* d = static_cast<char*>(p.d) + batch * p.d_batch_stride * d_bytes;
     const int64_t row_bytes = p.d_row_stride * d_bytes;
+    ShiftedSums sums[WithMoments ? 4 : 1];
 #pragma unroll
     for (int i = 0; i < Tile::kFragmentsM; ++i) {
 #pragma unroll
@@ -259,12 +270,47 @@ struct WmmaBlock {
           visit_element_type(p.d_type, [&](auto tag) {
             using T = typename decltype(tag)::type;
             store4(reinterpret_cast<T*>(d + rows(row) * row_bytes) + col, valid, v);
+            if constexpr (WithMoments) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (e < valid) sums[e].add(ElementTraits<T>::to_float(ElementTraits<T>::from_float(v[e])));
+            }
           });
         }
       }
       __syncwarp();
     }
     // Every warp must be done with the strips before shared memory is reused.
+    __syncthreads();
+    if constexpr (WithMoments) store_column_moments<kLanesPerRow>(p, sums, smem, lane);
+  }
+
+  // The block's column moments from each lane's sums (lanes lane % kLanesPerRow
+  // of a warp share columns, warps warp_n), written as block m0 / kBlockM of
+  // p.column_moments; shared memory is free again when it returns.
+  template <int kLanesPerRow>
+  __device__ void store_column_moments(const GemmParams& p, const ShiftedSums (&sums)[4], unsigned char* smem,
+                                       int lane) const {
+    constexpr unsigned kSameColumns = 32u - kLanesPerRow;  // the lane bits that differ between a column's lanes
+    float* shared = reinterpret_cast<float*>(smem);        // [kWarpsM][3][kBlockN]
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const ColumnMoments m = combine_across_lanes<kSameColumns>(sums[e].moments(), lane);
+      if (lane < kLanesPerRow) {
+        float* at = shared + warp_m * 3 * Tile::kBlockN + warp_n * Tile::kWarpN + lane * 4 + e;
+        at[0] = m.count, at[Tile::kBlockN] = m.mean, at[2 * Tile::kBlockN] = m.m2;
+      }
+    }
+    __syncthreads();
+    const int64_t blocks = (p.m + Tile::kBlockM - 1) / Tile::kBlockM;
+    for (int c = threadIdx.x; c < Tile::kBlockN && n0 + c < p.n; c += Tile::kThreads) {
+      ColumnMoments total;
+      for (int w = 0; w < Tile::kWarpsM; ++w) {
+        const float* at = shared + w * 3 * Tile::kBlockN + c;
+        total = combine_moments(total, {at[0], at[Tile::kBlockN], at[2 * Tile::kBlockN]});
+      }
+      store_moments(p.column_moments, blocks, p.d_row_stride, m0 / Tile::kBlockM, n0 + c, total);
+    }
     __syncthreads();
   }
 };

@@ -6,13 +6,18 @@
 // the references do. Outputs start as NaN: an element a pass leaves unwritten
 // fails. Channel counts that are multiples of 8 take the 16-byte runs, others
 // one element; an output one element past an aligned address forces the
-// one-element path.
+// one-element path. Each case also totals random blocks' column moments
+// (norm/column_moments.h; values about a large offset, so that sums of
+// squares would cancel), checked against the statistics of the values they
+// came from, and normalizes with those statistics given (batch_mean_var).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
 #include "kernel_sim/sim_common.h"
 #include "norm/batch_norm.h"
+#include "norm/column_moments.h"
 
 using namespace mpgemm::kernels;
 using sim::Buffer;
@@ -75,7 +80,7 @@ void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   const bool bits = relu && batch_norm_relu_mask_fits(shape, {y.data(), out.data(),
                                                               with_residual ? residual.data() : y.data()});
   std::vector<uint8_t> relu_mask(n / 8 + 1, 0xa5);
-  err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, ch,
+  err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, nullptr, ch,
                                   reinterpret_cast<float*>(workspace.p), out.data(),
                                   bits ? relu_mask.data() : nullptr, nullptr);
   std::vector<float> shift(channels);
@@ -171,6 +176,61 @@ void backward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   }
 }
 
+// Per-block moments of random columns, totalled; then a forward that takes
+// the totals as its batch statistics.
+void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+  const int64_t rows = shape.rows, channels = shape.channels;
+  const int64_t block_rows = rnd(0, 1) ? int64_t(16) << rnd(0, 3) : rnd(1, 40);
+  const int64_t blocks = column_moment_blocks(rows, block_rows);
+  std::vector<double> values(rows * channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    const double offset = rnd(-2000, 2000);
+    for (int64_t r = 0; r < rows; ++r) values[r * channels + c] = offset + rnd(-64, 64) / 8.0;
+  }
+  std::vector<float> moments(2 * blocks * channels);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t first = b * block_rows, last = std::min(rows, first + block_rows);
+      double sum = 0, m2 = 0;
+      for (int64_t r = first; r < last; ++r) sum += values[r * channels + c];
+      const double mean = sum / double(last - first);
+      for (int64_t r = first; r < last; ++r) m2 += (values[r * channels + c] - mean) * (values[r * channels + c] - mean);
+      moments[b * channels + c] = float(mean), moments[(blocks + b) * channels + c] = float(m2);
+    }
+  std::vector<float> mean_var(2 * channels, NAN);
+  err = launch_column_moments_total(rows, channels, block_rows, moments.data(), mean_var.data(), nullptr);
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0, m2 = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += values[r * channels + c];
+    const double mean = sum / double(rows);
+    for (int64_t r = 0; r < rows; ++r) m2 += (values[r * channels + c] - mean) * (values[r * channels + c] - mean);
+    const double var = m2 / double(rows);
+    // The blocks' moments were rounded to fp32: their means by about 2^-24 of
+    // the offset, which moves each block's share of the variance by as much
+    // times the spread.
+    const double mean_tolerance = 1e-6 * (std::fabs(mean) + 1.0);
+    const double var_tolerance = 1e-5 * (var + 1.0) + 1e-6 * std::fabs(mean) * (std::sqrt(var) + 1.0);
+    if (!(std::fabs(mean_var[c] - mean) <= mean_tolerance)) check("moments' mean", c, mean_var[c], float(mean));
+    if (!(std::fabs(mean_var[channels + c] - var) <= var_tolerance))
+      check("moments' variance", c, mean_var[channels + c], float(var));
+  }
+  // The totals as a forward's batch statistics: used as given.
+  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN);
+  BatchNormChannels ch;
+  ch.eps = 1e-5;
+  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data();
+  Matrix y(shape.type, rows * channels, false), out(shape.type, rows * channels, false);
+  y.fill(-32, 32);
+  Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
+  if (err == cudaSuccess)
+    err = launch_batch_norm_forward(shape, y.data(), nullptr, false, true, mean_var.data(), ch,
+                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, nullptr);
+  for (int64_t c = 0; c < channels; ++c) {
+    check("given mean", c, mean[c], mean_var[c]);
+    check("given invstd", c, invstd[c], float(1.0 / std::sqrt(double(mean_var[channels + c]) + 1e-5)));
+  }
+}
+
 }  // namespace
 
 bool batch_norm_case(int index) {
@@ -179,12 +239,13 @@ bool batch_norm_case(int index) {
   shape.channels = rnd(0, 2) ? 8 * rnd(1, 5) : rnd(1, 40);
   shape.rows = rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);  // rows > 128: several row blocks
   Checker check;
-  cudaError_t forward_err, backward_err;
+  cudaError_t forward_err, backward_err, moments_err;
   forward_case(shape, check, forward_err);
   backward_case(shape, check, backward_err);
-  check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess;
+  moments_case(shape, check, moments_err);
+  check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess;
   if (check.bad)
-    printf("batch norm case %d FAILED: errors %d %d, rows=%ld channels=%ld type=%d\n", index, int(forward_err),
-           int(backward_err), long(shape.rows), long(shape.channels), int(shape.type));
+    printf("batch norm case %d FAILED: errors %d %d %d, rows=%ld channels=%ld type=%d\n", index, int(forward_err),
+           int(backward_err), int(moments_err), long(shape.rows), long(shape.channels), int(shape.type));
   return check.bad;
 }

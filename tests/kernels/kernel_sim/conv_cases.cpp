@@ -23,19 +23,27 @@
 // takes, round by round (i / 21 % 3), channel multipliers, channel counts
 // that are not multiples of 8, and misaligned bases. So the first 42 cases launch all 36 kernels there (the
 // padded copy's two), 16 the fp16 ones below it. Strides up to 3 give dgrad
-// phases that no tap reaches.
+// phases that no tap reaches. fprop on 16-byte chunks in place also writes
+// its column moments (Conv2dParams::moments) in half of the cases; the
+// batch statistics totalled from them (norm/column_moments.h) are checked
+// against those of the output as stored, every block's moments written.
+// Their kernels are counted apart (conv_moment_kernels), so that the count
+// of the others stays fixed.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "conv/depthwise.h"
 #include "conv/launch.h"
 #include "kernel_sim/conv_reference.h"
 #include "kernel_sim/sim_common.h"
+#include "norm/column_moments.h"
 
 using namespace mpgemm::kernels;
 using sim::Buffer;
@@ -78,6 +86,8 @@ const char* const kPassNames[] = {"fprop", "dgrad", "wgrad"};
 }  // namespace
 
 int conv_splits_run = 0;
+int conv_moment_cases = 0;
+std::set<const void*> conv_moment_kernels;
 
 bool conv_case(int index) {
   const ConvPass pass = ConvPass(index % 3);
@@ -212,9 +222,14 @@ bool conv_case(int index) {
   // can (hopper_conv_cases.cpp): these cases are the WMMA kernels'.
   setenv("MPGEMM_CONV_PATH", "wmma", 1);
   const Conv2dPlan plan = plan_conv2d(pass, a);
+  const int64_t rows = a.n * a.p * a.q, blocks = column_moment_blocks(rows, plan.moment_rows);
+  std::vector<float> moments(2 * blocks * a.k, std::numeric_limits<float>::quiet_NaN());
+  const bool with_moments = plan.moment_rows > 0 && rows > 0 && rnd(0, 1);
+  if (with_moments) a.moments = moments.data();
   const size_t workspace_bytes = plan.workspace_bytes;
   std::vector<float> workspace(workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
   void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
+  const std::set<const void*> launched_before = sim::launched;
   const cudaError_t err = launch_conv2d(pass, a, plan, workspace_bytes ? aligned : nullptr, nullptr);
   unsetenv("MPGEMM_CONV_PATH");
   // The launcher took the path the case was built for. A padded-path case
@@ -240,16 +255,45 @@ bool conv_case(int index) {
     const float got = get(out.p, a.out_type, out_offset + e);
     if (!(got == expect) && bad++ < 3) printf("  out[%ld] = %g, want %g\n", e, got, expect);
   }
+  if (with_moments) {
+    ++conv_moment_cases;
+    std::vector<float> mean_var(2 * a.k, std::numeric_limits<float>::quiet_NaN());
+    bad += launch_column_moments_total(rows, a.k, plan.moment_rows, moments.data(), mean_var.data(), nullptr) !=
+           cudaSuccess;
+    for (int64_t c = 0; c < a.k; ++c) {
+      double sum = 0, squares = 0;
+      for (int64_t r = 0; r < rows; ++r) sum += get(out.p, a.out_type, out_offset + r * a.k + c);
+      const double mean = sum / rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double d = get(out.p, a.out_type, out_offset + r * a.k + c) - mean;
+        squares += d * d;
+      }
+      const double var = squares / rows, tolerance = 1e-5 * (std::fabs(mean) + std::sqrt(var) + 1.0);
+      if (!(std::fabs(mean_var[c] - mean) <= tolerance) && bad++ < 3)
+        printf("  batch mean[%ld] = %g, want %g\n", c, mean_var[c], mean);
+      if (!(std::fabs(mean_var[a.k + c] - var) <= tolerance * (std::sqrt(var) + 1.0)) && bad++ < 3)
+        printf("  batch variance[%ld] = %g, want %g\n", c, mean_var[a.k + c], var);
+    }
+    // What this case launched first: the kernels that write moments, and their total's.
+    for (auto it = sim::launched.begin(); it != sim::launched.end();) {
+      if (launched_before.count(*it)) {
+        ++it;
+      } else {
+        conv_moment_kernels.insert(*it);
+        it = sim::launched.erase(it);
+      }
+    }
+  }
   for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
     if ((byte < esize * out_offset || byte >= esize * (out_offset + count)) && out.p[byte] != 0xff && bad++ < 3)
       printf("  wrote outside the output, byte %ld of %zu\n", byte - esize * out_offset, size_t(esize * count));
   if (bad)
     printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
            "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld input_type=%d bias=%d "
-           "bias_type=%d out_type=%d multiprocessors=%d max_grid=%u,%u workspace=%zu\n",
+           "bias_type=%d out_type=%d multiprocessors=%d max_grid=%u,%u workspace=%zu moments=%d\n",
            index, int(err), kPassNames[index % 3], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
            a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, offsets[0], offsets[1], offsets[2], out_offset,
            int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_x, max_grid_y,
-           workspace_bytes);
+           workspace_bytes, int(with_moments));
   return bad;
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 
 #include <cuda_fp16.h>
@@ -224,6 +225,8 @@ static bool ceiling_case(int index) {
 const int sim::device_arch = __CUDA_ARCH__;
 
 bool conv_case(int index);  // conv_cases.cpp
+extern int conv_moment_cases;
+extern std::set<const void*> conv_moment_kernels;
 bool batch_norm_case(int index);  // batch_norm_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K
 
@@ -250,6 +253,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
   printf("kernels launched: %zu\nconv kernels launched: %zu\nwgrad cases that split K: %d\n", sim::launched.size(),
          sim::launched.size() - before_conv, conv_splits_run);
+  printf("fprop cases with moments: %d (%zu kernels)\n", conv_moment_cases, conv_moment_kernels.size());
   int conv_gemm_failed = 0;
   ConvGemmCounts conv_gemm;
   for (int i = 0; i < kConvGemmCases; ++i) conv_gemm_failed += conv_gemm_case(i, conv_gemm);

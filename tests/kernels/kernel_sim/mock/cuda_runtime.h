@@ -168,6 +168,7 @@ inline std::vector<void (*)()> thread_exit_hooks;
 
 inline thread_local std::barrier<>* block_barrier;
 inline thread_local std::barrier<>* warp_barrier;
+inline thread_local float* warp_lanes;  // the warp's 32 slots that __shfl_xor_sync exchanges through
 inline thread_local std::barrier<>* cluster_barrier;
 // cp.async (../arch/cp_async.cuh): whether copies land only when waited for, and
 // this thread's copies in flight: committed groups, oldest first, and the open one.
@@ -246,6 +247,18 @@ inline void __stwb(T* p, T v) { *p = v; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
   sim::warp_barrier->arrive_and_wait();
+}
+// Every lane of the warp takes part: each leaves its value in its slot, the
+// warp meets, reads its partner's, and meets again before a slot is reused.
+inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
+  SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
+  SIM_CHECK(lane_mask >= 0 && lane_mask < 32, "lane mask %d", lane_mask);
+  const unsigned lane = threadIdx.x % 32;
+  sim::warp_lanes[lane] = value;
+  sim::warp_barrier->arrive_and_wait();
+  const float other = sim::warp_lanes[lane ^ unsigned(lane_mask)];
+  sim::warp_barrier->arrive_and_wait();
+  return other;
 }
 
 namespace sim {
@@ -347,6 +360,7 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   std::vector<std::unique_ptr<std::barrier<>>> block_barriers, warp_barriers;
   for (unsigned r = 0; r < cluster; ++r) block_barriers.push_back(std::make_unique<std::barrier<>>(threads));
   for (unsigned w = 0; w < cluster * threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+  std::vector<float> lanes(cluster * threads);
   std::barrier<> cluster_barrier(cluster * threads);
   std::barrier<decltype(end_block)> next_block(cluster * threads, end_block);
   thread_pool.run(cluster * threads, [&](unsigned t) {
@@ -358,6 +372,7 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
     cluster_rank = rank, cluster_size = cluster;
     block_barrier = block_barriers[rank].get();
     warp_barrier = warp_barriers[t / 32].get();
+    warp_lanes = lanes.data() + t / 32 * 32;
     sim::cluster_barrier = &cluster_barrier;
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = rank; x < grid.x; x += cluster) {

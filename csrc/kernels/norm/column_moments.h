@@ -1,0 +1,24 @@
+// Batch statistics from the per-block column moments an epilogue wrote
+// (common/column_moments.cuh): the mean and the biased variance of each
+// column of a rows x channels output, for training batch norm
+// (launch_batch_norm_forward's batch_mean_var).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace mpgemm::kernels {
+
+// Blocks of block_rows rows (the last one what is left) in `rows` rows.
+inline int64_t column_moment_blocks(int64_t rows, int64_t block_rows) {
+  return block_rows > 0 ? (rows + block_rows - 1) / block_rows : 0;
+}
+
+// mean_var[c] = the mean of column c, mean_var[channels + c] its biased
+// variance, from `moments` ([2][blocks][channels]: each block's means, then
+// its M2s). Combined in fp64, blocks in order: the same bits on every run.
+cudaError_t launch_column_moments_total(int64_t rows, int64_t channels, int64_t block_rows, const float* moments,
+                                        float* mean_var, cudaStream_t stream);
+
+}  // namespace mpgemm::kernels
