@@ -1,4 +1,5 @@
-// The ops under torch.autocast: gemm, linear and conv2d follow autocast's
+// The ops under torch.autocast: gemm, linear and conv2d (and
+// conv2d_batch_stats, conv2d's with its batch statistics) follow autocast's
 // dtype as torch's matmul, linear and conv2d do (the lower_precision_fp
 // policy): every floating-point tensor argument is cast to the autocast dtype
 // (fp16 or bf16), through autocast's cache of weight casts, then the op runs

@@ -150,8 +150,9 @@ def conv2d_batch_stats(x, weight, bias=None, stride=1, padding=0, dilation=1, gr
     channel's mean and biased variance over (N, H, W) of y as stored (not
     differentiable: batch norm's backward differentiates them through y).
     x is 4-D. On CUDA the convolution's epilogue gathers them where its
-    kernels can (the WMMA implicit GEMM on channels that are multiples of 8),
-    so that no pass over y is needed; elsewhere they come from y.
+    kernels can (the WMMA implicit GEMM on channels that are multiples of 8,
+    the Hopper convolution's forward), so that no pass over y is needed;
+    elsewhere they come from y.
     :func:`mpgemm.fuse`'s chains use it where MPGEMM_EPILOGUE_STATS=1."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"mpgemm.conv2d_batch_stats: expected x to be a 4-D tensor, got "

@@ -18,6 +18,8 @@ blocks alone run) are the same block fed by the copy engine's im2col loads
 dgrad kernels that stage a strided phase's rows store no strip through the
 copy engine but read each back with 16-byte shared loads (LDS.128) and
 store it with 16-byte global stores (STG.E.128), four of each a strip.
+The fprop kernels that write column moments for batch norm combine lanes
+with shuffles and no atomics (the Hopper ones read their strips back).
 The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
 their 16-byte variants (the elementwise ones store so too) and round every
 step on its own (no FFMA), as the CPU backend does.
@@ -149,18 +151,20 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
 
 
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"
+MOMENTS_KERNEL = "wgmma_fprop_moments_kernel"
 
 
 @pytest.fixture(scope="module")
 def hopper_conv_kernels(cuda_build, machine_code):
     """{kernel name: [sass.Instruction]} of the Hopper convolution's kernels in the sm_90a code: fprop, dgrad
-    and wgrad, and dgrad staging its rows, fp16 and bf16, on each tile."""
+    and wgrad, dgrad staging its rows, and fprop writing its column moments, fp16 and bf16, on each tile."""
     if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
-               if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name}
-    assert len(kernels) == 24, sorted(kernels)
+               if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name or MOMENTS_KERNEL in name}
+    assert len(kernels) == 30, sorted(kernels)
     assert sum(STAGED_ROWS_KERNEL in name for name in kernels) == 6, sorted(kernels)
+    assert sum(MOMENTS_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
     return kernels
 
@@ -175,6 +179,24 @@ def test_hopper_conv_runs_wgmma_on_im2col_copies(hopper_conv_kernels):
         assert sass.count_opcodes(opcodes, "UTMALDG.3D") > 0, f"{name} lacks its tiled copies"
         for op in ("UTMALDG.3D.MULTICAST", "UCGABAR_ARV", "BAR.ARV"):
             assert sass.count_opcodes(opcodes, op) == 0, f"{name}: {op}"
+
+
+def test_column_moments_come_from_shuffles_in_a_fixed_order(cuda_build, machine_code, hopper_conv_kernels):
+    """The kernels that write column moments (the Hopper fprop's, reading its
+    strips back 4 bytes a thread, and the WMMA fprop's) combine lanes with
+    butterfly shuffles and use no atomics (the same bits on every run)."""
+    moments = {name: [i.opcode for i in instructions] for name, instructions in hopper_conv_kernels.items()
+               if MOMENTS_KERNEL in name}
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        moments.update({name: [i.opcode for i in instructions] for name, instructions in machine_code[0][arch].items()
+                        if "conv2d_fprop_moments_kernel" in name})
+    assert sum("conv2d_fprop_moments_kernel" in name for name in moments) > 0, sorted(moments)
+    for name, opcodes in moments.items():
+        assert sass.count_opcodes(opcodes, "SHFL.BFLY") > 0, f"{name} lacks its shuffles"
+        for op in ("ATOM", "ATOMG", "RED", "ATOMS"):
+            assert sass.count_opcodes(opcodes, op) == 0, f"{name}: {op}"
+        if MOMENTS_KERNEL in name:
+            assert sass.count_opcodes(opcodes, "LDS") > 0, f"{name} does not read its strips back"
 
 
 def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, machine_code, hopper_kernels, hopper_conv_kernels):

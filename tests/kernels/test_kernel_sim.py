@@ -81,8 +81,18 @@ CONV_KERNELS = {750: 16, 800: 36}
 # landing at issue and as late as wait_group allows.
 RUNS = [(750, False), (800, False), (800, True)]
 FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
-# A pipeline that waits for one cp.async group too few: must fail.
-MUTATION = ("cp_async_wait<kStages - 2>()", "cp_async_wait<kStages - 1>()")
+# The bugs planted in one WMMA tile's kernels (wmma/block.cuh; built from
+# kernel_sim/wmma_planted.cpp), each of which must fail: a pipeline that
+# waits for one cp.async group too few, and the column moments of a block's
+# first warp row left out of its total (fprop's epilogue moments; the
+# driver's first fp16 fprop on SmallTile past the two rounds that run
+# without moments is case 48).
+WMMA_MUTATIONS = {
+    "an early read of a pipeline stage": ("cp_async_wait<kStages - 2>()",
+                                          "(PLANTED ? cp_async_wait<kStages - 1>() : cp_async_wait<kStages - 2>())"),
+    "a warp row's column moments dropped": ("for (int w = 0; w < Tile::kWarpsM; ++w) {",
+                                            "for (int w = PLANTED; w < Tile::kWarpsM; ++w) {"),
+}
 # Planted bugs: each a text of csrc/kernels and what replaces it, in which
 # PLANTED is true in a run that plants that bug (SIM_PLANTED_BUG, read by
 # sim::planted in mock/cuda_runtime.h) and false otherwise, so that the bugs
@@ -427,7 +437,7 @@ def planted(mutation, number):
 def results(tmp_path_factory):
     """Builds the driver per arch (and one mutant) and the Hopper driver (and
     its mutants), runs every case set in parallel: {(arch, late, seed),
-    "mutant", ("hopper", copies_late, wgmma_late) or ("hopper mutant", name):
+    ("mutant", name), ("hopper", copies_late, wgmma_late) or ("hopper mutant", name):
     (exit code, output)}."""
     if shutil.which("g++") is None:
         skip_or_fail("g++ not found")
@@ -447,13 +457,16 @@ def results(tmp_path_factory):
     # The mutant: one WMMA tile's GEMM and convolution kernels with the
     # planted pipeline (kernel_sim/wmma_planted.cpp), linked ahead of the
     # real units.
-    mutant_dir = mutated_kernels(str(out / "mutant"), [(["wmma/block.cuh"], MUTATION)])
+    wmma_bugs = list(enumerate(WMMA_MUTATIONS))
+    mutant_dir = mutated_kernels(str(out / "mutant"), [
+        (["wmma/block.cuh"], planted(WMMA_MUTATIONS[name], number)) for number, name in wmma_bugs])
     # The Hopper driver runs GEMMs and convolutions: their launchers and
     # every kernel they may pick. It compiles at sim arch 900 the units whose
     # code differs there (sm90/, whose kernels sim arch 800 compiles to their
     # headers alone) and links sim arch 800's objects of the others (the WMMA
     # tiles, the WMMA convolutions, the plans), whose code is the same.
-    hopper_units = [name for name in kernels if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_"))]
+    hopper_units = [name for name in kernels
+                    if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_", "norm/column_moments"))]
     shared_units = [name for name in hopper_units if not name.startswith("sm90/")]
     hopper_sources = [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
                                                                "conv_gemm_cases.cpp", "gemm_cases.cpp")] + [
@@ -530,7 +543,10 @@ def results(tmp_path_factory):
             for seed in (FIXED_SEEDS[(arch, late)], SEED):
                 jobs[(arch, late, seed)] = pool.submit(run_driver, binaries[arch], GEMM_CASES, UNSCALE_CASES,
                                                        CONV_CASES, seed, late)
-        jobs["mutant"] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True, 0)
+        jobs[("mutant", "an early read of a pipeline stage")] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True, 0,
+                                                                            planted=0)
+        jobs[("mutant", "a warp row's column moments dropped")] = pool.submit(run_driver, mutant, 0, 0, 49, 1, False,
+                                                                              0, planted=1)
         for number, name in batch_norm_bugs:
             jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False, 24,
                                                             planted=number)
@@ -568,8 +584,13 @@ def test_kernels_match_reference(results, arch, late, seeded):
 
 
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
-    code, output = results["mutant"]
+    code, output = results[("mutant", "an early read of a pipeline stage")]
     assert code != 0 and "gemm: 0/" not in output and "conv: 0/" not in output, output[-4000:]
+
+
+def test_simulation_catches_a_warp_rows_column_moments_dropped(results):
+    code, output = results[("mutant", "a warp row's column moments dropped")]
+    assert code != 0 and re.search(r"batch (mean|variance)\[", output), output[-4000:]
 
 
 @pytest.mark.parametrize("name", BATCH_NORM_MUTATIONS)
@@ -619,6 +640,8 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with their rows staged") > 0, replay
+    # fprop's column moments from the consumers' strips (sm90/epilogue.cuh), checked in every case that wrote them.
+    assert printed_count(output, "conv fprop cases with moments") > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
     assert "bad MPGEMM_STAGED_ROW_STORES refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay

@@ -38,6 +38,16 @@ __device__ __forceinline__ void st_shared(uint32_t address, uint32_t packed) {
 #endif
 }
 
+// A 4-byte load from a shared-window address: a word of a strip the
+// warpgroup wrote (its column moments, sm90/epilogue.cuh).
+__device__ __forceinline__ uint32_t ld_shared_4(uint32_t address) {
+  uint32_t v = 0;
+#if MPGEMM_SM90A
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+#endif
+  return v;
+}
+
 // A 16-byte load from a shared-window address: what a thread reads back of a
 // strip the warpgroup wrote.
 __device__ __forceinline__ uint4 ld_shared_16(uint32_t address) {

@@ -70,9 +70,9 @@ struct PhaseRows {
   }
 };
 
-template <class Element, class Tile, ConvPass Pass, int Vector, bool WithMoments = false>
-__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM)
-    conv2d_kernel(Conv2dParams a, const __grid_constant__ ConvGemm g, GemmGrid work) {
+// The body of both kernels below: one block's tiles of every group of the pass.
+template <class Element, class Tile, ConvPass Pass, int Vector, bool WithMoments>
+__device__ __forceinline__ void conv2d_block(const Conv2dParams& a, const ConvGemm& g, const GemmGrid& work) {
   static_assert(!WithMoments || Pass == ConvPass::kFprop, "moments are of fprop's output");
   if constexpr (kWmmaCompiled<Element> && kTileCompiled<Tile>) {
     using Block = WmmaBlock<Element, Tile, ConvPassTraits<Pass>::kAKMajor, ConvPassTraits<Pass>::kBKMajor>;
@@ -139,6 +139,20 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM)
       }
     }
   }
+}
+
+template <class Element, class Tile, ConvPass Pass, int Vector>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM)
+    conv2d_kernel(Conv2dParams a, const __grid_constant__ ConvGemm g, GemmGrid work) {
+  conv2d_block<Element, Tile, Pass, Vector, false>(a, g, work);
+}
+
+// fprop that also writes its column moments (a kernel apart, so that the
+// other kernels keep their code).
+template <class Element, class Tile, int Vector>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM)
+    conv2d_fprop_moments_kernel(Conv2dParams a, const __grid_constant__ ConvGemm g, GemmGrid work) {
+  conv2d_block<Element, Tile, ConvPass::kFprop, Vector, true>(a, g, work);
 }
 
 }  // namespace mpgemm::kernels

@@ -114,7 +114,10 @@ template <class Element, class Tile, ConvPass Pass, int Vector, bool WithMoments
 cudaError_t launch(const Conv2dParams& p, const ConvGemm& g, const GemmGrid& work, cudaStream_t stream) {
   using Traits = ConvPassTraits<Pass>;
   constexpr int kSmemBytes = WmmaSmem<Element, Tile, Traits::kAKMajor, Traits::kBKMajor>::kBytes;
-  auto* kernel = &conv2d_kernel<Element, Tile, Pass, Vector, WithMoments>;
+  auto* kernel = [] {
+    if constexpr (WithMoments) return &conv2d_fprop_moments_kernel<Element, Tile, Vector>;
+    else return &conv2d_kernel<Element, Tile, Pass, Vector>;
+  }();
   if (const cudaError_t err = check_tile_arch<Tile>(kernel); err != cudaSuccess) return err;
   if (const cudaError_t err = prepare_launch<Element>(kernel, kSmemBytes); err != cudaSuccess) return err;
   const int64_t blocks = TileScheduler<Tile>::tiles(g.m, g.n) * work.split_k;
@@ -399,6 +402,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.path = Conv2dPlan::Path::kWgmma;
     plan.wgmma = plan_wgmma_conv(pass, p, staged_rows);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
+    if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(p)) plan.moment_rows = WgmmaBlockConfig::kInstrM;
     return plan;
   }
   const bool fold = path == ConvPath::kWgmma || (by_default && folded_taps_by_default(pass));
@@ -408,6 +412,8 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
       plan.path = Conv2dPlan::Path::kFoldedTaps;
       plan.wgmma = plan_wgmma_conv(pass, folded);
       plan.workspace_bytes = folded_input_bytes(p) + folded_filter_bytes(pass, p) + plan.wgmma.workspace_bytes;
+      if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(folded))
+        plan.moment_rows = WgmmaBlockConfig::kInstrM;
       return plan;
     }
   }

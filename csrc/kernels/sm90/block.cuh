@@ -78,8 +78,10 @@ constexpr int kTurnBarrier = kStripBarriersEnd;
 // p describes D, over k_slices K slices per tile, each slice's copies issued
 // by load(shared, tile, k_slices, rank, pipe) into the ring from pipe on
 // (leaving pipe past them); with StagedRows, D's rows strided pixels stored
-// through shared memory (sm90/epilogue.cuh).
-template <class Element, class Tile, bool AKMajor, bool BKMajor, bool StagedRows = false, class LoadTile>
+// through shared memory; WithMoments, each 64-row block's column moments of
+// D written too (sm90/epilogue.cuh).
+template <class Element, class Tile, bool AKMajor, bool BKMajor, bool StagedRows = false, bool WithMoments = false,
+          class LoadTile>
 __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const GemmParams& p,
                                             const WgmmaSchedule& schedule, int k_slices, const LoadTile& load) {
 #if MPGEMM_SM90A
@@ -147,7 +149,7 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
     finish_tile<Tile>(shared, reading, thread);
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
-    store_accumulators<Element, Tile, StagedRows>(acc, p, schedule, &d_map, staging, tile.batch, row0,
+    store_accumulators<Element, Tile, StagedRows, WithMoments>(acc, p, schedule, &d_map, staging, tile.batch, row0,
                                                   tile.origin.n0, thread, consumer);
   }
   // The shared memory the last stores read goes with the block.

@@ -37,17 +37,19 @@ using ConvSmem = WgmmaSmem<Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>;
 // (and fprop's bias): y, dx, or wgrad's fp32 partial sums (one matrix per
 // split) or dw itself. StagedRows (dgrad only): a phase of a strided dgrad
 // whose rows of dx are stored through shared memory, whole 16-byte chunks
-// (sm90/epilogue.cuh).
-template <class Element, class Tile, ConvPass Pass, bool StagedRows>
+// (sm90/epilogue.cuh). WithMoments (fprop only): each 64-row block's
+// per-channel moments of y to p.column_moments, for training batch norm.
+template <class Element, class Tile, ConvPass Pass, bool StagedRows, bool WithMoments = false>
 __device__ __forceinline__ void wgmma_conv_block(const CUtensorMap& a_map, const CUtensorMap& b_map,
                                                  const CUtensorMap& d_map, const GemmParams& p,
                                                  const WgmmaSchedule& schedule, const ConvWalk& walk) {
   static_assert(!StagedRows || Pass == ConvPass::kDgrad, "only dgrad's phases store strided rows");
+  static_assert(!WithMoments || Pass == ConvPass::kFprop, "moments are of fprop's output");
   const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
     load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
   };
-  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>, StagedRows>(d_map, p, schedule, walk.k_slices,
-                                                                                  load);
+  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>, StagedRows, WithMoments>(
+      d_map, p, schedule, walk.k_slices, load);
 }
 
 template <class Element, class Tile, ConvPass Pass>
@@ -67,6 +69,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                    const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                                    const WgmmaSchedule schedule, const ConvWalk walk) {
   wgmma_conv_block<Element, Tile, ConvPass::kDgrad, true>(a_map, b_map, d_map, p, schedule, walk);
+}
+
+// fprop that also writes its column moments (a kernel apart, so that the
+// other passes' kernels keep their code).
+template <class Element, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_fprop_moments_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                               const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                               const WgmmaSchedule schedule, const ConvWalk walk) {
+  wgmma_conv_block<Element, Tile, ConvPass::kFprop, false, true>(a_map, b_map, d_map, p, schedule, walk);
 }
 
 }  // namespace mpgemm::kernels::sm90

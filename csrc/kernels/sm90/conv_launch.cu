@@ -28,6 +28,7 @@
 #include "conv/padded_copy.h"
 #include "gemm/splitk_reduce.h"
 #include "plan/gemm_plan.h"
+#include "plan/operand_layout.h"
 #include "plan/split_cost.h"
 #include "sm90/conv_kernel.cuh"
 #include "sm90/conv_launch.h"
@@ -278,12 +279,23 @@ bool rows_stageable(const ConvLaunch& l) {
 
 // One launch; a phase of dgrad's on the kernel that stages its rows where
 // the plan asks (WgmmaConvPlan::staged_rows) and rows_stageable allows.
+// fprop with Conv2dParams::moments on the kernel that writes them, which
+// stores through the copy engine.
 template <class Element, class Tile, ConvPass Pass>
 cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t stream, bool staged_rows = false) {
   if (sm90::PersistentTileScheduler<Tile>::tiles(l.gemm) == 0) return cudaSuccess;
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_maps<Tile, Pass>(&a_map, &b_map, c, l.source); err != cudaSuccess) return err;
   const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
+  if constexpr (Pass == ConvPass::kFprop) {
+    if (c.moments != nullptr) {
+      if (!schedule.d_copy) return cudaErrorInvalidValue;
+      GemmParams gemm = l.gemm;
+      gemm.column_moments = c.moments;
+      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, false, true>(a_map, b_map, d_map, gemm, schedule,
+                                                                              l.walk, stream);
+    }
+  }
   if constexpr (Pass == ConvPass::kDgrad)
     if (staged_rows && rows_stageable(l))
       return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, true>(a_map, b_map, d_map, l.gemm, schedule, l.walk,
@@ -350,6 +362,10 @@ bool im2col_describable(ConvPass pass, const Conv2dParams& p) {
 
 }  // namespace
 
+bool wgmma_conv_writes_moments(const Conv2dParams& p) {
+  return tma_describable(p.out, element_bytes(p.out_type), 1, 0, p.k, p.k, p.n * p.p * p.q);
+}
+
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
   const bool reads_x = pass != ConvPass::kDgrad, reads_w = pass != ConvPass::kWgrad;
   const bool reads_dy = pass != ConvPass::kFprop;
@@ -397,6 +413,7 @@ cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& p, const WgmmaC
                               cudaStream_t stream) {
   if (!wgmma_conv_takes(pass, p) || plan.splits < 1 || (pass != ConvPass::kWgrad && plan.splits != 1))
     return cudaErrorInvalidValue;
+  if (p.moments != nullptr && (pass != ConvPass::kFprop || !wgmma_conv_writes_moments(p))) return cudaErrorInvalidValue;
   if (plan.workspace_bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.input_type, [&](auto element) {

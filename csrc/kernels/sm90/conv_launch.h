@@ -39,6 +39,12 @@ struct WgmmaConvPlan {
 };
 WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params, bool staged_rows = false);
 
+// Whether fprop of a problem it takes can write each 64-row block's column
+// moments of y (Conv2dParams::moments): where y has a tensor map (a 16-byte
+// aligned base and pitch), since the kernel sums the strips it stages for
+// the copy engine.
+bool wgmma_conv_writes_moments(const Conv2dParams& params);
+
 // Enqueues one pass that wgmma_conv_takes on `stream`, as `plan`
 // (plan_wgmma_conv of the same pass and params) says, with `workspace` (at
 // least plan.workspace_bytes, 16-byte aligned). Returns

@@ -9,13 +9,14 @@
 
 namespace mpgemm::kernels::sm90 {
 
-template <class Element, class Tile, ConvPass Pass, bool StagedRows>
+template <class Element, class Tile, ConvPass Pass, bool StagedRows, bool WithMoments>
 cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                      const GemmParams& p, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream) {
   static PerDeviceFact resident_clusters;  // blocks alone: never asked
   const auto kernel = [] {
     if constexpr (StagedRows) return &wgmma_dgrad_staged_rows_kernel<Element, Tile>;
+    else if constexpr (WithMoments) return &wgmma_fprop_moments_kernel<Element, Tile>;
     else return &wgmma_conv_kernel<Element, Tile, Pass>;
   }();
   return launch_persistent<Element, Tile>(kernel, ConvSmem<Tile, Pass>::kBytes,
@@ -28,12 +29,15 @@ cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap
 // Instantiates the launch of one tile's Hopper convolution kernels: each
 // pass, fp16 and bf16 (sm90/launch.h); and of dgrad's kernel that stages a
 // phase's rows (STAGED_ROWS true: sm90/conv_kernels_staged_rows.cu, a unit
-// apart, so that the passes' units keep their code).
-#define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS, STAGED_ROWS)                                    \
+// apart, so that the passes' units keep their code); fprop's with column
+// moments (WITH_MOMENTS: sm90/conv_kernels_moments.cu).
+#define MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(ELEMENT, TILE, PASS, STAGED_ROWS, WITH_MOMENTS)                  \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_conv_kernel<                                   \
-      ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS, STAGED_ROWS>(                      \
+      ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS, STAGED_ROWS, WITH_MOMENTS>(        \
       const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,     \
       const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&, cudaStream_t);
+#define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS, STAGED_ROWS) \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(ELEMENT, TILE, PASS, STAGED_ROWS, false)
 #define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                                \
   MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop, false)           \
   MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad, false)           \

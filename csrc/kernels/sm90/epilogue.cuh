@@ -10,6 +10,10 @@
 // or, in the kernels built for it (StagedRows), writes each strip as for the
 // copy engine and reads it back a 16-byte chunk a thread, so that a warp
 // stores four whole 128-byte rows at a time.
+// Kernels built WithMoments (a convolution's fprop that feeds training batch
+// norm) also sum each strip's columns as stored, read back from the strip
+// before it is written again (strip_column_moments): each 64-row block's
+// per-column moments (common/column_moments.cuh).
 // Bias and activation come first, apart from the stores, so that each is
 // written once per kernel rather than once per output type and way to store:
 // woven into the stores, they made every kernel 72 to 84 k instructions that
@@ -24,6 +28,7 @@
 #include "arch/barrier.cuh"
 #include "arch/copy_engine.cuh"
 #include "arch/smem.cuh"
+#include "common/column_moments.cuh"
 #include "common/element_traits.cuh"
 #include "common/gemm_params.h"
 #include "sm90/layout.h"
@@ -170,13 +175,51 @@ __device__ __forceinline__ void write_strip(const float (&acc)[Registers], uint3
   }
 }
 
+// The moments of a strip's columns (64 rows from row0, columns from
+// strip_col0 of D), as written to the buffer at `buffer`: warp w takes the
+// strip's w-th quarter of 32 bytes, lane 4 * word + group the word-th 4-byte
+// word of it and rows group, group + 4, ...; the 4 lanes of a word combine in
+// lane order (two shuffles), and the first writes block row0 / 64's moments
+// of the word's columns to p.column_moments. Two lanes of a warp read each
+// bank at once (rows four apart share a swizzle).
+template <class Out>
+__device__ __forceinline__ void strip_column_moments(uint32_t buffer, const GemmParams& p, int64_t row0,
+                                                     int64_t strip_col0, int thread) {
+  constexpr int kPerWord = 4 / int(sizeof(Out)), kRows = Config::kInstrM, kGroups = 4;
+  const int lane = thread % 32, warp = thread / 32, word = lane / kGroups, group = lane % kGroups;
+  const int byte = warp * 32 + word * 4;
+  const int64_t col = strip_col0 + byte / int(sizeof(Out));
+  const int64_t rows_left = p.m - row0;
+  ShiftedSums sums[kPerWord];
+#pragma unroll 4
+  for (int r = group; r < kRows; r += kGroups) {
+    if (r >= rows_left) break;
+    const uint32_t raw = ld_shared_4(buffer + swizzle128_offset(uint32_t(r), uint32_t(byte)));
+    if constexpr (kPerWord == 1) {
+      sums[0].add(*reinterpret_cast<const float*>(&raw));
+    } else {
+      const Out* pair = reinterpret_cast<const Out*>(&raw);
+#pragma unroll
+      for (int e = 0; e < kPerWord; ++e) sums[e].add(ElementTraits<Out>::to_float(pair[e]));
+    }
+  }
+  const int64_t blocks = (p.m + kRows - 1) / kRows;
+#pragma unroll
+  for (int e = 0; e < kPerWord; ++e) {
+    const ColumnMoments m = combine_across_lanes<kGroups - 1>(sums[e].moments(), lane);
+    if (group == 0 && col + e < p.n) store_moments(p.column_moments, blocks, p.d_row_stride, row0 / kRows, col + e, m);
+  }
+}
+
 // Stores the consumer's 64 x 2 * Registers accumulators (rows from row0, columns from
 // col0 of matrix `batch` of D) through its output strips and the copy
 // engine, which leaves out what lies past D. Before a buffer is written
 // again, the store that last read it must be done reading (one issuing
 // thread waits, then the warpgroup meets); the strip's writes are fenced for
-// the async proxy and met on before its one store is issued.
-template <class Out, int Registers>
+// the async proxy and met on before its one store is issued. WithMoments,
+// the warpgroup then reads the strip's columns back for their moments, before
+// the meeting that precedes the buffer's next writes.
+template <class Out, bool WithMoments, int Registers>
 __device__ __forceinline__ void copy_out_tile(const float (&acc)[Registers], const GemmParams& p,
                                               const CUtensorMap* d_map, OutputStaging& staging, int64_t batch,
                                               int64_t row0, int64_t col0, int thread, int consumer) {
@@ -197,6 +240,7 @@ __device__ __forceinline__ void copy_out_tile(const float (&acc)[Registers], con
       tma_store_3d(d_map, buffer, int(strip_col0), int(row0), int(batch));
       bulk_commit_group();
     }
+    if constexpr (WithMoments) strip_column_moments<Out>(buffer_address, p, row0, strip_col0, thread);
     ++staging.strips;
   }
 }
@@ -257,7 +301,8 @@ __device__ __forceinline__ void store_tile_through_strips(const float (&acc)[Reg
 // holds four ways to store, or two where it is built to stage strided rows
 // (StagedRows: a strided dgrad's phases). A consumer whose rows all lie past
 // M (the second block of a pair at the last tile row) stores nothing.
-template <class Element, class Tile, bool StagedRows = false>
+// WithMoments: through the copy engine only (the launcher checks).
+template <class Element, class Tile, bool StagedRows = false, bool WithMoments = false>
 __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
@@ -267,7 +312,7 @@ __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulat
   const auto store_as = [&](auto out) {
     using Out = typename decltype(out)::type;
     if constexpr (StagedRows) store_tile_through_strips<Out>(acc, p, s, staging, batch, row0, col0, thread, consumer);
-    else if (s.d_copy) copy_out_tile<Out>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
+    else if (s.d_copy) copy_out_tile<Out, WithMoments>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
     else store_tile<Out>(acc, p, s, batch, row0, col0, thread);
   };
   if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{});

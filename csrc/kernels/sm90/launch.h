@@ -25,8 +25,9 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 // `walk` its walk of K; StagedRows, dgrad's kernel that stores a phase's
 // strided rows through shared memory. Instantiated in
 // sm90/conv_kernels_<tile>.cu, a tile's six kernels (three passes, two types)
-// a unit, and the staged dgrad's in sm90/conv_kernels_staged_rows.cu.
-template <class Element, class Tile, ConvPass Pass, bool StagedRows = false>
+// a unit, the staged dgrad's in sm90/conv_kernels_staged_rows.cu and fprop's
+// with column moments (WithMoments) in sm90/conv_kernels_moments.cu.
+template <class Element, class Tile, ConvPass Pass, bool StagedRows = false, bool WithMoments = false>
 cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                      const GemmParams& params, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream);

@@ -488,11 +488,12 @@ int main(int argc, char** argv) {
          "conv wgmma dgrad cases with a stride: %d\n"
          "conv wgmma dgrad cases with a phase no tap reaches: %d\n"
          "conv wgmma dgrad cases with their rows staged: %d\nconv cases on folded taps: %d\n"
+         "conv fprop cases with moments: %d\n"
          "conv: %d/%d failed\n"
          "bad MPGEMM_CONV_PATH refused: %s\nbad MPGEMM_STAGED_ROW_STORES refused: %s\n"
          "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n",
          conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad,
-         conv.unreached_phase, conv.staged_rows, conv.folded, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
+         conv.unreached_phase, conv.staged_rows, conv.folded, conv.moments, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
          staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok", splits_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");

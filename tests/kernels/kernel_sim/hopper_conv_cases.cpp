@@ -31,7 +31,11 @@
 //    case the path takes must run on it; one in five of each pass has
 //    channels it does not take (the WMMA kernels do, or fprop on folded taps
 //    where those fold, and forced, wgrad too). The reference scatters every
-//    product into the pass's output;
+//    product into the pass's output. Every other pair of fprop cases, and
+//    every folded one, asks for column moments where its path writes them
+//    (the consumers' strips stored by the copy engine, the WMMA kernels on
+//    16-byte chunks): the batch statistics they total to must match those
+//    of the output as stored;
 //  - folded taps: random few-channel fprop and wgrad (first layers: up to 7
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
 //    must run on copies with their taps folded into the channels;
@@ -40,6 +44,7 @@
 // A bad MPGEMM_CONV_PATH or MPGEMM_STAGED_ROW_STORES must be refused; taps 254 pixels apart must run on
 // the path and taps 256 apart (past the im2col offsets' 8 bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -56,6 +61,7 @@
 #include "kernel_sim/hopper_models.h"
 #include "kernel_sim/hopper_sim.h"
 #include "kernel_sim/sim_common.h"
+#include "norm/column_moments.h"
 
 using namespace mpgemm::kernels;
 using sim::rnd;
@@ -193,13 +199,39 @@ struct ConvRun {
   int64_t wrong = 0, size = 0;
   bool bias = false;
   uint64_t shared_loads = 0;  // ld.shared by the launch's threads: an epilogue that staged its rows
+  bool moments = false;       // fprop wrote its column moments (whose sums load from shared memory too)
+  int64_t moments_wrong = 0;  // channels whose batch statistics, totalled from them, are off
 };
+
+// The batch statistics of a rows x channels output as stored, against those
+// its column moments total to (norm/column_moments.h): the channels off.
+int64_t wrong_moments(const sim::Buffer& out, ElementType type, int64_t rows, int64_t channels,
+                      const std::vector<float>& moments, int block_rows) {
+  std::vector<float> mean_var(2 * channels, NAN);
+  if (launch_column_moments_total(rows, channels, block_rows, moments.data(), mean_var.data(), nullptr) != cudaSuccess)
+    return channels;
+  int64_t wrong = 0;
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0, squares = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += sim::get(out.p, type, r * channels + c);
+    const double mean = sum / double(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double d = sim::get(out.p, type, r * channels + c) - mean;
+      squares += d * d;
+    }
+    const double var = squares / double(rows), tolerance = 1e-5 * (std::fabs(mean) + std::sqrt(var) + 1.0);
+    wrong += !(std::fabs(mean_var[c] - mean) <= tolerance) ||
+             !(std::fabs(mean_var[channels + c] - var) <= tolerance * (std::sqrt(var) + 1.0));
+  }
+  return wrong;
+}
 
 // A random problem run through plan_conv2d and launch_conv2d, with
 // MPGEMM_CONV_PATH=wgmma (forced), the narrow tiles (narrow) and staged rows
-// (staged) where asked, against the reference.
+// (staged) where asked, and fprop's column moments where asked and its path
+// writes them, against the reference.
 ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType out, bool with_bias, bool forced,
-                 bool narrow, bool staged = false) {
+                 bool narrow, bool staged = false, bool ask_moments = false) {
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
   const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
   sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
@@ -223,6 +255,11 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   if (!narrow || forced) setenv("MPGEMM_NARROW_TILES", narrow ? "1" : "0", 1);
   if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
   run.plan = plan_conv2d(pass, p);
+  // Poisoned: every block's moments must be written.
+  const int64_t rows = g.n * g.p * g.q;
+  run.moments = ask_moments && pass == ConvPass::kFprop && run.plan.moment_rows > 0 && rows > 0;
+  std::vector<float> moments(run.moments ? 2 * column_moment_blocks(rows, run.plan.moment_rows) * g.k : 0, NAN);
+  if (run.moments) p.moments = moments.data();
   // Poisoned (sim::Buffer): the launch must read only what it wrote there.
   std::unique_ptr<sim::Buffer> workspace;
   if (run.plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(run.plan.workspace_bytes);
@@ -239,6 +276,8 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   for (int64_t i = 0; pass == ConvPass::kFprop && i < out_size; ++i) want[i] += bias.values[i % g.k];
   for (int64_t i = 0; i < out_size; ++i)
     run.wrong += !(sim::get(result.p, out, i) == sim::rounded(float(want[i]), out));
+  if (run.moments) run.moments_wrong = wrong_moments(result, out, rows, g.k, moments, run.plan.moment_rows);
+  p.moments = nullptr;
   run.size = out_size, run.bias = with_bias;
   return run;
 }
@@ -248,11 +287,11 @@ std::string describe(ConvPass pass, const Geometry& g, ElementType in, ElementTy
   char text[400];
   snprintf(text, sizeof text,
            "%s n %ld h %ld w %ld c %ld k %ld r %ld s %ld stride %d,%d pad %d,%d dilation %d,%d %s -> %s%s: err=%d, "
-           "%ld of %ld wrong",
+           "%ld of %ld wrong, %ld channels' statistics off",
            kPasses[int(pass)], long(g.n), long(g.h), long(g.w), long(g.c), long(g.k), long(g.r), long(g.s),
            g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w,
            in == ElementType::kBFloat16 ? "bf16" : "fp16", out == ElementType::kFloat32 ? "fp32" : "16-bit",
-           run.bias ? " + bias" : "", int(run.err), long(run.wrong), long(run.size));
+           run.bias ? " + bias" : "", int(run.err), long(run.wrong), long(run.size), long(run.moments_wrong));
   return text;
 }
 
@@ -274,10 +313,11 @@ bool folded_conv_case(int index, ConvCaseCounts& counts) {
   const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
-  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false);
+  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true);
   const bool folded = run.plan.path == Conv2dPlan::Path::kFoldedTaps;
   counts.folded += folded;
-  const bool bad = run.err != cudaSuccess || run.wrong > 0 || !folded;
+  counts.moments += run.moments;
+  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded;
   if (bad)
     printf("folded conv case %d FAILED: %s, on folded taps: %d\n", index, describe(pass, g, in, out, run).c_str(),
            int(folded));
@@ -334,7 +374,10 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // One case in four on the default path, which takes the Hopper
   // convolution only where wgmma_conv_by_default says so.
   const bool by_default = index % 4 == 1;
-  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow, staged);
+  // fprop cases 0 and 1, 4 and 5, ... of each run ask for column moments: on the narrow tiles and not.
+  const bool ask_moments = index / 3 / 2 % 2 == 0;
+  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow, staged,
+                               ask_moments);
   const Conv2dPlan& plan = run.plan;
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma, folded = plan.path == Conv2dPlan::Path::kFoldedTaps;
   const TileConfigId tile = expected_tile(pass, g, narrow);
@@ -350,11 +393,13 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // Only a strided dgrad asked to stage its rows loads from shared memory
   // (its epilogue's strips), where a tap reaches a phase of strided rows.
   const bool should_stage = wgmma && strided && staged && has_strided_phase(run.params);
-  const bool did_stage = run.shared_loads > 0;
+  const bool did_stage = run.shared_loads > 0 && !run.moments;
+  counts.moments += run.moments;
   counts.staged_rows += did_stage;
   const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, run.params, narrow));
   const bool should_fold = !path_takes(pass, g) && (!by_default || folded_taps_by_default(pass)) && folds(pass, g);
-  const bool bad = run.err != cudaSuccess || run.wrong > 0 || wgmma != should || folded != should_fold ||
+  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || wgmma != should ||
+                   folded != should_fold ||
                    (wgmma && plan.wgmma.tile != tile) || did_stage != should_stage;
   if (bad)
     printf("conv case %d FAILED: %s: on the Hopper path: %d (expected %d), folded %d (expected %d), %d splits, "

@@ -12,6 +12,7 @@ struct ConvCaseCounts {
   int on_n128 = 0, on_n64 = 0;  // on the narrow tiles
   int folded = 0;               // on folded taps (conv/folded_taps.h)
   int staged_rows = 0;          // strided dgrad's with their rows staged
+  int moments = 0;              // fprop's that wrote their column moments
 };
 
 // The im2col model's walk against the convolution's windows: how many

@@ -1,10 +1,11 @@
-// One WMMA tile's kernels from a copy of the kernels with a bug planted in
-// the pipeline (test_kernel_sim.py's MUTATION, in wmma/block.cuh):
+// One WMMA tile's kernels from a copy of the kernels with bugs planted in
+// the pipeline and the epilogue's column moments (test_kernel_sim.py's
+// WMMA_MUTATIONS, in wmma/block.cuh):
 // SmallTile's GEMMs, on which the sim arch 800 driver's small problems
 // mostly run (its forced plans and split-K cases among them: with the bug
 // planted, 15 of 18 forced plans and 5 of 20 random cases failed, seed 1),
 // and its fp16 fprop and dgrad at 16-byte chunks, which the driver's third
-// load path runs. Linked ahead of the unplanted kernels, its definitions are
+// load path runs, and the fprop that writes column moments. Linked ahead of the unplanted kernels, its definitions are
 // the ones the linker keeps, so that the planted build compiles this one
 // tile rather than every WMMA tile and convolution kernel.
 #include "conv/implicit_gemm.cuh"
@@ -14,4 +15,5 @@ namespace mpgemm::kernels {
 MPGEMM_WMMA_TILE_LAUNCH(SmallTile);
 template void conv2d_kernel<__half, SmallTile, ConvPass::kFprop, 8>(Conv2dParams, ConvGemm, GemmGrid);
 template void conv2d_kernel<__half, SmallTile, ConvPass::kDgrad, 8>(Conv2dParams, ConvGemm, GemmGrid);
+template void conv2d_fprop_moments_kernel<__half, SmallTile, 8>(Conv2dParams, ConvGemm, GemmGrid);
 }  // namespace mpgemm::kernels

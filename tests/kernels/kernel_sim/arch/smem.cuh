@@ -22,6 +22,11 @@ inline uint32_t smem_address(const void* p) { return sim::shared_address(p); }
 
 inline void st_shared(uint32_t address, float2 pair) { sim::hopper::st_shared(address, &pair, sizeof pair); }
 inline void st_shared(uint32_t address, uint32_t packed) { sim::hopper::st_shared(address, &packed, sizeof packed); }
+inline uint32_t ld_shared_4(uint32_t address) {
+  uint32_t v;
+  sim::hopper::ld_shared(address, &v, sizeof v);
+  return v;
+}
 inline uint4 ld_shared_16(uint32_t address) {
   uint4 v;
   sim::hopper::ld_shared(address, &v, sizeof v);
