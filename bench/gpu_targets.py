@@ -148,7 +148,8 @@ def sanitize():
     passes (sm_90; a first layer's on folded taps; strided dgrad's rows
     staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
     ones; the fused batch norm's passes; fprop's batch statistics from the
-    WMMA epilogue; and loss scaling's unscale and scale update."""
+    WMMA epilogue and (sm_90) the Hopper one; and loss scaling's unscale and
+    scale update."""
     torch.manual_seed(0)
     _gemm_on("wmma", 256, 192, 128, bias=True, activation="gelu")
     _gemm_on("wmma", 33, 47, 29, out_dtype=torch.float16)
@@ -168,10 +169,14 @@ def sanitize():
     # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37).
     _batch_norm_passes("64 channels", (8, 64, 28, 28))
     _batch_norm_passes("37 channels", (3, 37, 9, 9))
-    # fprop with its batch statistics from the WMMA epilogue's column moments.
+    # fprop with its batch statistics from the WMMA epilogue's column moments, and on sm_90 the Hopper one's.
     os.environ["MPGEMM_CONV_PATH"] = "wmma"
-    _epilogue_statistics("WMMA epilogue", (8, 64, 28, 28), (64, 64, 3, 3))
-    os.environ.pop("MPGEMM_CONV_PATH")
+    try:
+        _epilogue_statistics("WMMA epilogue", (8, 64, 28, 28), (64, 64, 3, 3))
+    finally:
+        os.environ.pop("MPGEMM_CONV_PATH")
+    if torch.cuda.get_device_capability() == (9, 0):
+        _epilogue_statistics("Hopper epilogue", (8, 64, 28, 28), (128, 64, 3, 3))
     _loss_scaling()
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then

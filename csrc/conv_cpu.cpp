@@ -52,11 +52,13 @@ ConvWithBatchStats conv2d_batch_stats_cpu(const ConvProblem<int64_t>& problem, c
 }
 
 at::Tensor batch_mean_var_of(const at::Tensor& y) {
+  if (y.numel() == 0) return at::full({2, y.size(1)}, NAN, y.options().dtype(at::kFloat));  // torch's mean of nothing
   if (y.is_cuda()) {
     // torch's own statistics pass (Welford's, in fp32, one read of y, any
-    // memory format): the variance from its 1 / sqrt(var + 0).
+    // memory format): the variance from its 1 / sqrt(var + 0), which is 0,
+    // not infinite, where the variance is 0 (a constant channel).
     const auto [mean, invstd] = at::batch_norm_stats(y, 0.0);
-    return at::stack({mean, invstd.pow(-2)});
+    return at::stack({mean, at::where(invstd.eq(0), at::zeros_like(invstd), invstd.pow(-2))});
   }
   const auto [var, mean] = at::var_mean(y.to(at::kDouble), {0, 2, 3}, /*correction=*/0);
   return at::stack({mean, var}).to(at::kFloat);

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from .ops import conv2d, conv2d_batch_stats, linear
 
 # The Conv2d forwards whose batch statistics a fused chain asks for
-# (mpgemm.fusion.chains.run_chain): {(thread, id(module)): [(y, statistics)]},
-# filled by the forward. A global dict, empty but inside a chain's call, so
-# that the check costs a forward one truth test and torch.compile guards on it.
+# (mpgemm.fusion.chains.run_chain): {(thread, id(module)): []}, which the
+# module's next forward takes out and answers with [(y, statistics, y's
+# version)]. A global dict, empty but inside a chain's call, so that the
+# check costs a forward one truth test and torch.compile guards on it.
 batch_stats_requests = {}
 
 
@@ -44,11 +45,12 @@ class Conv2d(torch.nn.Conv2d):
 
     def forward(self, input):
         if batch_stats_requests:
-            answer = batch_stats_requests.get((threading.get_ident(), id(self)))
+            answer = batch_stats_requests.pop((threading.get_ident(), id(self)), None)
             if answer is not None and self.padding_mode == "zeros" and input.dim() == 4:
-                answer.append(conv2d_batch_stats(input, self.weight, self.bias, self.stride, self.padding,
-                                                 self.dilation, self.groups))
-                return answer[0][0]
+                y, stats = conv2d_batch_stats(input, self.weight, self.bias, self.stride, self.padding,
+                                              self.dilation, self.groups)
+                answer.append((y, stats, y._version))
+                return y
         if self.padding_mode != "zeros":
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return conv2d(input, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)

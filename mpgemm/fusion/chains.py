@@ -59,17 +59,21 @@ def _conv_with_stats(conv, bn, x):
     mpgemm Conv2d, batch statistics normalizing, epilogue_stats_enabled),
     y's batch statistics from the same call: (y, statistics or None)."""
     uses_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
-    if not (uses_batch_stats and type(conv).forward is nn.Conv2d.forward and epilogue_stats_enabled()
-            and not torch.compiler.is_compiling()):
+    if (torch.compiler.is_compiling() or not uses_batch_stats or type(conv).forward is not nn.Conv2d.forward
+            or not epilogue_stats_enabled()):
         return conv(x), None
     key, answer = (threading.get_ident(), id(conv)), []
     nn.batch_stats_requests[key] = answer
     try:
         y = conv(x)
     finally:
-        del nn.batch_stats_requests[key]
-    # A forward hook that replaced y (a cast) leaves statistics of another tensor.
-    return y, answer[0][1] if answer and answer[0][0] is y else None
+        nn.batch_stats_requests.pop(key, None)  # the forward took it out, unless it did not run
+    # A forward hook that replaced y (a cast) or changed it in place leaves
+    # statistics of another tensor.
+    if not answer:
+        return y, None
+    forward_y, stats, version = answer[0]
+    return y, stats if forward_y is y and y._version == version else None
 
 
 def run_chain(conv, bn, x, residual=None, *, relu=False):

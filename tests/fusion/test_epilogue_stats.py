@@ -11,7 +11,8 @@ import torch
 
 import mpgemm
 from mpgemm import nn
-from mpgemm.fusion import fuse, fusion_report
+from mpgemm.fusion import chains, fuse, fusion_report
+from mpgemm.fusion.batch_norm import batch_norm_act as chains_batch_norm_act
 from mpgemm.ops import conv2d_batch_stats
 
 from test_fuse import DEVICES, EXPECTED, assert_same_state, fused_copy, tiny_resnet
@@ -73,14 +74,20 @@ def test_the_switch_is_checked(monkeypatch):
 
 
 def counting_batch_stats(monkeypatch):
-    calls = []
+    """The calls of conv2d_batch_stats, and of the chains' batch norm with statistics given."""
+    calls, given = [], []
 
     def counted(*args):
         calls.append(args[0].shape)
         return conv2d_batch_stats(*args)
 
+    def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None):
+        given.append(batch_mean_var is not None)
+        return chains_batch_norm_act(y, bn, residual, relu, batch_mean_var)
+
     monkeypatch.setattr(nn, "conv2d_batch_stats", counted)
-    return calls
+    monkeypatch.setattr(chains, "batch_norm_act", batch_norm_act)
+    return calls, given
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -89,7 +96,7 @@ def test_fused_chains_train_on_epilogue_statistics_as_on_their_own(device, monke
     model = mpgemm.convert(tiny_resnet(channels=(3, 8, 16))).to(device)
     models = [fused_copy(model, torch.randn(3, 3, 8, 8, device=device)) for _ in range(2)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in models]
-    calls = counting_batch_stats(monkeypatch)
+    calls, given = counting_batch_stats(monkeypatch)
     for step in range(3):
         x = torch.randn(3, 3, 8, 8, device=device).to(memory_format=torch.channels_last)
         results = []
@@ -106,21 +113,49 @@ def test_fused_chains_train_on_epilogue_statistics_as_on_their_own(device, monke
         torch.testing.assert_close(out, other_out, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(grad_x, other_grad_x, rtol=1e-3, atol=1e-5)
     assert len(calls) == len(EXPECTED) * 3, calls
+    # Every chain of model 0 took the statistics, none of model 1's.
+    assert given == ([True] * len(EXPECTED) + [False] * len(EXPECTED)) * 3, given
     assert_same_state(models[0], models[1], rtol=1e-3, atol=1e-4)
     assert not nn.batch_stats_requests
 
 
-def test_a_hook_that_replaces_the_output_keeps_the_pass_over_it(monkeypatch):
+def scale_in_place(module, args, out):
+    out.mul_(2.0)
+
+
+@pytest.mark.parametrize("hook", [lambda module, args, out: out * 2.0, scale_in_place], ids=["replaces", "in place"])
+def test_a_hook_that_changes_the_output_keeps_the_pass_over_it(hook, monkeypatch):
     torch.manual_seed(0)
     model = fused_copy(mpgemm.convert(tiny_resnet()), torch.randn(2, 3, 8, 8))
-    model[0].register_forward_hook(lambda module, args, out: out * 2.0)
+    model[0].register_forward_hook(hook)
     plain = copy.deepcopy(model)
+    _, given = counting_batch_stats(monkeypatch)
     monkeypatch.setenv("MPGEMM_EPILOGUE_STATS", "1")
     x = torch.randn(2, 3, 8, 8)
     out = model(x)
+    assert not given[0] and all(given[1:]), given  # the hooked chain's statistics are y's own
     monkeypatch.setenv("MPGEMM_EPILOGUE_STATS", "0")
     torch.testing.assert_close(out, plain(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(model[1].running_var, plain[1].running_var, rtol=1e-6, atol=1e-7)
+
+
+def test_a_convolution_run_again_inside_the_chain_gets_its_own_output(monkeypatch):
+    torch.manual_seed(0)
+    model = fused_copy(mpgemm.convert(tiny_resnet()), torch.randn(2, 3, 8, 8))
+    seen = []
+
+    def run_again(module, args, out):
+        if not seen:  # once: the hook runs again in its own call
+            seen.append(None)
+            seen[0] = module(args[0] * 0.5)
+
+    model[0].register_forward_hook(run_again)
+    monkeypatch.setenv("MPGEMM_EPILOGUE_STATS", "1")
+    x = torch.randn(2, 3, 8, 8)
+    model(x)
+    # The hook's own call of the convolution is not the chain's: it computes its own input's output.
+    del model[0]._forward_hooks[next(iter(model[0]._forward_hooks))]
+    torch.testing.assert_close(seen[0], model[0](x * 0.5))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -128,7 +163,7 @@ def test_under_prepare_the_chains_take_epilogue_statistics(dtype, monkeypatch):
     torch.manual_seed(0)
     base = tiny_resnet(channels=(3, 8, 16))
     x = [torch.randn(4, 3, 8, 8).to(memory_format=torch.channels_last) for _ in range(3)]
-    calls = counting_batch_stats(monkeypatch)
+    calls, given = counting_batch_stats(monkeypatch)
     losses = {}
     for stats in ("0", "1"):
         monkeypatch.setenv("MPGEMM_EPILOGUE_STATS", stats)
@@ -145,5 +180,5 @@ def test_under_prepare_the_chains_take_epilogue_statistics(dtype, monkeypatch):
             optimizer.zero_grad()
             losses[stats].append(loss.item())
         assert all(r["fused"] for r in fusion_report(model))
-    assert len(calls) == len(EXPECTED) * len(x)
+    assert len(calls) == len(EXPECTED) * len(x) and sum(given) == len(calls)
     torch.testing.assert_close(torch.tensor(losses["1"]), torch.tensor(losses["0"]), rtol=2e-2, atol=1e-3)

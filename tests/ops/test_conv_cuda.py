@@ -338,17 +338,25 @@ def test_bad_conv_path_is_refused_with_a_clear_error(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c, k, kernel, stride", [(64, 64, 3, 1), (256, 128, 1, 2), (3, 64, 7, 2), (64, 40, 3, 1)])
 def test_conv2d_batch_stats_from_the_epilogue(monkeypatch, path, dtype, c, k, kernel, stride):
-    """fprop with its batch statistics: the WMMA implicit GEMM gathers them
-    in its epilogue (channels multiples of 8), other paths from y. y is
-    conv2d's, bit for bit; the statistics match float64 ones of y and are
-    the same bits on every run."""
+    """fprop with its batch statistics: gathered in the epilogue by the WMMA
+    implicit GEMM (channels multiples of 8) and on sm_90 by the Hopper
+    convolution (its default, first layers on folded taps included), from
+    y elsewhere (the padded path). y is conv2d's, bit for bit; the
+    statistics match float64 ones of y (a constant channel's variance 0)
+    and are the same bits on every run."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", path)
     x = (torch.randn(8, c, 28, 28, device="cuda") + 1.0).to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c, kernel, kernel, device="cuda", dtype=dtype) / (c * kernel * kernel) ** 0.5
-    y, stats = mpgemm.ops.conv2d_batch_stats(x, weight, None, stride, kernel // 2)
+    weight[0] = 0  # channel 0 of y is all zeros
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        y, stats = mpgemm.ops.conv2d_batch_stats(x, weight, None, stride, kernel // 2)
+        torch.cuda.synchronize()
+    moments_kernels = [e.name for e in profile.events() if "moments_kernel" in e.name]
+    assert bool(moments_kernels) == (c % 8 == 0 or (IS_HOPPER and path == "auto")), moments_kernels
     assert torch.equal(y, mpgemm.conv2d(x, weight, None, stride, kernel // 2))
     y64 = y.double()
     want = torch.stack([y64.mean((0, 2, 3)), y64.var((0, 2, 3), unbiased=False)])
     torch.testing.assert_close(stats.double(), want, rtol=1e-5, atol=1e-6)
+    assert stats[0, 0] == 0 and stats[1, 0] == 0
     for _ in range(3):
         assert torch.equal(mpgemm.ops.conv2d_batch_stats(x, weight, None, stride, kernel // 2)[1], stats)

@@ -1,6 +1,6 @@
 // Totals per-block column moments (norm/column_moments.h): a block per
 // column; thread t takes blocks t, t + 256, ... in fp64, then thread 0 the
-// threads' totals in order, twice: the mean first, then M2 about it (each
+// threads' totals in thread order (a fixed order, the same every run), twice: the mean first, then M2 about it (each
 // block's M2 plus its count times its mean's squared distance from the
 // mean). A few hundred adds a column, once per batch norm: cheaper than a
 // tree's barriers, and in a fixed order.

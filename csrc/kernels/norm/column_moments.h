@@ -17,7 +17,7 @@ inline int64_t column_moment_blocks(int64_t rows, int64_t block_rows) {
 
 // mean_var[c] = the mean of column c, mean_var[channels + c] its biased
 // variance, from `moments` ([2][blocks][channels]: each block's means, then
-// its M2s). Combined in fp64, blocks in order: the same bits on every run.
+// its M2s). Combined in fp64 in a fixed order: the same bits on every run.
 cudaError_t launch_column_moments_total(int64_t rows, int64_t channels, int64_t block_rows, const float* moments,
                                         float* mean_var, cudaStream_t stream);
 
