@@ -84,9 +84,9 @@ FIXED_SEEDS = {run: 1 + i for i, run in enumerate(RUNS)}
 # The bugs planted in one WMMA tile's kernels (wmma/block.cuh; built from
 # kernel_sim/wmma_planted.cpp), each of which must fail: a pipeline that
 # waits for one cp.async group too few, and the column moments of a block's
-# first warp row left out of its total (fprop's epilogue moments; the
+# first warp row left out of its total (fprop's epilogue moments: run on the
 # driver's first fp16 fprop on SmallTile past the two rounds that run
-# without moments is case 48).
+# without moments, case 48, alone).
 WMMA_MUTATIONS = {
     "an early read of a pipeline stage": ("cp_async_wait<kStages - 2>()",
                                           "(PLANTED ? cp_async_wait<kStages - 1>() : cp_async_wait<kStages - 2>())"),
@@ -373,8 +373,8 @@ def planted_env(number):
 
 
 def run_driver(binary, gemm_cases, unscale_cases, conv_cases, seed, late, batch_norm_cases=BATCH_NORM_CASES,
-               planted=None):
-    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late), batch_norm_cases],
+               planted=None, first_conv_case=0):
+    return run([binary, gemm_cases, unscale_cases, conv_cases, seed, int(late), batch_norm_cases, first_conv_case],
                env=planted_env(planted))
 
 
@@ -546,7 +546,7 @@ def results(tmp_path_factory):
         jobs[("mutant", "an early read of a pipeline stage")] = pool.submit(run_driver, mutant, 20, 0, 9, 1, True, 0,
                                                                             planted=0)
         jobs[("mutant", "a warp row's column moments dropped")] = pool.submit(run_driver, mutant, 0, 0, 49, 1, False,
-                                                                              0, planted=1)
+                                                                              0, planted=1, first_conv_case=48)
         for number, name in batch_norm_bugs:
             jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False, 24,
                                                             planted=number)

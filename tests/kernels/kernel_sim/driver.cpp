@@ -5,6 +5,7 @@
 // fp32 sums are exact in any order and results must match bit for bit. bf16
 // products run from sim arch 800 on; below it their launches must be refused.
 //   driver <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0 or 1> <batch norm cases>
+//          [<first conv case>: runs conv cases from there on (a planted bug's run that needs one)]
 // Prints "gemm: F/N failed" (random problems on the launcher's plan), "gemm
 // plans: F/N failed" (split-K, every configuration of the table, grouped tile
 // orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
@@ -231,10 +232,12 @@ bool batch_norm_case(int index);  // batch_norm_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K
 
 int main(int argc, char** argv) {
-  SIM_CHECK(argc == 7,
-            "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1> <batch norm cases>",
+  SIM_CHECK(argc == 7 || argc == 8,
+            "usage: %s <gemm cases> <unscale cases> <conv cases> <seed> <late cp.async: 0|1> <batch norm cases> "
+            "[<first conv case>]",
             argv[0]);
   const int gemm_cases = std::stoi(argv[1]), unscale_cases = std::stoi(argv[2]), conv_cases = std::stoi(argv[3]);
+  const int first_conv_case = argc == 8 ? std::stoi(argv[7]) : 0;
   const int batch_norm_cases = std::stoi(argv[6]);
   rng.seed(std::stoull(argv[4]));
   sim::async_copies_late = std::stoi(argv[5]);
@@ -250,7 +253,7 @@ int main(int argc, char** argv) {
   if (fixed_cases) plan_failed += forced_plan_cases(plan_cases);
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
   const size_t before_conv = sim::launched.size();
-  for (int i = 0; i < conv_cases; ++i) conv_failed += conv_case(i);
+  for (int i = first_conv_case; i < conv_cases; ++i) conv_failed += conv_case(i);
   printf("kernels launched: %zu\nconv kernels launched: %zu\nwgrad cases that split K: %d\n", sim::launched.size(),
          sim::launched.size() - before_conv, conv_splits_run);
   printf("fprop cases with moments: %d (%zu kernels)\n", conv_moment_cases, conv_moment_kernels.size());
