@@ -475,6 +475,7 @@ int main(int argc, char** argv) {
   const bool path_bad = bad_conv_variable_accepted("MPGEMM_CONV_PATH", "hopper");
   const bool staged_bad = bad_conv_variable_accepted("MPGEMM_STAGED_ROW_STORES", "yes");
   const bool far_taps_bad = far_taps_wrong();
+  const bool moments_bad = conv_cases > 0 && !(first_failure && conv_failed) && tile_moments_wrong(conv);
   const bool splits_bad = conv_cases > 0 && !(first_failure && conv_failed) && wgrad_splits_wrong();
   // 1x1 convolutions as GEMMs, as many as the convolution cases' third.
   int conv_gemm_failed = 0;
@@ -491,13 +492,15 @@ int main(int argc, char** argv) {
          "conv fprop cases with moments: %d\n"
          "conv: %d/%d failed\n"
          "bad MPGEMM_CONV_PATH refused: %s\nbad MPGEMM_STAGED_ROW_STORES refused: %s\n"
-         "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n",
+         "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n"
+         "column moments on each tile: %s\n",
          conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad,
-         conv.unreached_phase, conv.staged_rows, conv.folded, conv.moments, conv_failed, conv_cases, path_bad ? "FAILED" : "ok",
-         staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok", splits_bad ? "FAILED" : "ok");
+         conv.unreached_phase, conv.staged_rows, conv.folded, conv.moments, conv_failed, conv_cases,
+         path_bad ? "FAILED" : "ok", staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok",
+         splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
   return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || folded_failed ||
          conv_gemm_failed || path_bad || staged_bad ||
-         far_taps_bad || splits_bad || fresh_bad;
+         far_taps_bad || splits_bad || moments_bad || fresh_bad;
 }

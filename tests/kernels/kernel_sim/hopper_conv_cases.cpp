@@ -40,7 +40,8 @@
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
 //    must run on copies with their taps folded into the channels;
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
-//    convolutions, against the cost model's worked out apart.
+//    convolutions, against the cost model's worked out apart;
+//  - fprop's column moments on each tile (tile_moments_wrong).
 // A bad MPGEMM_CONV_PATH or MPGEMM_STAGED_ROW_STORES must be refused; taps 254 pixels apart must run on
 // the path and taps 256 apart (past the im2col offsets' 8 bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
@@ -423,6 +424,28 @@ bool far_taps_wrong() {
     if (run.err != cudaSuccess || run.wrong || wgmma != should) {
       printf("  taps %d apart: err=%d, on the Hopper path: %d (expected %d), %ld wrong\n", 2 * dilation,
              int(run.err), int(wgmma), int(should), long(run.wrong));
+      bad = true;
+    }
+  }
+  return bad;
+}
+
+// fprop's column moments on each tile (64, 128 and 192 filters: the narrow
+// tiles and the wide one's partial columns), over 3 x 81 output pixels (a
+// partial last block of 64 rows), into fp16 and fp32 outputs: the statistics
+// they total to must match those of the output as stored, on the Hopper
+// path. Counted with the random cases'. Whether any went wrong.
+bool tile_moments_wrong(ConvCaseCounts& counts) {
+  bool bad = false;
+  for (const int64_t k : {64, 128, 192}) {
+    const Geometry g{3, 9, 9, 16, k, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1};
+    const ElementType out = k == 128 ? ElementType::kFloat32 : ElementType::kFloat16;
+    const ConvRun run = run_conv(ConvPass::kFprop, g, ElementType::kFloat16, out, false, true, true, false, true);
+    counts.moments += run.moments;
+    if (run.err != cudaSuccess || run.wrong || run.moments_wrong || !run.moments ||
+        run.plan.path != Conv2dPlan::Path::kWgmma) {
+      printf("  moments of %ld filters: err=%d, %ld wrong, %ld channels' statistics off, written: %d\n", long(k),
+             int(run.err), long(run.wrong), long(run.moments_wrong), int(run.moments));
       bad = true;
     }
   }

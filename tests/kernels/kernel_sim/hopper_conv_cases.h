@@ -29,6 +29,8 @@ bool folded_conv_case(int index, ConvCaseCounts& counts);
 bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();
+// fprop's column moments on each Hopper tile, counted in counts.moments.
+bool tile_moments_wrong(ConvCaseCounts& counts);
 // Whether wgrad's split counts for ResNet-50's layers on 132
 // multiprocessors differ from the cost model's, on either convolution.
 bool wgrad_splits_wrong();
