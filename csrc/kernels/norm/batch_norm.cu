@@ -145,8 +145,8 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
   float* partial = workspace + shape.channels;
   const batch_norm::SumsArgs sums{shape, y, nullptr, nullptr, nullptr, nullptr, nullptr, 0, partial};
   const bool sums_of_y = batch_stats && batch_mean_var == nullptr;
-  const batch_norm::FinishArgs finish{shape,   y,       sums_of_y ? partial : nullptr, batch_mean_var, 0, nullptr,
-                                      nullptr, channels, shift};
+  const batch_norm::FinishArgs finish{shape, y, sums_of_y ? partial : nullptr, batch_mean_var, 0, nullptr, nullptr,
+                                      channels, shift};
   if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
   const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out, relu_mask};
   return launch_elementwise<Act>(shape, args, {y, out, residual == nullptr ? y : residual, channels.scale, shift},

@@ -30,7 +30,6 @@
 // Their kernels are counted apart (conv_moment_kernels), so that the count
 // of the others stays fixed.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -258,23 +257,7 @@ bool conv_case(int index) {
   }
   if (with_moments) {
     ++conv_moment_cases;
-    std::vector<float> mean_var(2 * a.k, std::numeric_limits<float>::quiet_NaN());
-    bad += launch_column_moments_total(rows, a.k, plan.moment_rows, moments.data(), mean_var.data(), nullptr) !=
-           cudaSuccess;
-    for (int64_t c = 0; c < a.k; ++c) {
-      double sum = 0, squares = 0;
-      for (int64_t r = 0; r < rows; ++r) sum += get(out.p, a.out_type, out_offset + r * a.k + c);
-      const double mean = sum / rows;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double d = get(out.p, a.out_type, out_offset + r * a.k + c) - mean;
-        squares += d * d;
-      }
-      const double var = squares / rows, tolerance = 1e-5 * (std::fabs(mean) + std::sqrt(var) + 1.0);
-      if (!(std::fabs(mean_var[c] - mean) <= tolerance) && bad++ < 3)
-        printf("  batch mean[%ld] = %g, want %g\n", c, mean_var[c], mean);
-      if (!(std::fabs(mean_var[a.k + c] - var) <= tolerance * (std::sqrt(var) + 1.0)) && bad++ < 3)
-        printf("  batch variance[%ld] = %g, want %g\n", c, mean_var[a.k + c], var);
-    }
+    bad += sim::statistics_off(out.p + esize * out_offset, a.out_type, rows, a.k, moments, plan.moment_rows);
     // What this case launched first: the kernels that write moments, and their total's.
     for (auto it = sim::launched.begin(); it != sim::launched.end();) {
       if (launched_before.count(*it)) {

@@ -1,12 +1,18 @@
-// The convolution reference the simulation's drivers share (conv_cases.cpp,
-// hopper_conv_cases.cpp): it scatters every product of the convolution into
-// the pass's output, so it shares no indexing with the kernels' gathers.
+// The convolution references the simulation's drivers share (conv_cases.cpp,
+// hopper_conv_cases.cpp): the output, scattering every product of the
+// convolution into the pass's output, so that it shares no indexing with
+// the kernels' gathers; and fprop's batch statistics, from the output as
+// stored.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "conv/params.h"
+#include "kernel_sim/sim_common.h"
+#include "norm/column_moments.h"
 
 namespace sim {
 
@@ -38,6 +44,35 @@ std::vector<double> conv_reference(mpgemm::kernels::ConvPass pass, const mpgemm:
               }
           }
   return want;
+}
+
+// The channels whose batch statistics, totalled from `moments` (blocks of
+// block_rows rows, norm/column_moments.h), are off from those of `out`
+// (rows x channels of `type`, as stored), the first three printed; all of
+// them if the total's launch fails.
+inline int64_t statistics_off(const unsigned char* out, mpgemm::kernels::ElementType type, int64_t rows,
+                              int64_t channels, const std::vector<float>& moments, int64_t block_rows) {
+  std::vector<float> mean_var(2 * channels, NAN);
+  if (mpgemm::kernels::launch_column_moments_total(rows, channels, block_rows, moments.data(), mean_var.data(),
+                                                   nullptr) != cudaSuccess)
+    return channels;
+  int64_t off = 0;
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0, squares = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += get(out, type, r * channels + c);
+    const double mean = sum / double(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double d = get(out, type, r * channels + c) - mean;
+      squares += d * d;
+    }
+    const double var = squares / double(rows), tolerance = 1e-5 * (std::fabs(mean) + std::sqrt(var) + 1.0);
+    const bool mean_off = !(std::fabs(mean_var[c] - mean) <= tolerance);
+    const bool var_off = !(std::fabs(mean_var[channels + c] - var) <= tolerance * (std::sqrt(var) + 1.0));
+    if ((mean_off || var_off) && off++ < 3)
+      printf("  batch mean[%ld] = %g, want %g; batch variance = %g, want %g\n", long(c), mean_var[c], mean,
+             mean_var[channels + c], var);
+  }
+  return off;
 }
 
 }  // namespace sim

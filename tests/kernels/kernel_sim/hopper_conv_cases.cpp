@@ -204,29 +204,6 @@ struct ConvRun {
   int64_t moments_wrong = 0;  // channels whose batch statistics, totalled from them, are off
 };
 
-// The batch statistics of a rows x channels output as stored, against those
-// its column moments total to (norm/column_moments.h): the channels off.
-int64_t wrong_moments(const sim::Buffer& out, ElementType type, int64_t rows, int64_t channels,
-                      const std::vector<float>& moments, int block_rows) {
-  std::vector<float> mean_var(2 * channels, NAN);
-  if (launch_column_moments_total(rows, channels, block_rows, moments.data(), mean_var.data(), nullptr) != cudaSuccess)
-    return channels;
-  int64_t wrong = 0;
-  for (int64_t c = 0; c < channels; ++c) {
-    double sum = 0, squares = 0;
-    for (int64_t r = 0; r < rows; ++r) sum += sim::get(out.p, type, r * channels + c);
-    const double mean = sum / double(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      const double d = sim::get(out.p, type, r * channels + c) - mean;
-      squares += d * d;
-    }
-    const double var = squares / double(rows), tolerance = 1e-5 * (std::fabs(mean) + std::sqrt(var) + 1.0);
-    wrong += !(std::fabs(mean_var[c] - mean) <= tolerance) ||
-             !(std::fabs(mean_var[channels + c] - var) <= tolerance * (std::sqrt(var) + 1.0));
-  }
-  return wrong;
-}
-
 // A random problem run through plan_conv2d and launch_conv2d, with
 // MPGEMM_CONV_PATH=wgmma (forced), the narrow tiles (narrow) and staged rows
 // (staged) where asked, and fprop's column moments where asked and its path
@@ -277,7 +254,7 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   for (int64_t i = 0; pass == ConvPass::kFprop && i < out_size; ++i) want[i] += bias.values[i % g.k];
   for (int64_t i = 0; i < out_size; ++i)
     run.wrong += !(sim::get(result.p, out, i) == sim::rounded(float(want[i]), out));
-  if (run.moments) run.moments_wrong = wrong_moments(result, out, rows, g.k, moments, run.plan.moment_rows);
+  if (run.moments) run.moments_wrong = sim::statistics_off(result.p, out, rows, g.k, moments, run.plan.moment_rows);
   p.moments = nullptr;
   run.size = out_size, run.bias = with_bias;
   return run;
