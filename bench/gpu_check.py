@@ -182,8 +182,10 @@ STEPS = (
     Step("synccheck", 2, 40, 15, SANITIZER.replace("{tool}", "synccheck"),
          "compute-sanitizer synccheck (barriers): the same calls"),
     Step("build", 3, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
-    Step("wgmma-speed", 3, 60, 15, WGMMA_SPEED,
-         "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong) beside WMMA and cuBLAS (sm_90 only)"),
+    Step("wgmma-speed", 3, 85, 15, WGMMA_SPEED,
+         "the Hopper schedules (blocks alone, both epilogues; pairs; ping-pong; the narrow tiles; split-K) beside "
+         "WMMA and cuBLAS, then the default on training's GEMMs (96: four transformers' linears, three passes "
+         "each) beside cuBLAS (sm_90 only)"),
     Step("profile", 3, 30, 10, _ncu_command(),
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),

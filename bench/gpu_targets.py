@@ -141,7 +141,8 @@ def _loss_scaling():
 
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
-    one-element paths, each Hopper GEMM (sm_90, the narrow tiles' too), and
+    one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's
+    and one on padded copies of odd-pitched operands too), and
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
@@ -156,6 +157,14 @@ def sanitize():
     if torch.cuda.get_device_capability() == (9, 0):
         for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"):
             _gemm_on(path, 520, 1032, 264, bias=True, activation="relu")
+        # Split-K on the Hopper block (opt-in): two tiles, K split 13 ways of 5 slices, the last slice partly past K.
+        os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1"
+        _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu")
+        os.environ.pop("MPGEMM_WGMMA_SPLIT_K")
+        # Operands of odd pitches on copies at aligned ones (opt-in), the wide tile forced.
+        os.environ["MPGEMM_PADDED_OPERANDS"] = "1"
+        _gemm_on("wgmma", 301, 259, 131, bias=True, activation="gelu")
+        os.environ.pop("MPGEMM_PADDED_OPERANDS")
     os.environ.pop("MPGEMM_GEMM_PATH")
     # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
     _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)

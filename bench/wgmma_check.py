@@ -9,20 +9,33 @@ engine cannot describe).
 
     python3 bench/wgmma_check.py [--json FILE] [--skip-speed | --skip-correctness]
 
+The speed part ends with the training sweep (mpgemm.tools.models.training_gemms:
+each linear of GPT-2 small's to Llama-7B's blocks at 2048 and 16384 tokens,
+forward, dgrad and wgrad with their real layouts, fp16): the default path
+(and split-K on the Hopper block where it would split) beside cuBLAS, with
+the geomean and the lowest of the default's ratios.
+
 Needs an sm_90 GPU and an extension built with 9.0 in TORCH_CUDA_ARCH_LIST.
 The correctness cases force each Hopper kernel (MPGEMM_GEMM_PATH=wgmma,
-wgmma_2x1, wgmma_pingpong), also where the heuristic would split K on WMMA
-tiles instead.
+wgmma_2x1, wgmma_pingpong, wgmma_n128, wgmma_n64), also where the heuristic
+would split K on WMMA tiles instead, and split-K on the Hopper block
+(MPGEMM_WGMMA_SPLIT_K=1, opt-in) on shapes its cost model splits; the speed
+table times it (`wgmma_splitk`) beside the rest where it applies (at least
+128 rows, more than 128 columns), and odd sizes on the Hopper kernel through
+aligned copies of their operands (`wgmma_padded`, MPGEMM_PADDED_OPERANDS=1)
+beside the WMMA path they take without.
 Exit status 1 if any case is wrong, or does not run on the kernel forced."""
 
 import argparse
 import json
+import math
 import os
 import sys
 
 import torch
 
 import mpgemm
+from mpgemm.tools.models import training_gemms
 from mpgemm.tools.timing import CudaEventClock, input_sets_for, time_interleaved
 
 LAYOUTS = [("row", "col"), ("row", "row"), ("col", "col"), ("col", "row")]
@@ -35,7 +48,19 @@ NARROW_PATHS, NARROW_COLUMNS = ("wgmma_n128", "wgmma_n64"), 128
 # a leading dimension, so that every layout stays on the path.
 SHAPES = [(1, 128, 256, 64), (1, 64, 64, 16), (1, 136, 264, 72), (1, 1000, 1000, 1000), (1, 8, 8, 8),
           (1, 24, 4104, 520), (1, 4104, 24, 2056), (1, 2048, 2048, 4096), (3, 200, 328, 96)]
+# Single matrices whose K the split cost model splits on the 128 x 256 tile
+# (13 ways, 4 ways), run with MPGEMM_WGMMA_SPLIT_K=1.
+SPLIT_SHAPES = [(1, 128, 264, 4104), (1, 1000, 1000, 8200)]
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+
+
+def use_path(path, split_k=False, padded=False):
+    """Forces MPGEMM_GEMM_PATH=path, split-K on the Hopper block where
+    split_k, and odd-pitched operands onto it through aligned copies where
+    padded."""
+    os.environ["MPGEMM_GEMM_PATH"] = path
+    os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1" if split_k else "0"
+    os.environ["MPGEMM_PADDED_OPERANDS"] = "1" if padded else "0"
 
 
 def operand(batch, rows, cols, layout, dtype):
@@ -46,8 +71,8 @@ def operand(batch, rows, cols, layout, dtype):
     return torch.randn(*lead, cols, rows, device="cuda").to(dtype).transpose(-1, -2)
 
 
-def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path):
-    os.environ["MPGEMM_GEMM_PATH"] = path
+def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path, split_k=False):
+    use_path(path, split_k)
     a = operand(batch, m, k, layouts[0], dtype)
     # A batch multiplies a batch of B when B is column-major, one broadcast B otherwise.
     b = operand(batch if layouts[1] == "col" else 1, k, n, layouts[1], dtype)
@@ -69,22 +94,25 @@ def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path
     return {"batch": batch, "m": m, "n": n, "k": k, "layouts": "".join(l[0] for l in layouts),
             "dtype": str(dtype).removeprefix("torch."), "out": str(out_dtype).removeprefix("torch."),
             "bias": bias, "activation": activation, "config": plan.config, "rel_err": err,
-            "unwritten": unwritten, "ok": unwritten == 0 and err < tol and plan.config == path}
+            "split_k": plan.split_k, "unwritten": unwritten,
+            "ok": unwritten == 0 and err < tol and plan.config == path and (plan.split_k > 1) == split_k}
 
 
 def correctness():
     results = []
-    for i, (batch, m, n, k) in enumerate(SHAPES):
+    cases = [(shape, path, False) for shape in SHAPES for path in HOPPER_PATHS]
+    cases += [(shape, "wgmma", True) for shape in SPLIT_SHAPES]
+    for i, ((batch, m, n, k), path, split_k) in enumerate(cases):
         for layouts in LAYOUTS:
-            for dtype, path in ((d, p) for d in (torch.float16, torch.bfloat16) for p in HOPPER_PATHS):
+            for dtype in (torch.float16, torch.bfloat16):
                 out_dtype = dtype if (i + len(results) // 2) % 3 == 0 else torch.float32
                 bias = i % 2 == 0
                 activation = [None, "relu", "gelu"][i % 3]
-                results.append(check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path))
+                results.append(check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path, split_k))
                 r = results[-1]
                 print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['batch']}x{m}x{n}x{k} {r['layouts']} {r['dtype']}->{r['out']} "
-                      f"bias={bias} act={activation} config={r['config']} rel_err={r['rel_err']:.2e} "
-                      f"unwritten={r['unwritten']}", flush=True)
+                      f"bias={bias} act={activation} config={r['config']} split_k={r['split_k']} "
+                      f"rel_err={r['rel_err']:.2e} unwritten={r['unwritten']}", flush=True)
     return results
 
 
@@ -93,6 +121,9 @@ def correctness():
 SWEEP = [(512, 512, 512), (1024, 1024, 1024), (1536, 1536, 1536), (16, 4096, 4096), (128, 4096, 4096),
          (4096, 128, 4096), (64, 64, 16384), (1024, 1024, 16384), (16384, 4096, 4096), (16384, 16384, 4096),
          (16384, 4096, 16384), (16384, 64, 4096), (16384, 128, 4096), (8192, 128, 8192)]
+# Odd sizes, whose operands the copy engine cannot describe as they lie:
+# WMMA's path beside the Hopper kernel on aligned copies (`wgmma_padded`).
+ODD_SWEEP = [(4095, 4097, 4093), (2047, 2049, 2045), (1023, 1025, 1021)]
 
 
 def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
@@ -100,7 +131,7 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
     rows = []
     cases = [((size, size, size), layouts, dtype) for dtype in dtypes for size in cubes
              for layouts in (("row", "col"), ("row", "row"))]
-    cases += [(shape, ("row", "col"), torch.float16) for shape in SWEEP]
+    cases += [(shape, ("row", "col"), torch.float16) for shape in SWEEP + ODD_SWEEP]
     for (m, n, k), layouts, dtype in cases:
         def inputs():
             return operand(1, m, k, layouts[0], dtype), operand(1, k, n, layouts[1], dtype)
@@ -112,40 +143,33 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
         d_direct = torch.empty(m * n + 2, device="cuda")[2:].view(m, n)
 
         def wgmma(a, b):
-            os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+            use_path("wgmma")
             return mpgemm.gemm(a, b, out=d_copied)
 
         def wgmma_direct(a, b):
-            os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+            use_path("wgmma")
             return mpgemm.gemm(a, b, out=d_direct)
 
-        def wgmma_2x1(a, b):
-            os.environ["MPGEMM_GEMM_PATH"] = "wgmma_2x1"
-            return mpgemm.gemm(a, b)
-
-        def wgmma_pingpong(a, b):
-            os.environ["MPGEMM_GEMM_PATH"] = "wgmma_pingpong"
-            return mpgemm.gemm(a, b)
-
-        def wmma(a, b):
-            os.environ["MPGEMM_GEMM_PATH"] = "wmma"
-            return mpgemm.gemm(a, b)
-
-        def forced(path):
+        def forced(path, split_k=False, padded=False):
             def run(a, b):
-                os.environ["MPGEMM_GEMM_PATH"] = path
+                use_path(path, split_k, padded)
                 return mpgemm.gemm(a, b)
             return run
 
         def cublas(a, b):
             return torch.mm(a, b, out_dtype=torch.float32)
 
-        fns = {"wgmma": wgmma, "wgmma_direct": wgmma_direct, "wgmma_2x1": wgmma_2x1,
-               "wgmma_pingpong": wgmma_pingpong, "wmma": wmma}
-        if n <= NARROW_COLUMNS:
-            fns.update({path: forced(path) for path in NARROW_PATHS})
+        if (m, n, k) in ODD_SWEEP:
+            fns = {"wmma": forced("wmma"), "wgmma_padded": forced("wgmma", padded=True)}
+        else:
+            fns = {"wgmma": wgmma, "wgmma_direct": wgmma_direct, "wgmma_2x1": forced("wgmma_2x1"),
+                   "wgmma_pingpong": forced("wgmma_pingpong"), "wmma": forced("wmma")}
+            if n <= NARROW_COLUMNS:
+                fns.update({path: forced(path) for path in NARROW_PATHS})
+            if m >= 128 and n > NARROW_COLUMNS:
+                fns["wgmma_splitk"] = forced("wgmma", split_k=True)
         times = time_interleaved({**fns, "cublas": cublas}, sets, clock=clock, reps=15)
-        os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+        use_path("wgmma")
         flop = 2 * m * n * k
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
                "layouts": "".join(layout[0] for layout in layouts)}
@@ -159,6 +183,51 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
     return rows
 
 
+def training_speed():
+    """The default path on training's GEMMs beside cuBLAS, fp16, and split-K
+    on the Hopper block where its plan splits; then the geomean and the
+    lowest of the default's ratios."""
+    clock = CudaEventClock()
+    rows = []
+    for label, (m, n, k), layouts in training_gemms():
+        def inputs():
+            return operand(1, m, k, layouts[0], torch.float16), operand(1, k, n, layouts[1], torch.float16)
+        sets = [inputs() for _ in range(input_sets_for(2 * (m * k + k * n), 50 * 2**20, max_sets=4))]
+
+        def with_path(split_k):
+            def run(a, b):
+                use_path("auto", split_k)
+                return mpgemm.gemm(a, b)
+            return run
+
+        use_path("auto")
+        plan = mpgemm.gemm_plan(m, n, k)
+        use_path("auto", split_k=True)
+        split_plan = mpgemm.gemm_plan(m, n, k)
+        fns = {"default": with_path(False), "cublas": lambda a, b: torch.mm(a, b, out_dtype=torch.float32)}
+        if split_plan != plan:
+            fns["wgmma_splitk"] = with_path(True)
+        times = time_interleaved(fns, sets, clock=clock, reps=15)
+        flop = 2 * m * n * k
+        row = {"gemm": label, "m": m, "n": n, "k": k, "layouts": "".join(layout[0] for layout in layouts),
+               "dtype": "float16", "config": plan.config, "split_k": plan.split_k,
+               "splitk_config": split_plan.config, "splitk_split_k": split_plan.split_k}
+        for name, t in times.items():
+            row[f"{name}_tflops"] = flop / t.median_ms / 1e9
+        for name in times:
+            if name != "cublas":
+                row[f"{name}_vs_cublas"] = row[f"{name}_tflops"] / row["cublas_tflops"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    use_path("wgmma")
+    ratios = [row["default_vs_cublas"] for row in rows]
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    lowest = min(rows, key=lambda row: row["default_vs_cublas"])
+    print(f"training sweep: default at {geomean:.3f} of cuBLAS (geomean of {len(rows)} GEMMs), lowest "
+          f"{lowest['default_vs_cublas']:.3f} ({lowest['gemm']})")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
@@ -166,12 +235,13 @@ def main():
     skip.add_argument("--skip-speed", action="store_true")
     skip.add_argument("--skip-correctness", action="store_true")
     args = parser.parse_args()
-    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    use_path("wgmma")
     torch.manual_seed(0)
     results = {"device": torch.cuda.get_device_name(),
                "correctness": [] if args.skip_correctness else correctness()}
     if not args.skip_speed:
         results["speed"] = speed()
+        results["training"] = training_speed()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

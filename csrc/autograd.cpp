@@ -4,15 +4,17 @@
 // a torch.nn.functional.linear call; bench/NOTES.md).
 //
 // For y = activation(a @ b + bias) (gemm, linear) the gradients are
-//     dz = dy * activation'(z)       (fp32; z recomputed, not stored)
+//     dz = dy * activation'(z)       (ReLU's from y, saved as torch's relu
+//                                     saves it: y > 0 exactly where z > 0;
+//                                     GELU's in fp32, z recomputed)
 //     da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to the
 //                                     product's input type, fp16 or bf16;
 //                                     transposes read in place)
 //     dbias = sum(dz)                (accumulated in fp32)
 // and each gradient has the dtype of its input. conv2d's are its dgrad and
 // wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
-// an fp32 sum for the bias. Each saves its operands, and the bias only where
-// an activation is recomputed. Sizes are SymInts throughout, so that
+// an fp32 sum for the bias. Each saves its operands, and the bias where GELU's
+// pre-activation is recomputed, or the output where ReLU's mask is read off it. Sizes are SymInts throughout, so that
 // torch.compile traces backward with symbolic shapes. Gradients are computed
 // once, without a graph: differentiating them again raises an error.
 #include <string>
@@ -96,14 +98,26 @@ variable_list once_differentiable(const char* op, const Backward& backward) {
   return (*raise_on_backward)(std::move(detached));
 }
 
-// dL/dz for y = activation(z), in fp32, or grad_out itself without an activation.
+// What gemm's and linear's forward keep for backward besides the operands:
+// GELU's bias (its pre-activation is recomputed), ReLU's output (its mask is
+// y > 0, which is where z > 0 but for z too small for y's type, as under
+// torch.amp, whose z has y's type: no product is run again).
+void save_for_activation(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                         const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
+                         const at::Tensor& out) {
+  const bool relu = activation == "relu", gelu = activation == "gelu";
+  ctx->save_for_backward({a, b, gelu ? bias.value_or(at::Tensor()) : at::Tensor(), relu ? out : at::Tensor()});
+}
+
+// dL/dz for y = activation(z): ReLU's in grad_out's type from y (`out`,
+// exact: dy or 0), GELU's in fp32 from z recomputed, or grad_out itself
+// without an activation.
 template <class Recompute>
-at::Tensor pre_activation_grad(const at::Tensor& grad_out, const std::string& activation,
+at::Tensor pre_activation_grad(const at::Tensor& grad_out, const std::string& activation, const at::Tensor& out,
                                const Recompute& pre_activation) {
   if (activation.empty()) return grad_out;
-  const at::Tensor z = pre_activation();
-  if (activation == "relu") return at::threshold_backward(grad_out.to(at::kFloat), z, 0);
-  return at::gelu_backward(grad_out.to(at::kFloat), z);
+  if (activation == "relu") return at::threshold_backward(grad_out, out.to(grad_out.scalar_type()), 0);
+  return at::gelu_backward(grad_out.to(at::kFloat), pre_activation());
 }
 
 // t summed over dims, accumulated in fp32, in dtype: one op where t has that
@@ -151,15 +165,16 @@ struct GemmFunction : torch::autograd::Function<GemmFunction> {
                             std::optional<at::ScalarType> out_dtype) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     save_epilogue(ctx, activation, bias);
-    ctx->save_for_backward({a, b, activation ? bias.value_or(at::Tensor()) : at::Tensor()});
-    return call_gemm(a, b, bias, activation, out_dtype);
+    at::Tensor out = call_gemm(a, b, bias, activation, out_dtype);
+    save_for_activation(ctx, a, b, bias, activation, out);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
     return once_differentiable("mpgemm.gemm", [&]() -> variable_list {
       const variable_list saved = ctx->get_saved_variables();
       const at::Tensor &a = saved[0], &b = saved[1];
-      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), [&] {
+      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), saved[3], [&] {
         return call_gemm(a, b, optional(saved[2]), std::nullopt, at::kFloat);
       });
       const at::Tensor grad_z16 = grad_z.to(a.scalar_type());
@@ -188,8 +203,9 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
                             std::optional<at::ScalarType> out_dtype) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     save_epilogue(ctx, activation, bias);
-    ctx->save_for_backward({x, weight, activation ? bias.value_or(at::Tensor()) : at::Tensor()});
-    return call_linear(x, weight, bias, activation, out_dtype);
+    at::Tensor out = call_linear(x, weight, bias, activation, out_dtype);
+    save_for_activation(ctx, x, weight, bias, activation, out);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
@@ -200,7 +216,7 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
       // Not -1: an empty feature dimension leaves -1 ambiguous.
       const auto x_sizes = x.sym_sizes();
       const c10::SymInt rows = product(x_sizes.slice(0, x_sizes.size() - 1));
-      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), [&] {
+      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), saved[3], [&] {
         return call_linear(x, weight, optional(saved[2]), std::nullopt, at::kFloat);
       });
       const at::ScalarType dtype = product_dtype(x, weight);

@@ -30,19 +30,23 @@ PyObject* config_dict(const TileConfigInfo& c) {
 }
 
 PyObject* plan_dict(const GemmPlan& plan, const GemmShape& shape) {
-  return Py_BuildValue("{s:s,s:i,s:i,s:O,s:K}", "config", kernels::tile_config(plan.config).name, "split_k",
+  return Py_BuildValue("{s:s,s:i,s:i,s:O,s:O,s:K}", "config", kernels::tile_config(plan.config).name, "split_k",
                        plan.split_k, "raster_group", plan.raster_group, "tuned", plan.tuned ? Py_True : Py_False,
-                       "workspace_bytes", static_cast<unsigned long long>(kernels::workspace_bytes(shape, plan)));
+                       "padded_operands", plan.padded ? Py_True : Py_False, "workspace_bytes",
+                       static_cast<unsigned long long>(kernels::workspace_bytes(shape, plan)));
 }
 
 // (batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch);
 // load_width (8, 4, 2 or 1) checked by mpgemm/plan.py. The copy engine
 // describes operands that allow 16-byte loads; D is of an op's own type.
+// Narrower ones it would describe once copied to aligned pitches, both
+// counted as copied (which of them needs it the width does not say).
 bool parse_problem(PyObject* args, GemmShape& shape, DeviceLimits& device) {
   if (!PyArg_ParseTuple(args, "LLLLiiii", &shape.batch, &shape.m, &shape.n, &shape.k, &shape.vector,
                         &device.multiprocessors, &device.max_smem_per_block, &device.arch))
     return false;
   shape.wgmma = shape.vector == 8;
+  shape.pad_a = shape.pad_b = !shape.wgmma;
   return true;
 }
 
@@ -66,8 +70,9 @@ PyObject* default_device_limits(PyObject*, PyObject*) {
                        d.max_smem_per_block, "arch", d.arch);
 }
 
-// Runs f, turning a bad MPGEMM_GEMM_PATH or MPGEMM_NARROW_TILES (kernels::gemm_path,
-// kernels::narrow_tiles_enabled) into a ValueError.
+// Runs f, turning a bad MPGEMM_GEMM_PATH, MPGEMM_NARROW_TILES,
+// MPGEMM_WGMMA_SPLIT_K or MPGEMM_PADDED_OPERANDS (kernels::gemm_path and the
+// like) into a ValueError.
 template <class F>
 PyObject* raising_value_error(F&& f) {
   try {

@@ -2,6 +2,9 @@
 
 Some launches need a workspace: split-K GEMMs their fp32 partial sums
 (split_k x M x N x 4 bytes, ``mpgemm.gemm_plan(...).workspace_bytes``),
+GEMMs on padded operands (``MPGEMM_PADDED_OPERANDS=1``) copies of the
+operands with aligned pitches (their own size, rows and columns rounded up
+to 8),
 wgrad its split's fp32 partial sums (splits x the filters' elements x 4
 bytes), convolutions whose channels per group are not whole chunks their
 zero-padded copies of the operands and the output. Each comes from torch's
@@ -11,7 +14,9 @@ call returns. Splits aim at filling the device, so the partial sums are
 bounded by the device's size, not the problem's: a GEMM splits only when its
 tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 / tiles) parts, so its partials hold at most 1.5 x multiprocessors tiles of
-fp32 (a tuned plan at most 16 x M x N x 4 bytes); wgrad splits as a cost
+fp32 (a tuned plan at most 16 x M x N x 4 bytes; on the Hopper block,
+``MPGEMM_WGMMA_SPLIT_K=1``, as its cost model says, at most 16 ways and
+4 x multiprocessors tiles); wgrad splits as a cost
 model of its mainloop and partials' traffic says is fastest, its partials at
 most 4 x multiprocessors + its own tiles. These counters say how much a run took.
 """

@@ -30,9 +30,12 @@ class GemmPlan:
     that share B's copies), K split into `split_k` ranges summed by a
     deterministic reduction, tiles visited in groups of `raster_group` tile
     rows (of cluster tiles); `tuned` says the choice came from the tuning
-    cache. `workspace_bytes`: the device memory the launch takes beyond its
-    output (split-K's fp32 partial sums, split_k x M x N x 4 bytes), from
-    torch's caching allocator for the call."""
+    cache; `padded_operands`, that a Hopper plan runs on copies of operands
+    the copy engine cannot describe as they lie, their rows or columns
+    moved to 16-byte aligned pitches (MPGEMM_PADDED_OPERANDS=1).
+    `workspace_bytes`: the device memory the launch takes beyond its
+    output (those copies; split-K's fp32 partial sums, split_k x M x N x 4
+    bytes), from torch's caching allocator for the call."""
 
     config: str
     block_m: int
@@ -46,6 +49,7 @@ class GemmPlan:
     split_k: int
     raster_group: int
     tuned: bool
+    padded_operands: bool
     workspace_bytes: int
 
 
@@ -95,15 +99,16 @@ def _problem(m, n, k, batch, load_width, limits):
 
 def _as_plan(entry, load_width):
     config = next(c for c in _C.tile_configs() if c["name"] == entry["config"])
-    # A 16-byte tile runs at the operands' width where they allow less.
+    # A 16-byte tile runs at the operands' width where they allow less, but on padded copies at its own.
+    width = config["load_width"] if entry["padded_operands"] else min(config["load_width"], load_width)
     return GemmPlan(config=config["name"], block_m=config["block_m"], block_n=config["block_n"],
                     block_k=config["block_k"],
                     warps=config["threads"] // 32,
-                    stages=config["stages"], load_width=min(config["load_width"], load_width),
+                    stages=config["stages"], load_width=width,
                     cluster_m=config["cluster_m"],
                     smem_bytes=config["smem_bytes"],
                     split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"],
-                    workspace_bytes=entry["workspace_bytes"])
+                    padded_operands=entry["padded_operands"], workspace_bytes=entry["workspace_bytes"])
 
 
 def operand_load_width(t):
@@ -131,7 +136,15 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     below load with narrower cp.async; 1 for anything else, on the
     one-element path. The rule, in order: on sm_90 operands of width 8 take
     the Hopper kernels (which need a build with sm_90a code: an arch list
-    holding 9.0), unless the WMMA rule below would split K: ping-pong
+    holding 9.0). With MPGEMM_WGMMA_SPLIT_K=1 (opt-in until its GPU run), a
+    single matrix whose K the split cost model splits on the 128 x 256 tile
+    runs "wgmma" with that `split_k` (at most 16), the splits' fp32 sums
+    reduced in split order. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
+    operands of a narrower width take the Hopper kernels on copies at
+    16-byte aligned pitches (`padded_operands`) where the copies' bytes cost
+    less than the Hopper path saves (at least 350 FLOP per byte copied, both
+    operands counted here), or where a Hopper kernel is forced.
+    Otherwise, unless the WMMA rule below would split K: ping-pong
     consumers on pairs of blocks, "wgmma_pingpong", where the 128 x 256
     tiles of blocks alone (times the batch) fill at most half the
     multiprocessors, else blocks alone, "wgmma"; outputs of at most 128

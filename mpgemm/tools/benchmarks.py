@@ -73,7 +73,9 @@ BF16_NEEDS = "bf16 Tensor Cores need sm_80 or newer"
 
 def gpu_suites(quick=False):
     """suite -> [(case, shape)] on a GPU: the full suites, or a few
-    representative cases each. Conv runs every distinct convolution of
+    representative cases each. The full GEMM suite adds GPT-2 small's and
+    Llama-7B's training GEMMs at 8192 tokens, each with its operand layouts
+    (shape (m, n, k, "rc"): A row-major, B column-major). Conv runs every distinct convolution of
     ResNet-50 at 224x224 (read from `models.resnet50`, the model `bench
     train` trains), shape (batch, in, out, kernel, stride, padding, size),
     and depthwise layers of MobileNetV2 and ConvNeXt-T, whose shapes add the
@@ -88,12 +90,19 @@ def gpu_suites(quick=False):
         }
     return {
         "gemm": [("square", (s, s, s)) for s in (512, 1024, 2048, 4096, 8192)]
-        + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))],
+        + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))]
+        + [(label, (m, n, k, "".join(layout[0] for layout in layouts)))
+           for label, (m, n, k), layouts in models.training_gemms(TRAINING_SUITE_WIDTHS, (8192,))],
         "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))],
         "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE,
         "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
     }
 
+
+# The transformers whose training GEMMs (models.training_gemms, at 8192
+# tokens) the full GEMM suite runs: each linear's forward, dgrad and wgrad
+# with their layouts (the shape's fourth element).
+TRAINING_SUITE_WIDTHS = tuple(w for w in models.TRANSFORMER_WIDTHS if w[0] in ("gpt2-small", "llama-7b"))
 
 # (batch, channels, channels, kernel, stride, padding, size, groups = channels).
 DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2", (64, 144, 144, 3, 2, 1, 56, 144)),
@@ -247,11 +256,21 @@ def _input_sets(make, bytes_per_set, device):
     return [make() for _ in range(input_sets_for(bytes_per_set, cache))]
 
 
+def _matrix(rows, cols, layout, device, dtype):
+    """A fresh random rows x cols matrix, row-major ("r") or column-major ("c")."""
+    if layout == "c":
+        return torch.randn(cols, rows, device=device).to(dtype).t()
+    return torch.randn(rows, cols, device=device).to(dtype)
+
+
 def _gemm_case(shape, device, dtype):
-    m, n, k = shape
+    """(m, n, k), both operands row-major, or (m, n, k, layouts): "rc" for A
+    row-major and B column-major, and so on."""
+    m, n, k = shape[:3]
+    layouts = shape[3] if len(shape) > 3 else "rr"
 
     def make():
-        return torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+        return _matrix(m, k, layouts[0], device, dtype), _matrix(k, n, layouts[1], device, dtype)
 
     return make, dtype.itemsize * (m * k + k * n), gemm_impls(device, 2.0 * m * n * k, dtype)
 

@@ -12,6 +12,10 @@ model itself, for the convolution benchmark.
 self-attention through F.scaled_dot_product_attention, GELU MLP, with
 GPT-2's (nanoGPT's) module names, on nn.Linear so that mpgemm.convert() and
 mpgemm.amp.prepare() put its products on mpgemm.
+
+`training_gemms()` lists the GEMMs that training transformers of GPT-2
+small's to Llama-7B's widths runs per block, each linear's forward, dgrad
+and wgrad with its real operand layouts, for the GEMM sweeps.
 """
 
 import torch
@@ -143,3 +147,30 @@ class TransformerBlock(nn.Module):
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
+
+
+# (name, d_model, d_ff) of the transformers whose training GEMMs the sweeps
+# time: MLP ratio 4 (GPT-2) and 8/3 (Llama-7B's 11008, rounded up to 256).
+TRANSFORMER_WIDTHS = (("gpt2-small", 768, 3072), ("gpt2-medium", 1024, 4096), ("gpt2-xl", 1600, 6400),
+                      ("llama-7b", 4096, 11008))
+TRAINING_TOKENS = (2048, 16384)
+
+
+def training_gemms(widths=TRANSFORMER_WIDTHS, tokens=TRAINING_TOKENS):
+    """[(label, (m, n, k), (a_layout, b_layout))]: for each transformer and
+    token count, each of a block's linears (x[T, in] @ W[out, in]^T: the
+    attention's qkv, d -> 3d, and output, d -> d; the MLP's up, d -> d_ff,
+    and down, d_ff -> d) three ways, as nn.Linear's forward and backward run
+    them: forward y = x @ W^T (A row-major, B column-major: "row", "col"),
+    dgrad dx = dy @ W ("row", "row") and wgrad dW = dy^T @ x ("col",
+    "row"). Labels read "gpt2-small 2048 mlp-up wgrad"."""
+    gemms = []
+    for name, d_model, d_ff in widths:
+        linears = (("qkv", d_model, 3 * d_model), ("attn-out", d_model, d_model), ("mlp-up", d_model, d_ff),
+                   ("mlp-down", d_ff, d_model))
+        for t in tokens:
+            for linear, fan_in, fan_out in linears:
+                gemms += [(f"{name} {t} {linear} forward", (t, fan_out, fan_in), ("row", "col")),
+                          (f"{name} {t} {linear} dgrad", (t, fan_in, fan_out), ("row", "row")),
+                          (f"{name} {t} {linear} wgrad", (fan_out, fan_in, t), ("col", "row"))]
+    return gemms

@@ -11,7 +11,8 @@ advisory that it serialized the wgmmas or ignored setmaxnreg; the
 kernels for pairs of blocks multicast their copies, arrive on the other
 block's mbarriers and meet at a cluster barrier, with no memory fence in the
 mainloop. The narrow tiles' kernels (128 x 128 and 128 x 64) issue wgmmas
-of their width and store as many strips as their columns fill. The Hopper
+of their width and store as many strips as their columns fill; the split-K
+kernels are the 128 x 256 block with their copies offset along K. The Hopper
 convolution's kernels (fprop, dgrad, wgrad, on each of the three tiles
 blocks alone run) are the same block fed by the copy engine's im2col loads
 (UTMALDG.4D.IM2COL) and tiled loads of the filters (wgrad: of dy); its
@@ -148,6 +149,30 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
         # Ping-pong: each consumer's turn to run its mainloop, handed on
         # with bar.arrive, met with bar.sync.
         assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == is_one_of(PING_PONG_KERNEL, name), f"{name}: BAR.ARV"
+
+
+SPLIT_K_KERNEL, GEMM_KERNEL = "wgmma_splitk_gemm_kernel", "wgmma_gemm_kernel"
+
+
+def test_split_k_kernels_are_the_unsplit_block_with_its_copies_offset(hopper_kernels, machine_code):
+    """The Hopper GEMM's split-K kernels (opt-in, MPGEMM_WGMMA_SPLIT_K=1):
+    two input types by four layouts, on the 128 x 256 tile alone, each the
+    block its unsplit kernel runs: the same HGMMA, copies and stores, the
+    copies' K coordinates offset by the split (a few integer instructions
+    more), and no spills."""
+    code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
+    kernels = {name: instructions for name, instructions in code.items() if SPLIT_K_KERNEL in name}
+    assert len(kernels) == 8 and all("9WgmmaTile" in name for name in kernels), sorted(kernels)
+    for name, instructions in kernels.items():
+        check_hopper_block(name, instructions)
+        res = usage.get(name, {})
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+        # The mangled names spell each name's length before it.
+        unsplit = name.replace(f"{len(SPLIT_K_KERNEL)}{SPLIT_K_KERNEL}", f"{len(GEMM_KERNEL)}{GEMM_KERNEL}")
+        split_ops, unsplit_ops = ([i.opcode for i in k] for k in (instructions, hopper_kernels[unsplit]))
+        for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64", "BAR.SYNC.DEFER_BLOCKING"):
+            assert sass.count_opcodes(split_ops, op) == sass.count_opcodes(unsplit_ops, op), f"{name}: {op}"
+        assert abs(len(split_ops) - len(unsplit_ops)) < 64, f"{name}: {len(split_ops)} against {len(unsplit_ops)}"
 
 
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"

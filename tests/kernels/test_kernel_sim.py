@@ -227,6 +227,11 @@ HOPPER_MUTATIONS = {
          "  static PerDeviceFact asked_once;\n  PerDeviceFact asked_on_this_launch;\n"
          "  PerDeviceFact& resident_clusters = PLANTED ? asked_on_this_launch : asked_once;"),
         (False, False), "asked 2 times", "WgmmaPairTile"),
+    # Split-K on the Hopper block: every split sums the first split's K
+    # slices (the split's place in K lost).
+    "split-K's splits all summing the first range of K": (
+        ("int(tile.batch) * slices, slices, rank, pipe)", "(PLANTED ? 0 : int(tile.batch) * slices), slices, rank, pipe)"),
+        (False, False), "FAILED", "WgmmaTile"),
     # A narrow tile's ring walked as if it had the deepest ring's stages (8
     # for the 128 x 128 tile's 6): stages past its shared memory.
     "ring deeper than the narrow tile's stages": (
@@ -302,6 +307,15 @@ CONV_MUTATIONS = {
         (False, False), "deadlock|a box copy lands|FAILED", None),
 }
 CONV_UNIT = "sm90/conv_launch.cu"
+# Planted bugs in the GEMM's launcher (gemm/launch.cu, a unit the Hopper
+# driver links at sim arch 800), built as a copy of that unit in place of the
+# real one: a padded plan's copies each one element short of its runs, the
+# last element left as the workspace's poison.
+GEMM_LAUNCH_UNIT = "gemm/launch.cu"
+GEMM_LAUNCH_MUTATIONS = {
+    "padded copies a run short": (("size_t(inner) * 2, size_t(outer)", "size_t(inner - PLANTED) * 2, size_t(outer)"),
+                                  "padded case"),
+}
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
@@ -488,9 +502,10 @@ def results(tmp_path_factory):
                 {name: (mutation, tile) for name, (mutation, _, _, tile) in HOPPER_MUTATIONS.items()})):
             planted_dir = mutated_kernels(str(out / f"hopper_planted{i}"), [
                 (HOPPER_MUTATED_FILES, planted(HOPPER_MUTATIONS[name][0], number)) for number, name in bugs])
+            # WgmmaTile's split-K kernel too, the one tile that has one.
+            defines = [f"-DPLANTED_TILE={tile}"] + (["-DPLANTED_SPLIT_K"] if tile == "WgmmaTile" else [])
             hopper_planted.append((bugs, compile_all([os.path.join(SIM_DIR, "hopper_planted.cpp")], 900, planted_dir,
-                                                     f"hopper_planted{i}.", [f"-DPLANTED_TILE={tile}"],
-                                                     PLANTED_CXXFLAGS)[0]))
+                                                     f"hopper_planted{i}.", defines, PLANTED_CXXFLAGS)[0]))
         conv_planted = []
         for i, (planted_pass, bugs) in enumerate(planted_builds(
                 {name: (mutation, planted_pass) for name, (_, mutation, _, _, planted_pass) in CONV_MUTATIONS.items()})):
@@ -502,6 +517,11 @@ def results(tmp_path_factory):
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
             conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
                                                    PLANTED_CXXFLAGS)[0]))
+        launch_bugs = list(enumerate(GEMM_LAUNCH_MUTATIONS))
+        planted_dir = mutated_kernels(str(out / "launch_planted"), [
+            ([GEMM_LAUNCH_UNIT], planted(GEMM_LAUNCH_MUTATIONS[name][0], number)) for number, name in launch_bugs])
+        launch_planted = compile_all([os.path.join(planted_dir, GEMM_LAUNCH_UNIT)], 800, planted_dir,
+                                     "launch_planted.", flags=PLANTED_CXXFLAGS)[0]
         batch_norm_bugs = list(enumerate(BATCH_NORM_MUTATIONS))
         planted_dir = mutated_kernels(str(out / "batch_norm_planted"), [
             (BATCH_NORM_FILES, planted(BATCH_NORM_MUTATIONS[name], number)) for number, name in batch_norm_bugs])
@@ -524,6 +544,10 @@ def results(tmp_path_factory):
         for i, (bugs, o) in enumerate(hopper_planted):
             binary = link([o.result()] + hopper, str(out / f"sim_hopper_planted{i}"))
             hopper_planted_binaries.update({name: (binary, number) for number, name in bugs})
+        # The launcher's planted unit in place of the real one.
+        launch_unit = objects[800][sources.index(os.path.join(KERNEL_DIR, GEMM_LAUNCH_UNIT))].result()
+        launch_binary = link([launch_planted.result()] + [o for o in hopper if o != launch_unit],
+                             str(out / "sim_launch_planted"))
         # A planted kernel comes first (its copies of shared code are the ones
         # kept); a planted unit replaces the real one.
         conv_unit = hopper_objects[hopper_sources.index(os.path.join(KERNEL_DIR, CONV_UNIT))].result()
@@ -554,6 +578,9 @@ def results(tmp_path_factory):
             binary, number = hopper_planted_binaries[name]
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late, conv_cases=0,
                                                         pinned=True, planted=number)
+        for number, name in launch_bugs:
+            jobs[("launch mutant", name)] = pool.submit(run_hopper, launch_binary, 1, False, False, conv_cases=0,
+                                                        planted=number)
         for name, (_, _, (copies_late, wgmma_late), _, planted_pass) in CONV_MUTATIONS.items():
             binary, number = conv_planted_binaries[name]
             jobs[("conv mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late, cases=0,
@@ -621,6 +648,8 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma_2x1 cases") == HOPPER_PAIR_CASES, replay
     assert printed_count(output, "wgmma_pingpong cases") >= HOPPER_MIN_PING_PONG_CASES, replay
     assert printed_count(output, "wgmma_n128 cases") >= 1 and printed_count(output, "wgmma_n64 cases") >= 1, replay
+    assert printed_count(output, "wgmma split-K cases") >= 1, replay
+    assert printed_count(output, "wgmma cases on padded copies") >= 1, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay
@@ -662,6 +691,12 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
 def test_hopper_simulation_catches_a_planted_pipeline_bug(results, name):
     code, output = results[("hopper mutant", name)]
     assert code != 0 and any(text in output for text in HOPPER_MUTATIONS[name][2].split("|")), output[-4000:]
+
+
+@pytest.mark.parametrize("name", GEMM_LAUNCH_MUTATIONS)
+def test_hopper_simulation_catches_a_planted_launcher_bug(results, name):
+    code, output = results[("launch mutant", name)]
+    assert code != 0 and GEMM_LAUNCH_MUTATIONS[name][1] in output and "FAILED" in output, output[-4000:]
 
 
 @pytest.mark.parametrize("name", CONV_MUTATIONS)

@@ -125,6 +125,34 @@ def test_only_bias_requires_grad(device):
 
 
 @pytest.mark.parametrize("op", ["linear", "gemm"])
+@pytest.mark.parametrize("activation, recomputed", [(None, 0), ("relu", 0), ("gelu", 1)])
+def test_backward_runs_the_two_gradient_products_and_recomputes_only_gelus_input(op, activation, recomputed):
+    """Backward runs dx's and dW's products, and one more only for GELU,
+    whose derivative needs the pre-activation: ReLU's mask is read off the
+    saved output, as torch's relu does. Counted at the dispatcher."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "mpgemm":
+                self.ops.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(6, 16).half().requires_grad_()
+    w = torch.randn(8, 16).half().requires_grad_()
+    bias = torch.randn(8, requires_grad=True)
+    y = (mpgemm.linear(x, w, bias, activation=activation) if op == "linear"
+         else mpgemm.gemm(x, w.t(), bias=bias, activation=activation))
+    with Products() as products:
+        y.backward(torch.randn_like(y))
+    assert sorted(products.ops) == sorted(["gemm", "gemm"] + [op] * recomputed), products.ops
+
+
+@pytest.mark.parametrize("op", ["linear", "gemm"])
 def test_double_backward_raises(op):
     x = torch.randn(4, 6).half().requires_grad_()
     w = torch.randn(3, 6).half().requires_grad_()

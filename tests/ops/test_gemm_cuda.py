@@ -4,9 +4,11 @@ code, random cases and the large shapes also run with each path forced
 (MPGEMM_GEMM_PATH=wgmma: the Hopper kernel wherever it can run; wgmma_2x1: the
 same on pairs of blocks that multicast B; wgmma_pingpong: on pairs whose
 consumers take tiles in turn; wgmma_n128 and wgmma_n64: on blocks alone over
-the narrow tiles, 128 x 128 and 128 x 64; wmma: never), and outputs of at
+the narrow tiles, 128 x 128 and 128 x 64; wmma: never), outputs of at
 most 128 columns on the narrow tiles the heuristic picks by default, and
-without them (MPGEMM_NARROW_TILES=0).
+without them (MPGEMM_NARROW_TILES=0), and few tiles with long K split on
+the Hopper block (MPGEMM_WGMMA_SPLIT_K=1), and operands of odd pitches on
+the Hopper kernels through aligned copies (MPGEMM_PADDED_OPERANDS=1).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -283,6 +285,76 @@ def test_every_candidate_plan_matches_cublas():
             assert relative_error(out, want) < TOLERANCE, plan
     finally:
         mpgemm._C.clear_tuned_gemm_plans()
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, a_layout, b_layout", [(128, 4096, 4096, "row", "col"),
+                                                          (1024, 1024, 16384, "col", "row"),
+                                                          (1000, 264, 8200, "row", "row"),
+                                                          (300, 600, 3000, "col", "col")])
+def test_split_k_on_the_hopper_block(m, n, k, a_layout, b_layout, dtype, monkeypatch):
+    """MPGEMM_WGMMA_SPLIT_K=1 (opt-in): outputs of few 128 x 256 tiles with
+    long K split K on the Hopper block, the splits' fp32 sums reduced in
+    split order: the split-K kernel and the reduction run, the partial sums
+    take the plan's workspace, the result matches cuBLAS (bias and GELU
+    applied once, after the sum) and is bitwise the same on a second run."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+    a = operand((m, k), a_layout, dtype)
+    b = operand((k, n), b_layout, dtype)
+    bias = torch.randn(n, device="cuda")
+    plan = mpgemm.gemm_plan(m, n, k)
+    assert plan.config == "wgmma" and plan.split_k > 1, plan
+    for out_dtype in (torch.float32, dtype):
+        mpgemm.reset_workspace_stats()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
+            torch.cuda.synchronize()
+        names = [event.name for event in prof.events()]
+        assert any("wgmma_splitk_gemm_kernel" in name for name in names), names
+        assert any("splitk_reduce" in name for name in names), names
+        assert mpgemm.workspace_stats()["largest_bytes"] == plan.workspace_bytes
+        assert not out.isnan().any()
+        cublas = torch.nn.functional.gelu(cublas_gemm(a, b) + bias)
+        assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)
+        assert torch.equal(out, poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype))
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, a_layout, b_layout, path", [(4095, 4097, 4093, "row", "col", "auto"),
+                                                                (2047, 2049, 2045, "col", "row", "auto"),
+                                                                (300, 257, 129, "row", "row", "wgmma"),
+                                                                (33, 9, 17, "col", "col", "wgmma")])
+def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, dtype, monkeypatch):
+    """MPGEMM_PADDED_OPERANDS=1 (opt-in): operands the copy engine cannot
+    describe (odd leading dimensions; A's base 2 bytes off as well) run the
+    Hopper kernel on copies at aligned pitches, where the copies pay or a
+    Hopper kernel is forced: no WMMA kernel runs, the copies take the plan's
+    workspace, the operands are left as they were, and the result matches
+    cuBLAS."""
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
+    monkeypatch.setenv("MPGEMM_PADDED_OPERANDS", "1")
+    a = operand((m, k + 1), a_layout, dtype)[:, 1:]
+    b = operand((k, n), b_layout, dtype)
+    a_before, b_before = a.clone(), b.clone()
+    bias = torch.randn(n, device="cuda")
+    plan = mpgemm.gemm_plan(m, n, k, load_width=1)
+    assert plan.config.startswith("wgmma") and plan.padded_operands, plan
+    for out_dtype in (torch.float32, dtype):
+        mpgemm.reset_workspace_stats()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = poisoned_gemm(a, b, bias=bias, activation="relu", out_dtype=out_dtype)
+            torch.cuda.synchronize()
+        kernels = [event.name for event in prof.events() if "kernel" in event.name]
+        assert any("wgmma_gemm_kernel" in name for name in kernels), kernels
+        assert not any("wmma_gemm_kernel" in name for name in kernels), kernels
+        assert mpgemm.workspace_stats()["largest_bytes"] == plan.workspace_bytes
+        assert not out.isnan().any()
+        assert torch.equal(a, a_before) and torch.equal(b, b_before)
+        cublas = torch.relu(cublas_gemm(a, b) + bias)
+        assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)
 
 
 @needs_hopper_path

@@ -385,3 +385,100 @@ def test_no_workspace_on_the_cpu_backend():
     a, b = torch.randn(64, 4096).half(), torch.randn(4096, 64).half()
     mpgemm.gemm(a, b)
     assert mpgemm.workspace_stats() == {"calls": 0, "bytes": 0, "largest_bytes": 0}
+
+
+@pytest.mark.parametrize("m, n, k, split_k", [
+    (1024, 1024, 16384, 4), (128, 4096, 4096, 5), (300, 600, 3000, 8), (128, 264, 4104, 13),
+    (64, 64, 16384, None), (16, 4096, 4096, None), (4096, 128, 4096, None), (127, 4096, 4096, None),
+    (4096, 4096, 4096, None), (1024, 1024, 1024, None)])
+def test_split_k_on_the_hopper_block_where_the_cost_model_splits(m, n, k, split_k, monkeypatch):
+    """MPGEMM_WGMMA_SPLIT_K=1 (opt-in until its GPU run): a single matrix of
+    at least 128 rows and more than 128 columns whose K the split cost model
+    (plan/split_cost.h) splits on the 128 x 256 tile runs "wgmma" split that
+    many ways (at most 16), in place of ping-pong or WMMA's split; narrower
+    or shorter outputs, and products the model leaves whole, keep their
+    plans. Unset or "0": no Hopper plan splits."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
+    unsplit = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    assert not (unsplit.config.startswith("wgmma") and unsplit.split_k > 1)
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "0")
+    assert mpgemm.gemm_plan(m, n, k, device_limits=H100) == unsplit
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    if split_k is None:
+        assert plan == unsplit
+    else:
+        assert (plan.config, plan.split_k, plan.cluster_m) == ("wgmma", split_k, 1)
+        assert plan.workspace_bytes == split_k * m * n * 4
+    # Forced onto the wide tile, it splits alike; a batch, another Hopper kernel forced, or another arch never.
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
+    assert mpgemm.gemm_plan(m, n, k, device_limits=H100).split_k == (split_k or 1)
+    assert mpgemm.gemm_plan(m, n, k, batch=2, device_limits=H100).split_k == 1
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma_pingpong")
+    assert mpgemm.gemm_plan(m, n, k, device_limits=H100).split_k == 1
+    monkeypatch.delenv("MPGEMM_GEMM_PATH")
+    assert not mpgemm.gemm_plan(m, n, k, device_limits=A100).config.startswith("wgmma")
+
+
+def test_split_k_on_the_hopper_block_is_a_tuning_candidate_only_when_switched_on(monkeypatch):
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+
+    def hopper_splits():
+        return [p.split_k for p in mpgemm.plan.candidate_plans(1024, 1024, 16384, device_limits=H100)
+                if p.config == "wgmma"]
+
+    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
+    assert hopper_splits() == [1]
+    gemm_plans.install_tuning([{"batch": 1, "m": 1024, "n": 1024, "k": 16384, "config": "wgmma", "split_k": 2}])
+    assert not mpgemm.gemm_plan(1024, 1024, 16384, device_limits=H100).tuned  # refused: switched off
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+    assert hopper_splits() == [1, 2, 4, 8, 16]
+    plan = mpgemm.gemm_plan(1024, 1024, 16384, device_limits=H100)
+    assert (plan.config, plan.split_k, plan.tuned) == ("wgmma", 2, True)
+
+
+def test_a_bad_split_switch_is_named(monkeypatch):
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_WGMMA_SPLIT_K must be '0' or '1', got 'yes'"):
+        mpgemm.gemm_plan(64, 64, 64, device_limits=A100)
+
+
+@pytest.mark.parametrize("m, n, k, batch, pays", [
+    (4095, 4097, 4093, 1, True), (1023, 1025, 1021, 1, False), (1400, 1400, 1400, 1, True),
+    (1392, 1392, 1392, 1, False), (63, 65, 61, 1, False), (2047, 2049, 2045, 2, True)])
+def test_padded_operands_take_the_hopper_path_where_the_copies_pay(m, n, k, batch, pays, monkeypatch):
+    """MPGEMM_PADDED_OPERANDS=1 (opt-in until its GPU run): operands the
+    copy engine cannot describe (a load width below 8) take the Hopper
+    kernels on copies at aligned pitches where the product does at least
+    350 FLOP per byte the copies read and write (both operands counted:
+    2 m n k >= 350 x 4 (m k + k n) per matrix), or where a Hopper kernel is
+    forced; its workspace holds both copies, rows and columns rounded up to 8;
+    never on other archs, never switched off."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    assert (2 * m * n * k >= 350 * 4 * (m * k + k * n)) == pays
+    # Each copy: the batch of its matrices, rows and columns rounded up to 8, 2 bytes each, rounded up to 256 bytes.
+    copies = sum(-(-batch * (-(-rows // 8) * 8) * (-(-cols // 8) * 8) * 2 // 256) * 256 for rows, cols in ((m, k), (k, n)))
+    for switch in (None, "0"):
+        set_environment(monkeypatch, "MPGEMM_PADDED_OPERANDS", switch)
+        plan = mpgemm.gemm_plan(m, n, k, batch=batch, load_width=1, device_limits=H100)
+        assert (plan.config, plan.padded_operands, plan.load_width) == ("scalar", False, 1)
+    monkeypatch.setenv("MPGEMM_PADDED_OPERANDS", "1")
+    plan = mpgemm.gemm_plan(m, n, k, batch=batch, load_width=1, device_limits=H100)
+    if pays:
+        assert plan.config.startswith("wgmma") and plan.padded_operands and plan.load_width == 8, plan
+        assert plan.workspace_bytes == copies + (plan.split_k > 1) * plan.split_k * m * n * 4
+    else:
+        assert (plan.config, plan.padded_operands) == ("scalar", False)
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
+    forced = mpgemm.gemm_plan(m, n, k, batch=batch, load_width=2, device_limits=H100)
+    assert (forced.config, forced.padded_operands) == ("wgmma", True)
+    assert not mpgemm.gemm_plan(m, n, k, batch=batch, load_width=1, device_limits=A100).padded_operands
+    # Operands the copy engine describes as they lie are never copied.
+    assert not mpgemm.gemm_plan(m, n, k, batch=batch, load_width=8, device_limits=H100).padded_operands
+
+
+def test_a_bad_padding_switch_is_named(monkeypatch):
+    monkeypatch.setenv("MPGEMM_PADDED_OPERANDS", "2")
+    with pytest.raises(ValueError, match="MPGEMM_PADDED_OPERANDS must be '0' or '1', got '2'"):
+        mpgemm.gemm_plan(64, 64, 64, device_limits=A100)

@@ -402,3 +402,16 @@ def test_conv_pass_table_groups_layers_by_class_and_path():
     assert bench_report.conv_layer_class((64, 144, 144, 3, 1, 1, 56, 144)) == "depthwise"
     (table,) = bench_report.conv_pass_table(report)
     assert "fprop vs cuDNN" in table and "0.50x" in table and "2.00x" in table
+
+
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cr", "cc"])
+def test_gemm_cases_take_the_operand_layouts_they_name(layouts):
+    """A GEMM case's shape may name its layouts (the training GEMMs'): its
+    operands are then row- or column-major as named, and every impl's
+    result matches the baseline's."""
+    make, _, impls = benchmarks.CASE_BUILDERS["gemm"]((40, 24, 16, layouts), CPU, torch.float16)
+    a, b = make()
+    assert (a.shape, b.shape) == ((40, 16), (16, 24))
+    assert [t.stride(0) == 1 for t in (a, b)] == [c == "c" for c in layouts]
+    errors = benchmarks.check_results(impls, (a, b))
+    assert all(error is None or error < 1e-2 for error in errors.values()), errors

@@ -175,3 +175,36 @@ def test_transformer_block_trains_under_prepare():
     scaler.step(optimizer)
     assert not scaler.last_step_skipped
     assert all(not torch.equal(b, m) for b, m in zip(before, optimizer.master_params()))
+
+
+def test_training_gemms_are_the_products_nn_linear_trains_with():
+    """Each linear's three GEMMs as torch's own nn.Linear runs them, read
+    off the matrix products its forward and backward dispatch: (m, n, k) and
+    each operand row- or column-major."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def layout(t):
+        return "col" if t.stride(0) == 1 and t.shape[0] > 1 else "row"
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+                a, b = args[-2:]
+                self.seen.append(((a.shape[0], b.shape[1], a.shape[1]), (layout(a), layout(b))))
+            return func(*args, **(kwargs or {}))
+
+    width = (("tiny", 8, 24),)
+    tokens = 5
+    expected = models.training_gemms(width, (tokens,))
+    assert [label.split()[2:] for label, _, _ in expected] == [
+        [linear, way] for linear in ("qkv", "attn-out", "mlp-up", "mlp-down") for way in ("forward", "dgrad", "wgrad")]
+    for i, (fan_in, fan_out) in enumerate(((8, 24), (8, 8), (8, 24), (24, 8))):
+        linear = torch.nn.Linear(fan_in, fan_out)
+        x = torch.randn(tokens, fan_in, requires_grad=True)
+        with Products() as products:
+            linear(x).backward(torch.randn(tokens, fan_out))
+        assert sorted(products.seen) == sorted((shape, layouts) for _, shape, layouts in expected[3 * i:3 * i + 3])

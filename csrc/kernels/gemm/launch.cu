@@ -1,7 +1,10 @@
-// Host-side dispatch of the GEMM: the problem's shape and plan (plan/), then
-// the launch of the plan's tile (the WMMA tiles of wmma/ or the Hopper
-// kernels of sm90/) and, for split-K, of the reduction.
+// Host-side dispatch of the GEMM: the problem's shape and plan (plan/), the
+// copies of a padded plan's operands, then the launch of the plan's tile (the
+// WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K ones included)
+// and, for split-K, of the reduction.
 #include <climits>
+#include <initializer_list>
+#include <utility>
 
 #include "common/launch_utils.h"
 #include "common/math.h"
@@ -11,6 +14,40 @@
 #include "wmma/launch.h"
 
 namespace mpgemm::kernels {
+namespace {
+
+// One operand of a GEMM (A: rows m, cols k; B: k, n) as launch_gemm may point it elsewhere.
+struct OperandRef {
+  const void*& data;
+  int64_t &batch_stride, &row_stride, &col_stride;
+  int64_t rows, cols;
+};
+
+// Copies the operand's matrices run by run (its rows if row-major, else its
+// columns) into `into`, each run's start a multiple of 8 elements (16 bytes)
+// from the first, so that the copy engine can describe the copy, and points
+// the operand at it; `into` moves on past it (256-byte aligned). A copy of 2D
+// strided memory, no kernel of its own.
+cudaError_t copy_to_aligned_pitch(OperandRef o, int64_t batch, unsigned char*& into, cudaStream_t stream) {
+  const bool row_major = o.col_stride == 1;
+  const int64_t inner = row_major ? o.cols : o.rows, outer = row_major ? o.rows : o.cols;
+  const int64_t ld = row_major ? o.row_stride : o.col_stride, pitch = round_up(inner, 8);
+  const int64_t matrices = o.batch_stride == 0 ? 1 : batch;
+  const auto* source = static_cast<const unsigned char*>(o.data);
+  for (int64_t b = 0; b < matrices; ++b)
+    if (const cudaError_t err = cudaMemcpy2DAsync(into + b * outer * pitch * 2, size_t(pitch) * 2,
+                                                  source + b * o.batch_stride * 2, size_t(ld) * 2,
+                                                  size_t(inner) * 2, size_t(outer), cudaMemcpyDeviceToDevice, stream);
+        err != cudaSuccess)
+      return err;
+  o.data = into;
+  (row_major ? o.row_stride : o.col_stride) = pitch;
+  o.batch_stride = matrices > 1 ? outer * pitch : 0;
+  into += round_up(matrices * outer * pitch * 2, 256);
+  return cudaSuccess;
+}
+
+}  // namespace
 
 GemmLaunch plan_gemm(const GemmParams& p, const GemmPlan& plan) {
   GemmLaunch launch{gemm_shape(p), plan};
@@ -23,7 +60,7 @@ GemmLaunch plan_gemm(const GemmParams& p) {
   GemmShape shape = gemm_shape(p);
   // A Hopper GPU running a build without sm_90a code (an arch list without
   // 9.0) takes the WMMA tiles: the Hopper kernels there are empty.
-  if (device.arch == 90 && !wgmma_available()) shape.wgmma = false;
+  if (device.arch == 90 && !wgmma_available()) shape.wgmma = shape.pad_a = shape.pad_b = false;
   const GemmPlan plan = plan_gemm(shape, device);
   return {shape, plan, workspace_bytes(shape, plan)};
 }
@@ -42,15 +79,36 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   const int any_arch = is_wgmma(plan.config) ? 90 : INT_MAX;
   const DeviceLimits any_device{INT_MAX, INT_MAX, any_arch};
   if (!admissible(shape, any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
-      (plan.split_k > 1 && (workspace == nullptr || !aligned16(workspace))))
+      plan.padded != (is_wgmma(plan.config) && !shape.wgmma) ||
+      ((plan.split_k > 1 || plan.padded) && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
-  const GemmGrid work{plan.raster_group, plan.split_k, static_cast<float*>(workspace)};
+  // The problem as the kernels run it: a padded plan's on copies of the
+  // operands the shape marks, made at the workspace's start.
+  GemmParams run = p;
+  auto* free_workspace = static_cast<unsigned char*>(workspace);
+  if (plan.padded) {
+    OperandRef a{run.a, run.a_batch_stride, run.a_row_stride, run.a_col_stride, p.m, p.k};
+    OperandRef b{run.b, run.b_batch_stride, run.b_row_stride, run.b_col_stride, p.k, p.n};
+    for (const auto& [operand, copied] : {std::pair{a, shape.pad_a}, std::pair{b, shape.pad_b}})
+      if (copied)
+        if (const cudaError_t err = copy_to_aligned_pitch(operand, p.batch, free_workspace, stream); err != cudaSuccess)
+          return err;
+  }
+  const GemmGrid work{plan.raster_group, plan.split_k, reinterpret_cast<float*>(free_workspace)};
   const cudaError_t err = with_tile(
       AllTiles{}, plan.config,
       [&](auto tile) {
         using Tile = decltype(tile);
-        if constexpr (Tile::kWgmma) return launch_wgmma_gemm<Tile>(p, work.raster_group, a_k_major, b_k_major, stream);
-        else return launch_tile<Tile>(p, work, shape.vector, stream, a_k_major, b_k_major);
+        if constexpr (Tile::kWgmma) {
+          if constexpr (kHasSplitKernels<Tile>) {
+            if (work.split_k > 1)
+              return launch_wgmma_splitk_gemm<Tile>(run, work.raster_group, work.split_k, work.partials, a_k_major,
+                                                    b_k_major, stream);
+          }
+          return launch_wgmma_gemm<Tile>(run, work.raster_group, a_k_major, b_k_major, stream);
+        } else {
+          return launch_tile<Tile>(p, work, shape.vector, stream, a_k_major, b_k_major);
+        }
       },
       cudaErrorInvalidValue);
   if (err != cudaSuccess || plan.split_k == 1) return err;

@@ -14,7 +14,8 @@ namespace mpgemm::kernels {
 
 // How launch_gemm runs one problem: its shape as the tile choice sees it
 // (worked out once per call), the plan, and the bytes of device workspace
-// the plan needs (0 without split-K), which the caller allocates.
+// the plan needs (0 without split-K or padded operands), which the caller
+// allocates.
 struct GemmLaunch {
   GemmShape shape;
   GemmPlan plan;
@@ -30,7 +31,8 @@ GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
 
 // Enqueues the GEMM described by `params` on `stream` as `launch` says,
 // using `workspace` (at least launch.workspace_bytes, 16-byte aligned) for
-// split-K's partial sums. `launch` must be planned for these params: its
+// a padded plan's copies of the operands and split-K's partial sums (the
+// copies made on `stream` first). `launch` must be planned for these params: its
 // shape, which the checks below read, is theirs (a launch of other sizes is
 // refused).
 // Returns the launch error, cudaErrorInvalidValue for an operand that is

@@ -15,6 +15,7 @@
 
 #include "common/math.h"
 #include "plan/operand_layout.h"
+#include "plan/split_cost.h"
 
 namespace mpgemm::kernels {
 namespace {
@@ -30,8 +31,9 @@ bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits
   // operands the copy engine can describe and D of the ops' own types
   // (GemmShape::wgmma), and at least one K slice.
   if (is_wgmma(c.id))
-    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block && s.wgmma &&
-           s.k > 0 && d.multiprocessors >= c.cluster_m;
+    return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block &&
+           (s.wgmma || ((s.pad_a || s.pad_b) && padded_operands_enabled())) && s.k > 0 &&
+           d.multiprocessors >= c.cluster_m;
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
 }
 
@@ -43,7 +45,15 @@ int raster_group(const TileConfigInfo& c, const GemmShape& s) {
 }
 
 GemmPlan make_plan(TileConfigId id, const GemmShape& s, int split_k, bool tuned) {
-  return {id, split_k, raster_group(tile_config(id), s), tuned};
+  return {id, split_k, raster_group(tile_config(id), s), tuned, is_wgmma(id) && !s.wgmma};
+}
+
+// Whether copying the operands the shape marks to aligned pitches costs
+// less than the Hopper path saves (kPaddedCopyMinFlopsPerByte).
+bool padded_copies_pay(const GemmShape& s) {
+  const double copied = (s.pad_a ? double(s.m) * double(s.k) : 0.0) + (s.pad_b ? double(s.k) * double(s.n) : 0.0);
+  const double bytes = 2.0 * 2.0 * double(s.batch) * copied;  // read and written, 2 bytes each
+  return 2.0 * double(s.batch) * double(s.m) * double(s.n) * double(s.k) >= kPaddedCopyMinFlopsPerByte * bytes;
 }
 
 struct TunedKey {
@@ -68,11 +78,22 @@ GemmShape gemm_shape(const GemmParams& p) {
   const int vector =
       std::min(operand_load_width(p.a, p.a_batch_stride, a), operand_load_width(p.b, p.b_batch_stride, b));
   // The Hopper kernels store D in fp32 or the inputs' type only (sm90/epilogue.cuh's store_accumulators).
-  const bool wgmma = (p.d_type == ElementType::kFloat32 || p.d_type == p.ab_type) &&
-                     tma_describable(p.a, 2, p.batch, p.a_batch_stride, a.ld, a.inner, a.outer) &&
-                     tma_describable(p.b, 2, p.batch, p.b_batch_stride, b.ld, b.inner, b.outer) &&
-                     std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
-  return {p.batch, p.m, p.n, p.k, vector, wgmma};
+  const bool rest = (p.d_type == ElementType::kFloat32 || p.d_type == p.ab_type) &&
+                    std::max({p.batch, p.m, p.n, p.k}) <= INT_MAX;
+  const bool a_described = tma_describable(p.a, 2, p.batch, p.a_batch_stride, a.ld, a.inner, a.outer);
+  const bool b_described = tma_describable(p.b, 2, p.batch, p.b_batch_stride, b.ld, b.inner, b.outer);
+  // A copy row by row needs rows that do not overlap.
+  const bool paddable = rest && (a_described || a.ld >= a.inner) && (b_described || b.ld >= b.inner);
+  const bool wgmma = rest && a_described && b_described;
+  return {p.batch, p.m, p.n, p.k, vector, wgmma, !wgmma && paddable && !a_described,
+          !wgmma && paddable && !b_described};
+}
+
+bool padded_operands_enabled() {
+  const char* padded = std::getenv("MPGEMM_PADDED_OPERANDS");
+  if (padded == nullptr || *padded == '\0' || std::strcmp(padded, "0") == 0) return false;
+  if (std::strcmp(padded, "1") == 0) return true;
+  throw std::invalid_argument(std::string("MPGEMM_PADDED_OPERANDS must be '0' or '1', got '") + padded + "'");
 }
 
 GemmPath gemm_path() {
@@ -104,13 +125,22 @@ TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessor
   return TileConfigId::kWgmmaN128;
 }
 
+bool wgmma_split_k_enabled() {
+  const char* split = std::getenv("MPGEMM_WGMMA_SPLIT_K");
+  if (split == nullptr || *split == '\0' || std::strcmp(split, "0") == 0) return false;
+  if (std::strcmp(split, "1") == 0) return true;
+  throw std::invalid_argument(std::string("MPGEMM_WGMMA_SPLIT_K must be '0' or '1', got '") + split + "'");
+}
+
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
   if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;
   const TileConfigInfo& c = tile_config(id);
-  // Split-K runs single matrices only, and not on the Hopper path. A split
-  // with no K slice (more splits than slices) is correct, only wasteful:
+  // Split-K runs single matrices only, on the tiles that have its kernels
+  // (on the Hopper path only where wgmma_split_k_enabled). A split with no K
+  // slice (more splits than slices) is correct, only wasteful:
   // candidate_plans leaves it out.
-  return fits_device(c, s, d) && (split_k == 1 || (s.batch == 1 && !is_wgmma(id)));
+  return fits_device(c, s, d) &&
+         (split_k == 1 || (s.batch == 1 && has_split_kernels(id) && (!is_wgmma(id) || wgmma_split_k_enabled())));
 }
 
 namespace {
@@ -140,35 +170,21 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   return make_plan(id, s, split_k, false);
 }
 
-}  // namespace
+// The split of a single matrix's K on the Hopper block's 128 x 256 tile
+// that the split cost model (plan/split_cost.h) says is fastest (1: none).
+int wgmma_split(const GemmShape& s, const DeviceLimits& d) {
+  SplitProblem split;
+  split.tile = tile_config(TileConfigId::kWgmma);
+  split.tiles = tiles(split.tile, s);
+  split.slices = slices(split.tile, s.k);
+  split.multiprocessors = d.multiprocessors;
+  split.output_elements = s.m * s.n;
+  split.max_splits = kMaxSplitK;
+  return cheapest_split(split);
+}
 
-// The rule:
-//  0. The Hopper path wherever it can run the problem (sm_90, describable
-//     operands, not switched off by gemm_path), unless rule 3 below splits K
-//     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
-//     idle on small outputs with long K, where split-K of smaller WMMA tiles
-//     ran up to 9x faster on an H100. Where N is at most 128 (and
-//     MPGEMM_NARROW_TILES is not "0"), the narrow tile narrow_wgmma_tile
-//     names in place of the wide one: 1.2x to 2x faster on the four such
-//     shapes timed on an H100 (bench/NOTES.md, 2026-11-28); it leaves rule
-//     3's split. Otherwise ping-pong consumers on pairs
-//     ("wgmma_pingpong") where blocks alone's 128 x 256 tiles (times the
-//     batch) fill at most half of the multiprocessors: their 64 x 256 tiles
-//     give more blocks work, 1.3x to 1.7x faster on three of the four such
-//     shapes timed on an H200 and a tie on the fourth (bench/NOTES.md,
-//     2026-11-26); elsewhere blocks alone ("wgmma"), which
-//     were 2% to 5% faster than ping-pong from 128 tiles on, and equal to
-//     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the Hopper
-//     kernels.
-//  1. Operands that do not allow 16-byte loads take the one-element tile.
-//  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
-//     whose shared memory and arch the device has and whose grid (tiles x
-//     batch) gives every multiprocessor a block; failing all, Small.
-//  3. Split-K when a single matrix's tiles fill at most half of the
-//     multiprocessors and K holds at least 2 x kMinSlicesPerSplit slices:
-//     min(ceil(multiprocessors / tiles), slices / kMinSlicesPerSplit,
-//     kMaxSplitK) splits (so at least 2).
-GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
+// Rules 0 to 3 of heuristic_plan (below).
+GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
   const GemmPath path = gemm_path();
   // Asked on every plan, so that a bad MPGEMM_NARROW_TILES is refused whatever the shape.
@@ -190,6 +206,62 @@ GemmPlan heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
     return make_plan(hopper, s, 1, false);
   }
   return wmma;
+}
+
+}  // namespace
+
+// The rule:
+//  0. The Hopper path wherever it can run the problem (sm_90, describable
+//     operands, not switched off by gemm_path), unless rule 3 below splits K
+//     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
+//     idle on small outputs with long K, where split-K of smaller WMMA tiles
+//     ran up to 9x faster on an H100. Where N is at most 128 (and
+//     MPGEMM_NARROW_TILES is not "0"), the narrow tile narrow_wgmma_tile
+//     names in place of the wide one: 1.2x to 2x faster on the four such
+//     shapes timed on an H100 (bench/NOTES.md, 2026-11-28); it leaves rule
+//     3's split. Otherwise ping-pong consumers on pairs
+//     ("wgmma_pingpong") where blocks alone's 128 x 256 tiles (times the
+//     batch) fill at most half of the multiprocessors: their 64 x 256 tiles
+//     give more blocks work, 1.3x to 1.7x faster on three of the four such
+//     shapes timed on an H200 and a tie on the fourth (bench/NOTES.md,
+//     2026-11-26); elsewhere blocks alone ("wgmma"), which
+//     were 2% to 5% faster than ping-pong from 128 tiles on, and equal to
+//     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the Hopper
+//     kernels.
+//     After all that, where wgmma_split_k_enabled (MPGEMM_WGMMA_SPLIT_K=1)
+//     and gemm_path is kAuto or kWgmma: a single matrix of at least 128
+//     rows and more than 128 columns (so that the 128 x 256 tile's wgmmas
+//     are mostly of D; narrower outputs keep the narrow tiles and WMMA's
+//     split) whose K the split cost model (plan/split_cost.h, fitted to an
+//     H100's wgrad layers) splits on that tile runs split-K on the Hopper
+//     block, in place of whatever rules 0 to 3 chose (bench/NOTES.md,
+//     "Split-K on the Hopper block": its prediction waits for a GPU run).
+//  1. Operands that do not allow 16-byte loads take the one-element tile.
+//  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
+//     whose shared memory and arch the device has and whose grid (tiles x
+//     batch) gives every multiprocessor a block; failing all, Small.
+//  3. Split-K when a single matrix's tiles fill at most half of the
+//     multiprocessors and K holds at least 2 x kMinSlicesPerSplit slices:
+//     min(ceil(multiprocessors / tiles), slices / kMinSlicesPerSplit,
+//     kMaxSplitK) splits (so at least 2).
+GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
+  const GemmPath path = gemm_path();
+  // Asked on every plan, so that a bad MPGEMM_PADDED_OPERANDS is refused whatever the shape. Copies to
+  // aligned pitches only where they pay, or where a Hopper kernel is forced.
+  const bool pad = padded_operands_enabled() && (padded_copies_pay(shape) || (path != GemmPath::kAuto &&
+                                                                              path != GemmPath::kWmma));
+  GemmShape s = shape;
+  if (!pad) s.pad_a = s.pad_b = false;
+  const GemmPlan plan = unsplit_hopper_or_wmma_plan(s, d);
+  // Asked on every plan, so that a bad MPGEMM_WGMMA_SPLIT_K is refused whatever the shape.
+  const bool split_enabled = wgmma_split_k_enabled();
+  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
+  const bool wide_rows_filled = s.m >= wide.block_m && s.n > tile_config(TileConfigId::kWgmmaN128).block_n;
+  if (!split_enabled || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) ||
+      !wide_rows_filled || !fits_device(wide, s, d))
+    return plan;
+  const int splits = wgmma_split(s, d);
+  return splits > 1 ? make_plan(TileConfigId::kWgmma, s, splits, false) : plan;
 }
 
 GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
@@ -217,8 +289,17 @@ std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d)
   return plans;
 }
 
+size_t padded_copy_bytes(const GemmShape& s, const GemmPlan& plan) {
+  if (!plan.padded) return 0;
+  const auto copy = [&](bool padded, int64_t rows, int64_t cols) {
+    return padded ? size_t(round_up(s.batch * round_up(rows, 8) * round_up(cols, 8) * 2, 256)) : 0;
+  };
+  return copy(s.pad_a, s.m, s.k) + copy(s.pad_b, s.k, s.n);
+}
+
 size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {
-  return plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0;
+  return padded_copy_bytes(s, plan) +
+         (plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0);
 }
 
 void set_tuned_plan(const GemmShape& s, TileConfigId config, int split_k) {

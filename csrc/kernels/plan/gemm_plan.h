@@ -70,10 +70,13 @@ constexpr bool tile_takes_width(const TileConfigInfo& c, int vector) { return ve
 // Hopper kernels can take it: the tensor copy engine can describe both
 // operands (16-byte aligned bases, row pitches and batch strides; sizes
 // within its 32-bit coordinates), and D is fp32 or the inputs' type.
+// `pad_a`, `pad_b` (wgmma false): they could take it once A (B) were copied
+// to 16-byte aligned pitches, the rest allowing it.
 struct GemmShape {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int vector = 8;
   bool wgmma = true;
+  bool pad_a = false, pad_b = false;
 };
 
 // The shape of the problem `params` describes: its sizes, the load width of
@@ -105,6 +108,35 @@ bool narrow_tiles_enabled();
 // past 128 or where narrow_tiles_enabled() says no.
 TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessors);
 
+// Whether the plans of the GEMM may take the Hopper path for operands the
+// copy engine cannot describe as they lie (odd leading dimensions), by
+// first copying them to aligned pitches in the workspace (GemmPlan::padded):
+// only where MPGEMM_PADDED_OPERANDS is "1" until that path has passed the
+// GPU tests (unset, "" or "0": no; throws std::invalid_argument for any
+// other value). The heuristic pads only where the copies pay
+// (kPaddedCopyMinFlopsPerByte) or a Hopper kernel is forced.
+bool padded_operands_enabled();
+
+// The products a padded copy must buy, per byte it reads and writes: on an
+// H100 (2d75062, 2026-11-28) the one-element WMMA path ran 4095x4097x4093
+// at 0.56 of cuBLAS and the Hopper kernels near 0.98 on aligned shapes, so
+// the Hopper path saves about 0.77 / 660 ns per GFLOP, and a copy moves
+// about 2.5 TB/s: it pays from about 345 FLOP a byte.
+inline constexpr double kPaddedCopyMinFlopsPerByte = 350.0;
+
+// Whether the plans of the GEMM may split K on the Hopper block
+// (wgmma_splitk_gemm_kernel) where its cost model (plan/split_cost.h) says
+// a split is faster: only where MPGEMM_WGMMA_SPLIT_K is "1" until the
+// kernels have passed the GPU tests (unset, "" or "0": no; throws
+// std::invalid_argument for any other value).
+bool wgmma_split_k_enabled();
+
+// Whether a tile has split-K kernels: every WMMA tile, and of the Hopper
+// tiles the 128 x 256 one on blocks alone (WgmmaTile).
+constexpr bool has_split_kernels(TileConfigId id) { return !is_wgmma(id) || id == TileConfigId::kWgmma; }
+template <class Tile>
+inline constexpr bool kHasSplitKernels = has_split_kernels(Tile::kId);
+
 // Split-K cuts K into at most this many ranges of whole slices, and a split
 // gets at least kMinSlicesPerSplit slices, so that its share of the mainloop
 // outweighs writing and reading back its fp32 partial tile (convolutions'
@@ -119,6 +151,7 @@ struct GemmPlan {
   int split_k = 1;       // K ranges summed by the reduction kernel; 1: none
   int raster_group = 1;  // tile rows per group of the tile order
   bool tuned = false;    // taken from the tuned table, not the heuristic
+  bool padded = false;   // a Hopper plan on copies of the operands the shape marks (pad_a, pad_b)
 };
 
 // The heuristic (see gemm_plan.cpp), overridden by a tuned entry for this
@@ -130,8 +163,13 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& device);
 bool admissible(const GemmShape& shape, const DeviceLimits& device, TileConfigId config, int split_k);
 // Every admissible (config, split_k) the tuner should time for `shape`.
 std::vector<GemmPlan> candidate_plans(const GemmShape& shape, const DeviceLimits& device);
-// fp32 partial sums of a split-K plan: split_k x m x n floats; 0 without split.
+// The device workspace a plan needs: a padded plan's copies of A and then
+// of B (each batch x its rows and columns rounded up to 8 elements, 16-bit,
+// rounded up to 256 bytes), then a split-K plan's fp32 partial sums (split_k
+// x m x n floats); 0 for neither.
 size_t workspace_bytes(const GemmShape& shape, const GemmPlan& plan);
+// Of those, the padded copies' (where the partial sums begin).
+size_t padded_copy_bytes(const GemmShape& shape, const GemmPlan& plan);
 
 // The tuned table: (batch, m, n, k) -> config and split_k, for this process.
 void set_tuned_plan(const GemmShape& shape, TileConfigId config, int split_k);

@@ -29,7 +29,7 @@ double split_cost_ns(const SplitProblem& p, int64_t splits) {
 }
 
 int cheapest_split(const SplitProblem& p) {
-  const int64_t most = std::min({p.slices / kMinSlicesPerSplit, kMaxSplits,
+  const int64_t most = std::min({p.slices / kMinSlicesPerSplit, std::min(p.max_splits, kMaxSplits),
                                  ceil_div(kMaxSplitBlocksPerSM * p.multiprocessors, std::max<int64_t>(p.tiles, 1))});
   int64_t best = 1;
   double best_ns = split_cost_ns(p, 1);

@@ -1,6 +1,7 @@
-// How many ways a convolution's wgrad splits its sum over the output pixels:
-// the count a cost model of the device says is fastest, for the WMMA
-// implicit GEMM and the Hopper convolution alike. Host code, free of CUDA.
+// How many ways a convolution's wgrad splits its sum over the output pixels,
+// and a GEMM's over K on the Hopper block: the count a cost model of the
+// device says is fastest, for the WMMA implicit GEMM, the Hopper convolution
+// and the Hopper GEMM alike. Host code, free of CUDA.
 //
 // Splitting K gives idle multiprocessors work (wgrad's output, the filters,
 // is a few tiles; its K, every output pixel, is long), but every split
@@ -29,7 +30,8 @@ namespace mpgemm::kernels {
 inline constexpr double kWgmmaFlopsPerNs = 5300.0, kWgmmaFeedBytesPerNs = 62.0, kWmmaFlopsPerNs = 2800.0;
 inline constexpr double kPartialBytesPerNs = 2500.0, kReductionNs = 5000.0;
 
-// Split counts run from 1 to at most kMaxSplits, each split at least
+// Split counts run from 1 to at most kMaxSplits (the problem's max_splits:
+// the GEMM's, kMaxSplitK), each split at least
 // kMinSlicesPerSplit K slices (plan/gemm_plan.h), all splits' tiles together
 // at most kMaxSplitBlocksPerSM a multiprocessor (plus one split's): what
 // bounds the partial sums' memory (mpgemm/memory.py).
@@ -41,6 +43,7 @@ struct SplitProblem {
   int64_t slices = 1;           // K slices of the whole sum
   int multiprocessors = 1;
   int64_t output_elements = 0;  // of one split's partial sums (fp32)
+  int64_t max_splits = kMaxSplits;
 };
 
 // The modelled time, in ns, of the sum cut into `splits` runs of

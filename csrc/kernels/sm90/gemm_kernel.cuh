@@ -1,7 +1,9 @@
 // Hopper GEMM (sm_90a): D[b] = activation(A[b] @ B[b] + bias), 16-bit inputs,
 // fp32 accumulation, D in fp32 or the inputs' type, with wgmma and the tensor
 // copy engine (TMA), on the block of sm90/block.cuh whose producer copies
-// 64-deep K slices of A's rows and B's columns (sm90/producer.cuh).
+// 64-deep K slices of A's rows and B's columns (sm90/producer.cuh); and the
+// same block splitting K, where the output's tiles are too few to fill the
+// device.
 #pragma once
 
 #include <cuda.h>
@@ -21,9 +23,29 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
   const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
   const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, TilePipeline<Tile>& pipe) {
-    load_tile<Tile>(shared, &a_map, &b_map, tile, schedule, slices, rank, pipe);
+    load_tile<Tile>(shared, &a_map, &b_map, tile.origin, schedule.a_broadcast ? 0 : int(tile.batch),
+                    schedule.b_broadcast ? 0 : int(tile.batch), 0, slices, rank, pipe);
   };
   wgmma_block<Element, Tile, AKMajor, BKMajor>(d_map, p, schedule, k_slices, load);
+}
+
+// Split-K on the same block, for outputs of too few tiles to fill the
+// device: p.batch is the number of splits, and the tile order's batch
+// coordinate the split, which sums K slices [split, split + 1) *
+// schedule.split_slices of the one matrix of A and B (slices past K arrive
+// as zeros) and stores its fp32 partial tile, with no bias or activation, to
+// matrix `split` of D (the workspace, as p describes it). The launcher's
+// reduction (gemm/splitk_reduce.cu) sums the splits in split order, so the
+// result is bitwise the same on every run.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_splitk_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                             const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                             const WgmmaSchedule schedule) {
+  const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, TilePipeline<Tile>& pipe) {
+    load_tile<Tile>(shared, &a_map, &b_map, tile.origin, 0, 0, int(tile.batch) * slices, slices, rank, pipe);
+  };
+  wgmma_block<Element, Tile, AKMajor, BKMajor>(d_map, p, schedule, schedule.split_slices, load);
 }
 
 }  // namespace mpgemm::kernels::sm90

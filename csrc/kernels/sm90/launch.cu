@@ -3,11 +3,13 @@
 // strides and box (sm90/layout.h's SwizzledOperandTile and OutputStrip), and
 // the kernel arguments; the kernels themselves are launched from sm90/gemm_kernels_*.cu.
 #include <climits>
+#include <type_traits>
 
 #include <cuda.h>
 
 #include "common/element_traits.cuh"
 #include "common/launch_utils.h"
+#include "common/math.h"
 #include "plan/operand_layout.h"
 #include "sm90/block.cuh"
 #include "sm90/launch.h"
@@ -44,24 +46,61 @@ cudaError_t operand_map(CUtensorMap* map, ElementType type, const void* base, in
   return err == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
-cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
+// A's and B's tensor maps as Tile's kernels on these layouts read them.
+template <class Tile, bool AKMajor, bool BKMajor>
+cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const GemmParams& p) {
   using ATile = sm90::SwizzledOperandTile<Tile::kBlockM, AKMajor>;
   using BTile = sm90::SwizzledOperandTile<Tile::kBlockN, BKMajor>;
-  CUtensorMap a_map, b_map, d_map{};
-  if (const cudaError_t err = operand_map<ATile>(&a_map, p.ab_type, p.a, p.m, p.k,
+  if (const cudaError_t err = operand_map<ATile>(a_map, p.ab_type, p.a, p.m, p.k,
                                                  AKMajor ? p.a_row_stride : p.a_col_stride, p.a_batch_stride, p.batch);
       err != cudaSuccess)
     return err;
-  if (const cudaError_t err = operand_map<BTile>(&b_map, p.ab_type, p.b, p.n, p.k,
-                                                 BKMajor ? p.b_col_stride : p.b_row_stride, p.b_batch_stride, p.batch);
-      err != cudaSuccess)
-    return err;
+  return operand_map<BTile>(b_map, p.ab_type, p.b, p.n, p.k, BKMajor ? p.b_col_stride : p.b_row_stride,
+                            p.b_batch_stride, p.batch);
+}
+
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  CUtensorMap a_map, b_map, d_map{};
+  if (const cudaError_t err = operand_maps<Tile, AKMajor, BKMajor>(&a_map, &b_map, p); err != cudaSuccess) return err;
   sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
   schedule.raster_group = raster_group;
   schedule.a_broadcast = p.a_batch_stride == 0;
   schedule.b_broadcast = p.b_batch_stride == 0;
   return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, p, schedule, stream);
+}
+
+// The split-K kernel's launch: D is the splits' partial sums, split_k
+// matrices of m x n fp32, the batch of its tile order.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, float* partials, cudaStream_t stream) {
+  CUtensorMap a_map, b_map, d_map{};
+  if (const cudaError_t err = operand_maps<Tile, AKMajor, BKMajor>(&a_map, &b_map, p); err != cudaSuccess) return err;
+  GemmParams splits = p;
+  splits.batch = split_k;
+  splits.bias = nullptr;
+  splits.activation = Activation::kNone;
+  splits.d = partials;
+  splits.d_type = ElementType::kFloat32;
+  splits.d_row_stride = p.n;
+  splits.d_batch_stride = p.m * p.n;
+  splits.column_moments = nullptr;
+  sm90::WgmmaSchedule schedule = sm90::output_schedule(splits, &d_map);
+  schedule.raster_group = raster_group;
+  schedule.split_slices = int(ceil_div(ceil_div(p.k, int64_t(Config::kBlockK)), int64_t(split_k)));
+  return sm90::launch_wgmma_splitk_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, splits, schedule,
+                                                                          stream);
+}
+
+// Runs launch_layouts<E, AKMajor, BKMajor>() for the input type and layouts given.
+template <class Launch>
+cudaError_t on_layouts(ElementType ab_type, bool a_k_major, bool b_k_major, const Launch& launch_layouts) {
+  return with_input_element(ab_type, [&](auto element) {
+    if (a_k_major && b_k_major) return launch_layouts(element, std::true_type{}, std::true_type{});
+    if (a_k_major) return launch_layouts(element, std::true_type{}, std::false_type{});
+    if (b_k_major) return launch_layouts(element, std::false_type{}, std::true_type{});
+    return launch_layouts(element, std::false_type{}, std::false_type{});
+  });
 }
 
 }  // namespace
@@ -74,12 +113,22 @@ cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, bool a_k_ma
   if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
     return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
-  return with_input_element(p.ab_type, [&](auto element) {
+  return on_layouts(p.ab_type, a_k_major, b_k_major, [&](auto element, auto a_k, auto b_k) {
     using E = typename decltype(element)::type;
-    if (a_k_major && b_k_major) return launch<E, Tile, true, true>(p, raster_group, stream);
-    if (a_k_major) return launch<E, Tile, true, false>(p, raster_group, stream);
-    if (b_k_major) return launch<E, Tile, false, true>(p, raster_group, stream);
-    return launch<E, Tile, false, false>(p, raster_group, stream);
+    return launch<E, Tile, decltype(a_k)::value, decltype(b_k)::value>(p, raster_group, stream);
+  });
+}
+
+template <class Tile>
+cudaError_t launch_wgmma_splitk_gemm(const GemmParams& p, int raster_group, int split_k, float* partials,
+                                     bool a_k_major, bool b_k_major, cudaStream_t stream) {
+  if (p.batch != 1 || split_k < 2 || partials == nullptr || !aligned16(partials)) return cudaErrorInvalidValue;
+  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || raster_group < 1) return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
+  return on_layouts(p.ab_type, a_k_major, b_k_major, [&](auto element, auto a_k, auto b_k) {
+    using E = typename decltype(element)::type;
+    return launch_splitk<E, Tile, decltype(a_k)::value, decltype(b_k)::value>(p, raster_group, split_k, partials,
+                                                                               stream);
   });
 }
 
@@ -88,5 +137,7 @@ template cudaError_t launch_wgmma_gemm<WgmmaPairTile>(const GemmParams&, int, bo
 template cudaError_t launch_wgmma_gemm<WgmmaPingPongTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaN128Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaN64Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
+template cudaError_t launch_wgmma_splitk_gemm<WgmmaTile>(const GemmParams&, int, int, float*, bool, bool,
+                                                         cudaStream_t);
 
 }  // namespace mpgemm::kernels

@@ -20,6 +20,14 @@ template <class Element, class Tile, bool AKMajor, bool BKMajor>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
 
+// The same for the split-K kernel of one input type, pair of layouts and
+// tile (wgmma_splitk_gemm_kernel), `params` the splits' partial sums as its
+// D and batch, schedule.split_slices each split's K slices. Instantiated
+// for WgmmaTile in sm90/gemm_kernels_splitk_<type>.cu.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_wgmma_splitk_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
+                                       const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
+
 // Launches the Hopper convolution kernel of one input type, tile and pass
 // (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and
 // `walk` its walk of K; StagedRows, dgrad's kernel that stores a phase's
@@ -50,5 +58,15 @@ bool wgmma_available();
 template <class Tile>
 cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a_k_major, bool b_k_major,
                               cudaStream_t stream);
+
+// Enqueues the products of `params` (a single matrix each: batch 1) split
+// into `split_k` ranges of whole K slices on the split-K kernel of the Hopper
+// tile `Tile` (WgmmaTile only), each range's fp32 sums, with no bias or
+// activation, to its m x n matrix of `partials` (row stride n, 16-byte
+// aligned), for launch_splitk_reduce to finish. Returns as launch_wgmma_gemm
+// does.
+template <class Tile>
+cudaError_t launch_wgmma_splitk_gemm(const GemmParams& params, int raster_group, int split_k, float* partials,
+                                     bool a_k_major, bool b_k_major, cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

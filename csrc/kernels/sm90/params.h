@@ -25,6 +25,9 @@ struct WgmmaSchedule {
   bool d_pairs = false;  // D's rows and base allow two-element stores
   bool d_copy = false;   // D has a tensor map: the epilogue stores through the copy engine
   PixelRows d_pixels;    // D's rows as strided pixels (then stored from registers)
+  // A split-K GEMM's K slices per split (wgmma_splitk_gemm_kernel: the
+  // batch coordinate of its tile order is the split); 0 in every other kernel.
+  int split_slices = 0;
 };
 
 // A convolution's implicit GEMM as its producer walks it

@@ -33,26 +33,26 @@ __device__ __forceinline__ void load_boxes(uint8_t* dst, const void* map, uint64
   }
 }
 
-// Copies the k_slices K slices of `tile` (this block's share of a cluster
-// tile) into the ring from `pipe` on, leaving `pipe` past them.
+// Copies the k_slices K slices of the tile at `origin` (this block's share
+// of a cluster tile), from slice first_slice of K on, of matrices a_batch of
+// A and b_batch of B, into the ring from `pipe` on, leaving `pipe` past them.
+// Slices past K arrive as zeros.
 template <class Tile, class Smem>
 __device__ __forceinline__ void load_tile(Smem& shared, const CUtensorMap* a_map, const CUtensorMap* b_map,
-                                          const BatchTile& tile, const WgmmaSchedule& schedule, int k_slices,
-                                          int rank, TilePipeline<Tile>& pipe) {
+                                          const TileOrigin& origin, int a_batch, int b_batch, int first_slice,
+                                          int k_slices, int rank, TilePipeline<Tile>& pipe) {
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   static_assert(BTile::kBoxes % Tile::kClusterM == 0, "the blocks of a cluster copy B in whole boxes");
   constexpr int kBBoxes = BTile::kBoxes / Tile::kClusterM;  // of B's boxes, those this block copies
-  const int a_batch = schedule.a_broadcast ? 0 : int(tile.batch);
-  const int b_batch = schedule.b_broadcast ? 0 : int(tile.batch);
   for (int slice = 0; slice < k_slices; ++slice, pipe.advance()) {
     mbarrier_wait(&shared.empty[pipe.stage], pipe.phase ^ 1);
     mbarrier_arrive_expect_tx(&shared.full[pipe.stage], ATile::kBytes + BTile::kBytes);
-    const int k0 = slice * Config::kBlockK;
-    load_boxes<ATile, 1>(shared.a[pipe.stage], a_map, &shared.full[pipe.stage], int(tile.origin.m0), k0, a_batch, 0,
+    const int k0 = (first_slice + slice) * Config::kBlockK;
+    load_boxes<ATile, 1>(shared.a[pipe.stage], a_map, &shared.full[pipe.stage], int(origin.m0), k0, a_batch, 0,
                          ATile::kBoxes);
-    load_boxes<BTile, Tile::kClusterM>(shared.b[pipe.stage], b_map, &shared.full[pipe.stage], int(tile.origin.n0),
-                                       k0, b_batch, rank * kBBoxes, kBBoxes);
+    load_boxes<BTile, Tile::kClusterM>(shared.b[pipe.stage], b_map, &shared.full[pipe.stage], int(origin.n0), k0,
+                                       b_batch, rank * kBBoxes, kBBoxes);
   }
 }
 

@@ -21,7 +21,12 @@
 //    (128 x 128 and 128 x 64, rings of 6 and 8 stages), asked for by
 //    MPGEMM_GEMM_PATH=wgmma_n128 or =wgmma_n64, or picked by the default
 //    on outputs of at most 128 columns (MPGEMM_NARROW_TILES=0 in every
-//    other case), with K that wraps their rings. Every pair and narrow case
+//    other case), with K that wraps their rings; one in sixteen split-K on
+//    the Hopper block (MPGEMM_WGMMA_SPLIT_K=1), one tile's K split 4 ways,
+//    the fp32 partial sums poisoned before the launch; and one in sixteen
+//    forced onto the wide tile with operands of any pitch and base
+//    (MPGEMM_PADDED_OPERANDS=1), which the launcher copies to aligned
+//    pitches in the (poisoned) workspace first. Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -41,7 +46,8 @@
 // (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp).
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N",
-// "wgmma_n128 cases: N", "wgmma_n64 cases: N" and
+// "wgmma_n128 cases: N", "wgmma_n64 cases: N", "wgmma split-K cases: N",
+// "wgmma cases on padded copies: N" and
 // "wgmma cases storing through the copy engine: N" and "cluster occupancy
 // asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
@@ -232,7 +238,7 @@ static int check_layouts(int& mismatches) {
 // of the kernels only MPGEMM_GEMM_PATH or MPGEMM_NARROW_TILES asks for, and
 // those that stored D through the copy engine.
 struct GemmCaseCounts {
-  int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0;
+  int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0, split = 0, padded = 0;
 };
 
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
@@ -244,6 +250,14 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // the default picks for an output of at most 128 columns.
   const bool forced = index % 4 == 3, paired = index % 4 == 1, ping_pong = index % 8 == 5;
   const bool narrow = index % 8 == 4;
+  // Split-K on the Hopper block (MPGEMM_WGMMA_SPLIT_K=1) in one case of
+  // sixteen: one tile (128 rows, 129 to 256 columns) with K of 16 or 17
+  // slices on 132 multiprocessors, which the cost model splits 4 ways (at
+  // 17, 5 slices a split: the last one's partly past K).
+  const bool split = index % 16 == 8;
+  // Operands of any pitch on the Hopper kernel forced (MPGEMM_PADDED_OPERANDS=1):
+  // copied to aligned pitches first, in one case of sixteen.
+  const bool padded = index % 16 == 0;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
@@ -256,19 +270,22 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // fewer than the ring's stages; or two or three pairs on the nine tall tiles.
   const bool short_ping_pong = ping_pong && !tall && index / 16 % 2 == 1;
   if (ping_pong) multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
+  if (split) multiprocessors = 132;
   sim::use_multiprocessors(multiprocessors);
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   if (narrow && narrow_kind < 2) setenv("MPGEMM_GEMM_PATH", narrow_kind == 0 ? "wgmma_n128" : "wgmma_n64", 1);
+  if (split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
+  if (padded) setenv("MPGEMM_PADDED_OPERANDS", "1", 1), setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   // The narrow tiles are the default: left to it where the plan should pick one, "0" elsewhere, so
   // that every other case keeps the tile it ran on before they were.
   if (!narrow || narrow_kind != 2) setenv("MPGEMM_NARROW_TILES", "0", 1);
   sim::GemmCaseSpec spec;
   // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
-  spec.aligned = paired || narrow || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
+  spec.aligned = padded ? 0 : paired || narrow || split || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
   spec.whole_chunks = false;
   // So that every pair and narrow case runs its kernel, and every other forced one the wide tile's.
-  spec.copyable_operands = paired || narrow || index % 8 == 3;
+  spec.copyable_operands = paired || narrow || split || padded || index % 8 == 3;
   // On each pair kernel: the tall cases store from registers, the others through the copy engine; every
   // forced case through the copy engine (the epilogue's strips turned over most often).
   spec.d_copyable = forced || (paired ? index / 8 : index / 4) % 2 == 0;
@@ -301,11 +318,15 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   if (narrow) spec.max_m = 300, spec.max_n = narrow_kind == 2 ? 128 : 200, spec.max_k = 640;
   if (narrow) spec.min_k = narrow_kind == 2 ? 1 : 8 * 64 + 1;
   if (narrow) sim::use_multiprocessors(narrow_kind == 2 ? 1 : int(sim::rnd(1, 4)));
+  if (split) spec.min_m = spec.max_m = 128, spec.min_n = 129, spec.max_n = 256, spec.min_k = 15 * 64 + 1;
+  if (split) spec.max_k = 17 * 64, spec.batch = 1;
   GemmPlan plan;
   GemmShape shape;
   const uint64_t stores_before = sim::hopper::stores_issued;
   const char* kind = refused      ? "refused"
                      : narrow     ? "narrow"
+                     : split      ? "split-K"
+                     : padded     ? "padded"
                      : forced     ? "forced"
                      : tall       ? "tall"
                      : ping_pong  ? "ping-pong"
@@ -315,6 +336,17 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   bool bad = sim::gemm_case(kind, index, spec, &plan, &shape);
   unsetenv("MPGEMM_GEMM_PATH");
   unsetenv("MPGEMM_NARROW_TILES");
+  unsetenv("MPGEMM_WGMMA_SPLIT_K");
+  unsetenv("MPGEMM_PADDED_OPERANDS");
+  if (padded && shape.k > 0 && plan.config != TileConfigId::kWgmma) {
+    printf("padded case %d FAILED: the launcher planned %s, expected wgmma\n", index, tile_config(plan.config).name);
+    bad = true;
+  }
+  if (split && (plan.config != TileConfigId::kWgmma || plan.split_k != 4)) {
+    printf("split-K case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma split 4 ways\n", index,
+           tile_config(plan.config).name, plan.split_k);
+    bad = true;
+  }
   if (other_type && is_wgmma(plan.config)) {
     printf("other type case %d FAILED: the launcher planned the Hopper path for D it does not store\n", index);
     bad = true;
@@ -340,6 +372,8 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   counts.on_ping_pong += plan.config == TileConfigId::kWgmmaPingPong;
   counts.on_n128 += plan.config == TileConfigId::kWgmmaN128;
   counts.on_n64 += plan.config == TileConfigId::kWgmmaN64;
+  counts.split += is_wgmma(plan.config) && plan.split_k > 1;
+  counts.padded += plan.padded;
   counts.copied_out += sim::hopper::stores_issued != stores_before;
   return bad;
 }
@@ -456,8 +490,10 @@ int main(int argc, char** argv) {
   const bool first_failure = std::getenv("SIM_FIRST_FAILURE") != nullptr;
   for (int i = 0; i < cases && !(first_failure && failed); ++i) failed += hopper_gemm_case(i, gemm);
   printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\nwgmma_n128 cases: %d\n"
-         "wgmma_n64 cases: %d\nwgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
-         gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.copied_out, failed, cases);
+         "wgmma_n64 cases: %d\nwgmma split-K cases: %d\nwgmma cases on padded copies: %d\n"
+         "wgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
+         gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.split, gemm.padded,
+         gemm.copied_out, failed, cases);
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
   int walk_mismatches = 0;

@@ -303,6 +303,20 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStrea
   return cudaSuccess;
 }
 
+// A 2D copy, checked as the runtime documents it: pitches at least the
+// width, device to device only (the only kind the kernels' launchers make).
+enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                     size_t height, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+  sim::bind_context();
+  SIM_CHECK(kind == cudaMemcpyDeviceToDevice, "copy kind %d", int(kind));
+  if (dpitch < width || spitch < width) return cudaErrorInvalidValue;
+  for (size_t row = 0; row < height; ++row)
+    memcpy(static_cast<unsigned char*>(dst) + row * dpitch, static_cast<const unsigned char*>(src) + row * spitch,
+           width);
+  return cudaSuccess;
+}
+
 // __device__ variables are host variables here.
 template <class T>
 cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0) {
