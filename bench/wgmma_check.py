@@ -126,6 +126,28 @@ SWEEP = [(512, 512, 512), (1024, 1024, 1024), (1536, 1536, 1536), (16, 4096, 409
 ODD_SWEEP = [(4095, 4097, 4093), (2047, 2049, 2045), (1023, 1025, 1021)]
 
 
+def timed_row(row, fns, sets, clock):
+    """`row` (a GEMM's m, n, k and labels) with each of `fns`' TFLOP/s, timed
+    interleaved over `sets`, and each one's ratio to the "cublas" one's;
+    printed as a JSON line."""
+    times = time_interleaved(fns, sets, clock=clock, reps=15)
+    flop = 2 * row["m"] * row["n"] * row["k"]
+    for name, t in times.items():
+        row[f"{name}_tflops"] = flop / t.median_ms / 1e9
+    for name in times:
+        if name != "cublas":
+            row[f"{name}_vs_cublas"] = row[f"{name}_tflops"] / row["cublas_tflops"]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def input_sets(m, n, k, layouts, dtype):
+    """Fresh (A, B) pairs in `layouts`, as many as keep the timings off L2."""
+    def inputs():
+        return operand(1, m, k, layouts[0], dtype), operand(1, k, n, layouts[1], dtype)
+    return [inputs() for _ in range(input_sets_for(2 * (m * k + k * n), 50 * 2**20, max_sets=4))]
+
+
 def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
     clock = CudaEventClock()
     rows = []
@@ -133,9 +155,7 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
              for layouts in (("row", "col"), ("row", "row"))]
     cases += [(shape, ("row", "col"), torch.float16) for shape in SWEEP + ODD_SWEEP]
     for (m, n, k), layouts, dtype in cases:
-        def inputs():
-            return operand(1, m, k, layouts[0], dtype), operand(1, k, n, layouts[1], dtype)
-        sets = [inputs() for _ in range(input_sets_for(2 * (m * k + k * n), 50 * 2**20, max_sets=4))]
+        sets = input_sets(m, n, k, layouts, dtype)
 
         # D for the epilogue through the copy engine, and one 8 bytes off a
         # 16-byte boundary, which it cannot describe: stores from registers.
@@ -168,18 +188,10 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
                 fns.update({path: forced(path) for path in NARROW_PATHS})
             if m >= 128 and n > NARROW_COLUMNS:
                 fns["wgmma_splitk"] = forced("wgmma", split_k=True)
-        times = time_interleaved({**fns, "cublas": cublas}, sets, clock=clock, reps=15)
-        use_path("wgmma")
-        flop = 2 * m * n * k
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
                "layouts": "".join(layout[0] for layout in layouts)}
-        for name, t in times.items():
-            row[f"{name}_tflops"] = flop / t.median_ms / 1e9
-        for name in times:
-            if name != "cublas":
-                row[f"{name}_vs_cublas"] = row[f"{name}_tflops"] / row["cublas_tflops"]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(timed_row(row, {**fns, "cublas": cublas}, sets, clock))
+        use_path("wgmma")
     return rows
 
 
@@ -190,9 +202,7 @@ def training_speed():
     clock = CudaEventClock()
     rows = []
     for label, (m, n, k), layouts in training_gemms():
-        def inputs():
-            return operand(1, m, k, layouts[0], torch.float16), operand(1, k, n, layouts[1], torch.float16)
-        sets = [inputs() for _ in range(input_sets_for(2 * (m * k + k * n), 50 * 2**20, max_sets=4))]
+        sets = input_sets(m, n, k, layouts, torch.float16)
 
         def with_path(split_k):
             def run(a, b):
@@ -207,18 +217,10 @@ def training_speed():
         fns = {"default": with_path(False), "cublas": lambda a, b: torch.mm(a, b, out_dtype=torch.float32)}
         if split_plan != plan:
             fns["wgmma_splitk"] = with_path(True)
-        times = time_interleaved(fns, sets, clock=clock, reps=15)
-        flop = 2 * m * n * k
         row = {"gemm": label, "m": m, "n": n, "k": k, "layouts": "".join(layout[0] for layout in layouts),
                "dtype": "float16", "config": plan.config, "split_k": plan.split_k,
                "splitk_config": split_plan.config, "splitk_split_k": split_plan.split_k}
-        for name, t in times.items():
-            row[f"{name}_tflops"] = flop / t.median_ms / 1e9
-        for name in times:
-            if name != "cublas":
-                row[f"{name}_vs_cublas"] = row[f"{name}_tflops"] / row["cublas_tflops"]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(timed_row(row, fns, sets, clock))
     use_path("wgmma")
     ratios = [row["default_vs_cublas"] for row in rows]
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
