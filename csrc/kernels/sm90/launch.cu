@@ -88,8 +88,8 @@ cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, fl
   sm90::WgmmaSchedule schedule = sm90::output_schedule(splits, &d_map);
   schedule.raster_group = raster_group;
   schedule.split_slices = int(ceil_div(ceil_div(p.k, int64_t(Config::kBlockK)), int64_t(split_k)));
-  return sm90::launch_wgmma_splitk_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, splits, schedule,
-                                                                          stream);
+  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor, sm90::GemmKernel::kSplitK>(
+      a_map, b_map, d_map, splits, schedule, stream);
 }
 
 // Runs launch_layouts<E, AKMajor, BKMajor>() for the input type and layouts given.

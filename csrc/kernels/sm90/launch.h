@@ -12,21 +12,20 @@
 namespace mpgemm::kernels {
 namespace sm90 {
 
+// The GEMM kernels of a tile: each tile's whole K (wgmma_gemm_kernel), or
+// split-K (wgmma_splitk_gemm_kernel: `params` the splits' partial sums as
+// its D and batch, schedule.split_slices each split's K slices).
+enum class GemmKernel { kWholeK, kSplitK };
+
 // Launches the kernel of one input type, pair of operand layouts (K-major or
-// not) and Hopper tile on tensor maps built for them (D's read only where
-// schedule.d_copy). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu, the
-// four layouts' kernels a unit, so that a build compiles them in parallel.
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
+// not), Hopper tile and kind on tensor maps built for them (D's read only
+// where schedule.d_copy). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu,
+// the four layouts' kernels a unit, so that a build compiles them in
+// parallel; the split-K kernels, WgmmaTile's alone, in
+// sm90/gemm_kernels_splitk_<type>.cu.
+template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
-
-// The same for the split-K kernel of one input type, pair of layouts and
-// tile (wgmma_splitk_gemm_kernel), `params` the splits' partial sums as its
-// D and batch, schedule.split_slices each split's K slices. Instantiated
-// for WgmmaTile in sm90/gemm_kernels_splitk_<type>.cu.
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
-cudaError_t launch_wgmma_splitk_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
-                                       const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
 
 // Launches the Hopper convolution kernel of one input type, tile and pass
 // (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and

@@ -44,51 +44,38 @@ cudaError_t launch_persistent(Kernel* kernel, int smem_bytes, int64_t tiles, Per
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
+template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
+  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1, "the split-K kernels run blocks alone");
+  // Only the kernel of this kind is instantiated.
+  const auto kernel = [] {
+    if constexpr (Kind == GemmKernel::kSplitK) return &wgmma_splitk_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+    else return &wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+  }();
   // Of this kernel, whose launch shape never changes.
   static PerDeviceFact resident_clusters;
-  return launch_persistent<Element, Tile>(&wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>, Smem::kBytes,
-                                          PersistentTileScheduler<Tile>::tiles(p), resident_clusters, stream, a_map,
-                                          b_map, d_map, p, schedule);
-}
-
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
-cudaError_t launch_wgmma_splitk_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
-                                       const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
-  using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  static_assert(Tile::kClusterM == 1, "the split-K kernels run blocks alone");
-  static PerDeviceFact resident_clusters;
-  return launch_persistent<Element, Tile>(&wgmma_splitk_gemm_kernel<Element, Tile, AKMajor, BKMajor>, Smem::kBytes,
-                                          PersistentTileScheduler<Tile>::tiles(p), resident_clusters, stream, a_map,
-                                          b_map, d_map, p, schedule);
+  return launch_persistent<Element, Tile>(kernel, Smem::kBytes, PersistentTileScheduler<Tile>::tiles(p),
+                                          resident_clusters, stream, a_map, b_map, d_map, p, schedule);
 }
 
 }  // namespace mpgemm::kernels::sm90
 
-// Instantiates the launch of one input type and Hopper tile on one pair of
-// layouts, and on all four: a unit's kernels (sm90/launch.h).
-#define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR)                                            \
+// Instantiates the launch of one input type, Hopper tile and kind of GEMM
+// kernel on one pair of layouts, and on all four: a unit's kernels
+// (sm90/launch.h).
+#define MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR, KIND)                                     \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, mpgemm::kernels::TILE, A_K_MAJOR,    \
-                                                                  B_K_MAJOR>(                                   \
+                                                                  B_K_MAJOR, mpgemm::kernels::sm90::KIND>(      \
       const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,           \
       const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
-#define MPGEMM_WGMMA_LAUNCH(ELEMENT, TILE)               \
-  MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, TILE, true, true)   \
-  MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, TILE, true, false)  \
-  MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, TILE, false, true)  \
-  MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, TILE, false, false)
-
-// The same for the split-K kernels (sm90/gemm_kernels_splitk_*.cu).
-#define MPGEMM_WGMMA_SPLITK_LAUNCH_ONE(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR)                                   \
-  template cudaError_t                                                                                        \
-  mpgemm::kernels::sm90::launch_wgmma_splitk_kernel<ELEMENT, mpgemm::kernels::TILE, A_K_MAJOR, B_K_MAJOR>(    \
-      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,         \
-      const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
-#define MPGEMM_WGMMA_SPLITK_LAUNCH(ELEMENT, TILE)             \
-  MPGEMM_WGMMA_SPLITK_LAUNCH_ONE(ELEMENT, TILE, true, true)   \
-  MPGEMM_WGMMA_SPLITK_LAUNCH_ONE(ELEMENT, TILE, true, false)  \
-  MPGEMM_WGMMA_SPLITK_LAUNCH_ONE(ELEMENT, TILE, false, true)  \
-  MPGEMM_WGMMA_SPLITK_LAUNCH_ONE(ELEMENT, TILE, false, false)
+#define MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, KIND)                \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, KIND)            \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, false, KIND)           \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, true, KIND)           \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, KIND)
+#define MPGEMM_WGMMA_LAUNCH_ONE(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR) \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR, GemmKernel::kWholeK)
+#define MPGEMM_WGMMA_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kWholeK)
+#define MPGEMM_WGMMA_SPLITK_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kSplitK)

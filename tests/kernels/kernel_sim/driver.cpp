@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include "amp/unscale.h"
+#include "common/launch_utils.h"
 #include "common/epilogue_math.h"
 #include "gemm/launch.h"
 #include "kernel_sim/conv_gemm_cases.h"
@@ -59,6 +60,8 @@ static bool random_gemm_case(int index) {
 // Every split count the heuristic can produce (2 to kMaxSplitK): a single
 // tile of a matrix (m, n <= 64) on `splits` multiprocessors, with 4 to 5 K
 // slices per split (so K ends in a partial slice): Small tiles, 16-byte loads.
+// The fewest and the most splits run through the kernels; the counts between
+// are the plan's alone (forced_plan_cases runs the kernels on any count).
 static int heuristic_split_cases(int& count) {
   int failed = 0;
   for (int splits = 2; splits <= kMaxSplitK; ++splits) {
@@ -69,8 +72,18 @@ static int heuristic_split_cases(int& count) {
     spec.min_k = 4 * splits * block_k, spec.max_k = (5 * splits - 1) * block_k;
     spec.batch = 1, spec.aligned = 1;
     spec.expect_split_k = splits;
-    failed += gemm_case("split", splits, spec);
     ++count;
+    if (splits <= 3 || splits == kMaxSplitK) {
+      failed += gemm_case("split", splits, spec);
+      continue;
+    }
+    const GemmShape shape{1, sim::rnd(1, spec.max_m), sim::rnd(1, spec.max_n), sim::rnd(spec.min_k, spec.max_k)};
+    const GemmPlan plan = plan_gemm(shape, device_limits());
+    if (plan.split_k != splits) {
+      printf("split plan %d FAILED: %s with split_k=%d for %ldx%ldx%ld\n", splits, tile_config(plan.config).name,
+             plan.split_k, long(shape.m), long(shape.n), long(shape.k));
+      ++failed;
+    }
   }
   sim::use_multiprocessors(108);
   return failed;

@@ -9,5 +9,5 @@
 
 MPGEMM_WGMMA_LAUNCH_ONE(__half, PLANTED_TILE, true, true)
 #ifdef PLANTED_SPLIT_K
-MPGEMM_WGMMA_SPLITK_LAUNCH_ONE(__half, WgmmaTile, true, true)
+MPGEMM_WGMMA_LAUNCH_KIND(__half, WgmmaTile, true, true, GemmKernel::kSplitK)
 #endif
