@@ -109,14 +109,14 @@ void save_for_activation(AutogradContext* ctx, const at::Tensor& a, const at::Te
   ctx->save_for_backward({a, b, gelu ? bias.value_or(at::Tensor()) : at::Tensor(), relu ? out : at::Tensor()});
 }
 
-// dL/dz for y = activation(z): ReLU's in grad_out's type from y (`out`,
-// exact: dy or 0), GELU's in fp32 from z recomputed, or grad_out itself
-// without an activation.
+// dL/dz for y = activation(z): ReLU's from y (`out`; exact, dy or 0, in
+// grad_out's type, which autograd makes y's), GELU's in fp32 from z
+// recomputed, or grad_out itself without an activation.
 template <class Recompute>
 at::Tensor pre_activation_grad(const at::Tensor& grad_out, const std::string& activation, const at::Tensor& out,
                                const Recompute& pre_activation) {
   if (activation.empty()) return grad_out;
-  if (activation == "relu") return at::threshold_backward(grad_out, out.to(grad_out.scalar_type()), 0);
+  if (activation == "relu") return at::threshold_backward(grad_out, out, 0);
   return at::gelu_backward(grad_out.to(at::kFloat), pre_activation());
 }
 

@@ -40,13 +40,14 @@ PyObject* plan_dict(const GemmPlan& plan, const GemmShape& shape) {
 // load_width (8, 4, 2 or 1) checked by mpgemm/plan.py. The copy engine
 // describes operands that allow 16-byte loads; D is of an op's own type.
 // Narrower ones it would describe once copied to aligned pitches, both
-// counted as copied (which of them needs it the width does not say).
+// counted as copied, every matrix of the batch (which of them needs it, and
+// whether one broadcasts, the width does not say).
 bool parse_problem(PyObject* args, GemmShape& shape, DeviceLimits& device) {
   if (!PyArg_ParseTuple(args, "LLLLiiii", &shape.batch, &shape.m, &shape.n, &shape.k, &shape.vector,
                         &device.multiprocessors, &device.max_smem_per_block, &device.arch))
     return false;
   shape.wgmma = shape.vector == 8;
-  shape.pad_a = shape.pad_b = !shape.wgmma;
+  shape.a_copies = shape.b_copies = shape.wgmma ? 0 : shape.batch;
   return true;
 }
 

@@ -16,7 +16,7 @@ tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 / tiles) parts, so its partials hold at most 1.5 x multiprocessors tiles of
 fp32 (a tuned plan at most 16 x M x N x 4 bytes; on the Hopper block,
 ``MPGEMM_WGMMA_SPLIT_K=1``, as its cost model says, at most 16 ways and
-4 x multiprocessors tiles); wgrad splits as a cost
+4 x multiprocessors tiles plus one split's); wgrad splits as a cost
 model of its mainloop and partials' traffic says is fastest, its partials at
 most 4 x multiprocessors + its own tiles. These counters say how much a run took.
 """

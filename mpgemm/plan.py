@@ -142,8 +142,13 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     reduced in split order. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
     operands of a narrower width take the Hopper kernels on copies at
     16-byte aligned pitches (`padded_operands`) where the copies' bytes cost
-    less than the Hopper path saves (at least 350 FLOP per byte copied, both
-    operands counted here), or where a Hopper kernel is forced.
+    less than the Hopper path saves (at least 350 FLOP per byte copied), or
+    where a Hopper kernel is forced. A width alone cannot say which operand
+    needs the copy, whether one broadcasts over the batch, or whether a
+    narrow width still has 16-byte aligned pitches (a slice of a wider
+    tensor): this plan counts both operands copied, every matrix, where the
+    launcher copies only what the copy engine cannot describe, so its
+    choice and workspace for such problems can differ from the launch's.
     Otherwise, unless the WMMA rule below would split K: ping-pong
     consumers on pairs of blocks, "wgmma_pingpong", where the 128 x 256
     tiles of blocks alone (times the batch) fill at most half the

@@ -313,7 +313,7 @@ CONV_UNIT = "sm90/conv_launch.cu"
 # last element left as the workspace's poison.
 GEMM_LAUNCH_UNIT = "gemm/launch.cu"
 GEMM_LAUNCH_MUTATIONS = {
-    "padded copies a run short": (("size_t(inner) * 2, size_t(outer)", "size_t(inner - PLANTED) * 2, size_t(outer)"),
+    "padded copies a run short": (("size_t(inner) * 2, size_t(runs)", "size_t(inner - PLANTED) * 2, size_t(runs)"),
                                   "padded case"),
 }
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the

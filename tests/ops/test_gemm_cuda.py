@@ -292,7 +292,7 @@ def test_every_candidate_plan_matches_cublas():
 @pytest.mark.parametrize("m, n, k, a_layout, b_layout", [(128, 4096, 4096, "row", "col"),
                                                           (1024, 1024, 16384, "col", "row"),
                                                           (1000, 264, 8200, "row", "row"),
-                                                          (300, 600, 3000, "col", "col")])
+                                                          (304, 600, 3000, "col", "col")])
 def test_split_k_on_the_hopper_block(m, n, k, a_layout, b_layout, dtype, monkeypatch):
     """MPGEMM_WGMMA_SPLIT_K=1 (opt-in): outputs of few 128 x 256 tiles with
     long K split K on the Hopper block, the splits' fp32 sums reduced in
@@ -323,34 +323,38 @@ def test_split_k_on_the_hopper_block(m, n, k, a_layout, b_layout, dtype, monkeyp
 
 @needs_hopper_path
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m, n, k, a_layout, b_layout, path", [(4095, 4097, 4093, "row", "col", "auto"),
-                                                                (2047, 2049, 2045, "col", "row", "auto"),
-                                                                (300, 257, 129, "row", "row", "wgmma"),
-                                                                (33, 9, 17, "col", "col", "wgmma")])
-def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, dtype, monkeypatch):
+@pytest.mark.parametrize("m, n, k, a_layout, b_layout, path, split", [
+    (4095, 4097, 4093, "row", "col", "auto", False), (2047, 2049, 2045, "col", "row", "auto", False),
+    (300, 257, 129, "row", "row", "wgmma", False), (33, 9, 17, "col", "col", "wgmma", False),
+    (128, 4097, 4093, "row", "col", "wgmma", True)])
+def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, split, dtype, monkeypatch):
     """MPGEMM_PADDED_OPERANDS=1 (opt-in): operands the copy engine cannot
     describe (odd leading dimensions; A's base 2 bytes off as well) run the
     Hopper kernel on copies at aligned pitches, where the copies pay or a
-    Hopper kernel is forced: no WMMA kernel runs, the copies take the plan's
-    workspace, the operands are left as they were, and the result matches
+    Hopper kernel is forced, and with MPGEMM_WGMMA_SPLIT_K=1 split K too
+    (the copies and the partial sums in one workspace): no WMMA GEMM kernel
+    runs, the operands are left as they were, and the result matches
     cuBLAS."""
     monkeypatch.setenv("MPGEMM_GEMM_PATH", path)
     monkeypatch.setenv("MPGEMM_PADDED_OPERANDS", "1")
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1" if split else "0")
     a = operand((m, k + 1), a_layout, dtype)[:, 1:]
     b = operand((k, n), b_layout, dtype)
     a_before, b_before = a.clone(), b.clone()
     bias = torch.randn(n, device="cuda")
     plan = mpgemm.gemm_plan(m, n, k, load_width=1)
-    assert plan.config.startswith("wgmma") and plan.padded_operands, plan
+    assert plan.config.startswith("wgmma") and plan.padded_operands and (plan.split_k > 1) == split, plan
     for out_dtype in (torch.float32, dtype):
         mpgemm.reset_workspace_stats()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             out = poisoned_gemm(a, b, bias=bias, activation="relu", out_dtype=out_dtype)
             torch.cuda.synchronize()
         kernels = [event.name for event in prof.events() if "kernel" in event.name]
-        assert any("wgmma_gemm_kernel" in name for name in kernels), kernels
+        hopper_kernel = "wgmma_splitk_gemm_kernel" if split else "wgmma_gemm_kernel"
+        assert any(hopper_kernel in name for name in kernels), kernels
         assert not any("wmma_gemm_kernel" in name for name in kernels), kernels
-        assert mpgemm.workspace_stats()["largest_bytes"] == plan.workspace_bytes
+        # At most the plan's bytes: the plan counts both operands copied, the launcher copies what it must.
+        assert 0 < mpgemm.workspace_stats()["largest_bytes"] <= plan.workspace_bytes
         assert not out.isnan().any()
         assert torch.equal(a, a_before) and torch.equal(b, b_before)
         cublas = torch.relu(cublas_gemm(a, b) + bias)

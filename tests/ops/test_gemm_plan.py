@@ -476,6 +476,11 @@ def test_padded_operands_take_the_hopper_path_where_the_copies_pay(m, n, k, batc
     assert not mpgemm.gemm_plan(m, n, k, batch=batch, load_width=1, device_limits=A100).padded_operands
     # Operands the copy engine describes as they lie are never copied.
     assert not mpgemm.gemm_plan(m, n, k, batch=batch, load_width=8, device_limits=H100).padded_operands
+    # A tuned Hopper entry (timed on operands read as they lie) holds only where nothing is copied.
+    monkeypatch.delenv("MPGEMM_GEMM_PATH")
+    gemm_plans.install_tuning([{"batch": batch, "m": m, "n": n, "k": k, "config": "wgmma", "split_k": 1}])
+    assert not mpgemm.gemm_plan(m, n, k, batch=batch, load_width=1, device_limits=H100).tuned
+    assert mpgemm.gemm_plan(m, n, k, batch=batch, load_width=8, device_limits=H100).tuned
 
 
 def test_a_bad_padding_switch_is_named(monkeypatch):

@@ -26,18 +26,21 @@ struct OperandRef {
 // Copies the operand's matrices run by run (its rows if row-major, else its
 // columns) into `into`, each run's start a multiple of 8 elements (16 bytes)
 // from the first, so that the copy engine can describe the copy, and points
-// the operand at it; `into` moves on past it (256-byte aligned). A copy of 2D
-// strided memory, no kernel of its own.
+// the operand at it; `into` moves on past it. A copy of 2D strided memory,
+// no kernel of its own: one for the whole batch where its matrices follow
+// each other run after run, else one per matrix.
 cudaError_t copy_to_aligned_pitch(OperandRef o, int64_t batch, unsigned char*& into, cudaStream_t stream) {
   const bool row_major = o.col_stride == 1;
   const int64_t inner = row_major ? o.cols : o.rows, outer = row_major ? o.rows : o.cols;
   const int64_t ld = row_major ? o.row_stride : o.col_stride, pitch = round_up(inner, 8);
   const int64_t matrices = o.batch_stride == 0 ? 1 : batch;
+  const bool runs_follow = matrices == 1 || o.batch_stride == outer * ld;
+  const int64_t copies = runs_follow ? 1 : matrices, runs = runs_follow ? matrices * outer : outer;
   const auto* source = static_cast<const unsigned char*>(o.data);
-  for (int64_t b = 0; b < matrices; ++b)
-    if (const cudaError_t err = cudaMemcpy2DAsync(into + b * outer * pitch * 2, size_t(pitch) * 2,
-                                                  source + b * o.batch_stride * 2, size_t(ld) * 2,
-                                                  size_t(inner) * 2, size_t(outer), cudaMemcpyDeviceToDevice, stream);
+  for (int64_t c = 0; c < copies; ++c)
+    if (const cudaError_t err = cudaMemcpy2DAsync(into + c * outer * pitch * 2, size_t(pitch) * 2,
+                                                  source + c * o.batch_stride * 2, size_t(ld) * 2,
+                                                  size_t(inner) * 2, size_t(runs), cudaMemcpyDeviceToDevice, stream);
         err != cudaSuccess)
       return err;
   o.data = into;
@@ -60,7 +63,10 @@ GemmLaunch plan_gemm(const GemmParams& p) {
   GemmShape shape = gemm_shape(p);
   // A Hopper GPU running a build without sm_90a code (an arch list without
   // 9.0) takes the WMMA tiles: the Hopper kernels there are empty.
-  if (device.arch == 90 && !wgmma_available()) shape.wgmma = shape.pad_a = shape.pad_b = false;
+  if (device.arch == 90 && !wgmma_available()) {
+    shape.wgmma = false;
+    shape.a_copies = shape.b_copies = 0;
+  }
   const GemmPlan plan = plan_gemm(shape, device);
   return {shape, plan, workspace_bytes(shape, plan)};
 }
@@ -83,18 +89,20 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
       ((plan.split_k > 1 || plan.padded) && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
   // The problem as the kernels run it: a padded plan's on copies of the
-  // operands the shape marks, made at the workspace's start.
+  // operands the shape marks, made at the workspace's start; split-K's
+  // partial sums after them (plan/gemm_plan.h's workspace_bytes).
   GemmParams run = p;
   auto* free_workspace = static_cast<unsigned char*>(workspace);
+  auto* partials = reinterpret_cast<float*>(free_workspace + padded_copy_bytes(shape, plan));
   if (plan.padded) {
     OperandRef a{run.a, run.a_batch_stride, run.a_row_stride, run.a_col_stride, p.m, p.k};
     OperandRef b{run.b, run.b_batch_stride, run.b_row_stride, run.b_col_stride, p.k, p.n};
-    for (const auto& [operand, copied] : {std::pair{a, shape.pad_a}, std::pair{b, shape.pad_b}})
+    for (const auto& [operand, copied] : {std::pair{a, shape.a_copies > 0}, std::pair{b, shape.b_copies > 0}})
       if (copied)
         if (const cudaError_t err = copy_to_aligned_pitch(operand, p.batch, free_workspace, stream); err != cudaSuccess)
           return err;
   }
-  const GemmGrid work{plan.raster_group, plan.split_k, reinterpret_cast<float*>(free_workspace)};
+  const GemmGrid work{plan.raster_group, plan.split_k, partials};
   const cudaError_t err = with_tile(
       AllTiles{}, plan.config,
       [&](auto tile) {

@@ -28,11 +28,12 @@ int64_t slices(const TileConfigInfo& c, int64_t k) { return ceil_div(k, c.block_
 
 bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits& d) {
   // sm_90a code runs on compute capability 9.0 alone; the kernels need
-  // operands the copy engine can describe and D of the ops' own types
-  // (GemmShape::wgmma), and at least one K slice.
+  // operands the copy engine can describe (as they lie, or where
+  // padded_operands_enabled once copied: GemmShape::wgmma, a_copies,
+  // b_copies) and D of the ops' own types, and at least one K slice.
   if (is_wgmma(c.id))
     return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block &&
-           (s.wgmma || ((s.pad_a || s.pad_b) && padded_operands_enabled())) && s.k > 0 &&
+           (s.wgmma || ((s.a_copies || s.b_copies) && padded_operands_enabled())) && s.k > 0 &&
            d.multiprocessors >= c.cluster_m;
   return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
 }
@@ -51,8 +52,8 @@ GemmPlan make_plan(TileConfigId id, const GemmShape& s, int split_k, bool tuned)
 // Whether copying the operands the shape marks to aligned pitches costs
 // less than the Hopper path saves (kPaddedCopyMinFlopsPerByte).
 bool padded_copies_pay(const GemmShape& s) {
-  const double copied = (s.pad_a ? double(s.m) * double(s.k) : 0.0) + (s.pad_b ? double(s.k) * double(s.n) : 0.0);
-  const double bytes = 2.0 * 2.0 * double(s.batch) * copied;  // read and written, 2 bytes each
+  const double copied = double(s.a_copies) * double(s.m) * double(s.k) + double(s.b_copies) * double(s.k) * double(s.n);
+  const double bytes = 2.0 * 2.0 * copied;  // read and written, 2 bytes each
   return 2.0 * double(s.batch) * double(s.m) * double(s.n) * double(s.k) >= kPaddedCopyMinFlopsPerByte * bytes;
 }
 
@@ -85,8 +86,11 @@ GemmShape gemm_shape(const GemmParams& p) {
   // A copy row by row needs rows that do not overlap.
   const bool paddable = rest && (a_described || a.ld >= a.inner) && (b_described || b.ld >= b.inner);
   const bool wgmma = rest && a_described && b_described;
-  return {p.batch, p.m, p.n, p.k, vector, wgmma, !wgmma && paddable && !a_described,
-          !wgmma && paddable && !b_described};
+  const auto copies = [&](bool described, int64_t batch_stride) -> int64_t {
+    return wgmma || !paddable || described ? 0 : batch_stride == 0 ? 1 : p.batch;
+  };
+  return {p.batch, p.m, p.n, p.k, vector, wgmma, copies(a_described, p.a_batch_stride),
+          copies(b_described, p.b_batch_stride)};
 }
 
 bool padded_operands_enabled() {
@@ -137,7 +141,8 @@ bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int 
   const TileConfigInfo& c = tile_config(id);
   // Split-K runs single matrices only, on the tiles that have its kernels
   // (on the Hopper path only where wgmma_split_k_enabled). A split with no K
-  // slice (more splits than slices) is correct, only wasteful:
+  // slice (more splits than slices, or on the Hopper kernel's ceil(slices /
+  // split_k) a split, none left for the last) is correct, only wasteful:
   // candidate_plans leaves it out.
   return fits_device(c, s, d) &&
          (split_k == 1 || (s.batch == 1 && has_split_kernels(id) && (!is_wgmma(id) || wgmma_split_k_enabled())));
@@ -212,7 +217,9 @@ GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) 
 
 // The rule:
 //  0. The Hopper path wherever it can run the problem (sm_90, describable
-//     operands, not switched off by gemm_path), unless rule 3 below splits K
+//     operands, or with MPGEMM_PADDED_OPERANDS=1 operands copied to
+//     describable pitches where the copies pay, not switched off by
+//     gemm_path), unless rule 3 below splits K
 //     and gemm_path is kAuto: its 128 x 256 tiles leave most multiprocessors
 //     idle on small outputs with long K, where split-K of smaller WMMA tiles
 //     ran up to 9x faster on an H100. Where N is at most 128 (and
@@ -251,7 +258,7 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   const bool pad = padded_operands_enabled() && (padded_copies_pay(shape) || (path != GemmPath::kAuto &&
                                                                               path != GemmPath::kWmma));
   GemmShape s = shape;
-  if (!pad) s.pad_a = s.pad_b = false;
+  if (!pad) s.a_copies = s.b_copies = 0;
   const GemmPlan plan = unsplit_hopper_or_wmma_plan(s, d);
   // Asked on every plan, so that a bad MPGEMM_WGMMA_SPLIT_K is refused whatever the shape.
   const bool split_enabled = wgmma_split_k_enabled();
@@ -268,7 +275,10 @@ GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
   if (any_tuned.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(tuned_mutex);
     const auto it = tuned_plans.find({s.batch, s.m, s.n, s.k});
-    if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k))
+    // A Hopper entry, timed on operands read as they lie, does not hold
+    // where they would be copied first: the heuristic weighs the copies.
+    if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k) &&
+        (s.wgmma || !is_wgmma(it->second.config)))
       return make_plan(it->second.config, s, it->second.split_k, true);
   }
   return heuristic_plan(s, d);
@@ -277,9 +287,13 @@ GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
 std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d) {
   std::vector<GemmPlan> plans;
   for (const TileConfigInfo& c : kTileConfigs)
-    for (int split_k = 1; split_k <= kMaxSplitK; split_k *= 2)
-      if (admissible(s, d, c.id, split_k) && (split_k == 1 || split_k <= slices(c, s.k)))
+    for (int split_k = 1; split_k <= kMaxSplitK; split_k *= 2) {
+      // The Hopper split-K kernel gives each split ceil(slices / split_k) slices, so the last may have none.
+      const int64_t per_split = ceil_div(slices(c, s.k), split_k);
+      const bool none_empty = split_k <= slices(c, s.k) && (!c.wgmma || ceil_div(slices(c, s.k), per_split) == split_k);
+      if (admissible(s, d, c.id, split_k) && (split_k == 1 || none_empty))
         plans.push_back(make_plan(c.id, s, split_k, false));
+    }
   // The heuristic's split count need not be a power of two.
   const GemmPlan heuristic = heuristic_plan(s, d);
   const bool listed = std::any_of(plans.begin(), plans.end(), [&](const GemmPlan& p) {
@@ -291,10 +305,10 @@ std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d)
 
 size_t padded_copy_bytes(const GemmShape& s, const GemmPlan& plan) {
   if (!plan.padded) return 0;
-  const auto copy = [&](bool padded, int64_t rows, int64_t cols) {
-    return padded ? size_t(round_up(s.batch * round_up(rows, 8) * round_up(cols, 8) * 2, 256)) : 0;
+  const auto copy = [&](int64_t copies, int64_t rows, int64_t cols) {
+    return size_t(round_up(copies * round_up(rows, 8) * round_up(cols, 8) * 2, 256));
   };
-  return copy(s.pad_a, s.m, s.k) + copy(s.pad_b, s.k, s.n);
+  return copy(s.a_copies, s.m, s.k) + copy(s.b_copies, s.k, s.n);
 }
 
 size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {

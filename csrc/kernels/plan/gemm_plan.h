@@ -70,13 +70,15 @@ constexpr bool tile_takes_width(const TileConfigInfo& c, int vector) { return ve
 // Hopper kernels can take it: the tensor copy engine can describe both
 // operands (16-byte aligned bases, row pitches and batch strides; sizes
 // within its 32-bit coordinates), and D is fp32 or the inputs' type.
-// `pad_a`, `pad_b` (wgmma false): they could take it once A (B) were copied
-// to 16-byte aligned pitches, the rest allowing it.
+// `a_copies`, `b_copies` (wgmma false): they could take it once that many
+// matrices of A (B) were copied to 16-byte aligned pitches, the rest
+// allowing it: 0 for an operand read as it lies, 1 for one matrix (or one
+// broadcast over the batch), else the batch.
 struct GemmShape {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int vector = 8;
   bool wgmma = true;
-  bool pad_a = false, pad_b = false;
+  int64_t a_copies = 0, b_copies = 0;
 };
 
 // The shape of the problem `params` describes: its sizes, the load width of
@@ -120,8 +122,9 @@ bool padded_operands_enabled();
 // The products a padded copy must buy, per byte it reads and writes: on an
 // H100 (2d75062, 2026-11-28) the one-element WMMA path ran 4095x4097x4093
 // at 0.56 of cuBLAS and the Hopper kernels near 0.98 on aligned shapes, so
-// the Hopper path saves about 0.77 / 660 ns per GFLOP, and a copy moves
-// about 2.5 TB/s: it pays from about 345 FLOP a byte.
+// at cuBLAS's 660 TFLOP/s (1.5 µs a GFLOP) the Hopper path saves about 1.2
+// µs a GFLOP, and a copy moves about 2.5 TB/s (0.4 µs a MB): it pays from
+// about 345 FLOP a byte.
 inline constexpr double kPaddedCopyMinFlopsPerByte = 350.0;
 
 // Whether the plans of the GEMM may split K on the Hopper block
@@ -151,7 +154,7 @@ struct GemmPlan {
   int split_k = 1;       // K ranges summed by the reduction kernel; 1: none
   int raster_group = 1;  // tile rows per group of the tile order
   bool tuned = false;    // taken from the tuned table, not the heuristic
-  bool padded = false;   // a Hopper plan on copies of the operands the shape marks (pad_a, pad_b)
+  bool padded = false;   // a Hopper plan on copies of the operands the shape marks (a_copies, b_copies)
 };
 
 // The heuristic (see gemm_plan.cpp), overridden by a tuned entry for this
@@ -164,9 +167,9 @@ bool admissible(const GemmShape& shape, const DeviceLimits& device, TileConfigId
 // Every admissible (config, split_k) the tuner should time for `shape`.
 std::vector<GemmPlan> candidate_plans(const GemmShape& shape, const DeviceLimits& device);
 // The device workspace a plan needs: a padded plan's copies of A and then
-// of B (each batch x its rows and columns rounded up to 8 elements, 16-bit,
-// rounded up to 256 bytes), then a split-K plan's fp32 partial sums (split_k
-// x m x n floats); 0 for neither.
+// of B (each its shape's copies x its rows and columns rounded up to 8
+// elements, 16-bit, rounded up to 256 bytes), then a split-K plan's fp32
+// partial sums (split_k x m x n floats); 0 for neither.
 size_t workspace_bytes(const GemmShape& shape, const GemmPlan& plan);
 // Of those, the padded copies' (where the partial sums begin).
 size_t padded_copy_bytes(const GemmShape& shape, const GemmPlan& plan);

@@ -26,7 +26,8 @@
 //    the fp32 partial sums poisoned before the launch; and one in sixteen
 //    forced onto the wide tile with operands of any pitch and base
 //    (MPGEMM_PADDED_OPERANDS=1), which the launcher copies to aligned
-//    pitches in the (poisoned) workspace first. Every pair and narrow case
+//    pitches in the (poisoned) workspace first, every other one of those
+//    splitting K too. Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -256,8 +257,10 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // 17, 5 slices a split: the last one's partly past K).
   const bool split = index % 16 == 8;
   // Operands of any pitch on the Hopper kernel forced (MPGEMM_PADDED_OPERANDS=1):
-  // copied to aligned pitches first, in one case of sixteen.
-  const bool padded = index % 16 == 0;
+  // copied to aligned pitches first, in one case of sixteen; every other one
+  // of those also splits K (the copies, then the partial sums, in one
+  // workspace), on a split case's shape.
+  const bool padded = index % 16 == 0, padded_split = index % 32 == 16;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
@@ -270,12 +273,12 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // fewer than the ring's stages; or two or three pairs on the nine tall tiles.
   const bool short_ping_pong = ping_pong && !tall && index / 16 % 2 == 1;
   if (ping_pong) multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
-  if (split) multiprocessors = 132;
+  if (split || padded_split) multiprocessors = 132;
   sim::use_multiprocessors(multiprocessors);
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   if (narrow && narrow_kind < 2) setenv("MPGEMM_GEMM_PATH", narrow_kind == 0 ? "wgmma_n128" : "wgmma_n64", 1);
-  if (split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
+  if (split || padded_split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
   if (padded) setenv("MPGEMM_PADDED_OPERANDS", "1", 1), setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   // The narrow tiles are the default: left to it where the plan should pick one, "0" elsewhere, so
   // that every other case keeps the tile it ran on before they were.
@@ -318,8 +321,8 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   if (narrow) spec.max_m = 300, spec.max_n = narrow_kind == 2 ? 128 : 200, spec.max_k = 640;
   if (narrow) spec.min_k = narrow_kind == 2 ? 1 : 8 * 64 + 1;
   if (narrow) sim::use_multiprocessors(narrow_kind == 2 ? 1 : int(sim::rnd(1, 4)));
-  if (split) spec.min_m = spec.max_m = 128, spec.min_n = 129, spec.max_n = 256, spec.min_k = 15 * 64 + 1;
-  if (split) spec.max_k = 17 * 64, spec.batch = 1;
+  if (split || padded_split) spec.min_m = spec.max_m = 128, spec.min_n = 129, spec.max_n = 256;
+  if (split || padded_split) spec.min_k = 15 * 64 + 1, spec.max_k = 17 * 64, spec.batch = 1;
   GemmPlan plan;
   GemmShape shape;
   const uint64_t stores_before = sim::hopper::stores_issued;
@@ -342,8 +345,8 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
     printf("padded case %d FAILED: the launcher planned %s, expected wgmma\n", index, tile_config(plan.config).name);
     bad = true;
   }
-  if (split && (plan.config != TileConfigId::kWgmma || plan.split_k != 4)) {
-    printf("split-K case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma split 4 ways\n", index,
+  if ((split || padded_split) && (plan.config != TileConfigId::kWgmma || plan.split_k != 4)) {
+    printf("%s case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma split 4 ways\n", kind, index,
            tile_config(plan.config).name, plan.split_k);
     bad = true;
   }
