@@ -230,7 +230,8 @@ HOPPER_MUTATIONS = {
     # Split-K on the Hopper block: every split sums the first split's K
     # slices (the split's place in K lost).
     "split-K's splits all summing the first range of K": (
-        ("int(tile.batch) * slices, slices, rank, pipe)", "(PLANTED ? 0 : int(tile.batch) * slices), slices, rank, pipe)"),
+        ("int(tile.batch) * slices, slices, rank, pipe)",
+         "(PLANTED ? 0 : int(tile.batch) * slices), slices, rank, pipe)"),
         (False, False), "FAILED", "WgmmaTile"),
     # A narrow tile's ring walked as if it had the deepest ring's stages (8
     # for the 128 x 128 tile's 6): stages past its shared memory.

@@ -457,8 +457,11 @@ def test_padded_operands_take_the_hopper_path_where_the_copies_pay(m, n, k, batc
     never on other archs, never switched off."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     assert (2 * m * n * k >= 350 * 4 * (m * k + k * n)) == pays
+    def round_up(value, multiple):
+        return -(-value // multiple) * multiple
+
     # Each copy: the batch of its matrices, rows and columns rounded up to 8, 2 bytes each, rounded up to 256 bytes.
-    copies = sum(-(-batch * (-(-rows // 8) * 8) * (-(-cols // 8) * 8) * 2 // 256) * 256 for rows, cols in ((m, k), (k, n)))
+    copies = sum(round_up(batch * round_up(rows, 8) * round_up(cols, 8) * 2, 256) for rows, cols in ((m, k), (k, n)))
     for switch in (None, "0"):
         set_environment(monkeypatch, "MPGEMM_PADDED_OPERANDS", switch)
         plan = mpgemm.gemm_plan(m, n, k, batch=batch, load_width=1, device_limits=H100)

@@ -52,7 +52,8 @@ GemmPlan make_plan(TileConfigId id, const GemmShape& s, int split_k, bool tuned)
 // Whether copying the operands the shape marks to aligned pitches costs
 // less than the Hopper path saves (kPaddedCopyMinFlopsPerByte).
 bool padded_copies_pay(const GemmShape& s) {
-  const double copied = double(s.a_copies) * double(s.m) * double(s.k) + double(s.b_copies) * double(s.k) * double(s.n);
+  const double copied =
+      double(s.a_copies) * double(s.m) * double(s.k) + double(s.b_copies) * double(s.k) * double(s.n);
   const double bytes = 2.0 * 2.0 * copied;  // read and written, 2 bytes each
   return 2.0 * double(s.batch) * double(s.m) * double(s.n) * double(s.k) >= kPaddedCopyMinFlopsPerByte * bytes;
 }
@@ -290,7 +291,8 @@ std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d)
     for (int split_k = 1; split_k <= kMaxSplitK; split_k *= 2) {
       // The Hopper split-K kernel gives each split ceil(slices / split_k) slices, so the last may have none.
       const int64_t per_split = ceil_div(slices(c, s.k), split_k);
-      const bool none_empty = split_k <= slices(c, s.k) && (!c.wgmma || ceil_div(slices(c, s.k), per_split) == split_k);
+      const bool none_empty =
+          split_k <= slices(c, s.k) && (!c.wgmma || ceil_div(slices(c, s.k), per_split) == split_k);
       if (admissible(s, d, c.id, split_k) && (split_k == 1 || none_empty))
         plans.push_back(make_plan(c.id, s, split_k, false));
     }

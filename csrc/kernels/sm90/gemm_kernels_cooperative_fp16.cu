@@ -1,5 +1,6 @@
 // The Hopper GEMM kernels of WgmmaTile, on blocks alone, for fp16 inputs: one
-// per pair of operand layouts (sm90/launch.h).
+// per pair of operand layouts, each tile's whole K and split-K (sm90/launch.h).
 #include "sm90/launch_kernel.cuh"
 
 MPGEMM_WGMMA_LAUNCH(__half, WgmmaTile)
+MPGEMM_WGMMA_SPLITK_LAUNCH(__half, WgmmaTile)

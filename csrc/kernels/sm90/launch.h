@@ -21,8 +21,8 @@ enum class GemmKernel { kWholeK, kSplitK };
 // not), Hopper tile and kind on tensor maps built for them (D's read only
 // where schedule.d_copy). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu,
 // the four layouts' kernels a unit, so that a build compiles them in
-// parallel; the split-K kernels, WgmmaTile's alone, in
-// sm90/gemm_kernels_splitk_<type>.cu.
+// parallel; the split-K kernels, WgmmaTile's alone, beside its others (the
+// cooperative units).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);

@@ -305,7 +305,12 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStrea
 
 // A 2D copy, checked as the runtime documents it: pitches at least the
 // width, device to device only (the only kind the kernels' launchers make).
-enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice
+};
 inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                      size_t height, cudaMemcpyKind kind, cudaStream_t = nullptr) {
   sim::bind_context();
