@@ -13,10 +13,11 @@
 //     dbias = sum(dz)                (accumulated in fp32)
 // and each gradient has the dtype of its input. conv2d's are its dgrad and
 // wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
-// an fp32 sum for the bias. Each saves its operands, and the bias where GELU's
-// pre-activation is recomputed, or the output where ReLU's mask is read off it. Sizes are SymInts throughout, so that
-// torch.compile traces backward with symbolic shapes. Gradients are computed
-// once, without a graph: differentiating them again raises an error.
+// an fp32 sum for the bias. Each saves its operands, and the bias where
+// GELU's pre-activation is recomputed, or the output where ReLU's mask is
+// read off it. Sizes are SymInts throughout, so that torch.compile traces
+// backward with symbolic shapes. Gradients are computed once, without a
+// graph: differentiating them again raises an error.
 #include <string>
 
 #include <ATen/ATen.h>
