@@ -147,7 +147,9 @@ def bench_step(name):
         passes = [(tag, p) for tag in BF16_TAGS for p in ("fwd", "fwd+bwd")]
         section = {"gemm": gemm_section, "ceiling": ceiling_section,
                    "mlp": lambda r: paired_section(r, [(f"mpgemm fused{t} {p}", f"torch unfused{t} {p}")
-                                                       for t, p in passes]),
+                                                       for t, p in passes] +
+                                                   [(f"mpgemm fused saved-z{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
+                                                    for t in BF16_TAGS]),
                    "conv": conv_section}[name]
         headline, lines = section(report)
         lines = [f"- {note}" for note in _bench_report().notes(report)] + lines

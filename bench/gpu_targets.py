@@ -66,6 +66,19 @@ def _gemm_on(path, m, n, k, **kwargs):
            reference_gemm(a, b, bias, kwargs.get("activation")))
 
 
+def _pre_activation_gemm(m, n, k):
+    """linear + GELU storing its pre-activation beside y from the wide Hopper
+    tile's epilogue (the kernel MPGEMM_EPILOGUE_PRE_ACTIVATION=1 runs), y and
+    the pre-activation each checked against float64."""
+    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    x, w = torch.randn(m, k, device="cuda").half(), torch.randn(n, k, device="cuda").half()
+    bias = torch.randn(n, device="cuda")
+    y, z = torch.ops.mpgemm._linear_pre_activation(x, w, bias, activation="gelu", out_dtype=torch.float32)
+    torch.cuda.synchronize()
+    _check(f"linear {m}x{n}x{k} with GELU's pre-activation, y", y, reference_gemm(x, w.t(), bias, "gelu"))
+    _check(f"linear {m}x{n}x{k} with GELU's pre-activation, the pre-activation", z, reference_gemm(x, w.t(), bias))
+
+
 def _conv_passes(name, x_shape, w_shape, **conv_args):
     """A convolution's forward, backward-data and backward-filter passes,
     each checked against float64 on the CPU."""
@@ -141,8 +154,9 @@ def _loss_scaling():
 
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
-    one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's
-    and one on padded copies of odd-pitched operands too), and
+    one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
+    one on padded copies of odd-pitched operands and one that stores GELU's
+    pre-activation too), and
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
@@ -165,6 +179,7 @@ def sanitize():
         os.environ["MPGEMM_PADDED_OPERANDS"] = "1"
         _gemm_on("wgmma", 301, 259, 131, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_PADDED_OPERANDS")
+        _pre_activation_gemm(300, 1032, 264)
     os.environ.pop("MPGEMM_GEMM_PATH")
     # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
     _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)

@@ -6,7 +6,10 @@
 // For y = activation(a @ b + bias) (gemm, linear) the gradients are
 //     dz = dy * activation'(z)       (ReLU's from y, saved as torch's relu
 //                                     saves it: y > 0 exactly where z > 0;
-//                                     GELU's in fp32, z recomputed)
+//                                     GELU's in fp32, z recomputed, or with
+//                                     MPGEMM_EPILOGUE_PRE_ACTIVATION=1 in y's
+//                                     dtype from z saved by the forward, as
+//                                     torch.amp's gelu saves its input)
 //     da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to the
 //                                     product's input type, fp16 or bf16;
 //                                     transposes read in place)
@@ -14,10 +17,11 @@
 // and each gradient has the dtype of its input. conv2d's are its dgrad and
 // wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
 // an fp32 sum for the bias. Each saves its operands, and the bias where
-// GELU's pre-activation is recomputed, or the output where ReLU's mask is
-// read off it. Sizes are SymInts throughout, so that torch.compile traces
-// backward with symbolic shapes. Gradients are computed once, without a
-// graph: differentiating them again raises an error.
+// GELU's pre-activation is recomputed (or that pre-activation), or the
+// output where ReLU's mask is read off it. Sizes are SymInts throughout, so
+// that torch.compile traces backward with symbolic shapes. Gradients are
+// computed once, without a graph: differentiating them again raises an
+// error.
 #include <string>
 
 #include <ATen/ATen.h>
@@ -27,6 +31,7 @@
 #include <torch/library.h>
 
 #include "op_handles.h"
+#include "ops.h"
 
 namespace mpgemm {
 namespace {
@@ -53,6 +58,18 @@ at::Tensor call_conv2d(const at::Tensor& x, const at::Tensor& weight, const std:
   return op.call(x, weight, bias, stride, padding, dilation, groups, out_dtype);
 }
 
+// gemm or linear (Op) returning y and its pre-activation.
+template <const char* Op>
+std::tuple<at::Tensor, at::Tensor> call_with_pre_activation(const at::Tensor& a, const at::Tensor& b,
+                                                            const std::optional<at::Tensor>& bias,
+                                                            std::optional<std::string_view> activation,
+                                                            std::optional<at::ScalarType> out_dtype) {
+  static const auto op = op_handle<GemmPreActivationSignature>(Op);
+  return op.call(a, b, bias, activation, out_dtype);
+}
+constexpr char kGemmPreActivation[] = "mpgemm::_gemm_pre_activation";
+constexpr char kLinearPreActivation[] = "mpgemm::_linear_pre_activation";
+
 std::tuple<at::Tensor, at::Tensor> call_conv2d_batch_stats(const at::Tensor& x, const at::Tensor& weight,
                                                            const std::optional<at::Tensor>& bias,
                                                            at::IntArrayRef stride, at::IntArrayRef padding,
@@ -73,7 +90,9 @@ void save_epilogue(AutogradContext* ctx, std::optional<std::string_view> activat
   if (bias && bias->defined()) ctx->saved_data["bias_dtype"] = bias->scalar_type();
 }
 
-std::string saved_activation(AutogradContext* ctx) { return ctx->saved_data["activation"].toStringRef(); }
+const std::string& saved_activation(AutogradContext* ctx) {
+  return ctx->saved_data["activation"].toStringRef();
+}
 
 std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx) {
   const auto found = ctx->saved_data.find("bias_dtype");
@@ -99,25 +118,55 @@ variable_list once_differentiable(const char* op, const Backward& backward) {
   return (*raise_on_backward)(std::move(detached));
 }
 
-// What gemm's and linear's forward keep for backward besides the operands:
-// GELU's bias (its pre-activation is recomputed), ReLU's output (its mask is
-// y > 0, which is where z > 0 but for z too small for y's type, as under
-// torch.amp, whose z has y's type: no product is run again).
-void save_for_activation(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
-                         const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
-                         const at::Tensor& out) {
+// MPGEMM_EPILOGUE_PRE_ACTIVATION: "1" has gemm's and linear's GELU save its
+// input z from the forward (the Hopper kernel's epilogue stores it beside y;
+// elsewhere the launcher runs the product again there) rather than run the
+// product again in backward; unset or "0" recomputes it. Opt-in until that
+// kernel has passed the GPU tests. Asked on each GELU call that records a
+// graph, so that a bad value is refused there (torch.compile asks once, when
+// it traces).
+bool pre_activation_saved() { return environment_switch("MPGEMM_EPILOGUE_PRE_ACTIVATION"); }
+
+// gemm's or linear's forward (Op, OpPreActivation: the op, and the one that
+// returns the pre-activation too), and what it keeps for backward besides the
+// operands: GELU's bias (its pre-activation is then recomputed) or with
+// pre_activation_saved() its pre-activation z (in y's dtype, as torch.amp's
+// gelu saves its input; marked by saved_data "pre_activation"), ReLU's
+// output (its mask is y > 0, which is where z > 0 but for z too small for
+// y's type, as under torch.amp, whose z has y's type: no product is run
+// again).
+template <at::Tensor (*Op)(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                           std::optional<std::string_view>, std::optional<at::ScalarType>),
+          const char* OpPreActivation>
+at::Tensor forward_saving_epilogue(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                                   const std::optional<at::Tensor>& bias,
+                                   std::optional<std::string_view> activation,
+                                   std::optional<at::ScalarType> out_dtype) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  save_epilogue(ctx, activation, bias);
+  if (activation == "gelu" && pre_activation_saved()) {
+    auto [out, pre_activation] = call_with_pre_activation<OpPreActivation>(a, b, bias, activation, out_dtype);
+    ctx->saved_data["pre_activation"] = true;
+    ctx->save_for_backward({a, b, pre_activation, at::Tensor()});
+    return out;
+  }
+  at::Tensor out = Op(a, b, bias, activation, out_dtype);
   const bool relu = activation == "relu", gelu = activation == "gelu";
   ctx->save_for_backward({a, b, gelu ? bias.value_or(at::Tensor()) : at::Tensor(), relu ? out : at::Tensor()});
+  return out;
 }
 
-// dL/dz for y = activation(z): ReLU's from y (`out`; exact, dy or 0, in
-// grad_out's type, which autograd makes y's), GELU's in fp32 from z
-// recomputed, or grad_out itself without an activation.
+// dL/dz for y = activation(z): ReLU's from y (`saved[3]`; exact, dy or 0,
+// in grad_out's type, which autograd makes y's), GELU's from z saved
+// (`saved[2]`, in y's dtype) or in fp32 from z recomputed, or grad_out
+// itself without an activation.
 template <class Recompute>
-at::Tensor pre_activation_grad(const at::Tensor& grad_out, const std::string& activation, const at::Tensor& out,
+at::Tensor pre_activation_grad(AutogradContext* ctx, const at::Tensor& grad_out, const variable_list& saved,
                                const Recompute& pre_activation) {
+  const std::string& activation = saved_activation(ctx);
   if (activation.empty()) return grad_out;
-  if (activation == "relu") return at::threshold_backward(grad_out, out, 0);
+  if (activation == "relu") return at::threshold_backward(grad_out, saved[3], 0);
+  if (ctx->saved_data.count("pre_activation")) return at::gelu_backward(grad_out, saved[2]);
   return at::gelu_backward(grad_out.to(at::kFloat), pre_activation());
 }
 
@@ -164,18 +213,14 @@ struct GemmFunction : torch::autograd::Function<GemmFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
                             const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                             std::optional<at::ScalarType> out_dtype) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    save_epilogue(ctx, activation, bias);
-    at::Tensor out = call_gemm(a, b, bias, activation, out_dtype);
-    save_for_activation(ctx, a, b, bias, activation, out);
-    return out;
+    return forward_saving_epilogue<call_gemm, kGemmPreActivation>(ctx, a, b, bias, activation, out_dtype);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
     return once_differentiable("mpgemm.gemm", [&]() -> variable_list {
       const variable_list saved = ctx->get_saved_variables();
       const at::Tensor &a = saved[0], &b = saved[1];
-      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), saved[3], [&] {
+      const at::Tensor grad_z = pre_activation_grad(ctx, grad_outs[0], saved, [&] {
         return call_gemm(a, b, optional(saved[2]), std::nullopt, at::kFloat);
       });
       const at::Tensor grad_z16 = grad_z.to(a.scalar_type());
@@ -202,11 +247,7 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                             std::optional<at::ScalarType> out_dtype) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    save_epilogue(ctx, activation, bias);
-    at::Tensor out = call_linear(x, weight, bias, activation, out_dtype);
-    save_for_activation(ctx, x, weight, bias, activation, out);
-    return out;
+    return forward_saving_epilogue<call_linear, kLinearPreActivation>(ctx, x, weight, bias, activation, out_dtype);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
@@ -217,7 +258,7 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
       // Not -1: an empty feature dimension leaves -1 ambiguous.
       const auto x_sizes = x.sym_sizes();
       const c10::SymInt rows = product(x_sizes.slice(0, x_sizes.size() - 1));
-      const at::Tensor grad_z = pre_activation_grad(grad_outs[0], saved_activation(ctx), saved[3], [&] {
+      const at::Tensor grad_z = pre_activation_grad(ctx, grad_outs[0], saved, [&] {
         return call_linear(x, weight, optional(saved[2]), std::nullopt, at::kFloat);
       });
       const at::ScalarType dtype = product_dtype(x, weight);

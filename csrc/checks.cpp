@@ -1,5 +1,8 @@
-// Argument validation for the ops. Every backend, Meta included, runs these
-// checks, so a bad call fails the same way everywhere.
+// Argument validation for the ops, and the environment's opt-in switches.
+// Every backend, Meta included, runs these checks, so a bad call fails the
+// same way everywhere.
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -284,6 +287,13 @@ void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, 
   TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef(expected), op, ": expected grad_out of shape ",
                     at::IntArrayRef(expected), ", got ", grad_out.sizes());
   check_same_device(op, x, "x", grad_out, "grad_out");
+}
+
+bool environment_switch(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "0") == 0) return false;
+  TORCH_CHECK_VALUE(std::strcmp(value, "1") == 0, name, " must be '0' or '1', got '", value, "'");
+  return true;
 }
 
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out) {

@@ -10,8 +10,6 @@
 // elementwise kernels have. Both follow the same rule step for step, in
 // fp32, and never read a value back to the host.
 #include <cfloat>
-#include <cstdlib>
-#include <cstring>
 
 #include <ATen/ATen.h>
 
@@ -25,14 +23,6 @@ void unscale_grads_cpu(at::TensorList grads, at::TensorList outs, at::Tensor& fo
     if (!scaled.isfinite().all().item<bool>()) found_inf.fill_(1.0f);
     outs[i].copy_(scaled);
   }
-}
-
-bool loss_scale_kernel_enabled() {
-  const char* kernel = std::getenv("MPGEMM_LOSS_SCALE_KERNEL");
-  if (kernel == nullptr || *kernel == '\0' || std::strcmp(kernel, "0") == 0) return false;
-  TORCH_CHECK_VALUE(std::strcmp(kernel, "1") == 0, "MPGEMM_LOSS_SCALE_KERNEL must be '0' or '1', got '", kernel,
-                    "'");
-  return true;
 }
 
 void update_loss_scale_with_tensor_ops(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,

@@ -15,6 +15,12 @@ namespace mpgemm {
 // gemm and linear: (a or x, b or weight, bias, activation, out_dtype).
 using GemmSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                  std::optional<std::string_view>, std::optional<at::ScalarType>);
+// _gemm_pre_activation and _linear_pre_activation: gemm's and linear's
+// arguments -> (y, pre_activation).
+using GemmPreActivationSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                      const std::optional<at::Tensor>&,
+                                                                      std::optional<std::string_view>,
+                                                                      std::optional<at::ScalarType>);
 // conv2d: (x, weight, bias, stride, padding, dilation, groups, out_dtype).
 using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                  at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,

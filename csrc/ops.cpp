@@ -16,15 +16,27 @@ namespace mpgemm {
 namespace {
 
 using GemmInto = void (*)(const GemmProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
-                          const std::optional<at::Tensor>&, at::Tensor&);
+                          const std::optional<at::Tensor>&, at::Tensor&, at::Tensor*);
+using WithPreActivation = std::tuple<at::Tensor, at::Tensor>;
 
 template <GemmInto Into>
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                 std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out_dtype);
   at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
-  Into(problem, a, b, bias, out);
+  Into(problem, a, b, bias, out, nullptr);
   return out;
+}
+
+template <GemmInto Into>
+WithPreActivation gemm_pre_activation(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                                      std::optional<std::string_view> activation,
+                                      std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out_dtype);
+  at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
+  at::Tensor pre_activation = at::empty_like(out);
+  Into(problem, a, b, bias, out, &pre_activation);
+  return {out, pre_activation};
 }
 
 template <GemmInto Into>
@@ -35,15 +47,16 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   at::assert_no_overlap(out, a);
   at::assert_no_overlap(out, b);
   if (bias) at::assert_no_overlap(out, *bias);
-  Into(problem, a, b, bias, out);
+  Into(problem, a, b, bias, out, nullptr);
 }
 
 // fp32 operands are rounded to the product's input type here, for the Tensor
 // Core product only: an fp32 weight stays the master copy. The (out, in)
-// weight is read in place as a column-major (in, out) operand.
-template <GemmInto Into>
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                  std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+// weight is read in place as a column-major (in, out) operand. With
+// PreActivation, z = x @ weight.T + bias before the activation too, as y.
+template <GemmInto Into, bool PreActivation>
+auto linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+            std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_linear_args<int64_t>(x, weight, bias, activation, out_dtype);
   const at::Tensor a = x.reshape({problem.m, problem.k}).to(problem.input_dtype);
   const at::Tensor b = weight.to(problem.input_dtype).t();
@@ -51,8 +64,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
   // (FSDP2 warns about a module that returns one).
   const at::Tensor out = at::empty(problem.out_shape, x.options().dtype(problem.out_dtype));
   at::Tensor rows = out.view({problem.m, problem.n});
-  Into(problem, a, b, bias, rows);
-  return out;
+  if constexpr (PreActivation) {
+    const at::Tensor pre_activation = at::empty_like(out);
+    at::Tensor pre_activation_rows = pre_activation.view({problem.m, problem.n});
+    Into(problem, a, b, bias, rows, &pre_activation_rows);
+    return WithPreActivation{out, pre_activation};
+  } else {
+    Into(problem, a, b, bias, rows, nullptr);
+    return out;
+  }
 }
 
 at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
@@ -70,6 +90,15 @@ at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight, const std:
                        std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_linear_args<c10::SymInt>(x, weight, bias, activation, out_dtype);
   return at::empty_symint(problem.out_shape, x.options().dtype(problem.out_dtype));
+}
+
+template <at::Tensor (*Meta)(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                             std::optional<std::string_view>, std::optional<at::ScalarType>)>
+WithPreActivation pre_activation_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                                      std::optional<std::string_view> activation,
+                                      std::optional<at::ScalarType> out_dtype) {
+  const at::Tensor out = Meta(a, b, bias, activation, out_dtype);
+  return {out, at::empty_like(out)};
 }
 
 template <void (*Impl)(at::TensorList, at::TensorList, at::Tensor&, const at::Tensor&)>
@@ -213,6 +242,16 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "linear(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, ScalarType? out_dtype=None) -> "
       "Tensor");
+  // gemm's and linear's y with z = a @ b + bias before the activation beside
+  // it, in y's dtype and shape: what GELU's backward reads where
+  // MPGEMM_EPILOGUE_PRE_ACTIVATION=1 (csrc/autograd.cpp calls them; they
+  // have no autograd of their own).
+  m.def(
+      "_gemm_pre_activation(Tensor a, Tensor b, Tensor? bias=None, *, str? activation=None, "
+      "ScalarType? out_dtype=None) -> (Tensor y, Tensor pre_activation)");
+  m.def(
+      "_linear_pre_activation(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, "
+      "ScalarType? out_dtype=None) -> (Tensor y, Tensor pre_activation)");
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
@@ -272,7 +311,9 @@ TORCH_LIBRARY(mpgemm, m) {
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("gemm", &gemm<gemm_cpu_into>);
   m.impl("gemm.out", &gemm_out<gemm_cpu_into>);
-  m.impl("linear", &linear<gemm_cpu_into>);
+  m.impl("linear", &linear<gemm_cpu_into, false>);
+  m.impl("_gemm_pre_activation", &gemm_pre_activation<gemm_cpu_into>);
+  m.impl("_linear_pre_activation", &linear<gemm_cpu_into, true>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cpu>);
   m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cpu>);
   m.impl("conv2d", &conv2d<conv2d_cpu>);
@@ -287,6 +328,8 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm", &gemm_meta);
   m.impl("gemm.out", &gemm_out_meta);
   m.impl("linear", &linear_meta);
+  m.impl("_gemm_pre_activation", &pre_activation_meta<gemm_meta>);
+  m.impl("_linear_pre_activation", &pre_activation_meta<linear_meta>);
   m.impl("unscale_grads_", &unscale_grads_meta);
   m.impl("update_loss_scale_", &update_loss_scale_meta);
   m.impl("conv2d", &conv2d_meta);
@@ -302,7 +345,9 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
 TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("gemm", &gemm<gemm_cuda_into>);
   m.impl("gemm.out", &gemm_out<gemm_cuda_into>);
-  m.impl("linear", &linear<gemm_cuda_into>);
+  m.impl("linear", &linear<gemm_cuda_into, false>);
+  m.impl("_gemm_pre_activation", &gemm_pre_activation<gemm_cuda_into>);
+  m.impl("_linear_pre_activation", &linear<gemm_cuda_into, true>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
   m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cuda>);
   m.impl("conv2d", &conv2d<conv2d_cuda>);

@@ -49,11 +49,13 @@ GemmProblem<Size> check_cublas_gemm_args(const at::Tensor& a, const at::Tensor& 
 // Checks a caller-provided output against the problem.
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);
 
-// Backends: write activation(a @ b + bias) into `out`, already checked.
+// Backends: write activation(a @ b + bias) into `out`, already checked, and
+// where `pre_activation` is given (a tensor laid out as `out`), a @ b + bias
+// before the activation into it, rounded to its dtype.
 void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, at::Tensor& out);
+                   const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation);
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, at::Tensor& out);
+                    const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation);
 
 // A validated conv2d call: x (N, C, H, W), weight (K, C / groups, R, S), output
 // (N, K, P, Q). Padding is (top, bottom, left, right).
@@ -133,9 +135,12 @@ void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& f
 // per kernels::LossScaleCounter) updated in place after a step whose overflow
 // flag is found_inf (fp32, one element), all on one device.
 void check_update_loss_scale_args(const at::Tensor& scale, const at::Tensor& counters, const at::Tensor& found_inf);
+// An opt-in switch of the environment: true where `name` is "1", false where
+// it is unset, empty or "0"; any other value is refused (a ValueError).
+bool environment_switch(const char* name);
 // MPGEMM_LOSS_SCALE_KERNEL: "1" picks the one-thread kernel's function
 // (kernels/amp/loss_scale.h), unset or "0" a few tensor ops (any device).
-bool loss_scale_kernel_enabled();
+inline bool loss_scale_kernel_enabled() { return environment_switch("MPGEMM_LOSS_SCALE_KERNEL"); }
 void update_loss_scale_with_tensor_ops(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
                                        const kernels::LossScaleRule& rule);
 void update_loss_scale_cpu(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,

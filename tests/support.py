@@ -1,11 +1,14 @@
 """What the tests share besides fixtures: the repository's root, the run's
-random seed, and the rule for checks that need nvcc (a skip, or under
-MPGEMM_REQUIRE_NVCC=1, as CI sets, a failure)."""
+random seed, the rule for checks that need nvcc (a skip, or under
+MPGEMM_REQUIRE_NVCC=1, as CI sets, a failure), and a record of the mpgemm
+ops that run."""
 
 import os
 import random
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,3 +35,22 @@ def set_environment(monkeypatch, name, value):
         monkeypatch.delenv(name, raising=False)
     else:
         monkeypatch.setenv(name, value)
+
+
+class MpgemmCalls(TorchDispatchMode):
+    """The mpgemm ops called at the dispatcher inside the block, in order:
+    `calls` holds each one's name and its tensor arguments' dtypes, `ops` the
+    names alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "mpgemm":
+            self.calls.append((func.__name__.split(".")[0], [a.dtype for a in args if isinstance(a, torch.Tensor)]))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def ops(self):
+        return [name for name, _ in self.calls]

@@ -1,6 +1,7 @@
 // CUDA launcher of gemm: turns checked tensors into kernel arguments, plans
 // the launch (tile, split-K) and enqueues the GEMM kernels on the current
-// stream of a's device.
+// stream of a's device. `out` and `pre_activation` are contiguous (the ops
+// allocate them, or check_gemm_out checks), so that they share D's strides.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -33,7 +34,7 @@ MatrixOperand as_matrix_operand(const at::Tensor& t) {
 }  // namespace
 
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, at::Tensor& out) {
+                    const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation) {
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_tensor_cores_take(problem.op, problem.input_dtype, a);
   const MatrixOperand a_op = as_matrix_operand(a);
@@ -64,6 +65,7 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_type = element_type(out.scalar_type());
   p.d_batch_stride = problem.m * problem.n;
   p.d_row_stride = problem.n;
+  if (pre_activation != nullptr) p.pre_activation = pre_activation->data_ptr();
   const kernels::GemmLaunch launch = kernels::plan_gemm(p);
   // Split-K's fp32 partial sums.
   at::Tensor workspace;

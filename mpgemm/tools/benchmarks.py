@@ -286,10 +286,22 @@ def _linear_case(shape, device, dtype):
 
     product = 2.0 * m * n * k
     # Backward: dX and dW, and mpgemm's GELU backward recomputes the
-    # pre-activation (one more product) where torch stored it.
+    # pre-activation (one more product) where torch stored it; with
+    # MPGEMM_EPILOGUE_PRE_ACTIVATION=1 (opt-in, "saved z") the forward keeps
+    # it instead: three products where the Hopper epilogue stores it beside
+    # y (four where the forward runs the product again, which the count
+    # leaves out).
+    baseline = f"torch unfused{_tag(dtype)}"
     impls = _forward_and_backward(lambda x, w, b: ops.linear(x, w, b, activation="gelu"),
                                   lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 4 * product,
-                                  f"mpgemm fused{_tag(dtype)}", f"torch unfused{_tag(dtype)}")
+                                  f"mpgemm fused{_tag(dtype)}", baseline)
+
+    def saved_z(x, w, b):
+        with environment({"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1"}):
+            return ops.linear(x, w, b, activation="gelu")
+
+    saved = _forward_and_backward(saved_z, None, product, 3 * product, f"mpgemm fused saved-z{_tag(dtype)}", baseline)
+    impls[f"mpgemm fused saved-z{_tag(dtype)} fwd+bwd"] = saved[f"mpgemm fused saved-z{_tag(dtype)} fwd+bwd"]
     return make, dtype.itemsize * (m * k + n * k + m * n), impls
 
 
@@ -320,10 +332,10 @@ def parse_conv_paths(text):
 
 
 @contextlib.contextmanager
-def conv_path(path):
-    """The environment that asks for convolution path `path`, inside the block."""
-    saved = {name: os.environ.get(name) for name in _CONV_PATH_ENV[path]}
-    os.environ.update(_CONV_PATH_ENV[path])
+def environment(variables):
+    """`variables` (a dict) set in the environment inside the block, as they were after it."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:
@@ -332,6 +344,11 @@ def conv_path(path):
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+def conv_path(path):
+    """The environment that asks for convolution path `path`, inside the block."""
+    return environment(_CONV_PATH_ENV[path])
 
 
 def _on_path(fn, path):

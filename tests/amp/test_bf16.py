@@ -8,10 +8,10 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import mpgemm
 from mpgemm.testing import TOLERANCE, relative_error
+from support import MpgemmCalls
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 H, BF, FLOAT = torch.float16, torch.bfloat16, torch.float32
@@ -60,19 +60,6 @@ def test_bf16_output_is_one_rounding_of_the_fp32_sum(device, activation):
     out = mpgemm.gemm(a, b, bias=bias, activation=activation, out_dtype=BF)
     assert out.dtype == BF
     assert torch.equal(out, exact.float().bfloat16())
-
-
-class OpRecorder(TorchDispatchMode):
-    """The mpgemm ops that run, with the dtypes of their tensor arguments."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "mpgemm":
-            self.calls.append((func.__name__.split(".")[0], [a.dtype for a in args if isinstance(a, torch.Tensor)]))
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -126,7 +113,7 @@ def test_converted_model_runs_under_autocast_like_the_unconverted_one(device, na
     args = inputs(device)
     with torch.autocast(device, dtype=dtype):
         expected = output(theirs(*args))
-        with OpRecorder() as recorder:
+        with MpgemmCalls() as recorder:
             got = output(ours(*args))
     # Every matrix layer ran on mpgemm, on inputs in autocast's dtype.
     forward = [c for c in recorder.calls if c[0] in ("linear", "conv2d")]

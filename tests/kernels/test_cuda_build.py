@@ -99,11 +99,12 @@ def strips_per_tile(width):
     return width // 32 + width // 64
 
 
-def check_hopper_block(name, instructions, staged_rows=False):
+def check_hopper_block(name, instructions, staged_rows=False, outputs=1):
     """What every Hopper kernel's block (sm90/block.cuh) compiles to, its
-    epilogue through the copy engine, or with `staged_rows` (strided dgrad's
-    kernels that stage their rows) through shared memory and 16-byte stores;
-    its mainloop's span (sass.MainloopMix)."""
+    epilogue through the copy engine (`outputs` of them: D, and the
+    pre-activation where it is stored too), or with `staged_rows` (strided
+    dgrad's kernels that stage their rows) through shared memory and 16-byte
+    stores; its mainloop's span (sass.MainloopMix)."""
     opcodes = [i.opcode for i in instructions]
     width = tile_width(name)
     hgmma = f"HGMMA.64x{width}x16.F32" + (".BF16" if "__nv_bfloat16" in name else "")
@@ -130,7 +131,7 @@ def check_hopper_block(name, instructions, staged_rows=False):
         # Each strip fenced for the copy engine and met on twice (before it
         # is written, and before it is stored).
         stores = sass.count_opcodes(opcodes, "UTMASTG.3D")
-        assert stores == strips, f"{name}: {stores} strip stores"
+        assert stores == outputs * strips, f"{name}: {stores} strip stores"
         assert sass.count_opcodes(opcodes, "FENCE.VIEW.ASYNC.S") >= stores, f"{name}: a strip stored unfenced"
         assert sass.count_opcodes(opcodes, "BAR.SYNC.DEFER_BLOCKING") >= 2 * stores, f"{name}: strip barriers"
     body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
@@ -173,6 +174,30 @@ def test_split_k_kernels_are_the_unsplit_block_with_its_copies_offset(hopper_ker
         for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64", "BAR.SYNC.DEFER_BLOCKING"):
             assert sass.count_opcodes(split_ops, op) == sass.count_opcodes(unsplit_ops, op), f"{name}: {op}"
         assert abs(len(split_ops) - len(unsplit_ops)) < 64, f"{name}: {len(split_ops)} against {len(unsplit_ops)}"
+
+
+PRE_ACTIVATION_KERNEL = "wgmma_pre_activation_gemm_kernel"
+
+
+def test_pre_activation_kernels_store_twice_from_the_unsplit_block(hopper_kernels, machine_code):
+    """The Hopper GEMM kernels that store the pre-activation beside D (opt-in,
+    MPGEMM_EPILOGUE_PRE_ACTIVATION=1): two input types, K-major operands, on
+    the 128 x 256 tile alone, each the block of its whole-K kernel (the same
+    HGMMA and copies) with twice its output strips' stores, and no spills."""
+    code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
+    kernels = {name: instructions for name, instructions in code.items() if PRE_ACTIVATION_KERNEL in name}
+    assert len(kernels) == 2 and all("9WgmmaTileELb1ELb1E" in name for name in kernels), sorted(kernels)
+    for name, instructions in kernels.items():
+        check_hopper_block(name, instructions, outputs=2)
+        res = usage.get(name, {})
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+        # The whole-K kernel of the same template arguments (its parameters, one tensor map fewer, differ).
+        arguments = name.split("EEEv")[0].replace(f"{len(PRE_ACTIVATION_KERNEL)}{PRE_ACTIVATION_KERNEL}",
+                                                  f"{len(GEMM_KERNEL)}{GEMM_KERNEL}")
+        whole_k = next(kernel for kernel in hopper_kernels if kernel.startswith(arguments + "EEEv"))
+        ops, whole_k_ops = ([i.opcode for i in k] for k in (instructions, hopper_kernels[whole_k]))
+        for op in ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64"):
+            assert sass.count_opcodes(ops, op) == sass.count_opcodes(whole_k_ops, op), f"{name}: {op}"
 
 
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"

@@ -233,6 +233,13 @@ HOPPER_MUTATIONS = {
         ("int(tile.batch) * slices, slices, rank, pipe)",
          "(PLANTED ? 0 : int(tile.batch) * slices), slices, rank, pipe)"),
         (False, False), "FAILED", "WgmmaTile"),
+    # The pre-activation kernel storing GELU's (or ReLU's) output where its
+    # input belongs: the sums activated before the pre-activation's store.
+    "pre-activation stored after the activation": (
+        ("  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n  activate(acc, p);\n",
+         "  if (PLANTED) activate(acc, p);\n  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n"
+         "  if (!PLANTED) activate(acc, p);\n"),
+        (False, False), "Z[", "WgmmaTile"),
     # A narrow tile's ring walked as if it had the deepest ring's stages (8
     # for the 128 x 128 tile's 6): stages past its shared memory.
     "ring deeper than the narrow tile's stages": (
@@ -311,11 +318,15 @@ CONV_UNIT = "sm90/conv_launch.cu"
 # Planted bugs in the GEMM's launcher (gemm/launch.cu, a unit the Hopper
 # driver links at sim arch 800), built as a copy of that unit in place of the
 # real one: a padded plan's copies each one element short of its runs, the
-# last element left as the workspace's poison.
+# last element left as the workspace's poison; the product run again for the
+# pre-activation with the activation kept (the split case that asks for it).
 GEMM_LAUNCH_UNIT = "gemm/launch.cu"
 GEMM_LAUNCH_MUTATIONS = {
     "padded copies a run short": (("size_t(inner) * 2, size_t(runs)", "size_t(inner - PLANTED) * 2, size_t(runs)"),
                                   "padded case"),
+    "pre-activation run again with the activation": (
+        ("again.activation = Activation::kNone;", "again.activation = PLANTED ? run.activation : Activation::kNone;"),
+        "Z["),
 }
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
@@ -651,6 +662,11 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma_n128 cases") >= 1 and printed_count(output, "wgmma_n64 cases") >= 1, replay
     assert printed_count(output, "wgmma split-K cases") >= 1, replay
     assert printed_count(output, "wgmma cases on padded copies") >= 1, replay
+    # The pre-activation beside D: from the wide tile's epilogue (K-major
+    # operands), and where no epilogue stores it, from the product run again.
+    assert printed_count(output, "wgmma cases storing the pre-activation from the epilogue") >= 2, replay
+    assert printed_count(output, "wgmma cases storing the pre-activation from registers") >= 1, replay
+    assert printed_count(output, "wgmma cases running the product again for the pre-activation") >= 1, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.testing import TOLERANCE, random_operand, relative_error
+from support import MpgemmCalls
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # dL/dz is rounded to the product's type for the Tensor Core products (2**-11
@@ -130,24 +131,12 @@ def test_backward_runs_the_two_gradient_products_and_recomputes_only_gelus_input
     """Backward runs dx's and dW's products, and one more only for GELU,
     whose derivative needs the pre-activation: ReLU's mask is read off the
     saved output, as torch's relu does. Counted at the dispatcher."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Products(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.namespace == "mpgemm":
-                self.ops.append(func.__name__.split(".")[0])
-            return func(*args, **(kwargs or {}))
-
     x = torch.randn(6, 16).half().requires_grad_()
     w = torch.randn(8, 16).half().requires_grad_()
     bias = torch.randn(8, requires_grad=True)
     y = (mpgemm.linear(x, w, bias, activation=activation) if op == "linear"
          else mpgemm.gemm(x, w.t(), bias=bias, activation=activation))
-    with Products() as products:
+    with MpgemmCalls() as products:
         y.backward(torch.randn_like(y))
     assert sorted(products.ops) == sorted(["gemm", "gemm"] + [op] * recomputed), products.ops
 

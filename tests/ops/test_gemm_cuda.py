@@ -361,6 +361,69 @@ def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, 
         assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)
 
 
+def poisoned_pre_activation(x, weight, bias, out_dtype):
+    """torch.ops.mpgemm._linear_pre_activation into memory that held NaN: two
+    blocks of y's size filled and freed, which the caching allocator hands
+    back for y and the pre-activation (asserted)."""
+    shape, dtype = (*x.shape[:-1], weight.shape[0]), out_dtype or x.dtype
+    poison = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
+    pointers = {t.data_ptr() for t in poison}
+    del poison
+    y, z = torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu", out_dtype=out_dtype)
+    assert {y.data_ptr(), z.data_ptr()} == pointers, "the outputs were not the poisoned blocks"
+    return y, z
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, kernels", [(2048, 1536, 512, 1), (4096, 3072, 768, 1), (1100, 2055, 264, 1),
+                                              (256, 512, 136, 2)])
+def test_pre_activation_from_the_hopper_epilogue(m, n, k, kernels, dtype, monkeypatch):
+    """GELU's input saved by the forward (MPGEMM_EPILOGUE_PRE_ACTIVATION=1,
+    opt-in): where the wide tile takes the problem, one kernel stores y and
+    the pre-activation (through the copy engine, or from registers where
+    an odd N leaves the outputs' rows unaligned); elsewhere (ping-pong on a
+    few tiles) the product runs again. Either way y is bitwise the plain
+    op's and the pre-activation bitwise the product with no activation, and
+    both match cuBLAS."""
+    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS"):
+        monkeypatch.delenv(name, raising=False)
+    x = operand((m, k), dtype=dtype)
+    weight = operand((n, k), dtype=dtype)
+    bias = torch.randn(n, device="cuda")
+    for out_dtype in (None, torch.float32):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y, z = poisoned_pre_activation(x, weight, bias, out_dtype)
+            torch.cuda.synchronize()
+        ran = [event.name for event in prof.events() if "gemm_kernel" in event.name]
+        assert len(ran) == kernels and (kernels == 2) != any("wgmma_pre_activation_gemm_kernel" in n for n in ran), ran
+        assert not y.isnan().any() and not z.isnan().any()
+        assert torch.equal(y, mpgemm.linear(x, weight, bias, activation="gelu", out_dtype=out_dtype))
+        assert torch.equal(z, mpgemm.linear(x, weight, bias, out_dtype=out_dtype))
+        cublas = cublas_gemm(x, weight.t()) + bias
+        assert relative_error(z, cublas.double().cpu()) < tolerance(z.dtype)
+        assert relative_error(y, torch.nn.functional.gelu(cublas).double().cpu()) < tolerance(y.dtype)
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batched_pre_activation_from_the_hopper_epilogue(dtype, monkeypatch):
+    """A batch of A against one column-major B (broadcast) on the
+    pre-activation kernel: y and the pre-activation bitwise gemm's with GELU
+    and without an activation."""
+    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS"):
+        monkeypatch.delenv(name, raising=False)
+    a, b = operand((3, 1000, 512), dtype=dtype), operand((512, 1544), "col", dtype)
+    bias = torch.randn(1544, device="cuda", dtype=dtype)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        y, z = torch.ops.mpgemm._gemm_pre_activation(a, b, bias, activation="gelu", out_dtype=dtype)
+        torch.cuda.synchronize()
+    ran = [event.name for event in prof.events() if "gemm_kernel" in event.name]
+    assert len(ran) == 1 and "wgmma_pre_activation_gemm_kernel" in ran[0], ran
+    assert torch.equal(y, mpgemm.gemm(a, b, bias=bias, activation="gelu", out_dtype=dtype))
+    assert torch.equal(z, mpgemm.gemm(a, b, bias=bias, out_dtype=dtype))
+
+
 @needs_hopper_path
 @pytest.mark.parametrize("m, n, tile", [(8192, 64, "WgmmaN64Tile"), (16384, 128, "WgmmaN128Tile"),
                                         (8192, 128, "WgmmaN64Tile"), (16384, 256, "WgmmaTile")])

@@ -41,6 +41,13 @@ struct GemmParams {
   // stored, [2][blocks][d_row_stride] (the means, then the M2s; blocks of
   // the kernel's rows, common/column_moments.cuh).
   float* column_moments = nullptr;
+
+  // Written where the launcher is asked for it (gemm/launch.h): A @ B + bias
+  // before the activation, rounded to D's type and laid out as D (its batch
+  // and row strides), for a backward that needs the activation's input
+  // (GELU's). The Hopper kernels built for it write it from their epilogue;
+  // elsewhere the launcher runs the product again with no activation.
+  void* pre_activation = nullptr;
 };
 
 // How the launcher spread the work over the grid.

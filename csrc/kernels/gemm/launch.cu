@@ -1,7 +1,8 @@
 // Host-side dispatch of the GEMM: the problem's shape and plan (plan/), the
 // copies of a padded plan's operands, then the launch of the plan's tile (the
 // WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K ones included)
-// and, for split-K, of the reduction.
+// and, for split-K, of the reduction; where the pre-activation is asked for
+// and no epilogue stores it, the product again.
 #include <climits>
 #include <initializer_list>
 #include <utility>
@@ -50,6 +51,12 @@ cudaError_t copy_to_aligned_pitch(OperandRef o, int64_t batch, unsigned char*& i
   return cudaSuccess;
 }
 
+// Whether the operands are K-major: A row-major, B column-major (B^T
+// row-major, as nn.Linear's weight). Row-major wins when both strides are 1
+// (a single row or column).
+bool a_is_k_major(const GemmParams& p) { return p.a_col_stride == 1; }
+bool b_is_k_major(const GemmParams& p) { return p.b_col_stride != 1; }
+
 }  // namespace
 
 GemmLaunch plan_gemm(const GemmParams& p, const GemmPlan& plan) {
@@ -71,11 +78,14 @@ GemmLaunch plan_gemm(const GemmParams& p) {
   return {shape, plan, workspace_bytes(shape, plan)};
 }
 
+bool pre_activation_from_epilogue(const GemmParams& p, const GemmLaunch& launch) {
+  return p.pre_activation != nullptr && launch.plan.config == TileConfigId::kWgmma && launch.plan.split_k == 1 &&
+         a_is_k_major(p) && b_is_k_major(p);
+}
+
 cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* workspace, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
-  // K-major: A row-major, B column-major (B^T row-major, as nn.Linear's
-  // weight). Row-major wins when both strides are 1 (a single row or column).
-  const bool a_k_major = p.a_col_stride == 1, b_k_major = p.b_col_stride != 1;
+  const bool a_k_major = a_is_k_major(p), b_k_major = b_is_k_major(p);
   if ((!a_k_major && p.a_row_stride != 1) || (b_k_major && p.b_row_stride != 1)) return cudaErrorInvalidValue;
   const GemmPlan& plan = launch.plan;
   const GemmShape& shape = launch.shape;
@@ -103,24 +113,37 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
           return err;
   }
   const GemmGrid work{plan.raster_group, plan.split_k, partials};
-  const cudaError_t err = with_tile(
-      AllTiles{}, plan.config,
-      [&](auto tile) {
-        using Tile = decltype(tile);
-        if constexpr (Tile::kWgmma) {
-          if constexpr (kHasSplitKernels<Tile>) {
-            if (work.split_k > 1)
-              return launch_wgmma_splitk_gemm<Tile>(run, work.raster_group, work.split_k, work.partials, a_k_major,
-                                                    b_k_major, stream);
+  if (pre_activation_from_epilogue(p, launch)) return launch_wgmma_pre_activation_gemm(run, work.raster_group, stream);
+  // The plan's kernel (and split-K's reduction) on q.
+  const auto launch_plan = [&](const GemmParams& q) {
+    const cudaError_t err = with_tile(
+        AllTiles{}, plan.config,
+        [&](auto tile) {
+          using Tile = decltype(tile);
+          if constexpr (Tile::kWgmma) {
+            if constexpr (kHasSplitKernels<Tile>) {
+              if (work.split_k > 1)
+                return launch_wgmma_splitk_gemm<Tile>(q, work.raster_group, work.split_k, work.partials, a_k_major,
+                                                      b_k_major, stream);
+            }
+            return launch_wgmma_gemm<Tile>(q, work.raster_group, a_k_major, b_k_major, stream);
+          } else {
+            return launch_tile<Tile>(q, work, shape.vector, stream, a_k_major, b_k_major);
           }
-          return launch_wgmma_gemm<Tile>(run, work.raster_group, a_k_major, b_k_major, stream);
-        } else {
-          return launch_tile<Tile>(p, work, shape.vector, stream, a_k_major, b_k_major);
-        }
-      },
-      cudaErrorInvalidValue);
-  if (err != cudaSuccess || plan.split_k == 1) return err;
-  return launch_splitk_reduce(p, work.partials, work.split_k, stream);
+        },
+        cudaErrorInvalidValue);
+    if (err != cudaSuccess || plan.split_k == 1) return err;
+    return launch_splitk_reduce(q, work.partials, work.split_k, stream);
+  };
+  run.pre_activation = nullptr;
+  if (const cudaError_t err = launch_plan(run); err != cudaSuccess || p.pre_activation == nullptr) return err;
+  // Where the epilogue cannot store the pre-activation: the same product
+  // again with no activation, into it (on the same copies and workspace,
+  // which the stream's order frees for it).
+  GemmParams again = run;
+  again.activation = Activation::kNone;
+  again.d = p.pre_activation;
+  return launch_plan(again);
 }
 
 }  // namespace mpgemm::kernels

@@ -29,10 +29,18 @@ GemmLaunch plan_gemm(const GemmParams& params);
 // refuses it where the problem does not allow it.
 GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
 
+// Whether launch_gemm writes `params.pre_activation` from the GEMM's own
+// epilogue (WgmmaTile's whole-K plan on K-major operands, as nn.Linear's
+// forward has them) rather than by running the product again with no
+// activation.
+bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
+
 // Enqueues the GEMM described by `params` on `stream` as `launch` says,
 // using `workspace` (at least launch.workspace_bytes, 16-byte aligned) for
 // a padded plan's copies of the operands and split-K's partial sums (the
-// copies made on `stream` first). `launch` must be planned for these params: its
+// copies made on `stream` first), and where params.pre_activation is set,
+// the sums before the activation there too (pre_activation_from_epilogue
+// says how). `launch` must be planned for these params: its
 // shape, which the checks below read, is theirs (a launch of other sizes is
 // refused).
 // Returns the launch error, cudaErrorInvalidValue for an operand that is

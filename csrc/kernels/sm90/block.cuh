@@ -79,11 +79,14 @@ constexpr int kTurnBarrier = kStripBarriersEnd;
 // by load(shared, tile, k_slices, rank, pipe) into the ring from pipe on
 // (leaving pipe past them); with StagedRows, D's rows strided pixels stored
 // through shared memory; WithMoments, each 64-row block's column moments of
-// D written too (sm90/epilogue.cuh).
+// D written too; WithPreActivation, the sums before the activation stored to
+// p.pre_activation (through z_map where D goes through the copy engine) as
+// well (sm90/epilogue.cuh).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, bool StagedRows = false, bool WithMoments = false,
-          class LoadTile>
+          bool WithPreActivation = false, class LoadTile>
 __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const GemmParams& p,
-                                            const WgmmaSchedule& schedule, int k_slices, const LoadTile& load) {
+                                            const WgmmaSchedule& schedule, int k_slices, const LoadTile& load,
+                                            const CUtensorMap* z_map = nullptr) {
 #if MPGEMM_SM90A
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
   using Scheduler = PersistentTileScheduler<Tile>;
@@ -149,8 +152,8 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
     finish_tile<Tile>(shared, reading, thread);
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
-    store_accumulators<Element, Tile, StagedRows, WithMoments>(acc, p, schedule, &d_map, staging, tile.batch, row0,
-                                                  tile.origin.n0, thread, consumer);
+    store_accumulators<Element, Tile, StagedRows, WithMoments, WithPreActivation>(
+        acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread, consumer, z_map);
   }
   // The shared memory the last stores read goes with the block.
   if (thread == 0) bulk_wait_group<0>();

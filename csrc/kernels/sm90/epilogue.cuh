@@ -13,7 +13,9 @@
 // Kernels built WithMoments (a convolution's fprop that feeds training batch
 // norm) also sum each strip's columns as stored, read back from the strip
 // before it is written again (strip_column_moments): each 64-row block's
-// per-column moments (common/column_moments.cuh).
+// per-column moments (common/column_moments.cuh). Kernels built
+// WithPreActivation store the sums with the bias, before the activation,
+// to a second output laid out as D (GELU's input, which its backward reads).
 // Bias and activation come first, apart from the stores, so that each is
 // written once per kernel rather than once per output type and way to store:
 // woven into the stores, they made every kernel 72 to 84 k instructions that
@@ -38,15 +40,14 @@
 namespace mpgemm::kernels::sm90 {
 
 // Adds the bias, if any, to the consumer's Registers accumulators (64 x
-// 2 * Registers, columns from col0) and applies the activation, in place.
-// The bias type is dispatched once, outside the unrolled loop.
+// 2 * Registers, columns from col0), in place. The bias type is dispatched
+// once, outside the unrolled loop.
 template <int Registers>
-__device__ __forceinline__ void add_bias_and_activate(float (&acc)[Registers], const GemmParams& p, int64_t col0,
-                                                      int thread) {
+__device__ __forceinline__ void add_bias(float (&acc)[Registers], const GemmParams& p, int64_t col0, int thread) {
   constexpr int kCols = 2 * Registers;
   const int64_t past_col0 = p.n - col0;
   const int cols = past_col0 < kCols ? int(past_col0) : kCols;  // of the tile, inside D
-  const auto add_bias = [&](auto tag) {
+  const auto add = [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* bias = static_cast<const T*>(p.bias) + col0;
 #pragma unroll
@@ -57,14 +58,19 @@ __device__ __forceinline__ void add_bias_and_activate(float (&acc)[Registers], c
       acc[r] += b0, acc[r + 1] += b1, acc[r + 2] += b0, acc[r + 3] += b1;
     }
   };
-  if (p.bias != nullptr) visit_element_type(p.bias_type, add_bias);
-  const auto activate = [&](auto activation) {
+  if (p.bias != nullptr) visit_element_type(p.bias_type, add);
+}
+
+// Applies p's activation to the consumer's accumulators, in place.
+template <int Registers>
+__device__ __forceinline__ void activate(float (&acc)[Registers], const GemmParams& p) {
+  const auto apply = [&](auto activation) {
 #pragma unroll
     for (int i = 0; i < Registers; ++i) acc[i] = apply_activation(decltype(activation)::value, acc[i]);
   };
   switch (p.activation) {
-    case Activation::kRelu: return activate(std::integral_constant<Activation, Activation::kRelu>{});
-    case Activation::kGelu: return activate(std::integral_constant<Activation, Activation::kGelu>{});
+    case Activation::kRelu: return apply(std::integral_constant<Activation, Activation::kRelu>{});
+    case Activation::kGelu: return apply(std::integral_constant<Activation, Activation::kGelu>{});
     default: return;
   }
 }
@@ -81,20 +87,22 @@ __device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSc
 }
 
 // Rounds and stores the consumer's 64 x 2 * Registers accumulators (rows from row0,
-// columns from col0 of matrix `batch` of D). Registers r..r+3 (r a multiple
+// columns from col0 of matrix `batch` of D, whose elements start at `d`: p.d,
+// or p.pre_activation laid out as D). Registers r..r+3 (r a multiple
 // of 4) hold columns c and c+1 of two rows 8 apart, c lying 8 * (r / 4)
 // columns past register 0's: each row's stores are constant offsets from one
 // pointer. Threads whose rows and columns all lie inside D skip every bound
 // check.
 template <class Out, int Registers>
-__device__ __forceinline__ void store_tile(const float (&acc)[Registers], const GemmParams& p, const WgmmaSchedule& s,
-                                           int64_t batch, int64_t row0, int64_t col0, int thread) {
+__device__ __forceinline__ void store_tile(const float (&acc)[Registers], const GemmParams& p, void* d,
+                                           const WgmmaSchedule& s, int64_t batch, int64_t row0, int64_t col0,
+                                           int thread) {
   const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
   const int64_t col = col0 + accumulator_col(thread, 0);
   Out* out[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    out[h] = static_cast<Out*>(p.d) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) + col;
+    out[h] = static_cast<Out*>(d) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) + col;
   const auto store_pair = [](Out* at, float v0, float v1) {
     if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
     else *reinterpret_cast<decltype(ElementTraits<Out>::round_pair(v0, v1))*>(at) =
@@ -302,21 +310,33 @@ __device__ __forceinline__ void store_tile_through_strips(const float (&acc)[Reg
 // (StagedRows: a strided dgrad's phases). A consumer whose rows all lie past
 // M (the second block of a pair at the last tile row) stores nothing.
 // WithMoments: through the copy engine only (the launcher checks).
-template <class Element, class Tile, bool StagedRows = false, bool WithMoments = false>
+// WithPreActivation (a GEMM whose backward needs the activation's input, as
+// GELU's does): the sums with the bias, before the activation, are stored
+// first, the same way, to p.pre_activation (laid out as D, through `z_map`
+// where D goes through the copy engine): one more pass over the
+// accumulators' strips, and no product run again in backward.
+template <class Element, class Tile, bool StagedRows = false, bool WithMoments = false,
+          bool WithPreActivation = false>
 __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
-                                                   int thread, int consumer) {
+                                                   int thread, int consumer, const CUtensorMap* z_map = nullptr) {
+  static_assert(!WithPreActivation || (!StagedRows && !WithMoments), "the pre-activation is a plain GEMM's");
   if (row0 >= p.m) return;
-  add_bias_and_activate(acc, p, col0, thread);
-  const auto store_as = [&](auto out) {
+  add_bias(acc, p, col0, thread);
+  const auto store_as = [&](auto out, const CUtensorMap* map, void* d) {
     using Out = typename decltype(out)::type;
     if constexpr (StagedRows) store_tile_through_strips<Out>(acc, p, s, staging, batch, row0, col0, thread, consumer);
-    else if (s.d_copy) copy_out_tile<Out, WithMoments>(acc, p, d_map, staging, batch, row0, col0, thread, consumer);
-    else store_tile<Out>(acc, p, s, batch, row0, col0, thread);
+    else if (s.d_copy) copy_out_tile<Out, WithMoments>(acc, p, map, staging, batch, row0, col0, thread, consumer);
+    else store_tile<Out>(acc, p, d, s, batch, row0, col0, thread);
   };
-  if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{});
-  else store_as(ElementTag<Element>{});
+  const auto store = [&](const CUtensorMap* map, void* d) {
+    if (p.d_type == ElementType::kFloat32) store_as(ElementTag<float>{}, map, d);
+    else store_as(ElementTag<Element>{}, map, d);
+  };
+  if constexpr (WithPreActivation) store(z_map, p.pre_activation);
+  activate(acc, p);
+  store(d_map, p.d);
 }
 
 }  // namespace mpgemm::kernels::sm90

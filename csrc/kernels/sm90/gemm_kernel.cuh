@@ -1,9 +1,10 @@
 // Hopper GEMM (sm_90a): D[b] = activation(A[b] @ B[b] + bias), 16-bit inputs,
 // fp32 accumulation, D in fp32 or the inputs' type, with wgmma and the tensor
 // copy engine (TMA), on the block of sm90/block.cuh whose producer copies
-// 64-deep K slices of A's rows and B's columns (sm90/producer.cuh); and the
+// 64-deep K slices of A's rows and B's columns (sm90/producer.cuh); the
 // same block splitting K, where the output's tiles are too few to fill the
-// device.
+// device; and the same block storing the activation's input beside D, for a
+// backward that needs it.
 #pragma once
 
 #include <cuda.h>
@@ -17,16 +18,38 @@ namespace mpgemm::kernels::sm90 {
 
 // The layouts after Tile: the kernel's mangled name must not end as a WMMA
 // kernel's does, with its chunk width (which the SASS checks read there).
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
-__global__ void __launch_bounds__(Tile::kThreads, 1)
-    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-                      const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
+template <class Element, class Tile, bool AKMajor, bool BKMajor, bool WithPreActivation>
+__device__ __forceinline__ void whole_k_gemm(const CUtensorMap& a_map, const CUtensorMap& b_map,
+                                             const CUtensorMap& d_map, const GemmParams& p,
+                                             const WgmmaSchedule& schedule, const CUtensorMap* z_map) {
   const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
   const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, TilePipeline<Tile>& pipe) {
     load_tile<Tile>(shared, &a_map, &b_map, tile.origin, schedule.a_broadcast ? 0 : int(tile.batch),
                     schedule.b_broadcast ? 0 : int(tile.batch), 0, slices, rank, pipe);
   };
-  wgmma_block<Element, Tile, AKMajor, BKMajor>(d_map, p, schedule, k_slices, load);
+  wgmma_block<Element, Tile, AKMajor, BKMajor, false, false, WithPreActivation>(d_map, p, schedule, k_slices, load,
+                                                                                z_map);
+}
+
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                      const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, false>(a_map, b_map, d_map, p, schedule, nullptr);
+}
+
+// The whole-K kernel that also stores A @ B + bias, before the activation,
+// to p.pre_activation (laid out as D; through z_map where schedule.d_copy):
+// GELU's input, which its backward reads instead of running the product
+// again.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_pre_activation_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
+                                     const __grid_constant__ CUtensorMap b_map,
+                                     const __grid_constant__ CUtensorMap d_map,
+                                     const __grid_constant__ CUtensorMap z_map, const GemmParams p,
+                                     const WgmmaSchedule schedule) {
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, true>(a_map, b_map, d_map, p, schedule, &z_map);
 }
 
 // Split-K on the same block, for outputs of too few tiles to fill the

@@ -67,7 +67,27 @@ cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
   schedule.raster_group = raster_group;
   schedule.a_broadcast = p.a_batch_stride == 0;
   schedule.b_broadcast = p.b_batch_stride == 0;
-  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, p, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, d_map, p, schedule, stream);
+}
+
+// The pre-activation kernel's launch: D's and the pre-activation's tensor
+// maps; each is stored as both allow (through the copy engine, in pairs),
+// since one schedule describes both.
+template <class Element>
+cudaError_t launch_pre_activation(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  CUtensorMap a_map, b_map, d_map{}, z_map{};
+  if (const cudaError_t err = operand_maps<WgmmaTile, true, true>(&a_map, &b_map, p); err != cudaSuccess) return err;
+  sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
+  GemmParams z = p;
+  z.d = p.pre_activation;
+  const sm90::WgmmaSchedule z_schedule = sm90::output_schedule(z, &z_map);
+  schedule.d_copy = schedule.d_copy && z_schedule.d_copy;
+  schedule.d_pairs = schedule.d_pairs && z_schedule.d_pairs;
+  schedule.raster_group = raster_group;
+  schedule.a_broadcast = p.a_batch_stride == 0;
+  schedule.b_broadcast = p.b_batch_stride == 0;
+  return sm90::launch_wgmma_kernel<Element, WgmmaTile, true, true, sm90::GemmKernel::kPreActivation>(
+      a_map, b_map, d_map, z_map, p, schedule, stream);
 }
 
 // The split-K kernel's launch: D is the splits' partial sums, split_k
@@ -85,11 +105,12 @@ cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, fl
   splits.d_row_stride = p.n;
   splits.d_batch_stride = p.m * p.n;
   splits.column_moments = nullptr;
+  splits.pre_activation = nullptr;
   sm90::WgmmaSchedule schedule = sm90::output_schedule(splits, &d_map);
   schedule.raster_group = raster_group;
   schedule.split_slices = int(ceil_div(ceil_div(p.k, int64_t(Config::kBlockK)), int64_t(split_k)));
   return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor, sm90::GemmKernel::kSplitK>(
-      a_map, b_map, d_map, splits, schedule, stream);
+      a_map, b_map, d_map, d_map, splits, schedule, stream);
 }
 
 // Runs launch_layouts<E, AKMajor, BKMajor>() for the input type and layouts given.
@@ -116,6 +137,16 @@ cudaError_t launch_wgmma_gemm(const GemmParams& p, int raster_group, bool a_k_ma
   return on_layouts(p.ab_type, a_k_major, b_k_major, [&](auto element, auto a_k, auto b_k) {
     using E = typename decltype(element)::type;
     return launch<E, Tile, decltype(a_k)::value, decltype(b_k)::value>(p, raster_group, stream);
+  });
+}
+
+cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  if (p.pre_activation == nullptr || p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX ||
+      p.batch > INT_MAX || raster_group < 1)
+    return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
+  return with_input_element(p.ab_type, [&](auto element) {
+    return launch_pre_activation<typename decltype(element)::type>(p, raster_group, stream);
   });
 }
 

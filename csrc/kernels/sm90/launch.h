@@ -12,20 +12,24 @@
 namespace mpgemm::kernels {
 namespace sm90 {
 
-// The GEMM kernels of a tile: each tile's whole K (wgmma_gemm_kernel), or
+// The GEMM kernels of a tile: each tile's whole K (wgmma_gemm_kernel),
 // split-K (wgmma_splitk_gemm_kernel: `params` the splits' partial sums as
-// its D and batch, schedule.split_slices each split's K slices).
-enum class GemmKernel { kWholeK, kSplitK };
+// its D and batch, schedule.split_slices each split's K slices), or whole K
+// storing the pre-activation too (wgmma_pre_activation_gemm_kernel).
+enum class GemmKernel { kWholeK, kSplitK, kPreActivation };
 
 // Launches the kernel of one input type, pair of operand layouts (K-major or
-// not), Hopper tile and kind on tensor maps built for them (D's read only
-// where schedule.d_copy). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu,
+// not), Hopper tile and kind on tensor maps built for them (D's and the
+// pre-activation's, z_map, read only where schedule.d_copy; z_map only by
+// kPreActivation). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu,
 // the four layouts' kernels a unit, so that a build compiles them in
-// parallel; the split-K kernels, WgmmaTile's alone, beside its others (the
-// cooperative units).
+// parallel; the split-K kernels and the pre-activation's, WgmmaTile's
+// alone (the latter on K-major operands only: nn.Linear's forward), beside
+// its others (the cooperative units).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
-                                const GemmParams& params, const WgmmaSchedule& schedule, cudaStream_t stream);
+                                const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
+                                cudaStream_t stream);
 
 // Launches the Hopper convolution kernel of one input type, tile and pass
 // (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and
@@ -57,6 +61,13 @@ bool wgmma_available();
 template <class Tile>
 cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a_k_major, bool b_k_major,
                               cudaStream_t stream);
+
+// Enqueues `params`, whose pre_activation is set, on WgmmaTile's kernel that
+// stores the sums before the activation beside D, on K-major operands (A
+// row-major, B column-major); pre_activation is laid out as D, and both are
+// stored through the copy engine where both allow it, else from registers.
+// Returns as launch_wgmma_gemm does.
+cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
 
 // Enqueues the products of `params` (a single matrix each: batch 1) split
 // into `split_k` ranges of whole K slices on the split-K kernel of the Hopper

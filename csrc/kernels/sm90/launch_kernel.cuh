@@ -46,18 +46,27 @@ cudaError_t launch_persistent(Kernel* kernel, int smem_bytes, int64_t tiles, Per
 
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
-                                const GemmParams& p, const WgmmaSchedule& schedule, cudaStream_t stream) {
+                                const CUtensorMap& z_map, const GemmParams& p, const WgmmaSchedule& schedule,
+                                cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1, "the split-K kernels run blocks alone");
-  // Only the kernel of this kind is instantiated.
-  const auto kernel = [] {
-    if constexpr (Kind == GemmKernel::kSplitK) return &wgmma_splitk_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
-    else return &wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
-  }();
+  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1, "the split-K and pre-activation kernels run "
+                                                                     "blocks alone");
   // Of this kernel, whose launch shape never changes.
   static PerDeviceFact resident_clusters;
-  return launch_persistent<Element, Tile>(kernel, Smem::kBytes, PersistentTileScheduler<Tile>::tiles(p),
-                                          resident_clusters, stream, a_map, b_map, d_map, p, schedule);
+  const int64_t tiles = PersistentTileScheduler<Tile>::tiles(p);
+  // Only the kernel of this kind is instantiated.
+  if constexpr (Kind == GemmKernel::kPreActivation) {
+    return launch_persistent<Element, Tile>(&wgmma_pre_activation_gemm_kernel<Element, Tile, AKMajor, BKMajor>,
+                                            Smem::kBytes, tiles, resident_clusters, stream, a_map, b_map, d_map, z_map,
+                                            p, schedule);
+  } else {
+    const auto kernel = [] {
+      if constexpr (Kind == GemmKernel::kSplitK) return &wgmma_splitk_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+      else return &wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+    }();
+    return launch_persistent<Element, Tile>(kernel, Smem::kBytes, tiles, resident_clusters, stream, a_map, b_map,
+                                            d_map, p, schedule);
+  }
 }
 
 }  // namespace mpgemm::kernels::sm90
@@ -68,8 +77,8 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 #define MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR, KIND)                                     \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_kernel<ELEMENT, mpgemm::kernels::TILE, A_K_MAJOR,    \
                                                                   B_K_MAJOR, mpgemm::kernels::sm90::KIND>(      \
-      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,           \
-      const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
+      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,                           \
+      const mpgemm::kernels::GemmParams&, const mpgemm::kernels::sm90::WgmmaSchedule&, cudaStream_t);
 #define MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, KIND)                \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, KIND)            \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, false, KIND)           \
@@ -79,3 +88,5 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR, GemmKernel::kWholeK)
 #define MPGEMM_WGMMA_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kWholeK)
 #define MPGEMM_WGMMA_SPLITK_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kSplitK)
+#define MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(ELEMENT, TILE) \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, GemmKernel::kPreActivation)

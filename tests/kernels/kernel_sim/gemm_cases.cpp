@@ -58,8 +58,14 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   // Without a pinned alignment, every 16 cases run each load width (16, 8, 4
   // and 2 bytes, then one element) with each layout.
   const int64_t align = spec.aligned == 1 ? 8 : spec.aligned == 0 ? 1 : 8 >> index % 4;
-  const bool a_row = pinned.on ? pinned.a_row_major : spec.aligned < 0 ? index / 4 % 2 : rnd(0, 1);
-  const bool b_row = pinned.on ? pinned.b_row_major : spec.aligned < 0 ? index / 8 % 2 : rnd(0, 1);
+  const bool a_row = pinned.on              ? pinned.a_row_major
+                     : spec.a_row_major >= 0 ? spec.a_row_major == 1
+                     : spec.aligned < 0      ? index / 4 % 2
+                                             : rnd(0, 1);
+  const bool b_row = pinned.on              ? pinned.b_row_major
+                     : spec.b_row_major >= 0 ? spec.b_row_major == 1
+                     : spec.aligned < 0      ? index / 8 % 2
+                                             : rnd(0, 1);
   if (align > 1 && spec.whole_chunks) {  // contiguous extents in whole chunks; the others stay odd where they fall so
     (a_row ? k : m) = round_up(a_row ? k : m, align);
     (b_row ? n : k) = round_up(b_row ? n : k, align);
@@ -80,14 +86,15 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   p.b = b.data, p.b_batch_stride = b.bs, p.b_row_stride = b.rs, p.b_col_stride = b.cs;
   const sim::Bias bias(rnd(0, 3), n);
   p.bias = bias.data(), p.bias_type = bias.type;
-  p.activation = Activation(rnd(0, 2));
+  p.activation = spec.pre_activation ? Activation(rnd(1, 2)) : Activation(rnd(0, 2));
   using OutputType = GemmCaseSpec::OutputType;
   const ElementType other_16_bit =
       ab_type == ElementType::kFloat16 ? ElementType::kBFloat16 : ElementType::kFloat16;
   p.d_type = spec.d_type == OutputType::kOpsOwn       ? (rnd(0, 1) ? ElementType::kFloat32 : ab_type)
              : spec.d_type == OutputType::kOther16Bit ? other_16_bit
                                                       : sim::any_type();
-  const int64_t esize = sim::bytes_of(p.d_type), d_offset = spec.d_copyable || rnd(0, 1) ? 0 : rnd(1, 3);
+  const int64_t esize = sim::bytes_of(p.d_type);
+  const int64_t d_offset = spec.d_misaligned ? rnd(1, 3) : spec.d_copyable || rnd(0, 1) ? 0 : rnd(1, 3);
   if (spec.d_copyable) {
     const int64_t per16 = 16 / esize;
     p.d_row_stride = round_up(n, per16) + per16 * rnd(0, 1);
@@ -98,6 +105,9 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   }
   Buffer d(esize * (d_offset + (batch - 1) * p.d_batch_stride + (m - 1) * p.d_row_stride + n));
   p.d = d.p + esize * d_offset;
+  // The pre-activation, laid out as D (its base as far into its buffer), poisoned likewise.
+  Buffer z(spec.pre_activation ? d.size : 1);
+  if (spec.pre_activation) p.pre_activation = z.p + esize * d_offset;
 
   sim::max_grid.y = rnd(0, 1) ? 65535 : rnd(1, 2);  // batch loop runs more than once
   const GemmLaunch launch = spec.has_plan ? plan_gemm(p, spec.plan) : plan_gemm(p);
@@ -122,17 +132,24 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
         const float got = get(d.p, p.d_type, e);
         written[e] = true;
         if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);
+        if (!spec.pre_activation) continue;
+        const float want_z = sim::rounded(float(sum) + bias.values[j], p.d_type), got_z = get(z.p, p.d_type, e);
+        if (!(got_z == want_z) && bad++ < 3) printf("  Z[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got_z, want_z);
       }
   for (size_t e = 0; e < written.size(); ++e)
-    for (int64_t byte = 0; !written[e] && byte < esize; ++byte)
+    for (int64_t byte = 0; !written[e] && byte < esize; ++byte) {
       if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
+      if (spec.pre_activation && z.p[e * esize + byte] != 0xff && bad++ < 3)
+        printf("  wrote outside the pre-activation, element %zu\n", e);
+    }
   if (bad)
     printf("%s case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
-           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld multiprocessors=%d shared_limit=%zu "
-           "max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
+           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld pre_activation=%d multiprocessors=%d "
+           "shared_limit=%zu max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
            kind, index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
-           int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, sim::multiprocessors,
-           sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k, plan.raster_group);
+           int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, int(spec.pre_activation),
+           sim::multiprocessors, sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k,
+           plan.raster_group);
   return bad;
 }
 

@@ -32,9 +32,17 @@ struct GemmCaseSpec {
   // D with a 16-byte aligned base and pitches, which the Hopper kernel's
   // epilogue stores through the copy engine; false leaves them anything.
   bool d_copyable = false;
+  // D's base 1 to 3 elements past a 16-byte boundary: no tensor map describes it.
+  bool d_misaligned = false;
   // D's type: any of the three, fp32 or the inputs' own (what the ops make,
   // and the only types the Hopper kernels store), or the other 16-bit type.
   enum class OutputType { kAny, kOpsOwn, kOther16Bit } d_type = OutputType::kAny;
+  // Operand layouts: -1 random (or by the case's index, see gemm_case), 1
+  // row-major, 0 column-major.
+  int a_row_major = -1, b_row_major = -1;
+  // Asks the launcher for the pre-activation too (GemmParams::pre_activation,
+  // laid out as D, poisoned), under GELU or ReLU, and checks it.
+  bool pre_activation = false;
   bool has_plan = false;
   GemmPlan plan;
   cudaError_t expect = cudaSuccess;  // for a plan the launcher must refuse

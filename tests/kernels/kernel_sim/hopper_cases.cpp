@@ -27,7 +27,12 @@
 //    forced onto the wide tile with operands of any pitch and base
 //    (MPGEMM_PADDED_OPERANDS=1), which the launcher copies to aligned
 //    pitches in the (poisoned) workspace first, every other one of those
-//    splitting K too. Every pair and narrow case
+//    splitting K too; the pre-activation (GELU's input) asked for beside D
+//    in one case of sixteen, forced onto the wide tile with K-major
+//    operands, whose pre-activation kernel stores it from its epilogue
+//    (every other one from registers, D's base off 16 bytes), and in every
+//    other split case, which the launcher runs again with no activation for
+//    it. Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -48,8 +53,11 @@
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N",
 // "wgmma_n128 cases: N", "wgmma_n64 cases: N", "wgmma split-K cases: N",
-// "wgmma cases on padded copies: N" and
-// "wgmma cases storing through the copy engine: N" and "cluster occupancy
+// "wgmma cases on padded copies: N",
+// "wgmma cases storing through the copy engine: N", "wgmma cases storing
+// the pre-activation from the epilogue: N", "wgmma cases storing the
+// pre-activation from registers: N", "wgmma cases running the product again
+// for the pre-activation: N" and "cluster occupancy
 // asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
 // "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
@@ -240,6 +248,7 @@ static int check_layouts(int& mismatches) {
 // those that stored D through the copy engine.
 struct GemmCaseCounts {
   int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0, split = 0, padded = 0;
+  int pre_activation_from_epilogue = 0, pre_activation_from_registers = 0, pre_activation_again = 0;
 };
 
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
@@ -261,6 +270,13 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // of those also splits K (the copies, then the partial sums, in one
   // workspace), on a split case's shape.
   const bool padded = index % 16 == 0, padded_split = index % 32 == 16;
+  // The pre-activation asked for too: from the wide tile's epilogue in one
+  // case of sixteen (every other forced case on operands the copy engine
+  // describes), on K-major operands (nn.Linear's forward), every other one
+  // with D's base off 16 bytes, so that both outputs are stored from
+  // registers; by the product run again in every other split case.
+  const bool pre_activation_epilogue = index % 16 == 3, pre_activation_again = index % 32 == 8;
+  const bool pre_activation_from_registers = index % 32 == 19;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
@@ -290,8 +306,12 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // So that every pair and narrow case runs its kernel, and every other forced one the wide tile's.
   spec.copyable_operands = paired || narrow || split || padded || index % 8 == 3;
   // On each pair kernel: the tall cases store from registers, the others through the copy engine; every
-  // forced case through the copy engine (the epilogue's strips turned over most often).
-  spec.d_copyable = forced || (paired ? index / 8 : index / 4) % 2 == 0;
+  // forced case but one pre-activation case through the copy engine (the epilogue's strips turned over most
+  // often).
+  spec.d_copyable = (forced && !pre_activation_from_registers) || (paired ? index / 8 : index / 4) % 2 == 0;
+  spec.d_misaligned = pre_activation_from_registers;
+  spec.pre_activation = pre_activation_epilogue || pre_activation_again;
+  if (pre_activation_epilogue) spec.a_row_major = 1, spec.b_row_major = 0, spec.aligned = 1;
   using OutputType = sim::GemmCaseSpec::OutputType;
   spec.d_type = other_type || refused ? OutputType::kOther16Bit : OutputType::kOpsOwn;
   if (other_type || refused) spec.min_k = 1;
@@ -377,6 +397,16 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   counts.on_n64 += plan.config == TileConfigId::kWgmmaN64;
   counts.split += is_wgmma(plan.config) && plan.split_k > 1;
   counts.padded += plan.padded;
+  const bool from_epilogue = plan.config == TileConfigId::kWgmma && plan.split_k == 1;
+  counts.pre_activation_from_epilogue += pre_activation_epilogue && from_epilogue;
+  counts.pre_activation_from_registers +=
+      pre_activation_epilogue && from_epilogue && sim::hopper::stores_issued == stores_before;
+  counts.pre_activation_again += pre_activation_again && is_wgmma(plan.config) && !from_epilogue;
+  if (pre_activation_epilogue && shape.k > 0 && !from_epilogue) {
+    printf("pre-activation case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma whole K\n", index,
+           tile_config(plan.config).name, plan.split_k);
+    bad = true;
+  }
   counts.copied_out += sim::hopper::stores_issued != stores_before;
   return bad;
 }
@@ -494,9 +524,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < cases && !(first_failure && failed); ++i) failed += hopper_gemm_case(i, gemm);
   printf("wgmma cases: %d\nwgmma_2x1 cases: %d\nwgmma_pingpong cases: %d\nwgmma_n128 cases: %d\n"
          "wgmma_n64 cases: %d\nwgmma split-K cases: %d\nwgmma cases on padded copies: %d\n"
-         "wgmma cases storing through the copy engine: %d\ngemm: %d/%d failed\n",
+         "wgmma cases storing through the copy engine: %d\n"
+         "wgmma cases storing the pre-activation from the epilogue: %d\n"
+         "wgmma cases storing the pre-activation from registers: %d\n"
+         "wgmma cases running the product again for the pre-activation: %d\ngemm: %d/%d failed\n",
          gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.split, gemm.padded,
-         gemm.copied_out, failed, cases);
+         gemm.copied_out, gemm.pre_activation_from_epilogue, gemm.pre_activation_from_registers,
+         gemm.pre_activation_again, failed, cases);
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
   int walk_mismatches = 0;

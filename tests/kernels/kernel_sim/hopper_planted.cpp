@@ -1,7 +1,8 @@
 // One Hopper kernel from a copy of the kernels with a bug planted in it
 // (test_kernel_sim.py): PLANTED_TILE's, fp16 inputs, A row-major and B
 // column-major (both K-major), the layouts `hopper_cases ... pinned` runs;
-// with PLANTED_SPLIT_K, WgmmaTile's split-K kernel of those too.
+// with PLANTED_SPLIT_K, WgmmaTile's split-K and pre-activation kernels of
+// those too.
 // Linked ahead of the unplanted kernels, its definitions of the kernel and of
 // every function it shares with them are the ones the linker keeps, so that a
 // planted build compiles this one unit rather than every Hopper kernel.
@@ -10,4 +11,5 @@
 MPGEMM_WGMMA_LAUNCH_ONE(__half, PLANTED_TILE, true, true)
 #ifdef PLANTED_SPLIT_K
 MPGEMM_WGMMA_LAUNCH_KIND(__half, WgmmaTile, true, true, GemmKernel::kSplitK)
+MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(__half, WgmmaTile)
 #endif
