@@ -30,9 +30,9 @@
 //    splitting K too; the pre-activation (GELU's input) asked for beside D
 //    in one case of sixteen, forced onto the wide tile with K-major
 //    operands, whose pre-activation kernel stores it from its epilogue
-//    (every other one from registers, D's base off 16 bytes), and in every
-//    other split case, which the launcher runs again with no activation for
-//    it. Every pair and narrow case
+//    (every other one from registers, D's base off 16 bytes), and in one
+//    case of 32 on the narrow tile the default picks, which the launcher
+//    runs again with no activation for it. Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -274,8 +274,9 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // case of sixteen (every other forced case on operands the copy engine
   // describes), on K-major operands (nn.Linear's forward), every other one
   // with D's base off 16 bytes, so that both outputs are stored from
-  // registers; by the product run again in every other split case.
-  const bool pre_activation_epilogue = index % 16 == 3, pre_activation_again = index % 32 == 8;
+  // registers; by the product run again in one case of the narrow tile the
+  // default picks (index 20 of a run's 24).
+  const bool pre_activation_epilogue = index % 16 == 3, pre_activation_again = index % 32 == 20;
   const bool pre_activation_from_registers = index % 32 == 19;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
