@@ -221,10 +221,20 @@ def _torch_has_out_dtype(device, dtype):
         return False
 
 
+def _fwd_bwd(fn, work):
+    """The fwd+bwd impl of an op taking (x, w, b) and, for backward, the
+    output's gradient: it returns the gradients instead of accumulating them
+    into .grad, so no call pays for an extra add."""
+    def run(x, w, b, grad):
+        out = fn(x, w, b)
+        return (out, *torch.autograd.grad(out, (x, w, b), grad))
+
+    return Impl(run, run, work)
+
+
 def _forward_and_backward(forward, baseline_forward, flops, backward_flops, mpgemm_name, baseline_name):
-    """fwd and fwd+bwd impls of ops taking (x, w, b) and, for backward, the
-    output's gradient. fwd+bwd returns the gradients instead of accumulating
-    them into .grad, so no call pays for an extra add."""
+    """fwd and fwd+bwd (_fwd_bwd) impls of ops taking (x, w, b) and, for
+    backward, the output's gradient."""
     def fwd(fn):
         def run(x, w, b, grad):
             with torch.no_grad():
@@ -232,18 +242,11 @@ def _forward_and_backward(forward, baseline_forward, flops, backward_flops, mpge
 
         return Impl(run, lambda *inputs: (run(*inputs),), flops)
 
-    def fwd_bwd(fn, work):
-        def run(x, w, b, grad):
-            out = fn(x, w, b)
-            return (out, *torch.autograd.grad(out, (x, w, b), grad))
-
-        return Impl(run, run, work)
-
     impls = {
         f"{baseline_name} fwd": fwd(baseline_forward),
         f"{mpgemm_name} fwd": dataclasses.replace(fwd(forward), baseline=f"{baseline_name} fwd"),
-        f"{baseline_name} fwd+bwd": fwd_bwd(baseline_forward, 3 * flops),
-        f"{mpgemm_name} fwd+bwd": dataclasses.replace(fwd_bwd(forward, backward_flops),
+        f"{baseline_name} fwd+bwd": _fwd_bwd(baseline_forward, 3 * flops),
+        f"{mpgemm_name} fwd+bwd": dataclasses.replace(_fwd_bwd(forward, backward_flops),
                                                       baseline=f"{baseline_name} fwd+bwd"),
     }
     return impls
@@ -300,8 +303,8 @@ def _linear_case(shape, device, dtype):
         with environment({"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1"}):
             return ops.linear(x, w, b, activation="gelu")
 
-    saved = _forward_and_backward(saved_z, None, product, 3 * product, f"mpgemm fused saved-z{_tag(dtype)}", baseline)
-    impls[f"mpgemm fused saved-z{_tag(dtype)} fwd+bwd"] = saved[f"mpgemm fused saved-z{_tag(dtype)} fwd+bwd"]
+    impls[f"mpgemm fused saved-z{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
+        _fwd_bwd(saved_z, 3 * product), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (m * k + n * k + m * n), impls
 
 
