@@ -148,8 +148,8 @@ def bench_step(name):
         section = {"gemm": gemm_section, "ceiling": ceiling_section,
                    "mlp": lambda r: paired_section(r, [(f"mpgemm fused{t} {p}", f"torch unfused{t} {p}")
                                                        for t, p in passes] +
-                                                   [(f"mpgemm fused saved-z{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
-                                                    for t in BF16_TAGS]),
+                                                   [(f"mpgemm fused {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
+                                                    for fused in ("saved-z", "saved-z+dbias") for t in BF16_TAGS]),
                    "conv": conv_section}[name]
         headline, lines = section(report)
         lines = [f"- {note}" for note in _bench_report().notes(report)] + lines

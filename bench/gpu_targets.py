@@ -79,6 +79,23 @@ def _pre_activation_gemm(m, n, k):
     _check(f"linear {m}x{n}x{k} with GELU's pre-activation, the pre-activation", z, reference_gemm(x, w.t(), bias))
 
 
+def _row_sums_gemm(m, n, k, split):
+    """linear's weight gradient with its bias's (the kernels
+    MPGEMM_EPILOGUE_BIAS_GRAD=1 runs): dz^T (column-major) times x
+    (row-major) on the wide Hopper tile, whole K or (split, opt-in) split-K;
+    D and A's row sums each checked against float64."""
+    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    if split:
+        os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1"
+    dz, x = torch.randn(k, m, device="cuda").half(), torch.randn(k, n, device="cuda").half()
+    y, sums = torch.ops.mpgemm._gemm_row_sums(dz.t(), x, out_dtype=torch.float32)
+    torch.cuda.synchronize()
+    os.environ.pop("MPGEMM_WGMMA_SPLIT_K", None)
+    name = f"row sums GEMM {m}x{n}x{k}{' split' if split else ''}"
+    _check(f"{name}, D", y, reference_gemm(dz.t(), x))
+    _check(f"{name}, the row sums", sums, dz.double().sum(0).cpu())
+
+
 def _conv_passes(name, x_shape, w_shape, **conv_args):
     """A convolution's forward, backward-data and backward-filter passes,
     each checked against float64 on the CPU."""
@@ -155,8 +172,8 @@ def _loss_scaling():
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
-    one on padded copies of odd-pitched operands and one that stores GELU's
-    pre-activation too), and
+    one on padded copies of odd-pitched operands, one that stores GELU's
+    pre-activation too, and those that sum A's rows, whole K and split), and
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
@@ -180,6 +197,9 @@ def sanitize():
         _gemm_on("wgmma", 301, 259, 131, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_PADDED_OPERANDS")
         _pre_activation_gemm(300, 1032, 264)
+        # Whole K on 3 x 5 tiles, the last row and column ragged; split 13 ways as the split-K target above.
+        _row_sums_gemm(304, 1032, 264, split=False)
+        _row_sums_gemm(128, 264, 4104, split=True)
     os.environ.pop("MPGEMM_GEMM_PATH")
     # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
     _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)

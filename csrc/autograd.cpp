@@ -13,7 +13,12 @@
 //     da = dz @ b^T,  db = a^T @ dz  (on the mpgemm kernels, dz rounded to the
 //                                     product's input type, fp16 or bf16;
 //                                     transposes read in place)
-//     dbias = sum(dz)                (accumulated in fp32)
+//     dbias = sum(dz)                (accumulated in fp32; linear's, with
+//                                     MPGEMM_EPILOGUE_BIAS_GRAD=1, by its
+//                                     weight's gradient product, which reads
+//                                     dz^T as its A: the row sums of A, of dz
+//                                     as rounded for the product, as torch.amp
+//                                     sums its 16-bit dz)
 // and each gradient has the dtype of its input. conv2d's are its dgrad and
 // wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
 // an fp32 sum for the bias. Each saves its operands, and the bias where
@@ -69,6 +74,13 @@ std::tuple<at::Tensor, at::Tensor> call_with_pre_activation(const at::Tensor& a,
 }
 constexpr char kGemmPreActivation[] = "mpgemm::_gemm_pre_activation";
 constexpr char kLinearPreActivation[] = "mpgemm::_linear_pre_activation";
+
+// a @ b and a's row sums over K, in fp32.
+std::tuple<at::Tensor, at::Tensor> call_gemm_row_sums(const at::Tensor& a, const at::Tensor& b,
+                                                      at::ScalarType out_dtype) {
+  static const auto op = op_handle<GemmRowSumsSignature>("mpgemm::_gemm_row_sums");
+  return op.call(a, b, out_dtype);
+}
 
 std::tuple<at::Tensor, at::Tensor> call_conv2d_batch_stats(const at::Tensor& x, const at::Tensor& weight,
                                                            const std::optional<at::Tensor>& bias,
@@ -126,6 +138,14 @@ variable_list once_differentiable(const char* op, const Backward& backward) {
 // graph, so that a bad value is refused there (torch.compile asks once, when
 // it traces).
 bool pre_activation_saved() { return environment_switch("MPGEMM_EPILOGUE_PRE_ACTIVATION"); }
+
+// MPGEMM_EPILOGUE_BIAS_GRAD: "1" has linear's backward sum its bias's
+// gradient in the product that gives the weight's (_gemm_row_sums: the
+// Hopper kernels sum dz^T's rows beside it; elsewhere torch sums dz after
+// it), where both gradients are wanted; unset or "0" sums dz apart. Opt-in
+// until those kernels have passed the GPU tests. Asked by each backward
+// that wants both.
+bool bias_grad_from_weight_grad() { return environment_switch("MPGEMM_EPILOGUE_BIAS_GRAD"); }
 
 // gemm's or linear's forward (Op, OpPreActivation: the op, and the one that
 // returns the pre-activation too), and what it keeps for backward besides the
@@ -267,12 +287,19 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
       if (ctx->needs_input_grad(0))
         grad_x = call_gemm(grad_z16, weight.to(dtype), std::nullopt, std::nullopt, x.scalar_type())
                      .view_symint(x_sizes);
+      const auto bias_dtype = saved_bias_dtype(ctx);
+      const bool want_bias = bias_dtype && ctx->needs_input_grad(kBiasEdge);
       if (ctx->needs_input_grad(1)) {
         const at::Tensor x16 = x.reshape_symint({rows, in_features}).to(dtype);
-        grad_weight = call_gemm(grad_z16.t(), x16, std::nullopt, std::nullopt, weight.scalar_type());
+        if (want_bias && bias_grad_from_weight_grad()) {
+          at::Tensor row_sums;
+          std::tie(grad_weight, row_sums) = call_gemm_row_sums(grad_z16.t(), x16, weight.scalar_type());
+          grad_bias = row_sums.to(*bias_dtype);
+        } else {
+          grad_weight = call_gemm(grad_z16.t(), x16, std::nullopt, std::nullopt, weight.scalar_type());
+        }
       }
-      const auto bias_dtype = saved_bias_dtype(ctx);
-      if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = bias_grad(grad_z, *bias_dtype);
+      if (want_bias && !grad_bias.defined()) grad_bias = bias_grad(grad_z, *bias_dtype);
       return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor()};
     });
   }

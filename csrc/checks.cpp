@@ -196,12 +196,12 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
 }
 
 template <class Size>
-GemmProblem<Size> check_cublas_gemm_args(const at::Tensor& a, const at::Tensor& b,
-                                         std::optional<at::ScalarType> out_dtype) {
+GemmProblem<Size> check_2d_gemm_args(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                     std::optional<at::ScalarType> out_dtype) {
   auto problem = check_gemm_args<Size>(a, b, std::nullopt, std::nullopt, out_dtype);
-  problem.op = "mpgemm._cublas_gemm";
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mpgemm._cublas_gemm: expected 2-D a and b, got ", a.dim(),
-                    "-D and ", b.dim(), "-D");
+  problem.op = op;
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, op, ": expected 2-D a and b, got ", a.dim(), "-D and ", b.dim(),
+                    "-D");
   return problem;
 }
 
@@ -212,8 +212,8 @@ GemmProblem<Size> check_cublas_gemm_args(const at::Tensor& a, const at::Tensor& 
   template GemmProblem<Size> check_linear_args<Size>(const at::Tensor&, const at::Tensor&,                    \
                                                      const std::optional<at::Tensor>&,                         \
                                                      std::optional<std::string_view>, std::optional<at::ScalarType>); \
-  template GemmProblem<Size> check_cublas_gemm_args<Size>(const at::Tensor&, const at::Tensor&,                \
-                                                          std::optional<at::ScalarType>);
+  template GemmProblem<Size> check_2d_gemm_args<Size>(const char*, const at::Tensor&, const at::Tensor&,        \
+                                                      std::optional<at::ScalarType>);
 MPGEMM_INSTANTIATE_CHECKS(int64_t)
 MPGEMM_INSTANTIATE_CHECKS(c10::SymInt)
 

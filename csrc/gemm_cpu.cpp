@@ -11,11 +11,13 @@
 namespace mpgemm {
 
 void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation) {
+                   const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side) {
   // Widening to fp32 keeps strides, so transposed views stay views for BLAS.
-  at::Tensor acc = at::matmul(a.to(at::kFloat), b.to(at::kFloat));
+  const at::Tensor a32 = a.to(at::kFloat);
+  at::Tensor acc = at::matmul(a32, b.to(at::kFloat));
   if (bias) acc.add_(bias->to(at::kFloat));
-  if (pre_activation != nullptr) pre_activation->copy_(acc.reshape(pre_activation->sizes()));
+  if (side.pre_activation != nullptr) side.pre_activation->copy_(acc.reshape(side.pre_activation->sizes()));
+  if (side.a_row_sums != nullptr) at::sum_out(*side.a_row_sums, a32, {-1});
   if (problem.activation != kernels::Activation::kNone) {
     acc = acc.contiguous();
     float* data = acc.data_ptr<float>();

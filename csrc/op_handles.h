@@ -21,6 +21,9 @@ using GemmPreActivationSignature = std::tuple<at::Tensor, at::Tensor>(const at::
                                                                       const std::optional<at::Tensor>&,
                                                                       std::optional<std::string_view>,
                                                                       std::optional<at::ScalarType>);
+// _gemm_row_sums: (a, b, out_dtype) -> (a @ b, a's row sums).
+using GemmRowSumsSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                std::optional<at::ScalarType>);
 // conv2d: (x, weight, bias, stride, padding, dilation, groups, out_dtype).
 using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                  at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,

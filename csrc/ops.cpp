@@ -16,15 +16,16 @@ namespace mpgemm {
 namespace {
 
 using GemmInto = void (*)(const GemmProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
-                          const std::optional<at::Tensor>&, at::Tensor&, at::Tensor*);
+                          const std::optional<at::Tensor>&, at::Tensor&, const GemmSideOutputs&);
 using WithPreActivation = std::tuple<at::Tensor, at::Tensor>;
+using WithRowSums = std::tuple<at::Tensor, at::Tensor>;
 
 template <GemmInto Into>
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                 std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out_dtype);
   at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
-  Into(problem, a, b, bias, out, nullptr);
+  Into(problem, a, b, bias, out, {});
   return out;
 }
 
@@ -35,8 +36,17 @@ WithPreActivation gemm_pre_activation(const at::Tensor& a, const at::Tensor& b, 
   const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out_dtype);
   at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
   at::Tensor pre_activation = at::empty_like(out);
-  Into(problem, a, b, bias, out, &pre_activation);
+  Into(problem, a, b, bias, out, {.pre_activation = &pre_activation});
   return {out, pre_activation};
+}
+
+template <GemmInto Into>
+WithRowSums gemm_row_sums(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_2d_gemm_args<int64_t>("mpgemm._gemm_row_sums", a, b, out_dtype);
+  at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
+  at::Tensor a_row_sums = at::empty({problem.m}, a.options().dtype(at::kFloat));
+  Into(problem, a, b, std::nullopt, out, {.a_row_sums = &a_row_sums});
+  return {out, a_row_sums};
 }
 
 template <GemmInto Into>
@@ -47,7 +57,7 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   at::assert_no_overlap(out, a);
   at::assert_no_overlap(out, b);
   if (bias) at::assert_no_overlap(out, *bias);
-  Into(problem, a, b, bias, out, nullptr);
+  Into(problem, a, b, bias, out, {});
 }
 
 // fp32 operands are rounded to the product's input type here, for the Tensor
@@ -67,10 +77,10 @@ auto linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<a
   if constexpr (PreActivation) {
     const at::Tensor pre_activation = at::empty_like(out);
     at::Tensor pre_activation_rows = pre_activation.view({problem.m, problem.n});
-    Into(problem, a, b, bias, rows, &pre_activation_rows);
+    Into(problem, a, b, bias, rows, {.pre_activation = &pre_activation_rows});
     return WithPreActivation{out, pre_activation};
   } else {
-    Into(problem, a, b, bias, rows, nullptr);
+    Into(problem, a, b, bias, rows, {});
     return out;
   }
 }
@@ -99,6 +109,12 @@ WithPreActivation pre_activation_meta(const at::Tensor& a, const at::Tensor& b, 
                                       std::optional<at::ScalarType> out_dtype) {
   const at::Tensor out = Meta(a, b, bias, activation, out_dtype);
   return {out, at::empty_like(out)};
+}
+
+WithRowSums gemm_row_sums_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
+  const auto problem = check_2d_gemm_args<c10::SymInt>("mpgemm._gemm_row_sums", a, b, out_dtype);
+  return {at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype)),
+          at::empty_symint({problem.m}, a.options().dtype(at::kFloat))};
 }
 
 template <void (*Impl)(at::TensorList, at::TensorList, at::Tensor&, const at::Tensor&)>
@@ -215,7 +231,7 @@ std::tuple<at::Tensor, at::Tensor> conv2d_gradients_meta(const at::Tensor& grad_
 }
 
 at::Tensor cublas_gemm_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
-  const auto problem = check_cublas_gemm_args<c10::SymInt>(a, b, out_dtype);
+  const auto problem = check_2d_gemm_args<c10::SymInt>("mpgemm._cublas_gemm", a, b, out_dtype);
   return at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype));
 }
 
@@ -252,6 +268,11 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "_linear_pre_activation(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, "
       "ScalarType? out_dtype=None) -> (Tensor y, Tensor pre_activation)");
+  // a @ b (2-D, no epilogue) and a's row sums over K in fp32, (M,): linear's
+  // wgrad, dW = dZ^T @ X, with its bias's gradient, which the Hopper kernels
+  // sum beside the product where MPGEMM_EPILOGUE_BIAS_GRAD=1
+  // (csrc/autograd.cpp calls it; it has no autograd of its own).
+  m.def("_gemm_row_sums(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> (Tensor y, Tensor a_row_sums)");
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
@@ -314,6 +335,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("linear", &linear<gemm_cpu_into, false>);
   m.impl("_gemm_pre_activation", &gemm_pre_activation<gemm_cpu_into>);
   m.impl("_linear_pre_activation", &linear<gemm_cpu_into, true>);
+  m.impl("_gemm_row_sums", &gemm_row_sums<gemm_cpu_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cpu>);
   m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cpu>);
   m.impl("conv2d", &conv2d<conv2d_cpu>);
@@ -330,6 +352,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("linear", &linear_meta);
   m.impl("_gemm_pre_activation", &pre_activation_meta<gemm_meta>);
   m.impl("_linear_pre_activation", &pre_activation_meta<linear_meta>);
+  m.impl("_gemm_row_sums", &gemm_row_sums_meta);
   m.impl("unscale_grads_", &unscale_grads_meta);
   m.impl("update_loss_scale_", &update_loss_scale_meta);
   m.impl("conv2d", &conv2d_meta);
@@ -348,6 +371,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("linear", &linear<gemm_cuda_into, false>);
   m.impl("_gemm_pre_activation", &gemm_pre_activation<gemm_cuda_into>);
   m.impl("_linear_pre_activation", &linear<gemm_cuda_into, true>);
+  m.impl("_gemm_row_sums", &gemm_row_sums<gemm_cuda_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
   m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cuda>);
   m.impl("conv2d", &conv2d<conv2d_cuda>);

@@ -41,21 +41,30 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
                                     const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                                     std::optional<at::ScalarType> out_dtype);
 
-// _cublas_gemm's arguments: gemm's, 2-D only, with no epilogue.
+// The arguments of the internal ops `op` names, _cublas_gemm and
+// _gemm_row_sums: gemm's, 2-D only, with no epilogue.
 template <class Size>
-GemmProblem<Size> check_cublas_gemm_args(const at::Tensor& a, const at::Tensor& b,
-                                         std::optional<at::ScalarType> out_dtype);
+GemmProblem<Size> check_2d_gemm_args(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                     std::optional<at::ScalarType> out_dtype);
 
 // Checks a caller-provided output against the problem.
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);
 
+// What a GEMM backend writes besides `out`, where given: the pre-activation
+// (a tensor laid out as `out`), a @ b + bias before the activation, rounded
+// to its dtype; A's row sums over K (fp32, (m,); 2-D a only), summed from
+// a's 16-bit elements.
+struct GemmSideOutputs {
+  at::Tensor* pre_activation = nullptr;
+  at::Tensor* a_row_sums = nullptr;
+};
+
 // Backends: write activation(a @ b + bias) into `out`, already checked, and
-// where `pre_activation` is given (a tensor laid out as `out`), a @ b + bias
-// before the activation into it, rounded to its dtype.
+// what `side` asks for.
 void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation);
+                   const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side);
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation);
+                    const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side);
 
 // A validated conv2d call: x (N, C, H, W), weight (K, C / groups, R, S), output
 // (N, K, P, Q). Padding is (top, bottom, left, right).

@@ -21,7 +21,7 @@ cudaDataType_t cuda_data_type(at::ScalarType dtype) {
 }  // namespace
 
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
-  const auto problem = check_cublas_gemm_args<int64_t>(a, b, out_dtype);
+  const auto problem = check_2d_gemm_args<int64_t>("mpgemm._cublas_gemm", a, b, out_dtype);
   const c10::cuda::CUDAGuard device_guard(a.device());
   // Row-major C = A B is column-major C^T = B^T A^T: hand cuBLAS b first.
   const at::Tensor a_rows = a.contiguous(), b_rows = b.contiguous();

@@ -1,7 +1,8 @@
 // CUDA launcher of gemm: turns checked tensors into kernel arguments, plans
 // the launch (tile, split-K) and enqueues the GEMM kernels on the current
-// stream of a's device. `out` and `pre_activation` are contiguous (the ops
-// allocate them, or check_gemm_out checks), so that they share D's strides.
+// stream of a's device. `out` and the pre-activation are contiguous (the ops
+// allocate them, or check_gemm_out checks), so that they share D's strides;
+// A's row sums are (m,), contiguous.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -34,7 +35,7 @@ MatrixOperand as_matrix_operand(const at::Tensor& t) {
 }  // namespace
 
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, at::Tensor& out, at::Tensor* pre_activation) {
+                    const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side) {
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_tensor_cores_take(problem.op, problem.input_dtype, a);
   const MatrixOperand a_op = as_matrix_operand(a);
@@ -65,13 +66,19 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_type = element_type(out.scalar_type());
   p.d_batch_stride = problem.m * problem.n;
   p.d_row_stride = problem.n;
-  if (pre_activation != nullptr) p.pre_activation = pre_activation->data_ptr();
-  const kernels::GemmLaunch launch = kernels::plan_gemm(p);
-  // Split-K's fp32 partial sums.
+  if (side.pre_activation != nullptr) p.pre_activation = side.pre_activation->data_ptr();
+  if (side.a_row_sums != nullptr) p.a_row_sums = side.a_row_sums->data_ptr<float>();
+  kernels::GemmLaunch launch = kernels::plan_gemm(p);
+  // A's row sums where the plan's kernels cannot sum them: torch's sum of a
+  // (accumulated in fp32), after the product.
+  const bool sum_a_apart = side.a_row_sums != nullptr && !kernels::a_row_sums_from_mainloop(p, launch);
+  if (sum_a_apart) p.a_row_sums = nullptr;
+  // A padded plan's copies, split-K's fp32 partial sums (and partial row sums).
   at::Tensor workspace;
   if (launch.workspace_bytes > 0) workspace = allocate_workspace(launch.workspace_bytes, a);
   C10_CUDA_CHECK(kernels::launch_gemm(p, launch, launch.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                       c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
+  if (sum_a_apart) at::sum_out(*side.a_row_sums, a, {-1}, false, at::kFloat);
 }
 
 }  // namespace mpgemm

@@ -221,13 +221,15 @@ def _torch_has_out_dtype(device, dtype):
         return False
 
 
-def _fwd_bwd(fn, work):
+def _fwd_bwd(fn, work, variables=None):
     """The fwd+bwd impl of an op taking (x, w, b) and, for backward, the
     output's gradient: it returns the gradients instead of accumulating them
-    into .grad, so no call pays for an extra add."""
+    into .grad, so no call pays for an extra add. `variables`: the
+    environment both passes run in (an opt-in switch)."""
     def run(x, w, b, grad):
-        out = fn(x, w, b)
-        return (out, *torch.autograd.grad(out, (x, w, b), grad))
+        with environment(variables or {}):
+            out = fn(x, w, b)
+            return (out, *torch.autograd.grad(out, (x, w, b), grad))
 
     return Impl(run, run, work)
 
@@ -293,18 +295,19 @@ def _linear_case(shape, device, dtype):
     # MPGEMM_EPILOGUE_PRE_ACTIVATION=1 (opt-in, "saved z") the forward keeps
     # it instead: three products where the Hopper epilogue stores it beside
     # y (four where the forward runs the product again, which the count
-    # leaves out).
+    # leaves out); with MPGEMM_EPILOGUE_BIAS_GRAD=1 too ("saved-z+dbias")
+    # dW's product sums the bias's gradient, where torch sums dz apart.
     baseline = f"torch unfused{_tag(dtype)}"
-    impls = _forward_and_backward(lambda x, w, b: ops.linear(x, w, b, activation="gelu"),
-                                  lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 4 * product,
+
+    def gelu_linear(x, w, b):
+        return ops.linear(x, w, b, activation="gelu")
+
+    impls = _forward_and_backward(gelu_linear, lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 4 * product,
                                   f"mpgemm fused{_tag(dtype)}", baseline)
-
-    def saved_z(x, w, b):
-        with environment({"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1"}):
-            return ops.linear(x, w, b, activation="gelu")
-
-    impls[f"mpgemm fused saved-z{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
-        _fwd_bwd(saved_z, 3 * product), baseline=f"{baseline} fwd+bwd")
+    saved_z = {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1"}
+    for name, variables in (("saved-z", saved_z), ("saved-z+dbias", {**saved_z, "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
+        impls[f"mpgemm fused {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
+            _fwd_bwd(gelu_linear, 3 * product, variables), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (m * k + n * k + m * n), impls
 
 

@@ -200,6 +200,53 @@ def test_pre_activation_kernels_store_twice_from_the_unsplit_block(hopper_kernel
             assert sass.count_opcodes(ops, op) == sass.count_opcodes(whole_k_ops, op), f"{name}: {op}"
 
 
+ROW_SUMS_KERNELS = {"wgmma_row_sums_gemm_kernel": GEMM_KERNEL, "wgmma_splitk_row_sums_gemm_kernel": SPLIT_K_KERNEL}
+
+
+def check_row_sums_kernel(name, instructions, plain):
+    """A kernel that sums A's rows beside D against `plain`, the kernel of
+    the same arguments without: two mainloops, its own and, for the first
+    column of tiles, one whose every 64 x 256 x 16 HGMMA is followed by a
+    64 x 8 x 16 one against the tile of ones, issued back to back (no wait
+    between a slice's HGMMAs: a wgmma under a branch that ptxas cannot
+    prove uniform has it serialize every wgmma of the kernel, its warning
+    C7520); the same copies and strip stores as `plain`."""
+    bf16 = ".BF16" if "__nv_bfloat16" in name else ""
+    wide, narrow = f"HGMMA.64x256x16.F32{bf16}", f"HGMMA.64x8x16.F32{bf16}"
+    ops, plain_ops = [i.opcode for i in instructions], [i.opcode for i in plain]
+    assert {op for op in ops if op.startswith("HGMMA")} == {wide, narrow}, name
+    assert sass.count_opcodes(ops, wide) == 2 * sass.count_opcodes(plain_ops, wide) == 8, name
+    assert sass.count_opcodes(ops, narrow) == 4 and sass.count_opcodes(ops, "HMMA") == 0, name
+    mix = sass.mainloop_mix(instructions)  # the row sums' loop: the most HGMMAs
+    body = [i.opcode for i in instructions if mix.start <= i.address <= mix.end]
+    issued = [k for k, op in enumerate(body) if op.startswith("HGMMA")]
+    assert [body[k] for k in issued] == [wide, narrow] * 4, f"{name}: {[body[k] for k in issued]}"
+    assert not [op for op in body[issued[0]:issued[-1]] if op.startswith("WARPGROUP")], f"{name} waits between"
+    assert mix.counts["global"] == 0 and mix.counts["barrier"] == 0, f"{name}: {mix.counts}"
+    for op in ("UTMALDG", "UTMASTG"):
+        assert sass.count_opcodes(ops, op) == sass.count_opcodes(plain_ops, op), f"{name}: {op}"
+
+
+def test_row_sums_kernels_add_a_narrow_wgmma_to_each_k16_of_the_first_column_of_tiles(machine_code):
+    """The Hopper GEMM kernels that sum A's rows beside D (opt-in,
+    MPGEMM_EPILOGUE_BIAS_GRAD=1: linear's wgrad with its bias's gradient):
+    two input types, MN-major operands, whole K and split, on the 128 x 256
+    tile alone, each its plain kernel's block with the row sums' mainloop
+    beside its own, and no spills."""
+    code, usage = machine_code[0].get("sm_90a"), machine_code[1].get("sm_90a")
+    if code is None:
+        pytest.skip("the build has no sm_90a code")
+    kernels = {name: instructions for name, instructions in code.items()
+               if any(kernel in name for kernel in ROW_SUMS_KERNELS)}
+    assert len(kernels) == 4 and all("9WgmmaTileELb0ELb0E" in name for name in kernels), sorted(kernels)
+    for name, instructions in kernels.items():
+        res = usage.get(name, {})
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+        # The mangled names spell each name's length before it; the parameters are the same.
+        kernel, plain = next((k, p) for k, p in ROW_SUMS_KERNELS.items() if f"{len(k)}{k}" in name)
+        check_row_sums_kernel(name, instructions, code[name.replace(f"{len(kernel)}{kernel}", f"{len(plain)}{plain}")])
+
+
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"
 MOMENTS_KERNEL = "wgmma_fprop_moments_kernel"
 

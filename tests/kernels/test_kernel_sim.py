@@ -240,6 +240,11 @@ HOPPER_MUTATIONS = {
          "  if (PLANTED) activate(acc, p);\n  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n"
          "  if (!PLANTED) activate(acc, p);\n"),
         (False, False), "Z[", "WgmmaTile"),
+    # The row sums kernel's tile of ones written without fence.proxy.async:
+    # its wgmmas (the async proxy) may read what the threads wrote before it.
+    "tile of ones read by wgmma without fence.proxy.async": (
+        ("  fence_proxy_async_shared();\n}", "  if (!PLANTED) fence_proxy_async_shared();\n}"),
+        (False, False), "a thread wrote without fence.proxy.async", "WgmmaTile"),
     # A narrow tile's ring walked as if it had the deepest ring's stages (8
     # for the 128 x 128 tile's 6): stages past its shared memory.
     "ring deeper than the narrow tile's stages": (
@@ -319,7 +324,9 @@ CONV_UNIT = "sm90/conv_launch.cu"
 # driver links at sim arch 800), built as a copy of that unit in place of the
 # real one: a padded plan's copies each one element short of its runs, the
 # last element left as the workspace's poison; the product run again for the
-# pre-activation with the activation kept (the split case that asks for it).
+# pre-activation with the activation kept (the split case that asks for it);
+# the split row sums reduced from the first split alone (the split row sums
+# case).
 GEMM_LAUNCH_UNIT = "gemm/launch.cu"
 GEMM_LAUNCH_MUTATIONS = {
     "padded copies a run short": (("size_t(inner) * 2, size_t(runs)", "size_t(inner - PLANTED) * 2, size_t(runs)"),
@@ -327,6 +334,9 @@ GEMM_LAUNCH_MUTATIONS = {
     "pre-activation run again with the activation": (
         ("again.activation = Activation::kNone;", "again.activation = PLANTED ? run.activation : Activation::kNone;"),
         "Z["),
+    "split row sums reduced from the first split alone": (
+        ("row_sum_partials, p.m, plan.split_k, stream)", "row_sum_partials, p.m, PLANTED ? 1 : plan.split_k, stream)"),
+        "row sum"),
 }
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
@@ -667,6 +677,10 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma cases storing the pre-activation from the epilogue") >= 2, replay
     assert printed_count(output, "wgmma cases storing the pre-activation from registers") >= 1, replay
     assert printed_count(output, "wgmma cases running the product again for the pre-activation") >= 1, replay
+    # A's row sums beside D (linear's wgrad), whole K and split, and refused where a plan cannot sum them.
+    assert printed_count(output, "wgmma cases summing A's rows") >= 1, replay
+    assert printed_count(output, "wgmma split-K cases summing A's rows") >= 1, replay
+    assert "row sums refused where the plan cannot sum them: ok" in output, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay

@@ -424,6 +424,71 @@ def test_batched_pre_activation_from_the_hopper_epilogue(dtype, monkeypatch):
     assert torch.equal(z, mpgemm.gemm(a, b, bias=bias, out_dtype=dtype))
 
 
+def poisoned_row_sums(a, b, out_dtype):
+    """torch.ops.mpgemm._gemm_row_sums into memory that held NaN: blocks of y's
+    and the sums' sizes filled and freed, which the caching allocator hands
+    back for them (asserted)."""
+    m, n = a.shape[0], b.shape[1]
+    poison = [torch.full((m, n), float("nan"), dtype=out_dtype or a.dtype, device="cuda"),
+              torch.full((m,), float("nan"), device="cuda")]
+    pointers = [t.data_ptr() for t in poison]
+    del poison
+    y, sums = torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)
+    assert [y.data_ptr(), sums.data_ptr()] == pointers, "the outputs were not the poisoned blocks"
+    return y, sums
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, split", [(3072, 768, 4096, 1), (1100, 2056, 264, 1), (768, 768, 16384, 7)])
+def test_row_sums_from_the_hopper_mainloop(m, n, k, split, dtype, monkeypatch):
+    """linear's weight gradient with its bias's (MPGEMM_EPILOGUE_BIAS_GRAD=1,
+    opt-in): dz^T (column-major) times x (row-major), on the wide tile whole
+    K, or split with MPGEMM_WGMMA_SPLIT_K=1: one kernel sums A's rows beside
+    D (the split's partial sums reduced after it), and torch sums nothing.
+    D is bitwise gemm's; the sums match float64 and are the same bits on a
+    second run."""
+    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_PADDED_OPERANDS"):
+        monkeypatch.delenv(name, raising=False)
+    set_environment(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", "1" if split > 1 else None)
+    plan = mpgemm.gemm_plan(m, n, k)
+    assert plan.config == "wgmma" and plan.split_k == split, plan
+    a, b = operand((m, k), "col", dtype), operand((k, n), "row", dtype)
+    for out_dtype in (None, torch.float32):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y, sums = poisoned_row_sums(a, b, out_dtype)
+            torch.cuda.synchronize()
+        kernels = [event.name for event in prof.events() if "kernel" in event.name]
+        row_sums_kernel = "wgmma_splitk_row_sums_gemm_kernel" if split > 1 else "wgmma_row_sums_gemm_kernel"
+        assert any(row_sums_kernel in name for name in kernels), kernels
+        assert not any("at::native" in name and "reduce_kernel" in name for name in kernels), kernels
+        assert not y.isnan().any() and not sums.isnan().any()
+        assert torch.equal(y, mpgemm.gemm(a, b, out_dtype=out_dtype))
+        assert relative_error(sums, a.double().sum(-1).cpu()) < 1e-5
+        assert torch.equal(sums, torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)[1])
+
+
+@needs_hopper_path
+def test_linear_backward_sums_its_bias_in_the_weights_product(monkeypatch):
+    """With MPGEMM_EPILOGUE_BIAS_GRAD=1, linear's backward (no activation, an
+    fp32 bias) runs two products and no other kernel: dz is grad_out itself,
+    and the row sums kernel gives the bias's gradient."""
+    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MPGEMM_EPILOGUE_BIAS_GRAD", "1")
+    x = operand((4096, 768)).requires_grad_()
+    weight = (operand((3072, 768)) / 32).requires_grad_()
+    bias = torch.randn(3072, device="cuda", requires_grad=True)
+    y = mpgemm.linear(x, weight, bias)
+    grad = torch.randn_like(y)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        y.backward(grad)
+        torch.cuda.synchronize()
+    kernels = [event.name for event in prof.events() if "kernel" in event.name.lower()]
+    assert len(kernels) == 2 and any("wgmma_row_sums_gemm_kernel" in name for name in kernels), kernels
+    assert relative_error(bias.grad, grad.double().sum(0).cpu()) < 1e-5
+
+
 @needs_hopper_path
 @pytest.mark.parametrize("m, n, tile", [(8192, 64, "WgmmaN64Tile"), (16384, 128, "WgmmaN128Tile"),
                                         (8192, 128, "WgmmaN64Tile"), (16384, 256, "WgmmaTile")])

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.testing import random_operand, relative_error
-from support import MpgemmCalls
+from support import MpgemmCalls, assert_compiled_grads_equal_eager
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 H, BF = torch.float16, torch.bfloat16
@@ -141,12 +141,7 @@ def test_torch_compile_trains_with_the_saved_pre_activation(monkeypatch):
     def layer(x, weight, bias):
         return mpgemm.linear(x, weight, bias, activation="gelu") * 2.0
 
-    grad_out = torch.randn(2, 6, 16).bfloat16()
-    eager = torch.autograd.grad(layer(x, weight, bias), (x, weight, bias), grad_out)
-    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
-    traced = torch.autograd.grad(compiled(x, weight, bias), (x, weight, bias), grad_out)
-    for got, want in zip(traced, eager):
-        assert torch.equal(got, want)
+    assert_compiled_grads_equal_eager(layer, (x, weight, bias), torch.randn(2, 6, 16).bfloat16())
 
 
 @pytest.mark.parametrize("device", DEVICES)

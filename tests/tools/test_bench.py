@@ -67,6 +67,7 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                     "mpgemm fused bf16 fwd": "torch unfused bf16 fwd",
                     "mpgemm fused bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm fused saved-z bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm fused saved-z+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm bf16 fwd": "torch bf16 fwd", "mpgemm bf16 fwd+bwd": "torch bf16 fwd+bwd",
                     "mpgemm bf16 dgrad": "torch bf16 dgrad", "mpgemm bf16 wgrad": "torch bf16 wgrad"}
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl,dtype")
@@ -89,7 +90,7 @@ def test_ceiling_flops_count_every_warps_products():
 # (conv2d_backward: the input's and the weight's gradients; convolution_backward:
 # those of the two its output mask asks for).
 PRODUCTS = {"mpgemm.linear.default": 1, "mpgemm.gemm.default": 1, "mpgemm._linear_pre_activation.default": 1,
-            "aten.addmm.default": 1, "aten.mm.default": 1,
+            "mpgemm._gemm_row_sums.default": 1, "aten.addmm.default": 1, "aten.mm.default": 1,
             "mpgemm.conv2d.default": 1, "mpgemm.conv2d_grad_input.default": 1,
             "mpgemm.conv2d_grad_weight.default": 1, "mpgemm.conv2d_backward.default": 2,
             "aten.convolution.default": 1}
@@ -203,8 +204,9 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
     assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
-    assert len(rows) == 5 and all(" bf16 fwd" in row for row in rows)
+    assert len(rows) == 6 and all(" bf16 fwd" in row for row in rows)
     assert any("mpgemm fused saved-z bf16 fwd+bwd" in row for row in rows)
+    assert any("mpgemm fused saved-z+dbias bf16 fwd+bwd" in row for row in rows)
     with pytest.raises(SystemExit):
         cli.main(["bench", "gemm", "--shapes", "5x6"])
     assert "expected MxNxK" in capsys.readouterr().err

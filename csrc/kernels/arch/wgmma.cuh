@@ -55,7 +55,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // D (64 x N, fp32, N / 2 registers per thread) = A (64 x 16) * B (16 x N)
-// + (accumulate ? D : 0), for N = 256, 128 or 64, both operands read from
+// + (accumulate ? D : 0), for N = 256, 128, 64 or 8, both operands read from
 // shared memory through their descriptors (sm90/layout.h). TransA / TransB:
 // 1 where the operand is stored M- or N-major rather than K-major
 // (9.7.15.5.1).
@@ -110,24 +110,37 @@ __device__ __forceinline__ void wgmma_wait() {
       "}\n"                                                                             \
       : MPGEMM_ACC8(0), MPGEMM_ACC8(8), MPGEMM_ACC8(16), MPGEMM_ACC8(24)                \
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB))
+#define MPGEMM_WGMMA_M64N8K16(TYPES)                                         \
+  asm volatile(                                                              \
+      "{\n"                                                                  \
+      "  .reg .pred accumulate;\n"                                           \
+      "  setp.ne.b32 accumulate, %6, 0;\n"                                   \
+      "  wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPES " {%0, %1, %2, %3}" \
+      ", %4, %5, accumulate, 1, 1, %7, %8;\n"                                \
+      "}\n"                                                                  \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                       \
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB))
 
 template <int N, class Element, int TransA, int TransB>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 256 || N == 128 || N == 64, "the widths the kernels issue");
+  static_assert(N == 256 || N == 128 || N == 64 || N == 8, "the widths the kernels issue");
 #if MPGEMM_SM90A
   constexpr bool kHalf = std::is_same_v<Element, __half>;
   if constexpr (N == 256 && kHalf) MPGEMM_WGMMA_M64N256K16("f16.f16");
   else if constexpr (N == 256) MPGEMM_WGMMA_M64N256K16("bf16.bf16");
   else if constexpr (N == 128 && kHalf) MPGEMM_WGMMA_M64N128K16("f16.f16");
   else if constexpr (N == 128) MPGEMM_WGMMA_M64N128K16("bf16.bf16");
-  else if constexpr (kHalf) MPGEMM_WGMMA_M64N64K16("f16.f16");
-  else MPGEMM_WGMMA_M64N64K16("bf16.bf16");
+  else if constexpr (N == 64 && kHalf) MPGEMM_WGMMA_M64N64K16("f16.f16");
+  else if constexpr (N == 64) MPGEMM_WGMMA_M64N64K16("bf16.bf16");
+  else if constexpr (kHalf) MPGEMM_WGMMA_M64N8K16("f16.f16");
+  else MPGEMM_WGMMA_M64N8K16("bf16.bf16");
 #endif
 }
 
 #undef MPGEMM_WGMMA_M64N256K16
 #undef MPGEMM_WGMMA_M64N128K16
 #undef MPGEMM_WGMMA_M64N64K16
+#undef MPGEMM_WGMMA_M64N8K16
 #undef MPGEMM_ACC8
 
 }  // namespace mpgemm::kernels

@@ -48,6 +48,12 @@ struct GemmParams {
   // (GELU's). The Hopper kernels built for it write it from their epilogue;
   // elsewhere the launcher runs the product again with no activation.
   void* pre_activation = nullptr;
+
+  // Written where the launcher is asked for it and the plan allows
+  // (gemm/launch.h's a_row_sums_from_mainloop): A's row sums over K, in fp32,
+  // m of them (batch 1). In a wgrad GEMM, dW = dZ^T @ X, they are the bias's
+  // gradient, summed by the kernel that already reads dZ^T.
+  float* a_row_sums = nullptr;
 };
 
 // How the launcher spread the work over the grid.

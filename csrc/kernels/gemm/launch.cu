@@ -2,7 +2,8 @@
 // copies of a padded plan's operands, then the launch of the plan's tile (the
 // WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K ones included)
 // and, for split-K, of the reduction; where the pre-activation is asked for
-// and no epilogue stores it, the product again.
+// and no epilogue stores it, the product again; where A's row sums are, the
+// Hopper kernels that sum them.
 #include <climits>
 #include <initializer_list>
 #include <utility>
@@ -57,13 +58,24 @@ cudaError_t copy_to_aligned_pitch(OperandRef o, int64_t batch, unsigned char*& i
 bool a_is_k_major(const GemmParams& p) { return p.a_col_stride == 1; }
 bool b_is_k_major(const GemmParams& p) { return p.b_col_stride != 1; }
 
-}  // namespace
+// The bytes of the split row sums' kernel's partial row sums, which follow
+// the plan's own workspace.
+size_t row_sum_partial_bytes(const GemmParams& p, const GemmLaunch& launch) {
+  return a_row_sums_from_mainloop(p, launch) && launch.plan.split_k > 1
+             ? size_t(launch.plan.split_k) * size_t(p.m) * sizeof(float)
+             : 0;
+}
 
-GemmLaunch plan_gemm(const GemmParams& p, const GemmPlan& plan) {
-  GemmLaunch launch{gemm_shape(p), plan};
-  launch.workspace_bytes = workspace_bytes(launch.shape, plan);
+// The launch with its workspace: the plan's, and the partial row sums'.
+GemmLaunch with_workspace(const GemmParams& p, const GemmShape& shape, const GemmPlan& plan) {
+  GemmLaunch launch{shape, plan, workspace_bytes(shape, plan)};
+  launch.workspace_bytes += row_sum_partial_bytes(p, launch);
   return launch;
 }
+
+}  // namespace
+
+GemmLaunch plan_gemm(const GemmParams& p, const GemmPlan& plan) { return with_workspace(p, gemm_shape(p), plan); }
 
 GemmLaunch plan_gemm(const GemmParams& p) {
   const DeviceLimits device = device_limits();
@@ -74,8 +86,7 @@ GemmLaunch plan_gemm(const GemmParams& p) {
     shape.wgmma = false;
     shape.a_copies = shape.b_copies = 0;
   }
-  const GemmPlan plan = plan_gemm(shape, device);
-  return {shape, plan, workspace_bytes(shape, plan)};
+  return with_workspace(p, shape, plan_gemm(shape, device));
 }
 
 bool pre_activation_from_epilogue(const GemmParams& p, const GemmLaunch& launch) {
@@ -83,7 +94,15 @@ bool pre_activation_from_epilogue(const GemmParams& p, const GemmLaunch& launch)
          a_is_k_major(p) && b_is_k_major(p);
 }
 
+bool a_row_sums_from_mainloop(const GemmParams& p, const GemmLaunch& launch) {
+  return p.a_row_sums != nullptr && p.pre_activation == nullptr && launch.plan.config == TileConfigId::kWgmma &&
+         !launch.plan.padded && p.batch == 1 && p.n > 0 && p.k > 0 && !a_is_k_major(p) && !b_is_k_major(p);
+}
+
 cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* workspace, cudaStream_t stream) {
+  // Row sums asked of an empty D (n = 0) have rows to sum and no kernel to sum them.
+  if (p.a_row_sums != nullptr && p.batch > 0 && p.m > 0 && !a_row_sums_from_mainloop(p, launch))
+    return cudaErrorInvalidValue;
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
   const bool a_k_major = a_is_k_major(p), b_k_major = b_is_k_major(p);
   if ((!a_k_major && p.a_row_stride != 1) || (b_k_major && p.b_row_stride != 1)) return cudaErrorInvalidValue;
@@ -97,6 +116,9 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   if (!admissible(shape, any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
       plan.padded != (is_wgmma(plan.config) && !shape.wgmma) ||
       ((plan.split_k > 1 || plan.padded) && (workspace == nullptr || !aligned16(workspace))))
+    return cudaErrorInvalidValue;
+  const size_t row_sum_bytes = row_sum_partial_bytes(p, launch);
+  if (p.a_row_sums != nullptr && launch.workspace_bytes < workspace_bytes(shape, plan) + row_sum_bytes)
     return cudaErrorInvalidValue;
   // The problem as the kernels run it: a padded plan's on copies of the
   // operands the shape marks, made at the workspace's start; split-K's
@@ -114,6 +136,16 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   }
   const GemmGrid work{plan.raster_group, plan.split_k, partials};
   if (pre_activation_from_epilogue(p, launch)) return launch_wgmma_pre_activation_gemm(run, work.raster_group, stream);
+  if (p.a_row_sums != nullptr) {
+    // The row sums' partials after split-K's (stored a float at a time).
+    float* row_sum_partials = plan.split_k > 1 ? partials + plan.split_k * p.m * p.n : nullptr;
+    const cudaError_t err =
+        launch_wgmma_row_sums_gemm(run, work.raster_group, work.split_k, partials, row_sum_partials, stream);
+    if (err != cudaSuccess || plan.split_k == 1) return err;
+    if (const cudaError_t reduce = launch_splitk_reduce(run, partials, plan.split_k, stream); reduce != cudaSuccess)
+      return reduce;
+    return launch_row_sums_reduce(p.a_row_sums, row_sum_partials, p.m, plan.split_k, stream);
+  }
   // The plan's kernel (and split-K's reduction) on q.
   const auto launch_plan = [&](const GemmParams& q) {
     const cudaError_t err = with_tile(

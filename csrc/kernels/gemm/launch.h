@@ -35,12 +35,23 @@ GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
 // activation.
 bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
 
+// Whether launch_gemm writes `params.a_row_sums` (A's row sums over K),
+// which it does from the mainloop of WgmmaTile's plan, whole K or split, on
+// MN-major operands (A column-major, B row-major: linear's wgrad, whose A is
+// dZ^T), a single matrix of N and K at least 1, not padded, no
+// pre-activation asked for; elsewhere it refuses a_row_sums, and
+// the caller sums A itself. The plan_gemm calls count the split's partial
+// row sums in the workspace where this holds.
+bool a_row_sums_from_mainloop(const GemmParams& params, const GemmLaunch& launch);
+
 // Enqueues the GEMM described by `params` on `stream` as `launch` says,
 // using `workspace` (at least launch.workspace_bytes, 16-byte aligned) for
 // a padded plan's copies of the operands and split-K's partial sums (the
 // copies made on `stream` first), and where params.pre_activation is set,
 // the sums before the activation there too (pre_activation_from_epilogue
-// says how). `launch` must be planned for these params: its
+// says how), and where params.a_row_sums is set, A's row sums there
+// (a_row_sums_from_mainloop must hold). `launch` must be planned for these
+// params: its
 // shape, which the checks below read, is theirs (a launch of other sizes is
 // refused).
 // Returns the launch error, cudaErrorInvalidValue for an operand that is

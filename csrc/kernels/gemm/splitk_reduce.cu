@@ -1,10 +1,12 @@
 // Split-K reduction: D = activation(sum over s of partials[s] + bias), the
 // partials (split_k x m x n fp32, row stride n) written by the splits of
-// wmma_gemm_kernel or of conv2d_kernel's wgrad. Each thread finishes one element of D at a time (grid-stride),
-// summing the splits in index order, so the result does not depend on which
-// split finished first: the reduction is deterministic. Consecutive threads
-// take consecutive columns, so loads and stores coalesce. Single matrices
-// only (batch 1); D's row stride is honored.
+// wmma_gemm_kernel or of conv2d_kernel's wgrad. Each thread finishes one
+// element of D at a time (grid-stride), summing the splits in index order,
+// so the result does not depend on which split finished first: the
+// reduction is deterministic. Consecutive threads take consecutive columns,
+// so loads and stores coalesce. Single matrices only (batch 1); D's row
+// stride is honored. The Hopper split-K's partial row sums of A are summed
+// the same way, a thread a row.
 #include <algorithm>
 #include <cstdint>
 
@@ -36,7 +38,24 @@ __global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(Gem
   }
 }
 
+// One thread a row, summing its splits in index order.
+__global__ void __launch_bounds__(kSplitKReduceThreads) row_sums_reduce_kernel(float* sums, const float* partials,
+                                                                               int64_t m, int split_k) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m; i += int64_t(gridDim.x) * blockDim.x) {
+    float sum = partials[i];
+    for (int s = 1; s < split_k; ++s) sum += partials[s * m + i];
+    sums[i] = sum;
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_row_sums_reduce(float* sums, const float* partials, int64_t m, int split_k, cudaStream_t stream) {
+  const int64_t blocks = std::min(ceil_div(m, kSplitKReduceThreads), kMaxReduceBlocks);
+  void* args[] = {&sums, &partials, &m, &split_k};
+  return cudaLaunchKernel(&row_sums_reduce_kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0,
+                          stream);
+}
 
 cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int split_k, cudaStream_t stream) {
   const int64_t blocks = std::min(ceil_div(p.m * p.n, kSplitKReduceThreads), kMaxReduceBlocks);

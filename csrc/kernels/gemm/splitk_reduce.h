@@ -12,4 +12,9 @@ namespace mpgemm::kernels {
 // split_k fp32 copies of m x n, row stride n, summed in index order.
 cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int split_k, cudaStream_t stream);
 
+// Enqueues sums[i] = sum over s of partials[s * m + i] for i in [0, m), in
+// index order: the splits' partial row sums of A (sm90/launch.h's
+// launch_wgmma_row_sums_gemm).
+cudaError_t launch_row_sums_reduce(float* sums, const float* partials, int64_t m, int split_k, cudaStream_t stream);
+
 }  // namespace mpgemm::kernels

@@ -33,10 +33,12 @@
 #include <cuda.h>
 
 #include "arch/barrier.cuh"
+#include "arch/copy_engine.cuh"
 #include "arch/mbarrier.cuh"
 #include "arch/sm90a.h"
 #include "arch/smem.cuh"
 #include "arch/wgmma.cuh"
+#include "common/element_traits.cuh"
 #include "common/gemm_params.h"
 #include "common/launch_utils.h"
 #include "sm90/epilogue.cuh"
@@ -74,16 +76,43 @@ bool wgmma_compiled() {
 // turn to run a mainloop (after the epilogue's barriers).
 constexpr int kTurnBarrier = kStripBarriersEnd;
 
+// What a Hopper block does besides storing D = activation(the tiles'
+// products + bias), flags combined with |, each set in kernels of its own
+// so that the others keep their code: kBlockStagedRows, D's rows strided
+// pixels stored through shared memory; kBlockColumnMoments, each 64-row
+// block's column moments of D written too; kBlockPreActivation, the sums
+// before the activation stored to p.pre_activation as well (through z_map
+// where D goes through the copy engine) (sm90/epilogue.cuh);
+// kBlockARowSums, A's row sums over K to p.a_row_sums (matrix `batch` of the
+// tile order at batch * m), from the mainloop (sm90/mainloop.cuh's RowSums).
+// Flags, not a struct, as a template argument: the kernels build as C++17.
+enum BlockExtras : unsigned {
+  kBlockPlain = 0,
+  kBlockStagedRows = 1u << 0,
+  kBlockColumnMoments = 1u << 1,
+  kBlockPreActivation = 1u << 2,
+  kBlockARowSums = 1u << 3,
+};
+
+// Fills the tile of ones that the a_row_sums kernels multiply A's rows by,
+// at shared address `ones`, a thread a 4-byte word, and makes the writes
+// visible to the wgmmas that read them (the async proxy) before the block's
+// first barrier.
+template <class Element>
+__device__ __forceinline__ void fill_ones(uint32_t ones) {
+  constexpr int kWords = OnesTile::kBytes / 4;
+  static_assert(kWords <= Config::kThreads, "a thread a word");
+  if (threadIdx.x >= kWords) return;
+  const auto pair = ElementTraits<Element>::round_pair(1.0f, 1.0f);
+  st_shared(ones + 4 * threadIdx.x, *reinterpret_cast<const uint32_t*>(&pair));
+  fence_proxy_async_shared();
+}
+
 // One block of a Hopper kernel: D = activation(the tiles' products + bias) as
 // p describes D, over k_slices K slices per tile, each slice's copies issued
 // by load(shared, tile, k_slices, rank, pipe) into the ring from pipe on
-// (leaving pipe past them); with StagedRows, D's rows strided pixels stored
-// through shared memory; WithMoments, each 64-row block's column moments of
-// D written too; WithPreActivation, the sums before the activation stored to
-// p.pre_activation (through z_map where D goes through the copy engine) as
-// well (sm90/epilogue.cuh).
-template <class Element, class Tile, bool AKMajor, bool BKMajor, bool StagedRows = false, bool WithMoments = false,
-          bool WithPreActivation = false, class LoadTile>
+// (leaving pipe past them), and what kExtras asks besides.
+template <class Element, class Tile, bool AKMajor, bool BKMajor, unsigned kExtras = kBlockPlain, class LoadTile>
 __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const GemmParams& p,
                                             const WgmmaSchedule& schedule, int k_slices, const LoadTile& load,
                                             const CUtensorMap* z_map = nullptr) {
@@ -91,6 +120,8 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
   using Scheduler = PersistentTileScheduler<Tile>;
   static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
+  static_assert(!(kExtras & kBlockARowSums) || (Tile::kClusterM == 1 && !Tile::kPingPong),
+                "row sums on blocks alone with cooperative consumers");
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
   const uintptr_t start = reinterpret_cast<uintptr_t>(block_shared_memory());
   Smem& shared = *reinterpret_cast<Smem*>((start + kSwizzleAtomBytes - 1) & ~uintptr_t(kSwizzleAtomBytes - 1));
@@ -98,6 +129,12 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   const int warpgroup = threadIdx.x / Config::kWarpgroupThreads;
   const int thread = threadIdx.x % Config::kWarpgroupThreads;
   const int rank = Tile::kClusterM == 1 ? 0 : int(cluster_rank());
+  [[maybe_unused]] RowSums row_sums;
+  if constexpr ((kExtras & kBlockARowSums) != 0) {
+    const uint32_t ones = smem_address(&shared) + kOnesOffset<Smem>;
+    fill_ones<Element>(ones);
+    row_sums.ones = OnesTile::descriptor(ones, 0);
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
       mbarrier_init(&shared.full[s], 1);
@@ -146,13 +183,23 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
     const BatchTile tile = Scheduler::tile(t, p, schedule.raster_group, rank);
     if constexpr (Tile::kPingPong)
       if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
-    const TilePipeline<Tile> reading = mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
+    const TilePipeline<Tile> reading = [&] {
+      if constexpr ((kExtras & kBlockARowSums) != 0) {
+        row_sums.active = tile.origin.n0 == 0;
+        if (row_sums.active)
+          return mma_tile<Element, Tile, true>(acc, shared, pipe, k_slices, row_block, thread, &row_sums);
+      }
+      return mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
+    }();
     if constexpr (Tile::kPingPong)
       if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
     finish_tile<Tile>(shared, reading, thread);
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
-    store_accumulators<Element, Tile, StagedRows, WithMoments, WithPreActivation>(
+    if constexpr ((kExtras & kBlockARowSums) != 0)
+      if (row_sums.active) store_row_sums(row_sums.acc, p, tile.batch, row0, thread);
+    store_accumulators<Element, Tile, (kExtras & kBlockStagedRows) != 0, (kExtras & kBlockColumnMoments) != 0,
+                       (kExtras & kBlockPreActivation) != 0>(
         acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread, consumer, z_map);
   }
   // The shared memory the last stores read goes with the block.

@@ -48,7 +48,8 @@ __device__ __forceinline__ void wgmma_conv_block(const CUtensorMap& a_map, const
   const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
     load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
   };
-  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>, StagedRows, WithMoments>(
+  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>,
+              (StagedRows ? kBlockStagedRows : kBlockPlain) | (WithMoments ? kBlockColumnMoments : kBlockPlain)>(
       d_map, p, schedule, walk.k_slices, load);
 }
 

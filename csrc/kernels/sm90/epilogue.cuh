@@ -303,6 +303,20 @@ __device__ __forceinline__ void store_tile_through_strips(const float (&acc)[Reg
   }
 }
 
+// Stores A's row sums that a consumer summed beside its 64 rows of the tile
+// (sm90/mainloop.cuh's RowSums; rows from row0 of matrix `batch`) to
+// p.a_row_sums: each of its 8 columns holds them, so the first lane of each
+// four stores its two rows (registers 0 and 2), those inside M.
+__device__ __forceinline__ void store_row_sums(const float (&sums)[4], const GemmParams& p, int64_t batch,
+                                               int64_t row0, int thread) {
+  if (thread % 4 != 0) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + accumulator_row(thread, 2 * h);
+    if (row < p.m) p.a_row_sums[batch * p.m + row] = sums[2 * h];
+  }
+}
+
 // The epilogue for the launch's output type, through the copy engine where D
 // has a tensor map. D is fp32 or the inputs' type, as the ops make it
 // (plan/gemm_plan.cpp's gemm_shape admits no other), so that each kernel

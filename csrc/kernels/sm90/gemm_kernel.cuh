@@ -3,8 +3,9 @@
 // copy engine (TMA), on the block of sm90/block.cuh whose producer copies
 // 64-deep K slices of A's rows and B's columns (sm90/producer.cuh); the
 // same block splitting K, where the output's tiles are too few to fill the
-// device; and the same block storing the activation's input beside D, for a
-// backward that needs it.
+// device; the same block storing the activation's input beside D, for a
+// backward that needs it; and, whole or split, summing A's rows too (a wgrad
+// whose A is dZ^T: the bias's gradient from the GEMM that reads dZ).
 #pragma once
 
 #include <cuda.h>
@@ -18,7 +19,7 @@ namespace mpgemm::kernels::sm90 {
 
 // The layouts after Tile: the kernel's mangled name must not end as a WMMA
 // kernel's does, with its chunk width (which the SASS checks read there).
-template <class Element, class Tile, bool AKMajor, bool BKMajor, bool WithPreActivation>
+template <class Element, class Tile, bool AKMajor, bool BKMajor, unsigned kExtras>
 __device__ __forceinline__ void whole_k_gemm(const CUtensorMap& a_map, const CUtensorMap& b_map,
                                              const CUtensorMap& d_map, const GemmParams& p,
                                              const WgmmaSchedule& schedule, const CUtensorMap* z_map) {
@@ -27,15 +28,14 @@ __device__ __forceinline__ void whole_k_gemm(const CUtensorMap& a_map, const CUt
     load_tile<Tile>(shared, &a_map, &b_map, tile.origin, schedule.a_broadcast ? 0 : int(tile.batch),
                     schedule.b_broadcast ? 0 : int(tile.batch), 0, slices, rank, pipe);
   };
-  wgmma_block<Element, Tile, AKMajor, BKMajor, false, false, WithPreActivation>(d_map, p, schedule, k_slices, load,
-                                                                                z_map);
+  wgmma_block<Element, Tile, AKMajor, BKMajor, kExtras>(d_map, p, schedule, k_slices, load, z_map);
 }
 
 template <class Element, class Tile, bool AKMajor, bool BKMajor>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule) {
-  whole_k_gemm<Element, Tile, AKMajor, BKMajor, false>(a_map, b_map, d_map, p, schedule, nullptr);
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockPlain>(a_map, b_map, d_map, p, schedule, nullptr);
 }
 
 // The whole-K kernel that also stores A @ B + bias, before the activation,
@@ -49,7 +49,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                      const __grid_constant__ CUtensorMap d_map,
                                      const __grid_constant__ CUtensorMap z_map, const GemmParams p,
                                      const WgmmaSchedule schedule) {
-  whole_k_gemm<Element, Tile, AKMajor, BKMajor, true>(a_map, b_map, d_map, p, schedule, &z_map);
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockPreActivation>(a_map, b_map, d_map, p,
+                                                                                     schedule, &z_map);
+}
+
+// The whole-K kernel that also writes A's row sums over K to p.a_row_sums
+// (the first column of tiles sums them, sm90/mainloop.cuh's RowSums):
+// linear's wgrad, dW = dZ^T @ X, with its bias's gradient.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_row_sums_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                               const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                               const WgmmaSchedule schedule) {
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockARowSums>(a_map, b_map, d_map, p, schedule,
+                                                                                 nullptr);
 }
 
 // Split-K on the same block, for outputs of too few tiles to fill the
@@ -60,15 +73,34 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 // matrix `split` of D (the workspace, as p describes it). The launcher's
 // reduction (gemm/splitk_reduce.cu) sums the splits in split order, so the
 // result is bitwise the same on every run.
+template <class Element, class Tile, bool AKMajor, bool BKMajor, unsigned kExtras>
+__device__ __forceinline__ void splitk_gemm(const CUtensorMap& a_map, const CUtensorMap& b_map,
+                                            const CUtensorMap& d_map, const GemmParams& p,
+                                            const WgmmaSchedule& schedule) {
+  const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, TilePipeline<Tile>& pipe) {
+    load_tile<Tile>(shared, &a_map, &b_map, tile.origin, 0, 0, int(tile.batch) * slices, slices, rank, pipe);
+  };
+  wgmma_block<Element, Tile, AKMajor, BKMajor, kExtras>(d_map, p, schedule, schedule.split_slices, load);
+}
+
 template <class Element, class Tile, bool AKMajor, bool BKMajor>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_splitk_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                              const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                              const WgmmaSchedule schedule) {
-  const auto load = [&](auto& shared, const BatchTile& tile, int slices, int rank, TilePipeline<Tile>& pipe) {
-    load_tile<Tile>(shared, &a_map, &b_map, tile.origin, 0, 0, int(tile.batch) * slices, slices, rank, pipe);
-  };
-  wgmma_block<Element, Tile, AKMajor, BKMajor>(d_map, p, schedule, schedule.split_slices, load);
+  splitk_gemm<Element, Tile, AKMajor, BKMajor, kBlockPlain>(a_map, b_map, d_map, p, schedule);
+}
+
+// Split-K summing A's rows too: each split's partial row sums to matrix
+// `split` of p.a_row_sums (split * m), which the launcher's reduction sums
+// in split order as it does D's.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_splitk_row_sums_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
+                                      const __grid_constant__ CUtensorMap b_map,
+                                      const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                                      const WgmmaSchedule schedule) {
+  splitk_gemm<Element, Tile, AKMajor, BKMajor, kBlockARowSums>(a_map, b_map, d_map, p, schedule);
 }
 
 }  // namespace mpgemm::kernels::sm90

@@ -1,8 +1,10 @@
 // The Hopper GEMM kernels of WgmmaTile, on blocks alone, for bf16 inputs: one
-// per pair of operand layouts, each tile's whole K and split-K, and on K-major
-// operands the one that stores the pre-activation too (sm90/launch.h).
+// per pair of operand layouts, each tile's whole K and split-K, on K-major
+// operands the one that stores the pre-activation too, and on MN-major ones
+// the two that sum A's rows too (sm90/launch.h).
 #include "sm90/launch_kernel.cuh"
 
 MPGEMM_WGMMA_LAUNCH(__nv_bfloat16, WgmmaTile)
 MPGEMM_WGMMA_SPLITK_LAUNCH(__nv_bfloat16, WgmmaTile)
 MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(__nv_bfloat16, WgmmaTile)
+MPGEMM_WGMMA_ROW_SUMS_LAUNCH(__nv_bfloat16, WgmmaTile)

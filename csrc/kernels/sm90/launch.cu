@@ -59,7 +59,8 @@ cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const GemmParam
                             p.b_batch_stride, p.batch);
 }
 
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
+template <class Element, class Tile, bool AKMajor, bool BKMajor,
+          sm90::GemmKernel Kind = sm90::GemmKernel::kWholeK>
 cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_maps<Tile, AKMajor, BKMajor>(&a_map, &b_map, p); err != cudaSuccess) return err;
@@ -67,7 +68,8 @@ cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
   schedule.raster_group = raster_group;
   schedule.a_broadcast = p.a_batch_stride == 0;
   schedule.b_broadcast = p.b_batch_stride == 0;
-  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, d_map, p, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor, Kind>(a_map, b_map, d_map, d_map, p, schedule,
+                                                                          stream);
 }
 
 // The pre-activation kernel's launch: D's and the pre-activation's tensor
@@ -91,9 +93,13 @@ cudaError_t launch_pre_activation(const GemmParams& p, int raster_group, cudaStr
 }
 
 // The split-K kernel's launch: D is the splits' partial sums, split_k
-// matrices of m x n fp32, the batch of its tile order.
-template <class Element, class Tile, bool AKMajor, bool BKMajor>
-cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, float* partials, cudaStream_t stream) {
+// matrices of m x n fp32, the batch of its tile order; the row sums' kernel
+// (Kind kSplitKRowSums) writes the splits' partial row sums, split_k of m,
+// to row_sum_partials.
+template <class Element, class Tile, bool AKMajor, bool BKMajor,
+          sm90::GemmKernel Kind = sm90::GemmKernel::kSplitK>
+cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, float* partials, cudaStream_t stream,
+                          float* row_sum_partials = nullptr) {
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_maps<Tile, AKMajor, BKMajor>(&a_map, &b_map, p); err != cudaSuccess) return err;
   GemmParams splits = p;
@@ -106,11 +112,12 @@ cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, fl
   splits.d_batch_stride = p.m * p.n;
   splits.column_moments = nullptr;
   splits.pre_activation = nullptr;
+  splits.a_row_sums = row_sum_partials;
   sm90::WgmmaSchedule schedule = sm90::output_schedule(splits, &d_map);
   schedule.raster_group = raster_group;
   schedule.split_slices = int(ceil_div(ceil_div(p.k, int64_t(Config::kBlockK)), int64_t(split_k)));
-  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor, sm90::GemmKernel::kSplitK>(
-      a_map, b_map, d_map, d_map, splits, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, Tile, AKMajor, BKMajor, Kind>(a_map, b_map, d_map, d_map, splits,
+                                                                          schedule, stream);
 }
 
 // Runs launch_layouts<E, AKMajor, BKMajor>() for the input type and layouts given.
@@ -147,6 +154,24 @@ cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& p, int raster_gro
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
     return launch_pre_activation<typename decltype(element)::type>(p, raster_group, stream);
+  });
+}
+
+cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& p, int raster_group, int split_k, float* partials,
+                                       float* row_sum_partials, cudaStream_t stream) {
+  if (p.a_row_sums == nullptr || p.batch != 1 || split_k < 1 || p.k < 1 || p.m > INT_MAX || p.n > INT_MAX ||
+      p.k > INT_MAX || raster_group < 1)
+    return cudaErrorInvalidValue;
+  if (split_k > 1 && (partials == nullptr || !aligned16(partials) || row_sum_partials == nullptr))
+    return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
+  return with_input_element(p.ab_type, [&](auto element) {
+    using E = typename decltype(element)::type;
+    if (split_k == 1)
+      return launch<E, WgmmaTile, false, false, sm90::GemmKernel::kRowSums>(p, raster_group, stream);
+    return launch_splitk<E, WgmmaTile, false, false, sm90::GemmKernel::kSplitKRowSums>(p, raster_group, split_k,
+                                                                                       partials, stream,
+                                                                                       row_sum_partials);
   });
 }
 

@@ -14,18 +14,22 @@ namespace sm90 {
 
 // The GEMM kernels of a tile: each tile's whole K (wgmma_gemm_kernel),
 // split-K (wgmma_splitk_gemm_kernel: `params` the splits' partial sums as
-// its D and batch, schedule.split_slices each split's K slices), or whole K
-// storing the pre-activation too (wgmma_pre_activation_gemm_kernel).
-enum class GemmKernel { kWholeK, kSplitK, kPreActivation };
+// its D and batch, schedule.split_slices each split's K slices), whole K
+// storing the pre-activation too (wgmma_pre_activation_gemm_kernel), and
+// whole K or split-K writing A's row sums too (wgmma_row_sums_gemm_kernel,
+// wgmma_splitk_row_sums_gemm_kernel: params.a_row_sums, the splits' partial
+// sums where split).
+enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSums };
 
 // Launches the kernel of one input type, pair of operand layouts (K-major or
 // not), Hopper tile and kind on tensor maps built for them (D's and the
 // pre-activation's, z_map, read only where schedule.d_copy; z_map only by
 // kPreActivation). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu,
 // the four layouts' kernels a unit, so that a build compiles them in
-// parallel; the split-K kernels and the pre-activation's, WgmmaTile's
-// alone (the latter on K-major operands only: nn.Linear's forward), beside
-// its others (the cooperative units).
+// parallel; the split-K kernels, the pre-activation's and the row sums',
+// WgmmaTile's alone, beside its others (the cooperative units): the
+// pre-activation's on K-major operands only (nn.Linear's forward), the row
+// sums' on MN-major ones only (its wgrad, dW = dZ^T @ X).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
@@ -68,6 +72,16 @@ cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a
 // stored through the copy engine where both allow it, else from registers.
 // Returns as launch_wgmma_gemm does.
 cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
+
+// Enqueues `params`, whose a_row_sums is set (batch 1), on WgmmaTile's kernel
+// that writes A's row sums beside D, on MN-major operands (A column-major, B
+// row-major: linear's wgrad), whole K where split_k is 1; else its split-K
+// kernel, each split's partial sums to `partials` as
+// launch_wgmma_splitk_gemm's and its partial row sums to `row_sum_partials`
+// (split_k x m fp32), for launch_splitk_reduce and
+// launch_row_sums_reduce to finish. Returns as launch_wgmma_gemm does.
+cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& params, int raster_group, int split_k, float* partials,
+                                       float* row_sum_partials, cudaStream_t stream);
 
 // Enqueues the products of `params` (a single matrix each: batch 1) split
 // into `split_k` ranges of whole K slices on the split-K kernel of the Hopper

@@ -49,22 +49,30 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 const CUtensorMap& z_map, const GemmParams& p, const WgmmaSchedule& schedule,
                                 cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1, "the split-K and pre-activation kernels run "
-                                                                     "blocks alone");
+  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1, "the split-K, pre-activation and row sums' "
+                                                                     "kernels run blocks alone");
+  // The row sums' kernels hold a tile of ones past the ring.
+  constexpr bool kRowSums = Kind == GemmKernel::kRowSums || Kind == GemmKernel::kSplitKRowSums;
+  constexpr int kSmemBytes = kRowSums ? kSmemBytesWithOnes<Smem> : Smem::kBytes;
+  static_assert(kSmemBytes <= Config::kMaxSmemBytes, "the tile of ones fits beside the ring");
   // Of this kernel, whose launch shape never changes.
   static PerDeviceFact resident_clusters;
   const int64_t tiles = PersistentTileScheduler<Tile>::tiles(p);
   // Only the kernel of this kind is instantiated.
   if constexpr (Kind == GemmKernel::kPreActivation) {
     return launch_persistent<Element, Tile>(&wgmma_pre_activation_gemm_kernel<Element, Tile, AKMajor, BKMajor>,
-                                            Smem::kBytes, tiles, resident_clusters, stream, a_map, b_map, d_map, z_map,
+                                            kSmemBytes, tiles, resident_clusters, stream, a_map, b_map, d_map, z_map,
                                             p, schedule);
   } else {
     const auto kernel = [] {
       if constexpr (Kind == GemmKernel::kSplitK) return &wgmma_splitk_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+      else if constexpr (Kind == GemmKernel::kRowSums)
+        return &wgmma_row_sums_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+      else if constexpr (Kind == GemmKernel::kSplitKRowSums)
+        return &wgmma_splitk_row_sums_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
       else return &wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
     }();
-    return launch_persistent<Element, Tile>(kernel, Smem::kBytes, tiles, resident_clusters, stream, a_map, b_map,
+    return launch_persistent<Element, Tile>(kernel, kSmemBytes, tiles, resident_clusters, stream, a_map, b_map,
                                             d_map, p, schedule);
   }
 }
@@ -90,3 +98,6 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 #define MPGEMM_WGMMA_SPLITK_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kSplitK)
 #define MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, GemmKernel::kPreActivation)
+#define MPGEMM_WGMMA_ROW_SUMS_LAUNCH(ELEMENT, TILE)                            \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kRowSums) \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kSplitKRowSums)

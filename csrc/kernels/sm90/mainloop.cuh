@@ -28,14 +28,34 @@ __device__ __forceinline__ void release_stage(Smem& shared, int stage, int threa
   }
 }
 
+// A's row sums over K beside a tile's product (the kernels built
+// WithRowSums): with each k16's wgmma one more, 64 x 8 x 16, of the same 64
+// rows of A against a tile of ones (`ones`, the descriptor of an 8-row
+// K-major tile whose every element is 1), so that each of its 8 columns of
+// accumulators holds the rows' sums. A sum the Tensor Cores add as they add
+// the product: its products are exact (x * 1), it is summed in fp32, and it
+// reads A's tile where the product reads it, besides the 1 KB tile of ones.
+// The block runs this mainloop on the tiles that are `active`, the first
+// column of tiles, so that each row is summed once, and the plain one on
+// the others:
+// a wgmma under a branch that ptxas cannot prove uniform across the
+// warpgroup makes it serialize every wgmma of the kernel (its warning
+// C7520).
+struct RowSums {
+  float acc[4];
+  uint64_t ones;
+  bool active;
+};
+
 // Issues the wgmmas of k_slices K slices from `pipe` on into `acc` (rows
-// [64 * row_block, +64) of the A tile), handing back every stage but the
-// last, whose wgmmas may still be in flight: returns its position (for
-// finish_tile), and leaves `pipe` past the slices.
-template <class Element, class Tile, class Smem>
+// [64 * row_block, +64) of the A tile), WithRowSums those of `row_sums` too,
+// handing back every stage but the last, whose wgmmas may still be in
+// flight: returns its position (for finish_tile), and leaves `pipe` past the
+// slices.
+template <class Element, class Tile, bool WithRowSums = false, class Smem>
 __device__ __forceinline__ TilePipeline<Tile> mma_tile(float (&acc)[Tile::kAccumulators], Smem& shared,
                                                        TilePipeline<Tile>& pipe, int k_slices, int row_block,
-                                                       int thread) {
+                                                       int thread, RowSums* row_sums = nullptr) {
   using ATile = typename Smem::ATile;
   using BTile = typename Smem::BTile;
   TilePipeline<Tile> reading = pipe;  // the stage whose wgmmas may still be in flight
@@ -44,9 +64,14 @@ __device__ __forceinline__ TilePipeline<Tile> mma_tile(float (&acc)[Tile::kAccum
     const uint32_t a_tile = smem_address(shared.a[pipe.stage]), b_tile = smem_address(shared.b[pipe.stage]);
     wgmma_fence();
 #pragma unroll
-    for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16)
+    for (int k16 = 0; k16 < Config::kBlockK / Config::kInstrK; ++k16) {
+      const uint64_t a_rows = ATile::descriptor(a_tile, k16, row_block);
       wgmma_m64nNk16<Tile::kInstrN, Element, ATile::kKMajor ? 0 : 1, BTile::kKMajor ? 0 : 1>(
-          acc, ATile::descriptor(a_tile, k16, row_block), BTile::descriptor(b_tile, k16), slice > 0 || k16 > 0);
+          acc, a_rows, BTile::descriptor(b_tile, k16), slice > 0 || k16 > 0);
+      if constexpr (WithRowSums)
+        wgmma_m64nNk16<8, Element, ATile::kKMajor ? 0 : 1, 0>(row_sums->acc, a_rows, row_sums->ones,
+                                                               slice > 0 || k16 > 0);
+    }
     wgmma_commit();
     // The previous slice's wgmmas are done once at most this one's are
     // pending: hand its stage back to the producer.

@@ -35,6 +35,16 @@ template <class Smem>
 constexpr bool kFitsFromAnyStart =
     offsetof(Smem, empty) + sizeof(Smem::empty) + (kSwizzleAtomBytes - 16) <= size_t(Smem::kBytes);
 
+// The tile of ones that the kernels summing A's rows multiply them by
+// (sm90/mainloop.cuh's RowSums): 8 K-major rows, one swizzle atom, past the
+// rest of Smem; and the launch's shared memory with it, which must hold both
+// from any 16-byte start.
+using OnesTile = SwizzledOperandTile<8, true>;
+template <class Smem>
+constexpr uint32_t kOnesOffset = (sizeof(Smem) + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+template <class Smem>
+constexpr int kSmemBytesWithOnes = int(kOnesOffset<Smem>) + OnesTile::kBytes + (kSwizzleAtomBytes - 16);
+
 // The position in a ring of Stages stages: stage index and the parity of
 // the round through it.
 template <int Stages>

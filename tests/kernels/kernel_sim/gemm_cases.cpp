@@ -51,21 +51,22 @@ Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols
 }  // namespace
 
 bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran, GemmShape* shape) {
-  const int64_t batch = spec.batch ? spec.batch : rnd(1, 3);
+  const int64_t batch = spec.batch ? spec.batch : spec.a_row_sums ? 1 : rnd(1, 3);
   int64_t m = spec.min_m ? rnd(spec.min_m, spec.max_m) : rnd(0, 3) ? rnd(1, spec.max_m) : rnd(1, 16);
   int64_t n = spec.min_n ? rnd(spec.min_n, spec.max_n) : rnd(0, 3) ? rnd(1, spec.max_n) : rnd(1, 16);
   int64_t k = spec.min_k || rnd(0, 7) ? rnd(spec.min_k, spec.max_k) : 0;
   // Without a pinned alignment, every 16 cases run each load width (16, 8, 4
   // and 2 bytes, then one element) with each layout.
   const int64_t align = spec.aligned == 1 ? 8 : spec.aligned == 0 ? 1 : 8 >> index % 4;
-  const bool a_row = pinned.on              ? pinned.a_row_major
-                     : spec.a_row_major >= 0 ? spec.a_row_major == 1
-                     : spec.aligned < 0      ? index / 4 % 2
-                                             : rnd(0, 1);
-  const bool b_row = pinned.on              ? pinned.b_row_major
-                     : spec.b_row_major >= 0 ? spec.b_row_major == 1
-                     : spec.aligned < 0      ? index / 8 % 2
-                                             : rnd(0, 1);
+  // Pinned, the layouts of the pinned kernels; but a row sums case keeps its own, those of the row sums' kernel.
+  const bool a_row = pinned.on && !spec.a_row_sums ? pinned.a_row_major
+                     : spec.a_row_major >= 0      ? spec.a_row_major == 1
+                     : spec.aligned < 0           ? index / 4 % 2
+                                                  : rnd(0, 1);
+  const bool b_row = pinned.on && !spec.a_row_sums ? pinned.b_row_major
+                     : spec.b_row_major >= 0      ? spec.b_row_major == 1
+                     : spec.aligned < 0           ? index / 8 % 2
+                                                  : rnd(0, 1);
   if (align > 1 && spec.whole_chunks) {  // contiguous extents in whole chunks; the others stay odd where they fall so
     (a_row ? k : m) = round_up(a_row ? k : m, align);
     (b_row ? n : k) = round_up(b_row ? n : k, align);
@@ -108,6 +109,9 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   // The pre-activation, laid out as D (its base as far into its buffer), poisoned likewise.
   Buffer z(spec.pre_activation ? d.size : 1);
   if (spec.pre_activation) p.pre_activation = z.p + esize * d_offset;
+  // A's row sums, poisoned, 8 past m that must stay so.
+  Buffer row_sums(spec.a_row_sums ? (m + 8) * sizeof(float) : 1);
+  if (spec.a_row_sums) p.a_row_sums = reinterpret_cast<float*>(row_sums.p);
 
   sim::max_grid.y = rnd(0, 1) ? 65535 : rnd(1, 2);  // batch loop runs more than once
   const GemmLaunch launch = spec.has_plan ? plan_gemm(p, spec.plan) : plan_gemm(p);
@@ -136,6 +140,15 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
         const float want_z = sim::rounded(float(sum) + bias.values[j], p.d_type), got_z = get(z.p, p.d_type, e);
         if (!(got_z == want_z) && bad++ < 3) printf("  Z[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got_z, want_z);
       }
+  for (int64_t i = 0; spec.a_row_sums && i < m + 8; ++i) {
+    float want = 0.0f;  // exact: a sum of multiples of 1/8
+    for (int64_t q = 0; i < m && q < k; ++q) want += a.at(0, i, q);
+    const float got = get(row_sums.p, ElementType::kFloat32, i);
+    const bool poisoned = reinterpret_cast<const uint32_t*>(row_sums.p)[i] == 0xffffffffu;
+    if (i < m && !refused ? !(got == want) : !poisoned) {
+      if (bad++ < 3) printf("  row sum %ld = %g, want %s\n", long(i), got, i < m && !refused ? "the sum" : "untouched");
+    }
+  }
   for (size_t e = 0; e < written.size(); ++e)
     for (int64_t byte = 0; !written[e] && byte < esize; ++byte) {
       if (d.p[e * esize + byte] != 0xff && bad++ < 3) printf("  wrote outside D, element %zu\n", e);
@@ -144,11 +157,11 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
     }
   if (bad)
     printf("%s case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
-           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld pre_activation=%d multiprocessors=%d "
-           "shared_limit=%zu max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
+           "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld pre_activation=%d a_row_sums=%d "
+           "multiprocessors=%d shared_limit=%zu max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
            kind, index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
            int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, int(spec.pre_activation),
-           sim::multiprocessors, sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k,
+           int(spec.a_row_sums), sim::multiprocessors, sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k,
            plan.raster_group);
   return bad;
 }

@@ -43,6 +43,9 @@ struct GemmCaseSpec {
   // Asks the launcher for the pre-activation too (GemmParams::pre_activation,
   // laid out as D, poisoned), under GELU or ReLU, and checks it.
   bool pre_activation = false;
+  // Asks the launcher for A's row sums too (GemmParams::a_row_sums, in a
+  // poisoned buffer with room past m) and checks them; batch 1 unless set.
+  bool a_row_sums = false;
   bool has_plan = false;
   GemmPlan plan;
   cudaError_t expect = cudaSuccess;  // for a plan the launcher must refuse

@@ -32,7 +32,11 @@
 //    operands, whose pre-activation kernel stores it from its epilogue
 //    (every other one from registers, D's base off 16 bytes), and in one
 //    case of 32 on the narrow tile the default picks, which the launcher
-//    runs again with no activation for it. Every pair and narrow case
+//    runs again with no activation for it; A's row sums asked for beside D
+//    (linear's wgrad: A column-major, B row-major, one matrix) in one case of
+//    sixteen on the wide tile forced and in another split 4 ways, checked
+//    in a poisoned buffer, and refused where a plan cannot sum them (K-major
+//    A, a batch). Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -49,7 +53,9 @@
 // cases stop at the first that fails.
 // "pinned" runs every case on A row-major, B column-major and fp16 inputs:
 // the one Hopper kernel of each kind that a planted bug's build replaces
-// (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp).
+// (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp); but the
+// whole-K row sums case, on the row sums kernel's layouts (its planted copy
+// too), and no split one.
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N",
 // "wgmma_n128 cases: N", "wgmma_n64 cases: N", "wgmma split-K cases: N",
@@ -57,8 +63,10 @@
 // "wgmma cases storing through the copy engine: N", "wgmma cases storing
 // the pre-activation from the epilogue: N", "wgmma cases storing the
 // pre-activation from registers: N", "wgmma cases running the product again
-// for the pre-activation: N" and "cluster occupancy
-// asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
+// for the pre-activation: N", "wgmma cases summing A's rows: N", "wgmma
+// split-K cases summing A's rows: N", "gemm: F/N failed", "row sums refused
+// where the plan cannot sum them: ok" and "cluster occupancy asked once per
+// device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
 // "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
 // N", "conv wgmma cases on wgmma_n64: N", "conv wgmma dgrad cases with a
@@ -249,6 +257,7 @@ static int check_layouts(int& mismatches) {
 struct GemmCaseCounts {
   int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0, split = 0, padded = 0;
   int pre_activation_from_epilogue = 0, pre_activation_from_registers = 0, pre_activation_again = 0;
+  int row_sums = 0, row_sums_split = 0;
 };
 
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
@@ -278,6 +287,11 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // default picks (index 20 of a run's 24).
   const bool pre_activation_epilogue = index % 16 == 3, pre_activation_again = index % 32 == 20;
   const bool pre_activation_from_registers = index % 32 == 19;
+  // A's row sums asked for too, on MN-major operands and a single matrix
+  // (linear's wgrad): from the wide tile forced in one case of sixteen
+  // (index 11), and split 4 ways as the split cases in another (index 10;
+  // not where pinned: a planted build holds the whole-K kernel alone).
+  const bool row_sums = index % 16 == 11, row_sums_split = index % 16 == 10 && !sim::pinned.on;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
@@ -290,22 +304,24 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // fewer than the ring's stages; or two or three pairs on the nine tall tiles.
   const bool short_ping_pong = ping_pong && !tall && index / 16 % 2 == 1;
   if (ping_pong) multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
-  if (split || padded_split) multiprocessors = 132;
+  if (split || padded_split || row_sums_split) multiprocessors = 132;
   sim::use_multiprocessors(multiprocessors);
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   if (narrow && narrow_kind < 2) setenv("MPGEMM_GEMM_PATH", narrow_kind == 0 ? "wgmma_n128" : "wgmma_n64", 1);
-  if (split || padded_split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
+  if (split || padded_split || row_sums_split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
   if (padded) setenv("MPGEMM_PADDED_OPERANDS", "1", 1), setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   // The narrow tiles are the default: left to it where the plan should pick one, "0" elsewhere, so
   // that every other case keeps the tile it ran on before they were.
   if (!narrow || narrow_kind != 2) setenv("MPGEMM_NARROW_TILES", "0", 1);
   sim::GemmCaseSpec spec;
   // Mostly operands the copy engine can describe; always where D's type alone should keep the Hopper path away.
-  spec.aligned = padded ? 0 : paired || narrow || split || other_type || refused || sim::rnd(0, 7) ? 1 : 0;
+  spec.aligned = padded                                                                       ? 0
+                 : paired || narrow || split || row_sums_split || other_type || refused || sim::rnd(0, 7) ? 1
+                                                                                                  : 0;
   spec.whole_chunks = false;
   // So that every pair and narrow case runs its kernel, and every other forced one the wide tile's.
-  spec.copyable_operands = paired || narrow || split || padded || index % 8 == 3;
+  spec.copyable_operands = paired || narrow || split || row_sums_split || padded || index % 8 == 3;
   // On each pair kernel: the tall cases store from registers, the others through the copy engine; every
   // forced case but one pre-activation case through the copy engine (the epilogue's strips turned over most
   // often).
@@ -313,6 +329,8 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   spec.d_misaligned = pre_activation_from_registers;
   spec.pre_activation = pre_activation_epilogue || pre_activation_again;
   if (pre_activation_epilogue) spec.a_row_major = 1, spec.b_row_major = 0, spec.aligned = 1;
+  spec.a_row_sums = row_sums || row_sums_split;
+  if (spec.a_row_sums) spec.a_row_major = 0, spec.b_row_major = 1, spec.aligned = 1;
   using OutputType = sim::GemmCaseSpec::OutputType;
   spec.d_type = other_type || refused ? OutputType::kOther16Bit : OutputType::kOpsOwn;
   if (other_type || refused) spec.min_k = 1;
@@ -342,14 +360,16 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   if (narrow) spec.max_m = 300, spec.max_n = narrow_kind == 2 ? 128 : 200, spec.max_k = 640;
   if (narrow) spec.min_k = narrow_kind == 2 ? 1 : 8 * 64 + 1;
   if (narrow) sim::use_multiprocessors(narrow_kind == 2 ? 1 : int(sim::rnd(1, 4)));
-  if (split || padded_split) spec.min_m = spec.max_m = 128, spec.min_n = 129, spec.max_n = 256;
-  if (split || padded_split) spec.min_k = 15 * 64 + 1, spec.max_k = 17 * 64, spec.batch = 1;
+  if (split || padded_split || row_sums_split) spec.min_m = spec.max_m = 128, spec.min_n = 129, spec.max_n = 256;
+  if (split || padded_split || row_sums_split) spec.min_k = 15 * 64 + 1, spec.max_k = 17 * 64, spec.batch = 1;
   GemmPlan plan;
   GemmShape shape;
   const uint64_t stores_before = sim::hopper::stores_issued;
   const char* kind = refused      ? "refused"
                      : narrow     ? "narrow"
                      : split      ? "split-K"
+                     : row_sums_split ? "split-K row sums"
+                     : row_sums   ? "row sums"
                      : padded     ? "padded"
                      : forced     ? "forced"
                      : tall       ? "tall"
@@ -366,7 +386,7 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
     printf("padded case %d FAILED: the launcher planned %s, expected wgmma\n", index, tile_config(plan.config).name);
     bad = true;
   }
-  if ((split || padded_split) && (plan.config != TileConfigId::kWgmma || plan.split_k != 4)) {
+  if ((split || padded_split || row_sums_split) && (plan.config != TileConfigId::kWgmma || plan.split_k != 4)) {
     printf("%s case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma split 4 ways\n", kind, index,
            tile_config(plan.config).name, plan.split_k);
     bad = true;
@@ -390,6 +410,12 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
            tile_config(asked).name, tile_config(plan.config).name);
     bad = true;
   }
+  if (row_sums && shape.k > 0 && (plan.config != TileConfigId::kWgmma || plan.split_k != 1)) {
+    printf("row sums case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma whole K\n", index,
+           tile_config(plan.config).name, plan.split_k);
+    bad = true;
+  }
+  counts.row_sums += row_sums, counts.row_sums_split += row_sums_split;
   if (refused) return bad;
   counts.on_wgmma += is_wgmma(plan.config);
   counts.on_pairs += plan.config == TileConfigId::kWgmmaPair;
@@ -528,10 +554,24 @@ int main(int argc, char** argv) {
          "wgmma cases storing through the copy engine: %d\n"
          "wgmma cases storing the pre-activation from the epilogue: %d\n"
          "wgmma cases storing the pre-activation from registers: %d\n"
-         "wgmma cases running the product again for the pre-activation: %d\ngemm: %d/%d failed\n",
+         "wgmma cases running the product again for the pre-activation: %d\n"
+         "wgmma cases summing A's rows: %d\nwgmma split-K cases summing A's rows: %d\ngemm: %d/%d failed\n",
          gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.split, gemm.padded,
          gemm.copied_out, gemm.pre_activation_from_epilogue, gemm.pre_activation_from_registers,
-         gemm.pre_activation_again, failed, cases);
+         gemm.pre_activation_again, gemm.row_sums, gemm.row_sums_split, failed, cases);
+  // A's row sums asked of plans that cannot sum them: K-major A on the wide
+  // tile, and a batch of two, each refused with D and the sums untouched.
+  bool row_sums_bad = false;
+  for (const bool batched : {false, true}) {
+    sim::GemmCaseSpec spec;
+    spec.a_row_sums = true, spec.expect = cudaErrorInvalidValue, spec.aligned = 1, spec.copyable_operands = true;
+    spec.a_row_major = batched ? 0 : 1, spec.b_row_major = 1, spec.batch = batched ? 2 : 1;
+    spec.max_m = spec.max_n = 64, spec.min_k = 16, spec.max_k = 64;
+    setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
+    row_sums_bad |= cases > 0 && sim::gemm_case("row sums refused", 0, spec);
+    unsetenv("MPGEMM_GEMM_PATH");
+  }
+  printf("row sums refused where the plan cannot sum them: %s\n", row_sums_bad ? "FAILED" : "ok");
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
   int walk_mismatches = 0;
@@ -574,7 +614,7 @@ int main(int argc, char** argv) {
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
-  return mismatches || failed || occupancy_bad || walk_mismatches || conv_failed || folded_failed ||
+  return mismatches || failed || row_sums_bad || occupancy_bad || walk_mismatches || conv_failed || folded_failed ||
          conv_gemm_failed || path_bad || staged_bad ||
          far_taps_bad || splits_bad || moments_bad || fresh_bad;
 }

@@ -2,7 +2,9 @@
 // (test_kernel_sim.py): PLANTED_TILE's, fp16 inputs, A row-major and B
 // column-major (both K-major), the layouts `hopper_cases ... pinned` runs;
 // with PLANTED_SPLIT_K, WgmmaTile's split-K and pre-activation kernels of
-// those too.
+// those too, and its whole-K kernel that sums A's rows, on the layouts it
+// takes (A column-major, B row-major), which the pinned run's row sums case
+// keeps.
 // Linked ahead of the unplanted kernels, its definitions of the kernel and of
 // every function it shares with them are the ones the linker keeps, so that a
 // planted build compiles this one unit rather than every Hopper kernel.
@@ -12,4 +14,5 @@ MPGEMM_WGMMA_LAUNCH_ONE(__half, PLANTED_TILE, true, true)
 #ifdef PLANTED_SPLIT_K
 MPGEMM_WGMMA_LAUNCH_KIND(__half, WgmmaTile, true, true, GemmKernel::kSplitK)
 MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(__half, WgmmaTile)
+MPGEMM_WGMMA_LAUNCH_KIND(__half, WgmmaTile, false, false, GemmKernel::kRowSums)
 #endif

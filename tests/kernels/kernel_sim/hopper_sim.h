@@ -16,8 +16,10 @@
 //    overwritten under it.
 // Whatever the timing, the contracts are checked as they are used: no copy
 // lands on shared memory that a wgmma not yet retired reads; no wgmma is
-// issued on shared memory that no copy has written since the block began,
-// or that a copy has yet to write; a warpgroup fences before its first wgmma
+// issued on shared memory that no copy has written since the block began
+// (nor a thread, followed by its fence.proxy.async), that a copy has yet to
+// write, or that a thread wrote without that fence since; a warpgroup
+// fences before its first wgmma
 // after touching the accumulators, and its 128 threads issue the same
 // wgmmas; an arrival never finds its phase already complete and waiting on
 // transaction bytes; a box store reads no shared memory that a thread wrote
@@ -142,7 +144,8 @@ struct Block {
   std::map<uint32_t, Barrier> barriers;
   std::vector<Copy> in_flight;          // copies not yet landed (copies_late)
   // Per 16-byte chunk of shared memory: wgmmas not yet retired that read it,
-  // copies yet to land on it, and copies landed on it since the block began.
+  // copies yet to land on it, and copies landed on it (or stores fenced for
+  // the async proxy) since the block began.
   std::vector<int> reads, writes, written;
   std::vector<int> unfenced;  // per 16-byte chunk: threads that wrote it and have not fenced since
   Warpgroup warpgroups[1024 / kWarpgroupThreads];
@@ -444,11 +447,13 @@ inline void ld_shared(uint32_t address, void* value, uint32_t bytes) {
   memcpy(value, sim::shared_memory + address, bytes);
 }
 
-// fence.proxy.async.shared::cta: the async proxy may read what this thread wrote.
+// fence.proxy.async.shared::cta: the async proxy (box stores, wgmma) may
+// read what this thread wrote.
 inline void fence_proxy_async_shared() {
   std::lock_guard lock(mutex);
   std::vector<int>& unfenced = chunk_counts(own().unfenced);
-  for (uint32_t chunk : unfenced_writes) --unfenced[chunk];
+  std::vector<int>& written = chunk_counts(own().written);
+  for (uint32_t chunk : unfenced_writes) --unfenced[chunk], written[chunk] = 1;
   unfenced_writes.clear();
 }
 
@@ -595,10 +600,14 @@ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate,
     std::vector<int>& reads = chunk_counts(own().reads);
     std::vector<int>& writes = chunk_counts(own().writes);
     std::vector<int>& written = chunk_counts(own().written);
+    std::vector<int>& unfenced = chunk_counts(own().unfenced);
     for (uint32_t c : op.chunks) {
       SIM_CHECK(writes[c] == 0, "a wgmma is issued on shared memory (byte %u) that a box copy has yet to write",
                 c * 16);
-      SIM_CHECK(written[c], "a wgmma is issued on shared memory (byte %u) that no box copy has written", c * 16);
+      SIM_CHECK(unfenced[c] == 0, "a wgmma is issued on shared memory (byte %u) that a thread wrote without "
+                "fence.proxy.async since", c * 16);
+      SIM_CHECK(written[c], "a wgmma is issued on shared memory (byte %u) that no box copy (or fenced store) has "
+                "written", c * 16);
       ++reads[c];
     }
     w.open.push_back(std::move(op));
