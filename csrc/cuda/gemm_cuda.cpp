@@ -68,7 +68,7 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_row_stride = problem.n;
   if (side.pre_activation != nullptr) p.pre_activation = side.pre_activation->data_ptr();
   if (side.a_row_sums != nullptr) p.a_row_sums = side.a_row_sums->data_ptr<float>();
-  kernels::GemmLaunch launch = kernels::plan_gemm(p);
+  const kernels::GemmLaunch launch = kernels::plan_gemm(p);
   // A's row sums where the plan's kernels cannot sum them: torch's sum of a
   // (accumulated in fp32), after the product.
   const bool sum_a_apart = side.a_row_sums != nullptr && !kernels::a_row_sums_from_mainloop(p, launch);

@@ -183,12 +183,11 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
     const BatchTile tile = Scheduler::tile(t, p, schedule.raster_group, rank);
     if constexpr (Tile::kPingPong)
       if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
+    // The first column of tiles sums A's rows.
+    const bool sums_rows = (kExtras & kBlockARowSums) != 0 && tile.origin.n0 == 0;
     const TilePipeline<Tile> reading = [&] {
-      if constexpr ((kExtras & kBlockARowSums) != 0) {
-        row_sums.active = tile.origin.n0 == 0;
-        if (row_sums.active)
-          return mma_tile<Element, Tile, true>(acc, shared, pipe, k_slices, row_block, thread, &row_sums);
-      }
+      if constexpr ((kExtras & kBlockARowSums) != 0)
+        if (sums_rows) return mma_tile<Element, Tile, true>(acc, shared, pipe, k_slices, row_block, thread, &row_sums);
       return mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
     }();
     if constexpr (Tile::kPingPong)
@@ -196,8 +195,7 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
     finish_tile<Tile>(shared, reading, thread);
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
-    if constexpr ((kExtras & kBlockARowSums) != 0)
-      if (row_sums.active) store_row_sums(row_sums.acc, p, tile.batch, row0, thread);
+    if (sums_rows) store_row_sums(row_sums.acc, p, tile.batch, row0, thread);
     store_accumulators<Element, Tile, (kExtras & kBlockStagedRows) != 0, (kExtras & kBlockColumnMoments) != 0,
                        (kExtras & kBlockPreActivation) != 0>(
         acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread, consumer, z_map);

@@ -28,23 +28,20 @@ __device__ __forceinline__ void release_stage(Smem& shared, int stage, int threa
   }
 }
 
-// A's row sums over K beside a tile's product (the kernels built
-// WithRowSums): with each k16's wgmma one more, 64 x 8 x 16, of the same 64
-// rows of A against a tile of ones (`ones`, the descriptor of an 8-row
-// K-major tile whose every element is 1), so that each of its 8 columns of
-// accumulators holds the rows' sums. A sum the Tensor Cores add as they add
-// the product: its products are exact (x * 1), it is summed in fp32, and it
-// reads A's tile where the product reads it, besides the 1 KB tile of ones.
-// The block runs this mainloop on the tiles that are `active`, the first
-// column of tiles, so that each row is summed once, and the plain one on
-// the others:
-// a wgmma under a branch that ptxas cannot prove uniform across the
-// warpgroup makes it serialize every wgmma of the kernel (its warning
-// C7520).
+// A's row sums over K beside a tile's product (mma_tile WithRowSums): with
+// each k16's wgmma one more, 64 x 8 x 16, of the same 64 rows of A against a
+// tile of ones (`ones`, the descriptor of an 8-row K-major tile whose every
+// element is 1), so that each of its 8 columns of accumulators holds the
+// rows' sums. A sum the Tensor Cores add as they add the product: its
+// products are exact (x * 1), it is summed in fp32, and it reads A's tile
+// where the product reads it, besides the 1 KB tile of ones. The block runs
+// this mainloop on the first column of tiles, so that each row is summed
+// once, and the plain one on the others: a wgmma under a branch that ptxas
+// cannot prove uniform across the warpgroup makes it serialize every wgmma
+// of the kernel (its warning C7520).
 struct RowSums {
   float acc[4];
   uint64_t ones;
-  bool active;
 };
 
 // Issues the wgmmas of k_slices K slices from `pipe` on into `acc` (rows
