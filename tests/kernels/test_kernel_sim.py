@@ -6,7 +6,8 @@ tile orders), unscale, convolution (fprop, dgrad, wgrad), mma.sync ceiling
 and batch-norm (mpgemm.fuse's passes: kernel_sim/batch_norm_cases.cpp; a
 row block's partial sums dropped and a row summed twice must be caught)
 problems on the host, with fp16 and bf16 inputs (bf16 from sim arch 800 on;
-below it launches must be refused), every CUDA thread a std::thread, under
+below it launches must be refused), every CUDA thread a fiber of the
+launching thread that runs until it waits (kernel_sim/mock/fibers.h), under
 AddressSanitizer and UBSan, checking each output against a reference. No GPU
 and no nvcc needed, so the kernels' indexing, bounds, zero-fill and
 synchronization are tested wherever the tests run. See kernel_sim/driver.cpp
@@ -61,8 +62,9 @@ CXXFLAGS = BASE_CXXFLAGS + ["-fsanitize=address,undefined", "-fno-sanitize-recov
 # third faster (linked first, its copies of code it shares with the other
 # units are the ones that binary runs).
 PLANTED_CXXFLAGS = BASE_CXXFLAGS + ["-fsanitize=address"]
-# CI has two cores, on which the whole module takes about 7 minutes, more
-# than half of it building (bench/NOTES.md, "The Hopper epilogue's code").
+# CI has two cores, on which the whole module takes about 7 minutes, two
+# thirds of it building (bench/NOTES.md, "The simulation's CUDA threads as
+# fibers").
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20
@@ -580,7 +582,7 @@ def results(tmp_path_factory):
             binary = link([o.result()] + (hopper if planted_pass else without_conv), str(out / f"sim_conv_planted{i}"))
             conv_planted_binaries.update({name: (binary, number) for number, name in bugs})
 
-        # The longest runs first (the Hopper ones, 30-45 s each here), so that no long one is left to run alone.
+        # The longest runs first (the Hopper ones, about 20 s each here), so that no long one is left to run alone.
         jobs = {}
         for (copies_late, wgmma_late), seed in HOPPER_RUNS.items():
             jobs[("hopper", copies_late, wgmma_late)] = pool.submit(run_hopper, hopper_binary, seed, copies_late,

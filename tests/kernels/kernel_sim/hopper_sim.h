@@ -27,21 +27,18 @@
 // waited for before the block exits (a store's by the thread that issued
 // it), and no arrival or copy reaches a block of the cluster after it has
 // exited; and a thread that waits (on an mbarrier, or for its warpgroup)
-// while nothing in the cluster moves for kDeadlockSeconds aborts the run,
+// while no thread of the launch can move (mock/fibers.h) aborts the run,
 // saying what it waits for.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -59,9 +56,7 @@ namespace model = sim::hopper_model;
 
 inline bool copies_late = false;
 inline bool wgmma_late = false;
-inline constexpr int kDeadlockSeconds = 10;
 inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kLaterBlockDelayUs = 5000;
 
 struct Barrier {
   int count = 0, pending = 0;  // arrivals the phase needs, and still awaits
@@ -131,10 +126,10 @@ struct Warpgroup {
   uint64_t generation = 0;  // steps completed
 };
 
-// What the running cluster's blocks share: one lock over every block's state.
+// What the running cluster's blocks share: one lock over every block's state
+// (the launch's threads are fibers of one host thread, which hold it only
+// between their waits).
 inline std::mutex mutex;
-inline std::condition_variable changed;
-inline uint64_t progress = 0;  // counts every arrival, landing and retirement
 inline std::mt19937_64 rng{1};
 
 // The state of one running block of the cluster.
@@ -165,23 +160,25 @@ inline Block& block_of_rank(unsigned rank) {
   SIM_CHECK(!blocks[rank].exited, "block %u of the cluster is reached after it exited", rank);
   return blocks[rank];
 }
-inline thread_local int issued_since_commit = 0;
+// The calling CUDA thread's own (swapped by the fibers: mock/fibers.h).
+inline int issued_since_commit = 0;
 // This thread's box stores: committed bulk async-groups not yet waited for
 // (copies_late), oldest first, and the open one.
-inline thread_local std::deque<std::vector<Store>> store_groups;
-inline thread_local std::vector<Store> open_stores;
-inline thread_local std::vector<uint32_t> unfenced_writes;  // chunks this thread wrote since its last fence
-inline thread_local bool fenced = false;  // since this thread last waited on its wgmmas
+inline std::deque<std::vector<Store>> store_groups;
+inline std::vector<Store> open_stores;
+inline std::vector<uint32_t> unfenced_writes;  // chunks this thread wrote since its last fence
+inline bool fenced = false;  // since this thread last waited on its wgmmas
+inline const bool thread_variables_registered =
+    sim::fiber::Locals::add(issued_since_commit) && sim::fiber::Locals::add(store_groups) &&
+    sim::fiber::Locals::add(open_stores) && sim::fiber::Locals::add(unfenced_writes) && sim::fiber::Locals::add(fenced);
 
 inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
   if (counts.size() < sim::shared_capacity / 16) counts.assign(sim::shared_capacity / 16, 0);
   return counts;
 }
 
-inline void moved() {
-  ++progress;
-  changed.notify_all();
-}
+// Every arrival, landing and retirement: what a waiting thread may wait for.
+inline void moved() { sim::fiber::moved(); }
 
 // The caller holds the mutex.
 inline Barrier& barrier_at(Block& b, uint32_t address) {
@@ -190,24 +187,20 @@ inline Barrier& barrier_at(Block& b, uint32_t address) {
   return it->second;
 }
 
-// Waits on `changed` until `done()` (the caller holds `lock`), aborting
-// with `what` if nothing in the cluster moves for kDeadlockSeconds meanwhile.
+// Waits until `done()` (the caller holds `lock`, which the others take
+// meanwhile), aborting with `what` if no thread of the launch can move.
 template <class Done, class... Args>
 void wait_until(std::unique_lock<std::mutex>& lock, Done&& done, const char* what, Args... args) {
-  using Clock = std::chrono::steady_clock;
-  uint64_t seen = progress;
-  Clock::time_point since = Clock::now();
   while (!done()) {
-    changed.wait_for(lock, std::chrono::milliseconds(20));
-    if (progress != seen) {
-      seen = progress;
-      since = Clock::now();
-    } else if (Clock::now() - since >= std::chrono::seconds(kDeadlockSeconds)) {
+    if (sim::fiber::deadlocked()) {
       fprintf(stderr, "deadlock: thread %u of block %u waits ", threadIdx.x, blockIdx.x);
       fprintf(stderr, what, args...);
-      fprintf(stderr, ", and nothing in the cluster has moved for %d s\n", kDeadlockSeconds);
+      fprintf(stderr, ", and no thread of the launch can move\n");
       abort();
     }
+    lock.unlock();
+    sim::fiber::yield();
+    lock.lock();
   }
 }
 
@@ -485,12 +478,12 @@ inline void bulk_commit_group() {
 }
 
 // wait_group N, with or without .read: the oldest groups are done (read
-// and written) until at most N remain. Late, their reads wait a moment
-// first, so that a thread of the warpgroup that writes a strip's buffer
-// without waiting for this wait (through a barrier after it) has done so
-// before the store reads it.
+// and written) until at most N remain. Late, their reads wait until every
+// other thread waits, so that a thread of the warpgroup that writes a
+// strip's buffer without waiting for this wait (through a barrier after it)
+// has done so before the store reads it.
 inline void bulk_wait_group(int n) {
-  if (copies_late && store_groups.size() > size_t(n)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  if (copies_late && store_groups.size() > size_t(n)) sim::fiber::let_others_run();
   while (store_groups.size() > size_t(n)) {
     for (const Store& st : store_groups.front()) perform(st);
     store_groups.pop_front();
@@ -652,7 +645,7 @@ inline void warpgroup_step(int step) {
   // first runs ahead of them as far as the barriers let it: a producer that
   // does not wait for the other block's consumers then copies over a stage
   // they still read.
-  if (step >= 0 && sim::cluster_rank > 0) std::this_thread::sleep_for(std::chrono::microseconds(kLaterBlockDelayUs));
+  if (step >= 0 && sim::cluster_rank > 0) sim::fiber::let_others_run();
   Warpgroup& w = own().warpgroups[index];
   std::unique_lock lock(mutex);
   if (w.arrived == 0) w.step = step;
@@ -676,7 +669,7 @@ inline void wgmma_fence() { fenced = true; }
 inline unsigned cluster_rank() { return sim::cluster_rank; }
 
 // barrier.cluster: every thread of every block of the cluster.
-inline void cluster_sync() { sim::cluster_barrier->arrive_and_wait(); }
+inline void cluster_sync() { sim::wait_at(*sim::cluster_barrier, "barrier.cluster"); }
 
 // A thread leaves the kernel; its block has exited once all its threads have,
 // and nothing of it may be in flight then.

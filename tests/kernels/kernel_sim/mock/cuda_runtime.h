@@ -2,9 +2,9 @@
 // (tests/kernels/test_kernel_sim.py), so that g++ compiles the real kernel sources and
 // runs them without a GPU. A launch runs its blocks one after another (the
 // blocks of a thread block cluster together, each with its own shared
-// memory), each block's threads as std::threads (kept from launch to launch)
-// meeting at real barriers, so a
-// missing __syncthreads or __syncwarp shows up as wrong results; shared memory
+// memory), each block's threads as fibers (fibers.h) on the launching
+// thread, each running until it waits at a barrier, so a missing
+// __syncthreads or __syncwarp shows up as wrong results; shared memory
 // starts out as NaN each block so reading what no thread wrote does too; and
 // AddressSanitizer sees every global access. Launch limits of real devices are
 // checked, and every misuse aborts with a message.
@@ -13,19 +13,15 @@
 #include <math.h>  // ::isfinite and ::erff, as device code sees them
 
 #include <algorithm>
-#include <barrier>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <latch>
 #include <map>
 #include <memory>
 #include <new>
-#include <semaphore>
 #include <set>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -33,6 +29,8 @@
 #if __has_include(<sanitizer/asan_interface.h>)
 #include <sanitizer/asan_interface.h>
 #endif
+#include "fibers.h"
+
 #ifndef ASAN_POISON_MEMORY_REGION
 #define ASAN_POISON_MEMORY_REGION(addr, size)
 #define ASAN_UNPOISON_MEMORY_REGION(addr, size)
@@ -106,8 +104,10 @@ struct cudaLaunchConfig_t {
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
-inline thread_local uint3 threadIdx, blockIdx;
-inline thread_local dim3 blockDim, gridDim;
+// A CUDA thread's own variables, here and in namespace sim below, are
+// globals that the fibers swap (fibers.h's Locals).
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
 
 namespace sim {
 // The simulated device's arch, as __CUDA_ARCH__ writes it: defined once per
@@ -151,11 +151,11 @@ inline dim3 max_grid(1u << 31, 65535, 65535);
 // it the running launch asked for. Each thread of a launch sees its own
 // block's: the driver's for the first block of a cluster, kMaxCluster - 1
 // more of the same capacity for the others (cluster_shared: by rank).
-inline thread_local unsigned char* shared_memory = nullptr;
+inline unsigned char* shared_memory = nullptr;
 inline size_t shared_capacity = 0, shared_size = 0;
 inline constexpr int kMaxCluster = 2;
 inline unsigned char* cluster_shared[kMaxCluster] = {};
-inline thread_local unsigned cluster_rank = 0, cluster_size = 1;
+inline unsigned cluster_rank = 0, cluster_size = 1;
 inline size_t shared_limit =  // opt-in maximum per block
     device_arch >= 900 ? 227 * 1024 : device_arch >= 800 ? 163 * 1024 : 64 * 1024;
 inline std::map<const void*, size_t> opted_in_smem;
@@ -166,62 +166,29 @@ inline std::set<const void*> launched;  // distinct kernels, for the driver's co
 inline std::vector<void (*)()> block_exit_hooks;
 inline std::vector<void (*)()> thread_exit_hooks;
 
-inline thread_local std::barrier<>* block_barrier;
-inline thread_local std::barrier<>* warp_barrier;
-inline thread_local float* warp_lanes;  // the warp's 32 slots that __shfl_xor_sync exchanges through
-inline thread_local std::barrier<>* cluster_barrier;
+inline fiber::Barrier<>* block_barrier;
+inline fiber::Barrier<>* warp_barrier;
+inline float* warp_lanes;  // the warp's 32 slots that __shfl_xor_sync exchanges through
+inline fiber::Barrier<>* cluster_barrier;
 // cp.async (../arch/cp_async.cuh): whether copies land only when waited for, and
 // this thread's copies in flight: committed groups, oldest first, and the open one.
 inline bool async_copies_late = false;
-inline thread_local std::vector<std::vector<std::function<void()>>> async_groups;
-inline thread_local std::vector<std::function<void()>> async_open;
-}  // namespace sim
+inline std::vector<std::vector<std::function<void()>>> async_groups;
+inline std::vector<std::function<void()>> async_open;
+inline const bool thread_variables_registered =
+    fiber::Locals::add(threadIdx) && fiber::Locals::add(blockIdx) && fiber::Locals::add(blockDim) &&
+    fiber::Locals::add(gridDim) && fiber::Locals::add(shared_memory) && fiber::Locals::add(cluster_rank) &&
+    fiber::Locals::add(cluster_size) && fiber::Locals::add(block_barrier) && fiber::Locals::add(warp_barrier) &&
+    fiber::Locals::add(warp_lanes) && fiber::Locals::add(cluster_barrier) && fiber::Locals::add(async_groups) &&
+    fiber::Locals::add(async_open);
 
-namespace sim {
-// The threads that run launches' CUDA threads, kept from one launch to the
-// next, as they are from one block to the next within a launch: creating a
-// thread under AddressSanitizer costs about 0.2 ms of system time, and a run
-// of the driver launches tens of thousands of them.
-class ThreadPool {
- public:
-  // Runs task(t) for every t in [0, threads), each on a thread of its own,
-  // and returns once all have returned.
-  void run(unsigned threads, const std::function<void(unsigned)>& task) {
-    while (workers_.size() < threads) {
-      auto worker = std::make_unique<Worker>();
-      worker->thread = std::thread(&ThreadPool::serve, this, worker.get(), unsigned(workers_.size()));
-      workers_.push_back(std::move(worker));
-    }
-    std::latch done(threads);
-    task_ = &task, done_ = &done;
-    for (unsigned t = 0; t < threads; ++t) workers_[t]->start.release();
-    done.wait();
-  }
-  ~ThreadPool() {
-    stopping_ = true;
-    for (auto& worker : workers_) worker->start.release();
-    for (auto& worker : workers_) worker->thread.join();
-  }
-
- private:
-  struct Worker {
-    std::thread thread;
-    std::binary_semaphore start{0};
-  };
-  void serve(Worker* worker, unsigned index) {
-    for (;;) {
-      worker->start.acquire();
-      if (stopping_) return;
-      (*task_)(index);
-      done_->count_down();
-    }
-  }
-  std::vector<std::unique_ptr<Worker>> workers_;
-  const std::function<void(unsigned)>* task_ = nullptr;
-  std::latch* done_ = nullptr;
-  bool stopping_ = false;
-};
-inline ThreadPool thread_pool;
+// Waits at `barrier`, or reports what it waits for should nothing be able to move.
+inline void wait_at(fiber::Barrier<>& barrier, const char* what) {
+  barrier.arrive_and_wait([what] {
+    fprintf(stderr, "deadlock: thread %u of block %u waits at %s, and no thread of the launch can move\n",
+            threadIdx.x, blockIdx.x, what);
+  });
+}
 }  // namespace sim
 
 namespace sim {
@@ -234,7 +201,7 @@ inline uint32_t shared_address(const void* p) {
 }
 }  // namespace sim
 
-inline void __syncthreads() { sim::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { sim::wait_at(*sim::block_barrier, "__syncthreads"); }
 // fp32 arithmetic rounded once per step: g++ contracts nothing into an FMA
 // here (no FMA instructions at the simulation's target), as nvcc does not
 // for these intrinsics.
@@ -246,7 +213,7 @@ template <class T>
 inline void __stwb(T* p, T v) { *p = v; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
-  sim::warp_barrier->arrive_and_wait();
+  sim::wait_at(*sim::warp_barrier, "__syncwarp");
 }
 // Every lane of the warp takes part: each leaves its value in its slot, the
 // warp meets, reads its partner's, and meets again before a slot is reused.
@@ -255,9 +222,9 @@ inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
   SIM_CHECK(lane_mask >= 0 && lane_mask < 32, "lane mask %d", lane_mask);
   const unsigned lane = threadIdx.x % 32;
   sim::warp_lanes[lane] = value;
-  sim::warp_barrier->arrive_and_wait();
+  sim::wait_at(*sim::warp_barrier, "__shfl_xor_sync");
   const float other = sim::warp_lanes[lane ^ unsigned(lane_mask)];
-  sim::warp_barrier->arrive_and_wait();
+  sim::wait_at(*sim::warp_barrier, "__shfl_xor_sync");
   return other;
 }
 
@@ -376,21 +343,20 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
     poison();
   };
   poison();
-  std::vector<std::unique_ptr<std::barrier<>>> block_barriers, warp_barriers;
-  for (unsigned r = 0; r < cluster; ++r) block_barriers.push_back(std::make_unique<std::barrier<>>(threads));
-  for (unsigned w = 0; w < cluster * threads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+  std::vector<fiber::Barrier<>> block_barriers(cluster, fiber::Barrier<>(int(threads)));
+  std::vector<fiber::Barrier<>> warp_barriers(cluster * threads / 32, fiber::Barrier<>(32));
   std::vector<float> lanes(cluster * threads);
-  std::barrier<> cluster_barrier(cluster * threads);
-  std::barrier<decltype(end_block)> next_block(cluster * threads, end_block);
-  thread_pool.run(cluster * threads, [&](unsigned t) {
+  fiber::Barrier<> cluster_barrier(int(cluster * threads));
+  fiber::Barrier<decltype(end_block)> next_block(int(cluster * threads), end_block);
+  fiber::run(cluster * threads, [&](unsigned t) {
     const unsigned rank = t / threads;
     threadIdx = {t % threads, 0, 0};
     blockDim = block;
     gridDim = grid;
     shared_memory = cluster_shared[rank];
     cluster_rank = rank, cluster_size = cluster;
-    block_barrier = block_barriers[rank].get();
-    warp_barrier = warp_barriers[t / 32].get();
+    block_barrier = &block_barriers[rank];
+    warp_barrier = &warp_barriers[t / 32];
     warp_lanes = lanes.data() + t / 32 * 32;
     sim::cluster_barrier = &cluster_barrier;
     for (unsigned y = 0; y < grid.y; ++y)
@@ -399,7 +365,10 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
         std::apply(kernel, params);
         SIM_CHECK(async_groups.empty() && async_open.empty(), "cp.async copies never waited for");
         for (auto hook : thread_exit_hooks) hook();
-        next_block.arrive_and_wait();
+        next_block.arrive_and_wait([] {
+          fprintf(stderr, "deadlock: thread %u of block %u has left the kernel, and no thread of the launch can "
+                  "move\n", threadIdx.x, blockIdx.x);
+        });
       }
   });
   for (unsigned r = 0; r < cluster; ++r) ASAN_UNPOISON_MEMORY_REGION(cluster_shared[r], shared_capacity);
