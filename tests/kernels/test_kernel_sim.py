@@ -247,6 +247,13 @@ HOPPER_MUTATIONS = {
     "tile of ones read by wgmma without fence.proxy.async": (
         ("  fence_proxy_async_shared();\n}", "  if (!PLANTED) fence_proxy_async_shared();\n}"),
         (False, False), "a thread wrote without fence.proxy.async", "WgmmaTile"),
+    # The block's threads going on before thread 0 has initialized the
+    # mbarriers: caught where the launch's order of turns (mock/fibers.h)
+    # lets another thread run first.
+    "mbarriers used before the block has met after their init": (
+        ("  if constexpr (Tile::kClusterM == 1) __syncthreads();",
+         "  if constexpr (Tile::kClusterM == 1) {\n    if (!PLANTED) __syncthreads();\n  }"),
+        (False, False), "used before mbarrier.init", "WgmmaTile"),
     # A narrow tile's ring walked as if it had the deepest ring's stages (8
     # for the 128 x 128 tile's 6): stages past its shared memory.
     "ring deeper than the narrow tile's stages": (

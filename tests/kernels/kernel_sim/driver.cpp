@@ -257,6 +257,7 @@ int main(int argc, char** argv) {
   const int first_conv_case = argc == 8 ? std::stoi(argv[7]) : 0;
   const int batch_norm_cases = std::stoi(argv[6]);
   rng.seed(std::stoull(argv[4]));
+  sim::fiber::seed_order(std::stoull(argv[4]));
   sim::async_copies_late = std::stoi(argv[5]);
   sim::shared_memory = smem;
   sim::shared_capacity = sizeof smem;

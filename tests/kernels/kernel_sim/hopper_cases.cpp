@@ -498,13 +498,7 @@ static bool check_cluster_occupancy() {
 // failed or the Hopper convolution never ran.
 static bool check_fresh_threads() {
   bool bad = false;
-  // The simulated device's shared memory is the launching thread's to name.
-  const auto on_fresh_thread = [](auto run) {
-    std::thread([&] {
-      sim::shared_memory = smem;
-      run();
-    }).join();
-  };
+  const auto on_fresh_thread = [](auto run) { std::thread(run).join(); };
   GemmCaseCounts gemm;
   // Case 1: pairs of blocks on operands the copy engine describes, always on the Hopper path.
   on_fresh_thread([&] { bad |= hopper_gemm_case(1, gemm); });
@@ -536,6 +530,7 @@ int main(int argc, char** argv) {
   const int cases = std::stoi(argv[1]), conv_cases = std::stoi(argv[2]);
   sim::rng.seed(std::stoull(argv[3]));
   sim::hopper::rng.seed(std::stoull(argv[3]));
+  sim::fiber::seed_order(std::stoull(argv[3]));
   sim::hopper::copies_late = std::stoi(argv[4]);
   sim::hopper::wgmma_late = std::stoi(argv[5]);
   sim::shared_memory = smem;

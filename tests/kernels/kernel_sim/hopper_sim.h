@@ -32,12 +32,10 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <random>
 #include <tuple>
 #include <type_traits>
@@ -126,10 +124,9 @@ struct Warpgroup {
   uint64_t generation = 0;  // steps completed
 };
 
-// What the running cluster's blocks share: one lock over every block's state
-// (the launch's threads are fibers of one host thread, which hold it only
-// between their waits).
-inline std::mutex mutex;
+// The running cluster's blocks' state needs no lock: the launch's threads
+// are fibers of one host thread (mock/fibers.h), each switching only where
+// it waits.
 inline std::mt19937_64 rng{1};
 
 // The state of one running block of the cluster.
@@ -180,17 +177,16 @@ inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
 // Every arrival, landing and retirement: what a waiting thread may wait for.
 inline void moved() { sim::fiber::moved(); }
 
-// The caller holds the mutex.
 inline Barrier& barrier_at(Block& b, uint32_t address) {
   const auto it = b.barriers.find(address);
   SIM_CHECK(it != b.barriers.end(), "the mbarrier at %u is used before mbarrier.init", address);
   return it->second;
 }
 
-// Waits until `done()` (the caller holds `lock`, which the others take
-// meanwhile), aborting with `what` if no thread of the launch can move.
+// Waits until `done()`, letting the others run meanwhile, aborting with
+// `what` if no thread of the launch can move.
 template <class Done, class... Args>
-void wait_until(std::unique_lock<std::mutex>& lock, Done&& done, const char* what, Args... args) {
+void wait_until(Done&& done, const char* what, Args... args) {
   while (!done()) {
     if (sim::fiber::deadlocked()) {
       fprintf(stderr, "deadlock: thread %u of block %u waits ", threadIdx.x, blockIdx.x);
@@ -198,9 +194,7 @@ void wait_until(std::unique_lock<std::mutex>& lock, Done&& done, const char* wha
       fprintf(stderr, ", and no thread of the launch can move\n");
       abort();
     }
-    lock.unlock();
     sim::fiber::yield();
-    lock.lock();
   }
 }
 
@@ -223,13 +217,12 @@ inline void complete_if_done(Barrier& b) {
 inline void mbarrier_init(uint64_t* bar, int count) {
   const uint32_t address = sim::shared_address(bar);
   SIM_CHECK(address % 8 == 0 && count >= 1 && count < (1 << 20), "mbarrier.init at %u, count %d", address, count);
-  std::lock_guard lock(mutex);
   own().barriers[address] = Barrier{count, count, 0, 0};
+  moved();
 }
 
 // An arrival on the mbarrier at `address` of block `rank` of the cluster.
 inline void arrive(unsigned rank, uint32_t address, uint32_t expect_tx_bytes) {
-  std::lock_guard lock(mutex);
   Barrier& b = barrier_at(block_of_rank(rank), address);
   SIM_CHECK(b.pending > 0, "an arrival on the mbarrier at %u, whose phase has all its %d arrivals and awaits only "
             "transaction bytes", address, b.count);
@@ -273,7 +266,7 @@ inline bool global_offset(const TensorMap& t, const int64_t (&at)[4], int64_t& o
   return true;
 }
 
-// Writes a copy's box into its block's shared memory (the caller holds the mutex).
+// Writes a copy's box into its block's shared memory.
 inline void land(const Copy& c) {
   const TensorMap& t = c.map;
   Block& to = block_of_rank(c.rank);
@@ -312,8 +305,7 @@ inline void land(const Copy& c) {
 }
 
 // Lands the copies in flight to the calling thread's block that complete its
-// mbarrier at `address`, in a random order; whether there were any. The
-// caller holds the mutex.
+// mbarrier at `address`, in a random order; whether there were any.
 inline bool land_copies_for(uint32_t address) {
   std::vector<Copy> now, later;
   for (const Copy& c : own().in_flight) (c.barrier == address ? now : later).push_back(c);
@@ -326,14 +318,13 @@ inline bool land_copies_for(uint32_t address) {
 
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t address = sim::shared_address(bar);
-  std::unique_lock lock(mutex);
   // The phase of parity `parity` has completed once the phase in progress has the other one.
   const auto done = [&] {
     while (barrier_at(own(), address).phase == (parity & 1))
       if (!copies_late || !land_copies_for(address)) return false;
     return true;
   };
-  wait_until(lock, done, "for the phase of parity %u of the mbarrier at %u", parity & 1, address);
+  wait_until(done, "for the phase of parity %u of the mbarrier at %u", parity & 1, address);
 }
 
 // A box copy into the calling thread's block, or with `ranks` (a cluster's
@@ -352,7 +343,6 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
   // the destination must start one, as it does for the descriptors' base offset 0.
   SIM_CHECK(to % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box copy to byte %u", to);
   SIM_CHECK(ranks < (1u << sim::cluster_size), "multicast mask %#x in a cluster of %u", ranks, sim::cluster_size);
-  std::lock_guard lock(mutex);
   for (unsigned rank = 0; rank < sim::cluster_size; ++rank) {
     if (ranks == 0 ? rank != sim::cluster_rank : !(ranks >> rank & 1)) continue;
     const Copy c{t, rank, to, {c0, c1, c2, c3}, barrier, {offsets[0], offsets[1]}};
@@ -360,8 +350,12 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
     barrier_at(into, c.barrier);
     std::vector<int>& writes = chunk_counts(into.writes);
     for_each_box_element(t, c.dst, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
-    if (copies_late) into.in_flight.push_back(c);
-    else land(c);
+    if (copies_late) {
+      into.in_flight.push_back(c);  // which a wait on its mbarrier lands
+      moved();
+    } else {
+      land(c);
+    }
   }
 }
 
@@ -377,7 +371,7 @@ inline void perform(const Store& st) {
   });
 }
 
-// The calling thread's vector clock in its block (the caller holds the mutex).
+// The calling thread's vector clock in its block.
 inline std::vector<uint32_t>& own_clock() {
   Block& b = own();
   if (b.clocks.size() != blockDim.x) b.clocks.assign(blockDim.x, std::vector<uint32_t>(blockDim.x, 0));
@@ -385,8 +379,8 @@ inline std::vector<uint32_t>& own_clock() {
 }
 
 // An ordinary access (st.shared or ld.shared) of `bytes` at shared address
-// `address` by the calling thread, checked against the other threads' (the
-// caller holds the mutex): a word another thread wrote may be read or
+// `address` by the calling thread, checked against the other threads': a
+// word another thread wrote may be read or
 // written again, and a word another thread read may be written, only after
 // a named barrier that the other thread arrived at after its access and
 // this thread waited on (or one met later through a chain of such). The
@@ -419,7 +413,6 @@ inline void ordinary_access(uint32_t address, uint32_t bytes, bool write) {
 inline void st_shared(uint32_t address, const void* value, uint32_t bytes) {
   SIM_CHECK(address % bytes == 0 && address + bytes <= sim::shared_size, "st.shared of %u bytes at %u", bytes,
             address);
-  std::lock_guard lock(mutex);
   ordinary_access(address, bytes, true);
   memcpy(sim::shared_memory + address, value, bytes);
   const uint32_t chunk = address / 16;
@@ -428,14 +421,13 @@ inline void st_shared(uint32_t address, const void* value, uint32_t bytes) {
   unfenced_writes.push_back(chunk);
 }
 
-inline std::atomic<uint64_t> shared_loads{0};  // ld.shared since the run began
+inline uint64_t shared_loads = 0;  // ld.shared since the run began
 
 // An ordinary load of `bytes` at shared address `address` of the calling thread's block.
 inline void ld_shared(uint32_t address, void* value, uint32_t bytes) {
   SIM_CHECK(address % bytes == 0 && address + bytes <= sim::shared_size, "ld.shared of %u bytes at %u", bytes,
             address);
   ++shared_loads;
-  std::lock_guard lock(mutex);
   ordinary_access(address, bytes, false);
   memcpy(value, sim::shared_memory + address, bytes);
 }
@@ -443,28 +435,24 @@ inline void ld_shared(uint32_t address, void* value, uint32_t bytes) {
 // fence.proxy.async.shared::cta: the async proxy (box stores, wgmma) may
 // read what this thread wrote.
 inline void fence_proxy_async_shared() {
-  std::lock_guard lock(mutex);
   std::vector<int>& unfenced = chunk_counts(own().unfenced);
   std::vector<int>& written = chunk_counts(own().written);
   for (uint32_t chunk : unfenced_writes) --unfenced[chunk], written[chunk] = 1;
   unfenced_writes.clear();
 }
 
-inline std::atomic<uint64_t> stores_issued{0};  // box stores since the run began
+inline uint64_t stores_issued = 0;  // box stores since the run began
 
 inline void tma_store(const void* map, const void* src, int c0, int c1, int c2) {
   ++stores_issued;
   const TensorMap& t = sim::tensor_map(map);
   const uint32_t from = sim::shared_address(src);
   SIM_CHECK(from % (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128) == 0, "box store from byte %u", from);
-  {
-    std::lock_guard lock(mutex);
-    std::vector<int>& unfenced = chunk_counts(own().unfenced);
-    for_each_box_element(t, from, [&](uint32_t, uint32_t, uint32_t, uint32_t address) {
-      SIM_CHECK(unfenced[address / 16] == 0, "a box store reads shared memory (byte %u) that a thread wrote "
-                "without fence.proxy.async since", address);
-    });
-  }
+  std::vector<int>& unfenced = chunk_counts(own().unfenced);
+  for_each_box_element(t, from, [&](uint32_t, uint32_t, uint32_t, uint32_t address) {
+    SIM_CHECK(unfenced[address / 16] == 0, "a box store reads shared memory (byte %u) that a thread wrote "
+              "without fence.proxy.async since", address);
+  });
   open_stores.push_back(Store{t, from, {c0, c1, c2}});
 }
 
@@ -494,7 +482,6 @@ inline void bulk_wait_group(int n) {
 inline void named_barrier(int id, int count, bool wait) {
   SIM_CHECK(id >= 1 && id < 16 && count > 0 && count % 32 == 0 && count <= int(blockDim.x),
             "bar.%s %d, %d in a block of %u threads", wait ? "sync" : "arrive", id, count, blockDim.x);
-  std::unique_lock lock(mutex);
   NamedBarrier& b = own().named[id];
   if (b.arrived == 0) b.count = count;
   SIM_CHECK(b.count == count, "threads meet at barrier %d counting %d and %d threads", id, b.count, count);
@@ -517,7 +504,7 @@ inline void named_barrier(int id, int count, bool wait) {
     return;
   }
   if (wait) {
-    wait_until(lock, [&] { return b.generation != generation; }, "at named barrier %d", id);
+    wait_until([&] { return b.generation != generation; }, "at named barrier %d", id);
     take_joined();
   }
 }
@@ -525,7 +512,7 @@ inline void named_barrier_sync(int id, int count) { named_barrier(id, count, tru
 inline void named_barrier_arrive(int id, int count) { named_barrier(id, count, false); }
 
 // Element (row, col) of a wgmma operand as fp32, from the calling thread's
-// block (the caller holds the mutex).
+// block.
 template <class Element>
 float operand(const model::MatrixDescriptor& d, bool mn_major, uint32_t mn, uint32_t k) {
   const uint32_t address = model::wgmma_operand_address(d, mn_major, mn, k);
@@ -536,7 +523,7 @@ float operand(const model::MatrixDescriptor& d, bool mn_major, uint32_t mn, uint
 }
 
 // D (64 x N, fp32) = A (64 x 16) B (16 x N) + (accumulate ? D : 0) for each
-// thread's registers (the caller holds the mutex).
+// thread's registers.
 template <class Element>
 void execute(Wgmma& op) {
   const model::MatrixDescriptor da = model::decode_descriptor(op.desc_a), db = model::decode_descriptor(op.desc_b);
@@ -583,7 +570,6 @@ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate,
   const int thread = threadIdx.x % kWarpgroupThreads;
   // The accumulators may have been touched by other instructions (PTX ISA, wgmma.fence).
   SIM_CHECK(fenced, "thread %u issues a wgmma without wgmma.fence since it last waited on its wgmmas", threadIdx.x);
-  std::lock_guard lock(mutex);
   const size_t index = issued_since_commit++;
   if (index == w.open.size()) {  // the first thread to issue it
     Wgmma op;
@@ -647,7 +633,6 @@ inline void warpgroup_step(int step) {
   // they still read.
   if (step >= 0 && sim::cluster_rank > 0) sim::fiber::let_others_run();
   Warpgroup& w = own().warpgroups[index];
-  std::unique_lock lock(mutex);
   if (w.arrived == 0) w.step = step;
   SIM_CHECK(w.step == step, "the threads of warpgroup %u meet in different wgmma steps", index);
   if (step < 0) issued_since_commit = 0;
@@ -660,7 +645,7 @@ inline void warpgroup_step(int step) {
     moved();
     return;
   }
-  wait_until(lock, [&] { return w.generation != generation; }, "for the rest of warpgroup %u at a wgmma %s", index,
+  wait_until([&] { return w.generation != generation; }, "for the rest of warpgroup %u at a wgmma %s", index,
              step < 0 ? "commit_group" : "wait_group");
 }
 
@@ -676,12 +661,11 @@ inline void cluster_sync() { sim::wait_at(*sim::cluster_barrier, "barrier.cluste
 inline void thread_exit() {
   SIM_CHECK(store_groups.empty() && open_stores.empty(), "thread %u exits with box stores never waited for",
             threadIdx.x);
-  // The host thread runs this CUDA thread's next block, or another launch's
-  // thread: nothing of this one's may carry over.
+  // This thread's fiber runs its next block next, or a later launch's
+  // thread of the same index: nothing of this one's may carry over.
   unfenced_writes.clear();
   issued_since_commit = 0;
   fenced = false;
-  std::lock_guard lock(mutex);
   Block& b = own();
   if (++b.finished < int(blockDim.x)) return;
   for (const Warpgroup& w : b.warpgroups)
@@ -697,7 +681,6 @@ inline const bool thread_exit_registered = (sim::thread_exit_hooks.push_back(&th
 
 // After each cluster (or lone block): its blocks' barriers go.
 inline void end_block() {
-  std::lock_guard lock(mutex);
   for (Block& b : blocks) {
     b.barriers.clear();
     b.named.clear();

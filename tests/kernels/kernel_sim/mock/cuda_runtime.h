@@ -316,7 +316,8 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
   SIM_CHECK(smem <= shared_capacity, "the driver's shared memory is too small");
-  SIM_CHECK(block.y == 1 && block.z == 1 && block.x % 32 == 0 && block.x <= 1024, "block %u", block.x);
+  SIM_CHECK(block.y == 1 && block.z == 1 && block.x % 32 == 0 && block.x >= 32 && block.x <= 1024, "block %u",
+            block.x);
   SIM_CHECK(grid.x >= 1 && grid.y >= 1 && grid.y <= 65535 && grid.z == 1, "grid %u x %u", grid.x, grid.y);
   SIM_CHECK(cluster >= 1 && cluster <= unsigned(kMaxCluster) && grid.x % cluster == 0 && (cluster == 1 || grid.y == 1),
             "clusters of %u blocks on a grid of %u x %u", cluster, grid.x, grid.y);

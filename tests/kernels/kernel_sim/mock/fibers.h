@@ -9,6 +9,12 @@
 // deadlock shows at once: a round in which every thread waits and nothing
 // moves.
 //
+// The turn passes through a launch's threads in an order drawn per launch
+// (ascending, descending, from a random thread on, or shuffled), as a GPU
+// promises none: a missing barrier whose writer happens to come first in one
+// order reads unwritten memory in another. The draws follow the driver's
+// seed (seed_order), so that a run replays.
+//
 // A CUDA thread's own variables (threadIdx, its cp.async groups, ...) are
 // plain globals registered with Locals, which saves the running fiber's
 // values and loads the next one's at every switch.
@@ -40,7 +46,7 @@
 // to_sp (System V x86-64: everything else is the caller's to save).
 extern "C" void sim_fiber_switch(void** from_sp, void* to_sp);
 asm(R"(
-  .section .text.sim_fiber_switch,"axG",@progbits,sim_fiber_switch,comdat
+  .pushsection .text.sim_fiber_switch,"axG",@progbits,sim_fiber_switch,comdat
   .weak sim_fiber_switch
   .type sim_fiber_switch, @function
 sim_fiber_switch:
@@ -66,7 +72,7 @@ sim_fiber_switch:
   popq %rbp
   ret
   .size sim_fiber_switch, .-sim_fiber_switch
-  .text
+  .popsection
 )");
 
 namespace sim::fiber {
@@ -116,6 +122,17 @@ class Locals {
 inline uint64_t progress = 0;
 inline void moved() { ++progress; }
 
+// The orders' random numbers (splitmix64: <random> would cost every unit
+// that includes this header its parse).
+inline uint64_t order_state = 1;
+inline void seed_order(uint64_t seed) { order_state = seed; }
+inline uint64_t next_random() {
+  uint64_t z = order_state += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 struct Context {
   void* sp = nullptr;
   unsigned char* stack = nullptr;  // lowest address of the mapping; its first page is a guard
@@ -131,6 +148,8 @@ inline constexpr size_t kGuardBytes = 4096;
 struct Scheduler {
   std::vector<Context> contexts;  // [0] the host thread
   std::vector<unsigned char*> stacks;  // mapped once, reused by later launches
+  std::vector<size_t> order;  // the fibers (1..n) in the launch's order of turns
+  size_t position = 0;        // the running fiber's place in it
   size_t current = 0, previous = 0;
   const std::function<void(unsigned)>* task = nullptr;
   uint64_t round_began = 0;  // progress when the round began
@@ -177,11 +196,11 @@ inline void end_round() {
 // again if it is the only one), or to the host once none is left.
 inline void pass_turn() {
   Scheduler& s = scheduler;
-  const size_t fibers = s.contexts.size() - 1;
-  size_t f = s.current;
+  const size_t fibers = s.order.size();
   for (size_t step = 0; step < fibers; ++step) {
-    f = f % fibers + 1;
-    if (f == 1) end_round();
+    s.position = (s.position + 1) % fibers;
+    if (s.position == 0) end_round();
+    const size_t f = s.order[s.position];
     if (s.contexts[f].finished) continue;
     if (f != s.current) switch_to(f);
     return;
@@ -266,9 +285,20 @@ inline void run(unsigned threads, const std::function<void(unsigned)>& task) {
     *--sp = uint64_t(control[0]) | uint64_t(control[1] & 0xffff) << 32;
     c.sp = sp;
   }
+  s.order.resize(threads);
+  const uint64_t draw = next_random();
+  for (size_t i = 0; i < threads; ++i) {
+    switch (draw % 4) {
+      case 0: s.order[i] = i + 1; break;
+      case 1: s.order[i] = threads - i; break;
+      default: s.order[i] = (i + draw / 4) % threads + 1; break;
+    }
+  }
+  if (draw % 4 == 3)
+    for (size_t i = threads - 1; i > 0; --i) std::swap(s.order[i], s.order[next_random() % (i + 1)]);
   s.task = &task;
-  s.deadlocked = false, s.voluntary = false, s.round_began = progress;
-  switch_to(1);  // back once every fiber has finished
+  s.deadlocked = false, s.voluntary = false, s.round_began = progress, s.position = 0;
+  switch_to(s.order[0]);  // back once every fiber has finished
   s.task = nullptr;
 }
 
