@@ -11,6 +11,11 @@ TORCH_CPU := torch==2.13.0
 TEST_TOOLS := tqdm transformers==5.23.0 pytest numpy ninja setuptools wheel expecttest matplotlib nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 TORCH_CUDA := torch==2.15.0 "nvidia-cuda-nvcc==13.2.*" "nvidia-cuda-crt==13.2.*" "nvidia-nvvm==13.2.*"
 
+# The editable build's host units without debug info: Python's default
+# flags add -g, which nearly doubles their compile (bench/NOTES.md, "The
+# simulation's CUDA threads as fibers"). `make BUILD_CFLAGS=-g setup` keeps it.
+BUILD_CFLAGS ?= -g0
+
 SOURCES := setup.py pyproject.toml $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
 
 .PHONY: setup cuda-toolchain test run gpu-bundle clean
@@ -23,7 +28,7 @@ $(VENV)/.deps: Makefile
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)
-	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	CFLAGS="$$CFLAGS $(BUILD_CFLAGS)" $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
 cuda-toolchain: $(CUDA_VENV)/.deps
