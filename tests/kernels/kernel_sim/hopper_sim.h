@@ -174,8 +174,6 @@ inline std::vector<int>& chunk_counts(std::vector<int>& counts) {
   return counts;
 }
 
-// Every arrival, landing and retirement: what a waiting thread may wait for.
-inline void moved() { sim::fiber::moved(); }
 
 inline Barrier& barrier_at(Block& b, uint32_t address) {
   const auto it = b.barriers.find(address);
@@ -187,15 +185,11 @@ inline Barrier& barrier_at(Block& b, uint32_t address) {
 // `what` if no thread of the launch can move.
 template <class Done, class... Args>
 void wait_until(Done&& done, const char* what, Args... args) {
-  while (!done()) {
-    if (sim::fiber::deadlocked()) {
-      fprintf(stderr, "deadlock: thread %u of block %u waits ", threadIdx.x, blockIdx.x);
-      fprintf(stderr, what, args...);
-      fprintf(stderr, ", and no thread of the launch can move\n");
-      abort();
-    }
-    sim::fiber::yield();
-  }
+  sim::fiber::wait_until(done, [&] {
+    fprintf(stderr, "deadlock: thread %u of block %u waits ", threadIdx.x, blockIdx.x);
+    fprintf(stderr, what, args...);
+    fprintf(stderr, ", and no thread of the launch can move\n");
+  });
 }
 
 // Transaction counts stay within the mbarrier's range (PTX ISA 9.7.13.15).
@@ -211,14 +205,14 @@ inline void complete_if_done(Barrier& b) {
     b.phase ^= 1;
     b.pending = b.count;
   }
-  moved();
+  sim::fiber::moved();
 }
 
 inline void mbarrier_init(uint64_t* bar, int count) {
   const uint32_t address = sim::shared_address(bar);
   SIM_CHECK(address % 8 == 0 && count >= 1 && count < (1 << 20), "mbarrier.init at %u, count %d", address, count);
   own().barriers[address] = Barrier{count, count, 0, 0};
-  moved();
+  sim::fiber::moved();
 }
 
 // An arrival on the mbarrier at `address` of block `rank` of the cluster.
@@ -352,7 +346,7 @@ inline void tma_load(void* dst, const void* map, uint64_t* bar, int c0, int c1, 
     for_each_box_element(t, c.dst, [&](uint32_t, uint32_t, uint32_t, uint32_t address) { ++writes[address / 16]; });
     if (copies_late) {
       into.in_flight.push_back(c);  // which a wait on its mbarrier lands
-      moved();
+      sim::fiber::moved();
     } else {
       land(c);
     }
@@ -500,7 +494,7 @@ inline void named_barrier(int id, int count, bool wait) {
     b.released = std::move(b.joined);
     b.joined.clear();
     if (wait) take_joined();
-    moved();
+    sim::fiber::moved();
     return;
   }
   if (wait) {
@@ -642,7 +636,7 @@ inline void warpgroup_step(int step) {
     w.arrived = 0;
     complete_step(w);
     ++w.generation;
-    moved();
+    sim::fiber::moved();
     return;
   }
   wait_until([&] { return w.generation != generation; }, "for the rest of warpgroup %u at a wgmma %s", index,
@@ -675,7 +669,7 @@ inline void thread_exit() {
     SIM_CHECK(named.arrived == 0, "a block exits with %d threads at named barrier %d, which never opened",
               named.arrived, id);
   b.exited = true;
-  moved();
+  sim::fiber::moved();
 }
 inline const bool thread_exit_registered = (sim::thread_exit_hooks.push_back(&thread_exit), true);
 

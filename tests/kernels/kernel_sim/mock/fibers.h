@@ -28,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -237,6 +236,20 @@ inline void yield(bool waiting = true) {
 // what it waits for and abort.
 inline bool deadlocked() { return scheduler.deadlocked; }
 
+// Waits until `done()`, letting the others run meanwhile; should no fiber
+// be able to move, calls `report` (which says what the caller waits for)
+// and aborts.
+template <class Done, class Report>
+void wait_until(Done&& done, Report&& report) {
+  while (!done()) {
+    if (deadlocked()) {
+      report();
+      abort();
+    }
+    yield();
+  }
+}
+
 // Lets every other fiber run until it waits, then returns: what a thread
 // does "a while later" on a device.
 inline void let_others_run() {
@@ -322,13 +335,7 @@ class Barrier {
       ++generation_;
       return;
     }
-    while (generation_ == generation) {
-      if (deadlocked()) {
-        report();
-        abort();
-      }
-      yield();
-    }
+    wait_until([&] { return generation_ != generation; }, report);
   }
 
  private:
