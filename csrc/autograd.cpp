@@ -29,7 +29,9 @@
 // error.
 #include <string>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/threshold_backward.h>
 #include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>

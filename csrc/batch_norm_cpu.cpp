@@ -3,7 +3,14 @@
 // (kernels/norm/batch_norm_kernels.cuh), so both backends give the same bits
 // from the same statistics; the statistics and backward's sums are exact
 // references, accumulated in fp64.
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "ops.h"
 

@@ -1,7 +1,8 @@
 // The batch-norm ops' CPU, CUDA and Meta implementations (their schemas are
 // in ops.cpp, with every op's): each checks its arguments once, on every
 // backend alike, then hands them to the backend.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include "ops.h"

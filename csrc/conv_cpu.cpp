@@ -4,7 +4,17 @@
 // convolution on the rounded values), bias added in fp32, one rounding to the
 // output dtype. Asymmetric padding ("same" with an even kernel) is applied as
 // explicit zero padding.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/batch_norm_stats.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/conv2d.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/var_mean.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "ops.h"
 

@@ -2,8 +2,11 @@
 // speed. Each input is an fp16 (or bf16) value and every product is summed in
 // fp32 (products of two such values are exact in fp32); the epilogue is the
 // kernels' own.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/sum.h>
 
 #include "ops.h"
 #include "common/epilogue_math.h"

@@ -11,7 +11,10 @@
 // fp32, and never read a value back to the host.
 #include <cfloat>
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 
 #include "ops.h"
 

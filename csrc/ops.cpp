@@ -4,7 +4,9 @@
 
 #include <tuple>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 

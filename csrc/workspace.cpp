@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include <ATen/ops/empty.h>
+
 namespace mpgemm {
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 namespace mpgemm {
 

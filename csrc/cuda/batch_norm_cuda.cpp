@@ -3,7 +3,10 @@
 // rows x channels), the kernels on the current stream with a workspace from
 // torch's allocator, results back in y's memory format. No host
 // synchronization.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -1,7 +1,8 @@
 // cuBLAS doing mpgemm.gemm's computation (fp16 or bf16 in, fp32 accumulate
 // through CUBLAS_COMPUTE_32F, fp32 or the input type out), for benchmarks and
 // cross-checks: the baseline that mpgemm's kernels are measured against.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 

@@ -3,7 +3,8 @@
 // stream of a's device. `out` and the pre-activation are contiguous (the ops
 // allocate them, or check_gemm_out checks), so that they share D's strides;
 // A's row sums are (m,), contiguous.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -1,6 +1,6 @@
 // CUDA launcher of _mma_ceiling: one block per slot of out, on the current
 // stream of a's device.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -2,7 +2,7 @@
 // check that gemm, linear and the conv2d passes make before any launch.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 
 #include "common/element_traits.cuh"
