@@ -53,6 +53,16 @@ from support import ROOT, SEED, skip_or_fail
 
 SIM_DIR = os.path.join(ROOT, "tests", "kernels", "kernel_sim")
 KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
+
+
+def host_has_f16c():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " f16c" in line for line in f)
+    except OSError:
+        return False
+
+
 # -g1: line tables for the sanitizers' reports, a third faster to build than -g.
 # -Wno-psabi: the note that GCC 4.6 changed how 64-byte aligned arguments (CUtensorMap) pass.
 # -fno-sanitize-address-use-after-scope: AddressSanitizer without its checks
@@ -62,6 +72,10 @@ KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
 # no pointer to a local past its scope, and out-of-bounds accesses, which
 # are what the kernels' index code can get wrong, are all still caught.
 BASE_CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-pthread", "-Wno-psabi", "-fno-sanitize-address-use-after-scope"]
+# F16C's conversions (IEEE, to nearest even, as libgcc's) for the mock's
+# _Float16 where the host has them, in place of a libgcc call per
+# conversion: an eighth of a Hopper run was converting fp16.
+BASE_CXXFLAGS += ["-mf16c"] if host_has_f16c() else []
 # UBSan but for the checks that say nothing about the kernels' code and
 # cost another quarter (the WMMA tiles' unit: 54 to 39 s): vptr (no
 # polymorphic types), null, object-size and pointer-overflow (a pointer out
@@ -375,10 +389,27 @@ def source_flags(arch, kernel_dir, defines=()):
             kernel_dir, "-I", os.path.dirname(SIM_DIR)]
 
 
-def compile_object(source, arch, kernel_dir, out, defines=(), flags=CXXFLAGS):
-    cmd = ["g++", *flags, *source_flags(arch, kernel_dir, defines), "-x", "c++", "-c", source, "-o", out]
+def precompile_cuda_headers(out, arch, flags):
+    """kernel_sim/mock/cuda_headers.h precompiled in `out` for units at sim
+    arch `arch` built with `flags` (the stand-ins read __CUDA_ARCH__): the
+    header g++'s -include then takes, precompiled."""
+    os.makedirs(out)
+    header = os.path.join(out, "cuda_headers.h")
+    shutil.copyfile(os.path.join(SIM_DIR, "mock", "cuda_headers.h"), header)
+    cmd = ["g++", *flags, *source_flags(arch, KERNEL_DIR), "-x", "c++-header", header, "-o", header + ".gch"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"g++ failed on {header} for arch {arch}:\n{proc.stderr[-8000:]}"
+    return header
+
+
+def compile_object(source, arch, kernel_dir, out, defines=(), flags=CXXFLAGS, cuda_headers=None):
+    """Compiles `source` at sim arch `arch`, after `cuda_headers`
+    (precompile_cuda_headers's, for the same arch and flags) if given."""
+    first = ["-Winvalid-pch", "-include", cuda_headers] if cuda_headers else []
+    cmd = ["g++", *flags, *source_flags(arch, kernel_dir, defines), *first, "-x", "c++", "-c", source, "-o", out]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"g++ failed on {source} for arch {arch}:\n{proc.stderr[-8000:]}"
+    assert "invalid-pch" not in proc.stderr, f"g++ did not take the precompiled {cuda_headers}:\n{proc.stderr}"
     return out
 
 
@@ -530,8 +561,20 @@ def results(tmp_path_factory):
                                                                "conv_gemm_cases.cpp", "gemm_cases.cpp")] + [
         os.path.join(KERNEL_DIR, name) for name in hopper_units if name not in shared_units]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        # The stand-in CUDA headers precompiled for each arch and set of
+        # flags the units use, submitted ahead of every compile: each has
+        # started before a unit that waits for it.
+        cuda_headers = {(arch, tuple(flags)): pool.submit(precompile_cuda_headers, str(out / f"cuda_headers{i}"),
+                                                          arch, flags)
+                        for i, (arch, flags) in enumerate([(750, CXXFLAGS), (800, CXXFLAGS), (900, CXXFLAGS),
+                                                           (800, PLANTED_CXXFLAGS), (900, PLANTED_CXXFLAGS)])}
+
+        def compile_unit(src, arch, kernel_dir, obj, defines, flags):
+            return compile_object(src, arch, kernel_dir, obj, defines, flags,
+                                  cuda_headers[(arch, tuple(flags))].result())
+
         def compile_all(srcs, arch, kernel_dir, prefix, defines=(), flags=CXXFLAGS):
-            return [pool.submit(compile_object, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines,
+            return [pool.submit(compile_unit, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines,
                                 flags) for i, src in enumerate(srcs)]
 
         objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
