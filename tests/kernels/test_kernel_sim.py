@@ -53,45 +53,51 @@ from support import ROOT, SEED, skip_or_fail
 
 SIM_DIR = os.path.join(ROOT, "tests", "kernels", "kernel_sim")
 KERNEL_DIR = os.path.join(ROOT, "csrc", "kernels")
+MOCK_DIR = os.path.join(SIM_DIR, "mock")
+# The stand-in CUDA headers, which every unit reads precompiled.
+CUDA_HEADERS = os.path.join(MOCK_DIR, "cuda_headers.h")
 
 
 def host_has_f16c():
+    """Whether this machine's CPU converts fp16 itself (F16C, which comes with AVX)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " f16c" in line for line in f)
+            return any(line.startswith("flags") and {"avx", "f16c"} <= set(line.split()) for line in f)
     except OSError:
         return False
 
 
 # -g1: line tables for the sanitizers' reports, a third faster to build than -g.
 # -Wno-psabi: the note that GCC 4.6 changed how 64-byte aligned arguments (CUtensorMap) pass.
-# -fno-sanitize-address-use-after-scope: AddressSanitizer without its checks
-# of locals used after their scope, which poison and unpoison a kernel's
-# fragments at every scope and cost a quarter of the compile (the WMMA
-# tiles' unit: 73 s of user CPU with them, 54 s without); the kernels keep
-# no pointer to a local past its scope, and out-of-bounds accesses, which
-# are what the kernels' index code can get wrong, are all still caught.
-BASE_CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-pthread", "-Wno-psabi", "-fno-sanitize-address-use-after-scope"]
-# F16C's conversions (IEEE, to nearest even, as libgcc's) for the mock's
-# _Float16 where the host has them, in place of a libgcc call per
-# conversion: an eighth of a Hopper run was converting fp16.
-BASE_CXXFLAGS += ["-mf16c"] if host_has_f16c() else []
+# -mf16c where the host has it: the mock's _Float16 converted by one
+# instruction (IEEE, to nearest even, as libgcc's call, which was an eighth
+# of a Hopper run).
+BASE_CXXFLAGS = ["-std=c++20", "-O1", "-g1", "-pthread", "-Wno-psabi"] + (["-mf16c"] if host_has_f16c() else [])
+# AddressSanitizer without its use-after-scope checks, which poison and
+# unpoison each local at every scope it lives in and cost a quarter of the
+# compile (the WMMA tiles' unit at sim arch 800: 73 s of user CPU with
+# them, 54 s without). The kernels keep no pointer to a local past its
+# scope (the wgmma model's pointer to a kernel's accumulators lives no
+# longer than they, the whole kernel); out-of-bounds accesses and use after
+# free, what the kernels' index code can get wrong, are still caught.
+ADDRESS_SANITIZER = ["-fsanitize=address", "-fno-sanitize-address-use-after-scope"]
 # UBSan but for the checks that say nothing about the kernels' code and
-# cost another quarter (the WMMA tiles' unit: 54 to 39 s): vptr (no
-# polymorphic types), null, object-size and pointer-overflow (a pointer out
-# of its buffer is AddressSanitizer's to catch, where it is dereferenced).
+# cost another quarter (that unit: 54 to 39 s): vptr (no polymorphic
+# types), null (a null dereference crashes, and AddressSanitizer reports
+# it), object-size (AddressSanitizer's redzones catch what it would) and
+# pointer-overflow (only arithmetic that wraps the address space).
 # Alignment, bounds, shifts, signed overflow, division by zero, enums and
 # bools stay.
-CXXFLAGS = BASE_CXXFLAGS + ["-fsanitize=address,undefined", "-fno-sanitize=vptr,null,object-size,pointer-overflow",
-                            "-fno-sanitize-recover=all"]
+CXXFLAGS = BASE_CXXFLAGS + ADDRESS_SANITIZER + [
+    "-fsanitize=undefined", "-fno-sanitize=vptr,null,object-size,pointer-overflow", "-fno-sanitize-recover=all"]
 # A planted bug's unit: the simulation's checks, its reference and
-# AddressSanitizer catch what is planted, so it builds without UBSan, a
-# third faster (linked first, its copies of code it shares with the other
-# units are the ones that binary runs).
-PLANTED_CXXFLAGS = BASE_CXXFLAGS + ["-fsanitize=address"]
-# CI has two cores, on which the whole module takes about 7 minutes, two
-# thirds of it building (bench/NOTES.md, "The simulation's CUDA threads as
-# fibers").
+# AddressSanitizer catch what is planted, so it builds without UBSan
+# (linked first, its copies of code it shares with the other units are the
+# ones that binary runs).
+PLANTED_CXXFLAGS = BASE_CXXFLAGS + ADDRESS_SANITIZER
+# CI has two cores, on which the whole module takes about 4.5 minutes, most
+# of it building (bench/NOTES.md, "The suite's CPU time: sanitizer checks,
+# headers, pip").
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20
@@ -385,31 +391,34 @@ def source_flags(arch, kernel_dir, defines=()):
     hopper = ["-D__CUDA_ARCH_FEAT_SM90_ALL"] if arch >= 900 else []
     # The stand-ins must shadow the real CUDA headers, and the simulation's
     # instruction layer (kernel_sim/arch) the kernels' own.
-    return [f"-D__CUDA_ARCH__={arch}", *hopper, *defines, "-I", os.path.join(SIM_DIR, "mock"), "-I", SIM_DIR, "-I",
+    return [f"-D__CUDA_ARCH__={arch}", *hopper, *defines, "-I", MOCK_DIR, "-I", SIM_DIR, "-I",
             kernel_dir, "-I", os.path.dirname(SIM_DIR)]
 
 
 def precompile_cuda_headers(out, arch, flags):
     """kernel_sim/mock/cuda_headers.h precompiled in `out` for units at sim
     arch `arch` built with `flags` (the stand-ins read __CUDA_ARCH__): the
-    header g++'s -include then takes, precompiled."""
+    header that compile_object's -include then reads precompiled. Built with
+    the stand-ins alone on the include path, so that one that included a
+    kernel header (whose planted copies the units compile) would fail here."""
     os.makedirs(out)
     header = os.path.join(out, "cuda_headers.h")
-    shutil.copyfile(os.path.join(SIM_DIR, "mock", "cuda_headers.h"), header)
-    cmd = ["g++", *flags, *source_flags(arch, KERNEL_DIR), "-x", "c++-header", header, "-o", header + ".gch"]
+    shutil.copyfile(CUDA_HEADERS, header)
+    defines = [flag for flag in source_flags(arch, KERNEL_DIR) if flag.startswith("-D")]
+    cmd = ["g++", *flags, *defines, "-I", MOCK_DIR, "-x", "c++-header", header, "-o", header + ".gch"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"g++ failed on {header} for arch {arch}:\n{proc.stderr[-8000:]}"
     return header
 
 
-def compile_object(source, arch, kernel_dir, out, defines=(), flags=CXXFLAGS, cuda_headers=None):
-    """Compiles `source` at sim arch `arch`, after `cuda_headers`
+def compile_object(source, arch, kernel_dir, out, defines=(), flags=CXXFLAGS, precompiled_headers=None):
+    """Compiles `source` at sim arch `arch`, after `precompiled_headers`
     (precompile_cuda_headers's, for the same arch and flags) if given."""
-    first = ["-Winvalid-pch", "-include", cuda_headers] if cuda_headers else []
-    cmd = ["g++", *flags, *source_flags(arch, kernel_dir, defines), *first, "-x", "c++", "-c", source, "-o", out]
+    include = ["-Winvalid-pch", "-include", precompiled_headers] if precompiled_headers else []
+    cmd = ["g++", *flags, *source_flags(arch, kernel_dir, defines), *include, "-x", "c++", "-c", source, "-o", out]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"g++ failed on {source} for arch {arch}:\n{proc.stderr[-8000:]}"
-    assert "invalid-pch" not in proc.stderr, f"g++ did not take the precompiled {cuda_headers}:\n{proc.stderr}"
+    assert "invalid-pch" not in proc.stderr, f"g++ did not take {precompiled_headers}:\n{proc.stderr}"
     return out
 
 
@@ -425,7 +434,8 @@ def same_code_at_800_and_900(source):
 
     texts = []
     for arch in (800, 900):
-        cmd = ["g++", *CXXFLAGS, *source_flags(arch, KERNEL_DIR), "-E", "-P", "-x", "c++", source]
+        cmd = ["g++", *CXXFLAGS, *source_flags(arch, KERNEL_DIR), "-include", CUDA_HEADERS, "-E", "-P", "-x", "c++",
+               source]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, f"g++ -E failed on {source} for arch {arch}:\n{proc.stderr[-8000:]}"
         texts.append(re.sub(rf"\b{arch} >= (\d+\b)?", alike, proc.stdout))
@@ -562,20 +572,19 @@ def results(tmp_path_factory):
         os.path.join(KERNEL_DIR, name) for name in hopper_units if name not in shared_units]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         # The stand-in CUDA headers precompiled for each arch and set of
-        # flags the units use, submitted ahead of every compile: each has
-        # started before a unit that waits for it.
-        cuda_headers = {(arch, tuple(flags)): pool.submit(precompile_cuda_headers, str(out / f"cuda_headers{i}"),
-                                                          arch, flags)
-                        for i, (arch, flags) in enumerate([(750, CXXFLAGS), (800, CXXFLAGS), (900, CXXFLAGS),
-                                                           (800, PLANTED_CXXFLAGS), (900, PLANTED_CXXFLAGS)])}
-
-        def compile_unit(src, arch, kernel_dir, obj, defines, flags):
-            return compile_object(src, arch, kernel_dir, obj, defines, flags,
-                                  cuda_headers[(arch, tuple(flags))].result())
+        # flags, submitted before the first compile that reads them (which
+        # then waits on a job already started: the pool takes jobs in order).
+        precompiled_headers = {}
 
         def compile_all(srcs, arch, kernel_dir, prefix, defines=(), flags=CXXFLAGS):
-            return [pool.submit(compile_unit, src, arch, kernel_dir, str(out / f"{prefix}{i}.{arch}.o"), defines,
-                                flags) for i, src in enumerate(srcs)]
+            key = (arch, tuple(flags))
+            if key not in precompiled_headers:
+                precompiled_headers[key] = pool.submit(precompile_cuda_headers,
+                                                       str(out / f"cuda_headers{len(precompiled_headers)}"), arch,
+                                                       flags)
+            headers = precompiled_headers[key]
+            return [pool.submit(lambda *args: compile_object(*args, headers.result()), src, arch, kernel_dir,
+                                str(out / f"{prefix}{i}.{arch}.o"), defines, flags) for i, src in enumerate(srcs)]
 
         objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
         hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
