@@ -442,6 +442,13 @@ def same_code_at_800_and_900(source):
     return texts[0] == texts[1]
 
 
+def combined_unit(path, files):
+    """A translation unit at `path` that includes each of `files`."""
+    with open(path, "w") as f:
+        f.write("".join(f'#include "{name}"\n' for name in files))
+    return str(path)
+
+
 def link(objects, out):
     proc = subprocess.run(["g++", *CXXFLAGS, *objects, "-o", out], capture_output=True, text=True)
     assert proc.returncode == 0, f"link failed:\n{proc.stderr[-8000:]}"
@@ -541,35 +548,47 @@ def results(tmp_path_factory):
     if shutil.which("g++") is None:
         skip_or_fail("g++ not found")
     out = tmp_path_factory.mktemp("kernel_sim")
-    driver = os.path.join(SIM_DIR, "driver.cpp")
-    # The kernel sources last: the mutant swaps in its own copies of them.
-    drivers = [driver] + [os.path.join(SIM_DIR, name) for name in ("conv_cases.cpp", "conv_gemm_cases.cpp",
-                                                                   "gemm_cases.cpp", "batch_norm_cases.cpp")]
     kernels = kernel_files(KERNEL_DIR, "**/*.cu") + kernel_files(KERNEL_DIR, "plan/*.cpp")
-    # At the WMMA archs the Hopper kernels compile to their headers alone:
-    # their instantiation units compile there as one.
-    instantiations = [name for name in kernels if re.match(r"sm90/(gemm|conv)_kernels_\w+\.cu$", name)]
-    combined = out / "sm90_instantiations.cpp"
-    combined.write_text("".join(f'#include "{name}"\n' for name in instantiations))
-    sources = drivers + [os.path.join(KERNEL_DIR, name) for name in kernels if name not in instantiations] + [
-        str(combined)]
+    # The Hopper driver runs GEMMs and convolutions: their launchers and
+    # every kernel they may pick. It compiles at sim arch 900 the units whose
+    # code differs there (sm90/, whose kernels sim arch 800 compiles to their
+    # headers alone) and links sim arch 800's objects of the others (the WMMA
+    # tiles, the WMMA convolutions, the plans), whose code is the same.
+    shared_units = [name for name in kernels
+                    if name.startswith(("conv/", "gemm/", "plan/", "wmma/gemm_", "norm/column_moments"))]
+    hopper_kernels = [name for name in kernels if name.startswith("sm90/")]
+    # The translation units, {name: files}, each compiled as one: a unit
+    # costs about a second more than its code (the precompiled stand-ins
+    # loaded, the models' inline code emitted again), and the Hopper
+    # kernels' units share most of theirs (bench/NOTES.md, "The simulation's
+    # units"). A unit that a planted build replaces compiles alone, as do
+    # the two longest, which the pool then runs beside the others.
+    alone = ["wmma/gemm_tiles.cu", "conv/launch.cu", GEMM_LAUNCH_UNIT, *BATCH_NORM_UNITS]
+    wmma_units = {
+        "drivers": [os.path.join(SIM_DIR, name) for name in ("driver.cpp", "conv_cases.cpp", "conv_gemm_cases.cpp",
+                                                             "gemm_cases.cpp", "batch_norm_cases.cpp")],
+        **{name: [os.path.join(KERNEL_DIR, name)] for name in alone},
+        "shared": [os.path.join(KERNEL_DIR, name) for name in shared_units if name not in alone],
+        # The loss scale's kernels, the mma.sync ceiling and the Hopper
+        # units, whose kernels compile to their headers alone at these archs.
+        "others": [os.path.join(KERNEL_DIR, name) for name in kernels if name not in shared_units + alone],
+    }
+    hopper_units = {
+        "drivers": [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
+                                                             "conv_gemm_cases.cpp", "gemm_cases.cpp")],
+        CONV_UNIT: [os.path.join(KERNEL_DIR, CONV_UNIT)],
+        "conv kernels": [os.path.join(KERNEL_DIR, name) for name in hopper_kernels
+                         if name.startswith("sm90/conv_kernels_")],
+        # The GEMM's kernels and launcher, and the tensor maps.
+        "others": [os.path.join(KERNEL_DIR, name) for name in hopper_kernels
+                   if name != CONV_UNIT and not name.startswith("sm90/conv_kernels_")],
+    }
     # The mutant: one WMMA tile's GEMM and convolution kernels with the
     # planted pipeline (kernel_sim/wmma_planted.cpp), linked ahead of the
     # real units.
     wmma_bugs = list(enumerate(WMMA_MUTATIONS))
     mutant_dir = mutated_kernels(str(out / "mutant"), [
         (["wmma/block.cuh"], planted(WMMA_MUTATIONS[name], number)) for number, name in wmma_bugs])
-    # The Hopper driver runs GEMMs and convolutions: their launchers and
-    # every kernel they may pick. It compiles at sim arch 900 the units whose
-    # code differs there (sm90/, whose kernels sim arch 800 compiles to their
-    # headers alone) and links sim arch 800's objects of the others (the WMMA
-    # tiles, the WMMA convolutions, the plans), whose code is the same.
-    hopper_units = [name for name in kernels
-                    if name.startswith(("conv/", "gemm/", "plan/", "sm90/", "wmma/gemm_", "norm/column_moments"))]
-    shared_units = [name for name in hopper_units if not name.startswith("sm90/")]
-    hopper_sources = [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
-                                                               "conv_gemm_cases.cpp", "gemm_cases.cpp")] + [
-        os.path.join(KERNEL_DIR, name) for name in hopper_units if name not in shared_units]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         # The stand-in CUDA headers precompiled for each arch and set of
         # flags, submitted before the first compile that reads them (which
@@ -586,8 +605,14 @@ def results(tmp_path_factory):
             return [pool.submit(lambda *args: compile_object(*args, headers.result()), src, arch, kernel_dir,
                                 str(out / f"{prefix}{i}.{arch}.o"), defines, flags) for i, src in enumerate(srcs)]
 
-        objects = {arch: compile_all(sources, arch, KERNEL_DIR, "") for arch in sorted({arch for arch, _ in RUNS})}
-        hopper_objects = compile_all(hopper_sources, 900, KERNEL_DIR, "hopper.")
+        def compile_units(units, arch, prefix):
+            """{name: its object's future} for `units`, {name: files}, at sim arch `arch`."""
+            sources = [files[0] if len(files) == 1 else combined_unit(out / f"{prefix}{i}.{arch}.cpp", files)
+                       for i, files in enumerate(units.values())]
+            return dict(zip(units, compile_all(sources, arch, KERNEL_DIR, prefix)))
+
+        objects = {arch: compile_units(wmma_units, arch, "") for arch in sorted({arch for arch, _ in RUNS})}
+        hopper_objects = compile_units(hopper_units, 900, "hopper.")
         same_code = {name: pool.submit(same_code_at_800_and_900, os.path.join(KERNEL_DIR, name))
                      for name in shared_units}
         mutant_object = compile_all([os.path.join(SIM_DIR, "wmma_planted.cpp")], 800, mutant_dir, "mutant.",
@@ -623,17 +648,18 @@ def results(tmp_path_factory):
             (BATCH_NORM_FILES, planted(BATCH_NORM_MUTATIONS[name], number)) for number, name in batch_norm_bugs])
         batch_norm_planted = compile_all([os.path.join(planted_dir, unit) for unit in BATCH_NORM_UNITS], 800,
                                          planted_dir, "batch_norm_planted.", flags=PLANTED_CXXFLAGS)
-        binaries = {arch: link([o.result() for o in objs], str(out / f"sim_{arch}")) for arch, objs in objects.items()}
+        binaries = {arch: link([o.result() for o in objs.values()], str(out / f"sim_{arch}"))
+                    for arch, objs in objects.items()}
         # The planted kernels first: the linker keeps the first definition it meets.
-        mutant = link([mutant_object.result()] + [o.result() for o in objects[800]], str(out / "sim_mutant"))
-        without_batch_norm = [o.result() for src, o in zip(sources, objects[800])
-                              if os.path.relpath(src, KERNEL_DIR) not in BATCH_NORM_UNITS]
+        mutant = link([mutant_object.result()] + [o.result() for o in objects[800].values()], str(out / "sim_mutant"))
+        without_batch_norm = [o.result() for name, o in objects[800].items() if name not in BATCH_NORM_UNITS]
         batch_norm_binary = link([o.result() for o in batch_norm_planted] + without_batch_norm,
                                  str(out / "sim_batch_norm_planted"))
         for name, same in same_code.items():
             assert same.result(), f"{name} compiles differently at sim arch 900: build it there for the Hopper driver"
-        hopper = [o.result() for o in hopper_objects] + [
-            o.result() for src, o in zip(sources, objects[800]) if os.path.relpath(src, KERNEL_DIR) in shared_units]
+        hopper = [o.result() for o in hopper_objects.values()] + [
+            o.result() for name, o in objects[800].items()
+            if all(os.path.relpath(f, KERNEL_DIR) in shared_units for f in wmma_units[name])]
         hopper_binary = link(hopper, str(out / "sim_hopper"))
         # Each bug's (binary, number).
         hopper_planted_binaries = {}
@@ -641,12 +667,12 @@ def results(tmp_path_factory):
             binary = link([o.result()] + hopper, str(out / f"sim_hopper_planted{i}"))
             hopper_planted_binaries.update({name: (binary, number) for number, name in bugs})
         # The launcher's planted unit in place of the real one.
-        launch_unit = objects[800][sources.index(os.path.join(KERNEL_DIR, GEMM_LAUNCH_UNIT))].result()
+        launch_unit = objects[800][GEMM_LAUNCH_UNIT].result()
         launch_binary = link([launch_planted.result()] + [o for o in hopper if o != launch_unit],
                              str(out / "sim_launch_planted"))
         # A planted kernel comes first (its copies of shared code are the ones
         # kept); a planted unit replaces the real one.
-        conv_unit = hopper_objects[hopper_sources.index(os.path.join(KERNEL_DIR, CONV_UNIT))].result()
+        conv_unit = hopper_objects[CONV_UNIT].result()
         without_conv = [o for o in hopper if o != conv_unit]
         conv_planted_binaries = {}
         for i, (bugs, o) in enumerate(conv_planted):
