@@ -95,9 +95,8 @@ CXXFLAGS = BASE_CXXFLAGS + ADDRESS_SANITIZER + [
 # (linked first, its copies of code it shares with the other units are the
 # ones that binary runs).
 PLANTED_CXXFLAGS = BASE_CXXFLAGS + ADDRESS_SANITIZER
-# CI has two cores, on which the whole module takes about 4.5 minutes, most
-# of it building (bench/NOTES.md, "The suite's CPU time: sanitizer checks,
-# headers, pip").
+# CI has two cores, on which the whole module takes about 3.5 minutes, most
+# of it building (bench/NOTES.md, "The simulation's units").
 WORKERS = 2
 GEMM_CASES = 60
 UNSCALE_CASES = 20
@@ -550,11 +549,12 @@ def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("kernel_sim")
     kernels = kernel_files(KERNEL_DIR, "**/*.cu") + kernel_files(KERNEL_DIR, "plan/*.cpp")
     # The Hopper driver runs GEMMs and convolutions: their launchers and
-    # every kernel they may pick. It compiles at sim arch 900 the units whose
+    # every kernel they may pick. It compiles at sim arch 900 the files whose
     # code differs there (sm90/, whose kernels sim arch 800 compiles to their
-    # headers alone) and links sim arch 800's objects of the others (the WMMA
-    # tiles, the WMMA convolutions, the plans), whose code is the same.
-    shared_units = [name for name in kernels
+    # headers alone) and links sim arch 800's objects of the units made of
+    # these files alone (the WMMA tiles, the WMMA convolutions, the plans),
+    # whose code is the same.
+    shared_files = [name for name in kernels
                     if name.startswith(("conv/", "gemm/", "plan/", "wmma/gemm_", "norm/column_moments"))]
     hopper_kernels = [name for name in kernels if name.startswith("sm90/")]
     # The translation units, {name: files}, each compiled as one: a unit
@@ -562,26 +562,30 @@ def results(tmp_path_factory):
     # loaded, the models' inline code emitted again), and the Hopper
     # kernels' units share most of theirs (bench/NOTES.md, "The simulation's
     # units"). A unit that a planted build replaces compiles alone, as do
-    # the two longest, which the pool then runs beside the others.
+    # the two longest, which the pool then runs beside the others. Kernels
+    # whose planted copies a planted build links first are in a unit apart
+    # from their launcher, which could otherwise inline an unplanted copy.
     alone = ["wmma/gemm_tiles.cu", "conv/launch.cu", GEMM_LAUNCH_UNIT, *BATCH_NORM_UNITS]
     wmma_units = {
         "drivers": [os.path.join(SIM_DIR, name) for name in ("driver.cpp", "conv_cases.cpp", "conv_gemm_cases.cpp",
                                                              "gemm_cases.cpp", "batch_norm_cases.cpp")],
         **{name: [os.path.join(KERNEL_DIR, name)] for name in alone},
-        "shared": [os.path.join(KERNEL_DIR, name) for name in shared_units if name not in alone],
+        "shared": [os.path.join(KERNEL_DIR, name) for name in shared_files if name not in alone],
         # The loss scale's kernels, the mma.sync ceiling and the Hopper
         # units, whose kernels compile to their headers alone at these archs.
-        "others": [os.path.join(KERNEL_DIR, name) for name in kernels if name not in shared_units + alone],
+        "others": [os.path.join(KERNEL_DIR, name) for name in kernels if name not in shared_files + alone],
     }
     hopper_units = {
         "drivers": [os.path.join(SIM_DIR, name) for name in ("hopper_cases.cpp", "hopper_conv_cases.cpp",
                                                              "conv_gemm_cases.cpp", "gemm_cases.cpp")],
         CONV_UNIT: [os.path.join(KERNEL_DIR, CONV_UNIT)],
-        "conv kernels": [os.path.join(KERNEL_DIR, name) for name in hopper_kernels
+        "conv_kernels": [os.path.join(KERNEL_DIR, name) for name in hopper_kernels
                          if name.startswith("sm90/conv_kernels_")],
-        # The GEMM's kernels and launcher, and the tensor maps.
+        "gemm_kernels": [os.path.join(KERNEL_DIR, name) for name in hopper_kernels
+                         if name.startswith("sm90/gemm_kernels_")],
+        # The GEMM's launcher and the tensor maps.
         "others": [os.path.join(KERNEL_DIR, name) for name in hopper_kernels
-                   if name != CONV_UNIT and not name.startswith("sm90/conv_kernels_")],
+                   if name != CONV_UNIT and not name.startswith(("sm90/conv_kernels_", "sm90/gemm_kernels_"))],
     }
     # The mutant: one WMMA tile's GEMM and convolution kernels with the
     # planted pipeline (kernel_sim/wmma_planted.cpp), linked ahead of the
@@ -607,14 +611,14 @@ def results(tmp_path_factory):
 
         def compile_units(units, arch, prefix):
             """{name: its object's future} for `units`, {name: files}, at sim arch `arch`."""
-            sources = [files[0] if len(files) == 1 else combined_unit(out / f"{prefix}{i}.{arch}.cpp", files)
-                       for i, files in enumerate(units.values())]
+            sources = [files[0] if len(files) == 1 else combined_unit(out / f"{prefix}{name}.{arch}.cpp", files)
+                       for name, files in units.items()]
             return dict(zip(units, compile_all(sources, arch, KERNEL_DIR, prefix)))
 
         objects = {arch: compile_units(wmma_units, arch, "") for arch in sorted({arch for arch, _ in RUNS})}
         hopper_objects = compile_units(hopper_units, 900, "hopper.")
         same_code = {name: pool.submit(same_code_at_800_and_900, os.path.join(KERNEL_DIR, name))
-                     for name in shared_units}
+                     for name in shared_files}
         mutant_object = compile_all([os.path.join(SIM_DIR, "wmma_planted.cpp")], 800, mutant_dir, "mutant.",
                                     flags=PLANTED_CXXFLAGS)[0]
         # Each planted build: [(bug number, name)] and its object.
@@ -659,7 +663,7 @@ def results(tmp_path_factory):
             assert same.result(), f"{name} compiles differently at sim arch 900: build it there for the Hopper driver"
         hopper = [o.result() for o in hopper_objects.values()] + [
             o.result() for name, o in objects[800].items()
-            if all(os.path.relpath(f, KERNEL_DIR) in shared_units for f in wmma_units[name])]
+            if all(os.path.relpath(f, KERNEL_DIR) in shared_files for f in wmma_units[name])]
         hopper_binary = link(hopper, str(out / "sim_hopper"))
         # Each bug's (binary, number).
         hopper_planted_binaries = {}

@@ -1,6 +1,7 @@
 // The launch of a persistent Hopper kernel, and the definition of
 // sm90::launch_wgmma_kernel (sm90/launch.h), included only by the units that
-// instantiate kernels: sm90/gemm_kernels_*.cu and sm90/conv_launch.cu.
+// instantiate kernels: sm90/gemm_kernels_*.cu and, through
+// sm90/conv_launch_kernel.cuh, sm90/conv_kernels_*.cu.
 #pragma once
 
 #include "common/launch_utils.h"

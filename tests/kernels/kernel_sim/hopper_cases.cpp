@@ -512,16 +512,17 @@ static bool check_fresh_threads() {
 // The device this driver simulates (mock/cuda_runtime.h).
 const int sim::device_arch = __CUDA_ARCH__;
 
-// This driver links sim arch 800's objects of the units outside sm90/
-// (test_kernel_sim.py), which hold the code a build at 900 would only where
-// none of their tiles and input types needs more than sm_80.
+// This driver links sim arch 800's objects of the files it shares with that
+// arch (test_kernel_sim.py's shared_files: the WMMA tiles and convolutions,
+// the GEMM's launcher, the plans), which hold the code a build at 900 would
+// only where none of their tiles and input types needs more than sm_80.
 template <class... Tiles>
 constexpr bool wmma_tiles_need_at_most_sm80(TileList<Tiles...>) {
   return ((std::is_base_of_v<WgmmaBlockConfig, Tiles> || Tiles::kMinArch <= 80) && ...);
 }
 static_assert(wmma_tiles_need_at_most_sm80(AllTiles{}) && ElementTraits<__half>::kMinArch <= 800 &&
                   ElementTraits<__nv_bfloat16>::kMinArch <= 800,
-              "a WMMA tile or input type needs more than sm_80: build the units outside sm90/ at 900 too");
+              "a WMMA tile or input type needs more than sm_80: build the shared files at 900 too");
 
 int main(int argc, char** argv) {
   SIM_CHECK(argc == 6 || (argc == 7 && std::string(argv[6]) == "pinned"),
