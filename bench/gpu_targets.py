@@ -11,7 +11,8 @@ bench/gpu_check.py:
       (MPGEMM_CONV_PATH=gemm), and on sm_90 the
       Hopper convolution's three passes (MPGEMM_CONV_PATH=wgmma, wgrad
       split; dgrad's phases at stride 2, their rows from registers and,
-      with MPGEMM_STAGED_ROW_STORES=1, through shared memory; a first
+      with MPGEMM_STAGED_ROW_STORES=1, through shared memory, a launch a
+      phase and, with MPGEMM_DGRAD_ONE_LAUNCH=1, all in one launch; a first
       layer's fprop and wgrad on folded taps), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; and the fused batch norm's
       forward and backward (16-byte runs and one-element ones); every result
@@ -249,6 +250,13 @@ def sanitize():
         _conv_passes("Hopper narrow staged rows stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         # 128 channels over 4 x 48 x 48 pixels of dx: 72 tiles of 128 x 128, enough to keep that tile.
         _conv_passes("Hopper n128 staged rows stride 2", (4, 128, 48, 48), (72, 128, 3, 3), stride=2, padding=1)
+        # A strided dgrad's phases in one launch (MPGEMM_DGRAD_ONE_LAUNCH=1): a 3x3's four on the wide tile and a
+        # 1x1's (three of them stored as zeros) on a narrow one.
+        os.environ["MPGEMM_DGRAD_ONE_LAUNCH"] = "1"
+        _conv_passes("Hopper one-launch 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
+        os.environ["MPGEMM_NARROW_TILES"] = "0"
+        _conv_passes("Hopper one-launch stride 2", (2, 264, 15, 15), (72, 264, 3, 3), stride=2, padding=1)
+        os.environ.pop("MPGEMM_DGRAD_ONE_LAUNCH")
         os.environ.pop("MPGEMM_NARROW_TILES")
         os.environ.pop("MPGEMM_STAGED_ROW_STORES")
         os.environ.pop("MPGEMM_CONV_PATH")

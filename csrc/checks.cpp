@@ -1,10 +1,9 @@
 // Argument validation for the ops, and the environment's opt-in switches.
 // Every backend, Meta included, runs these checks, so a bad call fails the
 // same way everywhere.
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <ATen/MemoryOverlap.h>
@@ -13,6 +12,7 @@
 
 #include "common/tile_configs.h"
 #include "ops.h"
+#include "plan/switches.h"
 
 namespace mpgemm {
 namespace {
@@ -290,10 +290,13 @@ void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, 
 }
 
 bool environment_switch(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "0") == 0) return false;
-  TORCH_CHECK_VALUE(std::strcmp(value, "1") == 0, name, " must be '0' or '1', got '", value, "'");
-  return true;
+  bool on = false;
+  try {
+    on = kernels::switch_on(name, false);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  return on;
 }
 
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out) {

@@ -65,7 +65,7 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   try {
     plan = kernels::plan_conv2d(pass, p);
   } catch (const std::invalid_argument& e) {
-    // A bad MPGEMM_CONV_PATH, MPGEMM_NARROW_TILES or MPGEMM_STAGED_ROW_STORES.
+    // A bad MPGEMM_CONV_PATH or switch (plan/switches.h).
     TORCH_CHECK_VALUE(false, e.what());
   }
   at::Tensor workspace, moments;

@@ -41,7 +41,8 @@ def git_commit(root=REPO_ROOT):
 
 # The environment variables that choose kernels (csrc/kernels/plan/gemm_plan.h,
 # conv/launch.h): a measurement names those that were set.
-KERNEL_PATH_VARIABLES = ("MPGEMM_GEMM_PATH", "MPGEMM_CONV_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES")
+KERNEL_PATH_VARIABLES = ("MPGEMM_GEMM_PATH", "MPGEMM_CONV_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES",
+                         "MPGEMM_DGRAD_ONE_LAUNCH")
 
 
 def kernel_paths():

@@ -16,9 +16,10 @@ kernels are the 128 x 256 block with their copies offset along K. The Hopper
 convolution's kernels (fprop, dgrad, wgrad, on each of the three tiles
 blocks alone run) are the same block fed by the copy engine's im2col loads
 (UTMALDG.4D.IM2COL) and tiled loads of the filters (wgrad: of dy); its
-dgrad kernels that stage a strided phase's rows store no strip through the
-copy engine but read each back with 16-byte shared loads (LDS.128) and
-store it with 16-byte global stores (STG.E.128), four of each a strip.
+dgrad kernels that stage a strided phase's rows, and those that run all of
+a strided dgrad's phases in one launch, store no strip through the copy
+engine but read each back with 16-byte shared loads (LDS.128) and store it
+with 16-byte global stores (STG.E.128), four of each a strip.
 The fprop kernels that write column moments for batch norm combine lanes
 with shuffles and no atomics (the Hopper ones read their strips back).
 The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
@@ -248,19 +249,23 @@ def test_row_sums_kernels_add_a_narrow_wgmma_to_each_k16_of_the_first_column_of_
 
 
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"
+PHASES_KERNEL = "wgmma_dgrad_phases_kernel"
 MOMENTS_KERNEL = "wgmma_fprop_moments_kernel"
 
 
 @pytest.fixture(scope="module")
 def hopper_conv_kernels(cuda_build, machine_code):
     """{kernel name: [sass.Instruction]} of the Hopper convolution's kernels in the sm_90a code: fprop, dgrad
-    and wgrad, dgrad staging its rows, and fprop writing its column moments, fp16 and bf16, on each tile."""
+    and wgrad, dgrad staging its rows (a launch a phase, and its phases in one launch), and fprop writing its
+    column moments, fp16 and bf16, on each tile."""
     if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
-               if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name or MOMENTS_KERNEL in name}
-    assert len(kernels) == 30, sorted(kernels)
+               if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name or PHASES_KERNEL in name
+               or MOMENTS_KERNEL in name}
+    assert len(kernels) == 36, sorted(kernels)
     assert sum(STAGED_ROWS_KERNEL in name for name in kernels) == 6, sorted(kernels)
+    assert sum(PHASES_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert sum(MOMENTS_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
     return kernels
@@ -268,7 +273,7 @@ def hopper_conv_kernels(cuda_build, machine_code):
 
 def test_hopper_conv_runs_wgmma_on_im2col_copies(hopper_conv_kernels):
     for name, instructions in hopper_conv_kernels.items():
-        check_hopper_block(name, instructions, staged_rows=STAGED_ROWS_KERNEL in name)
+        check_hopper_block(name, instructions, staged_rows=STAGED_ROWS_KERNEL in name or PHASES_KERNEL in name)
         opcodes = [i.opcode for i in instructions]
         # Activations through the copy engine's im2col mode; filters (wgrad: dy) through its tiled mode;
         # blocks alone.

@@ -27,15 +27,18 @@ there, forced and as the default picks them. The Hopper convolution
 (fprop, dgrad, with a stride one launch per phase, wgrad) runs there too,
 on the wide tile (MPGEMM_NARROW_TILES=0) and the narrow ones, strided dgrad
 with its rows from registers (MPGEMM_STAGED_ROW_STORES=0) and staged
-through shared memory, and few-channel fprop and wgrad on copies with their taps folded into the channels
+through shared memory, a launch a phase or all its phases in one launch
+(MPGEMM_DGRAD_ONE_LAUNCH=1), and few-channel fprop and wgrad on copies with their taps folded into the channels
 (conv/folded_taps.h), its im2col copies placed by the model of the PTX ISA's
 im2col mode, which is checked against the convolution's own windows.
 Ordinary shared-memory accesses between threads are checked against the
 named barriers between them. A wrong filter offset, a wrong bounding-box
 corner, dgrad's filters unflipped, a strided dgrad's phases stored to the
 wrong pixels, wgrad's splits summing the same pixels, a stage handed back
-early, a narrow tile's filters copied in the wide tile's boxes and a staged
-strip read back before its warpgroup has met must be caught, and wgrad's
+early, a narrow tile's filters copied in the wide tile's boxes, a staged
+strip read back before its warpgroup has met, one launch's tiles given to
+the phase before theirs or walking another phase's taps, and its phases no
+tap reaches left out must be caught, and wgrad's
 split counts for ResNet-50 on 132 multiprocessors must be the cost model's
 (plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
 hopper_conv_cases.cpp."""
@@ -295,7 +298,8 @@ HOPPER_MUTATIONS = {
 }
 # Planted bugs in the Hopper convolution: the file and text, the timing,
 # what the simulation must say, and the pass whose kernel carries it
-# (STAGED_ROWS: dgrad's that stages a strided phase's rows). The bugs of a
+# (STAGED_ROWS: dgrad's that stages a strided phase's rows; DGRAD_PHASES:
+# dgrad's that runs a strided dgrad's phases in one launch). The bugs of a
 # kernel (its producer, mainloop or epilogue) are built as the GEMM's are,
 # one build for a pass's: the one fp16 kernel of that pass from the planted
 # copy (kernel_sim/hopper_conv_planted.cpp), linked ahead of the real ones,
@@ -303,6 +307,7 @@ HOPPER_MUTATIONS = {
 # the convolution's unit (sm90/conv_launch.cu) from the planted copy in place
 # of the real one. Either runs convolutions alone.
 STAGED_ROWS = "staged rows"
+DGRAD_PHASES = "dgrad phases"
 CONV_MUTATIONS = {
     # The im2col box read at tap (s, r) instead of (r, s).
     "im2col box at the wrong filter offset": (
@@ -352,6 +357,27 @@ CONV_MUTATIONS = {
          "    write_strip<Out>(acc, buffer, strip, rows, thread);\n"
          "    if (!PLANTED) named_barrier_sync(barrier, Config::kWarpgroupThreads);\n"),
         (False, False), "with no barrier between", STAGED_ROWS),
+    # One launch's tiles (MPGEMM_DGRAD_ONE_LAUNCH=1) each found in the phase
+    # before theirs at its first tile: tiles of one phase's pixels walked
+    # and stored as another's.
+    # One launch's tiles each walking the first phase's taps (the most): a
+    # phase's tiles read the wrong taps, and those of a phase no tap reaches
+    # copy through the map it has none of (or slices no consumer waits for).
+    "one launch's tiles walking the first phase's taps": (
+        "sm90/conv_kernel.cuh", ("phases.walk[tile.batch], pipe);", "phases.walk[PLANTED ? 0 : tile.batch], pipe);"),
+        (False, False), "a tensor map no encoder wrote|FAILED|deadlock|a box copy lands", DGRAD_PHASES),
+    "one launch's first tile of a phase given to the phase before": (
+        "sm90/tile_scheduler.cuh",
+        ("t >= phases.first_tile[i]", "(PLANTED ? t > phases.first_tile[i] : t >= phases.first_tile[i])"),
+        (False, False), "FAILED|AddressSanitizer", DGRAD_PHASES),
+    # One launch's phases without those no tap reaches: their pixels of dx
+    # never written (the launch a phase zeroes dx first; one launch must
+    # store its zeros).
+    "one launch's phases no tap reaches left out": (
+        "sm90/conv_launch.cu",
+        ("    phases.launch[phases.count++] = dgrad_launch(c, phase_h, phase_w, g);",
+         "    if (!PLANTED || g.k > 0) phases.launch[phases.count++] = dgrad_launch(c, phase_h, phase_w, g);"),
+        (False, False), "FAILED", None),
     # A narrow tile's filters copied in the wide tile's boxes: more bytes
     # than its stage announces, past its B tile.
     "filter boxes sized for the wide tile": (
@@ -639,6 +665,7 @@ def results(tmp_path_factory):
             unit = (os.path.join(SIM_DIR, "hopper_conv_planted.cpp") if planted_pass
                     else os.path.join(planted_dir, CONV_UNIT))
             defines = (["-DPLANTED_STAGED_ROWS"] if planted_pass == STAGED_ROWS
+                       else ["-DPLANTED_DGRAD_PHASES"] if planted_pass == DGRAD_PHASES
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
             conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
                                                    PLANTED_CXXFLAGS)[0]))
@@ -804,12 +831,17 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with their rows staged") > 0, replay
+    # A strided dgrad's phases in one launch: a 1x1's (three phases stored as zeros) and a 3x3's (four of
+    # 1 to 4 taps).
+    one_launch_unreached = printed_count(output, "conv wgmma dgrad cases in one launch with a phase no tap reaches")
+    assert printed_count(output, "conv wgmma dgrad cases with their phases in one launch") > one_launch_unreached > 0, \
+        replay
     # fprop's column moments from the consumers' strips (sm90/epilogue.cuh), checked in every case that wrote
     # them: on each tile, and in some random cases.
     assert "column moments on each tile: ok" in output, replay
     assert printed_count(output, "conv fprop cases with moments") >= 3, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
-    assert "bad MPGEMM_STAGED_ROW_STORES refused: ok" in output, replay
+    assert "bad MPGEMM_STAGED_ROW_STORES and MPGEMM_DGRAD_ONE_LAUNCH refused: ok" in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
     assert "wgrad splits on 132 multiprocessors: ok" in output, replay
     # Few-channel fprop and wgrad on folded taps (conv/folded_taps.h), and

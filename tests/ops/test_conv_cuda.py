@@ -12,7 +12,8 @@ On Hopper GPUs the default takes the Hopper convolution for the passes it
 measured faster on: on its narrow tiles (128 x 128 and 128 x 64) for passes
 whose N is at most 128, with strided dgrad storing dx's rows through shared
 memory, and fprop of few input channels (a first layer's) through copies
-with their taps folded into the channels. Each case also runs with
+with their taps folded into the channels. MPGEMM_DGRAD_ONE_LAUNCH=1
+(opt-in) runs a strided dgrad's phases, their rows staged, in one launch. Each case also runs with
 MPGEMM_CONV_PATH=wgmma (the Hopper convolution wherever its geometry
 allows) on its wide tile with dx's rows stored from registers
 (MPGEMM_NARROW_TILES=0, MPGEMM_STAGED_ROW_STORES=0), with that on the narrow
@@ -148,12 +149,17 @@ def test_bf16_before_sm80_is_refused_with_a_clear_error():
             call()
 
 
-def kernels_run(fn):
-    """The names of the CUDA kernels fn launches."""
+def launches(fn):
+    """The names of the CUDA kernels (and memsets) fn launches, once a launch."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return {event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA}
+    return [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernels_run(fn):
+    """The names of the CUDA kernels fn launches."""
+    return set(launches(fn))
 
 
 def hopper_conv_kernels(names):
@@ -267,14 +273,31 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
 STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, padding, size in RESNET50 if stride > 1]
 
 
+# Strided dgrad on the Hopper convolution: ResNet-50's strided layers, strides
+# of 3 (9 phases) and 2 x 3 (6), a 1x1 at stride 2 whose unreached phases must
+# be zeros, and on each narrow tile (MPGEMM_NARROW_TILES=1: 128 channels over
+# 196 tiles, 64 over 4).
+STRIDED_DGRAD_CASES = ([layer + (8, "WgmmaTile") for layer in STRIDED if layer[0] > 3] +
+                       [(16, 16, 3, 3, 1, 11, 2, "WgmmaTile"), (24, 40, 1, 2, 0, 9, 3, "WgmmaTile"),
+                        (8, 8, 5, (2, 3), 2, 13, 2, "WgmmaTile"),
+                        (128, 128, 3, 2, 1, 56, 8, "WgmmaN128Tile"), (64, 72, 3, 2, 1, 15, 2, "WgmmaN64Tile")])
+
+
+def strided_dgrad_case(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype):
+    """A STRIDED_DGRAD_CASES case on the Hopper convolution forced (on `tile`),
+    right against cuDNN and float64 as the environment now asks; x (requiring
+    its gradient) and the filters."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "0" if tile == "WgmmaTile" else "1")
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
+    compare(x, weight, None, stride, padding)
+    return x.requires_grad_(), weight.to(dtype)
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch, tile",
-                         [layer + (8, "WgmmaTile") for layer in STRIDED if layer[0] > 3] +
-                         [(16, 16, 3, 3, 1, 11, 2, "WgmmaTile"), (24, 40, 1, 2, 0, 9, 3, "WgmmaTile"),
-                          (8, 8, 5, (2, 3), 2, 13, 2, "WgmmaTile"),
-                          # MPGEMM_NARROW_TILES=1: 128 channels over 196 tiles, 64 over 4.
-                          (128, 128, 3, 2, 1, 56, 8, "WgmmaN128Tile"), (64, 72, 3, 2, 1, 15, 2, "WgmmaN64Tile")])
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch, tile", STRIDED_DGRAD_CASES)
 def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype):
     """By default (or MPGEMM_STAGED_ROW_STORES=1), strided dgrad on the
     Hopper convolution stores each phase's rows of dx through shared memory,
@@ -282,21 +305,54 @@ def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, bat
     1x1 at stride 2 whose unreached phases must be zeros, and on each narrow
     tile), right against cuDNN and float64; '0' keeps the registers'
     stores."""
-    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "1")
-    monkeypatch.setenv("MPGEMM_NARROW_TILES", "0" if tile == "WgmmaTile" else "1")
-    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
-    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
-    compare(x, weight, None, stride, padding)
-    x.requires_grad_()
+    x, weight = strided_dgrad_case(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype)
 
     def step():
-        mpgemm.conv2d(x, weight.to(dtype), None, stride, padding).float().sum().backward()
+        mpgemm.conv2d(x, weight, None, stride, padding).float().sum().backward()
 
     for staged in (None, "1", "0"):
         set_environment(monkeypatch, "MPGEMM_STAGED_ROW_STORES", staged)
         ran = {name for name in kernels_run(step) if "wgmma_dgrad_staged_rows_kernel" in name}
         assert len(ran) == (staged != "0") and all(tile in name for name in ran), ran
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch, tile", STRIDED_DGRAD_CASES)
+def test_dgrad_phases_in_one_launch(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype):
+    """With MPGEMM_DGRAD_ONE_LAUNCH=1 (opt-in), strided dgrad on the Hopper
+    convolution, its rows staged, runs all its phases in one launch of its
+    own kernel where it has at most four (a stride of 2 x 2), with no memset
+    of dx (the phases no tap reaches are stored as zeros by that launch),
+    right against cuDNN and float64; more phases (strides of 3, 2 x 3) keep
+    a launch a phase, as does '0' or unset."""
+    monkeypatch.setenv("MPGEMM_DGRAD_ONE_LAUNCH", "1")
+    x, weight = strided_dgrad_case(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype)
+    y = mpgemm.conv2d(x, weight, None, stride, padding)
+    dy = torch.randn_like(y)
+    strides = stride if isinstance(stride, tuple) else (stride, stride)
+    fits = strides[0] * strides[1] <= 4
+
+    def dgrad():
+        torch.autograd.grad(y, x, dy, retain_graph=True)
+
+    for one_launch in ("1", "0", None):
+        set_environment(monkeypatch, "MPGEMM_DGRAD_ONE_LAUNCH", one_launch)
+        names = launches(dgrad)
+        once = sum("wgmma_dgrad_phases_kernel" in name for name in names)
+        phases = sum("wgmma_dgrad_staged_rows_kernel" in name for name in names)
+        if one_launch == "1" and fits:
+            assert once == 1 and phases == 0 and not any("emset" in name for name in names), names
+        else:
+            assert once == 0 and phases > 0, names
+
+
+def test_bad_dgrad_one_launch_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_DGRAD_ONE_LAUNCH", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_DGRAD_ONE_LAUNCH must be '0' or '1', got 'yes'"):
+        mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))
 
 
 def test_bad_staged_row_stores_is_refused_with_a_clear_error(monkeypatch):

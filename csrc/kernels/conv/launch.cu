@@ -31,6 +31,7 @@
 #include "conv/padded_copy.h"
 #include "gemm/splitk_reduce.h"
 #include "plan/split_cost.h"
+#include "plan/switches.h"
 #include "sm90/launch.h"
 
 namespace mpgemm::kernels {
@@ -338,12 +339,9 @@ ConvPath conv_path() {
                               "'");
 }
 
-bool staged_row_stores() {
-  const char* staged = std::getenv("MPGEMM_STAGED_ROW_STORES");
-  if (staged == nullptr || *staged == '\0' || std::strcmp(staged, "1") == 0) return true;
-  if (std::strcmp(staged, "0") == 0) return false;
-  throw std::invalid_argument(std::string("MPGEMM_STAGED_ROW_STORES must be '0' or '1', got '") + staged + "'");
-}
+bool staged_row_stores() { return switch_on("MPGEMM_STAGED_ROW_STORES", true); }
+
+bool one_launch_dgrad() { return switch_on("MPGEMM_DGRAD_ONE_LAUNCH", false); }
 
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
@@ -387,7 +385,7 @@ bool folded_taps_by_default(ConvPass pass) { return pass == ConvPass::kFprop; }
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
-  const bool staged_rows = staged_row_stores();
+  const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
     plan.path = Conv2dPlan::Path::kGemm;
@@ -400,7 +398,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
       path == ConvPath::kWgmma || (by_default && wgmma_conv_by_default(pass, p, narrow_tiles_enabled()));
   if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
-    plan.wgmma = plan_wgmma_conv(pass, p, staged_rows);
+    plan.wgmma = plan_wgmma_conv(pass, p, staged_rows, one_launch);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(p)) plan.moment_rows = WgmmaBlockConfig::kInstrM;
     return plan;

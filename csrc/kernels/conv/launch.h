@@ -84,6 +84,14 @@ ConvPath conv_path();
 // other value.
 bool staged_row_stores();
 
+// Whether the Hopper convolution's strided dgrad, its rows staged, runs all
+// its phases in one launch (sm90/conv_kernel.cuh's
+// wgmma_dgrad_phases_kernel) instead of one launch a phase after zeroing dx
+// where a phase no tap reaches: only where MPGEMM_DGRAD_ONE_LAUNCH is "1"
+// (opt-in until its kernels pass the GPU tests). Unset, "" or "0": no;
+// throws std::invalid_argument for any other value.
+bool one_launch_dgrad();
+
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
 // the GEMM it is on NHWC activations and KC filters, reading every operand
 // in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
@@ -111,9 +119,9 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params, bool narro
 // speed on the narrow tile, H100, 2026-11-28), not wgrad (0.60x).
 bool folded_taps_by_default(ConvPass pass);
 
-// Throws std::invalid_argument for a bad MPGEMM_CONV_PATH or
-// MPGEMM_STAGED_ROW_STORES (conv_path, staged_row_stores), whatever the
-// problem.
+// Throws std::invalid_argument for a bad MPGEMM_CONV_PATH,
+// MPGEMM_STAGED_ROW_STORES or MPGEMM_DGRAD_ONE_LAUNCH (conv_path,
+// staged_row_stores, one_launch_dgrad), whatever the problem.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as

@@ -16,6 +16,7 @@
 #include "common/math.h"
 #include "plan/operand_layout.h"
 #include "plan/split_cost.h"
+#include "plan/switches.h"
 
 namespace mpgemm::kernels {
 namespace {
@@ -94,12 +95,7 @@ GemmShape gemm_shape(const GemmParams& p) {
           copies(b_described, p.b_batch_stride)};
 }
 
-bool padded_operands_enabled() {
-  const char* padded = std::getenv("MPGEMM_PADDED_OPERANDS");
-  if (padded == nullptr || *padded == '\0' || std::strcmp(padded, "0") == 0) return false;
-  if (std::strcmp(padded, "1") == 0) return true;
-  throw std::invalid_argument(std::string("MPGEMM_PADDED_OPERANDS must be '0' or '1', got '") + padded + "'");
-}
+bool padded_operands_enabled() { return switch_on("MPGEMM_PADDED_OPERANDS", false); }
 
 GemmPath gemm_path() {
   const char* path = std::getenv("MPGEMM_GEMM_PATH");
@@ -116,12 +112,7 @@ GemmPath gemm_path() {
       path + "'");
 }
 
-bool narrow_tiles_enabled() {
-  const char* narrow = std::getenv("MPGEMM_NARROW_TILES");
-  if (narrow == nullptr || *narrow == '\0' || std::strcmp(narrow, "1") == 0) return true;
-  if (std::strcmp(narrow, "0") == 0) return false;
-  throw std::invalid_argument(std::string("MPGEMM_NARROW_TILES must be '0' or '1', got '") + narrow + "'");
-}
+bool narrow_tiles_enabled() { return switch_on("MPGEMM_NARROW_TILES", true); }
 
 TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessors) {
   if (!narrow_tiles_enabled() || n > tile_config(TileConfigId::kWgmmaN128).block_n) return TileConfigId::kCount;
@@ -130,12 +121,7 @@ TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessor
   return TileConfigId::kWgmmaN128;
 }
 
-bool wgmma_split_k_enabled() {
-  const char* split = std::getenv("MPGEMM_WGMMA_SPLIT_K");
-  if (split == nullptr || *split == '\0' || std::strcmp(split, "0") == 0) return false;
-  if (std::strcmp(split, "1") == 0) return true;
-  throw std::invalid_argument(std::string("MPGEMM_WGMMA_SPLIT_K must be '0' or '1', got '") + split + "'");
-}
+bool wgmma_split_k_enabled() { return switch_on("MPGEMM_WGMMA_SPLIT_K", false); }
 
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
   if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;

@@ -2,9 +2,10 @@
 // warp-specialized, persistent, on the collective pieces of sm90/.
 //
 // Work: a persistent grid walks the tiles of every matrix of the batch in
-// grouped order (sm90/tile_scheduler.cuh). With Tile::kClusterM = 2 blocks run
-// in pairs, a pair taking two tiles stacked along M that read the same
-// columns of B.
+// grouped order (sm90/tile_scheduler.cuh), or a strided dgrad's phases one
+// after another, each its own GEMM with its own K. With Tile::kClusterM = 2
+// blocks run in pairs, a pair taking two tiles stacked along M that read the
+// same columns of B.
 // Block: three warpgroups with split roles (warp specialization). Warpgroup 0
 // produces: one of its threads issues the copies of each 64-deep K slice
 // into a ring of Tile::kStages shared-memory stages (sm90/pipeline.cuh), each
@@ -108,20 +109,26 @@ __device__ __forceinline__ void fill_ones(uint32_t ones) {
   fence_proxy_async_shared();
 }
 
-// One block of a Hopper kernel: D = activation(the tiles' products + bias) as
-// p describes D, over k_slices K slices per tile, each slice's copies issued
-// by load(shared, tile, k_slices, rank, pipe) into the ring from pipe on
-// (leaving pipe past them), and what kExtras asks besides.
-template <class Element, class Tile, bool AKMajor, bool BKMajor, unsigned kExtras = kBlockPlain, class LoadTile>
-__device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const GemmParams& p,
-                                            const WgmmaSchedule& schedule, int k_slices, const LoadTile& load,
-                                            const CUtensorMap* z_map = nullptr) {
+// One block of a Hopper kernel: D = activation(the tiles' products + bias) over
+// the tiles `work` names (sm90/tile_scheduler.cuh: UniformTiles, or a strided
+// dgrad's DgradPhaseTiles), each tile's K slices' copies issued by
+// load(shared, tile, k_slices, rank, pipe) into the ring from pipe on
+// (leaving pipe past them), its D stored as work.gemm(tile) and
+// work.output(tile) describe it (through d_map where that says so), and what
+// kExtras asks besides. A tile of no K slices (a phase no tap reaches) is
+// stored as zeros.
+template <class Element, class Tile, bool AKMajor, bool BKMajor, unsigned kExtras = kBlockPlain, class Work,
+          class LoadTile>
+__device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtensorMap* d_map, const LoadTile& load,
+                                                 const CUtensorMap* z_map = nullptr) {
 #if MPGEMM_SM90A
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
   using Scheduler = PersistentTileScheduler<Tile>;
   static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
   static_assert(!(kExtras & kBlockARowSums) || (Tile::kClusterM == 1 && !Tile::kPingPong),
                 "row sums on blocks alone with cooperative consumers");
+  static_assert(!Work::kSlicesVary || (!Tile::kPingPong && kExtras == kBlockStagedRows),
+                "tiles of different K on cooperative consumers, storing strided rows only");
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
   const uintptr_t start = reinterpret_cast<uintptr_t>(block_shared_memory());
   Smem& shared = *reinterpret_cast<Smem*>((start + kSwizzleAtomBytes - 1) & ~uintptr_t(kSwizzleAtomBytes - 1));
@@ -146,15 +153,17 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   if constexpr (Tile::kClusterM == 1) __syncthreads();
   else cluster_sync();
 
-  const int64_t tiles = Scheduler::tiles(p);
+  const int64_t tiles = work.count();
   const int64_t first_tile = Scheduler::first(), tile_step = Scheduler::step();
   TilePipeline<Tile> pipe;
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
     if (thread != 0) return;
-    for (int64_t t = first_tile; t < tiles; t += tile_step)
-      load(shared, Scheduler::tile(t, p, schedule.raster_group, rank), k_slices, rank, pipe);
+    for (int64_t t = first_tile; t < tiles; t += tile_step) {
+      const BatchTile tile = work.tile(t, rank);
+      load(shared, tile, work.slices(tile), rank, pipe);
+    }
     wait_for_hand_backs<Tile>(shared, pipe);
     return;
   }
@@ -165,7 +174,8 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   // Ping-pong: every other tile whole, from the block's tile `consumer` on;
   // the ring holds the tiles' slices in the block's order, so this consumer
   // starts `consumer` tiles' slices in and skips the other's after each of
-  // its own. The mainloops take turns: a tile's begins once the block's
+  // its own (every tile's K slices the same: UniformTiles). The mainloops
+  // take turns: a tile's begins once the block's
   // tile before it has waited on its last slice, so that no consumer waits
   // on a stage two rounds ahead of the last wait on it, which the barrier's
   // parity could not tell from one round behind. Each turn is handed on only
@@ -176,33 +186,55 @@ __device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const Gemm
   static_assert(!Tile::kPingPong || Config::kConsumers == 2, "ping-pong hands each turn to the other consumer");
   constexpr int kTurnThreads = Config::kConsumers * Config::kWarpgroupThreads;
   const int next_consumer = (consumer + 1) % Config::kConsumers;
-  if constexpr (Tile::kPingPong) pipe.advance(consumer * k_slices);
+  if constexpr (Tile::kPingPong) pipe.advance(consumer * work.k_slices);
   float acc[Tile::kAccumulators];
   OutputStaging staging{shared.out[consumer]};
   for (int64_t t = consumer_first; t < tiles; t += consumer_step) {
-    const BatchTile tile = Scheduler::tile(t, p, schedule.raster_group, rank);
+    const BatchTile tile = work.tile(t, rank);
+    const int k_slices = work.slices(tile);
     if constexpr (Tile::kPingPong)
       if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
     // The first column of tiles sums A's rows.
     const bool sums_rows = (kExtras & kBlockARowSums) != 0 && tile.origin.n0 == 0;
-    const TilePipeline<Tile> reading = [&] {
-      if constexpr ((kExtras & kBlockARowSums) != 0)
-        if (sums_rows) return mma_tile<Element, Tile, true>(acc, shared, pipe, k_slices, row_block, thread, &row_sums);
-      return mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
-    }();
-    if constexpr (Tile::kPingPong)
-      if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
-    finish_tile<Tile>(shared, reading, thread);
+    // Where a tile may have no K slices, the sums start from zeros (the
+    // first wgmma of a tile that has some ignores them), which also leaves
+    // the accumulators dead between tiles.
+    if constexpr (Work::kSlicesVary)
+#pragma unroll
+      for (int i = 0; i < Tile::kAccumulators; ++i) acc[i] = 0.0f;
+    if (!Work::kSlicesVary || k_slices > 0) {
+      const TilePipeline<Tile> reading = [&] {
+        if constexpr ((kExtras & kBlockARowSums) != 0)
+          if (sums_rows)
+            return mma_tile<Element, Tile, true>(acc, shared, pipe, k_slices, row_block, thread, &row_sums);
+        return mma_tile<Element, Tile>(acc, shared, pipe, k_slices, row_block, thread);
+      }();
+      if constexpr (Tile::kPingPong)
+        if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
+      finish_tile<Tile>(shared, reading, thread);
+    }
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
+    const GemmParams& p = work.gemm(tile);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
     if (sums_rows) store_row_sums(row_sums.acc, p, tile.batch, row0, thread);
     store_accumulators<Element, Tile, (kExtras & kBlockStagedRows) != 0, (kExtras & kBlockColumnMoments) != 0,
-                       (kExtras & kBlockPreActivation) != 0>(
-        acc, p, schedule, &d_map, staging, tile.batch, row0, tile.origin.n0, thread, consumer, z_map);
+                       (kExtras & kBlockPreActivation) != 0>(acc, p, work.output(tile), d_map, staging,
+                                                              work.d_batch(tile), row0, tile.origin.n0, thread,
+                                                              consumer, z_map);
   }
   // The shared memory the last stores read goes with the block.
   if (thread == 0) bulk_wait_group<0>();
 #endif
+}
+
+// One block of a Hopper kernel over every tile of p's batch (UniformTiles),
+// each of k_slices K slices, D as p and `schedule` describe it.
+template <class Element, class Tile, bool AKMajor, bool BKMajor, unsigned kExtras = kBlockPlain, class LoadTile>
+__device__ __forceinline__ void wgmma_block(const CUtensorMap& d_map, const GemmParams& p,
+                                            const WgmmaSchedule& schedule, int k_slices, const LoadTile& load,
+                                            const CUtensorMap* z_map = nullptr) {
+  wgmma_block_over<Element, Tile, AKMajor, BKMajor, kExtras>(UniformTiles<Tile>{p, schedule, k_slices}, &d_map, load,
+                                                             z_map);
 }
 
 }  // namespace mpgemm::kernels::sm90

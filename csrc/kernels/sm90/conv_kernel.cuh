@@ -5,7 +5,9 @@
 //   wgrad  dw = dy^T * x         M = K filters     N = R*S*C       K = N*P*Q, split
 // The block is the GEMM's (sm90/block.cuh: the same ring, consumers, epilogue
 // and persistent tile order over 128 x 256 tiles, or 128 x 128 and 128 x 64
-// for passes whose N is narrow; wgrad's splits are its batch); only what the producer copies differs (sm90/conv_producer.cuh):
+// for passes whose N is narrow; wgrad's splits are its batch; a strided
+// dgrad's phases, where asked, the tiles of one launch, sm90/tile_scheduler.cuh's
+// DgradPhaseTiles); only what the producer copies differs (sm90/conv_producer.cuh):
 // the copy engine's im2col mode gathers the activations (x, or dy for
 // dgrad) for one filter tap per box, with padding, stride and dilation in
 // the tensor map, so that no thread computes an activation's address, and
@@ -70,6 +72,25 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                    const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                                    const WgmmaSchedule schedule, const ConvWalk walk) {
   wgmma_conv_block<Element, Tile, ConvPass::kDgrad, true>(a_map, b_map, d_map, p, schedule, walk);
+}
+
+// A strided dgrad's phases in one launch (DgradPhases; sm90/tile_scheduler.cuh's
+// DgradPhaseTiles), their rows staged: each tile walks its phase's taps in
+// its phase's im2col map of dy, and a phase no tap reaches stores zeros.
+// Why: launched a phase at a time, each launch ramps up and drains on its
+// own (four launches for a 3x3 at stride 2, of 1 to 4 taps a tile), and a
+// 1x1 at stride 2 zeroes all of dx first, a quarter of it only to be
+// written again; here every pixel of dx is written once, and the phases'
+// tiles share one persistent grid.
+template <class Element, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_dgrad_phases_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ DgradPhases phases) {
+  const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
+    load_conv_tile<ConvPass::kDgrad, Tile>(shared, &phases.dy_maps[tile.batch], &w_map, tile,
+                                           phases.walk[tile.batch], pipe);
+  };
+  wgmma_block_over<Element, Tile, kConvAKMajor<ConvPass::kDgrad>, kConvBKMajor<ConvPass::kDgrad>, kBlockStagedRows>(
+      DgradPhaseTiles<Tile>{phases}, nullptr, load);
 }
 
 // fprop that also writes its column moments (a kernel apart, so that the

@@ -9,11 +9,13 @@
 // is one launch per phase of dx, as the WMMA dgrad runs it (conv/geometry.h),
 // each an im2col walk of dy at stride 1 over the taps that reach the phase, its
 // rows stored to strided pixels of dx (through shared memory by default, or
-// from registers). Each pass runs on the 128 x 256 tile, or where the narrow
+// from registers), or, where asked (opt-in), all its phases in one launch,
+// their rows staged. Each pass runs on the 128 x 256 tile, or where the narrow
 // tiles are on (the default) and its N (fprop's
 // filters, dgrad's channels, wgrad's columns) is at most 128, on a narrow one;
 // the kernels are instantiated in sm90/conv_kernels_<tile>.cu and, those that
-// stage dgrad's rows, sm90/conv_kernels_staged_rows.cu.
+// stage dgrad's rows, sm90/conv_kernels_staged_rows.cu and (its phases in one
+// launch) sm90/conv_kernels_dgrad_phases.cu.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -252,10 +254,16 @@ ConvLaunch dgrad_launch(const Conv2dParams& c, int phase_h, int phase_w, const C
   return l;
 }
 
+// The filters' map for fprop's and dgrad's boxes on Tile.
+template <class Tile, ConvPass Pass>
+cudaError_t filter_map(CUtensorMap* map, const Conv2dParams& p) {
+  using BTile = typename sm90::ConvSmem<Tile, Pass>::BTile;
+  return tiled_map(map, p.input_type, p.wt, p.c, p.r * p.s, p.k, 1, BTile::kBoxRows);
+}
+
 // The maps of a launch's two operands, for Tile's boxes.
 template <class Tile, ConvPass Pass>
 cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dParams& p, const Im2colSource& g) {
-  using BTile = typename sm90::ConvSmem<Tile, Pass>::BTile;
   if constexpr (Pass == ConvPass::kWgrad) {
     if (const cudaError_t err = tiled_map(a_map, p.input_type, p.dy, p.k, p.n * p.p * p.q, 1, Config::kBlockK, 1);
         err != cudaSuccess)
@@ -263,7 +271,7 @@ cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dPar
     return im2col_map(b_map, p, g, Config::kBlockK);
   } else {
     if (const cudaError_t err = im2col_map(a_map, p, g, Tile::kBlockM); err != cudaSuccess) return err;
-    return tiled_map(b_map, p.input_type, p.wt, p.c, p.r * p.s, p.k, 1, BTile::kBoxRows);
+    return filter_map<Tile, Pass>(b_map, p);
   }
 }
 
@@ -303,10 +311,65 @@ cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t 
   return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass>(a_map, b_map, d_map, l.gemm, schedule, l.walk, stream);
 }
 
-// dgrad: one launch per phase that a tap reaches; dx is zeroed first where
-// some phase none reaches (a 1x1 at stride 2: three of four).
+// A strided dgrad's launches of its phases, in the order one launch runs
+// them: the most K slices first, so that the persistent grid's last tiles
+// are the shortest.
+struct DgradPhaseLaunches {
+  ConvLaunch launch[sm90::kMaxDgradPhases];
+  int count = 0;
+};
+
+// dgrad's phases as one launch runs them; none (count 0) where one launch
+// cannot: fewer than 2 phases or more than it holds, or a phase whose rows
+// it cannot stage; or need not: no pixel of dx (an empty batch), or no phase
+// a tap reaches (dx all zeros, which a memset writes faster).
+DgradPhaseLaunches dgrad_phases_in_one_launch(const Conv2dParams& c) {
+  DgradPhaseLaunches phases;
+  const int count = dgrad_phases_h(c) * dgrad_phases_w(c);
+  if (count < 2 || count > sm90::kMaxDgradPhases || c.n == 0) return phases;
+  for_each_dgrad_phase(c, [&](int phase_h, int phase_w, const ConvGemm& g) {
+    phases.launch[phases.count++] = dgrad_launch(c, phase_h, phase_w, g);
+  });
+  ConvLaunch* const end = phases.launch + phases.count;
+  const auto reached = [](const ConvLaunch& l) { return l.walk.k_slices > 0; };
+  if (!std::all_of(phases.launch, end, rows_stageable) || std::none_of(phases.launch, end, reached)) return {};
+  std::stable_sort(phases.launch, end,
+                   [](const ConvLaunch& a, const ConvLaunch& b) { return a.walk.k_slices > b.walk.k_slices; });
+  return phases;
+}
+
+// A strided dgrad's phases in one launch (sm90/conv_kernel.cuh's
+// wgmma_dgrad_phases_kernel): each phase's GEMM, rows, walk and map of dy
+// (none where no tap reaches it), its tiles after the phases' before it.
+template <class Element, class Tile>
+cudaError_t launch_dgrad_phases(const Conv2dParams& c, const DgradPhaseLaunches& launches, cudaStream_t stream) {
+  sm90::DgradPhases phases;
+  CUtensorMap w_map, unused_map{};
+  if (const cudaError_t err = filter_map<Tile, ConvPass::kDgrad>(&w_map, c); err != cudaSuccess) return err;
+  phases.count = launches.count;
+  for (int i = 0; i < phases.count; ++i) {
+    const ConvLaunch& l = launches.launch[i];
+    phases.gemm[i] = l.gemm;
+    phases.schedule[i] = sm90::output_schedule(l.gemm, &unused_map, l.rows);
+    phases.walk[i] = l.walk;
+    phases.dy_maps[i] = CUtensorMap{};
+    if (l.walk.k_slices > 0)
+      if (const cudaError_t err = im2col_map(&phases.dy_maps[i], c, l.source, Tile::kBlockM); err != cudaSuccess)
+        return err;
+    phases.first_tile[i + 1] = phases.first_tile[i] + sm90::PersistentTileScheduler<Tile>::tiles(l.gemm);
+  }
+  return sm90::launch_wgmma_dgrad_phases_kernel<Element, Tile>(w_map, phases, stream);
+}
+
+// dgrad: its phases in one launch where the plan asks
+// (WgmmaConvPlan::one_launch_dgrad) and dgrad_phases_in_one_launch allows;
+// else one launch per phase that a tap reaches, dx zeroed first where some
+// phase none reaches (a 1x1 at stride 2: three of four).
 template <class Element, class Tile>
 cudaError_t launch_dgrad(const Conv2dParams& c, const WgmmaConvPlan& plan, cudaStream_t stream) {
+  if (plan.one_launch_dgrad)
+    if (const DgradPhaseLaunches launches = dgrad_phases_in_one_launch(c); launches.count > 0)
+      return launch_dgrad_phases<Element, Tile>(c, launches, stream);
   bool unreached = false;
   for_each_dgrad_phase(c, [&](int, int, const ConvGemm& g) { unreached |= g.k == 0; });
   if (unreached)
@@ -378,9 +441,10 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
                    p.n * p.p * p.q * p.k, p.k * p.r * p.s * wgrad_tap_columns(p)}) <= INT_MAX;
 }
 
-WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_rows) {
+WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_rows, bool one_launch_dgrad) {
   WgmmaConvPlan plan;
   plan.staged_rows = staged_rows && pass == ConvPass::kDgrad;
+  plan.one_launch_dgrad = plan.staged_rows && one_launch_dgrad;
   const int multiprocessors = device_limits().multiprocessors;
   // The pass's GEMM: M x N (dgrad: over all of dx's pixels, whatever its phases).
   const int64_t m = pass == ConvPass::kFprop ? p.n * p.p * p.q : pass == ConvPass::kDgrad ? p.n * p.h * p.w : p.k;

@@ -30,14 +30,19 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 // whether dgrad's strided phases store their rows through shared memory,
 // whole 16-byte chunks a thread, where dx's layout allows (`staged_rows`
 // asked, as the default does: conv/launch.h's staged_row_stores), or from
-// registers, two elements a store.
+// registers, two elements a store; and whether a strided dgrad whose rows
+// are staged runs all its phases in one launch (`one_launch_dgrad` asked:
+// conv/launch.h's one_launch_dgrad), where it has at most four and dx's
+// layout allows staging each, or one launch a phase.
 struct WgmmaConvPlan {
   TileConfigId tile = TileConfigId::kWgmma;
   int splits = 1;
   size_t workspace_bytes = 0;
   bool staged_rows = false;
+  bool one_launch_dgrad = false;
 };
-WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params, bool staged_rows = false);
+WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params, bool staged_rows = false,
+                              bool one_launch_dgrad = false);
 
 // Whether fprop of a problem it takes can write each 64-row block's column
 // moments of y (Conv2dParams::moments): where y has a tensor map (a 16-byte

@@ -24,6 +24,15 @@ cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap
                                           b_map, d_map, p, schedule, walk);
 }
 
+template <class Element, class Tile>
+cudaError_t launch_wgmma_dgrad_phases_kernel(const CUtensorMap& w_map, const DgradPhases& phases,
+                                             cudaStream_t stream) {
+  static PerDeviceFact resident_clusters;  // blocks alone: never asked
+  return launch_persistent<Element, Tile>(&wgmma_dgrad_phases_kernel<Element, Tile>,
+                                          ConvSmem<Tile, ConvPass::kDgrad>::kBytes,
+                                          phases.first_tile[phases.count], resident_clusters, stream, w_map, phases);
+}
+
 }  // namespace mpgemm::kernels::sm90
 
 // Instantiates the launch of one tile's Hopper convolution kernels: each
@@ -38,6 +47,11 @@ cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap
       const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&, cudaStream_t);
 #define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS, STAGED_ROWS) \
   MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(ELEMENT, TILE, PASS, STAGED_ROWS, false)
+// Instantiates the launch of one input type and tile's kernel that runs a
+// strided dgrad's phases in one launch (sm90/conv_kernels_dgrad_phases.cu).
+#define MPGEMM_WGMMA_DGRAD_PHASES_LAUNCH(ELEMENT, TILE)                                          \
+  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_dgrad_phases_kernel<ELEMENT, mpgemm::kernels::TILE>( \
+      const CUtensorMap&, const mpgemm::kernels::sm90::DgradPhases&, cudaStream_t);
 #define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                                \
   MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop, false)           \
   MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad, false)           \

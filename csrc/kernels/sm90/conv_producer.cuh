@@ -11,9 +11,10 @@
 //  - dgrad: the same over dy, the filters read at the flipped tap and
 //    transposed: boxes of 64 output channels of dx by 64 filters (N-major).
 //    At stride 1 the walk is dx's pixels over every tap (the padding
-//    dilation * (R - 1) - pad); with a stride, one launch walks one phase
-//    of dx (sm90/conv_launch.cu) over the taps that reach it, whose dy
-//    pixels are again a stride-1 window of the phase's pixel grid;
+//    dilation * (R - 1) - pad); with a stride, a tile walks one phase of dx
+//    (a launch a phase, or every phase's tiles in one launch:
+//    sm90/conv_launch.cu) over the taps that reach it, whose dy pixels are
+//    again a stride-1 window of the phase's pixel grid;
 //  - wgrad: 64 output pixels a slice, the tile's 128 filters of dy as tiled
 //    boxes (M-major) and its 256 columns of (r, s, c) as four im2col boxes
 //    of x, each 64 channels at one tap (N-major); each tap's columns are C

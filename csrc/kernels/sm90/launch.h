@@ -47,6 +47,15 @@ cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap
                                      const GemmParams& params, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream);
 
+// Launches the kernel that runs a strided dgrad's phases in one launch,
+// their rows staged (sm90/conv_kernel.cuh's wgmma_dgrad_phases_kernel), of
+// one input type and tile, on the filters' map `w_map` (as the dgrad kernels
+// read it) and `phases` (its dy maps built for the tile). Instantiated in
+// sm90/conv_kernels_dgrad_phases.cu.
+template <class Element, class Tile>
+cudaError_t launch_wgmma_dgrad_phases_kernel(const CUtensorMap& w_map, const DgradPhases& phases,
+                                             cudaStream_t stream);
+
 }  // namespace sm90
 
 // Whether the current device runs this build's Hopper kernels: an sm_90 GPU,

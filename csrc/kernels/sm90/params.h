@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+#include <cuda.h>
+
+#include "common/gemm_params.h"
+
 namespace mpgemm::kernels::sm90 {
 
 // D's rows as the pixels of a grid that takes every stride-th pixel of an
@@ -52,6 +56,24 @@ struct ConvWalk {
   int channel_blocks = 1;  // fprop, dgrad: ceil(the source's channels / kBlockK)
   int channels = 0;        // wgrad: GEMM columns per tap, C rounded up to kBlockK
   int k_slices = 1;        // K slices per tile (wgrad: per split)
+};
+
+// A strided dgrad's phases as one launch (sm90/conv_kernel.cuh's
+// wgmma_dgrad_phases_kernel): phase i is a GEMM of its own, its D (gemm[i]:
+// m rows of dx's pixels from d at the phase's first pixel), how its rows lie
+// (schedule[i].d_pixels), its walk (walk[i]; k_slices 0 for a phase no tap
+// reaches, whose tiles store zeros) and its im2col map of dy (dy_maps[i]);
+// its tiles are the launch's [first_tile[i], first_tile[i + 1]), the phases
+// in the order the launcher gives (the most K slices first). Stride 2 x 2,
+// ResNet's, has four phases; the launcher runs more as a launch a phase.
+constexpr int kMaxDgradPhases = 4;
+struct DgradPhases {
+  CUtensorMap dy_maps[kMaxDgradPhases];
+  GemmParams gemm[kMaxDgradPhases];
+  WgmmaSchedule schedule[kMaxDgradPhases];
+  ConvWalk walk[kMaxDgradPhases];
+  int64_t first_tile[kMaxDgradPhases + 1] = {};
+  int count = 0;
 };
 
 }  // namespace mpgemm::kernels::sm90

@@ -17,7 +17,12 @@
 //    launch per phase of dx, some of them with phases no tap reaches, which
 //    must come out zero; two in three with their rows staged, the default
 //    (MPGEMM_STAGED_ROW_STORES=0 in the rest), whose epilogue must then, and
-//    only then, read its rows back from shared memory), padding, dilation, fprop's bias, outputs in fp32 or the inputs' type with pitches the copy
+//    only then, read its rows back from shared memory; half of those (a 1x1
+//    at stride 2 early in a run, a 3x3 at stride 2 later) with
+//    MPGEMM_DGRAD_ONE_LAUNCH=1, which must then run their phases, 2 to 4 of
+//    them, in one launch and no memset, a phase no tap reaches stored as
+//    zeros by that launch), padding, dilation, fprop's
+//    bias, outputs in fp32 or the inputs' type with pitches the copy
 //    engine can and cannot store, fp16 and bf16 (fp16 alone where pinned:
 //    the planted kernels' type); every other wgrad case on images large
 //    enough that its sum over output pixels splits, and wgrad's channels
@@ -42,7 +47,8 @@
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
 //    convolutions, against the cost model's worked out apart;
 //  - fprop's column moments on each tile (tile_moments_wrong).
-// A bad MPGEMM_CONV_PATH or MPGEMM_STAGED_ROW_STORES must be refused; taps 254 pixels apart must run on
+// A bad MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES or MPGEMM_DGRAD_ONE_LAUNCH must be refused; taps
+// 254 pixels apart must run on
 // the path and taps 256 apart (past the im2col offsets' 8 bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 #include <cmath>
@@ -164,6 +170,9 @@ static bool has_unreached_phase(const Conv2dParams& p) {
   return false;
 }
 
+// A strided dgrad's phases.
+static int dgrad_phases(const Conv2dParams& p) { return dgrad_phases_h(p) * dgrad_phases_w(p); }
+
 // Whether some phase of a strided dgrad has pixels, a tap that reaches them,
 // and rows that are not all of dx's: one that stores strided rows.
 static bool has_strided_phase(const Conv2dParams& p) {
@@ -200,16 +209,18 @@ struct ConvRun {
   int64_t wrong = 0, size = 0;
   bool bias = false;
   uint64_t shared_loads = 0;  // ld.shared by the launch's threads: an epilogue that staged its rows
+  uint64_t launches = 0, memsets = 0;  // kernels launched and memsets, of every kind
   bool moments = false;       // fprop wrote its column moments (whose sums load from shared memory too)
   int64_t moments_wrong = 0;  // channels whose batch statistics, totalled from them, are off
 };
 
 // A random problem run through plan_conv2d and launch_conv2d, with
-// MPGEMM_CONV_PATH=wgmma (forced), the narrow tiles (narrow) and staged rows
-// (staged) where asked, and fprop's column moments where asked and its path
-// writes them, against the reference.
+// MPGEMM_CONV_PATH=wgmma (forced), the narrow tiles (narrow), staged rows
+// (staged) and a strided dgrad's phases in one launch (one_launch) where
+// asked, and fprop's column moments where asked and its path writes them,
+// against the reference.
 ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType out, bool with_bias, bool forced,
-                 bool narrow, bool staged = false, bool ask_moments = false) {
+                 bool narrow, bool staged = false, bool ask_moments = false, bool one_launch = false) {
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
   const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
   sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
@@ -232,6 +243,7 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   if (forced) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
   if (!narrow || forced) setenv("MPGEMM_NARROW_TILES", narrow ? "1" : "0", 1);
   if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
+  if (one_launch) setenv("MPGEMM_DGRAD_ONE_LAUNCH", "1", 1);
   run.plan = plan_conv2d(pass, p);
   // Poisoned: every block's moments must be written.
   const int64_t rows = g.n * g.p * g.q;
@@ -241,12 +253,14 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   // Poisoned (sim::Buffer): the launch must read only what it wrote there.
   std::unique_ptr<sim::Buffer> workspace;
   if (run.plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(run.plan.workspace_bytes);
-  const uint64_t loads = sim::hopper::shared_loads;
+  const uint64_t loads = sim::hopper::shared_loads, launches = sim::launches, memsets = sim::memsets;
   run.err = launch_conv2d(pass, p, run.plan, workspace ? workspace->p : nullptr, nullptr);
   run.shared_loads = sim::hopper::shared_loads - loads;
+  run.launches = sim::launches - launches, run.memsets = sim::memsets - memsets;
   unsetenv("MPGEMM_CONV_PATH");
   unsetenv("MPGEMM_NARROW_TILES");
   unsetenv("MPGEMM_STAGED_ROW_STORES");
+  unsetenv("MPGEMM_DGRAD_ONE_LAUNCH");
   const auto element = [in](const sim::Buffer& t) {
     return [&t, in](int64_t i) { return double(sim::get(t.p, in, i)); };
   };
@@ -322,11 +336,18 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   const int64_t k = pass == ConvPass::kFprop && narrow ? (wide_narrow ? rnd(65, 128) : rnd(1, 64))
                     : pass == ConvPass::kFprop || other ? rnd(1, 40)
                                                         : 8 * rnd(1, 5);
+  // Two strided dgrad cases in three (some on narrow tiles, some on the
+  // default path) store their phases' rows through shared memory; of those,
+  // the 1x1s in the first 18 cases and the other strides in the next 18 run
+  // their phases in one launch (a planted run meets one by its eighth case).
+  const bool staged = pass == ConvPass::kDgrad && index / 3 % 3 != 0 && index / 9 % 2 == 0;
+  const bool one_launch = staged && (index / 3 % 3 == 2) != (index / 18 % 2 == 1);
   // dgrad in turn at stride 1 (one launch, dx's rows dense), at drawn
-  // strides other than 1 x 1, and as a 1x1 at stride 2 on images of at
-  // least 2 x 2 (a phase in each dimension that no tap reaches); every other
-  // wgrad case on two 24 x 24 images at stride 1, enough output pixels (18
-  // slices) to split their sum.
+  // strides other than 1 x 1 (in one launch, a 3x3 at stride 2 x 2 with
+  // padding 1: four phases of 1, 2, 2 and 4 taps), and as a 1x1 at stride 2
+  // on images of at least 2 x 2 (a phase in each dimension that no tap
+  // reaches); every other wgrad case on two 24 x 24 images at stride 1,
+  // enough output pixels (18 slices) to split their sum.
   Geometry g = random_geometry(c, k);
   if (pass == ConvPass::kDgrad && index / 3 % 3 == 0) g = with_unit_stride(g);
   while (pass == ConvPass::kDgrad && index / 3 % 3 == 1 && g.stride_h == 1 && g.stride_w == 1)
@@ -335,9 +356,11 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
     g.h = rnd(2, 12), g.w = rnd(2, 12), g.r = g.s = 1, g.stride_h = g.stride_w = 2;
     g.p = (g.h + 2 * g.pad_top - 1) / 2 + 1, g.q = (g.w + 2 * g.pad_left - 1) / 2 + 1;
   }
-  // Two strided dgrad cases in three (some on narrow tiles, some on the
-  // default path) store their phases' rows through shared memory.
-  const bool staged = pass == ConvPass::kDgrad && index / 3 % 3 != 0 && index / 9 % 2 == 0;
+  if (one_launch && index / 3 % 3 == 1) {
+    g.h = rnd(3, 12), g.w = rnd(3, 12), g.r = g.s = 3, g.stride_h = g.stride_w = 2;
+    g.pad_top = g.pad_left = 1, g.dilation_h = g.dilation_w = 1;
+    g.p = (g.h - 1) / 2 + 1, g.q = (g.w - 1) / 2 + 1;
+  }
   const bool split_sum = pass == ConvPass::kWgrad && index / 3 % 2 == 0;
   if (split_sum) {
     g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
@@ -355,7 +378,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // fprop cases 0 and 1, 4 and 5, ... of each run ask for column moments: on the narrow tiles and not.
   const bool ask_moments = index / 3 / 2 % 2 == 0;
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow, staged,
-                               ask_moments);
+                               ask_moments, one_launch);
   const Conv2dPlan& plan = run.plan;
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma, folded = plan.path == Conv2dPlan::Path::kFoldedTaps;
   const TileConfigId tile = expected_tile(pass, g, narrow);
@@ -374,17 +397,27 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   const bool did_stage = run.shared_loads > 0 && !run.moments;
   counts.moments += run.moments;
   counts.staged_rows += did_stage;
+  // A strided dgrad asked for one launch runs its phases, 2 to 4 of them
+  // (more fall back to a launch a phase), where a tap reaches some phase,
+  // in one launch and no memset: one that does not launches once a phase a
+  // tap reaches, zeroing dx first where a phase is left.
+  const bool should_launch_once = should_stage && one_launch && dgrad_phases(run.params) >= 2 &&
+                                  dgrad_phases(run.params) <= 4;
+  const bool launched_once = strided && run.launches == 1 && run.memsets == 0 && dgrad_phases(run.params) >= 2;
+  counts.one_launch += launched_once;
+  counts.one_launch_unreached += launched_once && has_unreached_phase(run.params);
   const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, run.params, narrow));
   const bool should_fold = !path_takes(pass, g) && (!by_default || folded_taps_by_default(pass)) && folds(pass, g);
   const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || wgmma != should ||
                    folded != should_fold ||
-                   (wgmma && plan.wgmma.tile != tile) || did_stage != should_stage;
+                   (wgmma && plan.wgmma.tile != tile) || did_stage != should_stage ||
+                   launched_once != should_launch_once;
   if (bad)
     printf("conv case %d FAILED: %s: on the Hopper path: %d (expected %d), folded %d (expected %d), %d splits, "
-           "tile %s (expected %s), rows staged %d (expected %d)\n",
+           "tile %s (expected %s), rows staged %d (expected %d), phases in one launch %d (expected %d)\n",
            index, describe(pass, g, in, out, run).c_str(), int(wgmma), int(should), int(folded), int(should_fold),
            plan.wgmma.splits, tile_config(plan.wgmma.tile).name, tile_config(tile).name, int(did_stage),
-           int(should_stage));
+           int(should_stage), int(launched_once), int(should_launch_once));
   return bad;
 }
 
@@ -429,7 +462,8 @@ bool tile_moments_wrong(ConvCaseCounts& counts) {
   return bad;
 }
 
-// A bad value of `variable` (MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES) is
+// A bad value of `variable` (MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES,
+// MPGEMM_DGRAD_ONE_LAUNCH) is
 // refused by any plan, whatever the problem; whether it was not.
 bool bad_conv_variable_accepted(const char* variable, const char* value) {
   setenv(variable, value, 1);

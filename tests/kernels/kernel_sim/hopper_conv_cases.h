@@ -12,6 +12,8 @@ struct ConvCaseCounts {
   int on_n128 = 0, on_n64 = 0;  // on the narrow tiles
   int folded = 0;               // on folded taps (conv/folded_taps.h)
   int staged_rows = 0;          // strided dgrad's with their rows staged
+  int one_launch = 0;           // of those, with their phases in one launch
+  int one_launch_unreached = 0;  // of those, with a phase no tap reaches
   int moments = 0;              // fprop's that wrote their column moments
 };
 
@@ -25,7 +27,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts);
 // convolution forced, which must run on folded taps; whether it failed.
 bool folded_conv_case(int index, ConvCaseCounts& counts);
 // Whether a bad value of `variable` (MPGEMM_CONV_PATH,
-// MPGEMM_STAGED_ROW_STORES) was accepted.
+// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH) was accepted.
 bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();

@@ -1,16 +1,20 @@
 // One Hopper convolution kernel from a copy of the kernels with a bug planted
 // in its producer, mainloop or epilogue (test_kernel_sim.py): PLANTED_PASS's,
-// or with PLANTED_STAGED_ROWS dgrad's that stages its rows, fp16 inputs, the
+// or with PLANTED_STAGED_ROWS dgrad's that stages its rows, or with
+// PLANTED_DGRAD_PHASES dgrad's that runs its phases in one launch, fp16 inputs, the
 // one `hopper_cases ... pinned` runs for that pass. Linked ahead of the
 // unplanted kernels, its definitions of the kernel and of every function it
 // shares with them are the ones the linker keeps, so that a planted build
 // compiles this one kernel rather than all of them.
 #include "sm90/conv_kernel.cuh"
 
-#ifdef PLANTED_STAGED_ROWS
+#if defined(PLANTED_STAGED_ROWS)
 template void mpgemm::kernels::sm90::wgmma_dgrad_staged_rows_kernel<__half, mpgemm::kernels::WgmmaTile>(
     CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
     mpgemm::kernels::sm90::ConvWalk);
+#elif defined(PLANTED_DGRAD_PHASES)
+template void mpgemm::kernels::sm90::wgmma_dgrad_phases_kernel<__half, mpgemm::kernels::WgmmaTile>(
+    CUtensorMap, mpgemm::kernels::sm90::DgradPhases);
 #else
 template void mpgemm::kernels::sm90::wgmma_conv_kernel<__half, mpgemm::kernels::WgmmaTile,
                                                        mpgemm::kernels::ConvPass::PLANTED_PASS>(

@@ -160,6 +160,8 @@ inline size_t shared_limit =  // opt-in maximum per block
     device_arch >= 900 ? 227 * 1024 : device_arch >= 800 ? 163 * 1024 : 64 * 1024;
 inline std::map<const void*, size_t> opted_in_smem;
 inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
+// Kernel launches and memsets since the run began (a launcher's count of them).
+inline uint64_t launches = 0, memsets = 0;
 // Run once after each block (each cluster), all its threads done: checks and
 // resets of state that lives for one block (../hopper_sim.h's barriers and
 // copies); and by each thread as it leaves the kernel.
@@ -266,6 +268,7 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, i
 // Device memory is host memory here, and a stream runs at once.
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t = nullptr) {
   sim::bind_context();
+  ++sim::memsets;
   memset(dst, value, count);
   return cudaSuccess;
 }
@@ -311,6 +314,7 @@ template <class... P>
 cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple<P...>& params, size_t smem,
                    unsigned cluster) {
   launched.insert(reinterpret_cast<const void*>(kernel));
+  ++launches;
   last_grid = grid;
   const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),

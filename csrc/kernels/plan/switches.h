@@ -1,0 +1,15 @@
+// The kernels' switches read from the environment at each plan (so that a
+// test or benchmark may flip them between calls): MPGEMM_NARROW_TILES,
+// MPGEMM_STAGED_ROW_STORES (on unless "0"), MPGEMM_PADDED_OPERANDS,
+// MPGEMM_WGMMA_SPLIT_K and MPGEMM_DGRAD_ONE_LAUNCH (opt-in: off unless
+// "1"). Host code, free of CUDA.
+#pragma once
+
+namespace mpgemm::kernels {
+
+// Whether the switch in environment variable `name` is on: `by_default`
+// where it is unset or "", on for "1", off for "0". Throws
+// std::invalid_argument, naming the variable and its value, for any other.
+bool switch_on(const char* name, bool by_default);
+
+}  // namespace mpgemm::kernels
