@@ -149,7 +149,12 @@ def bench_step(name):
                    "mlp": lambda r: paired_section(r, [(f"mpgemm fused{t} {p}", f"torch unfused{t} {p}")
                                                        for t, p in passes] +
                                                    [(f"mpgemm fused {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
-                                                    for fused in ("saved-z", "saved-z+dbias") for t in BF16_TAGS]),
+                                                    for fused in ("saved-z", "saved-z+dbias") for t in BF16_TAGS] +
+                                                   [(f"mpgemm mlp{t} {p}", f"torch unfused{t} {p}")
+                                                    for t, p in passes] +
+                                                   [(f"mpgemm mlp {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
+                                                    for fused in ("saved-z+dgelu", "saved-z+dgelu+dbias")
+                                                    for t in BF16_TAGS]),
                    "conv": conv_section}[name]
         headline, lines = section(report)
         lines = [f"- {note}" for note in _bench_report().notes(report)] + lines

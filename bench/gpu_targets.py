@@ -97,6 +97,22 @@ def _row_sums_gemm(m, n, k, split):
     _check(f"{name}, the row sums", sums, dz.double().sum(0).cpu())
 
 
+def _activation_grad_gemm(m, n, k, activation):
+    """An MLP's dgrad times its activation's derivative (the op
+    MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 runs): dY (row-major) times W2
+    (row-major) on the wide Hopper tile, Z read in its epilogue; checked
+    against float64."""
+    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    dy, w2 = torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()
+    z = torch.randn(m, n, device="cuda").half()
+    out = torch.ops.mpgemm._gemm_activation_grad(dy, w2, z, activation=activation)
+    torch.cuda.synchronize()
+    z64 = z.double().cpu()
+    slope = ((z64 > 0).double() if activation == "relu" else
+             0.5 * (1 + torch.erf(z64 / 2 ** 0.5)) + z64 * torch.exp(-z64 * z64 / 2) / (2 * torch.pi) ** 0.5)
+    _check(f"activation grad GEMM {m}x{n}x{k} ({activation})", out, reference_gemm(dy, w2) * slope)
+
+
 def _conv_passes(name, x_shape, w_shape, **conv_args):
     """A convolution's forward, backward-data and backward-filter passes,
     each checked against float64 on the CPU."""
@@ -174,7 +190,8 @@ def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
     one on padded copies of odd-pitched operands, one that stores GELU's
-    pre-activation too, and those that sum A's rows, whole K and split), and
+    pre-activation too, those that sum A's rows, whole K and split, and the
+    one that multiplies by an activation's derivative), and
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
@@ -201,6 +218,9 @@ def sanitize():
         # Whole K on 3 x 5 tiles, the last row and column ragged; split 13 ways as the split-K target above.
         _row_sums_gemm(304, 1032, 264, split=False)
         _row_sums_gemm(128, 264, 4104, split=True)
+        # Whole K on 3 x 5 tiles, the last row and column ragged, Z read in pairs; GELU's derivative and ReLU's.
+        _activation_grad_gemm(304, 1032, 264, "gelu")
+        _activation_grad_gemm(300, 1030, 264, "relu")
     os.environ.pop("MPGEMM_GEMM_PATH")
     # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
     _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)

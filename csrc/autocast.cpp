@@ -1,4 +1,4 @@
-// The ops under torch.autocast: gemm, linear and conv2d (and
+// The ops under torch.autocast: gemm, linear, mlp and conv2d (and
 // conv2d_batch_stats, conv2d's with its batch statistics) follow autocast's
 // dtype as torch's matmul, linear and conv2d do (the lower_precision_fp
 // policy): every floating-point tensor argument is cast to the autocast dtype
@@ -52,6 +52,16 @@ std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats(const at::Tensor& x, const
                  cached_cast(scope.dtype, bias, Device), stride, padding, dilation, groups);
 }
 
+template <c10::DeviceType Device>
+at::Tensor mlp(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1, const at::Tensor& w2,
+               const std::optional<at::Tensor>& b2, std::string_view activation) {
+  static const auto op = op_handle<MlpSignature>("mpgemm::mlp");
+  const AutocastScope<Device> scope;
+  return op.call(cached_cast(scope.dtype, x, Device), cached_cast(scope.dtype, w1, Device),
+                 cached_cast(scope.dtype, b1, Device), cached_cast(scope.dtype, w2, Device),
+                 cached_cast(scope.dtype, b2, Device), activation);
+}
+
 constexpr char kGemm[] = "mpgemm::gemm";
 constexpr char kLinear[] = "mpgemm::linear";
 
@@ -62,6 +72,7 @@ TORCH_LIBRARY_IMPL(mpgemm, AutocastCPU, m) {
   m.impl("linear", &gemm_like<c10::DeviceType::CPU, kLinear>);
   m.impl("conv2d", &conv2d<c10::DeviceType::CPU>);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats<c10::DeviceType::CPU>);
+  m.impl("mlp", &mlp<c10::DeviceType::CPU>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, AutocastCUDA, m) {
@@ -69,6 +80,7 @@ TORCH_LIBRARY_IMPL(mpgemm, AutocastCUDA, m) {
   m.impl("linear", &gemm_like<c10::DeviceType::CUDA, kLinear>);
   m.impl("conv2d", &conv2d<c10::DeviceType::CUDA>);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats<c10::DeviceType::CUDA>);
+  m.impl("mlp", &mlp<c10::DeviceType::CUDA>);
 }
 
 }  // namespace mpgemm

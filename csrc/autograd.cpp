@@ -30,6 +30,7 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/gelu_backward.h>
 #include <ATen/ops/threshold_backward.h>
 #include <ATen/ExpandUtils.h>
@@ -108,8 +109,8 @@ const std::string& saved_activation(AutogradContext* ctx) {
   return ctx->saved_data["activation"].toStringRef();
 }
 
-std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx) {
-  const auto found = ctx->saved_data.find("bias_dtype");
+std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx, const char* key = "bias_dtype") {
+  const auto found = ctx->saved_data.find(key);
   return found == ctx->saved_data.end() ? std::nullopt : std::optional(found->second.toScalarType());
 }
 
@@ -265,6 +266,38 @@ struct GemmFunction : torch::autograd::Function<GemmFunction> {
   }
 };
 
+// The gradients of a linear's x, weight and bias ({dx, dW, db}, each
+// undefined where not wanted) from grad_z, its pre-activation's gradient
+// (..., out_features) in any float type: rounded to the product's type for
+// the two products; the bias's summed from grad_z as given, in fp32 (or,
+// with bias_grad_from_weight_grad, by dW's product from grad_z as rounded).
+variable_list linear_gradients(const at::Tensor& grad_z, const at::Tensor& x, const at::Tensor& weight,
+                               std::optional<at::ScalarType> bias_dtype, bool want_x, bool want_weight,
+                               bool want_bias) {
+  const c10::SymInt out_features = weight.sym_size(0), in_features = weight.sym_size(1);
+  // Not -1: an empty feature dimension leaves -1 ambiguous.
+  const auto x_sizes = x.sym_sizes();
+  const c10::SymInt rows = product(x_sizes.slice(0, x_sizes.size() - 1));
+  const at::ScalarType dtype = product_dtype(x, weight);
+  const at::Tensor grad_z16 = grad_z.reshape_symint({rows, out_features}).to(dtype);
+  at::Tensor grad_x, grad_weight, grad_bias;
+  if (want_x)
+    grad_x = call_gemm(grad_z16, weight.to(dtype), std::nullopt, std::nullopt, x.scalar_type()).view_symint(x_sizes);
+  want_bias = want_bias && bias_dtype;
+  if (want_weight) {
+    const at::Tensor x16 = x.reshape_symint({rows, in_features}).to(dtype);
+    if (want_bias && bias_grad_from_weight_grad()) {
+      at::Tensor row_sums;
+      std::tie(grad_weight, row_sums) = call_gemm_row_sums(grad_z16.t(), x16, weight.scalar_type());
+      grad_bias = row_sums.to(*bias_dtype);
+    } else {
+      grad_weight = call_gemm(grad_z16.t(), x16, std::nullopt, std::nullopt, weight.scalar_type());
+    }
+  }
+  if (want_bias && !grad_bias.defined()) grad_bias = bias_grad(grad_z, *bias_dtype);
+  return {grad_x, grad_weight, grad_bias};
+}
+
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
@@ -276,33 +309,118 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
     return once_differentiable("mpgemm.linear", [&]() -> variable_list {
       const variable_list saved = ctx->get_saved_variables();
       const at::Tensor &x = saved[0], &weight = saved[1];
-      const c10::SymInt out_features = weight.sym_size(0), in_features = weight.sym_size(1);
-      // Not -1: an empty feature dimension leaves -1 ambiguous.
-      const auto x_sizes = x.sym_sizes();
-      const c10::SymInt rows = product(x_sizes.slice(0, x_sizes.size() - 1));
       const at::Tensor grad_z = pre_activation_grad(ctx, grad_outs[0], saved, [&] {
         return call_linear(x, weight, optional(saved[2]), std::nullopt, at::kFloat);
       });
-      const at::ScalarType dtype = product_dtype(x, weight);
-      const at::Tensor grad_z16 = grad_z.reshape_symint({rows, out_features}).to(dtype);
-      at::Tensor grad_x, grad_weight, grad_bias;
-      if (ctx->needs_input_grad(0))
-        grad_x = call_gemm(grad_z16, weight.to(dtype), std::nullopt, std::nullopt, x.scalar_type())
-                     .view_symint(x_sizes);
       const auto bias_dtype = saved_bias_dtype(ctx);
-      const bool want_bias = bias_dtype && ctx->needs_input_grad(kBiasEdge);
-      if (ctx->needs_input_grad(1)) {
-        const at::Tensor x16 = x.reshape_symint({rows, in_features}).to(dtype);
-        if (want_bias && bias_grad_from_weight_grad()) {
-          at::Tensor row_sums;
-          std::tie(grad_weight, row_sums) = call_gemm_row_sums(grad_z16.t(), x16, weight.scalar_type());
-          grad_bias = row_sums.to(*bias_dtype);
+      variable_list grads = linear_gradients(grad_z, x, weight, bias_dtype, ctx->needs_input_grad(0),
+                                             ctx->needs_input_grad(1), bias_dtype && ctx->needs_input_grad(kBiasEdge));
+      grads.resize(5);  // activation, out_dtype
+      return grads;
+    });
+  }
+};
+
+// MPGEMM_EPILOGUE_ACTIVATION_GRAD: "1" has mlp's backward give its
+// activation's input gradient from the second linear's dgrad
+// (_gemm_activation_grad: on sm_90 the Hopper kernel's epilogue multiplies
+// by the derivative; elsewhere the product in fp32, then split-K's
+// reduction does), unset or "0" runs that dgrad and torch's gelu_backward (or
+// threshold_backward) apart. Opt-in until that kernel has passed the GPU
+// tests. Asked by each backward that wants the first linear's gradients.
+bool activation_grad_in_epilogue() { return environment_switch("MPGEMM_EPILOGUE_ACTIVATION_GRAD"); }
+
+at::Tensor call_activation_grad(const at::Tensor& a, const at::Tensor& b, const at::Tensor& activation_input,
+                                std::string_view activation) {
+  static const auto op = op_handle<GemmActivationGradSignature>("mpgemm::_gemm_activation_grad");
+  return op.call(a, b, activation_input, activation);
+}
+
+// mlp's hidden activation h in the product's 16-bit type (`dtype`): the
+// first linear with its activation fused (ReLU, GELU), or for GELU's tanh
+// form, which no forward epilogue applies, the linear and torch's gelu of
+// its output, whose pre-activation z is then returned too.
+std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Tensor& w1,
+                                              const std::optional<at::Tensor>& b1, std::string_view activation,
+                                              at::ScalarType dtype) {
+  if (activation != "gelu_tanh") return {call_linear(x, w1, b1, activation, dtype), at::Tensor()};
+  at::Tensor z = call_linear(x, w1, b1, std::nullopt, dtype);
+  return {at::gelu(z, "tanh"), z};
+}
+
+// mlp without autograd: the two linears, the hidden activation in the
+// product's 16-bit type, y in x's dtype (linear's default).
+at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+                       const at::Tensor& w2, const std::optional<at::Tensor>& b2, std::string_view activation) {
+  const at::ScalarType dtype = check_mlp_args<c10::SymInt>(x, w1, b1, w2, b2, activation);
+  return call_linear(std::get<0>(mlp_hidden(x, w1, b1, activation, dtype)), w2, b2, std::nullopt, x.scalar_type());
+}
+
+// mlp's forward computes what mlp_forward does; it saves x, w1, w2 and the
+// hidden activation h (the second linear's input, as torch saves it), and
+// for GELU its input z: from the first linear's epilogue with
+// pre_activation_saved() (the tanh form's always, which the forward has),
+// else b1 to compute z again in backward. ReLU's
+// derivative is read off h (h > 0 exactly where z > 0 but for z too small
+// for h's type). Backward: dZ = (dY @ W2) * activation'(z) in one product
+// (activation_grad_in_epilogue) or a product and torch's pass, then the
+// linears' gradients.
+struct MlpFunction : torch::autograd::Function<MlpFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
+                            const std::optional<at::Tensor>& b1, const at::Tensor& w2,
+                            const std::optional<at::Tensor>& b2, std::string_view activation) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    const at::ScalarType dtype = check_mlp_args<c10::SymInt>(x, w1, b1, w2, b2, activation);
+    const bool gelu = activation == "gelu";
+    ctx->saved_data["activation"] = std::string(activation);
+    if (b1 && b1->defined()) ctx->saved_data["b1_dtype"] = b1->scalar_type();
+    if (b2 && b2->defined()) ctx->saved_data["b2_dtype"] = b2->scalar_type();
+    at::Tensor h, z;
+    if (gelu && pre_activation_saved())
+      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, w1, b1, activation, dtype);
+    else
+      std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype);
+    ctx->save_for_backward({x, w1, w2, h, z, gelu && !z.defined() ? b1.value_or(at::Tensor()) : at::Tensor()});
+    return call_linear(h, w2, b2, std::nullopt, x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
+    return once_differentiable("mpgemm.mlp", [&]() -> variable_list {
+      const variable_list saved = ctx->get_saved_variables();
+      const at::Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[2], &h = saved[3];
+      // Autograd numbers the edges by the tensors given: x, w1, b1 (if any), w2, b2 (if any).
+      const auto b1_dtype = saved_bias_dtype(ctx, "b1_dtype"), b2_dtype = saved_bias_dtype(ctx, "b2_dtype");
+      const size_t w2_edge = b1_dtype ? 3 : 2;
+      const bool want_x = ctx->needs_input_grad(0), want_w1 = ctx->needs_input_grad(1),
+                 want_b1 = b1_dtype && ctx->needs_input_grad(kBiasEdge);
+      const variable_list second = linear_gradients(grad_outs[0], h, w2, b2_dtype, false,
+                                                    ctx->needs_input_grad(w2_edge),
+                                                    b2_dtype && ctx->needs_input_grad(w2_edge + 1));
+      variable_list first(3);
+      if (want_x || want_w1 || want_b1) {
+        const std::string& activation = ctx->saved_data["activation"].toStringRef();
+        const at::ScalarType dtype = h.scalar_type();
+        const c10::SymInt hidden = w1.sym_size(0), out_features = w2.sym_size(0);
+        const auto h_sizes = h.sym_sizes();
+        const c10::SymInt rows = product(h_sizes.slice(0, h_sizes.size() - 1));
+        const at::Tensor h2d = h.reshape_symint({rows, hidden});
+        const at::Tensor grad_y = grad_outs[0].reshape_symint({rows, out_features}).to(dtype);
+        const at::Tensor w2_16 = w2.to(dtype);
+        at::Tensor z;
+        if (activation == "relu") z = h2d;
+        else if (saved[4].defined()) z = saved[4].reshape_symint({rows, hidden});
+        else z = call_linear(x, w1, optional(saved[5]), std::nullopt, dtype).reshape_symint({rows, hidden});
+        at::Tensor grad_z;
+        if (activation_grad_in_epilogue()) {
+          grad_z = call_activation_grad(grad_y, w2_16, z, activation);
         } else {
-          grad_weight = call_gemm(grad_z16.t(), x16, std::nullopt, std::nullopt, weight.scalar_type());
+          const at::Tensor grad_h = call_gemm(grad_y, w2_16, std::nullopt, std::nullopt, dtype);
+          grad_z = activation == "relu" ? at::threshold_backward(grad_h, z, 0)
+                                        : at::gelu_backward(grad_h, z, activation == "gelu_tanh" ? "tanh" : "none");
         }
+        first = linear_gradients(grad_z, x, w1, b1_dtype, want_x, want_w1, want_b1);
       }
-      if (want_bias && !grad_bias.defined()) grad_bias = bias_grad(grad_z, *bias_dtype);
-      return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor()};
+      return {first[0], first[1], first[2], second[1], second[2], at::Tensor()};
     });
   }
 };
@@ -412,6 +530,14 @@ at::Tensor conv2d_autograd(const at::Tensor& x, const at::Tensor& weight, const 
   return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
 }
 
+at::Tensor mlp_autograd(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+                       const at::Tensor& w2, const std::optional<at::Tensor>& b2, std::string_view activation) {
+  if (records_graph(x, w1, b1) || records_graph(x, w2, b2))
+    return MlpFunction::apply(x, w1, b1, w2, b2, activation);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return mlp_forward(x, w1, b1, w2, b2, activation);
+}
+
 std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats_autograd(const at::Tensor& x, const at::Tensor& weight,
                                                               const std::optional<at::Tensor>& bias,
                                                               at::IntArrayRef stride, at::IntArrayRef padding,
@@ -431,6 +557,10 @@ TORCH_LIBRARY_IMPL(mpgemm, Autograd, m) {
   m.impl("linear", &linear_autograd);
   m.impl("conv2d", &conv2d_autograd);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats_autograd);
+  m.impl("mlp", &mlp_autograd);
 }
+
+// mlp below autograd, on every backend (Meta included): the linears' own kernels.
+TORCH_LIBRARY_IMPL(mpgemm, CompositeExplicitAutograd, m) { m.impl("mlp", &mlp_forward); }
 
 }  // namespace mpgemm

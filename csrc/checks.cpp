@@ -205,6 +205,58 @@ GemmProblem<Size> check_2d_gemm_args(const char* op, const at::Tensor& a, const 
   return problem;
 }
 
+// The activations whose derivative _gemm_activation_grad and mlp take:
+// gemm's and linear's, and GELU's tanh form (torch's approximate="tanh").
+kernels::Activation parse_differentiated_activation(const char* op, std::string_view activation) {
+  if (activation == "gelu_tanh") return kernels::Activation::kGeluTanh;
+  TORCH_CHECK_VALUE(activation == "relu" || activation == "gelu", op,
+                    ": activation must be 'relu', 'gelu' or 'gelu_tanh', got '", activation, "'");
+  return parse_activation(op, activation);
+}
+
+template <class Size>
+GemmProblem<Size> check_activation_grad_args(const at::Tensor& a, const at::Tensor& b,
+                                             const at::Tensor& activation_input, std::string_view activation) {
+  constexpr const char* op = "mpgemm._gemm_activation_grad";
+  auto problem = check_2d_gemm_args<Size>(op, a, b, a.scalar_type());
+  problem.activation = parse_differentiated_activation(op, activation);
+  TORCH_CHECK_TYPE(activation_input.scalar_type() == problem.input_dtype, op,
+                   ": expected activation_input to have a's dtype (", dtype_name(problem.input_dtype), "), got ",
+                   dtype_name(activation_input.scalar_type()));
+  TORCH_CHECK_VALUE(activation_input.dim() == 2 && dim_size<Size>(activation_input, 0) == problem.m &&
+                        dim_size<Size>(activation_input, 1) == problem.n,
+                    op, ": expected activation_input of shape (M, N) = (", problem.m, ", ", problem.n,
+                    "), got shape ", shape_of(activation_input));
+  check_same_device(op, a, "a", activation_input, "activation_input");
+  return problem;
+}
+
+template <class Size>
+at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+                              const at::Tensor& w2, const std::optional<at::Tensor>& b2,
+                              std::string_view activation) {
+  constexpr const char* op = "mpgemm.mlp";
+  parse_differentiated_activation(op, activation);
+  // One product type for both linears: pairwise, fp16 with bf16 is refused.
+  const at::ScalarType dtype = product_input_dtype(op, x, "x", w1, "w1", /*fp32_allowed=*/true);
+  product_input_dtype(op, x, "x", w2, "w2", /*fp32_allowed=*/true);
+  const at::ScalarType weights_dtype = product_input_dtype(op, w1, "w1", w2, "w2", /*fp32_allowed=*/true);
+  for (const auto& [w, name] : {std::pair{&w1, "w1"}, std::pair{&w2, "w2"}})
+    TORCH_CHECK_VALUE(w->dim() == 2, op, ": expected ", name, " to be 2-D (out_features, in_features), got a ",
+                      w->dim(), "-D tensor of shape ", shape_of(*w));
+  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": expected x of shape (..., in_features), got a 0-D tensor");
+  check_same_device(op, x, "x", w1, "w1");
+  check_same_device(op, x, "x", w2, "w2");
+  const Size in_features = dim_size<Size>(w1, 1), hidden = dim_size<Size>(w1, 0);
+  TORCH_CHECK_VALUE(dim_size<Size>(x, -1) == in_features, op, ": x has shape ", shape_of(x), " but w1 has shape ",
+                    shape_of(w1), "; x.shape[-1] must equal w1.shape[1]");
+  TORCH_CHECK_VALUE(dim_size<Size>(w2, 1) == hidden, op, ": w1 has shape ", shape_of(w1), " but w2 has shape ",
+                    shape_of(w2), "; w2.shape[1] must equal w1.shape[0] (the hidden features)");
+  check_bias(op, b1, hidden, "(w1.shape[0],)", x, "x");
+  check_bias(op, b2, dim_size<Size>(w2, 0), "(w2.shape[0],)", x, "x");
+  return dtype == at::kBFloat16 || weights_dtype == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
+}
+
 #define MPGEMM_INSTANTIATE_CHECKS(Size)                                                                         \
   template GemmProblem<Size> check_gemm_args<Size>(const at::Tensor&, const at::Tensor&,                      \
                                                    const std::optional<at::Tensor>&,                           \
@@ -213,7 +265,12 @@ GemmProblem<Size> check_2d_gemm_args(const char* op, const at::Tensor& a, const 
                                                      const std::optional<at::Tensor>&,                         \
                                                      std::optional<std::string_view>, std::optional<at::ScalarType>); \
   template GemmProblem<Size> check_2d_gemm_args<Size>(const char*, const at::Tensor&, const at::Tensor&,        \
-                                                      std::optional<at::ScalarType>);
+                                                      std::optional<at::ScalarType>);                              \
+  template GemmProblem<Size> check_activation_grad_args<Size>(const at::Tensor&, const at::Tensor&,             \
+                                                              const at::Tensor&, std::string_view);             \
+  template at::ScalarType check_mlp_args<Size>(const at::Tensor&, const at::Tensor&,                            \
+                                               const std::optional<at::Tensor>&, const at::Tensor&,             \
+                                               const std::optional<at::Tensor>&, std::string_view);
 MPGEMM_INSTANTIATE_CHECKS(int64_t)
 MPGEMM_INSTANTIATE_CHECKS(c10::SymInt)
 

@@ -14,17 +14,25 @@
 namespace mpgemm {
 
 void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side) {
+                   const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideTensors& side) {
   // Widening to fp32 keeps strides, so transposed views stay views for BLAS.
   const at::Tensor a32 = a.to(at::kFloat);
   at::Tensor acc = at::matmul(a32, b.to(at::kFloat));
   if (bias) acc.add_(bias->to(at::kFloat));
   if (side.pre_activation != nullptr) side.pre_activation->copy_(acc.reshape(side.pre_activation->sizes()));
   if (side.a_row_sums != nullptr) at::sum_out(*side.a_row_sums, a32, {-1});
-  if (problem.activation != kernels::Activation::kNone) {
+  const kernels::Activation activation = problem.activation;
+  if (side.activation_input != nullptr) {
+    acc = acc.contiguous();
+    const at::Tensor z = side.activation_input->to(at::kFloat).contiguous();
+    float* data = acc.data_ptr<float>();
+    const float* at = z.data_ptr<float>();
+    at::parallel_for(0, acc.numel(), 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) data[i] = kernels::apply_activation_grad(activation, data[i], at[i]);
+    });
+  } else if (activation != kernels::Activation::kNone) {
     acc = acc.contiguous();
     float* data = acc.data_ptr<float>();
-    const kernels::Activation activation = problem.activation;
     at::parallel_for(0, acc.numel(), 4096, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) data[i] = kernels::apply_activation(activation, data[i]);
     });

@@ -24,6 +24,12 @@ using GemmPreActivationSignature = std::tuple<at::Tensor, at::Tensor>(const at::
 // _gemm_row_sums: (a, b, out_dtype) -> (a @ b, a's row sums).
 using GemmRowSumsSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
                                                                 std::optional<at::ScalarType>);
+// _gemm_activation_grad: (a, b, activation_input, activation) -> (a @ b) * activation'(activation_input).
+using GemmActivationGradSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               std::string_view);
+// mlp: (x, w1, b1, w2, b2, activation).
+using MlpSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                const at::Tensor&, const std::optional<at::Tensor>&, std::string_view);
 // conv2d: (x, weight, bias, stride, padding, dilation, groups, out_dtype).
 using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                  at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,

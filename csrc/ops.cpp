@@ -18,7 +18,7 @@ namespace mpgemm {
 namespace {
 
 using GemmInto = void (*)(const GemmProblem<int64_t>&, const at::Tensor&, const at::Tensor&,
-                          const std::optional<at::Tensor>&, at::Tensor&, const GemmSideOutputs&);
+                          const std::optional<at::Tensor>&, at::Tensor&, const GemmSideTensors&);
 using WithPreActivation = std::tuple<at::Tensor, at::Tensor>;
 using WithRowSums = std::tuple<at::Tensor, at::Tensor>;
 
@@ -49,6 +49,16 @@ WithRowSums gemm_row_sums(const at::Tensor& a, const at::Tensor& b, std::optiona
   at::Tensor a_row_sums = at::empty({problem.m}, a.options().dtype(at::kFloat));
   Into(problem, a, b, std::nullopt, out, {.a_row_sums = &a_row_sums});
   return {out, a_row_sums};
+}
+
+template <GemmInto Into>
+at::Tensor gemm_activation_grad(const at::Tensor& a, const at::Tensor& b, const at::Tensor& activation_input,
+                                std::string_view activation) {
+  const auto problem = check_activation_grad_args<int64_t>(a, b, activation_input, activation);
+  at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
+  const at::Tensor z = activation_input.contiguous();
+  Into(problem, a, b, std::nullopt, out, {.activation_input = &z});
+  return out;
 }
 
 template <GemmInto Into>
@@ -111,6 +121,12 @@ WithPreActivation pre_activation_meta(const at::Tensor& a, const at::Tensor& b, 
                                       std::optional<at::ScalarType> out_dtype) {
   const at::Tensor out = Meta(a, b, bias, activation, out_dtype);
   return {out, at::empty_like(out)};
+}
+
+at::Tensor gemm_activation_grad_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& activation_input,
+                                     std::string_view activation) {
+  const auto problem = check_activation_grad_args<c10::SymInt>(a, b, activation_input, activation);
+  return at::empty_symint(problem.out_shape, a.options().dtype(problem.out_dtype));
 }
 
 WithRowSums gemm_row_sums_meta(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
@@ -275,6 +291,16 @@ TORCH_LIBRARY(mpgemm, m) {
   // sum beside the product where MPGEMM_EPILOGUE_BIAS_GRAD=1
   // (csrc/autograd.cpp calls it; it has no autograd of its own).
   m.def("_gemm_row_sums(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> (Tensor y, Tensor a_row_sums)");
+  // (a @ b) * activation'(activation_input), 2-D, in the inputs' 16-bit type,
+  // rounded once: an MLP's dgrad with its activation's backward, dZ = (dY @
+  // W2) * gelu'(Z), which the Hopper kernel's epilogue applies where
+  // MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 (csrc/autograd.cpp calls it; it has no
+  // autograd of its own).
+  m.def("_gemm_activation_grad(Tensor a, Tensor b, Tensor activation_input, *, str activation) -> Tensor");
+  // linear(activation(linear(x, w1, b1)), w2, b2): a transformer's MLP, whose
+  // backward gives GELU's (or ReLU's) input gradient from the second
+  // linear's dgrad (_gemm_activation_grad); its forward is the two linears'.
+  m.def("mlp(Tensor x, Tensor w1, Tensor? b1, Tensor w2, Tensor? b2, *, str activation) -> Tensor");
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");
@@ -338,6 +364,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("_gemm_pre_activation", &gemm_pre_activation<gemm_cpu_into>);
   m.impl("_linear_pre_activation", &linear<gemm_cpu_into, true>);
   m.impl("_gemm_row_sums", &gemm_row_sums<gemm_cpu_into>);
+  m.impl("_gemm_activation_grad", &gemm_activation_grad<gemm_cpu_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cpu>);
   m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cpu>);
   m.impl("conv2d", &conv2d<conv2d_cpu>);
@@ -355,6 +382,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("_gemm_pre_activation", &pre_activation_meta<gemm_meta>);
   m.impl("_linear_pre_activation", &pre_activation_meta<linear_meta>);
   m.impl("_gemm_row_sums", &gemm_row_sums_meta);
+  m.impl("_gemm_activation_grad", &gemm_activation_grad_meta);
   m.impl("unscale_grads_", &unscale_grads_meta);
   m.impl("update_loss_scale_", &update_loss_scale_meta);
   m.impl("conv2d", &conv2d_meta);
@@ -374,6 +402,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("_gemm_pre_activation", &gemm_pre_activation<gemm_cuda_into>);
   m.impl("_linear_pre_activation", &linear<gemm_cuda_into, true>);
   m.impl("_gemm_row_sums", &gemm_row_sums<gemm_cuda_into>);
+  m.impl("_gemm_activation_grad", &gemm_activation_grad<gemm_cuda_into>);
   m.impl("unscale_grads_", &unscale_grads<unscale_grads_cuda>);
   m.impl("update_loss_scale_", &update_loss_scale<update_loss_scale_cuda>);
   m.impl("conv2d", &conv2d<conv2d_cuda>);

@@ -41,11 +41,27 @@ GemmProblem<Size> check_linear_args(const at::Tensor& x, const at::Tensor& weigh
                                     const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
                                     std::optional<at::ScalarType> out_dtype);
 
-// The arguments of the internal ops `op` names, _cublas_gemm and
-// _gemm_row_sums: gemm's, 2-D only, with no epilogue.
+// The arguments of the internal ops `op` names, _cublas_gemm,
+// _gemm_row_sums and _gemm_activation_grad: gemm's, 2-D only, with no
+// epilogue.
 template <class Size>
 GemmProblem<Size> check_2d_gemm_args(const char* op, const at::Tensor& a, const at::Tensor& b,
                                      std::optional<at::ScalarType> out_dtype);
+
+// _gemm_activation_grad's: 2-D a (M, K) and b (K, N) of one 16-bit type,
+// activation_input (M, N) of that type, activation "relu", "gelu" or
+// "gelu_tanh"; the result in the inputs' type.
+template <class Size>
+GemmProblem<Size> check_activation_grad_args(const at::Tensor& a, const at::Tensor& b,
+                                             const at::Tensor& activation_input, std::string_view activation);
+
+// mlp's: x (..., in_features), w1 (hidden, in_features), w2 (out_features,
+// hidden), optional biases (hidden,) and (out_features,), activation "relu",
+// "gelu" or "gelu_tanh". Returns the 16-bit type of both products (bf16 where any of x,
+// w1, w2 is, else fp16; fp16 with bf16 refused).
+template <class Size>
+at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+                              const at::Tensor& w2, const std::optional<at::Tensor>& b2, std::string_view activation);
 
 // Checks a caller-provided output against the problem.
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);
@@ -54,17 +70,22 @@ void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
 // (a tensor laid out as `out`), a @ b + bias before the activation, rounded
 // to its dtype; A's row sums over K (fp32, (m,); 2-D a only), summed from
 // a's 16-bit elements.
-struct GemmSideOutputs {
+struct GemmSideTensors {
   at::Tensor* pre_activation = nullptr;
   at::Tensor* a_row_sums = nullptr;
+  // Read, where given: the activation's input Z ((m, n), contiguous, of the
+  // product's input dtype). `out` is then a @ b times the activation's
+  // derivative at Z (kernels::GemmParams::activation_input), rounded once;
+  // no bias, 2-D a and b.
+  const at::Tensor* activation_input = nullptr;
 };
 
 // Backends: write activation(a @ b + bias) into `out`, already checked, and
 // what `side` asks for.
 void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                   const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side);
+                   const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideTensors& side);
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side);
+                    const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideTensors& side);
 
 // A validated conv2d call: x (N, C, H, W), weight (K, C / groups, R, S), output
 // (N, K, P, Q). Padding is (top, bottom, left, right).

@@ -78,6 +78,43 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
     return torch.ops.mpgemm.linear.default(x, weight, bias, activation=activation, out_dtype=out_dtype)
 
 
+def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
+    """A transformer's MLP block on Tensor Cores:
+    ``linear(activation(linear(x, w1, b1)), w2, b2)``, as one differentiable op.
+
+    Args:
+        x: (..., in_features), float16, bfloat16 or float32.
+        w1: (hidden, in_features); b1: optional (hidden,).
+        w2: (out_features, hidden); b2: optional (out_features,).
+        activation: "gelu" (the exact erf form), "gelu_tanh" (GELU's tanh
+            form, GPT-2's: torch's ``approximate="tanh"``) or "relu".
+
+    Returns:
+        (..., out_features) of x's dtype.
+
+    Both products take one 16-bit type (bfloat16 if any of x, w1, w2 is,
+    else float16; fp32 tensors rounded to it, float16 with bfloat16 an
+    error); the hidden activation is stored in that type. The forward is
+    :func:`linear` twice, the first with its fused activation, and its
+    values are those two calls' bit for bit (the tanh form, which no
+    epilogue applies: the first linear, torch's ``gelu`` of its output, the
+    second linear). What one op buys is the
+    backward: with ``MPGEMM_EPILOGUE_ACTIVATION_GRAD=1`` the gradient of the
+    activation's input comes from the product that gives the hidden
+    activation's (``dY @ w2``), multiplied by the activation's derivative
+    before it is rounded, so that GELU's (or ReLU's) backward is no pass
+    over memory of its own (on sm_90 in the Hopper GEMM's epilogue, opt-in
+    until that kernel has passed the GPU tests); unset or "0", that product
+    and torch's ``gelu_backward`` (``threshold_backward``) run apart. GELU's
+    input is saved from the first product's epilogue with
+    ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1``, else computed again in backward, as
+    :func:`linear` does (the tanh form's is kept by its forward). Under
+    ``torch.autocast`` every floating-point
+    argument is cast to autocast's dtype first.
+    """
+    return torch.ops.mpgemm.mlp.default(x, w1, b1, w2, b2, activation=activation)
+
+
 def _pair(value, name):
     # What nn.Conv2d holds (a pair of ints) and a plain int first: the
     # abstract-class checks below cost microseconds a call.

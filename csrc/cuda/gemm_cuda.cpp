@@ -1,8 +1,8 @@
 // CUDA launcher of gemm: turns checked tensors into kernel arguments, plans
 // the launch (tile, split-K) and enqueues the GEMM kernels on the current
-// stream of a's device. `out` and the pre-activation are contiguous (the ops
-// allocate them, or check_gemm_out checks), so that they share D's strides;
-// A's row sums are (m,), contiguous.
+// stream of a's device. `out`, the pre-activation and the activation's input
+// are contiguous (the ops allocate or copy them, or check_gemm_out checks),
+// so that they share D's strides; A's row sums are (m,), contiguous.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAException.h>
@@ -36,7 +36,7 @@ MatrixOperand as_matrix_operand(const at::Tensor& t) {
 }  // namespace
 
 void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& b,
-                    const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideOutputs& side) {
+                    const std::optional<at::Tensor>& bias, at::Tensor& out, const GemmSideTensors& side) {
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_tensor_cores_take(problem.op, problem.input_dtype, a);
   const MatrixOperand a_op = as_matrix_operand(a);
@@ -69,6 +69,7 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   p.d_row_stride = problem.n;
   if (side.pre_activation != nullptr) p.pre_activation = side.pre_activation->data_ptr();
   if (side.a_row_sums != nullptr) p.a_row_sums = side.a_row_sums->data_ptr<float>();
+  if (side.activation_input != nullptr) p.activation_input = side.activation_input->data_ptr();
   const kernels::GemmLaunch launch = kernels::plan_gemm(p);
   // A's row sums where the plan's kernels cannot sum them: torch's sum of a
   // (accumulated in fp32), after the product.

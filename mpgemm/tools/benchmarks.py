@@ -84,7 +84,7 @@ def gpu_suites(quick=False):
     if quick:
         return {
             "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
-            "linear": [("mlp", (4096, 16384, 4096))],
+            "linear": [("mlp", (4096, 16384, 4096)), ("mlp-block", (8192, 768, 3072))],
             "conv": [("resnet50", (32,) + layer) for layer in resnet50[1:4]] + DEPTHWISE[:1],
             "ceiling": [("mma.sync", (1, 20000))],
         }
@@ -93,7 +93,8 @@ def gpu_suites(quick=False):
         + [("odd", (4095, 4097, 4093)), ("odd", (1023, 1025, 1021))]
         + [(label, (m, n, k, "".join(layout[0] for layout in layouts)))
            for label, (m, n, k), layouts in models.training_gemms(TRAINING_SUITE_WIDTHS, (8192,))],
-        "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))],
+        "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))]
+        + [("mlp-block", (t, d, f)) for t in (8192, 16384) for (d, f) in ((768, 3072), (1024, 4096))],
         "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE,
         "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
     }
@@ -111,7 +112,7 @@ DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2"
 
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
-    "linear": [("mlp", (64, 256, 128))],
+    "linear": [("mlp", (64, 256, 128)), ("mlp-block", (64, 32, 128))],
     "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8)), ("depthwise", (2, 16, 16, 3, 1, 1, 8, 16))],
     "ceiling": [("mma.sync", (1, 10))],
 }
@@ -153,13 +154,19 @@ def _tag(dtype):
 
 
 def parse_shapes(text):
-    """"4096x4096x4096,1024x512x256" -> [(4096, 4096, 4096), (1024, 512, 256)]"""
+    """"4096x4096x4096,1024x512x256" -> [(4096, 4096, 4096), (1024, 512, 256)]; an
+    item that names a case the suite builds apart, "mlp-block:16384x768x3072"
+    (tokens x d_model x d_ff), -> ("mlp-block", (16384, 768, 3072))."""
+    labels = {case for _, case in CASE_BUILDERS_BY_CASE}
     shapes = []
     for item in filter(None, (s.strip() for s in text.split(","))):
-        parts = item.lower().split("x")
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"expected MxNxK with positive integers, got {item!r}")
-        shapes.append(tuple(int(p) for p in parts))
+        label, _, dims = item.lower().rpartition(":")
+        parts = dims.split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts) or (label and label not in labels):
+            raise argparse.ArgumentTypeError(f"expected MxNxK with positive integers, or {', '.join(sorted(labels))}"
+                                             f":MxNxK, got {item!r}")
+        shape = tuple(int(p) for p in parts)
+        shapes.append((label, shape) if label else shape)
     if not shapes:
         raise argparse.ArgumentTypeError("expected at least one MxNxK shape")
     return shapes
@@ -222,25 +229,27 @@ def _torch_has_out_dtype(device, dtype):
 
 
 def _fwd_bwd(fn, work, variables=None):
-    """The fwd+bwd impl of an op taking (x, w, b) and, for backward, the
-    output's gradient: it returns the gradients instead of accumulating them
-    into .grad, so no call pays for an extra add. `variables`: the
-    environment both passes run in (an opt-in switch)."""
-    def run(x, w, b, grad):
+    """The fwd+bwd impl of an op taking tensors (x, w, b; or an MLP's x, w1,
+    b1, w2, b2) and, for backward, the output's gradient, last in the input
+    set: it returns the gradients instead of accumulating them into .grad,
+    so no call pays for an extra add. `variables`: the environment both
+    passes run in (an opt-in switch)."""
+    def run(*inputs):
+        *tensors, grad = inputs
         with environment(variables or {}):
-            out = fn(x, w, b)
-            return (out, *torch.autograd.grad(out, (x, w, b), grad))
+            out = fn(*tensors)
+            return (out, *torch.autograd.grad(out, tensors, grad))
 
     return Impl(run, run, work)
 
 
 def _forward_and_backward(forward, baseline_forward, flops, backward_flops, mpgemm_name, baseline_name):
-    """fwd and fwd+bwd (_fwd_bwd) impls of ops taking (x, w, b) and, for
+    """fwd and fwd+bwd (_fwd_bwd) impls of ops taking tensors and, for
     backward, the output's gradient."""
     def fwd(fn):
-        def run(x, w, b, grad):
+        def run(*inputs):
             with torch.no_grad():
-                return fn(x, w, b)
+                return fn(*inputs[:-1])
 
         return Impl(run, lambda *inputs: (run(*inputs),), flops)
 
@@ -309,6 +318,39 @@ def _linear_case(shape, device, dtype):
         impls[f"mpgemm fused {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
             _fwd_bwd(gelu_linear, 3 * product, variables), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (m * k + n * k + m * n), impls
+
+
+def _mlp_block_case(shape, device, dtype):
+    """A transformer's MLP, (tokens, d_model, d_ff): linear, GELU (the erf
+    form, mpgemm's), linear, against torch's three ops. mpgemm.mlp as it
+    runs by default (GELU's input computed again in backward: one product
+    more than torch's, counted), with GELU's input saved by the
+    forward and its derivative in the dgrad's epilogue
+    (MPGEMM_EPILOGUE_PRE_ACTIVATION=1, MPGEMM_EPILOGUE_ACTIVATION_GRAD=1:
+    "saved-z+dgelu"), and with the biases' gradients summed by the weights'
+    products too ("+dbias")."""
+    t, d, f = shape
+
+    def make():
+        x = torch.randn(t, d, device=device).to(dtype).requires_grad_()
+        w1 = (torch.randn(f, d, device=device) / d**0.5).to(dtype).requires_grad_()
+        w2 = (torch.randn(d, f, device=device) / f**0.5).to(dtype).requires_grad_()
+        b1, b2 = (torch.randn(n, device=device).to(dtype).requires_grad_() for n in (f, d))
+        return x, w1, b1, w2, b2, torch.randn(t, d, device=device).to(dtype)
+
+    product = 2.0 * t * d * f
+    baseline = f"torch unfused{_tag(dtype)}"
+
+    def mlp(x, w1, b1, w2, b2):
+        return ops.mlp(x, w1, b1, w2, b2, activation="gelu")
+
+    impls = _forward_and_backward(mlp, lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2),
+                                  2 * product, 7 * product, f"mpgemm mlp{_tag(dtype)}", baseline)
+    fused = {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1", "MPGEMM_EPILOGUE_ACTIVATION_GRAD": "1"}
+    for name, variables in (("saved-z+dgelu", fused), ("saved-z+dgelu+dbias", {**fused, "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
+        impls[f"mpgemm mlp {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
+            _fwd_bwd(mlp, 6 * product, variables), baseline=f"{baseline} fwd+bwd")
+    return make, dtype.itemsize * (t * d * 2 + 2 * d * f + t * f), impls
 
 
 # The extra convolution paths `bench conv --conv-paths` times beside the
@@ -477,6 +519,8 @@ def ceiling_flops(blocks, iterations):
 
 
 CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case, "ceiling": _ceiling_case}
+# Cases that a suite builds apart from its others, by (suite, case).
+CASE_BUILDERS_BY_CASE = {("linear", "mlp-block"): _mlp_block_case}
 
 
 def check_results(impls, inputs):
@@ -504,7 +548,8 @@ def check_results(impls, inputs):
 def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cross_check=False, conv_paths=()):
     """One row per impl: the result check, then the interleaved timings."""
     options = {"paths": conv_paths} if suite == "conv" else {}
-    make, bytes_per_set, impls = CASE_BUILDERS[suite](shape, device, DTYPES[dtype], **options)
+    builder = CASE_BUILDERS_BY_CASE.get((suite, case), CASE_BUILDERS[suite])
+    make, bytes_per_set, impls = builder(shape, device, DTYPES[dtype], **options)
     sets = _input_sets(make, bytes_per_set, device)
     errors = check_results(impls, sets[0])
     timings = time_interleaved({name: impl.run for name, impl in impls.items()}, sets, clock=clock,
@@ -533,7 +578,8 @@ def plan_cases(suites, device, quick=False, shapes=None, dtypes=tuple(DTYPES), c
         table = dict(table, conv=[(case, shape) for case, shape in table["conv"]
                                   if case != "resnet50" or shape[0] in conv_batches])
     return [(suite, case, shape, dtype) for suite in suites for case, shape in
-            ([("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES else table[suite])
+            ([s if isinstance(s[0], str) else ("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES
+             else table[suite])
             for dtype in SUITE_DTYPES[suite] if dtype in dtypes]
 
 

@@ -156,25 +156,45 @@ def test_hopper_mainloop_runs_wgmma_on_copies_the_copy_engine_made(hopper_kernel
 SPLIT_K_KERNEL, GEMM_KERNEL = "wgmma_splitk_gemm_kernel", "wgmma_gemm_kernel"
 
 
+def renamed(name, kernel, other):
+    """A mangled kernel name with `kernel` replaced by `other` (the names spell each one's length before it)."""
+    return name.replace(f"{len(kernel)}{kernel}", f"{len(other)}{other}")
+
+
+def check_beside_whole_k(machine_code, hopper_kernels, kernel, count, layouts, opcodes, outputs=1):
+    """The `count` Hopper kernels named `kernel` (two input types, on the
+    128 x 256 tile alone, on `layouts`, e.g. "ELb1ELb0E": A K-major, B not),
+    each the block (check_hopper_block, its strips stored `outputs` times)
+    with no spills and as many of `opcodes` as the whole-K kernel of the same
+    template arguments. Returns [(its instructions, the whole-K kernel's)]."""
+    code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
+    kernels = {name: instructions for name, instructions in code.items() if kernel in name}
+    assert len(kernels) == count and all(f"9WgmmaTile{layouts}" in name for name in kernels), sorted(kernels)
+    pairs = []
+    for name, instructions in kernels.items():
+        check_hopper_block(name, instructions, outputs=outputs)
+        res = usage.get(name, {})
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+        # The whole-K kernel of the same template arguments (its parameters may differ: fewer tensor maps).
+        arguments = renamed(name.split("EEEv")[0], kernel, GEMM_KERNEL)
+        whole_k = next(k for k in hopper_kernels if k.startswith(arguments + "EEEv"))
+        ops, whole_k_ops = ([i.opcode for i in k] for k in (instructions, hopper_kernels[whole_k]))
+        for op in opcodes:
+            assert sass.count_opcodes(ops, op) == sass.count_opcodes(whole_k_ops, op), f"{name}: {op}"
+        pairs.append((ops, whole_k_ops))
+    return pairs
+
+
 def test_split_k_kernels_are_the_unsplit_block_with_its_copies_offset(hopper_kernels, machine_code):
     """The Hopper GEMM's split-K kernels (opt-in, MPGEMM_WGMMA_SPLIT_K=1):
     two input types by four layouts, on the 128 x 256 tile alone, each the
     block its unsplit kernel runs: the same HGMMA, copies and stores, the
     copies' K coordinates offset by the split (a few integer instructions
     more), and no spills."""
-    code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
-    kernels = {name: instructions for name, instructions in code.items() if SPLIT_K_KERNEL in name}
-    assert len(kernels) == 8 and all("9WgmmaTile" in name for name in kernels), sorted(kernels)
-    for name, instructions in kernels.items():
-        check_hopper_block(name, instructions)
-        res = usage.get(name, {})
-        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
-        # The mangled names spell each name's length before it.
-        unsplit = name.replace(f"{len(SPLIT_K_KERNEL)}{SPLIT_K_KERNEL}", f"{len(GEMM_KERNEL)}{GEMM_KERNEL}")
-        split_ops, unsplit_ops = ([i.opcode for i in k] for k in (instructions, hopper_kernels[unsplit]))
-        for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64", "BAR.SYNC.DEFER_BLOCKING"):
-            assert sass.count_opcodes(split_ops, op) == sass.count_opcodes(unsplit_ops, op), f"{name}: {op}"
-        assert abs(len(split_ops) - len(unsplit_ops)) < 64, f"{name}: {len(split_ops)} against {len(unsplit_ops)}"
+    for split_ops, unsplit_ops in check_beside_whole_k(
+            machine_code, hopper_kernels, SPLIT_K_KERNEL, 8, "",
+            ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64", "BAR.SYNC.DEFER_BLOCKING")):
+        assert abs(len(split_ops) - len(unsplit_ops)) < 64, f"{len(split_ops)} against {len(unsplit_ops)}"
 
 
 PRE_ACTIVATION_KERNEL = "wgmma_pre_activation_gemm_kernel"
@@ -185,20 +205,23 @@ def test_pre_activation_kernels_store_twice_from_the_unsplit_block(hopper_kernel
     MPGEMM_EPILOGUE_PRE_ACTIVATION=1): two input types, K-major operands, on
     the 128 x 256 tile alone, each the block of its whole-K kernel (the same
     HGMMA and copies) with twice its output strips' stores, and no spills."""
-    code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
-    kernels = {name: instructions for name, instructions in code.items() if PRE_ACTIVATION_KERNEL in name}
-    assert len(kernels) == 2 and all("9WgmmaTileELb1ELb1E" in name for name in kernels), sorted(kernels)
-    for name, instructions in kernels.items():
-        check_hopper_block(name, instructions, outputs=2)
-        res = usage.get(name, {})
-        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
-        # The whole-K kernel of the same template arguments (its parameters, one tensor map fewer, differ).
-        arguments = name.split("EEEv")[0].replace(f"{len(PRE_ACTIVATION_KERNEL)}{PRE_ACTIVATION_KERNEL}",
-                                                  f"{len(GEMM_KERNEL)}{GEMM_KERNEL}")
-        whole_k = next(kernel for kernel in hopper_kernels if kernel.startswith(arguments + "EEEv"))
-        ops, whole_k_ops = ([i.opcode for i in k] for k in (instructions, hopper_kernels[whole_k]))
-        for op in ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64"):
-            assert sass.count_opcodes(ops, op) == sass.count_opcodes(whole_k_ops, op), f"{name}: {op}"
+    check_beside_whole_k(machine_code, hopper_kernels, PRE_ACTIVATION_KERNEL, 2, "ELb1ELb1E",
+                         ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64"), outputs=2)
+
+
+ACTIVATION_GRAD_KERNEL = "wgmma_activation_grad_gemm_kernel"
+
+
+def test_activation_grad_kernels_read_z_in_the_unsplit_blocks_epilogue(hopper_kernels, machine_code):
+    """The Hopper GEMM kernels that multiply D by an activation's derivative
+    (opt-in, MPGEMM_EPILOGUE_ACTIVATION_GRAD=1): two input types, a K-major A
+    and an MN-major B (an MLP's dgrad), on the 128 x 256 tile alone, each the
+    block of its whole-K kernel (the same HGMMA, copies and strip stores)
+    whose epilogue loads Z from global memory and takes GELU's exponential,
+    and no spills."""
+    for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, ACTIVATION_GRAD_KERNEL, 2, "ELb1ELb0E",
+                                       ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64", "UTMASTG")):
+        assert sass.count_opcodes(ops, "LDG") > 0 and sass.count_opcodes(ops, "MUFU.EX2") > 0
 
 
 ROW_SUMS_KERNELS = {"wgmma_row_sums_gemm_kernel": GEMM_KERNEL, "wgmma_splitk_row_sums_gemm_kernel": SPLIT_K_KERNEL}
@@ -245,7 +268,7 @@ def test_row_sums_kernels_add_a_narrow_wgmma_to_each_k16_of_the_first_column_of_
         assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
         # The mangled names spell each name's length before it; the parameters are the same.
         kernel, plain = next((k, p) for k, p in ROW_SUMS_KERNELS.items() if f"{len(k)}{k}" in name)
-        check_row_sums_kernel(name, instructions, code[name.replace(f"{len(kernel)}{kernel}", f"{len(plain)}{plain}")])
+        check_row_sums_kernel(name, instructions, code[renamed(name, kernel, plain)])
 
 
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"

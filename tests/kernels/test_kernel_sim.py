@@ -273,10 +273,19 @@ HOPPER_MUTATIONS = {
     # The pre-activation kernel storing GELU's (or ReLU's) output where its
     # input belongs: the sums activated before the pre-activation's store.
     "pre-activation stored after the activation": (
-        ("  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n  activate(acc, p);\n",
+        ("  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n"
+         "  if constexpr (!WithActivationGrad) activate(acc, p);\n",
          "  if (PLANTED) activate(acc, p);\n  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n"
-         "  if (!PLANTED) activate(acc, p);\n"),
+         "  if (!PLANTED && !WithActivationGrad) activate(acc, p);\n"),
         (False, False), "Z[", "WgmmaTile"),
+    # The activation derivative's kernel adding the bias and applying the
+    # activation as a forward's epilogue does, Z never read.
+    "activation's derivative left out of the epilogue": (
+        ("  if constexpr (WithActivationGrad) multiply_by_activation_grad<Element>(acc, p, s, batch, row0, col0, thread);\n"
+         "  else add_bias(acc, p, col0, thread);\n",
+         "  if (WithActivationGrad && !PLANTED) multiply_by_activation_grad<Element>(acc, p, s, batch, row0, col0, thread);\n"
+         "  else add_bias(acc, p, col0, thread);\n"),
+        (False, False), "FAILED", "WgmmaTile"),
     # The row sums kernel's tile of ones written without fence.proxy.async:
     # its wgmmas (the async proxy) may read what the threads wrote before it.
     "tile of ones read by wgmma without fence.proxy.async": (
@@ -401,6 +410,10 @@ GEMM_LAUNCH_MUTATIONS = {
     "pre-activation run again with the activation": (
         ("again.activation = Activation::kNone;", "again.activation = PLANTED ? run.activation : Activation::kNone;"),
         "Z["),
+    "activation's derivative left out of the fp32 product's reduction": (
+        ("    return launch_splitk_reduce(run, partials, 1, stream);",
+         "    if (PLANTED) run.activation_input = nullptr;\n    return launch_splitk_reduce(run, partials, 1, stream);"),
+        "activation_grad=1"),
     "split row sums reduced from the first split alone": (
         ("row_sum_partials, p.m, plan.split_k, stream)", "row_sum_partials, p.m, PLANTED ? 1 : plan.split_k, stream)"),
         "row sum"),
@@ -812,6 +825,11 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma cases summing A's rows") >= 1, replay
     assert printed_count(output, "wgmma split-K cases summing A's rows") >= 1, replay
     assert "row sums refused where the plan cannot sum them: ok" in output, replay
+    # D times an activation's derivative (an MLP's dgrad): from the wide
+    # tile's epilogue, Z read in pairs and an element at a time, and from the
+    # reduction after split-K's partial sums or the plan's product in fp32.
+    assert printed_count(output, "wgmma cases multiplying by the activation's derivative in the epilogue") >= 2, replay
+    assert printed_count(output, "cases multiplying by the activation's derivative in the reduction") >= 2, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay

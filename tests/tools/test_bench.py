@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from support import skip_or_fail
+from support import MpgemmCalls, skip_or_fail
 from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, provenance, sass
 
 CPU = torch.device("cpu")
@@ -68,6 +68,10 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                     "mpgemm fused bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm fused saved-z bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm fused saved-z+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm mlp bf16 fwd": "torch unfused bf16 fwd",
+                    "mpgemm mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm mlp saved-z+dgelu bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm bf16 fwd": "torch bf16 fwd", "mpgemm bf16 fwd+bwd": "torch bf16 fwd+bwd",
                     "mpgemm bf16 dgrad": "torch bf16 dgrad", "mpgemm bf16 wgrad": "torch bf16 wgrad"}
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl,dtype")
@@ -90,7 +94,8 @@ def test_ceiling_flops_count_every_warps_products():
 # (conv2d_backward: the input's and the weight's gradients; convolution_backward:
 # those of the two its output mask asks for).
 PRODUCTS = {"mpgemm.linear.default": 1, "mpgemm.gemm.default": 1, "mpgemm._linear_pre_activation.default": 1,
-            "mpgemm._gemm_row_sums.default": 1, "aten.addmm.default": 1, "aten.mm.default": 1,
+            "mpgemm._gemm_row_sums.default": 1, "mpgemm._gemm_activation_grad.default": 1,
+            "aten.addmm.default": 1, "aten.mm.default": 1,
             "mpgemm.conv2d.default": 1, "mpgemm.conv2d_grad_input.default": 1,
             "mpgemm.conv2d_grad_weight.default": 1, "mpgemm.conv2d_backward.default": 2,
             "aten.convolution.default": 1}
@@ -190,6 +195,26 @@ def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
     assert benchmarks.check_results({"broken": broken}, inputs)["broken"] > 0.4
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mlp_block_flops_count_the_products_each_impl_runs(dtype):
+    """The MLP block's impls: two products forward, four backward (torch's
+    and with GELU's input saved), one more where mpgemm.mlp computes GELU's
+    input again; each saved-z+dgelu row runs the derivative's product."""
+    t, d, f = shape = (64, 32, 128)
+    make, bytes_per_set, impls = benchmarks.CASE_BUILDERS_BY_CASE[("linear", "mlp-block")](shape, CPU, dtype)
+    inputs = make()
+    assert [tuple(x.shape) for x in inputs] == [(t, d), (f, d), (f,), (d, f), (d,), (t, d)]
+    assert bytes_per_set == sum(x.numel() * x.element_size() for x in (inputs[0], inputs[1], inputs[3], inputs[5])) \
+        + t * f * dtype.itemsize
+    with MpgemmCalls() as calls:
+        impls[f"mpgemm mlp saved-z+dgelu{benchmarks._tag(dtype)} fwd+bwd"].run(*inputs)
+    assert "_gemm_activation_grad" in calls.ops
+    for name, impl in impls.items():
+        with CountProducts() as counter:
+            impl.run(*inputs)
+        assert counter.count and impl.flops == counter.count * 2.0 * t * d * f, name
+
 def test_partial_reports_are_saved_after_every_case():
     saved = []
     report = benchmarks.run(["gemm", "ceiling"], CPU, show_progress=False,
@@ -204,12 +229,21 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
     assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
-    assert len(rows) == 6 and all(" bf16 fwd" in row for row in rows)
+    assert len(rows) == 12 and all(" bf16 fwd" in row for row in rows)
     assert any("mpgemm fused saved-z bf16 fwd+bwd" in row for row in rows)
+    assert any("mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm fused saved-z+dbias bf16 fwd+bwd" in row for row in rows)
+    assert benchmarks.parse_shapes("mlp-block:8x16x32, 4x5x6") == [("mlp-block", (8, 16, 32)), (4, 5, 6)]
+    report = benchmarks.run(["linear"], CPU, shapes=[("mlp-block", (8, 16, 32))], dtypes=("fp16",),
+                            show_progress=False)
+    assert {(r["case"], tuple(r["shape"])) for r in report["results"]} == {("mlp-block", (8, 16, 32))}
+    assert all(r["check_passed"] is not False for r in report["results"])
     with pytest.raises(SystemExit):
         cli.main(["bench", "gemm", "--shapes", "5x6"])
     assert "expected MxNxK" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "linear", "--shapes", "mlp-bloc:5x6x7"])
+    assert "or mlp-block:MxNxK" in capsys.readouterr().err
     assert cli.main(["bench", "ceiling", "--shapes", "5x6x7"]) == 2
     assert "--shapes applies to the gemm and linear suites, not to ceiling" in capsys.readouterr().out
 

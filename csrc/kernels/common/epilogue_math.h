@@ -22,4 +22,29 @@ MPGEMM_HOST_DEVICE float apply_activation(Activation activation, float x) {
   }
 }
 
+// grad * activation'(z): the gradient of the activation's input from its
+// output's (GemmParams::activation_input). ReLU's selects, as torch's
+// threshold_backward does (a NaN z passes grad on, an infinite grad times a
+// zero slope gives 0, not NaN); GELU's is Phi(z) + z * phi(z) for the erf
+// form, and for the tanh form, with u = sqrt(2 / pi) * (z + 0.044715 z^3),
+// 0.5 (1 + tanh u) + 0.5 z (1 - tanh^2 u) du/dz, as torch's gelu_backward.
+MPGEMM_HOST_DEVICE float apply_activation_grad(Activation activation, float grad, float z) {
+  switch (activation) {
+    case Activation::kRelu:
+      return z <= 0.0f ? 0.0f : grad;
+    case Activation::kGelu: {
+      const float cdf = 0.5f * (1.0f + erff(z * 0.70710678118654752f));
+      const float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
+      return grad * (cdf + z * pdf);
+    }
+    case Activation::kGeluTanh: {
+      constexpr float kBeta = 0.79788456080286536f, kKappa = 0.044715f;  // sqrt(2 / pi)
+      const float z_sq = z * z, t = tanhf(kBeta * (z + kKappa * z_sq * z));
+      return grad * (0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kKappa * z_sq));
+    }
+    default:
+      return grad;
+  }
+}
+
 }  // namespace mpgemm::kernels

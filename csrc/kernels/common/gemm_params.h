@@ -15,7 +15,10 @@ namespace mpgemm::kernels {
 
 enum class ElementType : int { kFloat16 = 0, kFloat32 = 1, kBFloat16 = 2 };
 
-enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2 };
+// kGeluTanh, GELU's tanh form (GPT-2's), only as a derivative
+// (GemmParams::activation_input): no forward epilogue applies it, and the
+// GEMM launcher refuses it without an activation input.
+enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2, kGeluTanh = 3 };
 
 struct GemmParams {
   int64_t batch = 1, m = 0, n = 0, k = 0;
@@ -54,6 +57,15 @@ struct GemmParams {
   // m of them (batch 1). In a wgrad GEMM, dW = dZ^T @ X, they are the bias's
   // gradient, summed by the kernel that already reads dZ^T.
   float* a_row_sums = nullptr;
+
+  // Read where set (gemm/launch.h's activation_grad_from_epilogue): the
+  // activation's input Z, of the inputs' type and laid out as D. The
+  // epilogue then multiplies A @ B by the activation's derivative at Z,
+  //     D = (A @ B) * activation'(Z)   (ReLU's a select: D = Z > 0 ? A @ B : 0)
+  // with no bias, rounding once: in a backward, the gradient of GELU's (or
+  // ReLU's) input from the dgrad product that gives its output's, dZ = dH *
+  // gelu'(Z), where dH = dY @ W2 is the next linear's dgrad (an MLP's).
+  const void* activation_input = nullptr;
 };
 
 // How the launcher spread the work over the grid.

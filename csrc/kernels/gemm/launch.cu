@@ -3,7 +3,9 @@
 // WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K ones included)
 // and, for split-K, of the reduction; where the pre-activation is asked for
 // and no epilogue stores it, the product again; where A's row sums are, the
-// Hopper kernels that sum them.
+// Hopper kernels that sum them; where an activation's derivative multiplies
+// the product, the Hopper kernel that does it in its epilogue, or the
+// product in fp32 and the reduction that does.
 #include <climits>
 #include <initializer_list>
 #include <utility>
@@ -66,10 +68,20 @@ size_t row_sum_partial_bytes(const GemmParams& p, const GemmLaunch& launch) {
              : 0;
 }
 
-// The launch with its workspace: the plan's, and the partial row sums'.
+// The bytes of the fp32 product that split-K's reduction multiplies by the
+// activation's derivative where no epilogue does and no split holds it: they
+// follow the padded copies, where split-K's partial sums would be.
+size_t activation_grad_product_bytes(const GemmParams& p, const GemmLaunch& launch) {
+  return p.activation_input != nullptr && !activation_grad_from_epilogue(p, launch) && launch.plan.split_k == 1
+             ? size_t(round_up(p.m * p.n * int64_t(sizeof(float)), 256))
+             : 0;
+}
+
+// The launch with its workspace: the plan's, the partial row sums' and the
+// activation derivative's product.
 GemmLaunch with_workspace(const GemmParams& p, const GemmShape& shape, const GemmPlan& plan) {
   GemmLaunch launch{shape, plan, workspace_bytes(shape, plan)};
-  launch.workspace_bytes += row_sum_partial_bytes(p, launch);
+  launch.workspace_bytes += row_sum_partial_bytes(p, launch) + activation_grad_product_bytes(p, launch);
   return launch;
 }
 
@@ -94,6 +106,11 @@ bool pre_activation_from_epilogue(const GemmParams& p, const GemmLaunch& launch)
          a_is_k_major(p) && b_is_k_major(p);
 }
 
+bool activation_grad_from_epilogue(const GemmParams& p, const GemmLaunch& launch) {
+  return p.activation_input != nullptr && launch.plan.config == TileConfigId::kWgmma && launch.plan.split_k == 1 &&
+         p.d_type == p.ab_type && a_is_k_major(p) && !b_is_k_major(p);
+}
+
 bool a_row_sums_from_mainloop(const GemmParams& p, const GemmLaunch& launch) {
   return p.a_row_sums != nullptr && p.pre_activation == nullptr && launch.plan.config == TileConfigId::kWgmma &&
          !launch.plan.padded && p.batch == 1 && p.n > 0 && p.k > 0 && !a_is_k_major(p) && !b_is_k_major(p);
@@ -103,6 +120,11 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   // Row sums asked of an empty D (n = 0) have rows to sum and no kernel to sum them.
   if (p.a_row_sums != nullptr && p.batch > 0 && p.m > 0 && !a_row_sums_from_mainloop(p, launch))
     return cudaErrorInvalidValue;
+  if (p.activation_input != nullptr &&
+      (p.batch != 1 || p.bias != nullptr || p.pre_activation != nullptr || p.a_row_sums != nullptr))
+    return cudaErrorInvalidValue;
+  // GELU's tanh form has a derivative in the kernels, and no forward epilogue.
+  if (p.activation == Activation::kGeluTanh && p.activation_input == nullptr) return cudaErrorInvalidValue;
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
   const bool a_k_major = a_is_k_major(p), b_k_major = b_is_k_major(p);
   if ((!a_k_major && p.a_row_stride != 1) || (b_k_major && p.b_row_stride != 1)) return cudaErrorInvalidValue;
@@ -120,6 +142,10 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   const size_t row_sum_bytes = row_sum_partial_bytes(p, launch);
   if (p.a_row_sums != nullptr && launch.workspace_bytes < workspace_bytes(shape, plan) + row_sum_bytes)
     return cudaErrorInvalidValue;
+  const size_t product_bytes = activation_grad_product_bytes(p, launch);
+  if (product_bytes > 0 && (workspace == nullptr || !aligned16(workspace) ||
+                            launch.workspace_bytes < workspace_bytes(shape, plan) + product_bytes))
+    return cudaErrorInvalidValue;
   // The problem as the kernels run it: a padded plan's on copies of the
   // operands the shape marks, made at the workspace's start; split-K's
   // partial sums after them (plan/gemm_plan.h's workspace_bytes).
@@ -136,6 +162,8 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   }
   const GemmGrid work{plan.raster_group, plan.split_k, partials};
   if (pre_activation_from_epilogue(p, launch)) return launch_wgmma_pre_activation_gemm(run, work.raster_group, stream);
+  if (activation_grad_from_epilogue(p, launch))
+    return launch_wgmma_activation_grad_gemm(run, work.raster_group, stream);
   if (p.a_row_sums != nullptr) {
     // The row sums' partials after split-K's (stored a float at a time).
     float* row_sum_partials = plan.split_k > 1 ? partials + plan.split_k * p.m * p.n : nullptr;
@@ -167,6 +195,17 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
     if (err != cudaSuccess || plan.split_k == 1) return err;
     return launch_splitk_reduce(q, work.partials, work.split_k, stream);
   };
+  if (product_bytes > 0) {
+    // The product in fp32 where split-K's partial sums would be, then the
+    // derivative in their reduction, as split-K's plans take it.
+    GemmParams product = run;
+    product.activation = Activation::kNone;
+    product.activation_input = nullptr;
+    product.d = partials, product.d_type = ElementType::kFloat32;
+    product.d_row_stride = p.n, product.d_batch_stride = p.m * p.n;
+    if (const cudaError_t err = launch_plan(product); err != cudaSuccess) return err;
+    return launch_splitk_reduce(run, partials, 1, stream);
+  }
   run.pre_activation = nullptr;
   if (const cudaError_t err = launch_plan(run); err != cudaSuccess || p.pre_activation == nullptr) return err;
   // Where the epilogue cannot store the pre-activation: the same product

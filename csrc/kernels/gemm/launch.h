@@ -35,6 +35,17 @@ GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
 // activation.
 bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
 
+// Whether launch_gemm multiplies A @ B by the activation's derivative at
+// `params.activation_input` (common/gemm_params.h) in the GEMM's own
+// epilogue: WgmmaTile's whole-K plan on a K-major A and an MN-major B (an
+// MLP's dgrad, dH = dY @ W2 with W2 row-major), D of the inputs' type.
+// Elsewhere it runs the plan's product in fp32 into the workspace (or takes
+// split-K's partial sums) and multiplies in split-K's reduction
+// (gemm/splitk_reduce.h), rounding once either way; the plan_gemm calls
+// count that product in the workspace there. Either way a single matrix
+// (batch 1) with no bias, no pre-activation and no row sums.
+bool activation_grad_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
+
 // Whether launch_gemm writes `params.a_row_sums` (A's row sums over K),
 // which it does from the mainloop of WgmmaTile's plan, whole K or split, on
 // MN-major operands (A column-major, B row-major: linear's wgrad, whose A is
@@ -50,7 +61,9 @@ bool a_row_sums_from_mainloop(const GemmParams& params, const GemmLaunch& launch
 // copies made on `stream` first), and where params.pre_activation is set,
 // the sums before the activation there too (pre_activation_from_epilogue
 // says how), and where params.a_row_sums is set, A's row sums there
-// (a_row_sums_from_mainloop must hold). `launch` must be planned for these
+// (a_row_sums_from_mainloop must hold), and where params.activation_input
+// is set, the product times the activation's derivative there
+// (activation_grad_from_epilogue says how). `launch` must be planned for these
 // params: its
 // shape, which the checks below read, is theirs (a launch of other sizes is
 // refused).

@@ -1,6 +1,8 @@
-// Split-K reduction: D = activation(sum over s of partials[s] + bias), the
-// partials (split_k x m x n fp32, row stride n) written by the splits of
-// wmma_gemm_kernel or of conv2d_kernel's wgrad. Each thread finishes one
+// Split-K reduction: D = activation(sum over s of partials[s] + bias), or
+// the sum times an activation's derivative at GemmParams::activation_input,
+// the partials (split_k x m x n fp32, row stride n) written by the splits of
+// wmma_gemm_kernel or of conv2d_kernel's wgrad (or one product in fp32, for
+// the derivative where no GEMM epilogue applies it). Each thread finishes one
 // element of D at a time (grid-stride), summing the splits in index order,
 // so the result does not depend on which split finished first: the
 // reduction is deterministic. Consecutive threads take consecutive columns,
@@ -22,6 +24,10 @@ namespace {
 constexpr int64_t kMaxReduceBlocks = 4096;
 constexpr int kSplitKReduceThreads = 256;
 
+// ActivationGrad: D = sum * p.activation's derivative at p.activation_input
+// (the inputs' type, laid out as D), in place of bias and activation; a
+// kernel of its own, so that the plain reduction keeps its code.
+template <bool ActivationGrad>
 __global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(GemmParams p, const float* partials,
                                                                              int split_k) {
   const int64_t elements = p.m * p.n;
@@ -29,8 +35,14 @@ __global__ void __launch_bounds__(kSplitKReduceThreads) splitk_reduce_kernel(Gem
     float sum = partials[e];
     for (int s = 1; s < split_k; ++s) sum += partials[s * elements + e];
     const int64_t row = e / p.n, col = e - row * p.n;
-    if (p.bias != nullptr) sum += load_as_float(p.bias, p.bias_type, col);
-    const float v = apply_activation(p.activation, sum);
+    float v;
+    if constexpr (ActivationGrad) {
+      v = apply_activation_grad(p.activation, sum,
+                                load_as_float(p.activation_input, p.ab_type, row * p.d_row_stride + col));
+    } else {
+      if (p.bias != nullptr) sum += load_as_float(p.bias, p.bias_type, col);
+      v = apply_activation(p.activation, sum);
+    }
     visit_element_type(p.d_type, [&](auto tag) {
       using T = typename decltype(tag)::type;
       static_cast<T*>(p.d)[row * p.d_row_stride + col] = ElementTraits<T>::from_float(v);
@@ -61,7 +73,8 @@ cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int
   const int64_t blocks = std::min(ceil_div(p.m * p.n, kSplitKReduceThreads), kMaxReduceBlocks);
   GemmParams params = p;
   void* args[] = {&params, &partials, &split_k};
-  return cudaLaunchKernel(&splitk_reduce_kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0, stream);
+  auto* kernel = p.activation_input != nullptr ? &splitk_reduce_kernel<true> : &splitk_reduce_kernel<false>;
+  return cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(kSplitKReduceThreads), args, 0, stream);
 }
 
 }  // namespace mpgemm::kernels

@@ -9,7 +9,9 @@ namespace mpgemm::kernels {
 
 // Enqueues D = activation(sum over s of partials[s] + bias) for p's D (m x n,
 // p.d_row_stride apart; bias and activation as p says), the partials being
-// split_k fp32 copies of m x n, row stride n, summed in index order.
+// split_k fp32 copies of m x n, row stride n, summed in index order; where
+// p.activation_input is set, D = sum * activation'(Z) instead
+// (common/gemm_params.h), with no bias.
 cudaError_t launch_splitk_reduce(const GemmParams& p, const float* partials, int split_k, cudaStream_t stream);
 
 // Enqueues sums[i] = sum over s of partials[s * m + i] for i in [0, m), in

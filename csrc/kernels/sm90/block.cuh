@@ -85,7 +85,9 @@ constexpr int kTurnBarrier = kStripBarriersEnd;
 // before the activation stored to p.pre_activation as well (through z_map
 // where D goes through the copy engine) (sm90/epilogue.cuh);
 // kBlockARowSums, A's row sums over K to p.a_row_sums (matrix `batch` of the
-// tile order at batch * m), from the mainloop (sm90/mainloop.cuh's RowSums).
+// tile order at batch * m), from the mainloop (sm90/mainloop.cuh's RowSums);
+// kBlockActivationGrad, D the sums times the activation's derivative at
+// p.activation_input, in place of bias and activation (sm90/epilogue.cuh).
 // Flags, not a struct, as a template argument: the kernels build as C++17.
 enum BlockExtras : unsigned {
   kBlockPlain = 0,
@@ -93,6 +95,7 @@ enum BlockExtras : unsigned {
   kBlockColumnMoments = 1u << 1,
   kBlockPreActivation = 1u << 2,
   kBlockARowSums = 1u << 3,
+  kBlockActivationGrad = 1u << 4,
 };
 
 // Fills the tile of ones that the a_row_sums kernels multiply A's rows by,
@@ -218,9 +221,8 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;
     if (sums_rows) store_row_sums(row_sums.acc, p, tile.batch, row0, thread);
     store_accumulators<Element, Tile, (kExtras & kBlockStagedRows) != 0, (kExtras & kBlockColumnMoments) != 0,
-                       (kExtras & kBlockPreActivation) != 0>(acc, p, work.output(tile), d_map, staging,
-                                                              work.d_batch(tile), row0, tile.origin.n0, thread,
-                                                              consumer, z_map);
+                       (kExtras & kBlockPreActivation) != 0, (kExtras & kBlockActivationGrad) != 0>(
+        acc, p, work.output(tile), d_map, staging, work.d_batch(tile), row0, tile.origin.n0, thread, consumer, z_map);
   }
   // The shared memory the last stores read goes with the block.
   if (thread == 0) bulk_wait_group<0>();

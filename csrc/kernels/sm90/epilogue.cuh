@@ -16,6 +16,10 @@
 // per-column moments (common/column_moments.cuh). Kernels built
 // WithPreActivation store the sums with the bias, before the activation,
 // to a second output laid out as D (GELU's input, which its backward reads).
+// Kernels built WithActivationGrad (an MLP's dgrad, dZ = (dY @ W2) *
+// gelu'(Z)) multiply the sums by the activation's derivative at Z, read from
+// global memory where each thread holds D's elements, in place of the bias
+// and the activation.
 // Bias and activation come first, apart from the stores, so that each is
 // written once per kernel rather than once per output type and way to store:
 // woven into the stores, they made every kernel 72 to 84 k instructions that
@@ -84,6 +88,56 @@ __device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSc
   const int image = int(row) / g.pixels, within = int(row) - image * g.pixels;
   const int a = within / g.cols, b = within - a * g.cols;
   return image * g.image_pitch + a * g.row_pitch + b * g.col_pitch;
+}
+
+// Multiplies the consumer's 64 x 2 * Registers accumulators (rows from row0,
+// columns from col0 of matrix `batch` of D) by p.activation's derivative at
+// the activation's input Z (p.activation_input: Element, laid out as D), in
+// place (common/epilogue_math.h's apply_activation_grad). Each thread reads
+// Z where it holds D's elements: two elements a load where the schedule
+// stores D in pairs (the launcher checks that Z's base allows them too) and
+// its rows and columns lie inside D, else one at a time, none past D. The
+// activation is dispatched once, outside the unrolled loop.
+template <class Element, int Registers>
+__device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registers], const GemmParams& p,
+                                                            const WgmmaSchedule& s, int64_t batch, int64_t row0,
+                                                            int64_t col0, int thread) {
+  const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
+  const int64_t col = col0 + accumulator_col(thread, 0);
+  const Element* z[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    z[h] = static_cast<const Element*>(p.activation_input) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) +
+           col;
+  const bool inside = s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n;
+  const auto apply = [&](auto activation) {
+    constexpr Activation kActivation = decltype(activation)::value;
+#pragma unroll
+    for (int r = 0; r < Registers; r += 4) {
+      const int64_t c = col + 8 * (r / 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float z0 = 0.0f, z1 = 0.0f;
+        const Element* at = z[h] + 8 * (r / 4);
+        if (inside) {
+          const uint32_t word = *reinterpret_cast<const uint32_t*>(at);
+          const Element* pair = reinterpret_cast<const Element*>(&word);
+          z0 = ElementTraits<Element>::to_float(pair[0]), z1 = ElementTraits<Element>::to_float(pair[1]);
+        } else if (rows[h] < p.m && c < p.n) {
+          z0 = ElementTraits<Element>::to_float(at[0]);
+          if (c + 1 < p.n) z1 = ElementTraits<Element>::to_float(at[1]);
+        }
+        acc[r + 2 * h] = apply_activation_grad(kActivation, acc[r + 2 * h], z0);
+        acc[r + 2 * h + 1] = apply_activation_grad(kActivation, acc[r + 2 * h + 1], z1);
+      }
+    }
+  };
+  switch (p.activation) {
+    case Activation::kRelu: return apply(std::integral_constant<Activation, Activation::kRelu>{});
+    case Activation::kGelu: return apply(std::integral_constant<Activation, Activation::kGelu>{});
+    case Activation::kGeluTanh: return apply(std::integral_constant<Activation, Activation::kGeluTanh>{});
+    default: return;
+  }
 }
 
 // Rounds and stores the consumer's 64 x 2 * Registers accumulators (rows from row0,
@@ -330,14 +384,17 @@ __device__ __forceinline__ void store_row_sums(const float (&sums)[4], const Gem
 // where D goes through the copy engine): one more pass over the
 // accumulators' strips, and no product run again in backward.
 template <class Element, class Tile, bool StagedRows = false, bool WithMoments = false,
-          bool WithPreActivation = false>
+          bool WithPreActivation = false, bool WithActivationGrad = false>
 __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
                                                    int thread, int consumer, const CUtensorMap* z_map = nullptr) {
   static_assert(!WithPreActivation || (!StagedRows && !WithMoments), "the pre-activation is a plain GEMM's");
+  static_assert(!WithActivationGrad || (!StagedRows && !WithMoments && !WithPreActivation),
+                "the activation's derivative is a plain GEMM's");
   if (row0 >= p.m) return;
-  add_bias(acc, p, col0, thread);
+  if constexpr (WithActivationGrad) multiply_by_activation_grad<Element>(acc, p, s, batch, row0, col0, thread);
+  else add_bias(acc, p, col0, thread);
   const auto store_as = [&](auto out, const CUtensorMap* map, void* d) {
     using Out = typename decltype(out)::type;
     if constexpr (StagedRows) store_tile_through_strips<Out>(acc, p, s, staging, batch, row0, col0, thread, consumer);
@@ -349,7 +406,7 @@ __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulat
     else store_as(ElementTag<Element>{}, map, d);
   };
   if constexpr (WithPreActivation) store(z_map, p.pre_activation);
-  activate(acc, p);
+  if constexpr (!WithActivationGrad) activate(acc, p);
   store(d_map, p.d);
 }
 

@@ -4,8 +4,10 @@
 // 64-deep K slices of A's rows and B's columns (sm90/producer.cuh); the
 // same block splitting K, where the output's tiles are too few to fill the
 // device; the same block storing the activation's input beside D, for a
-// backward that needs it; and, whole or split, summing A's rows too (a wgrad
-// whose A is dZ^T: the bias's gradient from the GEMM that reads dZ).
+// backward that needs it; multiplying the sums by an activation's derivative
+// (an MLP's dgrad: GELU's backward in its epilogue); and, whole or split,
+// summing A's rows too (a wgrad whose A is dZ^T: the bias's gradient from the
+// GEMM that reads dZ).
 #pragma once
 
 #include <cuda.h>
@@ -63,6 +65,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                const WgmmaSchedule schedule) {
   whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockARowSums>(a_map, b_map, d_map, p, schedule,
                                                                                  nullptr);
+}
+
+// The whole-K kernel whose epilogue multiplies the sums by the activation's
+// derivative at p.activation_input (laid out as D) instead of adding a bias
+// and applying the activation: an MLP's dgrad, dZ = (dY @ W2) * gelu'(Z),
+// so that GELU's backward is no pass of its own.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_activation_grad_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
+                                      const __grid_constant__ CUtensorMap b_map,
+                                      const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                                      const WgmmaSchedule schedule) {
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockActivationGrad>(a_map, b_map, d_map, p, schedule, nullptr);
 }
 
 // Split-K on the same block, for outputs of too few tiles to fill the

@@ -92,6 +92,22 @@ cudaError_t launch_pre_activation(const GemmParams& p, int raster_group, cudaStr
       a_map, b_map, d_map, z_map, p, schedule, stream);
 }
 
+// The activation derivative kernel's launch: Z is read where D is stored,
+// in pairs only where both allow them.
+template <class Element>
+cudaError_t launch_activation_grad(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  CUtensorMap a_map, b_map, d_map{};
+  if (const cudaError_t err = operand_maps<WgmmaTile, true, false>(&a_map, &b_map, p); err != cudaSuccess) return err;
+  sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
+  // Z shares D's strides: its pairs need only its base aligned as D's.
+  schedule.d_pairs = schedule.d_pairs && reinterpret_cast<uintptr_t>(p.activation_input) % (2 * sizeof(Element)) == 0;
+  schedule.raster_group = raster_group;
+  schedule.a_broadcast = p.a_batch_stride == 0;
+  schedule.b_broadcast = p.b_batch_stride == 0;
+  return sm90::launch_wgmma_kernel<Element, WgmmaTile, true, false, sm90::GemmKernel::kActivationGrad>(
+      a_map, b_map, d_map, d_map, p, schedule, stream);
+}
+
 // The split-K kernel's launch: D is the splits' partial sums, split_k
 // matrices of m x n fp32, the batch of its tile order; the row sums' kernel
 // (Kind kSplitKRowSums) writes the splits' partial row sums, split_k of m,
@@ -154,6 +170,16 @@ cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& p, int raster_gro
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
     return launch_pre_activation<typename decltype(element)::type>(p, raster_group, stream);
+  });
+}
+
+cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  if (p.activation_input == nullptr || p.bias != nullptr || p.d_type != p.ab_type || p.k < 1 || p.m > INT_MAX ||
+      p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
+    return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
+  return with_input_element(p.ab_type, [&](auto element) {
+    return launch_activation_grad<typename decltype(element)::type>(p, raster_group, stream);
   });
 }
 

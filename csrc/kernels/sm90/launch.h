@@ -18,8 +18,9 @@ namespace sm90 {
 // storing the pre-activation too (wgmma_pre_activation_gemm_kernel), and
 // whole K or split-K writing A's row sums too (wgmma_row_sums_gemm_kernel,
 // wgmma_splitk_row_sums_gemm_kernel: params.a_row_sums, the splits' partial
-// sums where split).
-enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSums };
+// sums where split), and whole K multiplying by the activation's derivative
+// at params.activation_input (wgmma_activation_grad_gemm_kernel).
+enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSums, kActivationGrad };
 
 // Launches the kernel of one input type, pair of operand layouts (K-major or
 // not), Hopper tile and kind on tensor maps built for them (D's and the
@@ -28,8 +29,10 @@ enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSu
 // the four layouts' kernels a unit, so that a build compiles them in
 // parallel; the split-K kernels, the pre-activation's and the row sums',
 // WgmmaTile's alone, beside its others (the cooperative units): the
-// pre-activation's on K-major operands only (nn.Linear's forward), the row
-// sums' on MN-major ones only (its wgrad, dW = dZ^T @ X).
+// pre-activation's on K-major operands only (nn.Linear's forward), the
+// activation derivative's on a K-major A and an MN-major B only (an MLP's
+// dgrad, dH = dY @ W2, W2 row-major), the row sums' on MN-major ones only
+// (its wgrad, dW = dZ^T @ X).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
@@ -81,6 +84,12 @@ cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a
 // stored through the copy engine where both allow it, else from registers.
 // Returns as launch_wgmma_gemm does.
 cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
+
+// Enqueues `params`, whose activation_input is set (laid out as D, of the
+// inputs' type, as D is; no bias), on WgmmaTile's kernel that multiplies the
+// sums by the activation's derivative there, on a K-major A (row-major) and
+// an MN-major B (row-major), whole K. Returns as launch_wgmma_gemm does.
+cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
 
 // Enqueues `params`, whose a_row_sums is set (batch 1), on WgmmaTile's kernel
 // that writes A's row sums beside D, on MN-major operands (A column-major, B

@@ -50,8 +50,8 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 const CUtensorMap& z_map, const GemmParams& p, const WgmmaSchedule& schedule,
                                 cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1, "the split-K, pre-activation and row sums' "
-                                                                     "kernels run blocks alone");
+  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1,
+                "the split-K, pre-activation, activation's derivative and row sums' kernels run blocks alone");
   // The row sums' kernels hold a tile of ones past the ring.
   constexpr bool kRowSums = Kind == GemmKernel::kRowSums || Kind == GemmKernel::kSplitKRowSums;
   constexpr int kSmemBytes = kRowSums ? kSmemBytesWithOnes<Smem> : Smem::kBytes;
@@ -71,6 +71,8 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
         return &wgmma_row_sums_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
       else if constexpr (Kind == GemmKernel::kSplitKRowSums)
         return &wgmma_splitk_row_sums_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+      else if constexpr (Kind == GemmKernel::kActivationGrad)
+        return &wgmma_activation_grad_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
       else return &wgmma_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
     }();
     return launch_persistent<Element, Tile>(kernel, kSmemBytes, tiles, resident_clusters, stream, a_map, b_map,
@@ -99,6 +101,8 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
 #define MPGEMM_WGMMA_SPLITK_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kSplitK)
 #define MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, GemmKernel::kPreActivation)
+#define MPGEMM_WGMMA_ACTIVATION_GRAD_LAUNCH(ELEMENT, TILE) \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, false, GemmKernel::kActivationGrad)
 #define MPGEMM_WGMMA_ROW_SUMS_LAUNCH(ELEMENT, TILE)                            \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kRowSums) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kSplitKRowSums)

@@ -48,13 +48,16 @@ using sim::set;
 // Random problems on the launcher's own plan, steered by the simulated
 // device: one multiprocessor takes the largest tiles (Wide, Tall; Compact
 // where shared memory is that of sm_75 or sm_86), many take Small; one in
-// sixteen asks for the pre-activation too (the product run again for it).
+// sixteen asks for the pre-activation too (the product run again for it),
+// another for D times an activation's derivative (the product in fp32, then
+// the reduction that multiplies).
 static bool random_gemm_case(int index) {
   const size_t default_limit = sim::shared_limit;
   sim::use_multiprocessors(rnd(0, 1) ? 1 : 1 << 20);
   if (rnd(0, 3) == 0) sim::shared_limit = std::min<size_t>(default_limit, 99 * 1024);
   GemmCaseSpec spec;
   spec.pre_activation = index % 16 == 5;
+  spec.activation_grad = index % 16 == 9;
   const bool bad = gemm_case("gemm", index, spec);
   sim::shared_limit = default_limit;
   return bad;
@@ -111,9 +114,10 @@ static int forced_plan_cases(int& count) {
       spec.plan.config = c.id;
       spec.max_m = large ? c.block_m + 16 : 3 * c.block_m + 5;
       spec.max_n = large ? c.block_n / 2 : 2 * c.block_n + 7;
-      if (variant == 0) {  // split-K, K from 0 to several slices per split; Small's asks for the pre-activation
-        spec.batch = 1;
+      if (variant == 0) {  // split-K, K from 0 to several slices per split; Small's asks for the pre-activation,
+        spec.batch = 1;    // Compact's for D times an activation's derivative (in the splits' reduction)
         spec.pre_activation = c.id == TileConfigId::kSmall;
+        spec.activation_grad = c.id == TileConfigId::kCompact;
         spec.plan.split_k = int(rnd(2, kMaxSplitK));
         spec.max_k = rnd(0, 1) ? 8 * c.block_k + 3 : c.block_k;
       } else if (variant == 1) {  // grouped order: groups of 3 tile rows, the last one partial

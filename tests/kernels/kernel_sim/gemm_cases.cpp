@@ -51,19 +51,21 @@ Operand make_operand(ElementType type, int64_t batch, int64_t rows, int64_t cols
 }  // namespace
 
 bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* ran, GemmShape* shape) {
-  const int64_t batch = spec.batch ? spec.batch : spec.a_row_sums ? 1 : rnd(1, 3);
+  const int64_t batch = spec.batch ? spec.batch : spec.a_row_sums || spec.activation_grad ? 1 : rnd(1, 3);
   int64_t m = spec.min_m ? rnd(spec.min_m, spec.max_m) : rnd(0, 3) ? rnd(1, spec.max_m) : rnd(1, 16);
   int64_t n = spec.min_n ? rnd(spec.min_n, spec.max_n) : rnd(0, 3) ? rnd(1, spec.max_n) : rnd(1, 16);
   int64_t k = spec.min_k || rnd(0, 7) ? rnd(spec.min_k, spec.max_k) : 0;
   // Without a pinned alignment, every 16 cases run each load width (16, 8, 4
   // and 2 bytes, then one element) with each layout.
   const int64_t align = spec.aligned == 1 ? 8 : spec.aligned == 0 ? 1 : 8 >> index % 4;
-  // Pinned, the layouts of the pinned kernels; but a row sums case keeps its own, those of the row sums' kernel.
-  const bool a_row = pinned.on && !spec.a_row_sums ? pinned.a_row_major
+  // Pinned, the layouts of the pinned kernels; but a row sums case keeps its own, those of the row sums' kernel,
+  // and an activation derivative's case those of its kernel.
+  const bool own_layouts = spec.a_row_sums || spec.activation_grad;
+  const bool a_row = pinned.on && !own_layouts ? pinned.a_row_major
                      : spec.a_row_major >= 0      ? spec.a_row_major == 1
                      : spec.aligned < 0           ? index / 4 % 2
                                                   : rnd(0, 1);
-  const bool b_row = pinned.on && !spec.a_row_sums ? pinned.b_row_major
+  const bool b_row = pinned.on && !own_layouts ? pinned.b_row_major
                      : spec.b_row_major >= 0      ? spec.b_row_major == 1
                      : spec.aligned < 0           ? index / 8 % 2
                                                   : rnd(0, 1);
@@ -85,13 +87,18 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   p.ab_type = ab_type;
   p.a = a.data, p.a_batch_stride = a.bs, p.a_row_stride = a.rs, p.a_col_stride = a.cs;
   p.b = b.data, p.b_batch_stride = b.bs, p.b_row_stride = b.rs, p.b_col_stride = b.cs;
-  const sim::Bias bias(rnd(0, 3), n);
+  const sim::Bias bias(spec.activation_grad ? 0 : rnd(0, 3), n);
   p.bias = bias.data(), p.bias_type = bias.type;
-  p.activation = spec.pre_activation ? Activation(rnd(1, 2)) : Activation(rnd(0, 2));
+  // A derivative's: ReLU's, GELU's or GELU's tanh form's (which no forward applies).
+  p.activation = spec.activation_grad   ? Activation(rnd(1, 3))
+                 : spec.pre_activation ? Activation(rnd(1, 2))
+                                        : Activation(rnd(0, 2));
   using OutputType = GemmCaseSpec::OutputType;
   const ElementType other_16_bit =
       ab_type == ElementType::kFloat16 ? ElementType::kBFloat16 : ElementType::kFloat16;
-  p.d_type = spec.d_type == OutputType::kOpsOwn       ? (rnd(0, 1) ? ElementType::kFloat32 : ab_type)
+  // An activation's derivative: D of the inputs' type, as _gemm_activation_grad makes it.
+  p.d_type = spec.activation_grad                      ? ab_type
+             : spec.d_type == OutputType::kOpsOwn       ? (rnd(0, 1) ? ElementType::kFloat32 : ab_type)
              : spec.d_type == OutputType::kOther16Bit ? other_16_bit
                                                       : sim::any_type();
   const int64_t esize = sim::bytes_of(p.d_type);
@@ -109,6 +116,14 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   // The pre-activation, laid out as D (its base as far into its buffer), poisoned likewise.
   Buffer z(spec.pre_activation ? d.size : 1);
   if (spec.pre_activation) p.pre_activation = z.p + esize * d_offset;
+  // The activation's input, laid out as D (its base as far into its buffer), of the inputs' type.
+  Buffer activation_input(spec.activation_grad ? 2 * (d.size / esize) : 1);
+  if (spec.activation_grad) {
+    p.activation_input = activation_input.p + 2 * d_offset;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        set(activation_input.p, ab_type, d_offset + i * p.d_row_stride + j, rnd(0, 7) ? rnd(-24, 24) / 8.0f : 0.0f);
+  }
   // A's row sums, poisoned, 8 past m that must stay so.
   Buffer row_sums(spec.a_row_sums ? (m + 8) * sizeof(float) : 1);
   if (spec.a_row_sums) p.a_row_sums = reinterpret_cast<float*>(row_sums.p);
@@ -131,8 +146,11 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
       for (int64_t j = 0; j < n; ++j) {
         double sum = 0;
         for (int64_t q = 0; q < k; ++q) sum += double(a.at(bi, i, q)) * b.at(bi, q, j);
-        const float want = sim::rounded(apply_activation(p.activation, float(sum) + bias.values[j]), p.d_type);
         const int64_t e = d_offset + bi * p.d_batch_stride + i * p.d_row_stride + j;
+        const float want = sim::rounded(spec.activation_grad ? apply_activation_grad(p.activation, float(sum),
+                                                                                     get(activation_input.p, ab_type, e))
+                                                             : apply_activation(p.activation, float(sum) + bias.values[j]),
+                                        p.d_type);
         const float got = get(d.p, p.d_type, e);
         written[e] = true;
         if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);
@@ -158,10 +176,11 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   if (bad)
     printf("%s case %d FAILED: err=%d align=%ld ab_type=%d batch=%ld m=%ld n=%ld k=%ld A(%ld,%ld,%ld) B(%ld,%ld,%ld) "
            "bias=%d bias_type=%d act=%d d_type=%d d_offset=%ld ldd=%ld pre_activation=%d a_row_sums=%d "
+           "activation_grad=%d "
            "multiprocessors=%d shared_limit=%zu max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
            kind, index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
            int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, int(spec.pre_activation),
-           int(spec.a_row_sums), sim::multiprocessors, sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k,
+           int(spec.a_row_sums), int(spec.activation_grad), sim::multiprocessors, sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k,
            plan.raster_group);
   return bad;
 }

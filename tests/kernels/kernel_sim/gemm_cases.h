@@ -43,6 +43,11 @@ struct GemmCaseSpec {
   // Asks the launcher for the pre-activation too (GemmParams::pre_activation,
   // laid out as D, poisoned), under GELU or ReLU, and checks it.
   bool pre_activation = false;
+  // Asks the launcher for D = (A @ B) times GELU's or ReLU's derivative at
+  // an activation input Z (GemmParams::activation_input, laid out as D, of
+  // the inputs' type; zeros among it), with no bias, a single matrix, D of
+  // the inputs' type.
+  bool activation_grad = false;
   // Asks the launcher for A's row sums too (GemmParams::a_row_sums, in a
   // poisoned buffer with room past m) and checks them; batch 1 unless set.
   bool a_row_sums = false;

@@ -4,7 +4,8 @@
 // with PLANTED_SPLIT_K, WgmmaTile's split-K and pre-activation kernels of
 // those too, and its whole-K kernel that sums A's rows, on the layouts it
 // takes (A column-major, B row-major), which the pinned run's row sums case
-// keeps.
+// keeps, and its kernel that multiplies by an activation's derivative, on
+// its layouts (A and B row-major), which that case keeps.
 // Linked ahead of the unplanted kernels, its definitions of the kernel and of
 // every function it shares with them are the ones the linker keeps, so that a
 // planted build compiles this one unit rather than every Hopper kernel.
@@ -15,4 +16,5 @@ MPGEMM_WGMMA_LAUNCH_ONE(__half, PLANTED_TILE, true, true)
 MPGEMM_WGMMA_LAUNCH_KIND(__half, WgmmaTile, true, true, GemmKernel::kSplitK)
 MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(__half, WgmmaTile)
 MPGEMM_WGMMA_LAUNCH_KIND(__half, WgmmaTile, false, false, GemmKernel::kRowSums)
+MPGEMM_WGMMA_ACTIVATION_GRAD_LAUNCH(__half, WgmmaTile)
 #endif
