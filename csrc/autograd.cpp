@@ -1,4 +1,4 @@
-// Autograd of gemm, linear and conv2d: C++ autograd Functions registered at
+// Autograd of gemm, linear, mlp and conv2d: C++ autograd Functions registered at
 // the Autograd key, so that a call costs the host what one of torch's own
 // differentiable ops does (torch.library's Python autograd wrapper cost 5-8x
 // a torch.nn.functional.linear call; bench/NOTES.md).
@@ -19,7 +19,9 @@
 //                                     dz^T as its A: the row sums of A, of dz
 //                                     as rounded for the product, as torch.amp
 //                                     sums its 16-bit dz)
-// and each gradient has the dtype of its input. conv2d's are its dgrad and
+// and each gradient has the dtype of its input. mlp's are its two linears',
+// the activation's input gradient dz = (dy @ w2) * activation'(z) from one
+// product with MPGEMM_EPILOGUE_ACTIVATION_GRAD=1. conv2d's are its dgrad and
 // wgrad implicit GEMMs (one op, conv2d_backward, where both are wanted) and
 // an fp32 sum for the bias. Each saves its operands, and the bias where
 // GELU's pre-activation is recomputed (or that pre-activation), or the
@@ -268,17 +270,16 @@ struct GemmFunction : torch::autograd::Function<GemmFunction> {
 
 // The gradients of a linear's x, weight and bias ({dx, dW, db}, each
 // undefined where not wanted) from grad_z, its pre-activation's gradient
-// (..., out_features) in any float type: rounded to the product's type for
-// the two products; the bias's summed from grad_z as given, in fp32 (or,
-// with bias_grad_from_weight_grad, by dW's product from grad_z as rounded).
+// (..., out_features) in any float type: rounded to the products' 16-bit
+// type `dtype`; the bias's summed from grad_z as given, in fp32 (or, with
+// bias_grad_from_weight_grad, by dW's product from grad_z as rounded).
 variable_list linear_gradients(const at::Tensor& grad_z, const at::Tensor& x, const at::Tensor& weight,
-                               std::optional<at::ScalarType> bias_dtype, bool want_x, bool want_weight,
-                               bool want_bias) {
+                               at::ScalarType dtype, std::optional<at::ScalarType> bias_dtype, bool want_x,
+                               bool want_weight, bool want_bias) {
   const c10::SymInt out_features = weight.sym_size(0), in_features = weight.sym_size(1);
   // Not -1: an empty feature dimension leaves -1 ambiguous.
   const auto x_sizes = x.sym_sizes();
   const c10::SymInt rows = product(x_sizes.slice(0, x_sizes.size() - 1));
-  const at::ScalarType dtype = product_dtype(x, weight);
   const at::Tensor grad_z16 = grad_z.reshape_symint({rows, out_features}).to(dtype);
   at::Tensor grad_x, grad_weight, grad_bias;
   if (want_x)
@@ -313,8 +314,9 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
         return call_linear(x, weight, optional(saved[2]), std::nullopt, at::kFloat);
       });
       const auto bias_dtype = saved_bias_dtype(ctx);
-      variable_list grads = linear_gradients(grad_z, x, weight, bias_dtype, ctx->needs_input_grad(0),
-                                             ctx->needs_input_grad(1), bias_dtype && ctx->needs_input_grad(kBiasEdge));
+      variable_list grads =
+          linear_gradients(grad_z, x, weight, product_dtype(x, weight), bias_dtype, ctx->needs_input_grad(0),
+                           ctx->needs_input_grad(1), bias_dtype && ctx->needs_input_grad(kBiasEdge));
       grads.resize(5);  // activation, out_dtype
       return grads;
     });
@@ -324,8 +326,9 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
 // MPGEMM_EPILOGUE_ACTIVATION_GRAD: "1" has mlp's backward give its
 // activation's input gradient from the second linear's dgrad
 // (_gemm_activation_grad: on sm_90 the Hopper kernel's epilogue multiplies
-// by the derivative; elsewhere the product in fp32, then split-K's
-// reduction does), unset or "0" runs that dgrad and torch's gelu_backward (or
+// by the derivative, where it takes the product; elsewhere split-K's
+// reduction or a pass after the product does, the same bytes as torch's
+// pass), unset or "0" runs that dgrad and torch's gelu_backward (or
 // threshold_backward) apart. Opt-in until that kernel has passed the GPU
 // tests. Asked by each backward that wants the first linear's gradients.
 bool activation_grad_in_epilogue() { return environment_switch("MPGEMM_EPILOGUE_ACTIVATION_GRAD"); }
@@ -336,15 +339,23 @@ at::Tensor call_activation_grad(const at::Tensor& a, const at::Tensor& b, const 
   return op.call(a, b, activation_input, activation);
 }
 
-// mlp's hidden activation h in the product's 16-bit type (`dtype`): the
-// first linear with its activation fused (ReLU, GELU), or for GELU's tanh
-// form, which no forward epilogue applies, the linear and torch's gelu of
-// its output, whose pre-activation z is then returned too.
+// w1 as mlp's first product takes it: rounded to the block's product type
+// `dtype` where linear's rule on x and w1 alone would pick the other (both
+// fp32 beside a bf16 w2).
+at::Tensor first_weight(const at::Tensor& x, const at::Tensor& w1, at::ScalarType dtype) {
+  return product_dtype(x, w1) == dtype ? w1 : w1.to(dtype);
+}
+
+// mlp's hidden activation h in the block's product type `dtype`: the first
+// linear with its activation fused (ReLU, GELU), or for GELU's tanh form,
+// which no forward epilogue applies, the linear and torch's gelu of its
+// output, whose pre-activation z is then returned too.
 std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Tensor& w1,
                                               const std::optional<at::Tensor>& b1, std::string_view activation,
                                               at::ScalarType dtype) {
-  if (activation != "gelu_tanh") return {call_linear(x, w1, b1, activation, dtype), at::Tensor()};
-  at::Tensor z = call_linear(x, w1, b1, std::nullopt, dtype);
+  const at::Tensor w = first_weight(x, w1, dtype);
+  if (activation != "gelu_tanh") return {call_linear(x, w, b1, activation, dtype), at::Tensor()};
+  at::Tensor z = call_linear(x, w, b1, std::nullopt, dtype);
   return {at::gelu(z, "tanh"), z};
 }
 
@@ -360,11 +371,13 @@ at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& w1, const std::opt
 // hidden activation h (the second linear's input, as torch saves it), and
 // for GELU its input z: from the first linear's epilogue with
 // pre_activation_saved() (the tanh form's always, which the forward has),
-// else b1 to compute z again in backward. ReLU's
-// derivative is read off h (h > 0 exactly where z > 0 but for z too small
-// for h's type). Backward: dZ = (dY @ W2) * activation'(z) in one product
+// else b1 to compute z again in backward (rounded to h's type, as torch.amp's
+// gelu saves its input; linear's recomputes it in fp32). ReLU's derivative
+// is read off h (h > 0 exactly where z > 0 but for z too small for h's
+// type). Backward: dY rounded to h's type once, for every product and the
+// second bias's sum; dZ = (dY @ W2) * activation'(z) in one product
 // (activation_grad_in_epilogue) or a product and torch's pass, then the
-// linears' gradients.
+// linears' gradients, all in h's type.
 struct MlpFunction : torch::autograd::Function<MlpFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
                             const std::optional<at::Tensor>& b1, const at::Tensor& w2,
@@ -377,7 +390,8 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
     if (b2 && b2->defined()) ctx->saved_data["b2_dtype"] = b2->scalar_type();
     at::Tensor h, z;
     if (gelu && pre_activation_saved())
-      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, w1, b1, activation, dtype);
+      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, first_weight(x, w1, dtype), b1, activation,
+                                                                      dtype);
     else
       std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype);
     ctx->save_for_backward({x, w1, w2, h, z, gelu && !z.defined() ? b1.value_or(at::Tensor()) : at::Tensor()});
@@ -393,23 +407,24 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
       const size_t w2_edge = b1_dtype ? 3 : 2;
       const bool want_x = ctx->needs_input_grad(0), want_w1 = ctx->needs_input_grad(1),
                  want_b1 = b1_dtype && ctx->needs_input_grad(kBiasEdge);
-      const variable_list second = linear_gradients(grad_outs[0], h, w2, b2_dtype, false,
+      const at::ScalarType dtype = h.scalar_type();
+      const c10::SymInt hidden = w1.sym_size(0), out_features = w2.sym_size(0);
+      const auto h_sizes = h.sym_sizes();
+      const c10::SymInt rows = product(h_sizes.slice(0, h_sizes.size() - 1));
+      const at::Tensor grad_y = grad_outs[0].reshape_symint({rows, out_features}).to(dtype);
+      const variable_list second = linear_gradients(grad_y, h, w2, dtype, b2_dtype, false,
                                                     ctx->needs_input_grad(w2_edge),
                                                     b2_dtype && ctx->needs_input_grad(w2_edge + 1));
       variable_list first(3);
       if (want_x || want_w1 || want_b1) {
-        const std::string& activation = ctx->saved_data["activation"].toStringRef();
-        const at::ScalarType dtype = h.scalar_type();
-        const c10::SymInt hidden = w1.sym_size(0), out_features = w2.sym_size(0);
-        const auto h_sizes = h.sym_sizes();
-        const c10::SymInt rows = product(h_sizes.slice(0, h_sizes.size() - 1));
+        const std::string& activation = saved_activation(ctx);
         const at::Tensor h2d = h.reshape_symint({rows, hidden});
-        const at::Tensor grad_y = grad_outs[0].reshape_symint({rows, out_features}).to(dtype);
         const at::Tensor w2_16 = w2.to(dtype);
         at::Tensor z;
         if (activation == "relu") z = h2d;
         else if (saved[4].defined()) z = saved[4].reshape_symint({rows, hidden});
-        else z = call_linear(x, w1, optional(saved[5]), std::nullopt, dtype).reshape_symint({rows, hidden});
+        else z = call_linear(x, first_weight(x, w1, dtype), optional(saved[5]), std::nullopt, dtype)
+                     .reshape_symint({rows, hidden});
         at::Tensor grad_z;
         if (activation_grad_in_epilogue()) {
           grad_z = call_activation_grad(grad_y, w2_16, z, activation);
@@ -418,7 +433,7 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
           grad_z = activation == "relu" ? at::threshold_backward(grad_h, z, 0)
                                         : at::gelu_backward(grad_h, z, activation == "gelu_tanh" ? "tanh" : "none");
         }
-        first = linear_gradients(grad_z, x, w1, b1_dtype, want_x, want_w1, want_b1);
+        first = linear_gradients(grad_z, x, w1, dtype, b1_dtype, want_x, want_w1, want_b1);
       }
       return {first[0], first[1], first[2], second[1], second[2], at::Tensor()};
     });
@@ -560,7 +575,11 @@ TORCH_LIBRARY_IMPL(mpgemm, Autograd, m) {
   m.impl("mlp", &mlp_autograd);
 }
 
-// mlp below autograd, on every backend (Meta included): the linears' own kernels.
-TORCH_LIBRARY_IMPL(mpgemm, CompositeExplicitAutograd, m) { m.impl("mlp", &mlp_forward); }
+// mlp below autograd, on each backend: the linears' own kernels.
+TORCH_LIBRARY_IMPL(mpgemm, CPU, m) { m.impl("mlp", &mlp_forward); }
+TORCH_LIBRARY_IMPL(mpgemm, Meta, m) { m.impl("mlp", &mlp_forward); }
+#ifdef MPGEMM_WITH_CUDA
+TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) { m.impl("mlp", &mlp_forward); }
+#endif
 
 }  // namespace mpgemm

@@ -103,17 +103,18 @@ kernels::Activation parse_activation(const char* op, std::optional<std::string_v
   TORCH_CHECK_VALUE(false, op, ": activation must be None, 'relu' or 'gelu', got '", *activation, "'");
 }
 
-// A bias of `n` elements (named `shape_name` in messages), on anchor's device.
+// A bias of `n` elements (named `shape_name` in messages), on anchor's
+// device; `name`, the argument's.
 template <class Size>
 void check_bias(const char* op, const std::optional<at::Tensor>& bias, const Size& n, const char* shape_name,
-                const at::Tensor& anchor, const char* anchor_name) {
+                const at::Tensor& anchor, const char* anchor_name, const char* name = "bias") {
   if (!bias) return;
   const at::Tensor& t = *bias;
-  TORCH_CHECK_TYPE(is_float_type(t.scalar_type()), op, ": expected bias to be ", kFloatTypes, ", got ",
+  TORCH_CHECK_TYPE(is_float_type(t.scalar_type()), op, ": expected ", name, " to be ", kFloatTypes, ", got ",
                    dtype_name(t.scalar_type()));
-  TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == n, op, ": expected bias of shape ", shape_name, " = (", n,
-                    ",), got shape ", shape_of(t));
-  check_same_device(op, anchor, anchor_name, t, "bias");
+  TORCH_CHECK_VALUE(t.dim() == 1 && dim_size<Size>(t, 0) == n, op, ": expected ", name, " of shape ", shape_name,
+                    " = (", n, ",), got shape ", shape_of(t));
+  check_same_device(op, anchor, anchor_name, t, name);
 }
 
 // The epilogue's arguments, common to every op that ends in one.
@@ -252,8 +253,8 @@ at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const s
                     shape_of(w1), "; x.shape[-1] must equal w1.shape[1]");
   TORCH_CHECK_VALUE(dim_size<Size>(w2, 1) == hidden, op, ": w1 has shape ", shape_of(w1), " but w2 has shape ",
                     shape_of(w2), "; w2.shape[1] must equal w1.shape[0] (the hidden features)");
-  check_bias(op, b1, hidden, "(w1.shape[0],)", x, "x");
-  check_bias(op, b2, dim_size<Size>(w2, 0), "(w2.shape[0],)", x, "x");
+  check_bias(op, b1, hidden, "(w1.shape[0],)", x, "x", "b1");
+  check_bias(op, b2, dim_size<Size>(w2, 0), "(w2.shape[0],)", x, "x", "b2");
   return dtype == at::kBFloat16 || weights_dtype == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
 }
 

@@ -103,12 +103,13 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     activation's input comes from the product that gives the hidden
     activation's (``dY @ w2``), multiplied by the activation's derivative
     before it is rounded, so that GELU's (or ReLU's) backward is no pass
-    over memory of its own (on sm_90 in the Hopper GEMM's epilogue, opt-in
-    until that kernel has passed the GPU tests); unset or "0", that product
-    and torch's ``gelu_backward`` (``threshold_backward``) run apart. GELU's
-    input is saved from the first product's epilogue with
-    ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1``, else computed again in backward, as
-    :func:`linear` does (the tanh form's is kept by its forward). Under
+    over memory of its own (on sm_90 in the Hopper GEMM's epilogue, where
+    its 128x256 tile takes the product; elsewhere a pass after it, the bytes
+    of torch's; opt-in until that kernel has passed the GPU tests); unset or
+    "0", that product and torch's ``gelu_backward`` (``threshold_backward``)
+    run apart. GELU's input is saved from the first product's epilogue with
+    ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1``, else computed again in backward in
+    the product's type (the tanh form's is kept by its forward). Under
     ``torch.autocast`` every floating-point
     argument is cast to autocast's dtype first.
     """

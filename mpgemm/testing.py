@@ -32,6 +32,27 @@ def reference_gemm(a, b, bias=None, activation=None):
     return out
 
 
+# The activations whose derivative mpgemm.mlp and _gemm_activation_grad
+# take, as torch computes them.
+TORCH_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
+
+
+def activation_grad_reference(a, b, z, activation):
+    """(a @ b) * activation'(z) in float64 on the CPU, the slope from
+    autograd through torch's own activation (ReLU's 0 at 0, as torch's)."""
+    z64 = z.double().cpu()
+    slope = torch.func.grad(lambda t: TORCH_ACTIVATIONS[activation](t).sum())(z64)
+    return torch.matmul(a.double().cpu(), b.double().cpu()) * slope
+
+
+def torch_activation_backward(grad, z, activation):
+    """torch's own backward of `activation` at its input z: gelu_backward
+    (either form) or threshold_backward."""
+    if activation == "relu":
+        return torch.ops.aten.threshold_backward(grad, z, 0)
+    return torch.ops.aten.gelu_backward(grad, z, approximate="tanh" if activation == "gelu_tanh" else "none")
+
+
 def cublas_reference(a, b, bias=None, activation=None):
     """activation(a @ b + bias) with cuBLAS doing the product (fp16 in, fp32
     accumulate and out), batch by batch; bias and activation in fp32."""

@@ -570,6 +570,12 @@ def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cros
     return rows
 
 
+def _shape_applies(shape, suite):
+    """Whether a --shapes item is one of `suite`'s cases: a plain shape is
+    any shaped suite's; a labelled one only its suite's."""
+    return not isinstance(shape[0], str) or (suite, shape[0]) in CASE_BUILDERS_BY_CASE
+
+
 def plan_cases(suites, device, quick=False, shapes=None, dtypes=tuple(DTYPES), conv_batches=None):
     """[(suite, case, shape, dtype)]: each case once per operand type its suite runs;
     conv_batches: ResNet-50's convolutions at these batch sizes only."""
@@ -578,8 +584,8 @@ def plan_cases(suites, device, quick=False, shapes=None, dtypes=tuple(DTYPES), c
         table = dict(table, conv=[(case, shape) for case, shape in table["conv"]
                                   if case != "resnet50" or shape[0] in conv_batches])
     return [(suite, case, shape, dtype) for suite in suites for case, shape in
-            ([s if isinstance(s[0], str) else ("custom", s) for s in shapes] if shapes and suite in SHAPED_SUITES
-             else table[suite])
+            ([s if isinstance(s[0], str) else ("custom", s) for s in shapes if _shape_applies(s, suite)]
+             if shapes and suite in SHAPED_SUITES else table[suite])
             for dtype in SUITE_DTYPES[suite] if dtype in dtypes]
 
 
@@ -633,6 +639,10 @@ def main(args):
     device = torch.device("cuda" if build_info()["cuda_available"] else "cpu")
     if args.shapes and args.suite not in SHAPED_SUITES + ("all",):
         print(f"mpgemm bench: --shapes applies to the gemm and linear suites, not to {args.suite}")
+        return 2
+    misplaced = [s[0] for s in args.shapes or () if args.suite != "all" and not _shape_applies(s, args.suite)]
+    if misplaced:
+        print(f"mpgemm bench: {misplaced[0]} shapes are the linear suite's, not the {args.suite} suite's")
         return 2
     for value, flag in ((args.conv_paths, "--conv-paths"), (args.batch_sizes, "--batch-sizes")):
         if value and args.suite not in ("conv", "all"):

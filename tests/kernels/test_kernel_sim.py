@@ -410,9 +410,9 @@ GEMM_LAUNCH_MUTATIONS = {
     "pre-activation run again with the activation": (
         ("again.activation = Activation::kNone;", "again.activation = PLANTED ? run.activation : Activation::kNone;"),
         "Z["),
-    "activation's derivative left out of the fp32 product's reduction": (
-        ("    return launch_splitk_reduce(run, partials, 1, stream);",
-         "    if (PLANTED) run.activation_input = nullptr;\n    return launch_splitk_reduce(run, partials, 1, stream);"),
+    "activation derivative's pass left out after the product": (
+        ("    return launch_activation_grad_pass(run, stream);",
+         "    if (PLANTED) return cudaSuccess;\n    return launch_activation_grad_pass(run, stream);"),
         "activation_grad=1"),
     "split row sums reduced from the first split alone": (
         ("row_sum_partials, p.m, plan.split_k, stream)", "row_sum_partials, p.m, PLANTED ? 1 : plan.split_k, stream)"),
@@ -826,10 +826,10 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma split-K cases summing A's rows") >= 1, replay
     assert "row sums refused where the plan cannot sum them: ok" in output, replay
     # D times an activation's derivative (an MLP's dgrad): from the wide
-    # tile's epilogue, Z read in pairs and an element at a time, and from the
-    # reduction after split-K's partial sums or the plan's product in fp32.
+    # tile's epilogue, Z read in pairs and an element at a time, and after
+    # the product: split-K's reduction, or a pass over D.
     assert printed_count(output, "wgmma cases multiplying by the activation's derivative in the epilogue") >= 2, replay
-    assert printed_count(output, "cases multiplying by the activation's derivative in the reduction") >= 2, replay
+    assert printed_count(output, "cases multiplying by the activation's derivative after the product") >= 2, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay

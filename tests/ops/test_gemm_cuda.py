@@ -21,7 +21,8 @@ import pytest
 import torch
 
 import mpgemm
-from mpgemm.testing import random_operand, reference_gemm, relative_error
+from mpgemm.testing import (TORCH_ACTIVATIONS, activation_grad_reference, random_operand, reference_gemm,
+                            relative_error, torch_activation_backward)
 
 from support import set_environment
 
@@ -515,27 +516,17 @@ def test_narrow_tiles_by_default(m, n, tile, monkeypatch):
 
 
 def poisoned_activation_grad(a, b, z, activation):
-    """torch.ops.mpgemm._gemm_activation_grad into memory that held NaN: a
+    """torch.ops.mpgemm._gemm_activation_grad into memory that held NaN (a
     block of the result's size filled and freed, which the caching allocator
-    hands back for it (asserted)."""
+    hands back for it, asserted), and the kernels that call ran."""
     poison = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=a.dtype, device="cuda")
     pointer = poison.data_ptr()
     del poison
-    out = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
+        torch.cuda.synchronize()
     assert out.data_ptr() == pointer, "the output was not the poisoned block"
-    return out
-
-
-def activation_grad_reference(a, b, z, activation):
-    """(a @ b) * activation'(z) in float64, on the CPU."""
-    z64 = z.double().cpu()
-    if activation == "relu":
-        slope = (z64 > 0).double()
-    elif activation == "gelu_tanh":
-        slope = torch.func.grad(lambda t: torch.nn.functional.gelu(t, approximate="tanh").sum())(z64)
-    else:
-        slope = 0.5 * (1 + torch.erf(z64 / 2 ** 0.5)) + z64 * torch.exp(-z64 * z64 / 2) / (2 * torch.pi) ** 0.5
-    return (a.double() @ b.double()).cpu() * slope
+    return out, [event.name for event in prof.events() if "kernel" in event.name.lower()]
 
 
 @needs_hopper_path
@@ -544,33 +535,30 @@ def activation_grad_reference(a, b, z, activation):
 @pytest.mark.parametrize("m, n, k, path, kernel", [
     (4096, 3072, 768, None, "wgmma_activation_grad_gemm_kernel"),   # GPT-2 small's MLP dgrad
     (1100, 2056, 264, None, "wgmma_activation_grad_gemm_kernel"),   # partial tiles
-    (1000, 1032, 264, None, "splitk_reduce_kernel"),                # ping-pong's plan: the fp32 product, reduced
-    (4096, 3072, 768, "wmma", "splitk_reduce_kernel"),              # the WMMA tiles' product
-    (8192, 64, 1024, None, "splitk_reduce_kernel")])                # a narrow tile's plan
+    (1100, 2056, 264, "odd z", "wgmma_activation_grad_gemm_kernel"),  # Z's pairs misaligned: read one at a time
+    (1000, 1032, 264, None, "activation_grad_pass_kernel"),         # ping-pong's plan, then the pass
+    (4096, 3072, 768, "wmma", "activation_grad_pass_kernel"),       # the WMMA tiles' product, then the pass
+    (8192, 64, 1024, None, "activation_grad_pass_kernel")])         # a narrow tile's plan, then the pass
 def test_activation_grad_from_the_hopper_epilogue(m, n, k, path, kernel, activation, dtype, monkeypatch):
     """An MLP's dgrad times the activation's derivative at Z (the op that
     MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 has mlp's backward run): dY (row-major)
     times W2 (row-major) on the wide tile's whole K multiplies in its
-    epilogue; other plans run the product in fp32 and multiply in the
-    reduction. The output, in memory that held NaN, matches float64 and
-    torch's own backward of the fp32 product, and is the same bits again."""
+    epilogue, Z read in pairs or (its base 2 bytes off) one at a time; other
+    plans store the product and a pass multiplies it. The output, in memory
+    that held NaN, matches float64 and torch's own backward of the fp32
+    product, and is the same bits again."""
     for name in ("MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES"):
         monkeypatch.delenv(name, raising=False)
-    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
+    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path if path == "wmma" else None)
     a, b = operand((m, k), "row", dtype), operand((k, n), "row", dtype)
-    z = (torch.randn(m, n, device="cuda") * 2).to(dtype)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = poisoned_activation_grad(a, b, z, activation)
-        torch.cuda.synchronize()
-    ran = [event.name for event in prof.events() if "kernel" in event.name.lower()]
+    z = (torch.randn(m * n + 1, device="cuda") * 2).to(dtype)
+    z = z[1:].view(m, n) if path == "odd z" else z[:-1].view(m, n)
+    out, ran = poisoned_activation_grad(a, b, z, activation)
     assert any(kernel in name for name in ran), ran
     assert not any("at::native" in name for name in ran), ran
     assert not out.isnan().any()
     assert relative_error(out, activation_grad_reference(a, b, z, activation)) < tolerance(dtype)
-    product = a.float() @ b.float()
-    torch_grad = (torch.ops.aten.threshold_backward(product, z.float(), 0) if activation == "relu" else
-                  torch.ops.aten.gelu_backward(product, z.float(),
-                                               approximate="tanh" if activation == "gelu_tanh" else "none"))
+    torch_grad = torch_activation_backward(a.float() @ b.float(), z.float(), activation)
     assert relative_error(out, torch_grad.double().cpu()) < tolerance(dtype)
     assert torch.equal(out, torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation))
 
@@ -591,8 +579,7 @@ def test_mlp_backward_multiplies_in_the_dgrad_epilogue(activation, monkeypatch):
     b1, b2 = (torch.randn(n, device="cuda", requires_grad=True) for n in (3072, 768))
     grad = torch.randn(4096, 768, device="cuda").half()
     x64, w164, w264, b164, b264 = (t.detach().double().requires_grad_() for t in (x, w1, w2, b1, b2))
-    act = {"gelu": torch.nn.functional.gelu, "relu": torch.nn.functional.relu,
-           "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[activation]
+    act = TORCH_ACTIVATIONS[activation]
     torch.nn.functional.linear(act(torch.nn.functional.linear(x64, w164, b164)), w264, b264).backward(grad.double())
     errors = {}
     for switch in ("0", "1"):
@@ -603,7 +590,8 @@ def test_mlp_backward_multiplies_in_the_dgrad_epilogue(activation, monkeypatch):
             torch.cuda.synchronize()
         ran = [event.name for event in prof.events() if "kernel" in event.name.lower()]
         fused = any("wgmma_activation_grad_gemm_kernel" in name for name in ran)
-        torch_pass = any("gelu_backward" in name.lower() or "threshold" in name.lower() for name in ran)
+        # torch's kernels: GeluBackwardCUDAKernelImpl's, threshold_backward's.
+        torch_pass = any(s in name.lower() for name in ran for s in ("gelubackward", "gelu_backward", "threshold"))
         assert fused == (switch == "1") and torch_pass == (switch == "0"), ran
         errors[switch] = [relative_error(g, ref.grad) for g, ref in zip(grads, (x64, w164, b164, w264, b264))]
     for on, off in zip(errors["1"], errors["0"]):

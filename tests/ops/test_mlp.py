@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import mpgemm
-from mpgemm.testing import random_operand, relative_error
+from mpgemm.testing import (TORCH_ACTIVATIONS, activation_grad_reference, random_operand, relative_error,
+                            torch_activation_backward)
 from support import MpgemmCalls, assert_compiled_grads_equal_eager
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -18,7 +19,6 @@ H, BF = torch.float16, torch.bfloat16
 # and 16-bit gradients once more on output.
 GRAD_TOLERANCE = {H: 5e-3, BF: 2e-2}
 SWITCH = "MPGEMM_EPILOGUE_ACTIVATION_GRAD"
-TORCH_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
 ACTIVATIONS = list(TORCH_ACTIVATIONS)
 
 
@@ -45,11 +45,19 @@ def float64_mlp_grads(inputs, activation, grad_out, product):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-@pytest.mark.parametrize("dtype, w_dtype", [(H, H), (BF, BF), (torch.float32, BF)])
+@pytest.mark.parametrize("dtype, w_dtype", [(H, H), (BF, BF), (torch.float32, BF), (torch.float32, "fp32, bf16")])
 def test_forward_is_the_two_linears_bit_for_bit(device, activation, dtype, w_dtype):
+    """y is linear(h, w2, b2) of the hidden activation h that linear (or, the
+    tanh form, linear then torch's gelu) gives, in the block's one product
+    type: bf16 where any of x, w1, w2 is, so that an fp32 w1 beside a bf16
+    w2 is rounded to bf16 for its product too."""
+    w_dtype, w2_dtype = (torch.float32, BF) if w_dtype == "fp32, bf16" else (w_dtype, w_dtype)
     x, w1, b1, w2, b2 = (t.detach() for t in mlp_inputs(device, (3, 11, 40), 72, 24, dtype, w_dtype))
-    product = BF if BF in (dtype, w_dtype) else H
+    w2 = w2.to(w2_dtype)
+    product = BF if BF in (dtype, w_dtype, w2_dtype) else H
     y = mpgemm.mlp(x, w1, b1, w2, b2, activation=activation)
+    if w1.dtype == torch.float32 and x.dtype == torch.float32:
+        w1 = w1.to(product)
     if activation == "gelu_tanh":
         h = F.gelu(mpgemm.linear(x, w1, b1, out_dtype=product), approximate="tanh")
     else:
@@ -62,14 +70,17 @@ def test_forward_is_the_two_linears_bit_for_bit(device, activation, dtype, w_dty
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("x_shape, hidden, out_features, biases", [((33, 40), 72, 24, True),
                                                                    ((2, 9, 24), 40, 17, False), ((16,), 8, 8, True)])
-@pytest.mark.parametrize("dtype, w_dtype", [(H, H), (BF, BF), (BF, torch.float32)])
+@pytest.mark.parametrize("dtype, w_dtype", [(H, H), (BF, BF), (BF, torch.float32), (torch.float32, "fp32, bf16")])
 def test_gradients_against_float64(device, activation, x_shape, hidden, out_features, biases, dtype, w_dtype,
                                    monkeypatch):
     """Every input's gradient, with the derivative in the dgrad product and
-    without, and with GELU's input saved by the forward and computed again."""
-    inputs = mlp_inputs(device, x_shape, hidden, out_features, dtype, w_dtype, biases)
+    without, and with GELU's input saved by the forward and computed again;
+    an fp32 x and w1 beside a bf16 w2 computed in bf16 throughout."""
+    w_dtype, w2_dtype = (torch.float32, BF) if w_dtype == "fp32, bf16" else (w_dtype, w_dtype)
+    inputs = list(mlp_inputs(device, x_shape, hidden, out_features, dtype, w_dtype, biases))
+    inputs[3] = inputs[3].detach().to(w2_dtype).requires_grad_()
     grad_out = torch.randn(*x_shape[:-1], out_features, device=device).to(dtype)
-    product = BF if BF in (dtype, w_dtype) else H
+    product = BF if BF in (dtype, w_dtype, w2_dtype) else H
     want = float64_mlp_grads(inputs, activation, grad_out, product)
     wanted = [t for t in inputs if t is not None]
     for switch in ("0", "1"):
@@ -87,6 +98,30 @@ def test_gradients_against_float64(device, activation, x_shape, hidden, out_feat
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("biases", ["b1", "b2"])
+@pytest.mark.parametrize("frozen", ["x", "w1", "w2", "first"])
+def test_gradients_of_what_requires_them(device, biases, frozen, monkeypatch):
+    """One bias given (autograd numbers the edges by the tensors given) and
+    some inputs frozen: the gradients of the rest, against float64; none
+    asked of the frozen ones (the first linear's products skipped where
+    neither x nor w1 nor b1 wants one)."""
+    monkeypatch.setenv(SWITCH, "1")
+    x, w1, b1, w2, b2 = mlp_inputs(device, (2, 7, 24), 40, 16, H)
+    inputs = [x, w1, b1 if biases == "b1" else None, w2, b2 if biases == "b2" else None]
+    for i in {"x": (0,), "w1": (1,), "w2": (3,), "first": (0, 1, 2)}[frozen]:
+        if inputs[i] is not None:
+            inputs[i] = inputs[i].detach()
+    grad_out = torch.randn(2, 7, 16, device=device).to(H)
+    want = float64_mlp_grads(inputs, "gelu", grad_out, H)
+    wanted = [(t, ref) for t, ref in zip(inputs, want) if t is not None and t.requires_grad]
+    with MpgemmCalls() as calls:
+        got = torch.autograd.grad(mpgemm.mlp(*inputs), [t for t, _ in wanted], grad_out)
+    for g, (t, ref) in zip(got, wanted):
+        assert g.shape == t.shape and relative_error(g, ref) < GRAD_TOLERANCE[H]
+    assert ("_gemm_activation_grad" in calls.ops) == (frozen != "first")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("dtype", [H, BF])
 def test_activation_grad_op_against_torchs_backward(device, activation, dtype):
@@ -99,23 +134,13 @@ def test_activation_grad_op_against_torchs_backward(device, activation, dtype):
     z[0, :8] = 0  # ReLU's slope at 0 is 0, as torch's
     z[1, :8], z[2, :8] = -6, 6  # GELU's saturated
     got = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
-    product = a.float() @ b.float()
-    z64 = z.double()
-    if activation == "gelu":
-        torch_grad = torch.ops.aten.gelu_backward(product, z.float())
-        slope = 0.5 * (1 + torch.erf(z64 / 2 ** 0.5)) + z64 * torch.exp(-z64 * z64 / 2) / (2 * torch.pi) ** 0.5
-    elif activation == "gelu_tanh":
-        torch_grad = torch.ops.aten.gelu_backward(product, z.float(), approximate="tanh")
-        slope = torch.func.grad(lambda t: F.gelu(t, approximate="tanh").sum())(z64)
-    else:
-        torch_grad = torch.ops.aten.threshold_backward(product, z.float(), 0)
-        slope = (z > 0).double()
+    torch_grad = torch_activation_backward(a.float() @ b.float(), z.float(), activation)
     assert got.dtype == dtype and got.shape == (37, 65)
     ulp = 2 ** -10 if dtype == H else 2 ** -7
     # Saturated tanh (z below about -5) leaves torch's fp32 derivative 0 where ours is about 1e-6: a
     # floor of a ten-thousandth of the largest gradient.
     assert ((got.float() - torch_grad).abs() <= ulp * torch_grad.abs() + 1e-4 * torch_grad.abs().max()).all()
-    assert relative_error(got, (a.double() @ b.double()) * slope) < ulp
+    assert relative_error(got, activation_grad_reference(a, b, z, activation)) < ulp
     if activation == "relu":
         assert torch.equal(got[z <= 0].float(), torch.zeros_like(got[z <= 0].float()))
 
@@ -177,8 +202,10 @@ def test_errors():
         mpgemm.mlp(x[:, :15], w1, b1, w2, b2)
     with pytest.raises(TypeError, match="mpgemm.mlp: x is torch.float16 but w2 is torch.bfloat16"):
         mpgemm.mlp(x, w1, b1, w2.bfloat16(), b2)
-    with pytest.raises(ValueError, match=r"mpgemm.mlp: expected bias of shape \(w2.shape\[0\],\)"):
+    with pytest.raises(ValueError, match=r"mpgemm.mlp: expected b2 of shape \(w2.shape\[0\],\) = \(8,\), got shape"):
         mpgemm.mlp(x, w1, b1, w2, b2[:7])
+    with pytest.raises(TypeError, match="mpgemm.mlp: expected b1 to be torch.float16, torch.bfloat16 or torch.float32"):
+        mpgemm.mlp(x, w1, b1.double(), w2, b2)
     with pytest.raises(ValueError, match="mpgemm.mlp: expected w1 to be 2-D"):
         mpgemm.mlp(x, w1[None], b1, w2, b2)
     a, b, z = x, w1.t(), torch.zeros(4, 32).half()

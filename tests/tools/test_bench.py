@@ -244,6 +244,12 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         cli.main(["bench", "linear", "--shapes", "mlp-bloc:5x6x7"])
     assert "or mlp-block:MxNxK" in capsys.readouterr().err
+    assert cli.main(["bench", "gemm", "--shapes", "mlp-block:5x6x7"]) == 2
+    assert "mlp-block shapes are the linear suite's, not the gemm suite's" in capsys.readouterr().out
+    plan = benchmarks.plan_cases(["gemm", "linear"], CPU, shapes=[("mlp-block", (8, 16, 32)), (4, 5, 6)],
+                                 dtypes=("fp16",))
+    assert [(suite, case) for suite, case, _, _ in plan] == [("gemm", "custom"), ("linear", "mlp-block"),
+                                                            ("linear", "custom")]
     assert cli.main(["bench", "ceiling", "--shapes", "5x6x7"]) == 2
     assert "--shapes applies to the gemm and linear suites, not to ceiling" in capsys.readouterr().out
 

@@ -4,8 +4,8 @@
 // and, for split-K, of the reduction; where the pre-activation is asked for
 // and no epilogue stores it, the product again; where A's row sums are, the
 // Hopper kernels that sum them; where an activation's derivative multiplies
-// the product, the Hopper kernel that does it in its epilogue, or the
-// product in fp32 and the reduction that does.
+// the product, the Hopper kernel that does it in its epilogue, split-K's
+// reduction, or the pass that does it after the product.
 #include <climits>
 #include <initializer_list>
 #include <utility>
@@ -68,20 +68,10 @@ size_t row_sum_partial_bytes(const GemmParams& p, const GemmLaunch& launch) {
              : 0;
 }
 
-// The bytes of the fp32 product that split-K's reduction multiplies by the
-// activation's derivative where no epilogue does and no split holds it: they
-// follow the padded copies, where split-K's partial sums would be.
-size_t activation_grad_product_bytes(const GemmParams& p, const GemmLaunch& launch) {
-  return p.activation_input != nullptr && !activation_grad_from_epilogue(p, launch) && launch.plan.split_k == 1
-             ? size_t(round_up(p.m * p.n * int64_t(sizeof(float)), 256))
-             : 0;
-}
-
-// The launch with its workspace: the plan's, the partial row sums' and the
-// activation derivative's product.
+// The launch with its workspace: the plan's, and the partial row sums'.
 GemmLaunch with_workspace(const GemmParams& p, const GemmShape& shape, const GemmPlan& plan) {
   GemmLaunch launch{shape, plan, workspace_bytes(shape, plan)};
-  launch.workspace_bytes += row_sum_partial_bytes(p, launch) + activation_grad_product_bytes(p, launch);
+  launch.workspace_bytes += row_sum_partial_bytes(p, launch);
   return launch;
 }
 
@@ -142,10 +132,6 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   const size_t row_sum_bytes = row_sum_partial_bytes(p, launch);
   if (p.a_row_sums != nullptr && launch.workspace_bytes < workspace_bytes(shape, plan) + row_sum_bytes)
     return cudaErrorInvalidValue;
-  const size_t product_bytes = activation_grad_product_bytes(p, launch);
-  if (product_bytes > 0 && (workspace == nullptr || !aligned16(workspace) ||
-                            launch.workspace_bytes < workspace_bytes(shape, plan) + product_bytes))
-    return cudaErrorInvalidValue;
   // The problem as the kernels run it: a padded plan's on copies of the
   // operands the shape marks, made at the workspace's start; split-K's
   // partial sums after them (plan/gemm_plan.h's workspace_bytes).
@@ -195,16 +181,14 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
     if (err != cudaSuccess || plan.split_k == 1) return err;
     return launch_splitk_reduce(q, work.partials, work.split_k, stream);
   };
-  if (product_bytes > 0) {
-    // The product in fp32 where split-K's partial sums would be, then the
-    // derivative in their reduction, as split-K's plans take it.
+  if (p.activation_input != nullptr && plan.split_k == 1) {
+    // The product into D, then the pass that multiplies it (split-K's
+    // reduction multiplies the partial sums itself).
     GemmParams product = run;
     product.activation = Activation::kNone;
     product.activation_input = nullptr;
-    product.d = partials, product.d_type = ElementType::kFloat32;
-    product.d_row_stride = p.n, product.d_batch_stride = p.m * p.n;
     if (const cudaError_t err = launch_plan(product); err != cudaSuccess) return err;
-    return launch_splitk_reduce(run, partials, 1, stream);
+    return launch_activation_grad_pass(run, stream);
   }
   run.pre_activation = nullptr;
   if (const cudaError_t err = launch_plan(run); err != cudaSuccess || p.pre_activation == nullptr) return err;

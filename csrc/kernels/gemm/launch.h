@@ -38,12 +38,12 @@ bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& la
 // Whether launch_gemm multiplies A @ B by the activation's derivative at
 // `params.activation_input` (common/gemm_params.h) in the GEMM's own
 // epilogue: WgmmaTile's whole-K plan on a K-major A and an MN-major B (an
-// MLP's dgrad, dH = dY @ W2 with W2 row-major), D of the inputs' type.
-// Elsewhere it runs the plan's product in fp32 into the workspace (or takes
-// split-K's partial sums) and multiplies in split-K's reduction
-// (gemm/splitk_reduce.h), rounding once either way; the plan_gemm calls
-// count that product in the workspace there. Either way a single matrix
-// (batch 1) with no bias, no pre-activation and no row sums.
+// MLP's dgrad, dH = dY @ W2 with W2 row-major), D of the inputs' type,
+// rounding once. Elsewhere split-K's reduction multiplies the partial sums
+// (rounding once), or a pass multiplies D in place after the plan's product
+// (gemm/splitk_reduce.h: rounding twice, the bytes of torch's gelu_backward
+// pass). Either way a single matrix (batch 1) with no bias, no
+// pre-activation and no row sums.
 bool activation_grad_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
 
 // Whether launch_gemm writes `params.a_row_sums` (A's row sums over K),

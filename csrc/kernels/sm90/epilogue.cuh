@@ -97,7 +97,10 @@ __device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSc
 // Z where it holds D's elements: two elements a load where the schedule
 // stores D in pairs (the launcher checks that Z's base allows them too) and
 // its rows and columns lie inside D, else one at a time, none past D. The
-// activation is dispatched once, outside the unrolled loop.
+// activation is dispatched once, outside the unrolled loop. The addressing
+// is store_tile's, written again: the two sharing one helper changed the
+// default kernels' machine code (nvcc 13.0, sm_90a), which their GPU proof
+// holds for.
 template <class Element, int Registers>
 __device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registers], const GemmParams& p,
                                                             const WgmmaSchedule& s, int64_t batch, int64_t row0,

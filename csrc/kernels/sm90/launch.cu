@@ -65,6 +65,11 @@ cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_maps<Tile, AKMajor, BKMajor>(&a_map, &b_map, p); err != cudaSuccess) return err;
   sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
+  // The activation derivative's kernel reads Z where it stores D (Z shares
+  // D's strides): in pairs only where Z's base allows them too.
+  if constexpr (Kind == sm90::GemmKernel::kActivationGrad)
+    schedule.d_pairs =
+        schedule.d_pairs && reinterpret_cast<uintptr_t>(p.activation_input) % (2 * sizeof(Element)) == 0;
   schedule.raster_group = raster_group;
   schedule.a_broadcast = p.a_batch_stride == 0;
   schedule.b_broadcast = p.b_batch_stride == 0;
@@ -90,22 +95,6 @@ cudaError_t launch_pre_activation(const GemmParams& p, int raster_group, cudaStr
   schedule.b_broadcast = p.b_batch_stride == 0;
   return sm90::launch_wgmma_kernel<Element, WgmmaTile, true, true, sm90::GemmKernel::kPreActivation>(
       a_map, b_map, d_map, z_map, p, schedule, stream);
-}
-
-// The activation derivative kernel's launch: Z is read where D is stored,
-// in pairs only where both allow them.
-template <class Element>
-cudaError_t launch_activation_grad(const GemmParams& p, int raster_group, cudaStream_t stream) {
-  CUtensorMap a_map, b_map, d_map{};
-  if (const cudaError_t err = operand_maps<WgmmaTile, true, false>(&a_map, &b_map, p); err != cudaSuccess) return err;
-  sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
-  // Z shares D's strides: its pairs need only its base aligned as D's.
-  schedule.d_pairs = schedule.d_pairs && reinterpret_cast<uintptr_t>(p.activation_input) % (2 * sizeof(Element)) == 0;
-  schedule.raster_group = raster_group;
-  schedule.a_broadcast = p.a_batch_stride == 0;
-  schedule.b_broadcast = p.b_batch_stride == 0;
-  return sm90::launch_wgmma_kernel<Element, WgmmaTile, true, false, sm90::GemmKernel::kActivationGrad>(
-      a_map, b_map, d_map, d_map, p, schedule, stream);
 }
 
 // The split-K kernel's launch: D is the splits' partial sums, split_k
@@ -179,7 +168,8 @@ cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& p, int raster_gr
     return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
-    return launch_activation_grad<typename decltype(element)::type>(p, raster_group, stream);
+    using E = typename decltype(element)::type;
+    return launch<E, WgmmaTile, true, false, sm90::GemmKernel::kActivationGrad>(p, raster_group, stream);
   });
 }
 

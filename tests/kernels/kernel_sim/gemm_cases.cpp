@@ -116,13 +116,15 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   // The pre-activation, laid out as D (its base as far into its buffer), poisoned likewise.
   Buffer z(spec.pre_activation ? d.size : 1);
   if (spec.pre_activation) p.pre_activation = z.p + esize * d_offset;
-  // The activation's input, laid out as D (its base as far into its buffer), of the inputs' type.
-  Buffer activation_input(spec.activation_grad ? 2 * (d.size / esize) : 1);
+  // The activation's input, laid out as D, of the inputs' type: its base as far into its buffer, or (one case
+  // in two) an element further, so that Z's pairs may be misaligned where D's are not.
+  const int64_t z_offset = d_offset + (spec.activation_grad ? rnd(0, 1) : 0);
+  Buffer activation_input(spec.activation_grad ? 2 * (d.size / esize + 1) : 1);
   if (spec.activation_grad) {
-    p.activation_input = activation_input.p + 2 * d_offset;
+    p.activation_input = activation_input.p + 2 * z_offset;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
-        set(activation_input.p, ab_type, d_offset + i * p.d_row_stride + j, rnd(0, 7) ? rnd(-24, 24) / 8.0f : 0.0f);
+        set(activation_input.p, ab_type, z_offset + i * p.d_row_stride + j, rnd(0, 7) ? rnd(-24, 24) / 8.0f : 0.0f);
   }
   // A's row sums, poisoned, 8 past m that must stay so.
   Buffer row_sums(spec.a_row_sums ? (m + 8) * sizeof(float) : 1);
@@ -136,6 +138,8 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   // Split-K's partial sums, poisoned (0xff) like D.
   Buffer workspace(std::max<size_t>(launch.workspace_bytes, 1));
   const cudaError_t err = launch_gemm(p, launch, workspace.p, nullptr);
+  // The derivative multiplies the fp32 sums (the Hopper epilogue, split-K's reduction) or D as stored (a pass).
+  const bool product_once = activation_grad_from_epilogue(p, launch) || plan.split_k > 1;
 
   int bad = err != expect;
   if (spec.expect_split_k && plan.split_k != spec.expect_split_k && bad++ < 3)
@@ -147,10 +151,13 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
         double sum = 0;
         for (int64_t q = 0; q < k; ++q) sum += double(a.at(bi, i, q)) * b.at(bi, q, j);
         const int64_t e = d_offset + bi * p.d_batch_stride + i * p.d_row_stride + j;
-        const float want = sim::rounded(spec.activation_grad ? apply_activation_grad(p.activation, float(sum),
-                                                                                     get(activation_input.p, ab_type, e))
-                                                             : apply_activation(p.activation, float(sum) + bias.values[j]),
-                                        p.d_type);
+        const float product = product_once ? float(sum) : sim::rounded(float(sum), p.d_type);
+        const float want =
+            spec.activation_grad
+                ? sim::rounded(apply_activation_grad(p.activation, product,
+                                                     get(activation_input.p, ab_type, e - d_offset + z_offset)),
+                               p.d_type)
+                : sim::rounded(apply_activation(p.activation, float(sum) + bias.values[j]), p.d_type);
         const float got = get(d.p, p.d_type, e);
         written[e] = true;
         if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);

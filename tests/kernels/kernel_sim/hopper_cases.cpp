@@ -258,7 +258,7 @@ struct GemmCaseCounts {
   int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0, split = 0, padded = 0;
   int pre_activation_from_epilogue = 0, pre_activation_from_registers = 0, pre_activation_again = 0;
   int row_sums = 0, row_sums_split = 0;
-  int activation_grad_from_epilogue = 0, activation_grad_reduced = 0;
+  int activation_grad_from_epilogue = 0, activation_grad_after = 0;
 };
 
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
@@ -295,12 +295,13 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   const bool row_sums = index % 16 == 11, row_sums_split = index % 16 == 10 && !sim::pinned.on;
   // D = (A @ B) * activation'(Z): from the wide tile's epilogue forced in one
   // case of sixteen (index 7), on a K-major A and an MN-major B (an MLP's
-  // dgrad), every other one with D's (and Z's) base off 16 bytes, so that D
-  // is stored and Z read an element at a time; and by the reduction after
-  // split-K's partial sums (a split case, index 8 of 32) or after the plan's
-  // product in fp32 (a plain case, index 12 of 32: any layouts and plan).
+  // dgrad), every other one with D's (and Z's) base 1 to 3 elements past 16
+  // bytes, so that D is stored from registers (and where odd, Z read an
+  // element at a time, as where Z alone is off by one, which gemm_case draws
+  // in one case of two); and after the product: by split-K's reduction (a
+  // split case, index 8 of 32) or a pass over D (a narrow case, index 12).
   const bool activation_grad_epilogue = index % 16 == 7, activation_grad_misaligned = index % 32 == 23;
-  const bool activation_grad_reduced = index % 32 == 8 || index % 32 == 12;
+  const bool activation_grad_after = index % 32 == 8 || index % 32 == 12;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
   // D of the other 16-bit type, which the ops never make and the Hopper
@@ -338,7 +339,7 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   spec.d_copyable = (forced && !pre_activation_from_registers && !activation_grad_misaligned) ||
                     (paired ? index / 8 : index / 4) % 2 == 0;
   spec.d_misaligned = pre_activation_from_registers || activation_grad_misaligned;
-  spec.activation_grad = activation_grad_epilogue || activation_grad_reduced;
+  spec.activation_grad = activation_grad_epilogue || activation_grad_after;
   if (activation_grad_epilogue) spec.a_row_major = 1, spec.b_row_major = 1, spec.aligned = 1;
   spec.pre_activation = pre_activation_epilogue || pre_activation_again;
   if (pre_activation_epilogue) spec.a_row_major = 1, spec.b_row_major = 0, spec.aligned = 1;
@@ -443,7 +444,7 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
       pre_activation_epilogue && from_epilogue && sim::hopper::stores_issued == stores_before;
   counts.pre_activation_again += pre_activation_again && is_wgmma(plan.config) && !from_epilogue;
   counts.activation_grad_from_epilogue += activation_grad_epilogue && from_epilogue;
-  counts.activation_grad_reduced += activation_grad_reduced && !from_epilogue;
+  counts.activation_grad_after += activation_grad_after && !from_epilogue;
   if (activation_grad_epilogue && shape.k > 0 && !from_epilogue) {
     printf("activation grad case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma whole K\n",
            index, tile_config(plan.config).name, plan.split_k);
@@ -573,11 +574,11 @@ int main(int argc, char** argv) {
          "wgmma cases running the product again for the pre-activation: %d\n"
          "wgmma cases summing A's rows: %d\nwgmma split-K cases summing A's rows: %d\n"
          "wgmma cases multiplying by the activation's derivative in the epilogue: %d\n"
-         "cases multiplying by the activation's derivative in the reduction: %d\ngemm: %d/%d failed\n",
+         "cases multiplying by the activation's derivative after the product: %d\ngemm: %d/%d failed\n",
          gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.split, gemm.padded,
          gemm.copied_out, gemm.pre_activation_from_epilogue, gemm.pre_activation_from_registers,
          gemm.pre_activation_again, gemm.row_sums, gemm.row_sums_split, gemm.activation_grad_from_epilogue,
-         gemm.activation_grad_reduced, failed, cases);
+         gemm.activation_grad_after, failed, cases);
   // A's row sums asked of plans that cannot sum them: K-major A on the wide
   // tile, and a batch of two, each refused with D and the sums untouched.
   bool row_sums_bad = false;
