@@ -69,7 +69,7 @@ def test_forward_is_the_two_linears_bit_for_bit(device, activation, dtype, w_dty
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("x_shape, hidden, out_features, biases", [((33, 40), 72, 24, True),
-                                                                   ((2, 9, 24), 40, 17, False), ((16,), 8, 8, True)])
+                                                                   ((2, 9, 24), 40, 17, False)])
 @pytest.mark.parametrize("dtype, w_dtype", [(H, H), (BF, BF), (BF, torch.float32), (torch.float32, "fp32, bf16")])
 def test_gradients_against_float64(device, activation, x_shape, hidden, out_features, biases, dtype, w_dtype,
                                    monkeypatch):
