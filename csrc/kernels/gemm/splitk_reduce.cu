@@ -2,10 +2,10 @@
 // the sum times an activation's derivative at GemmParams::activation_input,
 // the partials (split_k x m x n fp32, row stride n) written by the splits of
 // wmma_gemm_kernel or of conv2d_kernel's wgrad; and, where a product that
-// no epilogue multiplied is stored, the pass that multiplies it in place. Each thread finishes one
-// element of D at a time (grid-stride), summing the splits in index order,
-// so the result does not depend on which split finished first: the
-// reduction is deterministic. Consecutive threads take consecutive columns,
+// no epilogue multiplied is stored, the pass that multiplies it in place.
+// Each thread finishes one element of D at a time (grid-stride), summing
+// the splits in index order, so the result does not depend on which split
+// finished first: the reduction is deterministic. Consecutive threads take consecutive columns,
 // so loads and stores coalesce. Single matrices only (batch 1); D's row
 // stride is honored. The Hopper split-K's partial row sums of A are summed
 // the same way, a thread a row.
