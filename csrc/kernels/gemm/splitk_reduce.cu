@@ -5,10 +5,10 @@
 // no epilogue multiplied is stored, the pass that multiplies it in place.
 // Each thread finishes one element of D at a time (grid-stride), summing
 // the splits in index order, so the result does not depend on which split
-// finished first: the reduction is deterministic. Consecutive threads take consecutive columns,
-// so loads and stores coalesce. Single matrices only (batch 1); D's row
-// stride is honored. The Hopper split-K's partial row sums of A are summed
-// the same way, a thread a row.
+// finished first: the reduction is deterministic. Consecutive threads take
+// consecutive columns, so loads and stores coalesce. Single matrices only
+// (batch 1); D's row stride is honored. The Hopper split-K's partial row
+// sums of A are summed the same way, a thread a row.
 #include <algorithm>
 #include <cstdint>
 
