@@ -119,26 +119,33 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # way, at least 20 timed steps each after the scaler's first skips, with a
 # profile of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse)
 # beside torch.amp and mpgemm, its step profiled too, and once more with its
-# batch statistics from the convolutions' epilogues (MPGEMM_EPILOGUE_STATS=1); on sm_90 ResNet-50 once
-# more with the Hopper convolution beside torch.amp.
+# batch statistics from the convolutions' epilogues (MPGEMM_EPILOGUE_STATS=1);
+# the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
+# more with GELU's derivative in the dgrad's epilogue
+# (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); on sm_90 ResNet-50 once more with the
+# Hopper convolution beside torch.amp.
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
          "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
          f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
-         "--profile --no-search --time-limit 45 --json {raw}/train_resnet50_fused.json || rc=1; "
+         "--profile --no-search --time-limit 40 --json {raw}/train_resnet50_fused.json || rc=1; "
          f"MPGEMM_EPILOGUE_STATS=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
-         "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 25 "
+         "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_fused_epilogue_stats.json || rc=1; "
-         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 --profile --no-search --time-limit 60 "
-         "--json {raw}/train_gpt2-block.json || rc=1; "
+         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
+         "--ways 'fp32,torch.amp,mpgemm,torch.amp bf16,mpgemm bf16,mpgemm fused' --profile --no-search "
+         "--time-limit 60 --json {raw}/train_gpt2-block.json || rc=1; "
+         f"MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
+         "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
+         "--json {raw}/train_gpt2-block_fused_activation_grad.json || rc=1; "
          f'if [ "{{arch}}" = "9.0" ]; then MPGEMM_CONV_PATH=wgmma {PY} -m mpgemm bench train --models resnet50 '
          "--batch-sizes 256 --ways torch.amp,mpgemm --no-search --time-limit 30 "
          "--json {raw}/train_resnet50_wgmma.json || rc=1; fi; exit $rc")
 # The host side: each op's time per call on tiny tensors and a small MLP's
 # training step beside torch's, then the GPT-2 block at batch 8, where the
-# host's time per step decides the speed.
+# host's time per step decides the speed (fused too: its MLP one op of three).
 HOST = (f"rc=0; {PY} -m mpgemm bench host --json {{raw}}/host.json || rc=1; "
-        f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 --ways torch.amp,mpgemm --no-search "
-        "--time-limit 35 --json {raw}/train_gpt2-block_batch8.json || rc=1; exit $rc")
+        f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 --ways 'torch.amp,mpgemm,mpgemm fused' "
+        "--no-search --time-limit 35 --json {raw}/train_gpt2-block_batch8.json || rc=1; exit $rc")
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
          "-DCMAKE_CUDA_COMPILER=$(command -v nvcc) {cublas_args} && "
          "cmake --build build/cmake && build/cmake/gemm_cublas_check")
@@ -197,8 +204,8 @@ STEPS = (
     Step("build", 4, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
-         "tables of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse), with epilogue statistics too; on sm_90 ResNet-50 with the "
-         "Hopper convolution"),
+         "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with epilogue statistics and GELU's "
+         "derivative in the dgrad epilogue too; on sm_90 ResNet-50 with the Hopper convolution"),
 )
 PARTS = (1, 2, 3, 4)
 

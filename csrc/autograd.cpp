@@ -346,17 +346,20 @@ at::Tensor first_weight(const at::Tensor& x, const at::Tensor& w1, at::ScalarTyp
   return product_dtype(x, w1) == dtype ? w1 : w1.to(dtype);
 }
 
-// mlp's hidden activation h in the block's product type `dtype`: the first
-// linear with its activation fused (ReLU, GELU), or for GELU's tanh form,
-// which no forward epilogue applies, the linear and torch's gelu of its
-// output, whose pre-activation z is then returned too.
+// mlp's hidden activation h in the block's product type `dtype`, and GELU's
+// input z where `keep_z` (undefined otherwise): the first linear with its
+// activation fused (ReLU; GELU where z is not kept), or the linear and
+// torch's gelu of its output (GELU kept, and its tanh form, which no forward
+// epilogue applies).
 std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Tensor& w1,
                                               const std::optional<at::Tensor>& b1, std::string_view activation,
-                                              at::ScalarType dtype) {
+                                              at::ScalarType dtype, bool keep_z) {
   const at::Tensor w = first_weight(x, w1, dtype);
-  if (activation != "gelu_tanh") return {call_linear(x, w, b1, activation, dtype), at::Tensor()};
+  if (activation == "relu" || (activation == "gelu" && !keep_z))
+    return {call_linear(x, w, b1, activation, dtype), at::Tensor()};
   at::Tensor z = call_linear(x, w, b1, std::nullopt, dtype);
-  return {at::gelu(z, "tanh"), z};
+  at::Tensor h = at::gelu(z, activation == "gelu_tanh" ? "tanh" : "none");
+  return {h, keep_z ? z : at::Tensor()};
 }
 
 // mlp without autograd: the two linears, the hidden activation in the
@@ -364,17 +367,19 @@ std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Ten
 at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                        const at::Tensor& w2, const std::optional<at::Tensor>& b2, std::string_view activation) {
   const at::ScalarType dtype = check_mlp_args<c10::SymInt>(x, w1, b1, w2, b2, activation);
-  return call_linear(std::get<0>(mlp_hidden(x, w1, b1, activation, dtype)), w2, b2, std::nullopt, x.scalar_type());
+  return call_linear(std::get<0>(mlp_hidden(x, w1, b1, activation, dtype, /*keep_z=*/false)), w2, b2, std::nullopt,
+                     x.scalar_type());
 }
 
 // mlp's forward computes what mlp_forward does; it saves x, w1, w2 and the
-// hidden activation h (the second linear's input, as torch saves it), and
-// for GELU its input z: from the first linear's epilogue with
-// pre_activation_saved() (the tanh form's always, which the forward has),
-// else b1 to compute z again in backward (rounded to h's type, as torch.amp's
-// gelu saves its input; linear's recomputes it in fp32). ReLU's derivative
-// is read off h (h > 0 exactly where z > 0 but for z too small for h's
-// type). Backward: dY rounded to h's type once, for every product and the
+// hidden activation h (the second linear's input, as torch saves it), and,
+// where the first linear's inputs want gradients, GELU's input z in h's type
+// (as torch.amp's gelu saves it): from the first linear's epilogue with
+// pre_activation_saved(), else from the linear, h from torch's gelu of it (a
+// pass over memory, where computing z again in backward would be a product
+// of its own; GELU is then rounded twice, as under torch.amp). ReLU's
+// derivative is read off h (h > 0 exactly where z > 0 but for z too small
+// for h's type). Backward: dY rounded to h's type once, for every product and the
 // second bias's sum; dZ = (dY @ W2) * activation'(z) in one product
 // (activation_grad_in_epilogue) or a product and torch's pass, then the
 // linears' gradients, all in h's type.
@@ -388,13 +393,14 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
     ctx->saved_data["activation"] = std::string(activation);
     if (b1 && b1->defined()) ctx->saved_data["b1_dtype"] = b1->scalar_type();
     if (b2 && b2->defined()) ctx->saved_data["b2_dtype"] = b2->scalar_type();
+    const bool first_wanted = x.requires_grad() || w1.requires_grad() || (b1 && b1->defined() && b1->requires_grad());
     at::Tensor h, z;
-    if (gelu && pre_activation_saved())
+    if (gelu && first_wanted && pre_activation_saved())
       std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, first_weight(x, w1, dtype), b1, activation,
                                                                       dtype);
     else
-      std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype);
-    ctx->save_for_backward({x, w1, w2, h, z, gelu && !z.defined() ? b1.value_or(at::Tensor()) : at::Tensor()});
+      std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype, /*keep_z=*/first_wanted);
+    ctx->save_for_backward({x, w1, w2, h, z});
     return call_linear(h, w2, b2, std::nullopt, x.scalar_type());
   }
 
@@ -420,11 +426,9 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
         const std::string& activation = saved_activation(ctx);
         const at::Tensor h2d = h.reshape_symint({rows, hidden});
         const at::Tensor w2_16 = w2.to(dtype);
-        at::Tensor z;
-        if (activation == "relu") z = h2d;
-        else if (saved[4].defined()) z = saved[4].reshape_symint({rows, hidden});
-        else z = call_linear(x, first_weight(x, w1, dtype), optional(saved[5]), std::nullopt, dtype)
-                     .reshape_symint({rows, hidden});
+        // The forward kept GELU's input wherever x, w1 or b1 wanted a gradient.
+        TORCH_INTERNAL_ASSERT(activation == "relu" || saved[4].defined(), "mpgemm.mlp: GELU's input was not saved");
+        const at::Tensor z = activation == "relu" ? h2d : saved[4].reshape_symint({rows, hidden});
         at::Tensor grad_z;
         if (activation_grad_in_epilogue()) {
           grad_z = call_activation_grad(grad_y, w2_16, z, activation);

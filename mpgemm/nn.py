@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from .ops import conv2d, conv2d_batch_stats, linear
 
 # The Conv2d forwards whose batch statistics a fused chain asks for
-# (mpgemm.fusion.chains.run_chain): {(thread, id(module)): []}, which the
+# (mpgemm.fusion.conv_chains.run_chain): {(thread, id(module)): []}, which the
 # module's next forward takes out and answers with [(y, statistics, y's
 # version)]. A global dict, empty but inside a chain's call, so that the
 # check costs a forward one truth test and torch.compile guards on it.

@@ -94,23 +94,28 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
 
     Both products take one 16-bit type (bfloat16 if any of x, w1, w2 is,
     else float16; fp32 tensors rounded to it, float16 with bfloat16 an
-    error); the hidden activation is stored in that type. The forward is
-    :func:`linear` twice, the first with its fused activation, and its
-    values are those two calls' bit for bit (the tanh form, which no
-    epilogue applies: the first linear, torch's ``gelu`` of its output, the
-    second linear). What one op buys is the
-    backward: with ``MPGEMM_EPILOGUE_ACTIVATION_GRAD=1`` the gradient of the
-    activation's input comes from the product that gives the hidden
-    activation's (``dY @ w2``), multiplied by the activation's derivative
-    before it is rounded, so that GELU's (or ReLU's) backward is no pass
-    over memory of its own (on sm_90 in the Hopper GEMM's epilogue, where
-    its 128x256 tile takes the product; elsewhere a pass after it, the bytes
-    of torch's; opt-in until that kernel has passed the GPU tests); unset or
-    "0", that product and torch's ``gelu_backward`` (``threshold_backward``)
-    run apart. GELU's input is saved from the first product's epilogue with
-    ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1``, else computed again in backward in
-    the product's type (the tanh form's is kept by its forward). Under
-    ``torch.autocast`` every floating-point
+    error); the hidden activation is stored in that type. Where nothing
+    needs the activation's input for backward (no gradient asked of x, w1
+    or b1), the forward is :func:`linear` twice, the first with its fused
+    activation, and its values are those two calls' bit for bit (the tanh
+    form, which no epilogue applies: the first linear, torch's ``gelu`` of
+    its output, the second linear). Where backward needs it, GELU's input is
+    kept in that type, as torch.amp keeps it: from the first product's
+    epilogue with ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1`` (opt-in), else the
+    first linear without its activation and torch's ``gelu`` of its output
+    (GELU rounded twice, as under torch.amp; a pass over memory, cheaper
+    than computing it again in backward with a product of its own). What
+    one op buys is the backward: with ``MPGEMM_EPILOGUE_ACTIVATION_GRAD=1``
+    the gradient of the activation's input comes from the product that
+    gives the hidden activation's (``dY @ w2``), multiplied by the
+    activation's derivative before it is rounded, so that GELU's (or
+    ReLU's) backward is no pass over memory of its own (on sm_90 in the
+    Hopper GEMM's epilogue, where its 128x256 tile takes the product;
+    elsewhere a pass after it, the bytes of torch's; opt-in until that
+    kernel has passed the GPU tests); unset or "0", that product and
+    torch's ``gelu_backward`` (``threshold_backward``) run apart.
+    :func:`mpgemm.fuse` runs a model's linear -> activation -> linear
+    blocks as this op. Under ``torch.autocast`` every floating-point
     argument is cast to autocast's dtype first.
     """
     return torch.ops.mpgemm.mlp.default(x, w1, b1, w2, b2, activation=activation)

@@ -1,14 +1,20 @@
 """What the tests share besides fixtures: the repository's root, the run's
 random seed, the rule for checks that need nvcc (a skip, or under
 MPGEMM_REQUIRE_NVCC=1, as CI sets, a failure), a record of the mpgemm ops
-that run, and the check that a compiled layer's gradients are eager's."""
+that run, the check that a compiled layer's gradients are eager's, and
+the training runs that mpgemm.fuse's tests compare."""
 
+import copy
 import os
 import random
+import warnings
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import mpgemm
+from mpgemm.testing import relative_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,3 +76,61 @@ class MpgemmCalls(TorchDispatchMode):
     @property
     def ops(self):
         return [name for name, _ in self.calls]
+
+
+def train_fused_prepared_and_fp32(base, batches, loss_of, dtype, fuse_first, check_fused_loss=None):
+    """{way: (model, losses)}: copies of `base` trained with SGD on the same
+    batches in fp32, under mpgemm.amp.prepare(dtype) unfused, and prepared
+    and fused on the first batch (mpgemm.fuse before prepare() where
+    `fuse_first`, else after it, refusing nothing). `loss_of(model, batch)`
+    gives a step's loss; `check_fused_loss(loss)` looks at the fused way's."""
+    runs = {}
+    for way in ("fused", "prepared", "fp32"):
+        model = copy.deepcopy(base)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        if way == "fused" and fuse_first:
+            mpgemm.fuse(model, batches[0])
+        scaler = None
+        if way != "fp32":
+            model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=dtype, init_scale=2.0**10)
+        if way == "fused" and not fuse_first:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                mpgemm.fuse(model, batches[0])
+        losses = []
+        for batch in batches:
+            loss = loss_of(model, batch)
+            if way == "fused" and check_fused_loss is not None:
+                check_fused_loss(loss)
+            (scaler.scale(loss) if scaler else loss).backward()
+            (scaler.step if scaler else lambda o: o.step())(optimizer)
+            if scaler:
+                scaler.update()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        runs[way] = model, torch.tensor(losses)
+    return runs
+
+
+def assert_fused_within_prepared_deviation(runs):
+    """The fused way deviates from fp32 no more than the unfused 16-bit way
+    does, with room for rounding."""
+    fp32 = runs["fp32"][1]
+    deviation = (runs["prepared"][1] - fp32).abs().max()
+    assert (runs["fused"][1] - fp32).abs().max() <= 2 * deviation + 1e-2 * fp32.abs().max()
+
+
+def assert_compiled_fused_trains_as_unfused(model, x, rtol, atol):
+    """A converted model fused on x and compiled (fullgraph, aot_eager)
+    computes what the unfused one does, and its gradients: the converted
+    layers round their operands to 16 bits, so a last-bit difference
+    upstream may round one element the other way."""
+    reference = copy.deepcopy(model)
+    mpgemm.fuse(model, x)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    out, ref = compiled(x), reference(x)
+    out.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert relative_error(p.grad, q.grad) < 1e-2

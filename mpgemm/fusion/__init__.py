@@ -1,5 +1,6 @@
-"""Fusions across layers: a ResNet's conv -> batch norm (-> residual add)
-(-> ReLU) chains on mpgemm's batch-norm passes (:func:`fuse`)."""
+"""Fusions across layers (:func:`fuse`): a ResNet's conv -> batch norm
+(-> residual add) (-> ReLU) chains on mpgemm's batch-norm passes, and a
+transformer's linear -> GELU or ReLU -> linear blocks as one mpgemm.mlp."""
 
 from .batch_norm import batch_norm_act
 from .fuse import fuse, fusion_report

@@ -1,11 +1,14 @@
 """mpgemm.fuse: a model's conv -> batch norm (-> residual add) (-> ReLU)
-chains run on mpgemm's fused batch-norm passes, the model otherwise as it was.
+chains run on mpgemm's fused batch-norm passes, and its linear -> GELU or
+ReLU -> linear chains as one mpgemm.mlp, the model otherwise as it was.
 
-Each module whose children include a Conv2d and a BatchNorm2d has its own
-forward traced one level deep (torch.fx, children as leaves; chains.py finds
-the chains). One forward on the example arguments then checks the trace
-against what runs: every chain's batch norm must take exactly its
-convolution's output, once per call of its module. A module that passes gets
+Each module whose children could hold a chain (a Conv2d and a BatchNorm2d,
+or two linear layers) has its own forward traced one level deep (torch.fx,
+children as leaves; conv_chains.py and mlp_chains.py find the chains). One
+forward on the example arguments then checks the trace against what runs:
+each step of every chain must take exactly the step before's output (or,
+across an activation function, run after it), once per call of its module.
+A module that passes gets
 a class whose forward runs the rewritten graph (the module's class stays in
 its MRO, so isinstance holds; its name, children, parameters and state_dict
 keys are unchanged). That forward checks, at each call, the plain attributes
@@ -23,7 +26,9 @@ import warnings
 import torch
 
 from ..convert import converted_class
-from . import chains as chain_graph
+from . import conv_chains, graph as fx_graph, mlp_chains
+
+CHAIN_KINDS = (conv_chains, mlp_chains)  # each finds its chains in a traced graph and rewrites them
 
 PLAIN = (bool, int, float, str, type(None))
 _NOT_NONE = "<not None>"
@@ -50,7 +55,7 @@ def _guard_value(value):
 class FusionPlan:
     """One module's rewritten forward: its source (fx's code and globals,
     kept so that the plan pickles and copies), the attribute values it
-    assumes, and its chains."""
+    assumes, and its chains (by their names in the module)."""
     name: str
     code: str
     code_globals: dict
@@ -154,7 +159,7 @@ def _traced(module):
     module.__class__ = _recording_class(original, reads)
     try:
         reads.active = True
-        graph = chain_graph.trace(module, _own_forward(original))
+        graph = fx_graph.trace(module, _own_forward(original))
     finally:
         reads.active = False
         module.__class__ = original
@@ -162,36 +167,42 @@ def _traced(module):
 
 
 def _candidates(model):
-    """Modules with a Conv2d and a batch norm fuse() can take among their children."""
+    """Modules whose children could hold a chain of one of the CHAIN_KINDS."""
     for name, module in model.named_modules():
         children = list(module.children())
-        if any(isinstance(c, torch.nn.Conv2d) for c in children) and \
-                any(chain_graph.is_fusable_batch_norm(c) for c in children):
+        if any(kind.has_candidates(children) for kind in CHAIN_KINDS):
             yield name, module
 
 
 class _ExampleRun:
     """Hooks that watch one forward: how often each candidate module runs and
-    whether each chain's batch norm takes its convolution's latest output."""
+    whether each step of each chain takes the output of the step before (or
+    runs after it, across a function)."""
 
     def __init__(self):
         self.calls = {}
-        self.mismatched = set()
+        self.mismatched = set()  # ids of the chains whose steps did not run as traced
         self.handles = []
         self._latest = {}
 
     def watch(self, module, chains):
         self.handles.append(module.register_forward_pre_hook(lambda m, args: self._count(m)))
-        for conv, bn in chains:
-            self.handles.append(conv.register_forward_hook(lambda m, args, out: self._latest.__setitem__(m, out)))
-            self.handles.append(bn.register_forward_pre_hook(lambda m, args, conv=conv: self._check(conv, m, args)))
+        for chain in chains:
+            for producer, consumer, same in chain.links():
+                producer, consumer = module.get_submodule(producer), module.get_submodule(consumer)
+                self.handles.append(producer.register_forward_hook(
+                    lambda m, args, out: self._latest.__setitem__(m, out)))
+                self.handles.append(consumer.register_forward_pre_hook(
+                    lambda m, args, producer=producer, same=same, key=id(chain): self._check(producer, args, same,
+                                                                                             key)))
 
     def _count(self, module):
         self.calls[module] = self.calls.get(module, 0) + 1
 
-    def _check(self, conv, bn, args):
-        if not args or self._latest.pop(conv, None) is not args[0]:
-            self.mismatched.add(bn)
+    def _check(self, producer, args, same, key):
+        latest = self._latest.pop(producer, None)
+        if latest is None or (same and (not args or latest is not args[0])):
+            self.mismatched.add(key)
 
     def close(self):
         for handle in self.handles:
@@ -214,15 +225,20 @@ def _run_example(model, args, kwargs):
 
 def fuse(model, *example_args, **example_kwargs):
     """Runs each Conv2d -> BatchNorm2d (-> residual add) (-> ReLU) chain of
-    `model` on mpgemm's fused batch-norm passes; returns `model` itself.
+    `model` on mpgemm's fused batch-norm passes, and each linear -> GELU or
+    ReLU -> linear chain (a transformer's MLP block) as one
+    :func:`mpgemm.mlp`; returns `model` itself.
 
     One forward on the example arguments (no graph; the model's buffers,
     parameters, gradients and random state are left as they were) checks
     that each chain found in its module's traced forward runs as traced. A
     chain it cannot prove safe stays unfused and is named in a warning: a
     convolution whose output is used twice, a module that runs twice in one
-    forward, a hook on the batch norm or the ReLU, a module whose forward
-    cannot be traced or did not run as traced, SyncBatchNorm. The module
+    forward, a hook on the batch norm or the ReLU (on any module of an MLP
+    chain), a module whose forward cannot be traced or did not run as
+    traced, SyncBatchNorm. An MLP chain runs fused where, at that call, its
+    linears run mpgemm's forward and nothing between them would change
+    (mlp_chains.py); elsewhere its layers run as they would. The module
     tree, its names and classes (isinstance), parameters and ``state_dict()``
     keys do not change, so checkpoints load either way; :func:`fusion_report`
     says what was fused. Works before or after :func:`mpgemm.convert` and
@@ -239,16 +255,21 @@ def fuse(model, *example_args, **example_kwargs):
         try:
             graph, guards = _traced(module)
         except Exception as error:  # noqa: BLE001 (fx raises many kinds; each means "not traceable")
+            if not any(kind.expects_chains(list(module.children())) for kind in CHAIN_KINDS):
+                continue
             refused.append((f"{name or 'the model'}", f"its forward cannot be traced ({type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''})"))
             continue
-        found, not_fused = chain_graph.find_chains(module, graph)
-        refused += [(_named(prefix, c), reason) for c, reason in not_fused]
+        found = []
+        for kind in CHAIN_KINDS:
+            fusable, not_fused = kind.find_chains(module, graph)
+            refused += [(c.label(prefix), reason) for c, reason in not_fused]
+            found += [(kind, f) for f in fusable]
         if found:
             plans.append((name, module, graph, guards, found))
     run = _ExampleRun()
     for _, module, _, _, found in plans:
-        run.watch(module, [(module.get_submodule(c.conv), module.get_submodule(c.bn)) for c, *_ in found])
+        run.watch(module, [f[0] for _, f in found])
     try:
         _run_example(model, example_args, example_kwargs)
     finally:
@@ -256,28 +277,24 @@ def fuse(model, *example_args, **example_kwargs):
     for name, module, graph, guards, found in plans:
         prefix = f"{name}." if name else ""
         if not run.calls.get(module):
-            refused += [(_named(prefix, c), "its module did not run in the example forward") for c, *_ in found]
+            refused += [(f[0].label(prefix), "its module did not run in the example forward") for _, f in found]
             continue
-        proven = [f for f in found if module.get_submodule(f[0].bn) not in run.mismatched]
-        refused += [(_named(prefix, c), "it did not run as traced in the example forward")
-                    for c, *_ in found if module.get_submodule(c.bn) in run.mismatched]
+        refused += [(f[0].label(prefix), "it did not run as traced in the example forward")
+                    for _, f in found if id(f[0]) in run.mismatched]
+        proven = [(kind, f) for kind, f in found if id(f[0]) not in run.mismatched]
         if not proven:
             continue
-        chain_graph.rewrite(graph, proven)
+        for kind in CHAIN_KINDS:
+            kind.rewrite(graph, [f for k, f in proven if k is kind])
         code = graph.python_code(root_module="self")
         plan = FusionPlan(name, code.src, dict(code.globals), guards, tuple(module._modules.values()),
-                          [dataclasses.replace(c, conv=prefix + c.conv, bn=prefix + c.bn) for c, *_ in proven])
+                          [f[0] for _, f in proven])
         module.__class__ = _fused_class(type(module))
         module._mpgemm_fusion = plan
     model._mpgemm_fusion_refused = refused
     if refused:
         warnings.warn(_refusals(refused), stacklevel=2)
     return model
-
-
-def _named(prefix, chain):
-    """A chain by its modules' names in the model."""
-    return f"{prefix}{chain.conv} -> {prefix}{chain.bn}"
 
 
 def _refusals(refused, shown=4):
@@ -292,15 +309,18 @@ def _refusals(refused, shown=4):
 
 def fusion_report(model):
     """What :func:`fuse` did to `model`: a list of dicts, one per chain, with
-    the qualified names of its convolution and batch norm, whether a
-    residual add and a ReLU joined it, and ``fused`` (with the ``reason``
-    where it was left unfused)."""
+    its ``kind``, ``fused`` (with the ``reason`` where it is not) and the
+    qualified names of its modules: for ``"batch_norm"`` chains ``conv`` and
+    ``bn``, and whether a ``residual`` add and a ``relu`` joined them; for
+    ``"mlp"`` chains ``fc1``, ``fc2`` and the ``activation`` as traced, and
+    whether it runs fused now (its linears on mpgemm, no hook, no dropout
+    that drops between its steps). A chain fuse() left alone has
+    ``chain`` (its modules) in place of the names."""
     report = []
-    for module in model.modules():
+    for name, module in model.named_modules():
         plan = module.__dict__.get("_mpgemm_fusion")
         if plan is not None:
-            report += [{"conv": c.conv, "bn": c.bn, "residual": c.residual, "relu": c.relu, "fused": True}
-                       for c in plan.chains]
+            report += [c.report(module, f"{name}." if name else "") for c in plan.chains]
     report += [{"chain": what, "fused": False, "reason": why}
                for what, why in getattr(model, "_mpgemm_fusion_refused", [])]
     return report

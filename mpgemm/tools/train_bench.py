@@ -4,7 +4,8 @@ ResNet-50 (224x224 images, channels_last) and a GPT-2-small-shaped
 transformer block (sequence 1024) are trained on synthetic data with SGD
 (momentum 0.9) in each of the five ways of `training` (fp32 with TF32 off;
 torch.amp and mpgemm in fp16 and in bf16), and in "mpgemm fused" where --ways
-names it (ResNet-50 alone: mpgemm.fuse's chains), through the training step
+names it (mpgemm.fuse's chains: ResNet-50's conv -> batch norm, the block's
+MLP as one mpgemm.mlp), through the training step
 the demo uses. For each batch size: images/s or tokens/s (median step time after
 warm-up steps, which go on while the loss scaler skips its first steps; the
 GPU synchronized around each step), the spread of the step times, the
@@ -59,7 +60,6 @@ class Workload:
     make_batch: object  # (batch size, config, device, generator) -> (input, target)
     loss_fn: object
     items_per_sample: object  # config -> images or tokens in one sample
-    fusable: bool = False  # has chains for mpgemm.fuse (the fused way runs it)
 
 
 def _images(batch, config, device, generator):
@@ -77,7 +77,7 @@ def _embeddings(batch, config, device, generator):
 WORKLOADS = {
     "resnet50": Workload("resnet50", "images", "images", (32, 64, 128, 256),
                          lambda config: models.resnet50().to(memory_format=torch.channels_last),
-                         _images, F.cross_entropy, lambda config: 1, fusable=True),
+                         _images, F.cross_entropy, lambda config: 1),
     "gpt2-block": Workload("gpt2-block", "tokens", "sequences", (8, 16, 32, 64),
                            lambda config: models.TransformerBlock(config.d_model),
                            _embeddings, F.mse_loss, lambda config: config.seq_len),
@@ -114,7 +114,7 @@ class BenchConfig:
         return self.batch_sizes or workload.gpu_batch_sizes
 
     def runs_way(self, workload, batch, way):
-        if way not in self.ways or (training.WAYS_BY_NAME[way].fused and not workload.fusable):
+        if way not in self.ways:
             return False
         return way != "fp32" or self.fp32_every_batch or batch == min(self.batches(workload))
 

@@ -15,8 +15,9 @@ training step they share.
                   reason, and the same step runs through it;
   mpgemm fused    mpgemm's way with mpgemm.fuse(): the conv -> batch norm
                   (-> residual add) (-> ReLU) chains on mpgemm's fused passes,
-                  fused on the first step's batch. Opt-in (not among the
-                  default WAYS): ALL_WAYS lists it.
+                  a transformer's linear -> GELU -> linear as one
+                  mpgemm.mlp, fused on the first step's batch. Opt-in (not
+                  among the default WAYS): ALL_WAYS lists it.
 
 The loss is computed in fp32 from the model's output, the same way for all
 of them. A step is timed between two GPU synchronizations, so its time is the

@@ -11,7 +11,7 @@ import torch
 
 import mpgemm
 from mpgemm import nn
-from mpgemm.fusion import chains, fuse, fusion_report
+from mpgemm.fusion import conv_chains, fuse, fusion_report
 from mpgemm.fusion.batch_norm import batch_norm_act as chains_batch_norm_act
 from mpgemm.ops import conv2d_batch_stats
 
@@ -86,7 +86,7 @@ def counting_batch_stats(monkeypatch):
         return chains_batch_norm_act(y, bn, residual, relu, batch_mean_var)
 
     monkeypatch.setattr(nn, "conv2d_batch_stats", counted)
-    monkeypatch.setattr(chains, "batch_norm_act", batch_norm_act)
+    monkeypatch.setattr(conv_chains, "batch_norm_act", batch_norm_act)
     return calls, given
 
 

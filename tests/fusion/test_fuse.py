@@ -15,8 +15,9 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.fusion import fuse, fusion_report
-from mpgemm.testing import relative_error
 from mpgemm.tools import training
+from support import (assert_compiled_fused_trains_as_unfused, assert_fused_within_prepared_deviation,
+                     train_fused_prepared_and_fp32)
 
 
 class BasicBlock(torch.nn.Module):
@@ -336,51 +337,15 @@ def test_under_prepare_within_torch_amps_deviation(device, dtype, fuse_first):
     torch.manual_seed(0)
     base = tiny_resnet(channels=(3, 8, 16)).to(device)
     x = [torch.randn(4, 3, 8, 8, device=device).to(memory_format=torch.channels_last) for _ in range(4)]
-    runs = {}
-    for way in ("fused", "prepared", "fp32"):
-        model = copy.deepcopy(base)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        if way == "fused" and fuse_first:
-            fuse(model, x[0])
-        scaler = None
-        if way != "fp32":
-            model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=dtype, init_scale=2.0**10)
-        if way == "fused" and not fuse_first:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                fuse(model, x[0])
-        losses = []
-        for xb in x:
-            loss = model(xb).float().square().mean()
-            (scaler.scale(loss) if scaler else loss).backward()
-            (scaler.step if scaler else lambda o: o.step())(optimizer)
-            if scaler:
-                scaler.update()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-        if way == "fused":
-            assert len([r for r in fusion_report(model) if r["fused"]]) == len(EXPECTED)
-        runs[way] = torch.tensor(losses)
-    # The fused way deviates from fp32 no more than the unfused 16-bit way does, with room for rounding.
-    deviation = (runs["prepared"] - runs["fp32"]).abs().max()
-    assert (runs["fused"] - runs["fp32"]).abs().max() <= 2 * deviation + 1e-2 * runs["fp32"].abs().max()
+    runs = train_fused_prepared_and_fp32(base, x, lambda model, xb: model(xb).float().square().mean(), dtype,
+                                         fuse_first)
+    assert len([r for r in fusion_report(runs["fused"][0]) if r["fused"]]) == len(EXPECTED)
+    assert_fused_within_prepared_deviation(runs)
 
 
 def test_torch_compile_trains_the_fused_model():
     torch.manual_seed(0)
-    model = mpgemm.convert(tiny_resnet())
-    reference = copy.deepcopy(model)
-    fuse(model, torch.randn(2, 3, 8, 8))
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    x = torch.randn(2, 3, 8, 8)
-    out, ref = compiled(x), reference(x)
-    out.sum().backward()
-    ref.sum().backward()
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
-    # The converted convolutions round their operands to fp16: a last-bit
-    # difference upstream may round one element the other way.
-    for p, q in zip(model.parameters(), reference.parameters()):
-        assert relative_error(p.grad, q.grad) < 1e-2
+    assert_compiled_fused_trains_as_unfused(mpgemm.convert(tiny_resnet()), torch.randn(2, 3, 8, 8), 1e-4, 1e-5)
 
 
 def test_fuse_refuses_what_is_not_a_module():

@@ -1,7 +1,9 @@
 """mpgemm.fuse on real models as a user would run them: torchvision's
-ResNet-18 and ResNet-50 and timm's ResNet-26, prepared in fp16, fused, and
-trained a few steps beside the same model in fp32 and under torch.amp; the
-fused model's state_dict loads bitwise into the plain one and back.
+ResNet-18 and ResNet-50 and timm's ResNet-26 (conv -> batch norm chains),
+torchvision's and timm's vision transformers, small (their MLP blocks as
+mpgemm.mlp), prepared in fp16, fused, and trained a few steps beside the
+same model in fp32 and under torch.amp; the fused model's state_dict loads
+bitwise into the plain one and back.
 
 torchvision and timm do not install beside the CPU build of torch used in
 CI (../shared/TOOLCHAIN.md has the separate environment where they do):
@@ -30,11 +32,26 @@ def timm_resnet26():
     return timm.create_model("resnet26", pretrained=False, num_classes=10)
 
 
-# name: (builder, chains: the stem, each block's convolutions and its downsample's)
+def torchvision_vit():
+    models = pytest.importorskip("torchvision.models", reason="torchvision does not install beside CPU torch here")
+    return models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                    mlp_dim=128, num_classes=10)
+
+
+def timm_vit():
+    timm = pytest.importorskip("timm", reason="timm needs torchvision, which does not install beside CPU torch here")
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                             num_classes=10)
+
+
+# name: (builder, chains: for the ResNets the stem, each block's convolutions
+# and its downsample's; for the ViTs each block's MLP, image size)
 MODELS = {
-    "torchvision resnet18": (lambda: torchvision_resnet(18), 1 + 8 * 2 + 3),
-    "torchvision resnet50": (lambda: torchvision_resnet(50), 1 + 16 * 3 + 4),
-    "timm resnet26": (timm_resnet26, 1 + 8 * 3 + 4),
+    "torchvision resnet18": (lambda: torchvision_resnet(18), 1 + 8 * 2 + 3, 64),
+    "torchvision resnet50": (lambda: torchvision_resnet(50), 1 + 16 * 3 + 4, 64),
+    "timm resnet26": (timm_resnet26, 1 + 8 * 3 + 4, 64),
+    "torchvision vit": (torchvision_vit, 2, 32),
+    "timm vit": (timm_vit, 2, 32),
 }
 
 
@@ -57,11 +74,11 @@ def train(model, optimizer, scaler, batches, autocast_device=None):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", MODELS)
 def test_fused_model_trains_within_torch_amps_deviation(name, device):
-    build, chains = MODELS[name]
+    build, chains, size = MODELS[name]
     torch.manual_seed(0)
     base = build().to(device).to(memory_format=torch.channels_last)
     g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(4, 3, 64, 64, generator=g).to(device).to(memory_format=torch.channels_last),
+    batches = [(torch.randn(4, 3, size, size, generator=g).to(device).to(memory_format=torch.channels_last),
                 torch.randint(0, 10, (4,), generator=g).to(device)) for _ in range(STEPS)]
 
     def optimizer_of(model):
@@ -84,10 +101,10 @@ def test_fused_model_trains_within_torch_amps_deviation(name, device):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_fused_state_dict_loads_bitwise_into_the_plain_model_and_back(name):
-    build, _ = MODELS[name]
+    build, _, size = MODELS[name]
     torch.manual_seed(0)
     fused = build()
-    x = torch.randn(2, 3, 64, 64)
+    x = torch.randn(2, 3, size, size)
     mpgemm.fuse(fused, x)
     F.cross_entropy(fused(x), torch.tensor([1, 2])).backward()  # running statistics of its own
     plain = build()

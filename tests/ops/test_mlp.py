@@ -74,7 +74,8 @@ def test_forward_is_the_two_linears_bit_for_bit(device, activation, dtype, w_dty
 def test_gradients_against_float64(device, activation, x_shape, hidden, out_features, biases, dtype, w_dtype,
                                    monkeypatch):
     """Every input's gradient, with the derivative in the dgrad product and
-    without, and with GELU's input saved by the forward and computed again;
+    without, and with GELU's input from the first product's epilogue and
+    from the linear before torch's gelu;
     an fp32 x and w1 beside a bf16 w2 computed in bf16 throughout."""
     w_dtype, w2_dtype = (torch.float32, BF) if w_dtype == "fp32, bf16" else (w_dtype, w_dtype)
     inputs = list(mlp_inputs(device, x_shape, hidden, out_features, dtype, w_dtype, biases))
@@ -104,7 +105,8 @@ def test_gradients_of_what_requires_them(device, biases, frozen, monkeypatch):
     """One bias given (autograd numbers the edges by the tensors given) and
     some inputs frozen: the gradients of the rest, against float64; none
     asked of the frozen ones (the first linear's products skipped where
-    neither x nor w1 nor b1 wants one)."""
+    neither x nor w1 nor b1 wants one, and GELU then in the first product's
+    epilogue: nothing needs its input)."""
     monkeypatch.setenv(SWITCH, "1")
     x, w1, b1, w2, b2 = mlp_inputs(device, (2, 7, 24), 40, 16, H)
     inputs = [x, w1, b1 if biases == "b1" else None, w2, b2 if biases == "b2" else None]
@@ -119,6 +121,7 @@ def test_gradients_of_what_requires_them(device, biases, frozen, monkeypatch):
     for g, (t, ref) in zip(got, wanted):
         assert g.shape == t.shape and relative_error(g, ref) < GRAD_TOLERANCE[H]
     assert ("_gemm_activation_grad" in calls.ops) == (frozen != "first")
+    assert ("gelu" in calls.aten) == (frozen != "first")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -157,20 +160,24 @@ def test_opcheck(device):
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_backward_runs_no_activation_pass_with_the_switch(activation, monkeypatch):
+@pytest.mark.parametrize("saved", ["1", "0"])
+def test_backward_runs_no_activation_pass_with_the_switch(activation, saved, monkeypatch):
     """Counted at the dispatcher: with the switch, backward is four products
     (the second linear's weight gradient, the derivative's product, the
     first linear's two) and torch runs no gelu_backward or
-    threshold_backward; without it, a plain product and torch's pass."""
-    monkeypatch.setenv("MPGEMM_EPILOGUE_PRE_ACTIVATION", "1")
+    threshold_backward; without it, a plain product and torch's pass. GELU's
+    input comes from the forward (the epilogue's, or the linear's before
+    torch's gelu), never from a product again."""
+    monkeypatch.setenv("MPGEMM_EPILOGUE_PRE_ACTIVATION", saved)
     x, w1, b1, w2, b2 = mlp_inputs("cpu", (6, 16), 32, 8, H)
-    saved_pre_activation = activation == "gelu"
+    epilogue_pre_activation = activation == "gelu" and saved == "1"
     for switch in ("1", "0"):
         monkeypatch.setenv(SWITCH, switch)
         with MpgemmCalls() as calls:
             y = mpgemm.mlp(x, w1, b1, w2, b2, activation=activation)
-        assert calls.ops == ["_linear_pre_activation" if saved_pre_activation else "linear", "linear"]
-        assert ("gelu" in calls.aten) == (activation == "gelu_tanh"), "torch's gelu for the tanh form alone"
+        assert calls.ops == ["_linear_pre_activation" if epilogue_pre_activation else "linear", "linear"]
+        torch_gelu = activation == "gelu_tanh" or (activation == "gelu" and saved == "0")
+        assert ("gelu" in calls.aten) == torch_gelu
         with MpgemmCalls() as calls:
             y.backward(torch.randn_like(y))
         middle = "_gemm_activation_grad" if switch == "1" else "gemm"

@@ -28,9 +28,8 @@ def test_parse_shapes_and_dtypes():
 
 
 def test_measurements_name_the_kernel_paths_asked_for(monkeypatch):
-    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
-    monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
-    monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
+    for name in provenance.KERNEL_PATH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     assert provenance.describe("cpu")["kernel_paths"] == {}
     assert "MPGEMM" not in provenance.headline(provenance.describe("cpu"))
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
@@ -39,6 +38,9 @@ def test_measurements_name_the_kernel_paths_asked_for(monkeypatch):
     assert provenance.headline(info).endswith(", MPGEMM_CONV_PATH=wgmma")
     monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
     assert provenance.describe("cpu")["kernel_paths"] == {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "1"}
+    # The epilogues' switches choose kernels too (the GPU check's opt-in training runs).
+    monkeypatch.setenv("MPGEMM_EPILOGUE_ACTIVATION_GRAD", "1")
+    assert provenance.describe("cpu")["kernel_paths"]["MPGEMM_EPILOGUE_ACTIVATION_GRAD"] == "1"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU report")

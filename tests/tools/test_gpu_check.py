@@ -45,8 +45,9 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
     conv = next(s for s in gpu_check.STEPS if s.name == "conv")
     assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma,wgmma_narrow,wgmma_one_launch,wmma,gemm" in conv.command
     train = next(s for s in gpu_check.STEPS if s.name == "train")
-    for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64 --profile",
-                   "MPGEMM_CONV_PATH=wgmma", "--ways 'torch.amp,mpgemm,mpgemm fused' --profile"):
+    for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64",
+                   "mpgemm bf16,mpgemm fused' --profile", "MPGEMM_CONV_PATH=wgmma",
+                   "--ways 'torch.amp,mpgemm,mpgemm fused' --profile", "MPGEMM_EPILOGUE_ACTIVATION_GRAD=1"):
         assert needed in train.command
 
 
