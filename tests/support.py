@@ -120,15 +120,26 @@ def assert_fused_within_prepared_deviation(runs):
     assert (runs["fused"][1] - fp32).abs().max() <= 2 * deviation + 1e-2 * fp32.abs().max()
 
 
-def assert_compiled_fused_trains_as_unfused(model, x, rtol, atol):
+def assert_compiled_fused_trains_as_unfused(model, x, fused_op, rtol, atol):
     """A converted model fused on x and compiled (fullgraph, aot_eager)
-    computes what the unfused one does, and its gradients: the converted
-    layers round their operands to 16 bits, so a last-bit difference
-    upstream may round one element the other way."""
+    calls the fused op (`fused_op`, e.g. "mpgemm.mlp", in the graph dynamo
+    traced) and computes what the unfused one does, and its gradients: the
+    converted layers round their operands to 16 bits, so a last-bit
+    difference upstream may round one element the other way."""
+    from torch._dynamo.backends.registry import lookup_backend
+
     reference = copy.deepcopy(model)
     mpgemm.fuse(model, x)
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    traced = []
+
+    def backend(graph_module, example_inputs):
+        traced.extend(str(node.target) for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)
+                      for node in m.graph.nodes)
+        return lookup_backend("aot_eager")(graph_module, example_inputs)
+
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
     out, ref = compiled(x), reference(x)
+    assert any(fused_op in target for target in traced), sorted(set(traced))
     out.sum().backward()
     ref.sum().backward()
     torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)

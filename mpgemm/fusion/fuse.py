@@ -192,9 +192,11 @@ class _ExampleRun:
                 producer, consumer = module.get_submodule(producer), module.get_submodule(consumer)
                 self.handles.append(producer.register_forward_hook(
                     lambda m, args, out: self._latest.__setitem__(m, out)))
+                # First among the consumer's pre-hooks: it sees the producer's output
+                # before prepare()'s cast of the consumer's inputs replaces it.
                 self.handles.append(consumer.register_forward_pre_hook(
                     lambda m, args, producer=producer, same=same, key=id(chain): self._check(producer, args, same,
-                                                                                             key)))
+                                                                                             key), prepend=True))
 
     def _count(self, module):
         self.calls[module] = self.calls.get(module, 0) + 1

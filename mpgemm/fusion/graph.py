@@ -22,15 +22,19 @@ class _OneLevelTracer(torch.fx.Tracer):
 
 def trace(module, forward):
     """The graph of `forward` (the function module's forward runs, unbound)
-    called on module, its children leaves."""
+    called on module, its children leaves. The module's own attributes are
+    put back afterwards: a forward that stores something on self (an
+    attention map, a cache) would otherwise keep one of fx's proxies."""
     tracer = _OneLevelTracer()
-    original = type(module).forward
+    original, attributes = type(module).forward, dict(module.__dict__)
     # fx traces type(root).forward: point it at the forward to trace for the call.
     try:
         type(module).forward = forward
         graph = tracer.trace(module)
     finally:
         type(module).forward = original
+        module.__dict__.clear()
+        module.__dict__.update(attributes)
     return graph
 
 
@@ -89,8 +93,10 @@ def is_relu(root, node):
 
 
 def global_hooks():
+    """Whether a global module hook would see the calls a fused chain skips."""
     hooks = torch.nn.modules.module
-    return bool(hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
+    return bool(hooks._global_forward_hooks or hooks._global_forward_pre_hooks or hooks._global_backward_hooks
+                or getattr(hooks, "_global_backward_pre_hooks", None))
 
 
 def has_hooks(module):

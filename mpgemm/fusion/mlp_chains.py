@@ -27,14 +27,16 @@ import torch.nn.functional as F
 
 from .. import nn
 from ..ops import mlp
-from .graph import (LOW_PRECISION, forward_owner, global_hooks, has_hooks, input_cast, is_plain, is_relu,
-                    module_calls, module_of, past, qualified_name, single_user)
+from .graph import (forward_owner, global_hooks, has_hooks, input_cast, is_plain, is_relu, module_calls, module_of,
+                    past, qualified_name, single_user)
 
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's `approximate` -> mlp's activation
 # GELU modules of other libraries, by the class that defines their forward:
 # each computes GELU (the erf form, or the tanh form) of its one input, in
-# the input's dtype; mpgemm.mlp computes the same function in fp32 before
-# rounding once.
+# the input's dtype (some through ops that autocast computes in fp32);
+# mpgemm.mlp computes the same function with torch's gelu on the 16-bit
+# product, or in the first product's epilogue, in fp32, rounded once, where
+# nothing needs GELU's input.
 NAMED_ACTIVATIONS = {
     "transformers.activations.GELUActivation": "gelu",
     "transformers.activations.NewGELUActivation": "gelu_tanh",  # GPT-2's "gelu_new"
@@ -169,9 +171,11 @@ def fused_call(fc1, fc2, act, passed):
     if any(_drops(m) for m in passed):
         return "a dropout between its steps drops (p > 0 in training)", None
     (w1, b1), (w2, b2) = first, second
-    # Mixed 16-bit weights (mlp takes one product type), or layers that do
-    # not chain, run (or fail) as the layers do.
-    if {w1.dtype, w2.dtype} == set(LOW_PRECISION) or w1.shape[0] != w2.shape[-1]:
+    # mlp takes one product type, bf16 where any operand is; each linear
+    # takes its own, bf16 where its x or weight is. Where one weight is bf16
+    # and the other not, an fp32 x would meet two product types unfused:
+    # those layers, and layers that do not chain, run (or fail) as they are.
+    if (w1.dtype == torch.bfloat16) != (w2.dtype == torch.bfloat16) or w1.shape[0] != w2.shape[-1]:
         return "its linears' weights do not make one mpgemm.mlp", None
     return None, ((w1, b1, w2, b2, activation), cast1)
 

@@ -172,9 +172,11 @@ def train(model, batches, steps_out):
 @pytest.mark.parametrize("name", ["gpt2 block", "timm mlp", "F.relu_"])
 def test_trains_as_the_unfused_layers_within_their_rounding(name):
     """Converted with fp32 weights: both round the products' operands to
-    fp16; the fused chain rounds h once (the activation in fp32 on the
-    accumulators), the layers twice. Both stay within fp16's rounding of
-    the float64 model over four SGD steps."""
+    fp16; the layers keep GELU's input and output in fp32 (h rounded once,
+    for the second product), the fused chain in fp16 as torch.amp keeps
+    them (z rounded, then h). Both stay within fp16's rounding of the
+    float64 model over four SGD steps, the fused one within a rounding of
+    the layers' distance from it."""
     build, example, _ = MODELS[name]
     torch.manual_seed(1)
     base = build()
@@ -200,21 +202,37 @@ def test_trains_as_the_unfused_layers_within_their_rounding(name):
         assert relative_error(p.double(), q) < 4e-3, pname
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("fuse_first", [False, True])
-def test_under_prepare_within_torch_amps_deviation(dtype, fuse_first):
+def test_under_prepare_within_torch_amps_deviation(device, dtype, fuse_first):
     """transformers' GPT-2 in 16 bits (prepare(), fused before or after it)
     trains within the unfused prepared model's deviation from fp32, its
-    MLPs as mpgemm.mlp."""
+    MLPs as mpgemm.mlp (on CUDA, autocast computes NewGELUActivation's pow
+    in fp32: prepare() casts its output back for c_proj)."""
     torch.manual_seed(0)
-    batches = [tokens(4, 8) for _ in range(4)]
+    batches = [tokens(4, 8).to(device) for _ in range(4)]
 
     def runs_mlp(loss):
         assert MLP_NODE in node_names(loss)
 
-    runs = train_fused_prepared_and_fp32(hf_gpt2(), batches, lambda model, ids: model(ids, labels=ids).loss, dtype,
-                                         fuse_first, runs_mlp)
+    runs = train_fused_prepared_and_fp32(hf_gpt2().to(device), batches, lambda model, ids: model(ids, labels=ids).loss,
+                                         dtype, fuse_first, runs_mlp)
     assert_fused_within_prepared_deviation(runs)
+
+
+def test_an_activation_whose_output_prepare_casts_back_is_fused(monkeypatch):
+    """An activation computed in fp32 under autocast (transformers' GELUs on
+    CUDA): prepare()'s cast of the second linear's input replaces its output
+    before that linear runs; fuse() checks the chain ahead of the cast."""
+    monkeypatch.setattr(torch.nn.GELU, "forward", lambda self, x: F.gelu(x, approximate=self.approximate).float())
+    model = TimmMlp()
+    model, _, _ = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    fused = fused_copy(model, torch.randn(3, 16))  # refuses nothing
+    assert MLP_NODE in node_names(fused(torch.randn(3, 16, requires_grad=True)))
 
 
 def unconverted(model):
@@ -237,11 +255,18 @@ def mixed_weights(model):
     return model
 
 
+def one_bf16_weight(model):
+    """An fp32 x meets an fp16 product in fc1 and a bf16 one in fc2."""
+    model.fc2.to(torch.bfloat16)
+    return model
+
+
 @pytest.mark.parametrize("change, reason", [
     (unconverted, "a linear runs on torch"),
     (dropping, "a dropout between its steps drops"),
     (hooked_after_fuse, "a hook on a module of the chain"),
     (mixed_weights, "its linears' weights do not make one mpgemm.mlp"),
+    (one_bf16_weight, "its linears' weights do not make one mpgemm.mlp"),
 ])
 def test_runs_the_layers_where_mlp_would_compute_something_else(change, reason):
     torch.manual_seed(2)
@@ -266,13 +291,15 @@ def test_runs_the_layers_where_mlp_would_compute_something_else(change, reason):
 
 def test_a_gelu_changed_to_its_tanh_form_after_fuse_runs_that_form():
     torch.manual_seed(4)
-    model = mpgemm.convert(TimmMlp())
-    fused = fused_copy(model, torch.randn(3, 16))
-    fused.act.approximate = model.act.approximate = "tanh"
+    fused = fused_copy(mpgemm.convert(TimmMlp()), torch.randn(3, 16))
+    fused.act.approximate = "tanh"
     x = torch.randn(3, 16, requires_grad=True)
-    out = fused(x)
-    assert MLP_NODE in node_names(out)
-    torch.testing.assert_close(out, model(x), rtol=2e-3, atol=2e-3)
+    assert MLP_NODE in node_names(fused(x))
+    operands = [t.detach() for t in (x, fused.fc1.weight, fused.fc1.bias, fused.fc2.weight, fused.fc2.bias)]
+    with torch.no_grad():
+        out = fused(operands[0])
+        assert torch.equal(out, mpgemm.mlp(*operands, activation="gelu_tanh"))
+        assert not torch.equal(out, mpgemm.mlp(*operands, activation="gelu"))
 
 
 class SharedAct(torch.nn.Module):
@@ -322,4 +349,31 @@ def test_checkpoints_move_both_ways_and_the_model_pickles_and_copies():
 
 def test_torch_compile_trains_the_fused_block():
     torch.manual_seed(7)
-    assert_compiled_fused_trains_as_unfused(mpgemm.convert(gpt2_block()), torch.randn(2, 5, 16), 2e-3, 2e-3)
+    assert_compiled_fused_trains_as_unfused(mpgemm.convert(gpt2_block()), torch.randn(2, 5, 16), "mpgemm.mlp", 2e-3,
+                                            2e-3)
+
+
+class CachesOnSelf(torch.nn.Module):
+    """An attention-like module: two linears, no activation, and a forward
+    that keeps a tensor on self the first time it runs (a cache)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.cache = None
+
+    def forward(self, x):
+        if self.cache is None:
+            self.cache = self.k(x)
+        return self.q(x) @ self.cache.transpose(-1, -2)
+
+
+def test_tracing_leaves_what_a_forward_keeps_on_self_as_it_was():
+    """fx traces the module's forward, which stores one of its proxies on
+    self; fuse() puts the attribute back, so the example forward and every
+    call after it compute the cache as the module would."""
+    model, x = CachesOnSelf(), torch.randn(3, 8)
+    fused = fused_copy(model, x)
+    assert fusion_report(fused) == []
+    with torch.no_grad():
+        assert torch.equal(fused(x), model(x)) and torch.equal(fused.cache, model.cache)
