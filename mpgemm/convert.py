@@ -27,11 +27,25 @@ LEFT_ON_TORCH = (
 )
 
 
+def transformers_conv1d():
+    """transformers' Conv1D class where transformers is imported (a model
+    that holds one has imported it), else None: mpgemm does not import it."""
+    return getattr(sys.modules.get("transformers.pytorch_utils"), "Conv1D", None)
+
+
+def forward_owner(cls):
+    """The class in cls's MRO that defines the forward its instances run."""
+    return next(c for c in cls.__mro__ if "forward" in c.__dict__)
+
+
+def qualified_name(cls):
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _convertible():
-    """(layer class, mpgemm forward class) for each layer family convert() takes.
-    transformers' Conv1D is looked up only where transformers is imported."""
+    """(layer class, mpgemm forward class) for each layer family convert() takes."""
     families = [(torch.nn.Linear, nn.Linear), (torch.nn.Conv2d, nn.Conv2d)]
-    conv1d = getattr(sys.modules.get("transformers.pytorch_utils"), "Conv1D", None)
+    conv1d = transformers_conv1d()
     if conv1d is not None:
         families.append((conv1d, nn.Conv1D))
     return families
@@ -95,8 +109,8 @@ def _new_converted(source, forward=None):
 def _forward_is_base(cls, base):
     """Whether cls computes its base's forward: inherits it, or takes it from
     a class of SAME_FORWARD_AS_BASE."""
-    owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
-    return owner is base or f"{owner.__module__}.{owner.__qualname__}" in SAME_FORWARD_AS_BASE
+    owner = forward_owner(cls)
+    return owner is base or qualified_name(owner) in SAME_FORWARD_AS_BASE
 
 
 def module_selector(option, option_name, where):

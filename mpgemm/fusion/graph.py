@@ -62,15 +62,6 @@ def is_plain(module, cls):
     return isinstance(module, cls) and type(module).forward is cls.forward
 
 
-def forward_owner(cls):
-    """The class in cls's MRO that defines the forward its instances run."""
-    return next(c for c in cls.__mro__ if "forward" in c.__dict__)
-
-
-def qualified_name(cls):
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def past(root, node, passable, skipped):
     """The step after node, passing over the modules `passable` accepts that
     each take the one before alone (appended to skipped, in order)."""

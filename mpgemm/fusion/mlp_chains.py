@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import nn
+from ..convert import forward_owner, qualified_name, transformers_conv1d
 from ..ops import mlp
-from .graph import (forward_owner, global_hooks, has_hooks, input_cast, is_plain, is_relu, module_calls, module_of,
-                    past, qualified_name, single_user)
+from .graph import (global_hooks, has_hooks, input_cast, is_plain, is_relu, module_calls, module_of, past,
+                    single_user)
 
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's `approximate` -> mlp's activation
 # GELU modules of other libraries, by the class that defines their forward:
@@ -44,7 +45,6 @@ NAMED_ACTIVATIONS = {
     "timm.layers.activations.GELU": "gelu",
     "timm.layers.activations.GELUTanh": "gelu_tanh",
 }
-CONV1D = "transformers.pytorch_utils.Conv1D"
 
 
 @dataclasses.dataclass
@@ -101,8 +101,8 @@ def expects_chains(children):
 
 def is_linear_layer(module):
     """torch's Linear or transformers' Conv1D (or a subclass, converted or not)."""
-    return isinstance(module, (torch.nn.Linear, nn.Conv1D)) or \
-        any(qualified_name(c) == CONV1D for c in type(module).__mro__)
+    conv1d = transformers_conv1d()
+    return isinstance(module, (torch.nn.Linear, nn.Conv1D)) or (conv1d is not None and isinstance(module, conv1d))
 
 
 def _linear_operands(module):
