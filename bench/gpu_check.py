@@ -61,7 +61,7 @@ NCU_METRICS = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_
                "lts__t_bytes.sum.per_second", "lts__throughput.avg.pct_of_peak_sustained_elapsed",
                "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second")
 GEMM_SHAPES = "1024x1024x1024,4096x4096x4096,8192x8192x8192,4095x4097x4093"
-MLP_SHAPES = "16384x16384x4096,16384x4096x16384,mlp-block:16384x768x3072"
+MLP_SHAPES = "16384x16384x4096,16384x4096x16384,mlp-block:16384x768x3072,gated-mlp:8192x4096x11008"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +122,11 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # batch statistics from the convolutions' epilogues (MPGEMM_EPILOGUE_STATS=1);
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
 # more with GELU's derivative in the dgrad's epilogue
-# (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); on sm_90 ResNet-50 once more with the
-# Hopper convolution beside torch.amp.
+# (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
+# MLP fused as one mpgemm.gated_mlp with the gating's own passes
+# (MPGEMM_GATED_KERNEL=1: the unfused ways run no gated op, so they are the
+# default's); on sm_90 ResNet-50 once more with the Hopper convolution
+# beside torch.amp.
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
          "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
          f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
@@ -133,12 +136,15 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          "--json {raw}/train_resnet50_fused_epilogue_stats.json || rc=1; "
          f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'fp32,torch.amp,mpgemm,torch.amp bf16,mpgemm bf16,mpgemm fused' --profile --no-search "
-         "--time-limit 60 --json {raw}/train_gpt2-block.json || rc=1; "
+         "--time-limit 50 --json {raw}/train_gpt2-block.json || rc=1; "
          f"MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
          "--json {raw}/train_gpt2-block_fused_activation_grad.json || rc=1; "
+         f"MPGEMM_GATED_KERNEL=1 {PY} -m mpgemm bench train --models llama-block --batch-sizes 32 "
+         "--ways 'torch.amp,mpgemm,mpgemm fused' --no-search --time-limit 20 "
+         "--json {raw}/train_llama-block_gated_kernel.json || rc=1; "
          f'if [ "{{arch}}" = "9.0" ]; then MPGEMM_CONV_PATH=wgmma {PY} -m mpgemm bench train --models resnet50 '
-         "--batch-sizes 256 --ways torch.amp,mpgemm --no-search --time-limit 30 "
+         "--batch-sizes 256 --ways torch.amp,mpgemm --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_wgmma.json || rc=1; fi; exit $rc")
 # The host side: each op's time per call on tiny tensors and a small MLP's
 # training step beside torch's, then the GPT-2 block at batch 8, where the
@@ -170,8 +176,8 @@ STEPS = (
     Step("ceiling", 1, 20, 10, f"{PY} -m mpgemm bench ceiling --json {{raw}}/ceiling.json",
          "the mma.sync ceiling, 1 and 2 blocks per SM"),
     Step("mlp", 1, 30, 10, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
-         "fused linear+GELU, and GPT-2 small's MLP block (mpgemm.mlp), vs torch at 16384 tokens, fwd and fwd+bwd, "
-         "fp16 and bf16"),
+         "fused linear+GELU, GPT-2 small's MLP block (mpgemm.mlp) at 16384 tokens and Llama-7B's gated MLP "
+         "(mpgemm.gated_mlp) at 8192, vs torch, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: the bf16 cases take as long again, outside the measure part.
     Step("conv", 1, 120, 45, CONV,
          "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "
@@ -205,7 +211,8 @@ STEPS = (
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with epilogue statistics and GELU's "
-         "derivative in the dgrad epilogue too; on sm_90 ResNet-50 with the Hopper convolution"),
+         "derivative in the dgrad epilogue too; a Llama block at batch 32, fused with the gated MLP's passes; on "
+         "sm_90 ResNet-50 with the Hopper convolution"),
 )
 PARTS = (1, 2, 3, 4)
 

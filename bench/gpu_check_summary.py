@@ -154,7 +154,11 @@ def bench_step(name):
                                                     for t, p in passes] +
                                                    [(f"mpgemm mlp {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
                                                     for fused in ("saved-z+dgelu", "saved-z+dgelu+dbias")
-                                                    for t in BF16_TAGS]),
+                                                    for t in BF16_TAGS] +
+                                                   [(f"mpgemm gated_mlp{t} {p}", f"torch unfused{t} {p}")
+                                                    for t, p in passes] +
+                                                   [(f"mpgemm gated_mlp fused gating{t} fwd+bwd",
+                                                     f"torch unfused{t} fwd+bwd") for t in BF16_TAGS]),
                    "conv": conv_section}[name]
         headline, lines = section(report)
         lines = [f"- {note}" for note in _bench_report().notes(report)] + lines

@@ -14,9 +14,9 @@ bench/gpu_check.py:
       with MPGEMM_STAGED_ROW_STORES=1, through shared memory, a launch a
       phase and, with MPGEMM_DGRAD_ONE_LAUNCH=1, all in one launch; a first
       layer's fprop and wgrad on folded taps), on its wide tile and with
-      MPGEMM_NARROW_TILES=1 on the narrow ones; and the fused batch norm's
-      forward and backward (16-byte runs and one-element ones); every result
-      is checked against float64.
+      MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
+      forward and backward (16-byte runs and one-element ones); the gated
+      MLP's two passes (likewise); every result is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
       128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
@@ -141,6 +141,24 @@ def _epilogue_statistics(name, x_shape, w_shape):
            torch.stack([got.mean((0, 2, 3)), got.var((0, 2, 3), unbiased=False)]))
 
 
+def _gated_passes(name, count, offset):
+    """The gated MLP's two passes (MPGEMM_GATED_KERNEL=1's: act(g) * u, then
+    dg, du and the product again) over `count` elements starting `offset`
+    elements past an allocation (0: 16-byte runs and a tail; 1: one element
+    a thread), SiLU, each checked against float64 on the CPU."""
+    dp, g, u = (torch.randn(count + offset, device="cuda").half()[offset:] for _ in range(3))
+    p = torch.ops.mpgemm._gated_activation(g, u, activation="silu")
+    dg, du, _ = torch.ops.mpgemm._gated_activation_backward(dp, g, u, activation="silu")
+    torch.cuda.synchronize()
+    g64 = g.double().cpu().requires_grad_()
+    a64 = F.silu(g64)
+    (slope,) = torch.autograd.grad(a64.sum(), g64)
+    dp64, u64, a64 = dp.double().cpu(), u.double().cpu(), a64.detach()
+    for pass_name, got, ref in (("forward", p, a64 * u64), ("gate grad", dg, dp64 * u64 * slope),
+                                ("up grad", du, dp64 * a64)):
+        _check(f"gated {name} {pass_name}", got, ref)
+
+
 def _batch_norm_passes(name, shape):
     """Batch norm with a residual add and a ReLU in training, forward and
     backward (mpgemm.fuse's passes), each checked against float64 on the CPU."""
@@ -194,7 +212,7 @@ def sanitize():
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps; strided dgrad's rows
     staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
-    ones; the fused batch norm's passes; fprop's batch statistics from the
+    ones; the fused batch norm's passes; the gated MLP's; fprop's batch statistics from the
     WMMA epilogue and (sm_90) the Hopper one; and loss scaling's unscale and
     scale update."""
     torch.manual_seed(0)
@@ -233,6 +251,9 @@ def sanitize():
     # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37).
     _batch_norm_passes("64 channels", (8, 64, 28, 28))
     _batch_norm_passes("37 channels", (3, 37, 9, 9))
+    # The gated MLP's passes: 16-byte runs over 65 blocks' threads and a tail of 5; one element a thread.
+    _gated_passes("16-byte runs", 8 * 256 * 65 + 5, 0)
+    _gated_passes("off 16 bytes", 3001, 1)
     # fprop with its batch statistics from the WMMA epilogue's column moments, and on sm_90 the Hopper one's.
     os.environ["MPGEMM_CONV_PATH"] = "wmma"
     try:

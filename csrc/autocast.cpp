@@ -1,4 +1,4 @@
-// The ops under torch.autocast: gemm, linear, mlp and conv2d (and
+// The ops under torch.autocast: gemm, linear, mlp, gated_mlp and conv2d (and
 // conv2d_batch_stats, conv2d's with its batch statistics) follow autocast's
 // dtype as torch's matmul, linear and conv2d do (the lower_precision_fp
 // policy): every floating-point tensor argument is cast to the autocast dtype
@@ -62,6 +62,17 @@ at::Tensor mlp(const at::Tensor& x, const at::Tensor& w1, const std::optional<at
                  cached_cast(scope.dtype, b2, Device), activation);
 }
 
+template <c10::DeviceType Device>
+at::Tensor gated_mlp(const at::Tensor& x, const at::Tensor& w_gate, const std::optional<at::Tensor>& b_gate,
+                     const at::Tensor& w_up, const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
+                     const std::optional<at::Tensor>& b_down, std::string_view activation) {
+  static const auto op = op_handle<GatedMlpSignature>("mpgemm::gated_mlp");
+  const AutocastScope<Device> scope;
+  const auto cast = [&](const auto& t) { return cached_cast(scope.dtype, t, Device); };
+  return op.call(cast(x), cast(w_gate), cast(b_gate), cast(w_up), cast(b_up), cast(w_down), cast(b_down),
+                 activation);
+}
+
 constexpr char kGemm[] = "mpgemm::gemm";
 constexpr char kLinear[] = "mpgemm::linear";
 
@@ -73,6 +84,7 @@ TORCH_LIBRARY_IMPL(mpgemm, AutocastCPU, m) {
   m.impl("conv2d", &conv2d<c10::DeviceType::CPU>);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats<c10::DeviceType::CPU>);
   m.impl("mlp", &mlp<c10::DeviceType::CPU>);
+  m.impl("gated_mlp", &gated_mlp<c10::DeviceType::CPU>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, AutocastCUDA, m) {
@@ -81,6 +93,7 @@ TORCH_LIBRARY_IMPL(mpgemm, AutocastCUDA, m) {
   m.impl("conv2d", &conv2d<c10::DeviceType::CUDA>);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats<c10::DeviceType::CUDA>);
   m.impl("mlp", &mlp<c10::DeviceType::CUDA>);
+  m.impl("gated_mlp", &gated_mlp<c10::DeviceType::CUDA>);
 }
 
 }  // namespace mpgemm

@@ -36,18 +36,13 @@
 #include <ATen/ops/gelu_backward.h>
 #include <ATen/ops/threshold_backward.h>
 #include <ATen/ExpandUtils.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
+#include "autograd.h"
 #include "op_handles.h"
 #include "ops.h"
 
 namespace mpgemm {
-namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 at::Tensor call_gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                      std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
@@ -60,6 +55,32 @@ at::Tensor call_linear(const at::Tensor& x, const at::Tensor& weight, const std:
   static const auto op = op_handle<GemmSignature>("mpgemm::linear");
   return op.call(x, weight, bias, activation, out_dtype);
 }
+
+std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx, const char* key) {
+  const auto found = ctx->saved_data.find(key);
+  return found == ctx->saved_data.end() ? std::nullopt : std::optional(found->second.toScalarType());
+}
+
+c10::SymInt product(c10::SymIntArrayRef sizes) {
+  c10::SymInt n = 1;
+  for (const c10::SymInt& s : sizes) n = n * s;
+  return n;
+}
+
+at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight) {
+  return x.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
+}
+
+at::Tensor block_weight(const at::Tensor& x, const at::Tensor& w, at::ScalarType dtype) {
+  return product_dtype(x, w) == dtype ? w : w.to(dtype);
+}
+
+bool records_graph(const at::Tensor& first, const at::Tensor& second, const std::optional<at::Tensor>& bias) {
+  return at::GradMode::is_enabled() &&
+         (first.requires_grad() || second.requires_grad() || (bias && bias->defined() && bias->requires_grad()));
+}
+
+namespace {
 
 at::Tensor call_conv2d(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
@@ -111,29 +132,6 @@ const std::string& saved_activation(AutogradContext* ctx) {
   return ctx->saved_data["activation"].toStringRef();
 }
 
-std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx, const char* key = "bias_dtype") {
-  const auto found = ctx->saved_data.find(key);
-  return found == ctx->saved_data.end() ? std::nullopt : std::optional(found->second.toScalarType());
-}
-
-// Runs a Function's backward without a graph. Where create_graph asked for
-// one, the gradients come back through a node whose own backward raises.
-template <class Backward>
-variable_list once_differentiable(const char* op, const Backward& backward) {
-  variable_list grads;
-  {
-    const at::NoGradGuard no_grad;
-    grads = backward();
-  }
-  if (!at::GradMode::is_enabled()) return grads;
-  const auto raise_on_backward = std::make_shared<torch::autograd::DelayedError>(
-      std::string(op) + ": double backward is not supported; its gradients are computed without a graph",
-      int64_t(grads.size()));
-  variable_list detached;
-  detached.reserve(grads.size());
-  for (const at::Tensor& g : grads) detached.push_back(g.defined() ? g.detach().requires_grad_() : at::Tensor());
-  return (*raise_on_backward)(std::move(detached));
-}
 
 // MPGEMM_EPILOGUE_PRE_ACTIVATION: "1" has gemm's and linear's GELU save its
 // input z from the forward (the Hopper kernel's epilogue stores it beside y;
@@ -202,11 +200,6 @@ at::Tensor sum_to(const at::Tensor& t, at::IntArrayRef dims, at::ScalarType dtyp
   return t.scalar_type() == dtype ? t.sum(dims) : t.sum(dims, false, at::kFloat).to(dtype);
 }
 
-c10::SymInt product(c10::SymIntArrayRef sizes) {
-  c10::SymInt n = 1;
-  for (const c10::SymInt& s : sizes) n = n * s;
-  return n;
-}
 
 at::Tensor bias_grad(const at::Tensor& grad_z, at::ScalarType bias_dtype) {
   const auto sizes = grad_z.sym_sizes();
@@ -225,10 +218,6 @@ at::Tensor operand_grad(const at::Tensor& x, const at::Tensor& y, c10::SymIntArr
   return call_gemm(x, y, std::nullopt, std::nullopt, at::kFloat).sum_to_size_symint(operand_shape).to(x.scalar_type());
 }
 
-// The 16-bit type linear and conv2d compute in (checks.cpp has the rule).
-at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight) {
-  return x.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
-}
 
 // Autograd numbers its edges by the tensors a Function got, so the bias,
 // last of them, is edge 2 where it was given.
@@ -268,11 +257,9 @@ struct GemmFunction : torch::autograd::Function<GemmFunction> {
   }
 };
 
-// The gradients of a linear's x, weight and bias ({dx, dW, db}, each
-// undefined where not wanted) from grad_z, its pre-activation's gradient
-// (..., out_features) in any float type: rounded to the products' 16-bit
-// type `dtype`; the bias's summed from grad_z as given, in fp32 (or, with
-// bias_grad_from_weight_grad, by dW's product from grad_z as rounded).
+}  // namespace
+
+// linear_gradients (autograd.h).
 variable_list linear_gradients(const at::Tensor& grad_z, const at::Tensor& x, const at::Tensor& weight,
                                at::ScalarType dtype, std::optional<at::ScalarType> bias_dtype, bool want_x,
                                bool want_weight, bool want_bias) {
@@ -298,6 +285,8 @@ variable_list linear_gradients(const at::Tensor& grad_z, const at::Tensor& x, co
   if (want_bias && !grad_bias.defined()) grad_bias = bias_grad(grad_z, *bias_dtype);
   return {grad_x, grad_weight, grad_bias};
 }
+
+namespace {
 
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -339,12 +328,6 @@ at::Tensor call_activation_grad(const at::Tensor& a, const at::Tensor& b, const 
   return op.call(a, b, activation_input, activation);
 }
 
-// w1 as mlp's first product takes it: rounded to the block's product type
-// `dtype` where linear's rule on x and w1 alone would pick the other (both
-// fp32 beside a bf16 w2).
-at::Tensor first_weight(const at::Tensor& x, const at::Tensor& w1, at::ScalarType dtype) {
-  return product_dtype(x, w1) == dtype ? w1 : w1.to(dtype);
-}
 
 // mlp's hidden activation h in the block's product type `dtype`, and GELU's
 // input z where `keep_z` (undefined otherwise): the first linear with its
@@ -354,7 +337,7 @@ at::Tensor first_weight(const at::Tensor& x, const at::Tensor& w1, at::ScalarTyp
 std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Tensor& w1,
                                               const std::optional<at::Tensor>& b1, std::string_view activation,
                                               at::ScalarType dtype, bool keep_z) {
-  const at::Tensor w = first_weight(x, w1, dtype);
+  const at::Tensor w = block_weight(x, w1, dtype);
   if (activation == "relu" || (activation == "gelu" && !keep_z))
     return {call_linear(x, w, b1, activation, dtype), at::Tensor()};
   at::Tensor z = call_linear(x, w, b1, std::nullopt, dtype);
@@ -396,7 +379,7 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
     const bool first_wanted = x.requires_grad() || w1.requires_grad() || (b1 && b1->defined() && b1->requires_grad());
     at::Tensor h, z;
     if (gelu && first_wanted && pre_activation_saved())
-      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, first_weight(x, w1, dtype), b1, activation,
+      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, block_weight(x, w1, dtype), b1, activation,
                                                                       dtype);
     else
       std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype, /*keep_z=*/first_wanted);
@@ -517,14 +500,6 @@ struct Conv2dBatchStatsFunction : torch::autograd::Function<Conv2dBatchStatsFunc
     return conv2d_gradients(ctx, grad_outs[0], 4);  // stride, padding, dilation, groups
   }
 };
-
-// Whether a call records a graph: where none is (no_grad, inference, no input
-// requiring a gradient), the op runs below autograd without building a
-// Function's node and saving its inputs.
-bool records_graph(const at::Tensor& first, const at::Tensor& second, const std::optional<at::Tensor>& bias) {
-  return at::GradMode::is_enabled() &&
-         (first.requires_grad() || second.requires_grad() || (bias && bias->defined() && bias->requires_grad()));
-}
 
 at::Tensor gemm_autograd(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                          std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {

@@ -258,6 +258,64 @@ at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const s
   return dtype == at::kBFloat16 || weights_dtype == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
 }
 
+kernels::GateActivation parse_gate_activation(std::string_view activation) {
+  if (activation == "silu") return kernels::GateActivation::kSilu;
+  if (activation == "gelu") return kernels::GateActivation::kGelu;
+  TORCH_CHECK_VALUE(activation == "gelu_tanh", "mpgemm.gated_mlp: activation must be 'silu', 'gelu' or 'gelu_tanh', got '",
+                    activation, "'");
+  return kernels::GateActivation::kGeluTanh;
+}
+
+kernels::GateActivation check_gated_activation_args(const char* op, std::initializer_list<NamedTensor> tensors,
+                                                    std::string_view activation) {
+  const auto& [first, first_name] = *tensors.begin();
+  for (const auto& [t, name] : tensors) {
+    TORCH_CHECK_TYPE(is_16_bit(t->scalar_type()), op, ": expected ", name, " to be torch.float16 or torch.bfloat16, got ",
+                     dtype_name(t->scalar_type()));
+    TORCH_CHECK_TYPE(t->scalar_type() == first->scalar_type(), op, ": expected ", name, " to have ", first_name,
+                     "'s dtype (", dtype_name(first->scalar_type()), "), got ", dtype_name(t->scalar_type()));
+    TORCH_CHECK_VALUE(t->sizes() == first->sizes(), op, ": expected ", name, " of ", first_name, "'s shape ",
+                      shape_of(*first), ", got shape ", shape_of(*t));
+    check_same_device(op, *first, first_name, *t, name);
+  }
+  return parse_gate_activation(activation);
+}
+
+template <class Size>
+at::ScalarType check_gated_mlp_args(const at::Tensor& x, const at::Tensor& w_gate,
+                                    const std::optional<at::Tensor>& b_gate, const at::Tensor& w_up,
+                                    const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
+                                    const std::optional<at::Tensor>& b_down, std::string_view activation) {
+  constexpr const char* op = "mpgemm.gated_mlp";
+  parse_gate_activation(activation);
+  const std::pair<const at::Tensor*, const char*> weights[] = {{&w_gate, "w_gate"}, {&w_up, "w_up"}, {&w_down, "w_down"}};
+  // One product type for the three products: pairwise, fp16 with bf16 is refused.
+  bool bf16 = false;
+  for (const auto& [w, name] : weights) {
+    bf16 |= product_input_dtype(op, x, "x", *w, name, /*fp32_allowed=*/true) == at::kBFloat16;
+    TORCH_CHECK_VALUE(w->dim() == 2, op, ": expected ", name, " to be 2-D (out_features, in_features), got a ",
+                      w->dim(), "-D tensor of shape ", shape_of(*w));
+    check_same_device(op, x, "x", *w, name);
+  }
+  product_input_dtype(op, w_gate, "w_gate", w_up, "w_up", /*fp32_allowed=*/true);
+  product_input_dtype(op, w_gate, "w_gate", w_down, "w_down", /*fp32_allowed=*/true);
+  product_input_dtype(op, w_up, "w_up", w_down, "w_down", /*fp32_allowed=*/true);
+  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": expected x of shape (..., in_features), got a 0-D tensor");
+  const Size in_features = dim_size<Size>(w_gate, 1), hidden = dim_size<Size>(w_gate, 0);
+  TORCH_CHECK_VALUE(dim_size<Size>(x, -1) == in_features, op, ": x has shape ", shape_of(x), " but w_gate has shape ",
+                    shape_of(w_gate), "; x.shape[-1] must equal w_gate.shape[1]");
+  TORCH_CHECK_VALUE(dim_size<Size>(w_up, 0) == hidden && dim_size<Size>(w_up, 1) == in_features, op,
+                    ": w_gate has shape ", shape_of(w_gate), " but w_up has shape ", shape_of(w_up),
+                    "; expected the same shape");
+  TORCH_CHECK_VALUE(dim_size<Size>(w_down, 1) == hidden, op, ": w_gate has shape ", shape_of(w_gate),
+                    " but w_down has shape ", shape_of(w_down),
+                    "; w_down.shape[1] must equal w_gate.shape[0] (the hidden features)");
+  check_bias(op, b_gate, hidden, "(w_gate.shape[0],)", x, "x", "b_gate");
+  check_bias(op, b_up, hidden, "(w_up.shape[0],)", x, "x", "b_up");
+  check_bias(op, b_down, dim_size<Size>(w_down, 0), "(w_down.shape[0],)", x, "x", "b_down");
+  return bf16 ? at::kBFloat16 : at::kHalf;
+}
+
 #define MPGEMM_INSTANTIATE_CHECKS(Size)                                                                         \
   template GemmProblem<Size> check_gemm_args<Size>(const at::Tensor&, const at::Tensor&,                      \
                                                    const std::optional<at::Tensor>&,                           \
@@ -271,7 +329,10 @@ at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const s
                                                               const at::Tensor&, std::string_view);             \
   template at::ScalarType check_mlp_args<Size>(const at::Tensor&, const at::Tensor&,                            \
                                                const std::optional<at::Tensor>&, const at::Tensor&,             \
-                                               const std::optional<at::Tensor>&, std::string_view);
+                                               const std::optional<at::Tensor>&, std::string_view);      \
+  template at::ScalarType check_gated_mlp_args<Size>(                                                           \
+      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,               \
+      const std::optional<at::Tensor>&, const at::Tensor&, const std::optional<at::Tensor>&, std::string_view);
 MPGEMM_INSTANTIATE_CHECKS(int64_t)
 MPGEMM_INSTANTIATE_CHECKS(c10::SymInt)
 

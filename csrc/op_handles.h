@@ -30,6 +30,15 @@ using GemmActivationGradSignature = at::Tensor(const at::Tensor&, const at::Tens
 // mlp: (x, w1, b1, w2, b2, activation).
 using MlpSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                 const at::Tensor&, const std::optional<at::Tensor>&, std::string_view);
+// gated_mlp: (x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation).
+using GatedMlpSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                     const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
+                                     const std::optional<at::Tensor>&, std::string_view);
+// _gated_activation: (gate, up, activation) -> act(gate) * up.
+using GatedActivationSignature = at::Tensor(const at::Tensor&, const at::Tensor&, std::string_view);
+// _gated_activation_backward: (grad, gate, up, activation) -> (grad_gate, grad_up, act(gate) * up).
+using GatedActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, std::string_view);
 // conv2d: (x, weight, bias, stride, padding, dilation, groups, out_dtype).
 using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                  at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,

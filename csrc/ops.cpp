@@ -301,6 +301,19 @@ TORCH_LIBRARY(mpgemm, m) {
   // backward gives GELU's (or ReLU's) input gradient from the second
   // linear's dgrad (_gemm_activation_grad); its forward is the two linears'.
   m.def("mlp(Tensor x, Tensor w1, Tensor? b1, Tensor w2, Tensor? b2, *, str activation) -> Tensor");
+  // linear(act(linear(x, w_gate, b_gate)) * linear(x, w_up, b_up), w_down,
+  // b_down): a gated MLP (SwiGLU, GeGLU; csrc/gated_mlp.cpp), and its
+  // gating's two elementwise passes over tensors of one shape and 16-bit
+  // type: act(gate) * up, and backward's (grad_gate, grad_up, act(gate) *
+  // up) from grad, each in fp32, rounded once (gated_mlp calls them where
+  // MPGEMM_GATED_KERNEL=1; they have no autograd of their own).
+  m.def(
+      "gated_mlp(Tensor x, Tensor w_gate, Tensor? b_gate, Tensor w_up, Tensor? b_up, Tensor w_down, Tensor? b_down, "
+      "*, str activation) -> Tensor");
+  m.def("_gated_activation(Tensor gate, Tensor up, *, str activation) -> Tensor");
+  m.def(
+      "_gated_activation_backward(Tensor grad, Tensor gate, Tensor up, *, str activation) -> "
+      "(Tensor grad_gate, Tensor grad_up, Tensor out)");
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");

@@ -14,6 +14,7 @@
 
 #include "amp/loss_scale.h"
 #include "common/gemm_params.h"
+#include "gated/gated_math.h"
 
 namespace mpgemm {
 
@@ -62,6 +63,26 @@ GemmProblem<Size> check_activation_grad_args(const at::Tensor& a, const at::Tens
 template <class Size>
 at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                               const at::Tensor& w2, const std::optional<at::Tensor>& b2, std::string_view activation);
+
+// gated_mlp's: x (..., in_features), w_gate and w_up (hidden, in_features),
+// w_down (out_features, hidden), optional biases (hidden,), (hidden,) and
+// (out_features,), activation "silu", "gelu" or "gelu_tanh". Returns the
+// 16-bit type of the three products (bf16 where any of x and the weights
+// is, else fp16; fp16 with bf16 refused).
+template <class Size>
+at::ScalarType check_gated_mlp_args(const at::Tensor& x, const at::Tensor& w_gate,
+                                    const std::optional<at::Tensor>& b_gate, const at::Tensor& w_up,
+                                    const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
+                                    const std::optional<at::Tensor>& b_down, std::string_view activation);
+kernels::GateActivation parse_gate_activation(std::string_view activation);
+
+// The gated MLP's elementwise passes over gate, up (and grad) of one shape
+// and one 16-bit type, contiguous (kernels/gated/gated.h): the forward's
+// act(gate) * up; the backward's (grad_gate, grad_up, act(gate) * up).
+using GatedGrads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+at::Tensor gated_activation_cuda(const at::Tensor& gate, const at::Tensor& up, kernels::GateActivation activation);
+GatedGrads gated_activation_backward_cuda(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                                          kernels::GateActivation activation);
 
 // Checks a caller-provided output against the problem.
 void check_gemm_out(const GemmProblem<int64_t>& problem, const at::Tensor& a, const at::Tensor& out);
@@ -188,6 +209,11 @@ void update_loss_scale_cuda(at::Tensor& scale, at::Tensor& counters, const at::T
 using NamedTensor = std::pair<const at::Tensor*, const char*>;
 void check_batch_norm_args(const char* op, const at::Tensor& y, std::initializer_list<NamedTensor> per_channel,
                            const std::vector<NamedTensor>& like_y = {});
+
+// The gated MLP's elementwise ops' tensors (the first names the shape,
+// dtype and device the others must have: one 16-bit type) and activation.
+kernels::GateActivation check_gated_activation_args(const char* op, std::initializer_list<NamedTensor> tensors,
+                                                    std::string_view activation);
 
 struct BatchNormForward {
   at::Tensor y;

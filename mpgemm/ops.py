@@ -121,6 +121,41 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     return torch.ops.mpgemm.mlp.default(x, w1, b1, w2, b2, activation=activation)
 
 
+def gated_mlp(x, w_gate, b_gate, w_up, b_up, w_down, b_down, *, activation="silu"):
+    """A gated MLP block (Llama's SwiGLU, Gemma's GeGLU) on Tensor Cores:
+    ``linear(activation(linear(x, w_gate, b_gate)) * linear(x, w_up, b_up),
+    w_down, b_down)``, as one differentiable op.
+
+    Args:
+        x: (..., in_features), float16, bfloat16 or float32.
+        w_gate, w_up: (hidden, in_features); b_gate, b_up: optional (hidden,).
+        w_down: (out_features, hidden); b_down: optional (out_features,).
+        activation: "silu" (SwiGLU: Llama, Mistral, Qwen), "gelu" (the exact
+            erf form) or "gelu_tanh" (GELU's tanh form: Gemma's).
+
+    Returns:
+        (..., out_features) of x's dtype.
+
+    The three products take one 16-bit type (bfloat16 if any of x, w_gate,
+    w_up, w_down is, else float16; fp32 tensors rounded to it, float16 with
+    bfloat16 an error); the gate g, the up projection u and the product
+    ``activation(g) * u`` are stored in that type. By default the gating
+    runs as torch.amp runs it (torch's activation, then the multiply, each
+    rounded; what backward needs saved as torch.amp saves it), so that one
+    op costs the host one call where the block took five. With
+    ``MPGEMM_GATED_KERNEL=1`` (opt-in until its kernels have passed the GPU
+    tests) one pass computes ``activation(g) * u`` in fp32, rounded once,
+    and backward's one pass gives both gradients and that product again from
+    g and u: the block saves x, g and u alone (torch.amp: x, g,
+    activation(g), u and the product) and moves 18 bytes an element of the
+    hidden activation through memory where torch.amp's passes move 28.
+    :func:`mpgemm.fuse` runs a model's gated MLP blocks as this op. Under
+    ``torch.autocast`` every floating-point argument is cast to autocast's
+    dtype first.
+    """
+    return torch.ops.mpgemm.gated_mlp.default(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation=activation)
+
+
 def _pair(value, name):
     # What nn.Conv2d holds (a pair of ints) and a plain int first: the
     # abstract-class checks below cost microseconds a call.

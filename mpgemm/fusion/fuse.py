@@ -1,20 +1,22 @@
 """mpgemm.fuse: a model's conv -> batch norm (-> residual add) (-> ReLU)
-chains run on mpgemm's fused batch-norm passes, and its linear -> GELU or
-ReLU -> linear chains as one mpgemm.mlp, the model otherwise as it was.
+chains run on mpgemm's fused batch-norm passes, its linear -> GELU or ReLU
+-> linear chains as one mpgemm.mlp, and its gated MLP blocks
+(down(act(gate(x)) * up(x))) as one mpgemm.gated_mlp, the model otherwise
+as it was.
 
 Each module whose children could hold a chain (a Conv2d and a BatchNorm2d,
 or two linear layers) has its own forward traced one level deep (torch.fx,
-children as leaves; conv_chains.py and mlp_chains.py find the chains). One
-forward on the example arguments then checks the trace against what runs:
-each step of every chain must take exactly the step before's output (or,
-across an activation function, run after it), once per call of its module.
-A module that passes gets
-a class whose forward runs the rewritten graph (the module's class stays in
-its MRO, so isinstance holds; its name, children, parameters and state_dict
-keys are unchanged). That forward checks, at each call, the plain attributes
-the traced forward read (``self.training``, a ``grad_checkpointing`` flag, a
-child that is None): where one has changed since fuse(), the module runs its
-own forward, unfused, and says so once.
+children as leaves; conv_chains.py, mlp_chains.py and gated_chains.py find
+the chains). One forward on the example arguments then checks the trace
+against what runs: each step of every chain must take exactly the step
+before's output (or, across an activation function, run after it), once per
+call of its module. A module that passes gets a class whose forward runs the
+rewritten graph (the module's class stays in its MRO, so isinstance holds;
+its name, children, parameters and state_dict keys are unchanged). That
+forward checks, at each call, the plain attributes the traced forward read
+(``self.training``, a ``grad_checkpointing`` flag, a child that is None):
+where one has changed since fuse(), the module runs its own forward,
+unfused, and says so once.
 """
 
 import copy
@@ -26,9 +28,12 @@ import warnings
 import torch
 
 from ..convert import converted_class
-from . import conv_chains, graph as fx_graph, mlp_chains
+from . import conv_chains, gated_chains, graph as fx_graph, mlp_chains
 
-CHAIN_KINDS = (conv_chains, mlp_chains)  # each finds its chains in a traced graph and rewrites them
+# Each finds its chains in a traced graph and rewrites them. A linear may end
+# one kind's chain and start another's (a gated block's down projection,
+# then GELU and a linear): the kind listed first keeps it.
+CHAIN_KINDS = (conv_chains, gated_chains, mlp_chains)
 
 PLAIN = (bool, int, float, str, type(None))
 _NOT_NONE = "<not None>"
@@ -227,9 +232,11 @@ def _run_example(model, args, kwargs):
 
 def fuse(model, *example_args, **example_kwargs):
     """Runs each Conv2d -> BatchNorm2d (-> residual add) (-> ReLU) chain of
-    `model` on mpgemm's fused batch-norm passes, and each linear -> GELU or
+    `model` on mpgemm's fused batch-norm passes, each linear -> GELU or
     ReLU -> linear chain (a transformer's MLP block) as one
-    :func:`mpgemm.mlp`; returns `model` itself.
+    :func:`mpgemm.mlp`, and each gated MLP block (``down(act(gate(x)) *
+    up(x))``, SiLU or GELU: Llama's, Gemma's, timm's SwiGLU) as one
+    :func:`mpgemm.gated_mlp`; returns `model` itself.
 
     One forward on the example arguments (no graph; the model's buffers,
     parameters, gradients and random state are left as they were) checks
@@ -237,13 +244,14 @@ def fuse(model, *example_args, **example_kwargs):
     chain it cannot prove safe stays unfused and is named in a warning: a
     convolution whose output is used twice, a module that runs twice in one
     forward, a hook on the batch norm or the ReLU (on any module of an MLP
-    chain), a module whose forward cannot be traced or did not run as
-    traced, SyncBatchNorm. An MLP chain runs fused where, at that call, its
-    linears run mpgemm's forward and nothing between them would change
-    (mlp_chains.py); elsewhere its layers run as they would. The module
-    tree, its names and classes (isinstance), parameters and ``state_dict()``
-    keys do not change, so checkpoints load either way; :func:`fusion_report`
-    says what was fused. Works before or after :func:`mpgemm.convert` and
+    chain or gated block), a gated block output used outside it, a module
+    whose forward cannot be traced or did not run as traced, SyncBatchNorm.
+    An MLP chain or gated block runs fused where, at that call, its linears
+    run mpgemm's forward and nothing between them would change
+    (mlp_chains.py, gated_chains.py); elsewhere its layers run as they
+    would. The module tree, its names and classes (isinstance), parameters
+    and ``state_dict()`` keys do not change, so checkpoints load either way;
+    :func:`fusion_report` says what was fused. Works before or after :func:`mpgemm.convert` and
     :func:`mpgemm.amp.prepare`; wrap the model in DDP or torch.compile after.
     """
     if not isinstance(model, torch.nn.Module):
@@ -262,11 +270,17 @@ def fuse(model, *example_args, **example_kwargs):
             refused.append((f"{name or 'the model'}", f"its forward cannot be traced ({type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''})"))
             continue
-        found = []
+        found, taken = [], set()
         for kind in CHAIN_KINDS:
             fusable, not_fused = kind.find_chains(module, graph)
             refused += [(c.label(prefix), reason) for c, reason in not_fused]
-            found += [(kind, f) for f in fusable]
+            for f in fusable:  # (chain, its first node, the nodes it replaces, ...)
+                steps = {f[1], *f[2]}
+                if not taken.isdisjoint(steps):
+                    refused.append((f[0].label(prefix), "it shares a step with another chain"))
+                    continue
+                taken |= steps
+                found.append((kind, f))
         if found:
             plans.append((name, module, graph, guards, found))
     run = _ExampleRun()
@@ -316,8 +330,10 @@ def fusion_report(model):
     ``bn``, and whether a ``residual`` add and a ``relu`` joined them; for
     ``"mlp"`` chains ``fc1``, ``fc2`` and the ``activation`` as traced, and
     whether it runs fused now (its linears on mpgemm, no hook, no dropout
-    that drops between its steps). A chain fuse() left alone has
-    ``chain`` (its modules) in place of the names."""
+    that drops between its steps); for ``"gated_mlp"`` chains ``gate``,
+    ``up``, ``down`` and the ``activation`` as traced, and whether it runs
+    fused now, as for ``"mlp"``. A chain fuse() left alone has ``chain``
+    (its modules) in place of the names."""
     report = []
     for name, module in model.named_modules():
         plan = module.__dict__.get("_mpgemm_fusion")

@@ -1,7 +1,8 @@
 """What the chain finders share: one module's own forward traced with
 torch.fx one level deep (every child a leaf), the graph's nodes read as
 modules and their users, and the hooks that keep a module out of a chain.
-conv_chains.py and mlp_chains.py find their chains in such a graph."""
+conv_chains.py, mlp_chains.py and gated_chains.py find their chains in such
+a graph."""
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,19 @@ def past(root, node, passable, skipped):
             return node
         skipped.append(user)
         node = user
+
+
+def replace_with_call(graph, nodes, function, arguments):
+    """Puts one call of `function` in place of a chain's `nodes`, each used
+    by nodes after it alone, the last's users given the call: its arguments
+    are `arguments(module)`, module(name) a node that reads the submodule of
+    that name."""
+    with graph.inserting_before(nodes[-1]):
+        call = graph.call_function(function, arguments(graph.get_attr))
+    nodes[-1].replace_all_uses_with(call)
+    for node in reversed(nodes):
+        graph.erase_node(node)
+    return call
 
 
 def is_relu(root, node):

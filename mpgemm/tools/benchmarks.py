@@ -84,7 +84,8 @@ def gpu_suites(quick=False):
     if quick:
         return {
             "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
-            "linear": [("mlp", (4096, 16384, 4096)), ("mlp-block", (8192, 768, 3072))],
+            "linear": [("mlp", (4096, 16384, 4096)), ("mlp-block", (8192, 768, 3072)),
+                       ("gated-mlp", (8192, 2048, 5632))],
             "conv": [("resnet50", (32,) + layer) for layer in resnet50[1:4]] + DEPTHWISE[:1],
             "ceiling": [("mma.sync", (1, 20000))],
         }
@@ -94,7 +95,8 @@ def gpu_suites(quick=False):
         + [(label, (m, n, k, "".join(layout[0] for layout in layouts)))
            for label, (m, n, k), layouts in models.training_gemms(TRAINING_SUITE_WIDTHS, (8192,))],
         "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))]
-        + [("mlp-block", (t, d, f)) for t in (8192, 16384) for (d, f) in ((768, 3072), (1024, 4096))],
+        + [("mlp-block", (t, d, f)) for t in (8192, 16384) for (d, f) in ((768, 3072), (1024, 4096))]
+        + [("gated-mlp", (8192, d, f)) for d, f in ((2048, 5632), (4096, 11008))],
         "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE,
         "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
     }
@@ -112,7 +114,7 @@ DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2"
 
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
-    "linear": [("mlp", (64, 256, 128)), ("mlp-block", (64, 32, 128))],
+    "linear": [("mlp", (64, 256, 128)), ("mlp-block", (64, 32, 128)), ("gated-mlp", (64, 32, 96))],
     "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8)), ("depthwise", (2, 16, 16, 3, 1, 1, 8, 16))],
     "ceiling": [("mma.sync", (1, 10))],
 }
@@ -156,15 +158,17 @@ def _tag(dtype):
 def parse_shapes(text):
     """"4096x4096x4096,1024x512x256" -> [(4096, 4096, 4096), (1024, 512, 256)]; an
     item that names a case the suite builds apart, "mlp-block:16384x768x3072"
-    (tokens x d_model x d_ff), -> ("mlp-block", (16384, 768, 3072))."""
+    (tokens x d_model x d_ff; "gated-mlp:" likewise), -> ("mlp-block",
+    (16384, 768, 3072))."""
     labels = {case for _, case in CASE_BUILDERS_BY_CASE}
     shapes = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         label, _, dims = item.lower().rpartition(":")
         parts = dims.split("x")
         if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts) or (label and label not in labels):
-            raise argparse.ArgumentTypeError(f"expected MxNxK with positive integers, or {', '.join(sorted(labels))}"
-                                             f":MxNxK, got {item!r}")
+            raise argparse.ArgumentTypeError("expected MxNxK with positive integers, or "
+                                             f"{' or '.join(f'{label}:MxNxK' for label in sorted(labels))}, "
+                                             f"got {item!r}")
         shape = tuple(int(p) for p in parts)
         shapes.append((label, shape) if label else shape)
     if not shapes:
@@ -354,6 +358,35 @@ def _mlp_block_case(shape, device, dtype):
     return make, dtype.itemsize * (t * d * 2 + 2 * d * f + t * f), impls
 
 
+def _gated_mlp_case(shape, device, dtype):
+    """A gated MLP (Llama's SwiGLU, no biases), (tokens, d_model, d_ff):
+    down(silu(gate(x)) * up(x)), against torch's five ops. mpgemm.gated_mlp
+    as it runs by default (its products, torch's SiLU and multiply and their
+    backward) and with its gating on one pass each way
+    (MPGEMM_GATED_KERNEL=1: "fused gating")."""
+    t, d, f = shape
+
+    def make():
+        x = torch.randn(t, d, device=device).to(dtype).requires_grad_()
+        gate, up = ((torch.randn(f, d, device=device) / d**0.5).to(dtype).requires_grad_() for _ in range(2))
+        down = (torch.randn(d, f, device=device) / f**0.5).to(dtype).requires_grad_()
+        return x, gate, up, down, torch.randn(t, d, device=device).to(dtype)
+
+    product = 2.0 * t * d * f
+    baseline = f"torch unfused{_tag(dtype)}"
+
+    def gated_mlp(x, gate, up, down):
+        return ops.gated_mlp(x, gate, None, up, None, down, None, activation="silu")
+
+    impls = _forward_and_backward(gated_mlp, lambda x, gate, up, down: F.linear(F.silu(F.linear(x, gate)) *
+                                                                                F.linear(x, up), down),
+                                  3 * product, 9 * product, f"mpgemm gated_mlp{_tag(dtype)}", baseline)
+    fused = {"MPGEMM_GATED_KERNEL": "1"}
+    impls[f"mpgemm gated_mlp fused gating{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
+        _fwd_bwd(gated_mlp, 9 * product, fused), baseline=f"{baseline} fwd+bwd")
+    return make, dtype.itemsize * (t * d * 2 + 3 * d * f), impls
+
+
 # The extra convolution paths `bench conv --conv-paths` times beside the
 # default, each by setting MPGEMM_CONV_PATH (and MPGEMM_NARROW_TILES,
 # MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH) around its calls (the planner reads them at every
@@ -521,7 +554,7 @@ def ceiling_flops(blocks, iterations):
 
 CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case, "ceiling": _ceiling_case}
 # Cases that a suite builds apart from its others, by (suite, case).
-CASE_BUILDERS_BY_CASE = {("linear", "mlp-block"): _mlp_block_case}
+CASE_BUILDERS_BY_CASE = {("linear", "mlp-block"): _mlp_block_case, ("linear", "gated-mlp"): _gated_mlp_case}
 
 
 def check_results(impls, inputs):

@@ -91,7 +91,8 @@ def build_parser():
                         "MPGEMM_STAGED_ROW_STORES=1; wgmma_one_launch: wgmma with both and "
                         "MPGEMM_DGRAD_ONE_LAUNCH=1)")
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
-                   help=f"train: models to run (default {','.join(train_bench.WORKLOADS)})")
+                   help=f"train: models to run, of {', '.join(train_bench.WORKLOADS)} "
+                        f"(default {','.join(train_bench.DEFAULT_MODELS)})")
     p.add_argument("--ways", type=train_bench.parse_ways, metavar="WAY[,WAY]",
                    help=f"train: ways to train (default: {','.join(train_bench.WAYS)}; also "
                         f"{','.join(w for w in training.ALL_WAYS if w not in train_bench.WAYS)})")

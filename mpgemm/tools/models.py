@@ -149,6 +149,46 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class GatedMLP(nn.Module):
+    """Llama's MLP: down(silu(gate(x)) * up(x)), no biases."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    """One Llama block without its rotary embedding (elementwise, the same
+    under every way): RMSNorm, causal SDPA attention with bias-free
+    projections, RMSNorm, the gated MLP; d_ff 8/3 of d_model rounded up to a
+    multiple of 256 (2048 at GPT-2 small's 768)."""
+
+    def __init__(self, d_model=768, heads=12):
+        super().__init__()
+        d_ff = -(-8 * d_model // 3 // 256) * 256
+        self.input_layernorm = nn.RMSNorm(d_model, eps=1e-6)
+        self.heads = heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d_model, d_model, bias=False)
+                                                              for _ in range(4))
+        self.post_attention_layernorm = nn.RMSNorm(d_model, eps=1e-6)
+        self.mlp = GatedMLP(d_model, d_ff)
+
+    def forward(self, x):
+        batch, seq, d_model = x.shape
+        h = self.input_layernorm(x)
+        q, k, v = (proj(h).view(batch, seq, self.heads, d_model // self.heads).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o_proj(y.transpose(1, 2).reshape(batch, seq, d_model))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
 # (name, d_model, d_ff) of the transformers whose training GEMMs the sweeps
 # time: MLP ratio 4 (GPT-2) and 8/3 (Llama-7B's 11008, rounded up to 256).
 TRANSFORMER_WIDTHS = (("gpt2-small", 768, 3072), ("gpt2-medium", 1024, 4096), ("gpt2-xl", 1600, 6400),

@@ -1,11 +1,13 @@
 """`python -m mpgemm bench train`: the classic mixed-precision training experiment.
 
 ResNet-50 (224x224 images, channels_last) and a GPT-2-small-shaped
-transformer block (sequence 1024) are trained on synthetic data with SGD
+transformer block (sequence 1024; with --models, a Llama block of the same
+width too) are trained on synthetic data with SGD
 (momentum 0.9) in each of the five ways of `training` (fp32 with TF32 off;
 torch.amp and mpgemm in fp16 and in bf16), and in "mpgemm fused" where --ways
 names it (mpgemm.fuse's chains: ResNet-50's conv -> batch norm, the block's
-MLP as one mpgemm.mlp), through the training step
+MLP as one mpgemm.mlp, the Llama block's as one mpgemm.gated_mlp), through
+the training step
 the demo uses. For each batch size: images/s or tokens/s (median step time after
 warm-up steps, which go on while the loss scaler skips its first steps; the
 GPU synchronized around each step), the spread of the step times, the
@@ -81,12 +83,17 @@ WORKLOADS = {
     "gpt2-block": Workload("gpt2-block", "tokens", "sequences", (8, 16, 32, 64),
                            lambda config: models.TransformerBlock(config.d_model),
                            _embeddings, F.mse_loss, lambda config: config.seq_len),
+    # Opt-in (--models): not among the default runs' models.
+    "llama-block": Workload("llama-block", "tokens", "sequences", (8, 16, 32, 64),
+                            lambda config: models.LlamaBlock(config.d_model),
+                            _embeddings, F.mse_loss, lambda config: config.seq_len),
 }
+DEFAULT_MODELS = ("resnet50", "gpt2-block")
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
-    models: tuple = tuple(WORKLOADS)
+    models: tuple = DEFAULT_MODELS
     batch_sizes: tuple = None  # None: each workload's gpu_batch_sizes
     image_size: int = 224
     seq_len: int = 1024

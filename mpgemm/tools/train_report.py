@@ -25,6 +25,9 @@ def _setup_text(report):
     if "gpt2-block" in names:
         parts.append(f"a GPT-2 block (sequences of {c['seq_len']} tokens; width {c['d_model']}, pre-LayerNorm, "
                      f"causal SDPA, GELU MLP), MSE to a random target")
+    if "llama-block" in names:
+        parts.append(f"a Llama block (sequences of {c['seq_len']} tokens; width {c['d_model']}, RMSNorm, causal "
+                     f"SDPA without rotary embedding, SwiGLU MLP of 8/3 the width), MSE to a random target")
     setup = "; ".join(parts)
     return (f"{setup[:1].upper()}{setup[1:]}. SGD lr {c['lr']} momentum 0.9, synthetic data on the device, "
             f"seed {c['seed']}. "

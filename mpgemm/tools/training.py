@@ -16,7 +16,8 @@ training step they share.
   mpgemm fused    mpgemm's way with mpgemm.fuse(): the conv -> batch norm
                   (-> residual add) (-> ReLU) chains on mpgemm's fused passes,
                   a transformer's linear -> GELU -> linear as one
-                  mpgemm.mlp, fused on the first step's batch. Opt-in (not
+                  mpgemm.mlp, a gated MLP (Llama's) as one
+                  mpgemm.gated_mlp, fused on the first step's batch. Opt-in (not
                   among the default WAYS): ALL_WAYS lists it.
 
 The loss is computed in fp32 from the model's output, the same way for all

@@ -180,23 +180,26 @@ def test_trains_as_the_unfused_layers_within_their_rounding(name):
     build, example, _ = MODELS[name]
     torch.manual_seed(1)
     base = build()
-    batches = [example() for _ in range(4)]
+    assert_trains_as_the_layers(base, [example() for _ in range(4)])
+
+
+def assert_trains_as_the_layers(base, batches):
+    """`base` converted and fused, converted alone and in float64, trained
+    on `batches`: the fused model's outputs, input gradients and parameters
+    within fp16's rounding of float64's, and no further from them than the
+    layers' but for one rounding."""
     runs = {}
     for way in ("fused", "layers", "float64"):
         model = copy.deepcopy(base)
-        if way == "float64":
-            model = model.double()
-        else:
-            model = mpgemm.convert(model)
+        model = model.double() if way == "float64" else mpgemm.convert(model)
         if way == "fused":
             model = fused_copy(model, batches[0])
         runs[way] = (train(model, batches, steps := []), steps)
-    (fused, fused_steps), (layers, layer_steps), (exact, exact_steps) = runs["fused"], runs["layers"], runs["float64"]
+    (fused, fused_steps), (_, layer_steps), (exact, exact_steps) = runs["fused"], runs["layers"], runs["float64"]
     for (out, grad_x), (lout, lgrad_x), (eout, egrad_x) in zip(fused_steps, layer_steps, exact_steps):
         for got, ref in ((out, eout), (grad_x, egrad_x)):
             assert relative_error(got.double(), ref) < 4e-3
         for got, layer, ref in ((out, lout, eout), (grad_x, lgrad_x, egrad_x)):
-            # The fused chain is no further from float64 than the layers, with room for one rounding.
             assert relative_error(got.double(), ref) <= relative_error(layer.double(), ref) + 1e-3
     for (pname, p), q in zip(fused.named_parameters(), exact.parameters()):
         assert relative_error(p.double(), q) < 4e-3, pname

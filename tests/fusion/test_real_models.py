@@ -1,9 +1,10 @@
 """mpgemm.fuse on real models as a user would run them: torchvision's
 ResNet-18 and ResNet-50 and timm's ResNet-26 (conv -> batch norm chains),
 torchvision's and timm's vision transformers, small (their MLP blocks as
-mpgemm.mlp), prepared in fp16, fused, and trained a few steps beside the
-same model in fp32 and under torch.amp; the fused model's state_dict loads
-bitwise into the plain one and back.
+mpgemm.mlp; timm's with SwiGLU MLPs as mpgemm.gated_mlp), prepared in fp16,
+fused, and trained a few steps beside the same model in fp32 and under
+torch.amp; the fused model's state_dict loads bitwise into the plain one
+and back.
 
 torchvision and timm do not install beside the CPU build of torch used in
 CI (../shared/TOOLCHAIN.md has the separate environment where they do):
@@ -44,6 +45,15 @@ def timm_vit():
                              num_classes=10)
 
 
+def timm_vit_swiglu():
+    """timm's ViT with timm's SwiGLU (timm.layers.mlp) as each block's MLP."""
+    timm = pytest.importorskip("timm", reason="timm needs torchvision, which does not install beside CPU torch here")
+    from timm.layers.mlp import SwiGLU
+
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                             num_classes=10, mlp_layer=SwiGLU, act_layer=torch.nn.SiLU)
+
+
 # name: (builder, chains: for the ResNets the stem, each block's convolutions
 # and its downsample's; for the ViTs each block's MLP, image size)
 MODELS = {
@@ -52,6 +62,7 @@ MODELS = {
     "timm resnet26": (timm_resnet26, 1 + 8 * 3 + 4, 64),
     "torchvision vit": (torchvision_vit, 2, 32),
     "timm vit": (timm_vit, 2, 32),
+    "timm vit swiglu": (timm_vit_swiglu, 2, 32),
 }
 
 

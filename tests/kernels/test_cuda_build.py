@@ -24,7 +24,8 @@ The fprop kernels that write column moments for batch norm combine lanes
 with shuffles and no atomics (the Hopper ones read their strips back).
 The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
 their 16-byte variants (the elementwise ones store so too) and round every
-step on its own (no FFMA), as the CPU backend does.
+step on its own (no FFMA), as the CPU backend does. The gated MLP's passes
+load and store 16 bytes at a time.
 """
 
 import pytest
@@ -351,5 +352,20 @@ def test_batch_norm_passes_move_16_bytes_and_round_each_step(cuda_build, machine
             assert (sum(o.startswith("STG.E.128") for o in ops) > 0) == (wide and stored), f"{arch} {name}: STG"
             if "finish" not in name:
                 assert sass.count_opcodes(ops, "FFMA") == 0, f"{arch} {name}: a step contracted into an FMA"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
+
+
+def test_gated_mlp_passes_move_16_bytes(cuda_build, machine_code):
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
+                   if "gated_kernel" in name}
+        # Forward and backward for two element types and three activations.
+        assert len(kernels) == 2 * 2 * 3, (arch, sorted(kernels))
+        for name, ops in kernels.items():
+            backward = "Lb1E" in name
+            assert sum(o.startswith("LDG.E.128") for o in ops) >= (3 if backward else 2), f"{arch} {name}: loads"
+            assert sum(o.startswith("STG.E.128") for o in ops) >= (3 if backward else 1), f"{arch} {name}: stores"
             res = usage[arch].get(name, {})
             assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"

@@ -142,7 +142,7 @@ WMMA_MUTATIONS = {
 # row block summing its predecessor's last row again, a block's moments
 # dropped from the mean (the last, or one a thread), and each block's mean
 # taken from the block after it (the next block counted twice).
-BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/column_moments.cu"]
+BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/column_moments.cu", "gated/gated.cu"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
@@ -153,7 +153,17 @@ BATCH_NORM_MUTATIONS = {
     "a block's moments counted twice": ("count(b) * mean_of(b);",
                                         "count(b) * mean_of(PLANTED && b + 1 < a.blocks ? b + 1 : b);"),
 }
-BATCH_NORM_UNITS = ["norm/batch_norm.cu", "norm/column_moments.cu"]
+# In the gated MLP's passes (gated/gated.cu), built with the batch norm's
+# planted units and failing the gated cases (run as many): the tail's
+# elements past the 16-byte runs started one late, so that its first is
+# never written.
+GATED_MUTATIONS = {
+    "a gated pass's first tail element unwritten": (
+        "for (int64_t i = vectors * kVector + first; i < t.count; i += stride) {",
+        "for (int64_t i = vectors * kVector + first + PLANTED; i < t.count; i += stride) {"),
+}
+BATCH_NORM_MUTATIONS.update(GATED_MUTATIONS)
+BATCH_NORM_UNITS = ["norm/batch_norm.cu", "norm/column_moments.cu", "gated/gated.cu"]
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
 HOPPER_CASES = 24
 # Random convolutions per Hopper run, case i of pass i % 3; one in five of
@@ -607,7 +617,8 @@ def results(tmp_path_factory):
     alone = ["wmma/gemm_tiles.cu", "conv/launch.cu", GEMM_LAUNCH_UNIT, *BATCH_NORM_UNITS]
     wmma_units = {
         "drivers": [os.path.join(SIM_DIR, name) for name in ("driver.cpp", "conv_cases.cpp", "conv_gemm_cases.cpp",
-                                                             "gemm_cases.cpp", "batch_norm_cases.cpp")],
+                                                             "gemm_cases.cpp", "batch_norm_cases.cpp",
+                                                             "gated_cases.cpp")],
         **{name: [os.path.join(KERNEL_DIR, name)] for name in alone},
         "shared": [os.path.join(KERNEL_DIR, name) for name in shared_files if name not in alone],
         # The loss scale's kernels, the mma.sync ceiling and the Hopper
@@ -774,6 +785,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert re.search(r"conv as gemm: 0/12 failed \([1-9]\d* splitting K\)", output), replay
     assert "ceiling: 0/3 failed" in output, replay
     assert f"batch norm: 0/{BATCH_NORM_CASES} failed" in output, replay
+    assert f"gated: 0/{BATCH_NORM_CASES} failed" in output, replay
 
 
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
@@ -787,9 +799,10 @@ def test_simulation_catches_a_warp_rows_column_moments_dropped(results):
 
 
 @pytest.mark.parametrize("name", BATCH_NORM_MUTATIONS)
-def test_simulation_catches_a_planted_batch_norm_sum_bug(results, name):
+def test_simulation_catches_a_planted_elementwise_pass_bug(results, name):
     code, output = results[("batch norm mutant", name)]
-    assert code != 0 and re.search(r"batch norm: [1-9]\d*/24 failed", output), output[-4000:]
+    cases = "gated" if name in GATED_MUTATIONS else "batch norm"
+    assert code != 0 and re.search(cases + r": [1-9]\d*/24 failed", output), output[-4000:]
 
 
 HOPPER_RUN_IDS = [f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}" for c, w in HOPPER_RUNS]

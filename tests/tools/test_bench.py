@@ -74,6 +74,9 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                     "mpgemm mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp saved-z+dgelu bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm gated_mlp bf16 fwd": "torch unfused bf16 fwd",
+                    "mpgemm gated_mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm gated_mlp fused gating bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm bf16 fwd": "torch bf16 fwd", "mpgemm bf16 fwd+bwd": "torch bf16 fwd+bwd",
                     "mpgemm bf16 dgrad": "torch bf16 dgrad", "mpgemm bf16 wgrad": "torch bf16 wgrad"}
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl,dtype")
@@ -217,6 +220,25 @@ def test_mlp_block_flops_count_the_products_each_impl_runs(dtype):
             impl.run(*inputs)
         assert counter.count and impl.flops == counter.count * 2.0 * t * d * f, name
 
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gated_mlp_flops_count_the_products_each_impl_runs(dtype):
+    """The gated MLP's impls: three products forward, six backward, each
+    way; the fused gating's row runs the gating's two passes."""
+    t, d, f = shape = (64, 32, 96)
+    make, bytes_per_set, impls = benchmarks.CASE_BUILDERS_BY_CASE[("linear", "gated-mlp")](shape, CPU, dtype)
+    inputs = make()
+    assert [tuple(x.shape) for x in inputs] == [(t, d), (f, d), (f, d), (d, f), (t, d)]
+    assert bytes_per_set == sum(x.numel() * x.element_size() for x in inputs)
+    with MpgemmCalls() as calls:
+        impls[f"mpgemm gated_mlp fused gating{benchmarks._tag(dtype)} fwd+bwd"].run(*inputs)
+    assert {"_gated_activation", "_gated_activation_backward"} <= set(calls.ops)
+    for name, impl in impls.items():
+        with CountProducts() as counter:
+            impl.run(*inputs)
+        assert counter.count and impl.flops == counter.count * 2.0 * t * d * f, name
+
+
 def test_partial_reports_are_saved_after_every_case():
     saved = []
     report = benchmarks.run(["gemm", "ceiling"], CPU, show_progress=False,
@@ -231,7 +253,7 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
     assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
-    assert len(rows) == 12 and all(" bf16 fwd" in row for row in rows)
+    assert len(rows) == 17 and all(" bf16 fwd" in row for row in rows)
     assert any("mpgemm fused saved-z bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm fused saved-z+dbias bf16 fwd+bwd" in row for row in rows)
@@ -245,7 +267,7 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert "expected MxNxK" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["bench", "linear", "--shapes", "mlp-bloc:5x6x7"])
-    assert "or mlp-block:MxNxK" in capsys.readouterr().err
+    assert "or gated-mlp:MxNxK or mlp-block:MxNxK" in capsys.readouterr().err
     assert cli.main(["bench", "gemm", "--shapes", "mlp-block:5x6x7"]) == 2
     assert "mlp-block shapes are the linear suite's, not the gemm suite's" in capsys.readouterr().out
     plan = benchmarks.plan_cases(["gemm", "linear"], CPU, shapes=[("mlp-block", (8, 16, 32)), (4, 5, 6)],

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import mpgemm
 from mpgemm.tools import cli, train_bench, train_report, training
 
 WIDTH = 100
@@ -289,6 +290,20 @@ def test_quick_cli_run_on_the_cpu(tmp_path, capsys):
     assert report["runs"][0]["status"] == "ok"
     for r in report["runs"]:
         assert r["status"] == "not run" or (r["status"] == "ok" and 1 <= len(r["step_times_s"]) <= 2)
+
+
+def test_the_llama_block_trains_fused_with_its_mlp_one_gated_op(monkeypatch):
+    """`--models llama-block` (opt-in): a quick CPU run of torch.amp, mpgemm
+    and the fused way, whose model runs its MLP as one mpgemm.gated_mlp."""
+    fused = []
+    monkeypatch.setattr(training, "fuse", lambda model, x: fused.append(mpgemm.fuse(model, x)))
+    config = train_bench.dataclasses.replace(train_bench.CPU_QUICK, models=("llama-block",),
+                                             ways=("torch.amp", "mpgemm", "mpgemm fused"))
+    report = train_bench.run(config, "cpu", show_progress=False)
+    assert [(r["way"], r["status"]) for r in report["runs"]] == [
+        ("torch.amp", "ok"), ("mpgemm", "ok"), ("mpgemm fused", "ok")]
+    (model,) = fused
+    assert [(e["kind"], e["fused"]) for e in mpgemm.fusion_report(model)] == [("gated_mlp", True)]
 
 
 @pytest.mark.gpu

@@ -22,6 +22,15 @@ MPGEMM_HOST_DEVICE float apply_activation(Activation activation, float x) {
   }
 }
 
+// GELU's tanh form (GPT-2's, torch's approximate="tanh"), whose derivative
+// apply_activation_grad gives: no forward epilogue applies it (adding it to
+// apply_activation's cases would change every default kernel's code), the
+// gated MLP's passes do (gated/gated_math.h).
+MPGEMM_HOST_DEVICE float gelu_tanh(float x) {
+  constexpr float kBeta = 0.79788456080286536f, kKappa = 0.044715f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));
+}
+
 // grad * activation'(z): the gradient of the activation's input from its
 // output's (GemmParams::activation_input). ReLU's selects, as torch's
 // threshold_backward does (a NaN z passes grad on, an infinite grad times a

@@ -46,6 +46,7 @@
 
 #include "arch/smem.cuh"
 #include "common/element_traits.cuh"
+#include "common/vector_access.cuh"
 #include "norm/batch_norm.h"
 
 namespace mpgemm::kernels::batch_norm {
@@ -106,50 +107,6 @@ struct GradInputArgs {
   void* grad_y;  // or null
   void* grad_z;  // or null
 };
-
-template <class T>
-__device__ __forceinline__ float at(const void* p, int64_t i) {
-  return ElementTraits<T>::to_float(static_cast<const T*>(p)[i]);
-}
-
-// kWidth elements of T from p[i], in fp32: one 16-byte load where kWidth fills it.
-template <class T, int kWidth>
-__device__ __forceinline__ void load(const void* p, int64_t i, float (&v)[kWidth]) {
-  if constexpr (kWidth * sizeof(T) == 16) {
-    union {
-      uint4 raw;
-      T e[kWidth];
-    } u;
-    u.raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p) + i);
-#pragma unroll
-    for (int e = 0; e < kWidth; ++e) v[e] = ElementTraits<T>::to_float(u.e[e]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kWidth; ++e) v[e] = at<T>(p, i + e);
-  }
-}
-
-// kWidth values rounded to T into p[i]: one 16-byte store where kWidth fills
-// it. (__stwb, a plain write-back store: a uint4 assigned through a pointer
-// here compiles to four 4-byte stores.)
-template <class T, int kWidth>
-__device__ __forceinline__ void store(void* p, int64_t i, const float (&v)[kWidth]) {
-  T* dst = static_cast<T*>(p) + i;
-  if constexpr (kWidth * sizeof(T) == 16 && sizeof(T) == 4) {
-    __stwb(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
-  } else if constexpr (kWidth * sizeof(T) == 16) {  // 16-bit: rounded in pairs
-    uint32_t words[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const auto pair = ElementTraits<T>::round_pair(v[2 * e], v[2 * e + 1]);
-      words[e] = *reinterpret_cast<const uint32_t*>(&pair);
-    }
-    __stwb(reinterpret_cast<uint4*>(dst), uint4{words[0], words[1], words[2], words[3]});
-  } else {
-#pragma unroll
-    for (int e = 0; e < kWidth; ++e) dst[e] = ElementTraits<T>::from_float(v[e]);
-  }
-}
 
 // kWidth per-channel values from p[c]: 16-byte loads where kWidth is a
 // multiple of 4 (c, a multiple of kWidth, keeps them aligned).
@@ -310,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) finish_kernel(FinishArgs a) {
   }
   const double rows = double(a.shape.rows), offset = first / rows;
   const double variance = second / rows - offset * offset;
-  finish_forward(a, c, float(double(at<T>(a.y, c)) + offset), variance > 0.0 ? variance : 0.0);
+  finish_forward(a, c, float(double(element_at<T>(a.y, c)) + offset), variance > 0.0 ? variance : 0.0);
 }
 
 // Calls f(i, c) for each run of kWidth elements (i the first's index, c its

@@ -10,8 +10,10 @@
 // plans: F/N failed" (split-K, every configuration of the table, grouped tile
 // orders), "unscale: F/N failed", "conv: F/N failed" (and how many distinct
 // conv kernels ran), "conv as gemm: F/N failed" (1x1 convolutions through
-// the GEMM, conv_gemm_cases.cpp), "ceiling: F/N failed" and "batch norm:
-// F/N failed" (batch_norm_cases.cpp); exits 1 on a failure.
+// the GEMM, conv_gemm_cases.cpp), "ceiling: F/N failed", "batch norm:
+// F/N failed" (batch_norm_cases.cpp) and "gated: F/N failed" (the gated
+// MLP's passes, gated_cases.cpp, as many cases as batch norm's); exits 1 on
+// a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -250,6 +252,7 @@ bool conv_case(int index);  // conv_cases.cpp
 extern int conv_moment_cases;
 extern std::set<const void*> conv_moment_kernels;
 bool batch_norm_case(int index);  // batch_norm_cases.cpp
+bool gated_case(int index);       // gated_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K
 
 int main(int argc, char** argv) {
@@ -287,9 +290,13 @@ int main(int argc, char** argv) {
   int batch_norm_failed = 0;
   for (int i = 0; i < batch_norm_cases; ++i) batch_norm_failed += batch_norm_case(i);
   printf("batch norm: %d/%d failed\n", batch_norm_failed, batch_norm_cases);
+  // The gated MLP's passes, as many cases as batch norm's (the elementwise passes' count).
+  int gated_failed = 0;
+  for (int i = 0; i < batch_norm_cases; ++i) gated_failed += gated_case(i);
+  printf("gated: %d/%d failed\n", gated_failed, batch_norm_cases);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
   return gemm_failed || plan_failed || unscale_failed || conv_failed || conv_gemm_failed || ceiling_failed ||
-         batch_norm_failed;
+         batch_norm_failed || gated_failed;
 }

@@ -1,0 +1,288 @@
+// mpgemm.gated_mlp: a gated MLP block (Llama's SwiGLU, Gemma's GeGLU),
+//     g = x @ w_gate^T + b_gate,  u = x @ w_up^T + b_up   (16-bit, the block's product type)
+//     p = act(g) * u                                     (16-bit)
+//     y = p @ w_down^T + b_down                           (x's dtype)
+// as one op: its C++ autograd (GatedMlpFunction), its forward on each
+// backend, and its two internal elementwise ops. Backward:
+//     dp = dy @ w_down,  dg = dp * u * act'(g),  du = dp * act(g)
+//     dx = dg @ w_gate + du @ w_up (each in x's dtype, then added, as
+//     autograd adds the two uses of x), the weights' and biases' as linear's.
+// The gating runs one of two ways. By default as torch.amp runs it: torch's
+// activation, then the multiply, each rounded to the product type; saved as
+// torch.amp saves them (g, act(g), u and p), and backward's three passes
+// torch's. With MPGEMM_GATED_KERNEL=1 (opt-in until its kernels have passed
+// the GPU tests): _gated_activation computes p in fp32, rounded once, in one
+// pass; only g and u are saved; _gated_activation_backward gives dg, du and
+// p again (for w_down's gradient) in one pass (kernels/gated/gated.cu says
+// why that moves 18 bytes an element where torch's passes move 28).
+// Every product is mpgemm's linear or gemm.
+#include <tuple>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/silu_backward.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include "autograd.h"
+#include "gated/gated_math.h"
+#include "op_handles.h"
+#include "ops.h"
+
+namespace mpgemm {
+namespace {
+
+using kernels::GateActivation;
+
+// ---- The elementwise ops on each backend --------------------------------
+
+template <class Step>
+void for_each_element(int64_t count, const Step& step) {
+  at::parallel_for(0, count, 16384, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) step(i);
+  });
+}
+
+// The CPU backend: gated_math.h's functions in fp32, each result rounded
+// once, as the kernels compute them.
+template <class T>
+void gated_forward_cpu(const at::Tensor& gate, const at::Tensor& up, at::Tensor& out, GateActivation activation) {
+  const T *g = gate.const_data_ptr<T>(), *u = up.const_data_ptr<T>();
+  T* p = out.mutable_data_ptr<T>();
+  for_each_element(gate.numel(), [&](int64_t i) {
+    p[i] = T(kernels::gate_value(activation, float(g[i])) * float(u[i]));
+  });
+}
+
+template <class T>
+void gated_backward_cpu(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, GatedGrads& out,
+                        GateActivation activation) {
+  const T *dp = grad.const_data_ptr<T>(), *g = gate.const_data_ptr<T>(), *u = up.const_data_ptr<T>();
+  T *dg = std::get<0>(out).mutable_data_ptr<T>(), *du = std::get<1>(out).mutable_data_ptr<T>(),
+    *p = std::get<2>(out).mutable_data_ptr<T>();
+  for_each_element(gate.numel(), [&](int64_t i) {
+    const kernels::GatedGrads r = kernels::gated_grads(activation, float(dp[i]), float(g[i]), float(u[i]));
+    dg[i] = T(r.grad_gate), du[i] = T(r.grad_up), p[i] = T(r.out);
+  });
+}
+
+enum class Backend { kCpu, kCuda, kMeta };
+
+template <Backend B>
+at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, std::string_view activation) {
+  constexpr const char* op = "mpgemm._gated_activation";
+  const GateActivation act = check_gated_activation_args(op, {{&gate, "gate"}, {&up, "up"}}, activation);
+  if constexpr (B == Backend::kMeta) {
+    return at::empty_like(gate, at::MemoryFormat::Contiguous);
+  }
+#ifdef MPGEMM_WITH_CUDA
+  else if constexpr (B == Backend::kCuda) {
+    return gated_activation_cuda(gate.contiguous(), up.contiguous(), act);
+  }
+#endif
+  else {
+    const at::Tensor g = gate.contiguous(), u = up.contiguous();
+    at::Tensor out = at::empty_like(g);
+    if (g.scalar_type() == at::kHalf) gated_forward_cpu<c10::Half>(g, u, out, act);
+    else gated_forward_cpu<c10::BFloat16>(g, u, out, act);
+    return out;
+  }
+}
+
+template <Backend B>
+GatedGrads gated_activation_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                                     std::string_view activation) {
+  constexpr const char* op = "mpgemm._gated_activation_backward";
+  const GateActivation act =
+      check_gated_activation_args(op, {{&grad, "grad"}, {&gate, "gate"}, {&up, "up"}}, activation);
+  if constexpr (B == Backend::kMeta) {
+    const auto like = [&] { return at::empty_like(gate, at::MemoryFormat::Contiguous); };
+    return {like(), like(), like()};
+  }
+#ifdef MPGEMM_WITH_CUDA
+  else if constexpr (B == Backend::kCuda) {
+    return gated_activation_backward_cuda(grad.contiguous(), gate.contiguous(), up.contiguous(), act);
+  }
+#endif
+  else {
+    const at::Tensor dp = grad.contiguous(), g = gate.contiguous(), u = up.contiguous();
+    GatedGrads out{at::empty_like(g), at::empty_like(g), at::empty_like(g)};
+    if (g.scalar_type() == at::kHalf) gated_backward_cpu<c10::Half>(dp, g, u, out, act);
+    else gated_backward_cpu<c10::BFloat16>(dp, g, u, out, act);
+    return out;
+  }
+}
+
+// ---- The block ----------------------------------------------------------
+
+// MPGEMM_GATED_KERNEL: "1" runs the gating on the fused passes
+// (_gated_activation and its backward) and saves g and u alone; unset or "0"
+// runs torch's activation and multiply and saves what torch.amp saves.
+// Asked on each forward that records a graph, and by its backward.
+bool gated_kernel() { return environment_switch("MPGEMM_GATED_KERNEL"); }
+
+at::Tensor call_gated_activation(const at::Tensor& gate, const at::Tensor& up, std::string_view activation) {
+  static const auto op = op_handle<GatedActivationSignature>("mpgemm::_gated_activation");
+  return op.call(gate, up, activation);
+}
+
+GatedGrads call_gated_activation_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                                          std::string_view activation) {
+  static const auto op = op_handle<GatedActivationBackwardSignature>("mpgemm::_gated_activation_backward");
+  return op.call(grad, gate, up, activation);
+}
+
+// torch's activation of g, in g's dtype (what torch.amp's SiLU or GELU module computes).
+at::Tensor torch_activation(const at::Tensor& g, std::string_view activation) {
+  if (activation == "silu") return at::silu(g);
+  return at::gelu(g, activation == "gelu_tanh" ? "tanh" : "none");
+}
+
+// torch's gradient of the activation's input from its output's.
+at::Tensor torch_activation_backward(const at::Tensor& grad, const at::Tensor& g, std::string_view activation) {
+  if (activation == "silu") return at::silu_backward(grad, g);
+  return at::gelu_backward(grad, g, activation == "gelu_tanh" ? "tanh" : "none");
+}
+
+// The gate's and up projection's products (g, u) in the block's product type.
+std::tuple<at::Tensor, at::Tensor> gate_and_up(const at::Tensor& x, const at::Tensor& w_gate,
+                                               const std::optional<at::Tensor>& b_gate, const at::Tensor& w_up,
+                                               const std::optional<at::Tensor>& b_up, at::ScalarType dtype) {
+  return {call_linear(x, block_weight(x, w_gate, dtype), b_gate, std::nullopt, dtype),
+          call_linear(x, block_weight(x, w_up, dtype), b_up, std::nullopt, dtype)};
+}
+
+// gated_mlp without autograd: torch's activation and multiply by default
+// (torch.amp's values), the fused pass with gated_kernel().
+at::Tensor gated_mlp_forward(const at::Tensor& x, const at::Tensor& w_gate, const std::optional<at::Tensor>& b_gate,
+                             const at::Tensor& w_up, const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
+                             const std::optional<at::Tensor>& b_down, std::string_view activation) {
+  const at::ScalarType dtype =
+      check_gated_mlp_args<c10::SymInt>(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+  const auto [g, u] = gate_and_up(x, w_gate, b_gate, w_up, b_up, dtype);
+  const at::Tensor p = gated_kernel() ? call_gated_activation(g, u, activation) : torch_activation(g, activation).mul(u);
+  return call_linear(p, w_down, b_down, std::nullopt, x.scalar_type());
+}
+
+// Autograd numbers its edges by the tensors a Function got: x, w_gate,
+// b_gate (if given), w_up, b_up (if given), w_down, b_down (if given).
+struct GatedEdges {
+  size_t w_up, w_down;
+  GatedEdges(bool b_gate, bool b_up) : w_up(b_gate ? 3 : 2), w_down(w_up + (b_up ? 2 : 1)) {}
+};
+
+struct GatedMlpFunction : torch::autograd::Function<GatedMlpFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate,
+                            const std::optional<at::Tensor>& b_gate, const at::Tensor& w_up,
+                            const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
+                            const std::optional<at::Tensor>& b_down, std::string_view activation) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    const at::ScalarType dtype =
+        check_gated_mlp_args<c10::SymInt>(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+    ctx->saved_data["activation"] = std::string(activation);
+    for (const auto& [bias, key] : {std::pair{&b_gate, "b_gate_dtype"}, std::pair{&b_up, "b_up_dtype"},
+                                    std::pair{&b_down, "b_down_dtype"}})
+      if (*bias && (*bias)->defined()) ctx->saved_data[key] = (*bias)->scalar_type();
+    const auto [g, u] = gate_and_up(x, w_gate, b_gate, w_up, b_up, dtype);
+    at::Tensor p;
+    if (gated_kernel()) {
+      ctx->saved_data["fused"] = true;
+      p = call_gated_activation(g, u, activation);
+      ctx->save_for_backward({x, w_gate, w_up, w_down, g, u});
+    } else {
+      const at::Tensor a = torch_activation(g, activation);
+      p = a.mul(u);
+      ctx->save_for_backward({x, w_gate, w_up, w_down, g, u, a, p});
+    }
+    return call_linear(p, w_down, b_down, std::nullopt, x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
+    return once_differentiable("mpgemm.gated_mlp", [&]() -> variable_list {
+      const variable_list saved = ctx->get_saved_variables();
+      const at::Tensor &x = saved[0], &w_gate = saved[1], &w_up = saved[2], &w_down = saved[3], &g = saved[4],
+                       &u = saved[5];
+      const std::string& activation = ctx->saved_data["activation"].toStringRef();
+      const auto b_gate_dtype = saved_bias_dtype(ctx, "b_gate_dtype"), b_up_dtype = saved_bias_dtype(ctx, "b_up_dtype"),
+                 b_down_dtype = saved_bias_dtype(ctx, "b_down_dtype");
+      const GatedEdges edge(b_gate_dtype.has_value(), b_up_dtype.has_value());
+      const bool want_x = ctx->needs_input_grad(0), want_gate = ctx->needs_input_grad(1),
+                 want_b_gate = b_gate_dtype && ctx->needs_input_grad(2), want_up = ctx->needs_input_grad(edge.w_up),
+                 want_b_up = b_up_dtype && ctx->needs_input_grad(edge.w_up + 1);
+      const bool want_first = want_x || want_gate || want_b_gate || want_up || want_b_up;
+      const at::ScalarType dtype = g.scalar_type();
+      const auto g_sizes = g.sym_sizes();
+      const c10::SymInt rows = product(g_sizes.slice(0, g_sizes.size() - 1)), hidden = g_sizes.back();
+      const at::Tensor grad_y = grad_outs[0].reshape_symint({rows, w_down.sym_size(0)}).to(dtype);
+      const at::Tensor g2d = g.reshape_symint({rows, hidden}), u2d = u.reshape_symint({rows, hidden});
+      const bool fused = ctx->saved_data.count("fused") > 0;
+      at::Tensor grad_gate, grad_up, p;
+      if (want_first) {
+        const at::Tensor grad_p = call_gemm(grad_y, w_down.to(dtype), std::nullopt, std::nullopt, dtype);
+        if (fused) {
+          std::tie(grad_gate, grad_up, p) = call_gated_activation_backward(grad_p, g2d, u2d, activation);
+        } else {
+          const at::Tensor a = saved[6].reshape_symint({rows, hidden});
+          grad_up = grad_p.mul(a);
+          grad_gate = torch_activation_backward(grad_p.mul(u2d), g2d, activation);
+        }
+      }
+      const bool want_down = ctx->needs_input_grad(edge.w_down);
+      if (!fused) p = saved[7].reshape_symint({rows, hidden});
+      else if (want_down && !p.defined()) p = call_gated_activation(g2d, u2d, activation);
+      // Without w_down's gradient, p stands in for the layer's input only by its shape.
+      const variable_list down = linear_gradients(grad_y, p.defined() ? p : g2d, w_down, dtype, b_down_dtype, false,
+                                                  want_down, b_down_dtype && ctx->needs_input_grad(edge.w_down + 1));
+      variable_list gate(3), up(3);
+      if (want_first) {
+        const at::Tensor x2d = x.reshape_symint({rows, x.sym_size(-1)});
+        gate = linear_gradients(grad_gate, x2d, w_gate, dtype, b_gate_dtype, want_x, want_gate, want_b_gate);
+        up = linear_gradients(grad_up, x2d, w_up, dtype, b_up_dtype, want_x, want_up, want_b_up);
+      }
+      const at::Tensor grad_x = want_x ? gate[0].add(up[0]).view_symint(x.sym_sizes()) : at::Tensor();
+      return {grad_x, gate[1], gate[2], up[1], up[2], down[1], down[2], at::Tensor()};
+    });
+  }
+};
+
+at::Tensor gated_mlp_autograd(const at::Tensor& x, const at::Tensor& w_gate, const std::optional<at::Tensor>& b_gate,
+                              const at::Tensor& w_up, const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
+                              const std::optional<at::Tensor>& b_down, std::string_view activation) {
+  if (records_graph(x, w_gate, b_gate) || records_graph(x, w_up, b_up) || records_graph(x, w_down, b_down))
+    return GatedMlpFunction::apply(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return gated_mlp_forward(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mpgemm, Autograd, m) { m.impl("gated_mlp", &gated_mlp_autograd); }
+
+TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
+  m.impl("gated_mlp", &gated_mlp_forward);
+  m.impl("_gated_activation", &gated_activation<Backend::kCpu>);
+  m.impl("_gated_activation_backward", &gated_activation_backward<Backend::kCpu>);
+}
+
+TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
+  m.impl("gated_mlp", &gated_mlp_forward);
+  m.impl("_gated_activation", &gated_activation<Backend::kMeta>);
+  m.impl("_gated_activation_backward", &gated_activation_backward<Backend::kMeta>);
+}
+
+#ifdef MPGEMM_WITH_CUDA
+TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
+  m.impl("gated_mlp", &gated_mlp_forward);
+  m.impl("_gated_activation", &gated_activation<Backend::kCuda>);
+  m.impl("_gated_activation_backward", &gated_activation_backward<Backend::kCuda>);
+}
+#endif
+
+}  // namespace mpgemm
