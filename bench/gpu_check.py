@@ -148,10 +148,13 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          "--json {raw}/train_resnet50_wgmma.json || rc=1; fi; exit $rc")
 # The host side: each op's time per call on tiny tensors and a small MLP's
 # training step beside torch's, then the GPT-2 block at batch 8, where the
-# host's time per step decides the speed (fused too: its MLP one op of three).
+# host's time per step decides the speed (fused too: its MLP one op of
+# three), and the Llama block likewise (its gated MLP one op of five).
 HOST = (f"rc=0; {PY} -m mpgemm bench host --json {{raw}}/host.json || rc=1; "
         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 --ways 'torch.amp,mpgemm,mpgemm fused' "
-        "--no-search --time-limit 35 --json {raw}/train_gpt2-block_batch8.json || rc=1; exit $rc")
+        "--no-search --time-limit 25 --json {raw}/train_gpt2-block_batch8.json || rc=1; "
+        f"{PY} -m mpgemm bench train --models llama-block --batch-sizes 8 --ways 'torch.amp,mpgemm,mpgemm fused' "
+        "--no-search --time-limit 10 --json {raw}/train_llama-block_batch8.json || rc=1; exit $rc")
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
          "-DCMAKE_CUDA_COMPILER=$(command -v nvcc) {cublas_args} && "
          "cmake --build build/cmake && build/cmake/gemm_cublas_check")
@@ -205,8 +208,8 @@ STEPS = (
          "ncu on the 4096^3 GEMM: tensor pipe, stalls, bank conflicts, L2 (profiler time x clock without ncu)"),
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
     Step("host", 3, 60, 40, HOST,
-         "the host's time per call of the ops and of a small training step beside torch's; the GPT-2 block at "
-         "batch 8, where the host's time decides"),
+         "the host's time per call of the ops and of a small training step beside torch's; the GPT-2 and Llama "
+         "blocks at batch 8, where the host's time decides"),
     Step("build", 4, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "

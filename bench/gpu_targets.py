@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mpgemm  # noqa: E402
 from mpgemm.fusion import batch_norm_act  # noqa: E402
-from mpgemm.testing import activation_grad_reference, reference_gemm, relative_error  # noqa: E402
+from mpgemm.testing import activation_grad_reference, gated_reference, reference_gemm, relative_error  # noqa: E402
 from mpgemm.tools import gpu_state, timing  # noqa: E402
 
 TOLERANCE = 1e-3
@@ -141,21 +141,18 @@ def _epilogue_statistics(name, x_shape, w_shape):
            torch.stack([got.mean((0, 2, 3)), got.var((0, 2, 3), unbiased=False)]))
 
 
-def _gated_passes(name, count, offset):
+def _gated_passes(name, count, offset, dtype, activation):
     """The gated MLP's two passes (MPGEMM_GATED_KERNEL=1's: act(g) * u, then
     dg, du and the product again) over `count` elements starting `offset`
     elements past an allocation (0: 16-byte runs and a tail; 1: one element
-    a thread), SiLU, each checked against float64 on the CPU."""
-    dp, g, u = (torch.randn(count + offset, device="cuda").half()[offset:] for _ in range(3))
-    p = torch.ops.mpgemm._gated_activation(g, u, activation="silu")
-    dg, du, _ = torch.ops.mpgemm._gated_activation_backward(dp, g, u, activation="silu")
+    a thread), each checked against float64 on the CPU."""
+    dp, g, u = (torch.randn(count + offset, device="cuda").to(dtype)[offset:] for _ in range(3))
+    p = torch.ops.mpgemm._gated_activation(g, u, activation=activation)
+    dg, du, p_again = torch.ops.mpgemm._gated_activation_backward(dp, g, u, activation=activation)
     torch.cuda.synchronize()
-    g64 = g.double().cpu().requires_grad_()
-    a64 = F.silu(g64)
-    (slope,) = torch.autograd.grad(a64.sum(), g64)
-    dp64, u64, a64 = dp.double().cpu(), u.double().cpu(), a64.detach()
-    for pass_name, got, ref in (("forward", p, a64 * u64), ("gate grad", dg, dp64 * u64 * slope),
-                                ("up grad", du, dp64 * a64)):
+    want = gated_reference(dp, g, u, activation)
+    for pass_name, got, ref in (("forward", p, want["p"]), ("gate grad", dg, want["grad_gate"]),
+                                ("up grad", du, want["grad_up"]), ("forward again", p_again, want["p"])):
         _check(f"gated {name} {pass_name}", got, ref)
 
 
@@ -252,8 +249,8 @@ def sanitize():
     _batch_norm_passes("64 channels", (8, 64, 28, 28))
     _batch_norm_passes("37 channels", (3, 37, 9, 9))
     # The gated MLP's passes: 16-byte runs over 65 blocks' threads and a tail of 5; one element a thread.
-    _gated_passes("16-byte runs", 8 * 256 * 65 + 5, 0)
-    _gated_passes("off 16 bytes", 3001, 1)
+    _gated_passes("16-byte runs", 8 * 256 * 65 + 5, 0, torch.float16, "silu")
+    _gated_passes("off 16 bytes", 3001, 1, torch.float16, "gelu_tanh")
     # fprop with its batch statistics from the WMMA epilogue's column moments, and on sm_90 the Hopper one's.
     os.environ["MPGEMM_CONV_PATH"] = "wmma"
     try:

@@ -341,7 +341,7 @@ std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Ten
   if (activation == "relu" || (activation == "gelu" && !keep_z))
     return {call_linear(x, w, b1, activation, dtype), at::Tensor()};
   at::Tensor z = call_linear(x, w, b1, std::nullopt, dtype);
-  at::Tensor h = at::gelu(z, activation == "gelu_tanh" ? "tanh" : "none");
+  at::Tensor h = at::gelu(z, gelu_approximate(activation));
   return {h, keep_z ? z : at::Tensor()};
 }
 
@@ -418,7 +418,7 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
         } else {
           const at::Tensor grad_h = call_gemm(grad_y, w2_16, std::nullopt, std::nullopt, dtype);
           grad_z = activation == "relu" ? at::threshold_backward(grad_h, z, 0)
-                                        : at::gelu_backward(grad_h, z, activation == "gelu_tanh" ? "tanh" : "none");
+                                        : at::gelu_backward(grad_h, z, gelu_approximate(activation));
         }
         first = linear_gradients(grad_z, x, w1, dtype, b1_dtype, want_x, want_w1, want_b1);
       }

@@ -28,6 +28,12 @@ std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx, const char*
 // The product of sizes (a tensor's rows, all dimensions but the last).
 c10::SymInt product(c10::SymIntArrayRef sizes);
 
+// torch's `approximate` argument of gelu for mpgemm's name of a GELU form:
+// "tanh" for "gelu_tanh", else "none".
+inline std::string_view gelu_approximate(std::string_view activation) {
+  return activation == "gelu_tanh" ? "tanh" : "none";
+}
+
 // The 16-bit type linear and conv2d compute in (checks.cpp has the rule).
 at::ScalarType product_dtype(const at::Tensor& x, const at::Tensor& weight);
 

@@ -258,10 +258,10 @@ at::ScalarType check_mlp_args(const at::Tensor& x, const at::Tensor& w1, const s
   return dtype == at::kBFloat16 || weights_dtype == at::kBFloat16 ? at::kBFloat16 : at::kHalf;
 }
 
-kernels::GateActivation parse_gate_activation(std::string_view activation) {
+kernels::GateActivation parse_gate_activation(const char* op, std::string_view activation) {
   if (activation == "silu") return kernels::GateActivation::kSilu;
   if (activation == "gelu") return kernels::GateActivation::kGelu;
-  TORCH_CHECK_VALUE(activation == "gelu_tanh", "mpgemm.gated_mlp: activation must be 'silu', 'gelu' or 'gelu_tanh', got '",
+  TORCH_CHECK_VALUE(activation == "gelu_tanh", op, ": activation must be 'silu', 'gelu' or 'gelu_tanh', got '",
                     activation, "'");
   return kernels::GateActivation::kGeluTanh;
 }
@@ -274,11 +274,11 @@ kernels::GateActivation check_gated_activation_args(const char* op, std::initial
                      dtype_name(t->scalar_type()));
     TORCH_CHECK_TYPE(t->scalar_type() == first->scalar_type(), op, ": expected ", name, " to have ", first_name,
                      "'s dtype (", dtype_name(first->scalar_type()), "), got ", dtype_name(t->scalar_type()));
-    TORCH_CHECK_VALUE(t->sizes() == first->sizes(), op, ": expected ", name, " of ", first_name, "'s shape ",
+    TORCH_CHECK_VALUE(t->sym_sizes() == first->sym_sizes(), op, ": expected ", name, " of ", first_name, "'s shape ",
                       shape_of(*first), ", got shape ", shape_of(*t));
     check_same_device(op, *first, first_name, *t, name);
   }
-  return parse_gate_activation(activation);
+  return parse_gate_activation(op, activation);
 }
 
 template <class Size>
@@ -287,7 +287,7 @@ at::ScalarType check_gated_mlp_args(const at::Tensor& x, const at::Tensor& w_gat
                                     const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
                                     const std::optional<at::Tensor>& b_down, std::string_view activation) {
   constexpr const char* op = "mpgemm.gated_mlp";
-  parse_gate_activation(activation);
+  parse_gate_activation(op, activation);
   const std::pair<const at::Tensor*, const char*> weights[] = {{&w_gate, "w_gate"}, {&w_up, "w_up"}, {&w_down, "w_down"}};
   // One product type for the three products: pairwise, fp16 with bf16 is refused.
   bool bf16 = false;

@@ -6,7 +6,9 @@
 // backend, and its two internal elementwise ops. Backward:
 //     dp = dy @ w_down,  dg = dp * u * act'(g),  du = dp * act(g)
 //     dx = dg @ w_gate + du @ w_up (each in x's dtype, then added, as
-//     autograd adds the two uses of x), the weights' and biases' as linear's.
+//     autograd adds the two uses of x), the weights' and biases' as linear's
+//     (b_down's summed from dy as rounded to the product type, as mlp's b2
+//     and torch.amp's 16-bit dy).
 // The gating runs one of two ways. By default as torch.amp runs it: torch's
 // activation, then the multiply, each rounded to the product type; saved as
 // torch.amp saves them (g, act(g), u and p), and backward's three passes
@@ -89,7 +91,7 @@ at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, std::s
 #endif
   else {
     const at::Tensor g = gate.contiguous(), u = up.contiguous();
-    at::Tensor out = at::empty_like(g);
+    at::Tensor out = at::empty_like(g, at::MemoryFormat::Contiguous);
     if (g.scalar_type() == at::kHalf) gated_forward_cpu<c10::Half>(g, u, out, act);
     else gated_forward_cpu<c10::BFloat16>(g, u, out, act);
     return out;
@@ -113,7 +115,8 @@ GatedGrads gated_activation_backward(const at::Tensor& grad, const at::Tensor& g
 #endif
   else {
     const at::Tensor dp = grad.contiguous(), g = gate.contiguous(), u = up.contiguous();
-    GatedGrads out{at::empty_like(g), at::empty_like(g), at::empty_like(g)};
+    const auto like = [&] { return at::empty_like(g, at::MemoryFormat::Contiguous); };
+    GatedGrads out{like(), like(), like()};
     if (g.scalar_type() == at::kHalf) gated_backward_cpu<c10::Half>(dp, g, u, out, act);
     else gated_backward_cpu<c10::BFloat16>(dp, g, u, out, act);
     return out;
@@ -125,7 +128,8 @@ GatedGrads gated_activation_backward(const at::Tensor& grad, const at::Tensor& g
 // MPGEMM_GATED_KERNEL: "1" runs the gating on the fused passes
 // (_gated_activation and its backward) and saves g and u alone; unset or "0"
 // runs torch's activation and multiply and saves what torch.amp saves.
-// Asked on each forward that records a graph, and by its backward.
+// Asked by each forward (torch.compile asks once, when it traces); a
+// backward runs the way its forward did.
 bool gated_kernel() { return environment_switch("MPGEMM_GATED_KERNEL"); }
 
 at::Tensor call_gated_activation(const at::Tensor& gate, const at::Tensor& up, std::string_view activation) {
@@ -142,13 +146,13 @@ GatedGrads call_gated_activation_backward(const at::Tensor& grad, const at::Tens
 // torch's activation of g, in g's dtype (what torch.amp's SiLU or GELU module computes).
 at::Tensor torch_activation(const at::Tensor& g, std::string_view activation) {
   if (activation == "silu") return at::silu(g);
-  return at::gelu(g, activation == "gelu_tanh" ? "tanh" : "none");
+  return at::gelu(g, gelu_approximate(activation));
 }
 
 // torch's gradient of the activation's input from its output's.
 at::Tensor torch_activation_backward(const at::Tensor& grad, const at::Tensor& g, std::string_view activation) {
   if (activation == "silu") return at::silu_backward(grad, g);
-  return at::gelu_backward(grad, g, activation == "gelu_tanh" ? "tanh" : "none");
+  return at::gelu_backward(grad, g, gelu_approximate(activation));
 }
 
 // The gate's and up projection's products (g, u) in the block's product type.

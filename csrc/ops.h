@@ -74,7 +74,7 @@ at::ScalarType check_gated_mlp_args(const at::Tensor& x, const at::Tensor& w_gat
                                     const std::optional<at::Tensor>& b_gate, const at::Tensor& w_up,
                                     const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
                                     const std::optional<at::Tensor>& b_down, std::string_view activation);
-kernels::GateActivation parse_gate_activation(std::string_view activation);
+kernels::GateActivation parse_gate_activation(const char* op, std::string_view activation);
 
 // The gated MLP's elementwise passes over gate, up (and grad) of one shape
 // and one 16-bit type, contiguous (kernels/gated/gated.h): the forward's

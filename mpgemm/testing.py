@@ -53,6 +53,20 @@ def torch_activation_backward(grad, z, activation):
     return torch.ops.aten.gelu_backward(grad, z, approximate="tanh" if activation == "gelu_tanh" else "none")
 
 
+# The gate activations of mpgemm.gated_mlp, as torch computes them.
+GATE_ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
+
+
+def gated_reference(grad, gate, up, activation):
+    """The gating's passes in float64 on the CPU from the 16-bit tensors as
+    given: {"p": act(g) * u, "grad_gate": dp * u * act'(g) (act' by
+    autograd through torch's own activation), "grad_up": dp * act(g)}."""
+    dp, g, u = (t.double().cpu() for t in (grad, gate, up))
+    slope = torch.func.grad(lambda t: GATE_ACTIVATIONS[activation](t).sum())(g)
+    a = GATE_ACTIVATIONS[activation](g)
+    return {"p": a * u, "grad_gate": dp * u * slope, "grad_up": dp * a}
+
+
 def cublas_reference(a, b, bias=None, activation=None):
     """activation(a @ b + bias) with cuBLAS doing the product (fp16 in, fp32
     accumulate and out), batch by batch; bias and activation in fp32."""

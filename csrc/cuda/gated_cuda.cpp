@@ -28,7 +28,7 @@ cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDASt
 
 at::Tensor gated_activation_cuda(const at::Tensor& gate, const at::Tensor& up, kernels::GateActivation activation) {
   const c10::cuda::CUDAGuard device_guard(gate.device());
-  at::Tensor out = at::empty_like(gate);
+  at::Tensor out = at::empty_like(gate, at::MemoryFormat::Contiguous);
   C10_CUDA_CHECK(kernels::launch_gated_forward(tensors_of(gate, up, out, activation), stream_of(gate)));
   return out;
 }
@@ -36,7 +36,8 @@ at::Tensor gated_activation_cuda(const at::Tensor& gate, const at::Tensor& up, k
 GatedGrads gated_activation_backward_cuda(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
                                           kernels::GateActivation activation) {
   const c10::cuda::CUDAGuard device_guard(gate.device());
-  at::Tensor grad_gate = at::empty_like(gate), grad_up = at::empty_like(gate), out = at::empty_like(gate);
+  const auto like = [&] { return at::empty_like(gate, at::MemoryFormat::Contiguous); };
+  at::Tensor grad_gate = like(), grad_up = like(), out = like();
   kernels::GatedTensors t = tensors_of(gate, up, out, activation);
   t.grad = grad.data_ptr(), t.grad_gate = grad_gate.data_ptr(), t.grad_up = grad_up.data_ptr();
   C10_CUDA_CHECK(kernels::launch_gated_backward(t, stream_of(gate)));

@@ -280,6 +280,43 @@ def test_refused_blocks_stay_unfused_and_are_named(make, reason):
     assert torch.equal(model(x), reference(x))
 
 
+class NotGated(torch.nn.Module):
+    """Three linears, SiLU and a multiply that do not make a gated block."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.gate, self.up, self.down = (torch.nn.Linear(D, D) for _ in range(3))
+
+    def forward(self, x):
+        if self.how == "up on another input":
+            return self.down(F.silu(self.gate(x)) * self.up(x * 2))
+        if self.how == "a scalar factor":
+            return self.down(F.silu(self.gate(x)) * 2.0) + self.up(x)
+        return self.down(torch.mul(F.silu(self.gate(x)), self.up(x), out=None))  # a keyword argument
+
+
+@pytest.mark.parametrize("how", ["up on another input", "a scalar factor", "a keyword argument"])
+def test_what_is_not_a_gated_block_is_left_alone(how):
+    model = mpgemm.convert(NotGated(how))
+    fused = fused_copy(model, rows())
+    assert fusion_report(fused) == []
+    x = rows()
+    assert torch.equal(fused(x), model(x))
+
+
+def test_an_activation_swapped_after_fuse_for_one_gated_mlp_lacks_runs_the_layers():
+    model = mpgemm.convert(Llama())
+    fused = fused_copy(model, rows())
+    fused.act = model.act = torch.nn.ReLU()
+    [entry] = fusion_report(fused)
+    assert not entry["fused"] and "its activation module changed" in entry["reason"]
+    x = rows()
+    with pytest.warns(UserWarning, match="the children of the model changed since fuse"):
+        out = fused(x)
+    assert torch.equal(out, model(x))
+
+
 class GatedThenMlp(torch.nn.Module):
     """A gated block whose down projection also starts a linear -> GELU ->
     linear chain: one of the two chains keeps it."""

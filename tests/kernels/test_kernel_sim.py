@@ -154,13 +154,13 @@ BATCH_NORM_MUTATIONS = {
                                         "count(b) * mean_of(PLANTED && b + 1 < a.blocks ? b + 1 : b);"),
 }
 # In the gated MLP's passes (gated/gated.cu), built with the batch norm's
-# planted units and failing the gated cases (run as many): the tail's
-# elements past the 16-byte runs started one late, so that its first is
-# never written.
+# planted units and failing the gated cases (run as many): the threads of
+# the elements past the 16-byte runs each one element late, so that the
+# first is never written.
 GATED_MUTATIONS = {
     "a gated pass's first tail element unwritten": (
-        "for (int64_t i = vectors * kVector + first; i < t.count; i += stride) {",
-        "for (int64_t i = vectors * kVector + first + PLANTED; i < t.count; i += stride) {"),
+        "const int64_t i = vectors * kVector + (thread - vectors);",
+        "const int64_t i = vectors * kVector + (thread - vectors) + PLANTED;"),
 }
 BATCH_NORM_MUTATIONS.update(GATED_MUTATIONS)
 BATCH_NORM_UNITS = ["norm/batch_norm.cu", "norm/column_moments.cu", "gated/gated.cu"]

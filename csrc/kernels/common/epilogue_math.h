@@ -26,9 +26,10 @@ MPGEMM_HOST_DEVICE float apply_activation(Activation activation, float x) {
 // apply_activation_grad gives: no forward epilogue applies it (adding it to
 // apply_activation's cases would change every default kernel's code), the
 // gated MLP's passes do (gated/gated_math.h).
+constexpr float kGeluTanhBeta = 0.79788456080286536f, kGeluTanhKappa = 0.044715f;  // sqrt(2 / pi), GPT-2's
+
 MPGEMM_HOST_DEVICE float gelu_tanh(float x) {
-  constexpr float kBeta = 0.79788456080286536f, kKappa = 0.044715f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));
+  return 0.5f * x * (1.0f + tanhf(kGeluTanhBeta * (x + kGeluTanhKappa * x * x * x)));
 }
 
 // grad * activation'(z): the gradient of the activation's input from its
@@ -47,7 +48,7 @@ MPGEMM_HOST_DEVICE float apply_activation_grad(Activation activation, float grad
       return grad * (cdf + z * pdf);
     }
     case Activation::kGeluTanh: {
-      constexpr float kBeta = 0.79788456080286536f, kKappa = 0.044715f;  // sqrt(2 / pi)
+      constexpr float kBeta = kGeluTanhBeta, kKappa = kGeluTanhKappa;
       const float z_sq = z * z, t = tanhf(kBeta * (z + kKappa * z_sq * z));
       return grad * (0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kKappa * z_sq));
     }

@@ -9,12 +9,14 @@
 // bytes) and keep only g and u: backward writes p again for the down
 // projection's weight gradient.
 //
-// Tiling: a grid-stride loop, each thread 8 elements a step (one 16-byte
-// load of each input, one store of each output) where every tensor's base
-// is 16-byte aligned, then the last count % 8 elements (all of them where
-// some base is not) one at a time. The activation is a template parameter,
-// so each kernel's loop holds one function.
-#include <algorithm>
+// Tiling: one thread a 16-byte run of 8 elements (one load of each input,
+// one store of each output) where every tensor's base is 16-byte aligned,
+// then one thread an element of the last count % 8 (of all of them where
+// some base is not). No loop: a grid of 2^31 - 1 blocks covers 4 * 10^12
+// elements. The activation is a template parameter, so each kernel holds
+// one function.
+#include <cstdint>
+#include <type_traits>
 
 #include "common/element_traits.cuh"
 #include "common/math.h"
@@ -25,8 +27,8 @@ namespace mpgemm::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVector = 8;           // 16-bit elements in 16 bytes
-constexpr int64_t kMaxBlocks = 4096;  // then the threads loop: four rounds of 8 resident blocks on 132 SMs
+constexpr int kVector = 8;  // 16-bit elements in 16 bytes
+constexpr int64_t kMaxBlocks = (int64_t(1) << 31) - 1;  // gridDim.x's limit
 
 template <class T, GateActivation kActivation, int kWidth>
 __device__ __forceinline__ void forward_step(const GatedTensors& t, int64_t i) {
@@ -54,18 +56,20 @@ __device__ __forceinline__ void backward_step(const GatedTensors& t, int64_t i) 
   store<T, kWidth>(t.out, i, p);
 }
 
-// `vectors` steps of kVector elements, then the elements past them one at a time.
+// Threads below `vectors` take a run of kVector elements each, the next
+// ones an element each of what the runs leave.
 template <class T, GateActivation kActivation, bool kBackward>
 __global__ void __launch_bounds__(kThreads) gated_kernel(GatedTensors t, int64_t vectors) {
-  const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x, stride = int64_t(gridDim.x) * kThreads;
-  for (int64_t v = first; v < vectors; v += stride) {
-    if constexpr (kBackward) backward_step<T, kActivation, kVector>(t, v * kVector);
-    else forward_step<T, kActivation, kVector>(t, v * kVector);
+  const int64_t thread = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (thread < vectors) {
+    if constexpr (kBackward) backward_step<T, kActivation, kVector>(t, thread * kVector);
+    else forward_step<T, kActivation, kVector>(t, thread * kVector);
+    return;
   }
-  for (int64_t i = vectors * kVector + first; i < t.count; i += stride) {
-    if constexpr (kBackward) backward_step<T, kActivation, 1>(t, i);
-    else forward_step<T, kActivation, 1>(t, i);
-  }
+  const int64_t i = vectors * kVector + (thread - vectors);
+  if (i >= t.count) return;
+  if constexpr (kBackward) backward_step<T, kActivation, 1>(t, i);
+  else forward_step<T, kActivation, 1>(t, i);
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -76,14 +80,13 @@ cudaError_t launch(const GatedTensors& t, cudaStream_t stream) {
   if (t.type != ElementType::kFloat16 && t.type != ElementType::kBFloat16) return cudaErrorInvalidValue;
   const bool vectors_fit = aligned(t.gate) && aligned(t.up) && aligned(t.out) &&
                            (!kBackward || (aligned(t.grad) && aligned(t.grad_gate) && aligned(t.grad_up)));
-  const int64_t vectors = vectors_fit ? t.count / kVector : 0;
-  const int64_t threads_wanted = std::max(vectors, t.count - vectors * kVector);
-  const int64_t blocks = std::min(ceil_div(threads_wanted, int64_t(kThreads)), kMaxBlocks);
+  int64_t vectors = vectors_fit ? t.count / kVector : 0;
+  const int64_t blocks = ceil_div(vectors + (t.count - vectors * kVector), int64_t(kThreads));
+  if (blocks > kMaxBlocks) return cudaErrorInvalidConfiguration;
   const auto run = [&](auto tag, auto activation) {
     using T = typename decltype(tag)::type;
     GatedTensors params = t;
-    int64_t count = vectors;
-    void* args[] = {&params, &count};
+    void* args[] = {&params, &vectors};
     return cudaLaunchKernel(&gated_kernel<T, decltype(activation)::value, kBackward>, dim3(unsigned(blocks)),
                             dim3(kThreads), args, 0, stream);
   };

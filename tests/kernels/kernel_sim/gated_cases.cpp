@@ -3,8 +3,8 @@
 // (gated/gated_math.h), so that every element must match bit for bit.
 // Outputs start as NaN: an element a pass leaves unwritten fails. Counts
 // leave a tail past the 16-byte runs; one tensor one element past an
-// aligned address forces every element through the one-at-a-time loop;
-// counts past a block's threads make the grid-stride loop go round.
+// aligned address sends every element one at a time; counts past a block's
+// threads take several blocks.
 #include <cstdio>
 #include <deque>
 
@@ -37,7 +37,7 @@ struct GatedTensor {
 bool gated_case(int index) {
   const ElementType type = sim::input_type();
   const auto activation = GateActivation(rnd(0, 2));
-  const int64_t count = rnd(0, 3) ? rnd(0, 300) : rnd(2040, 2100);  // past 256 threads' runs: the loop goes round
+  const int64_t count = rnd(0, 3) ? rnd(0, 300) : rnd(2040, 2100);  // past 256 threads' runs: blocks past the first
   const int misaligned = rnd(0, 3) == 0 ? int(rnd(0, 5)) : -1;  // which tensor starts off a 16-byte boundary
   std::deque<GatedTensor> t;  // not moved as it grows: each holds its Buffer
   for (int i = 0; i < 6; ++i) t.emplace_back(type, count, i == misaligned);
