@@ -117,6 +117,19 @@ void check_bias(const char* op, const std::optional<at::Tensor>& bias, const Siz
   check_same_device(op, anchor, anchor_name, t, name);
 }
 
+// Each of `tensors` has `anchor`'s dtype, shape and device (`anchor_name`
+// names it in the messages).
+template <class NamedTensors>
+void check_like(const char* op, const at::Tensor& anchor, const char* anchor_name, const NamedTensors& tensors) {
+  for (const auto& [t, name] : tensors) {
+    TORCH_CHECK_TYPE(t->scalar_type() == anchor.scalar_type(), op, ": expected ", name, " to have ", anchor_name,
+                     "'s dtype (", dtype_name(anchor.scalar_type()), "), got ", dtype_name(t->scalar_type()));
+    TORCH_CHECK_VALUE(t->sym_sizes() == anchor.sym_sizes(), op, ": expected ", name, " of ", anchor_name,
+                      "'s shape ", shape_of(anchor), ", got shape ", shape_of(*t));
+    check_same_device(op, anchor, anchor_name, *t, name);
+  }
+}
+
 // The epilogue's arguments, common to every op that ends in one.
 template <class Size>
 void check_epilogue(const char* op, GemmProblem<Size>& problem, const at::Tensor& anchor, const char* anchor_name,
@@ -269,15 +282,9 @@ kernels::GateActivation parse_gate_activation(const char* op, std::string_view a
 kernels::GateActivation check_gated_activation_args(const char* op, std::initializer_list<NamedTensor> tensors,
                                                     std::string_view activation) {
   const auto& [first, first_name] = *tensors.begin();
-  for (const auto& [t, name] : tensors) {
-    TORCH_CHECK_TYPE(is_16_bit(t->scalar_type()), op, ": expected ", name, " to be torch.float16 or torch.bfloat16, got ",
-                     dtype_name(t->scalar_type()));
-    TORCH_CHECK_TYPE(t->scalar_type() == first->scalar_type(), op, ": expected ", name, " to have ", first_name,
-                     "'s dtype (", dtype_name(first->scalar_type()), "), got ", dtype_name(t->scalar_type()));
-    TORCH_CHECK_VALUE(t->sym_sizes() == first->sym_sizes(), op, ": expected ", name, " of ", first_name, "'s shape ",
-                      shape_of(*first), ", got shape ", shape_of(*t));
-    check_same_device(op, *first, first_name, *t, name);
-  }
+  TORCH_CHECK_TYPE(is_16_bit(first->scalar_type()), op, ": expected ", first_name,
+                   " to be torch.float16 or torch.bfloat16, got ", dtype_name(first->scalar_type()));
+  check_like(op, *first, first_name, tensors);
   return parse_gate_activation(op, activation);
 }
 
@@ -288,7 +295,7 @@ at::ScalarType check_gated_mlp_args(const at::Tensor& x, const at::Tensor& w_gat
                                     const std::optional<at::Tensor>& b_down, std::string_view activation) {
   constexpr const char* op = "mpgemm.gated_mlp";
   parse_gate_activation(op, activation);
-  const std::pair<const at::Tensor*, const char*> weights[] = {{&w_gate, "w_gate"}, {&w_up, "w_up"}, {&w_down, "w_down"}};
+  const NamedTensor weights[] = {{&w_gate, "w_gate"}, {&w_up, "w_up"}, {&w_down, "w_down"}};
   // One product type for the three products: pairwise, fp16 with bf16 is refused.
   bool bf16 = false;
   for (const auto& [w, name] : weights) {
@@ -513,13 +520,7 @@ void check_batch_norm_args(const char* op, const at::Tensor& y, std::initializer
                       " of shape (C,) = (", y.sym_size(1), ",), got shape ", shape_of(*t));
     check_same_device(op, y, "y", *t, name);
   }
-  for (const auto& [t, name] : like_y) {
-    TORCH_CHECK_TYPE(t->scalar_type() == y.scalar_type(), op, ": expected ", name, " to have y's dtype (",
-                     dtype_name(y.scalar_type()), "), got ", dtype_name(t->scalar_type()));
-    TORCH_CHECK_VALUE(t->sym_sizes() == y.sym_sizes(), op, ": expected ", name, " of y's shape ", shape_of(y),
-                      ", got shape ", shape_of(*t));
-    check_same_device(op, y, "y", *t, name);
-  }
+  check_like(op, y, "y", like_y);
 }
 
 }  // namespace mpgemm

@@ -171,7 +171,8 @@ at::Tensor gated_mlp_forward(const at::Tensor& x, const at::Tensor& w_gate, cons
   const at::ScalarType dtype =
       check_gated_mlp_args<c10::SymInt>(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
   const auto [g, u] = gate_and_up(x, w_gate, b_gate, w_up, b_up, dtype);
-  const at::Tensor p = gated_kernel() ? call_gated_activation(g, u, activation) : torch_activation(g, activation).mul(u);
+  const at::Tensor p =
+      gated_kernel() ? call_gated_activation(g, u, activation) : torch_activation(g, activation).mul(u);
   return call_linear(p, w_down, b_down, std::nullopt, x.scalar_type());
 }
 

@@ -47,14 +47,16 @@ def activation_grad_reference(a, b, z, activation):
 
 def torch_activation_backward(grad, z, activation):
     """torch's own backward of `activation` at its input z: gelu_backward
-    (either form) or threshold_backward."""
+    (either form), threshold_backward or silu_backward."""
     if activation == "relu":
         return torch.ops.aten.threshold_backward(grad, z, 0)
+    if activation == "silu":
+        return torch.ops.aten.silu_backward(grad, z)
     return torch.ops.aten.gelu_backward(grad, z, approximate="tanh" if activation == "gelu_tanh" else "none")
 
 
 # The gate activations of mpgemm.gated_mlp, as torch computes them.
-GATE_ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
+GATE_ACTIVATIONS = {"silu": F.silu, "gelu": TORCH_ACTIVATIONS["gelu"], "gelu_tanh": TORCH_ACTIVATIONS["gelu_tanh"]}
 
 
 def gated_reference(grad, gate, up, activation):

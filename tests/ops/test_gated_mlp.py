@@ -9,16 +9,13 @@ import torch
 import torch.nn.functional as F
 
 import mpgemm
-from mpgemm.testing import GATE_ACTIVATIONS as GATES, gated_reference, relative_error
+from mpgemm.testing import GATE_ACTIVATIONS as GATES, gated_reference, relative_error, torch_activation_backward
 from support import MpgemmCalls, assert_compiled_grads_equal_eager
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 H, BF = torch.float16, torch.bfloat16
 GRAD_TOLERANCE = {H: 5e-3, BF: 2e-2}  # as test_mlp.py's
 SWITCH = "MPGEMM_GATED_KERNEL"
-GATE_BACKWARD = {"silu": lambda d, g: torch.ops.aten.silu_backward(d, g),
-                 "gelu": lambda d, g: torch.ops.aten.gelu_backward(d, g),
-                 "gelu_tanh": lambda d, g: torch.ops.aten.gelu_backward(d, g, approximate="tanh")}
 ACTIVATIONS = list(GATES)
 
 
@@ -180,7 +177,7 @@ def test_gating_ops_against_torchs_passes(device, activation):
     roundings of them."""
     dp, g, u = elementwise_inputs(device, H)
     a = GATES[activation](g)
-    want = {"p": a * u, "dg": GATE_BACKWARD[activation](dp * u, g), "du": dp * a}
+    want = {"p": a * u, "dg": torch_activation_backward(dp * u, g, activation), "du": dp * a}
     got = dict(zip(("dg", "du", "p"), torch.ops.mpgemm._gated_activation_backward(dp, g, u, activation=activation)))
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=2e-3, atol=1e-5)
