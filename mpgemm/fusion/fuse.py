@@ -5,23 +5,31 @@ chains run on mpgemm's fused batch-norm passes, its linear -> GELU or ReLU
 as it was.
 
 Each module whose children could hold a chain (a Conv2d and a BatchNorm2d,
-or two linear layers) has its own forward traced one level deep (torch.fx,
-children as leaves; conv_chains.py, mlp_chains.py and gated_chains.py find
-the chains). One forward on the example arguments then checks the trace
+or two linear layers, or two halves of an MLP block: children that hold one
+linear layer each, as BERT's Intermediate and Output) has its own forward
+traced one level deep (torch.fx, children as leaves, the halves traced in
+place; conv_chains.py, mlp_chains.py and gated_chains.py find the chains). One forward on the example arguments then checks the trace
 against what runs: each step of every chain must take exactly the step
 before's output (or, across an activation function, run after it), once per
 call of its module. A module that passes gets a class whose forward runs the
 rewritten graph (the module's class stays in its MRO, so isinstance holds;
 its name, children, parameters and state_dict keys are unchanged). That
 forward checks, at each call, the plain attributes the traced forward read
-(``self.training``, a ``grad_checkpointing`` flag, a child that is None):
-where one has changed since fuse(), the module runs its own forward,
-unfused, and says so once.
+(``self.training``, a ``grad_checkpointing`` flag, a child that is None),
+and that the halves traced in place are as they were (their class, their
+children, no hooks): where one has changed since fuse(), the module runs its
+own forward, unfused, and says so once.
+
+transformers' layers wrap their forward for gradient checkpointing
+(GradientCheckpointingLayer): fuse() traces the forward inside, and the fused
+class, a subclass, gets transformers' wrapper around its own forward, so
+that a checkpointed layer recomputes the fused forward.
 """
 
 import copy
 import dataclasses
 import importlib
+import sys
 import types
 import warnings
 
@@ -64,9 +72,10 @@ class FusionPlan:
     name: str
     code: str
     code_globals: dict
-    guards: tuple
-    children: tuple  # the module's children when traced, which the graph calls by name
+    guards: tuple  # (attribute, value as traced); "half.attribute" for a half's
+    children: tuple  # the module's children and its halves' when traced, which the graph calls by name
     chains: list
+    halves: tuple = ()  # (name, class) of the children whose forwards the graph runs in place
     function: object = None
     warned: bool = False
 
@@ -79,13 +88,17 @@ class FusionPlan:
         return namespace["forward"]
 
     def holds_for(self, module):
-        changed = next((name for name, value in self.guards if _guard_value(getattr(module, name, None)) != value),
+        changed = next((name for name, value in self.guards if _guard_value(_attribute(module, name)) != value),
                        None)
-        if changed is None and _same(tuple(module._modules.values()), self.children):
+        half = None if changed else next((name for name, cls in self.halves if not _same_half(module, name, cls)),
+                                         None)
+        if changed is None and half is None and _same(_traced_children(module, self.halves), self.children):
             return True
         if not self.warned:
             self.warned = True
-            what = f"{self.name or 'the model'}.{changed}" if changed else f"the children of {self.name or 'the model'}"
+            name = self.name or "the model"
+            what = f"{name}.{changed}" if changed else f"{name}.{half} (its class, forward or hooks)" if half else \
+                f"the children of {name}"
             warnings.warn(f"mpgemm.fuse: {what} changed since fuse(): this module runs its own forward, unfused",
                           stacklevel=3)
         return False
@@ -113,6 +126,31 @@ def _same(children, traced):
     return len(children) == len(traced) and all(a is b for a, b in zip(children, traced))
 
 
+def _attribute(module, name):
+    """module's attribute `name` ("child.attribute" for a child's), None where there is none."""
+    *path, last = name.split(".")
+    for step in path:
+        module = module._modules.get(step)
+    return getattr(module, last, None)
+
+
+def _traced_children(module, halves):
+    """The modules the rewritten graph calls by name: module's children and
+    its halves' (None for a half that is gone)."""
+    children = tuple(module._modules.values())
+    for name, _ in halves:
+        half = module._modules.get(name)
+        children += tuple(half._modules.values()) if half is not None else (None,)
+    return children
+
+
+def _same_half(module, name, cls):
+    """Whether the half `name` of module is still run in place as traced:
+    of class cls, no forward on the instance, no hooks."""
+    half = module._modules.get(name)
+    return type(half) is cls and "forward" not in half.__dict__ and not fx_graph.has_hooks(half)
+
+
 class _ModuleName(str):
     """A Python module in a pickled plan's globals, by name."""
 
@@ -125,12 +163,13 @@ class _AttributeReads:
         self.values = {}
 
 
-def _recording_class(cls, reads):
+def _recording_class(cls, reads, prefix=""):
     class Recording(cls):
         def __getattribute__(self, name):
             value = super().__getattribute__(name)
-            if reads.active and not name.startswith("_") and not callable(value) and name not in reads.values:
-                reads.values[name] = _guard_value(value)
+            key = prefix + name
+            if reads.active and not name.startswith("_") and not callable(value) and key not in reads.values:
+                reads.values[key] = _guard_value(value)
             return value
 
     return Recording
@@ -138,12 +177,18 @@ def _recording_class(cls, reads):
 
 def _own_forward(cls):
     """The forward under the wrappers mpgemm puts on a class (prepare()'s
-    autocast, fuse's own): the module's own."""
+    autocast, fuse's own) and transformers' gradient checkpointing wrapper
+    (which the fused class gets again): the module's own."""
     source = cls.__dict__.get("_mpgemm_source")
     while source is not None and getattr(source[1], "wraps_forward", False):
         cls = source[0]
         source = cls.__dict__.get("_mpgemm_source")
-    return cls.forward
+    forward = cls.forward
+    checkpointing = getattr(sys.modules.get("transformers.modeling_layers"), "GradientCheckpointingLayer", None)
+    while checkpointing is not None and issubclass(cls, checkpointing) and hasattr(forward, "__wrapped__") and \
+            forward.__code__.co_name == "forward_with_checkpointing":
+        forward = forward.__wrapped__
+    return forward
 
 
 def _fused_class(cls):
@@ -157,26 +202,50 @@ def _fused_class(cls):
     return converted_class(cls, FusedForward)
 
 
-def _traced(module):
-    """(graph, guards) of module's own forward, one level deep."""
+def _traced(module, halves):
+    """(graph, guards) of module's own forward, one level deep, the halves
+    (their names) traced in place."""
     reads = _AttributeReads()
-    original = module.__class__
-    module.__class__ = _recording_class(original, reads)
+    recorded = [(module, "")] + [(module.get_submodule(name), f"{name}.") for name in halves]
+    originals = [m.__class__ for m, _ in recorded]
+    for (m, prefix), cls in zip(recorded, originals):
+        m.__class__ = _recording_class(cls, reads, prefix)
     try:
         reads.active = True
-        graph = fx_graph.trace(module, _own_forward(original))
+        graph = fx_graph.trace(module, _own_forward(originals[0]), halves)
     finally:
         reads.active = False
-        module.__class__ = original
+        for (m, _), cls in zip(recorded, originals):
+            m.__class__ = cls
     return graph, tuple(sorted(reads.values.items()))
 
 
+def _halves(module):
+    """The children of module that hold half of a chain each, to be traced
+    in place: one linear layer among their own children, no chain of their
+    own, and their class's forward (none of mpgemm's wrappers, none set on
+    the instance). BERT's and DeBERTa's layers split their MLP
+    block between two such children (Intermediate: dense, activation;
+    Output: dense, dropout, the residual add and LayerNorm)."""
+    halves = []
+    for name, child in module.named_children():
+        grandchildren = list(child.children())
+        if sum(map(mlp_chains.is_linear_layer, grandchildren)) == 1 and not mlp_chains.is_linear_layer(child) and \
+                not any(kind.has_candidates(grandchildren) for kind in CHAIN_KINDS) and \
+                "_mpgemm_source" not in type(child).__dict__ and "forward" not in child.__dict__:
+            halves.append(name)
+    return tuple(halves)
+
+
 def _candidates(model):
-    """Modules whose children could hold a chain of one of the CHAIN_KINDS."""
+    """(name, module, halves) of the modules whose children could hold a
+    chain of one of the CHAIN_KINDS, or whose halves could make one."""
     for name, module in model.named_modules():
         children = list(module.children())
-        if any(kind.has_candidates(children) for kind in CHAIN_KINDS):
-            yield name, module
+        halves = _halves(module)
+        if any(kind.has_candidates(children) for kind in CHAIN_KINDS) or \
+                (halves and len(halves) + sum(map(mlp_chains.is_linear_layer, children)) >= 2):
+            yield name, module, halves
 
 
 class _ExampleRun:
@@ -230,6 +299,56 @@ def _run_example(model, args, kwargs):
                 t.copy_(value)
 
 
+def _found(module, halves):
+    """(graph, guards, [(kind, chain found)], [(chain, reason)] refused) in
+    module's forward traced with `halves` in place. A chain through a half
+    with hooks is refused: the graph would not run them."""
+    graph, guards = _traced(module, halves)
+    hooked = {h for h in halves if fx_graph.has_hooks(module.get_submodule(h))}
+    found, refused, taken = [], [], set()
+    for kind in CHAIN_KINDS:
+        fusable, not_fused = kind.find_chains(module, graph)
+        refused += not_fused
+        for f in fusable:  # (chain, its first node, the nodes it replaces, ...)
+            steps = {f[1], *f[2]}
+            if _through(f[0], hooked):
+                refused.append((f[0], "a hook on a module of the chain"))
+            elif not taken.isdisjoint(steps):
+                refused.append((f[0], "it shares a step with another chain"))
+            else:
+                taken |= steps
+                found.append((kind, f))
+    return graph, guards, found, refused
+
+
+def _through(chain, halves):
+    """Whether one of chain's steps is a module of one of `halves`."""
+    return any(step.partition(".")[0] in halves for link in chain.links() for step in link[:2])
+
+
+def _chains(module, halves):
+    """_found's (graph, guards, found, refused), and the halves the graph
+    runs in place: only those a chain found goes through, so that the
+    others stay modules of their own (their hooks run; an attention module
+    holding one linear is not traced through). Where the halves' forwards
+    cannot be traced, the module's own is traced with none in place."""
+    if halves:
+        try:
+            graph, guards, found, refused = _found(module, halves)
+        except Exception:  # noqa: BLE001 (as in fuse(): not traceable)
+            found = None
+        if found is not None:
+            needed = tuple(h for h in halves if any(_through(f[0], {h}) for _, f in found))
+            if needed == halves:
+                return graph, guards, found, refused, halves
+            # A chain through a half left out is named from this trace alone.
+            left_out = set(halves) - set(needed)
+            named = [(c, reason) for c, reason in refused if _through(c, left_out)]
+            graph, guards, found, refused = _found(module, needed)
+            return graph, guards, found, refused + named, needed
+    return (*_found(module, ()), ())
+
+
 def fuse(model, *example_args, **example_kwargs):
     """Runs each Conv2d -> BatchNorm2d (-> residual add) (-> ReLU) chain of
     `model` on mpgemm's fused batch-norm passes, each linear -> GELU or
@@ -244,12 +363,15 @@ def fuse(model, *example_args, **example_kwargs):
     chain it cannot prove safe stays unfused and is named in a warning: a
     convolution whose output is used twice, a module that runs twice in one
     forward, a hook on the batch norm or the ReLU (on any module of an MLP
-    chain or gated block), a gated block output used outside it, a module
-    whose forward cannot be traced or did not run as traced, SyncBatchNorm.
+    chain or gated block, or on a half of a split block), a gated block
+    output used outside it, a module whose forward cannot be traced or did
+    not run as traced, SyncBatchNorm.
     An MLP chain or gated block runs fused where, at that call, its linears
     run mpgemm's forward and nothing between them would change
     (mlp_chains.py, gated_chains.py); elsewhere its layers run as they
-    would. The module tree, its names and classes (isinstance), parameters
+    would. A block split between two children (BERT's Intermediate and
+    Output) is found in their parent, a forward's **kwargs passed on to a
+    child reach it, and a layer transformers checkpoints still is. The module tree, its names and classes (isinstance), parameters
     and ``state_dict()`` keys do not change, so checkpoints load either way;
     :func:`fusion_report` says what was fused. Works before or after :func:`mpgemm.convert` and
     :func:`mpgemm.amp.prepare`; wrap the model in DDP or torch.compile after.
@@ -257,40 +379,31 @@ def fuse(model, *example_args, **example_kwargs):
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"mpgemm.fuse: expected a torch.nn.Module, got {type(model).__name__}")
     refused, plans = [], []
-    for name, module in _candidates(model):
+    for name, module, halves in _candidates(model):
         prefix = f"{name}." if name else ""
         if "forward" in module.__dict__:
             refused.append((name or "the model", "its forward is replaced on the instance (a patch fuse cannot see)"))
             continue
         try:
-            graph, guards = _traced(module)
+            graph, guards, found, not_fused, halves = _chains(module, halves)
         except Exception as error:  # noqa: BLE001 (fx raises many kinds; each means "not traceable")
-            if not any(kind.expects_chains(list(module.children())) for kind in CHAIN_KINDS):
+            children = list(module.children()) + [c for h in halves for c in module.get_submodule(h).children()]
+            if not any(kind.expects_chains(children) for kind in CHAIN_KINDS):
                 continue
             refused.append((f"{name or 'the model'}", f"its forward cannot be traced ({type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''})"))
             continue
-        found, taken = [], set()
-        for kind in CHAIN_KINDS:
-            fusable, not_fused = kind.find_chains(module, graph)
-            refused += [(c.label(prefix), reason) for c, reason in not_fused]
-            for f in fusable:  # (chain, its first node, the nodes it replaces, ...)
-                steps = {f[1], *f[2]}
-                if not taken.isdisjoint(steps):
-                    refused.append((f[0].label(prefix), "it shares a step with another chain"))
-                    continue
-                taken |= steps
-                found.append((kind, f))
+        refused += [(c.label(prefix), reason) for c, reason in not_fused]
         if found:
-            plans.append((name, module, graph, guards, found))
+            plans.append((name, module, graph, guards, found, halves))
     run = _ExampleRun()
-    for _, module, _, _, found in plans:
+    for _, module, _, _, found, _ in plans:
         run.watch(module, [f[0] for _, f in found])
     try:
         _run_example(model, example_args, example_kwargs)
     finally:
         run.close()
-    for name, module, graph, guards, found in plans:
+    for name, module, graph, guards, found, halves in plans:
         prefix = f"{name}." if name else ""
         if not run.calls.get(module):
             refused += [(f[0].label(prefix), "its module did not run in the example forward") for _, f in found]
@@ -303,8 +416,9 @@ def fuse(model, *example_args, **example_kwargs):
         for kind in CHAIN_KINDS:
             kind.rewrite(graph, [f for k, f in proven if k is kind])
         code = graph.python_code(root_module="self")
-        plan = FusionPlan(name, code.src, dict(code.globals), guards, tuple(module._modules.values()),
-                          [f[0] for _, f in proven])
+        halves = tuple((h, type(module.get_submodule(h))) for h in halves)
+        plan = FusionPlan(name, code.src, dict(code.globals), guards, _traced_children(module, halves),
+                          [f[0] for _, f in proven], halves)
         module.__class__ = _fused_class(type(module))
         module._mpgemm_fusion = plan
     model._mpgemm_fusion_refused = refused

@@ -24,7 +24,7 @@ import operator
 import torch
 
 from ..ops import gated_mlp
-from .graph import module_calls, past, replace_with_call, single_user
+from .graph import module_calls, passed_modules, past, replace_with_call, single_user
 from .mlp_chains import (ACTIVATION_FUNCTIONS, Block, block_call, cast_input, is_linear_call, is_linear_layer,
                          is_passable, module_activation, node_activation, refusal, step_links)
 
@@ -154,7 +154,7 @@ def find_chains(root, graph):
         down_node = single_user(end)
         if not is_linear_call(root, down_node):
             continue
-        chain = GatedChain(node.target, up_node.target, down_node.target, form, act, tuple(n.target for n in after),
+        chain = GatedChain(node.target, up_node.target, down_node.target, form, act, passed_modules(after),
                            sum(order[up_node] > order[n] for n in (node, act_node)))
         if not (single_user(node) is act_node and single_user(act_node) is mul_node and
                 single_user(up_node) is mul_node):

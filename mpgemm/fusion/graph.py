@@ -1,8 +1,19 @@
 """What the chain finders share: one module's own forward traced with
-torch.fx one level deep (every child a leaf), the graph's nodes read as
-modules and their users, and the hooks that keep a module out of a chain.
-conv_chains.py, mlp_chains.py and gated_chains.py find their chains in such
-a graph."""
+torch.fx one level deep (every child a leaf, but the children named to be
+inlined, whose own forwards are traced in place with their children leaves),
+the graph's nodes read as modules and their users, and the hooks that keep a
+module out of a chain. conv_chains.py, mlp_chains.py and gated_chains.py
+find their chains in such a graph.
+
+A forward that takes ``**kwargs`` and passes them on to a child
+(transformers' layers pass theirs to their attention module) is traced with
+the dict passed on whole: the graph's function takes ``**kwargs`` too and
+gives that child what it was given (call_with_keywords). Any other use of
+the dict is fx's: read as a call on it, or untraceable."""
+
+import bisect
+import dis
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -12,31 +23,119 @@ from ..amp.prepare import CastInputs, CastOutputs
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 RELUS = {F.relu, torch.relu, torch.relu_, F.relu_}
 RELU_METHODS = {"relu", "relu_"}
+# Dropout functions, by their parameters' names in order.
+DROPOUT_PARAMETERS = {F.dropout: ("input", "p", "training", "inplace"), torch.dropout: ("input", "p", "train")}
+
+
+# The key a traced forward's **kwargs stand under where they are passed on
+# (`child(x, **kwargs)`): the value is the dict itself.
+PASSED_KEYWORDS = "_mpgemm_passed_keywords"
+# The instructions by which Python passes a mapping on as keywords: `f(**m)`,
+# `f(a=1, **m)` and `{**m}`.
+KEYWORD_MERGES = {"CALL_FUNCTION_EX", "DICT_MERGE", "DICT_UPDATE"}
+
+
+def _merging_keywords(frame):
+    """Whether `frame` is at an instruction that passes a mapping on as keywords."""
+    instructions = list(dis.get_instructions(frame.f_code))
+    at = bisect.bisect_left(instructions, frame.f_lasti, key=lambda i: i.offset)
+    return at < len(instructions) and instructions[at].opname in KEYWORD_MERGES
+
+
+class _KeywordsProxy(torch.fx.Proxy):
+    """A forward's ``**kwargs`` while traced. Passed on as keywords it holds
+    one key, PASSED_KEYWORDS, whose value is the dict itself, so that the call
+    it is passed to records it (pass_keywords_on then passes the dict); read
+    in any other way it is a Proxy like the others."""
+
+    def keys(self):
+        if _merging_keywords(inspect.currentframe().f_back):
+            return (PASSED_KEYWORDS,)
+        return torch.fx.proxy.Attribute(self, "keys")()
+
+    def __getitem__(self, key):
+        return self if key == PASSED_KEYWORDS else torch.fx.Proxy.__getitem__(self, key)
 
 
 class _OneLevelTracer(torch.fx.Tracer):
-    """Traces the root's own forward: every module under it is a leaf."""
+    """Traces the root's own forward: every module under it is a leaf but
+    the children named in `inlined`, whose forwards are traced in place."""
+
+    def __init__(self, inlined=()):
+        super().__init__()
+        self.inlined = frozenset(inlined)
 
     def is_leaf_module(self, module, qualified_name):
-        return True
+        return qualified_name not in self.inlined
+
+    def call_module(self, module, forward, args, kwargs):
+        # An inlined child's forward alone: its hooks, which fuse refuses
+        # chains through, would see fx's proxies.
+        if not self.is_leaf_module(module, self.path_of_module(module)):
+            forward = module.forward
+        return super().call_module(module, forward, args, kwargs)
+
+    def proxy(self, node):
+        if node.op == "placeholder" and str(node.target).startswith("**"):
+            return _KeywordsProxy(node, self)
+        return super().proxy(node)
 
 
-def trace(module, forward):
+def call_with_keywords(module, keywords, *args, **named):
+    """A child's call to which a traced forward passed its **kwargs on."""
+    return module(*args, **named, **keywords)
+
+
+def call_method_with_keywords(method, obj, keywords, *args, **named):
+    """A method's call to which a traced forward passed its **kwargs on."""
+    return getattr(obj, method)(*args, **named, **keywords)
+
+
+def pass_keywords_on(graph):
+    """Each call that took a forward's **kwargs (under PASSED_KEYWORDS) made
+    a call that passes them on: a child's through call_with_keywords, a
+    method's through call_method_with_keywords. Raises fx's TraceError where
+    a function took them, or the dict was taken apart first."""
+    for node in list(graph.nodes):
+        if PASSED_KEYWORDS not in node.kwargs:
+            continue
+        keywords = node.kwargs[PASSED_KEYWORDS]
+        named = {k: v for k, v in node.kwargs.items() if k != PASSED_KEYWORDS}
+        if not (isinstance(keywords, torch.fx.Node) and keywords.op == "placeholder") or \
+                node.op not in ("call_module", "call_method"):
+            raise torch.fx.proxy.TraceError("a forward's **kwargs are passed on where fuse cannot pass them")
+        with graph.inserting_before(node):
+            if node.op == "call_module":
+                call = graph.call_function(call_with_keywords, (graph.get_attr(node.target), keywords, *node.args),
+                                           named)
+            else:
+                call = graph.call_function(call_method_with_keywords, (node.target, node.args[0], keywords,
+                                                                       *node.args[1:]), named)
+        node.replace_all_uses_with(call)
+        graph.erase_node(node)
+    return graph
+
+
+def trace(module, forward, inlined=()):
     """The graph of `forward` (the function module's forward runs, unbound)
-    called on module, its children leaves. The module's own attributes are
-    put back afterwards: a forward that stores something on self (an
-    attention map, a cache) would otherwise keep one of fx's proxies."""
-    tracer = _OneLevelTracer()
-    original, attributes = type(module).forward, dict(module.__dict__)
+    called on module, its children leaves but those named in `inlined`
+    (their own forwards traced in place, their children leaves). The
+    attributes of module and of the inlined children are put back
+    afterwards: a forward that stores something on self (an attention map,
+    a cache) would otherwise keep one of fx's proxies."""
+    tracer = _OneLevelTracer(inlined)
+    kept = [(m, dict(m.__dict__)) for m in (module, *(module.get_submodule(n) for n in inlined))]
+    original = type(module).forward
     # fx traces type(root).forward: point it at the forward to trace for the call.
     try:
         type(module).forward = forward
         graph = tracer.trace(module)
     finally:
         type(module).forward = original
-        module.__dict__.clear()
-        module.__dict__.update(attributes)
-    return graph
+        for m, attributes in kept:
+            m.__dict__.clear()
+            m.__dict__.update(attributes)
+    return pass_keywords_on(graph)
 
 
 def module_calls(graph):
@@ -63,15 +162,39 @@ def is_plain(module, cls):
     return isinstance(module, cls) and type(module).forward is cls.forward
 
 
+def returns_its_input(node, previous):
+    """Whether node is a dropout function of `previous` that returns it as it
+    is: p of 0, or not training (BART's and Whisper's activation dropout).
+    Both are as traced, from the module's plain attributes, which fuse's
+    guards hold."""
+    if node.op != "call_function" or node.target not in DROPOUT_PARAMETERS or not node.args or \
+            node.args[0] is not previous:
+        return False
+    names = DROPOUT_PARAMETERS[node.target]
+    values = dict(zip(names, node.args))
+    values.update(node.kwargs)
+    if not set(values) <= set(names):
+        return False
+    p, training = values.get("p", 0.5), values.get(names[2], True)
+    return isinstance(p, (int, float)) and isinstance(training, bool) and (p == 0 or not training)
+
+
 def past(root, node, passable, skipped):
-    """The step after node, passing over the modules `passable` accepts that
-    each take the one before alone (appended to skipped, in order)."""
+    """The step after node, passing over the modules `passable` accepts and
+    the dropout functions that return their input (returns_its_input), each
+    taking the one before alone (appended to skipped, in order)."""
     while True:
         user = single_user(node)
-        if user is None or user.op != "call_module" or not passable(module_of(root, user)):
+        if user is None or not ((user.op == "call_module" and passable(module_of(root, user))) or
+                                returns_its_input(user, node)):
             return node
         skipped.append(user)
         node = user
+
+
+def passed_modules(nodes):
+    """The names of the modules among nodes that past() passed over."""
+    return tuple(n.target for n in nodes if n.op == "call_module")
 
 
 def replace_with_call(graph, nodes, function, arguments):

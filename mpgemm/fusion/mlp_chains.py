@@ -9,7 +9,12 @@ weight (in, out)), the activation torch's ``GELU`` or ``ReLU`` module or
 function, or a GELU module of transformers or timm named in
 NAMED_ACTIVATIONS. Identity and Dropout modules between the steps are passed
 over (timm's ``drop1`` and ``norm``, torchvision's ``MLPBlock``); a dropout
-that would drop (p > 0 in training) runs the chain unfused. As for the
+that would drop (p > 0 in training) runs the chain unfused. A dropout
+function that returns its input as traced (graph.returns_its_input: BART's
+activation dropout) is passed over too. In a module whose block is split
+between two children (BERT's Intermediate and Output), fuse.py traces those
+children in place, so that the chain's names reach into them
+("intermediate.dense"). As for the
 convolution's chains, the first linear's output must go to the activation
 alone, the activation's to the second linear alone, and no module of the
 chain may run twice in one forward.
@@ -31,8 +36,8 @@ import torch.nn.functional as F
 from .. import nn
 from ..convert import forward_owner, qualified_name, transformers_conv1d
 from ..ops import mlp
-from .graph import (global_hooks, has_hooks, input_cast, is_plain, is_relu, module_calls, module_of, past,
-                    replace_with_call, single_user)
+from .graph import (global_hooks, has_hooks, input_cast, is_plain, is_relu, module_calls, module_of, passed_modules,
+                    past, replace_with_call, single_user)
 
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's `approximate` -> mlp's activation
 # Activation modules of other libraries, by the class that defines their
@@ -292,8 +297,7 @@ def find_chains(root, graph):
         if not is_linear_call(root, fc2_node):
             continue
         form, act = activation
-        chain = MlpChain(node.target, fc2_node.target, form, act, tuple(n.target for n in before),
-                         tuple(n.target for n in after))
+        chain = MlpChain(node.target, fc2_node.target, form, act, passed_modules(before), passed_modules(after))
         reason = refusal(root, uses, (chain.fc1, chain.fc2), ((act,) if act else ()) + chain.before + chain.after)
         if reason is not None:
             refused.append((chain, reason))

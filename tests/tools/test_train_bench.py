@@ -297,7 +297,7 @@ def test_the_llama_block_trains_fused_with_its_mlp_one_gated_op(monkeypatch):
     and the fused way, whose model runs its MLP as one mpgemm.gated_mlp."""
     fused = []
     monkeypatch.setattr(training, "fuse", lambda model, x: fused.append(mpgemm.fuse(model, x)))
-    config = train_bench.dataclasses.replace(train_bench.CPU_QUICK, models=("llama-block",), d_model=96,
+    config = train_bench.dataclasses.replace(train_bench.CPU_QUICK, models=("llama-block",),
                                              ways=("torch.amp", "mpgemm", "mpgemm fused"))
     report = train_bench.run(config, "cpu", show_progress=False)
     assert [(r["way"], r["status"]) for r in report["runs"]] == [

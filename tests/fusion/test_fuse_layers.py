@@ -1,0 +1,403 @@
+"""mpgemm.fuse on the layers of transformers' encoders and decoders: an MLP
+block split between two children (BERT's Intermediate and Output, traced in
+place as the layer's "halves"), a forward that passes its **kwargs on to its
+attention module, transformers' gradient checkpointing wrapper, and a
+dropout function that returns its input (BART's and OPT's layers). Which
+chains it finds, that they run as one mpgemm.mlp and train as the layers do,
+that the keywords, hooks and checkpointing still reach what they reached,
+and that a layer whose halves, keywords or dropout changed since fuse() runs
+its own forward."""
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mpgemm
+from mpgemm.fusion import fuse, fusion_report
+from support import (assert_compiled_fused_trains_as_unfused, assert_fused_within_prepared_deviation,
+                     train_fused_prepared_and_fp32)
+
+MLP_NODE = "MlpFunction"
+
+
+class Attention(torch.nn.Module):
+    """An attention stand-in taking keywords, as transformers' do: its
+    output and its scores, as a tuple."""
+
+    def __init__(self, d):
+        super().__init__()
+        # k without a bias, which softmax takes away (its gradient is zero).
+        self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x, mask=None, scale=1.0, **kwargs):
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) * scale
+        return torch.softmax(scores.float(), -1).to(x.dtype) @ x, scores
+
+
+class Intermediate(torch.nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.dense, self.act = torch.nn.Linear(d, hidden), torch.nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.dense(x))
+
+
+class Output(torch.nn.Module):
+    def __init__(self, hidden, d):
+        super().__init__()
+        self.dense, self.dropout, self.norm = torch.nn.Linear(hidden, d), torch.nn.Dropout(0.0), torch.nn.LayerNorm(d)
+
+    def forward(self, h, x):
+        return self.norm(self.dropout(self.dense(h)) + x)
+
+
+class SplitLayer(torch.nn.Module):
+    """BERT's layer as transformers writes it: attention taking the layer's
+    keywords, then the MLP block split between two children."""
+
+    def __init__(self, d=16, hidden=40):
+        super().__init__()
+        self.attention, self.intermediate, self.output = Attention(d), Intermediate(d, hidden), Output(hidden, d)
+
+    def forward(self, x, mask=None, **kwargs):
+        a, _ = self.attention(x, mask, **kwargs)
+        return self.output(self.intermediate(a), a)
+
+
+class DropoutFunction(torch.nn.Module):
+    """BART's feed-forward: F.dropout on the activation, its p and training
+    read off the module."""
+
+    def __init__(self, p=0.0, d=16, hidden=40):
+        super().__init__()
+        self.p = p
+        self.fc1, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        h = F.dropout(F.gelu(self.fc1(x)), p=self.p, training=self.training)
+        return self.fc2(h)
+
+
+class WithTorchAttention(torch.nn.Module):
+    """A hand-written encoder layer: torch's MultiheadAttention (which holds
+    one linear, out_proj) beside the MLP's linears."""
+
+    def __init__(self, d=16, hidden=40):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(d, 2, batch_first=True)
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        a, _ = self.attn(x, x, x, need_weights=False)
+        return self.fc2(self.act(self.fc1(a + x)))
+
+
+def tokens(batch=2, seq=6):
+    return torch.randint(0, 50, (batch, seq))
+
+
+def bert():
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=40, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0, attn_implementation="eager"))
+
+
+def albert():
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
+    return AlbertForMaskedLM(AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+                                          num_attention_heads=2, intermediate_size=40, max_position_embeddings=16,
+                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
+def opt():
+    from transformers import OPTConfig, OPTForCausalLM
+
+    return OPTForCausalLM(OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, ffn_dim=40,
+                                    num_attention_heads=2, word_embed_proj_dim=16, max_position_embeddings=16,
+                                    dropout=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=1))
+
+
+def bart():
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    return BartForConditionalGeneration(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,
+                                                   encoder_attention_heads=2, decoder_attention_heads=2,
+                                                   encoder_ffn_dim=40, decoder_ffn_dim=40, max_position_embeddings=16,
+                                                   dropout=0.0, bos_token_id=0, eos_token_id=2, pad_token_id=1,
+                                                   decoder_start_token_id=2))
+
+
+def hidden(batch=2, seq=5):
+    return torch.randn(batch, seq, 16)
+
+
+def per_layer(pattern, count, activation):
+    return [tuple(s.format(i=i) if "{" in s else s for s in (pattern[0], activation, pattern[1])) for i in range(count)]
+
+
+# name: (builder, example arguments, [(fc1, activation, fc2)], what is left unfused, and why)
+MODELS = {
+    "split layer": (SplitLayer, lambda: (hidden(),), [("intermediate.dense", "gelu", "output.dense")], None),
+    "dropout function": (DropoutFunction, lambda: (hidden(),), [("fc1", "gelu", "fc2")], None),
+    "torch attention beside": (WithTorchAttention, lambda: (hidden(),), [("fc1", "gelu", "fc2")], None),
+    "transformers bert": (bert, lambda: (tokens(),),
+                          per_layer(("bert.encoder.layer.{i}.intermediate.dense", "bert.encoder.layer.{i}.output.dense"),
+                                    2, "gelu"), None),
+    "transformers albert": (albert, lambda: (tokens(),),
+                            [("albert.encoder.albert_layer_groups.0.albert_layers.0.ffn", "gelu_tanh",
+                              "albert.encoder.albert_layer_groups.0.albert_layers.0.ffn_output")], None),
+    "transformers opt": (opt, lambda: (tokens(),),
+                         per_layer(("model.decoder.layers.{i}.fc1", "model.decoder.layers.{i}.fc2"), 2, "relu"), None),
+    # BART's encoder layer clamps fp16 activations on a test of their values, which fx cannot trace.
+    "transformers bart": (bart, lambda: (tokens(),), [("model.decoder.layers.0.fc1", "gelu", "model.decoder.layers.0.fc2")],
+                          ("model.encoder.layers.0", "its forward cannot be traced")),
+}
+
+
+def fused_copy(model, *example, left=None):
+    fused = copy.deepcopy(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert fuse(fused, *example) is fused
+    messages = [str(w.message) for w in caught if "mpgemm.fuse" in str(w.message)]
+    if left is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and left[0] in messages[0] and left[1] in messages[0], messages
+    return fused
+
+
+def output_of(model, *args):
+    out = model(*args)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def node_names(tensor):
+    """The autograd nodes that made `tensor`, by name, back to its leaves."""
+    seen, todo = set(), [tensor.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [n for n, _ in node.next_functions]
+    return " ".join(sorted({node.name() for node in seen}))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_finds_the_chains_and_runs_each_as_one_mlp(name):
+    build, example, chains, left = MODELS[name]
+    torch.manual_seed(0)
+    model = mpgemm.convert(build())
+    args = example()
+    fused = fused_copy(model, *args, left=left)
+    report = [r for r in fusion_report(fused) if "kind" in r]
+    assert [(r["fc1"], r["activation"], r["fc2"]) for r in report] == chains
+    assert all(r["fused"] and r["kind"] == "mlp" for r in report)
+    assert [n for n, _ in fused.named_modules()] == [n for n, _ in model.named_modules()]
+    assert all(isinstance(a, type(b)) for a, b in zip(fused.modules(), model.modules()))
+    assert list(fused.state_dict()) == list(model.state_dict())
+    out = output_of(fused, *args)
+    assert MLP_NODE in node_names(out)
+    torch.testing.assert_close(out, output_of(model, *args), rtol=2e-3, atol=2e-3)
+
+
+def split_layer_by_mlp(layer, x, *args, **kwargs):
+    """What a fused SplitLayer computes: its attention, then mpgemm.mlp of its halves' weights."""
+    a, _ = layer.attention(x, *args, **kwargs)
+    operands = (layer.intermediate.dense.weight, layer.intermediate.dense.bias, layer.output.dense.weight,
+                layer.output.dense.bias)
+    return layer.output.norm(mpgemm.mlp(a, *operands, activation="gelu") + a)
+
+
+def test_a_split_layer_computes_mlp_of_its_halves_weights():
+    torch.manual_seed(1)
+    fused = fused_copy(mpgemm.convert(SplitLayer()), hidden())
+    assert [h for h, _ in fused._mpgemm_fusion.halves] == ["intermediate", "output"]
+    x = hidden()
+    with torch.no_grad():
+        assert torch.equal(fused(x), split_layer_by_mlp(fused, x))
+
+
+def test_only_the_halves_a_chain_goes_through_run_in_place():
+    """torch's MultiheadAttention holds one linear: traced in place it would
+    take the layer's trace with it, and its hooks would not run. It stays a
+    module of its own, hooks and all."""
+    torch.manual_seed(2)
+    fused = fused_copy(mpgemm.convert(WithTorchAttention()), hidden())
+    assert fused._mpgemm_fusion.halves == ()
+    calls = []
+    fused.attn.register_forward_hook(lambda m, i, o: calls.append(1))
+    assert MLP_NODE in node_names(fused(hidden()))
+    assert calls == [1]
+
+
+def test_keywords_reach_the_attention_module():
+    torch.manual_seed(3)
+    model = mpgemm.convert(SplitLayer())
+    fused = fused_copy(model, hidden())
+    x = hidden()
+    with torch.no_grad():
+        for scale in (0.5, 2.0):
+            assert torch.equal(fused(x, None, scale=scale), split_layer_by_mlp(model, x, None, scale=scale))
+        assert not torch.equal(fused(x, scale=0.5), fused(x, scale=2.0))
+
+
+def test_bert_passes_output_attentions_on():
+    torch.manual_seed(4)
+    model = mpgemm.convert(bert())
+    fused = fused_copy(model, tokens())
+    ids = tokens()
+    out, ref = fused(ids, output_attentions=True), model(ids, output_attentions=True)
+    assert len(out.attentions) == 2
+    assert torch.equal(out.attentions[0], ref.attentions[0])  # before any MLP
+    torch.testing.assert_close(out.attentions[1], ref.attentions[1], rtol=2e-3, atol=2e-3)
+
+
+class InspectsKeywords(SplitLayer):
+    def forward(self, x, mask=None, **kwargs):
+        if kwargs.get("skip_mlp"):
+            return x
+        return super().forward(x, mask)
+
+
+class GivesKeywordsToAFunction(SplitLayer):
+    def forward(self, x, mask=None, **kwargs):
+        a = F.layer_norm(x, x.shape[-1:], **kwargs)
+        return self.output(self.intermediate(a), a)
+
+
+@pytest.mark.parametrize("make", [InspectsKeywords, GivesKeywordsToAFunction])
+def test_keywords_used_otherwise_leave_the_layer_untraced_and_named(make):
+    torch.manual_seed(5)
+    model = mpgemm.convert(make())
+    reference = copy.deepcopy(model)
+    with pytest.warns(UserWarning, match="mpgemm.fuse: left unfused .*its forward cannot be traced"):
+        fuse(model, hidden())
+    assert [r["chain"] for r in fusion_report(model)] == ["the model"]
+    x = hidden()
+    assert torch.equal(model(x), reference(x))
+
+
+def test_checkpointed_bert_recomputes_the_fused_forward():
+    """transformers wraps each layer's forward for gradient checkpointing;
+    the fused layer's class gets the wrapper around its own forward."""
+    torch.manual_seed(6)
+    model = mpgemm.convert(bert())
+    fused = fused_copy(model, tokens())
+    ids = tokens()
+    plain_loss = fused(ids, labels=ids).loss
+    plain_loss.backward()
+    plain = [p.grad.clone() for p in fused.parameters()]
+    fused.zero_grad()
+    # transformers 5 names it activation checkpointing; earlier ones, gradient checkpointing.
+    (getattr(fused, "activation_checkpointing_enable", None) or fused.gradient_checkpointing_enable)()
+    calls = []
+    fused.bert.encoder.layer[0].attention.register_forward_hook(lambda m, i, o: calls.append(1))
+    loss = fused(ids, labels=ids).loss
+    assert MLP_NODE in node_names(loss)
+    loss.backward()
+    assert len(calls) == 2  # the forward, and its recomputation in backward
+    assert torch.equal(loss, plain_loss)
+    assert all(torch.equal(p.grad, g) for p, g in zip(fused.parameters(), plain))
+
+
+def hook_on_intermediate(layer):
+    layer.intermediate.register_forward_hook(lambda m, i, o: None)
+
+
+def subclass_output(layer):
+    layer.output.__class__ = type("OutputSubclass", (Output,), {})
+
+
+def forward_on_output(layer):
+    layer.output.forward = layer.output.forward
+
+
+def new_intermediate_child(layer):
+    layer.intermediate.dense = copy.deepcopy(layer.intermediate.dense)
+
+
+@pytest.mark.parametrize("change", [hook_on_intermediate, subclass_output, forward_on_output, new_intermediate_child])
+def test_a_half_changed_after_fuse_runs_the_layers_own_forward(change):
+    torch.manual_seed(7)
+    fused = fused_copy(mpgemm.convert(SplitLayer()), hidden())
+    change(fused)
+    x = hidden()
+    reference = copy.deepcopy(fused)
+    reference.__class__ = SplitLayer
+    with pytest.warns(UserWarning, match="changed since fuse"):
+        out = fused(x)
+    assert MLP_NODE not in node_names(out)
+    assert torch.equal(out, reference(x))
+
+
+def test_a_half_hooked_at_fuse_leaves_its_chain_named_and_its_hook_running():
+    torch.manual_seed(8)
+    model = mpgemm.convert(SplitLayer())
+    calls = []
+    model.output.register_forward_pre_hook(lambda m, i: calls.append(1))
+    with pytest.warns(UserWarning, match="mpgemm.fuse: left unfused .*a hook on a module of the chain"):
+        fuse(model, hidden())
+    assert [r["fused"] for r in fusion_report(model)] == [False]
+    calls.clear()
+    assert MLP_NODE not in node_names(model(hidden()))
+    assert calls == [1]
+
+
+def test_a_dropout_function_that_drops_keeps_the_chain_apart():
+    """p > 0 in training drops: no chain at fuse(); one fused in eval runs
+    the layers' own forward once training or p changes."""
+    torch.manual_seed(9)
+    model = mpgemm.convert(DropoutFunction(p=0.5))
+    assert fusion_report(fused_copy(model, hidden())) == []
+    fused = fused_copy(model.eval(), hidden())
+    assert [r["fused"] for r in fusion_report(fused)] == [True]
+    assert MLP_NODE in node_names(fused(hidden()))
+    fused.train()
+    with pytest.warns(UserWarning, match=r"\.training changed since fuse"):
+        assert MLP_NODE not in node_names(fused(hidden()))
+    zero = fused_copy(mpgemm.convert(DropoutFunction(p=0.0)), hidden())
+    zero.p = 0.1
+    with pytest.warns(UserWarning, match=r"\.p changed since fuse"):
+        assert MLP_NODE not in node_names(zero(hidden()))
+
+
+@pytest.mark.parametrize("dtype, fuse_first", [(torch.float16, False), (torch.bfloat16, True)])
+def test_bert_under_prepare_within_torch_amps_deviation(dtype, fuse_first):
+    torch.manual_seed(10)
+    batches = [tokens(4, 8) for _ in range(4)]
+
+    def runs_mlp(loss):
+        assert MLP_NODE in node_names(loss)
+
+    runs = train_fused_prepared_and_fp32(bert(), batches, lambda model, ids: model(ids, labels=ids).loss, dtype,
+                                         fuse_first, runs_mlp)
+    assert_fused_within_prepared_deviation(runs)
+
+
+def test_fused_bert_pickles_copies_and_loads_checkpoints_both_ways():
+    torch.manual_seed(11)
+    model = mpgemm.convert(bert())
+    fused = fused_copy(model, tokens())
+    plain = bert()
+    plain.load_state_dict(fused.state_dict())
+    fused.load_state_dict(model.state_dict())
+    ids = tokens()
+    for clone in (pickle.loads(pickle.dumps(fused)), copy.deepcopy(fused)):
+        assert [r["fused"] for r in fusion_report(clone)] == [True, True]
+        assert torch.equal(clone(ids).logits, fused(ids).logits)
+
+
+def test_torch_compile_trains_the_fused_split_layer():
+    torch.manual_seed(12)
+    # A head after the LayerNorm, whose outputs' sum would give no gradient.
+    model = torch.nn.Sequential(SplitLayer(), torch.nn.Linear(16, 3))
+    assert_compiled_fused_trains_as_unfused(mpgemm.convert(model), hidden(), "mpgemm.mlp", 2e-3, 2e-3)
