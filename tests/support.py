@@ -78,6 +78,23 @@ class MpgemmCalls(TorchDispatchMode):
         return [name for name, _ in self.calls]
 
 
+def output_of(model, *args):
+    """A model's output tensor: transformers' logits, or the output itself."""
+    out = model(*args)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def node_names(tensor):
+    """The autograd nodes that made `tensor`, by name, back to its leaves."""
+    seen, todo = set(), [tensor.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [n for n, _ in node.next_functions]
+    return " ".join(sorted({node.name() for node in seen}))
+
+
 def train_fused_prepared_and_fp32(base, batches, loss_of, dtype, fuse_first, check_fused_loss=None):
     """{way: (model, losses)}: copies of `base` trained with SGD on the same
     batches in fp32, under mpgemm.amp.prepare(dtype) unfused, and prepared

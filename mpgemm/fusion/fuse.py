@@ -8,7 +8,10 @@ Each module whose children could hold a chain (a Conv2d and a BatchNorm2d,
 or two linear layers, or two halves of an MLP block: children that hold one
 linear layer each, as BERT's Intermediate and Output) has its own forward
 traced one level deep (torch.fx, children as leaves, the halves traced in
-place; conv_chains.py, mlp_chains.py and gated_chains.py find the chains). One forward on the example arguments then checks the trace
+place; conv_chains.py, mlp_chains.py and gated_chains.py find the chains),
+its arguments that are None or a bool taken as a first forward on the
+example arguments gave them (a decoder layer's encoder states, an
+``output_attentions`` flag). A second example forward checks the trace
 against what runs: each step of every chain must take exactly the step
 before's output (or, across an activation function, run after it), once per
 call of its module. A module that passes gets a class whose forward runs the
@@ -16,8 +19,9 @@ rewritten graph (the module's class stays in its MRO, so isinstance holds;
 its name, children, parameters and state_dict keys are unchanged). That
 forward checks, at each call, the plain attributes the traced forward read
 (``self.training``, a ``grad_checkpointing`` flag, a child that is None),
-and that the halves traced in place are as they were (their class, their
-children, no hooks): where one has changed since fuse(), the module runs its
+that the halves traced in place are as they were (their class, their
+children, no hooks, no global hook) and that its arguments are None, or the
+same bool, where the example's were: where one is not, the module runs its
 own forward, unfused, and says so once.
 
 transformers' layers wrap their forward for gradient checkpointing
@@ -29,6 +33,7 @@ that a checkpointed layer recomputes the fused forward.
 import copy
 import dataclasses
 import importlib
+import inspect
 import sys
 import types
 import warnings
@@ -55,13 +60,23 @@ class FusedForward(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         plan = self.__dict__.get("_mpgemm_fusion")
-        if plan is not None and plan.holds_for(self):
+        if plan is not None and plan.holds_for(self, args, kwargs):
             return plan.function(self, *args, **kwargs)
         return super().forward(*args, **kwargs)
 
 
 def _guard_value(value):
     return value if isinstance(value, PLAIN) else _NOT_NONE
+
+
+NOT_NONE = "not None"  # an argument's kind: neither None nor a bool
+_KIND_NAMES = {None: "None", NOT_NONE: "a value"}
+
+
+def _kind(value):
+    """An argument's kind, as the fused forward assumes it: None, the bool
+    itself, or NOT_NONE."""
+    return value if value is None or isinstance(value, bool) else NOT_NONE
 
 
 @dataclasses.dataclass
@@ -76,6 +91,10 @@ class FusionPlan:
     children: tuple  # the module's children and its halves' when traced, which the graph calls by name
     chains: list
     halves: tuple = ()  # (name, class) of the children whose forwards the graph runs in place
+    # (name, position or None, its default's kind, its kind in the example
+    # forward) of the forward's named arguments, a kind being None, True,
+    # False or NOT_NONE (_kind); those of kind None or a bool traced as given.
+    arguments: tuple = ()
     function: object = None
     warned: bool = False
 
@@ -87,21 +106,35 @@ class FusionPlan:
         exec(compile(self.code, f"<mpgemm.fuse {self.name or 'model'}>", "exec"), namespace)
         return namespace["forward"]
 
-    def holds_for(self, module):
-        changed = next((name for name, value in self.guards if _guard_value(_attribute(module, name)) != value),
-                       None)
-        half = None if changed else next((name for name, cls in self.halves if not _same_half(module, name, cls)),
-                                         None)
-        if changed is None and half is None and _same(_traced_children(module, self.halves), self.children):
+    def holds_for(self, module, args=(), kwargs=None):
+        what = self._changed(module, args, kwargs or {})
+        if what is None:
             return True
         if not self.warned:
             self.warned = True
-            name = self.name or "the model"
-            what = f"{name}.{changed}" if changed else f"{name}.{half} (its class, forward or hooks)" if half else \
-                f"the children of {name}"
-            warnings.warn(f"mpgemm.fuse: {what} changed since fuse(): this module runs its own forward, unfused",
-                          stacklevel=3)
+            warnings.warn(f"mpgemm.fuse: {what}: this module runs its own forward, unfused", stacklevel=3)
         return False
+
+    def _changed(self, module, args, kwargs):
+        """What is not as traced, or None."""
+        name = self.name or "the model"
+        changed = next((a for a, value in self.guards if _guard_value(_attribute(module, a)) != value), None)
+        if changed is not None:
+            return f"{name}.{changed} changed since fuse()"
+        half = next((h for h, cls in self.halves if not _same_half(module, h, cls)), None)
+        if half is not None:
+            return f"{name}.{half} changed since fuse() (its class, forward or hooks)"
+        if not _same(_traced_children(module, self.halves), self.children):
+            return f"the children of {name} changed since fuse()"
+        if self.halves and fx_graph.global_hooks():
+            return f"a global module hook is set, which would not see the children {name} runs in place"
+        for argument, position, default, kind in self.arguments:
+            given = _kind(args[position]) if position is not None and position < len(args) else \
+                _kind(kwargs[argument]) if argument in kwargs else default
+            if given != kind:
+                return f"{name} was called with {argument} {_KIND_NAMES.get(given, given)} where the example " \
+                       f"forward gave it {_KIND_NAMES.get(kind, kind)}"
+        return None
 
     def __getstate__(self):
         # fx's globals hold Python modules (torch, operator), which pickle by name only.
@@ -186,7 +219,7 @@ def _own_forward(cls):
     forward = cls.forward
     checkpointing = getattr(sys.modules.get("transformers.modeling_layers"), "GradientCheckpointingLayer", None)
     while checkpointing is not None and issubclass(cls, checkpointing) and hasattr(forward, "__wrapped__") and \
-            forward.__code__.co_name == "forward_with_checkpointing":
+            getattr(getattr(forward, "__code__", None), "co_name", None) == "forward_with_checkpointing":
         forward = forward.__wrapped__
     return forward
 
@@ -202,9 +235,9 @@ def _fused_class(cls):
     return converted_class(cls, FusedForward)
 
 
-def _traced(module, halves):
+def _traced(module, halves, concrete):
     """(graph, guards) of module's own forward, one level deep, the halves
-    (their names) traced in place."""
+    (their names) traced in place, the `concrete` arguments as given."""
     reads = _AttributeReads()
     recorded = [(module, "")] + [(module.get_submodule(name), f"{name}.") for name in halves]
     originals = [m.__class__ for m, _ in recorded]
@@ -212,7 +245,7 @@ def _traced(module, halves):
         m.__class__ = _recording_class(cls, reads, prefix)
     try:
         reads.active = True
-        graph = fx_graph.trace(module, _own_forward(originals[0]), halves)
+        graph = fx_graph.trace(module, _own_forward(originals[0]), halves, concrete)
     finally:
         reads.active = False
         for (m, _), cls in zip(recorded, originals):
@@ -224,7 +257,7 @@ def _halves(module):
     """The children of module that hold half of a chain each, to be traced
     in place: one linear layer among their own children, no chain of their
     own, and their class's forward (none of mpgemm's wrappers, none set on
-    the instance). BERT's and DeBERTa's layers split their MLP
+    the instance). BERT's and RoBERTa's layers split their MLP
     block between two such children (Intermediate: dense, activation;
     Output: dense, dropout, the residual add and LayerNorm)."""
     halves = []
@@ -246,6 +279,40 @@ def _candidates(model):
         if any(kind.has_candidates(children) for kind in CHAIN_KINDS) or \
                 (halves and len(halves) + sum(map(mlp_chains.is_linear_layer, children)) >= 2):
             yield name, module, halves
+
+
+class _ArgumentKinds:
+    """Hooks that record, from one forward, each watched module's forward's
+    named arguments at its first call (FusionPlan.arguments), or () where
+    they do not bind to its signature."""
+
+    def __init__(self):
+        self.arguments = {}
+        self.handles = []
+
+    def watch(self, module):
+        self.handles.append(module.register_forward_pre_hook(self._record, with_kwargs=True))
+
+    def _record(self, module, args, kwargs):
+        if module not in self.arguments:
+            self.arguments[module] = _argument_kinds(module, args, kwargs)
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def _argument_kinds(module, args, kwargs):
+    signature = inspect.signature(_own_forward(type(module)))
+    try:
+        bound = signature.bind(module, *args, **kwargs)
+    except TypeError:
+        return ()
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple((p.name, i if p.kind in positional else None, _kind(None if p.default is p.empty else p.default),
+                  _kind(bound.arguments.get(p.name, p.default)))
+                 for i, p in enumerate(list(signature.parameters.values())[1:])  # self's aside
+                 if p.kind in (*positional, inspect.Parameter.KEYWORD_ONLY))
 
 
 class _ExampleRun:
@@ -299,11 +366,12 @@ def _run_example(model, args, kwargs):
                 t.copy_(value)
 
 
-def _found(module, halves):
+def _found(module, halves, concrete):
     """(graph, guards, [(kind, chain found)], [(chain, reason)] refused) in
-    module's forward traced with `halves` in place. A chain through a half
-    with hooks is refused: the graph would not run them."""
-    graph, guards = _traced(module, halves)
+    module's forward traced with `halves` in place and the `concrete`
+    arguments as given. A chain through a half with hooks is refused: the
+    graph would not run them."""
+    graph, guards = _traced(module, halves, concrete)
     hooked = {h for h in halves if fx_graph.has_hooks(module.get_submodule(h))}
     found, refused, taken = [], [], set()
     for kind in CHAIN_KINDS:
@@ -326,7 +394,7 @@ def _through(chain, halves):
     return any(step.partition(".")[0] in halves for link in chain.links() for step in link[:2])
 
 
-def _chains(module, halves):
+def _chains(module, halves, concrete):
     """_found's (graph, guards, found, refused), and the halves the graph
     runs in place: only those a chain found goes through, so that the
     others stay modules of their own (their hooks run; an attention module
@@ -334,7 +402,7 @@ def _chains(module, halves):
     cannot be traced, the module's own is traced with none in place."""
     if halves:
         try:
-            graph, guards, found, refused = _found(module, halves)
+            graph, guards, found, refused = _found(module, halves, concrete)
         except Exception:  # noqa: BLE001 (as in fuse(): not traceable)
             found = None
         if found is not None:
@@ -344,9 +412,9 @@ def _chains(module, halves):
             # A chain through a half left out is named from this trace alone.
             left_out = set(halves) - set(needed)
             named = [(c, reason) for c, reason in refused if _through(c, left_out)]
-            graph, guards, found, refused = _found(module, needed)
+            graph, guards, found, refused = _found(module, needed, concrete)
             return graph, guards, found, refused + named, needed
-    return (*_found(module, ()), ())
+    return (*_found(module, (), concrete), ())
 
 
 def fuse(model, *example_args, **example_kwargs):
@@ -357,9 +425,10 @@ def fuse(model, *example_args, **example_kwargs):
     up(x))``, SiLU or GELU: Llama's, Gemma's, timm's SwiGLU) as one
     :func:`mpgemm.gated_mlp`; returns `model` itself.
 
-    One forward on the example arguments (no graph; the model's buffers,
-    parameters, gradients and random state are left as they were) checks
-    that each chain found in its module's traced forward runs as traced. A
+    Two forwards on the example arguments (no graph; the model's buffers,
+    parameters, gradients and random state are left as they were) give each
+    module's arguments, traced as given where None or a bool, and check that
+    each chain found in its module's traced forward runs as traced. A
     chain it cannot prove safe stays unfused and is named in a warning: a
     convolution whose output is used twice, a module that runs twice in one
     forward, a hook on the batch norm or the ReLU (on any module of an MLP
@@ -371,21 +440,37 @@ def fuse(model, *example_args, **example_kwargs):
     (mlp_chains.py, gated_chains.py); elsewhere its layers run as they
     would. A block split between two children (BERT's Intermediate and
     Output) is found in their parent, a forward's **kwargs passed on to a
-    child reach it, and a layer transformers checkpoints still is. The module tree, its names and classes (isinstance), parameters
-    and ``state_dict()`` keys do not change, so checkpoints load either way;
-    :func:`fusion_report` says what was fused. Works before or after :func:`mpgemm.convert` and
+    child reach it, and a layer transformers checkpoints still is; a module
+    runs fused where its arguments are None, or the same bool, where the
+    example forward's were. The module tree, its names and classes
+    (isinstance), parameters and ``state_dict()`` keys do not change, so
+    checkpoints load either way; :func:`fusion_report` says what was fused.
+    Works before or after :func:`mpgemm.convert` and
     :func:`mpgemm.amp.prepare`; wrap the model in DDP or torch.compile after.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"mpgemm.fuse: expected a torch.nn.Module, got {type(model).__name__}")
+    candidates = list(_candidates(model))
+    # A first example forward gives each module's arguments: fuse traces it
+    # with those that are None or a bool as given (a branch on one is then
+    # the example's), and its fused forward runs where they are so again.
+    kinds = _ArgumentKinds()
+    for _, module, _ in candidates:
+        kinds.watch(module)
+    try:
+        _run_example(model, example_args, example_kwargs)
+    finally:
+        kinds.close()
     refused, plans = [], []
-    for name, module, halves in _candidates(model):
+    for name, module, halves in candidates:
         prefix = f"{name}." if name else ""
+        arguments = kinds.arguments.get(module, ())
+        concrete = {a: kind for a, _, _, kind in arguments if kind != NOT_NONE}
         if "forward" in module.__dict__:
             refused.append((name or "the model", "its forward is replaced on the instance (a patch fuse cannot see)"))
             continue
         try:
-            graph, guards, found, not_fused, halves = _chains(module, halves)
+            graph, guards, found, not_fused, halves = _chains(module, halves, concrete)
         except Exception as error:  # noqa: BLE001 (fx raises many kinds; each means "not traceable")
             children = list(module.children()) + [c for h in halves for c in module.get_submodule(h).children()]
             if not any(kind.expects_chains(children) for kind in CHAIN_KINDS):
@@ -395,15 +480,15 @@ def fuse(model, *example_args, **example_kwargs):
             continue
         refused += [(c.label(prefix), reason) for c, reason in not_fused]
         if found:
-            plans.append((name, module, graph, guards, found, halves))
+            plans.append((name, module, graph, guards, found, halves, arguments))
     run = _ExampleRun()
-    for _, module, _, _, found, _ in plans:
+    for _, module, _, _, found, _, _ in plans:
         run.watch(module, [f[0] for _, f in found])
     try:
         _run_example(model, example_args, example_kwargs)
     finally:
         run.close()
-    for name, module, graph, guards, found, halves in plans:
+    for name, module, graph, guards, found, halves, arguments in plans:
         prefix = f"{name}." if name else ""
         if not run.calls.get(module):
             refused += [(f[0].label(prefix), "its module did not run in the example forward") for _, f in found]
@@ -418,7 +503,7 @@ def fuse(model, *example_args, **example_kwargs):
         code = graph.python_code(root_module="self")
         halves = tuple((h, type(module.get_submodule(h))) for h in halves)
         plan = FusionPlan(name, code.src, dict(code.globals), guards, _traced_children(module, halves),
-                          [f[0] for _, f in proven], halves)
+                          [f[0] for _, f in proven], halves, arguments)
         module.__class__ = _fused_class(type(module))
         module._mpgemm_fusion = plan
     model._mpgemm_fusion_refused = refused

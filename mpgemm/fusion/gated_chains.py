@@ -150,7 +150,7 @@ def find_chains(root, graph):
             continue
         act_node, (form, act), mul_node, up_node = block
         after = []
-        end = past(root, mul_node, is_passable, after)
+        end = past(root, mul_node, is_passable, after, functions=True)
         down_node = single_user(end)
         if not is_linear_call(root, down_node):
             continue

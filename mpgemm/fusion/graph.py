@@ -14,6 +14,7 @@ the dict is fx's: read as a call on it, or untraceable."""
 import bisect
 import dis
 import inspect
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -28,42 +29,48 @@ DROPOUT_PARAMETERS = {F.dropout: ("input", "p", "training", "inplace"), torch.dr
 
 
 # The key a traced forward's **kwargs stand under where they are passed on
-# (`child(x, **kwargs)`): the value is the dict itself.
+# to a call (`child(x, **kwargs)`): the value is the dict itself.
 PASSED_KEYWORDS = "_mpgemm_passed_keywords"
-# The instructions by which Python passes a mapping on as keywords: `f(**m)`,
-# `f(a=1, **m)` and `{**m}`.
-KEYWORD_MERGES = {"CALL_FUNCTION_EX", "DICT_MERGE", "DICT_UPDATE"}
+# The instructions by which Python passes a mapping on as a call's keywords.
+KEYWORD_MERGES = {"CALL_FUNCTION_EX", "DICT_MERGE"}
+FX_FILES = (torch.fx.__file__.rpartition("/")[0], __file__)  # frames of fx's and of this file's
 
 
-def _merging_keywords(frame):
-    """Whether `frame` is at an instruction that passes a mapping on as keywords."""
+def _instruction(frame):
+    """The name of the instruction `frame` is at (fx's Proxy.__iter__ reads it so)."""
     instructions = list(dis.get_instructions(frame.f_code))
-    at = bisect.bisect_left(instructions, frame.f_lasti, key=lambda i: i.offset)
-    return at < len(instructions) and instructions[at].opname in KEYWORD_MERGES
+    if sys.version_info >= (3, 11):
+        at = bisect.bisect_left([i.offset for i in instructions], frame.f_lasti)
+    else:
+        at = frame.f_lasti // 2
+    return instructions[at].opname if at < len(instructions) else None
 
 
-class _KeywordsProxy(torch.fx.Proxy):
-    """A forward's ``**kwargs`` while traced. Passed on as keywords it holds
-    one key, PASSED_KEYWORDS, whose value is the dict itself, so that the call
-    it is passed to records it (pass_keywords_on then passes the dict); read
-    in any other way it is a Proxy like the others."""
-
-    def keys(self):
-        if _merging_keywords(inspect.currentframe().f_back):
-            return (PASSED_KEYWORDS,)
-        return torch.fx.proxy.Attribute(self, "keys")()
-
-    def __getitem__(self, key):
-        return self if key == PASSED_KEYWORDS else torch.fx.Proxy.__getitem__(self, key)
+def _user_frame():
+    """The innermost frame outside fx and this file: the traced code's."""
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_code.co_filename.startswith(FX_FILES):
+        frame = frame.f_back
+    return frame
 
 
 class _OneLevelTracer(torch.fx.Tracer):
     """Traces the root's own forward: every module under it is a leaf but
-    the children named in `inlined`, whose forwards are traced in place."""
+    the children named in `inlined`, whose forwards are traced in place.
+
+    The forward's ``**kwargs``, passed on as a call's keywords, hold one key,
+    PASSED_KEYWORDS, whose value is the dict itself (a getitem of it), so
+    that the module or method called records it; pass_keywords_on then
+    passes the dict on whole. A call that records it must be made from the
+    frame that passed it on, once for each time it was: a function of
+    Python's that took the dict (and might read a key of it, which would
+    read as missing) makes the forward untraceable. Read in any other way,
+    the dict is a Proxy as fx traces any."""
 
     def __init__(self, inlined=()):
         super().__init__()
         self.inlined = frozenset(inlined)
+        self.passed_on = []  # the frames that passed the **kwargs on, not yet matched by a call
 
     def is_leaf_module(self, module, qualified_name):
         return qualified_name not in self.inlined
@@ -75,35 +82,43 @@ class _OneLevelTracer(torch.fx.Tracer):
             forward = module.forward
         return super().call_module(module, forward, args, kwargs)
 
-    def proxy(self, node):
+    def keys(self, obj):
+        node = obj.node
         if node.op == "placeholder" and str(node.target).startswith("**"):
-            return _KeywordsProxy(node, self)
-        return super().proxy(node)
+            frame = _user_frame()
+            if frame is not None and _instruction(frame) in KEYWORD_MERGES:
+                self.passed_on.append(frame)
+                return (PASSED_KEYWORDS,)
+        return super().keys(obj)
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **named):
+        if PASSED_KEYWORDS in kwargs:
+            frame = _user_frame()
+            if kind not in ("call_module", "call_method") or frame not in self.passed_on:
+                raise torch.fx.proxy.TraceError("a forward's **kwargs reach a call fuse cannot pass them to")
+            self.passed_on.remove(frame)
+        return super().create_proxy(kind, target, args, kwargs, *rest, **named)
 
 
-def call_with_keywords(module, keywords, *args, **named):
+def call_with_keywords(module, keywords, /, *args, **named):
     """A child's call to which a traced forward passed its **kwargs on."""
     return module(*args, **named, **keywords)
 
 
-def call_method_with_keywords(method, obj, keywords, *args, **named):
+def call_method_with_keywords(method, obj, keywords, /, *args, **named):
     """A method's call to which a traced forward passed its **kwargs on."""
     return getattr(obj, method)(*args, **named, **keywords)
 
 
 def pass_keywords_on(graph):
-    """Each call that took a forward's **kwargs (under PASSED_KEYWORDS) made
-    a call that passes them on: a child's through call_with_keywords, a
-    method's through call_method_with_keywords. Raises fx's TraceError where
-    a function took them, or the dict was taken apart first."""
+    """Each call that took a forward's **kwargs (PASSED_KEYWORDS) made a
+    call that passes the dict on: a child's through call_with_keywords, a
+    method's through call_method_with_keywords."""
     for node in list(graph.nodes):
         if PASSED_KEYWORDS not in node.kwargs:
             continue
-        keywords = node.kwargs[PASSED_KEYWORDS]
+        keywords = node.kwargs[PASSED_KEYWORDS].args[0]  # the getitem's dict: the **kwargs placeholder
         named = {k: v for k, v in node.kwargs.items() if k != PASSED_KEYWORDS}
-        if not (isinstance(keywords, torch.fx.Node) and keywords.op == "placeholder") or \
-                node.op not in ("call_module", "call_method"):
-            raise torch.fx.proxy.TraceError("a forward's **kwargs are passed on where fuse cannot pass them")
         with graph.inserting_before(node):
             if node.op == "call_module":
                 call = graph.call_function(call_with_keywords, (graph.get_attr(node.target), keywords, *node.args),
@@ -111,15 +126,39 @@ def pass_keywords_on(graph):
             else:
                 call = graph.call_function(call_method_with_keywords, (node.target, node.args[0], keywords,
                                                                        *node.args[1:]), named)
+        getitem = node.kwargs[PASSED_KEYWORDS]
         node.replace_all_uses_with(call)
+        graph.erase_node(node)
+        if not getitem.users:
+            graph.erase_node(getitem)
+    return graph
+
+
+def _unspecialized(graph, concrete):
+    """graph with the placeholders fx made of the `concrete` arguments
+    named as the forward names them (fx suffixes them, which keyword calls
+    would miss), and without fx's assertions of their values, the only
+    nodes that read them (fuse's guards check the values before the graph
+    runs)."""
+    renamed = {f"{name}_1": name for name in concrete}
+    read = {n for n in graph.nodes if n.op == "placeholder" and n.target in renamed}
+    for node in read:
+        node.target = renamed[node.target]
+    assertions = []
+    for node in graph.nodes:
+        if node.op != "placeholder" and not read.isdisjoint(node.all_input_nodes):
+            read.add(node)
+            assertions.append(node)
+    for node in reversed(assertions):
         graph.erase_node(node)
     return graph
 
 
-def trace(module, forward, inlined=()):
+def trace(module, forward, inlined=(), concrete=None):
     """The graph of `forward` (the function module's forward runs, unbound)
     called on module, its children leaves but those named in `inlined`
-    (their own forwards traced in place, their children leaves). The
+    (their own forwards traced in place, their children leaves), the
+    arguments named in `concrete` taken as those values (None, a bool). The
     attributes of module and of the inlined children are put back
     afterwards: a forward that stores something on self (an attention map,
     a cache) would otherwise keep one of fx's proxies."""
@@ -129,13 +168,15 @@ def trace(module, forward, inlined=()):
     # fx traces type(root).forward: point it at the forward to trace for the call.
     try:
         type(module).forward = forward
-        graph = tracer.trace(module)
+        graph = tracer.trace(module, concrete_args=concrete or None)
     finally:
         type(module).forward = original
         for m, attributes in kept:
             m.__dict__.clear()
             m.__dict__.update(attributes)
-    return pass_keywords_on(graph)
+    if tracer.passed_on:
+        raise torch.fx.proxy.TraceError("a forward's **kwargs reach a function fuse cannot follow")
+    return pass_keywords_on(_unspecialized(graph, concrete or {}))
 
 
 def module_calls(graph):
@@ -164,9 +205,10 @@ def is_plain(module, cls):
 
 def returns_its_input(node, previous):
     """Whether node is a dropout function of `previous` that returns it as it
-    is: p of 0, or not training (BART's and Whisper's activation dropout).
-    Both are as traced, from the module's plain attributes, which fuse's
-    guards hold."""
+    is: p of 0, or not training (BART's and Whisper's activation dropout),
+    as traced. Where they come from the module's plain attributes (BART's
+    `self.activation_dropout`, `self.training`) fuse's guards hold them; a
+    value read off another object (a config) is taken as fuse saw it."""
     if node.op != "call_function" or node.target not in DROPOUT_PARAMETERS or not node.args or \
             node.args[0] is not previous:
         return False
@@ -179,14 +221,15 @@ def returns_its_input(node, previous):
     return isinstance(p, (int, float)) and isinstance(training, bool) and (p == 0 or not training)
 
 
-def past(root, node, passable, skipped):
-    """The step after node, passing over the modules `passable` accepts and
-    the dropout functions that return their input (returns_its_input), each
-    taking the one before alone (appended to skipped, in order)."""
+def past(root, node, passable, skipped, functions=False):
+    """The step after node, passing over the modules `passable` accepts and,
+    where `functions`, the dropout functions that return their input
+    (returns_its_input), each taking the one before alone (appended to
+    skipped, in order)."""
     while True:
         user = single_user(node)
         if user is None or not ((user.op == "call_module" and passable(module_of(root, user))) or
-                                returns_its_input(user, node)):
+                                (functions and returns_its_input(user, node))):
             return node
         skipped.append(user)
         node = user

@@ -286,13 +286,13 @@ def find_chains(root, graph):
         if node in taken or not is_linear_call(root, node):
             continue
         before = []
-        end = past(root, node, is_passable, before)
+        end = past(root, node, is_passable, before, functions=True)
         act_node = single_user(end)
         activation = node_activation(root, act_node, MLP.activations) if act_node is not None else None
         if activation is None:
             continue
         after = []
-        end = past(root, act_node, is_passable, after)
+        end = past(root, act_node, is_passable, after, functions=True)
         fc2_node = single_user(end)
         if not is_linear_call(root, fc2_node):
             continue

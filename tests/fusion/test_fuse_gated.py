@@ -168,7 +168,9 @@ def test_trains_as_the_unfused_layers_within_their_rounding(name):
     model over four SGD steps, the fused one within a rounding of the
     layers' distance from it."""
     build, example, _ = MODELS[name]
-    assert_trains_as_the_layers(build(), [example() for _ in range(4)])
+    # The block rounds g, u and p where the layers round p alone: over 150
+    # seeds the fused block came up to 1.1e-3 further than the layers.
+    assert_trains_as_the_layers(build(), [example() for _ in range(4)], roundings=2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.fusion import fuse, fusion_report
-from support import (assert_compiled_fused_trains_as_unfused, assert_fused_within_prepared_deviation,
-                     train_fused_prepared_and_fp32)
+from support import (assert_compiled_fused_trains_as_unfused, assert_fused_within_prepared_deviation, node_names,
+                     output_of, train_fused_prepared_and_fp32)
 
 MLP_NODE = "MlpFunction"
 
@@ -70,17 +70,38 @@ class SplitLayer(torch.nn.Module):
 
 
 class DropoutFunction(torch.nn.Module):
-    """BART's feed-forward: F.dropout on the activation, its p and training
-    read off the module."""
+    """BART's feed-forward: F.dropout (or torch.dropout) on the activation,
+    its p and training read off the module."""
 
-    def __init__(self, p=0.0, d=16, hidden=40):
+    def __init__(self, p=0.0, d=16, hidden=40, dropout=F.dropout):
         super().__init__()
-        self.p = p
+        self.p, self.dropout = p, dropout
         self.fc1, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
 
     def forward(self, x):
-        h = F.dropout(F.gelu(self.fc1(x)), p=self.p, training=self.training)
+        h = F.gelu(self.fc1(x))
+        if self.dropout is F.dropout:
+            h = F.dropout(h, p=self.p, training=self.training)
+        else:
+            h = torch.dropout(h, self.p, self.training)
         return self.fc2(h)
+
+
+class OptionalContext(torch.nn.Module):
+    """A decoder layer's shape: cross-attention where encoder states are
+    given, a flag that returns early; then the MLP block."""
+
+    def __init__(self, d=16, hidden=40):
+        super().__init__()
+        self.cross = torch.nn.Linear(d, d)
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, d)
+
+    def forward(self, x, context=None, skip=False):
+        if skip:
+            return x
+        if context is not None:
+            x = x + self.cross(context)
+        return self.fc2(self.act(self.fc1(x)))
 
 
 class WithTorchAttention(torch.nn.Module):
@@ -147,17 +168,21 @@ def per_layer(pattern, count, activation):
 MODELS = {
     "split layer": (SplitLayer, lambda: (hidden(),), [("intermediate.dense", "gelu", "output.dense")], None),
     "dropout function": (DropoutFunction, lambda: (hidden(),), [("fc1", "gelu", "fc2")], None),
+    "torch.dropout": (lambda: DropoutFunction(dropout=torch.dropout), lambda: (hidden(),), [("fc1", "gelu", "fc2")],
+                      None),
+    "optional context": (OptionalContext, lambda: (hidden(),), [("fc1", "gelu", "fc2")], None),
     "torch attention beside": (WithTorchAttention, lambda: (hidden(),), [("fc1", "gelu", "fc2")], None),
     "transformers bert": (bert, lambda: (tokens(),),
-                          per_layer(("bert.encoder.layer.{i}.intermediate.dense", "bert.encoder.layer.{i}.output.dense"),
-                                    2, "gelu"), None),
+                          per_layer(("bert.encoder.layer.{i}.intermediate.dense",
+                                     "bert.encoder.layer.{i}.output.dense"), 2, "gelu"), None),
     "transformers albert": (albert, lambda: (tokens(),),
                             [("albert.encoder.albert_layer_groups.0.albert_layers.0.ffn", "gelu_tanh",
                               "albert.encoder.albert_layer_groups.0.albert_layers.0.ffn_output")], None),
     "transformers opt": (opt, lambda: (tokens(),),
                          per_layer(("model.decoder.layers.{i}.fc1", "model.decoder.layers.{i}.fc2"), 2, "relu"), None),
     # BART's encoder layer clamps fp16 activations on a test of their values, which fx cannot trace.
-    "transformers bart": (bart, lambda: (tokens(),), [("model.decoder.layers.0.fc1", "gelu", "model.decoder.layers.0.fc2")],
+    "transformers bart": (bart, lambda: (tokens(),),
+                          [("model.decoder.layers.0.fc1", "gelu", "model.decoder.layers.0.fc2")],
                           ("model.encoder.layers.0", "its forward cannot be traced")),
 }
 
@@ -175,26 +200,9 @@ def fused_copy(model, *example, left=None):
     return fused
 
 
-def output_of(model, *args):
-    out = model(*args)
-    return out.logits if hasattr(out, "logits") else out
-
-
-def node_names(tensor):
-    """The autograd nodes that made `tensor`, by name, back to its leaves."""
-    seen, todo = set(), [tensor.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            todo += [n for n, _ in node.next_functions]
-    return " ".join(sorted({node.name() for node in seen}))
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_finds_the_chains_and_runs_each_as_one_mlp(name):
     build, example, chains, left = MODELS[name]
-    torch.manual_seed(0)
     model = mpgemm.convert(build())
     args = example()
     fused = fused_copy(model, *args, left=left)
@@ -218,7 +226,6 @@ def split_layer_by_mlp(layer, x, *args, **kwargs):
 
 
 def test_a_split_layer_computes_mlp_of_its_halves_weights():
-    torch.manual_seed(1)
     fused = fused_copy(mpgemm.convert(SplitLayer()), hidden())
     assert [h for h, _ in fused._mpgemm_fusion.halves] == ["intermediate", "output"]
     x = hidden()
@@ -230,7 +237,6 @@ def test_only_the_halves_a_chain_goes_through_run_in_place():
     """torch's MultiheadAttention holds one linear: traced in place it would
     take the layer's trace with it, and its hooks would not run. It stays a
     module of its own, hooks and all."""
-    torch.manual_seed(2)
     fused = fused_copy(mpgemm.convert(WithTorchAttention()), hidden())
     assert fused._mpgemm_fusion.halves == ()
     calls = []
@@ -240,7 +246,6 @@ def test_only_the_halves_a_chain_goes_through_run_in_place():
 
 
 def test_keywords_reach_the_attention_module():
-    torch.manual_seed(3)
     model = mpgemm.convert(SplitLayer())
     fused = fused_copy(model, hidden())
     x = hidden()
@@ -250,15 +255,48 @@ def test_keywords_reach_the_attention_module():
         assert not torch.equal(fused(x, scale=0.5), fused(x, scale=2.0))
 
 
-def test_bert_passes_output_attentions_on():
-    torch.manual_seed(4)
+def test_bert_passes_its_layers_keywords_to_their_attention():
+    """transformers' encoder gives each layer keywords (position_ids, ...),
+    which the layer passes on to its attention module."""
     model = mpgemm.convert(bert())
     fused = fused_copy(model, tokens())
+    given = {}
+    for name, m in (("layers", model), ("fused", fused)):
+        m.bert.encoder.layer[0].attention.register_forward_pre_hook(
+            lambda module, args, kwargs, name=name: given.__setitem__(name, sorted(kwargs)), with_kwargs=True)
     ids = tokens()
-    out, ref = fused(ids, output_attentions=True), model(ids, output_attentions=True)
-    assert len(out.attentions) == 2
-    assert torch.equal(out.attentions[0], ref.attentions[0])  # before any MLP
-    torch.testing.assert_close(out.attentions[1], ref.attentions[1], rtol=2e-3, atol=2e-3)
+    fused(ids), model(ids)
+    assert given["fused"] == given["layers"] and "position_ids" in given["layers"]
+
+
+class Child(torch.nn.Module):
+    def forward(self, x, module=None, keywords=None, scale=1.0):
+        return x * scale
+
+
+class KeywordsNamedAsCallArguments(torch.nn.Module):
+    """Keywords named as call_with_keywords's own arguments reach the child."""
+
+    def __init__(self, d=16, hidden=40):
+        super().__init__()
+        self.child = Child()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, d)
+
+    def forward(self, x, **kwargs):
+        return self.fc2(self.act(self.fc1(self.child(x, module="m", **kwargs))))
+
+
+def test_keywords_named_as_the_call_helpers_arguments_are_passed_on():
+    model = mpgemm.convert(KeywordsNamedAsCallArguments())
+    fused = fused_copy(model, hidden())
+    x = hidden()
+    with torch.no_grad():
+        operands = (fused.fc1.weight, fused.fc1.bias, fused.fc2.weight, fused.fc2.bias)
+        assert torch.equal(fused(x, keywords="k", scale=2.0), mpgemm.mlp(x * 2.0, *operands, activation="gelu"))
+
+
+def scaled(h, **options):
+    return h * options.get("scale", 1.0)
 
 
 class InspectsKeywords(SplitLayer):
@@ -268,28 +306,60 @@ class InspectsKeywords(SplitLayer):
         return super().forward(x, mask)
 
 
-class GivesKeywordsToAFunction(SplitLayer):
+class ReadsKeywordsInAHelper(SplitLayer):
+    """A Python function of the forward's that reads a key of the dict: it
+    would read it as missing in the trace."""
+
     def forward(self, x, mask=None, **kwargs):
-        a = F.layer_norm(x, x.shape[-1:], **kwargs)
+        a = scaled(x, **kwargs)
         return self.output(self.intermediate(a), a)
 
 
-@pytest.mark.parametrize("make", [InspectsKeywords, GivesKeywordsToAFunction])
+class ReadsAndPassesKeywordsOn(SplitLayer):
+    def forward(self, x, mask=None, **kwargs):
+        return self.attend(x, **kwargs)
+
+    def attend(self, x, **kwargs):
+        a, _ = self.attention(scaled(x, **kwargs), **kwargs)
+        return self.output(self.intermediate(a), a)
+
+
+@pytest.mark.parametrize("make", [InspectsKeywords, ReadsKeywordsInAHelper, ReadsAndPassesKeywordsOn])
 def test_keywords_used_otherwise_leave_the_layer_untraced_and_named(make):
-    torch.manual_seed(5)
     model = mpgemm.convert(make())
     reference = copy.deepcopy(model)
     with pytest.warns(UserWarning, match="mpgemm.fuse: left unfused .*its forward cannot be traced"):
         fuse(model, hidden())
     assert [r["chain"] for r in fusion_report(model)] == ["the model"]
     x = hidden()
-    assert torch.equal(model(x), reference(x))
+    assert torch.equal(model(x, scale=2.0), reference(x, scale=2.0))
+
+
+def test_arguments_none_or_a_bool_are_traced_as_the_example_gave_them():
+    """The graph has the example's branches: called with context or skip,
+    the layer runs its own forward."""
+    model = mpgemm.convert(OptionalContext())
+    fused = fused_copy(model, hidden())
+    assert "cross" not in fused._mpgemm_fusion.code
+    x = hidden()
+    with torch.no_grad():
+        operands = (fused.fc1.weight, fused.fc1.bias, fused.fc2.weight, fused.fc2.bias)
+        assert torch.equal(fused(x), mpgemm.mlp(x, *operands, activation="gelu"))
+        assert torch.equal(fused(x, None, False), fused(x))
+    for args, kwargs, message in (((x,), {"context": x}, "called with context a value where the example forward "
+                                                           "gave it None"),
+                                  ((x, None, True), {}, "called with skip True where the example forward gave it "
+                                                        "False")):
+        once = copy.deepcopy(fused)
+        with pytest.warns(UserWarning, match=message):
+            out = once(*args, **kwargs)
+        assert MLP_NODE not in node_names(out)
+        assert torch.equal(out, model(*args, **kwargs))
 
 
 def test_checkpointed_bert_recomputes_the_fused_forward():
     """transformers wraps each layer's forward for gradient checkpointing;
     the fused layer's class gets the wrapper around its own forward."""
-    torch.manual_seed(6)
     model = mpgemm.convert(bert())
     fused = fused_copy(model, tokens())
     ids = tokens()
@@ -327,7 +397,6 @@ def new_intermediate_child(layer):
 
 @pytest.mark.parametrize("change", [hook_on_intermediate, subclass_output, forward_on_output, new_intermediate_child])
 def test_a_half_changed_after_fuse_runs_the_layers_own_forward(change):
-    torch.manual_seed(7)
     fused = fused_copy(mpgemm.convert(SplitLayer()), hidden())
     change(fused)
     x = hidden()
@@ -339,8 +408,34 @@ def test_a_half_changed_after_fuse_runs_the_layers_own_forward(change):
     assert torch.equal(out, reference(x))
 
 
+def test_a_global_module_hook_runs_the_layers_own_forward():
+    """A global hook sees every module's call, the halves' included, which
+    the graph runs in place."""
+    fused = fused_copy(mpgemm.convert(SplitLayer()), hidden())
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append(type(m).__name__))
+    try:
+        with pytest.warns(UserWarning, match="a global module hook is set"):
+            fused(hidden())
+    finally:
+        handle.remove()
+    assert "Intermediate" in seen and "Output" in seen
+
+
+def test_a_dropout_function_after_a_batch_norm_leaves_its_chain_as_it_was():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return F.relu(F.dropout(self.bn(self.conv(x)), p=0.1, training=self.training))
+
+    fused = fused_copy(Block().eval(), torch.randn(1, 4, 8, 8))
+    assert [(r["kind"], r["fused"], r["relu"]) for r in fusion_report(fused)] == [("batch_norm", True, False)]
+
+
 def test_a_half_hooked_at_fuse_leaves_its_chain_named_and_its_hook_running():
-    torch.manual_seed(8)
     model = mpgemm.convert(SplitLayer())
     calls = []
     model.output.register_forward_pre_hook(lambda m, i: calls.append(1))
@@ -355,7 +450,6 @@ def test_a_half_hooked_at_fuse_leaves_its_chain_named_and_its_hook_running():
 def test_a_dropout_function_that_drops_keeps_the_chain_apart():
     """p > 0 in training drops: no chain at fuse(); one fused in eval runs
     the layers' own forward once training or p changes."""
-    torch.manual_seed(9)
     model = mpgemm.convert(DropoutFunction(p=0.5))
     assert fusion_report(fused_copy(model, hidden())) == []
     fused = fused_copy(model.eval(), hidden())
@@ -372,7 +466,6 @@ def test_a_dropout_function_that_drops_keeps_the_chain_apart():
 
 @pytest.mark.parametrize("dtype, fuse_first", [(torch.float16, False), (torch.bfloat16, True)])
 def test_bert_under_prepare_within_torch_amps_deviation(dtype, fuse_first):
-    torch.manual_seed(10)
     batches = [tokens(4, 8) for _ in range(4)]
 
     def runs_mlp(loss):
@@ -384,7 +477,6 @@ def test_bert_under_prepare_within_torch_amps_deviation(dtype, fuse_first):
 
 
 def test_fused_bert_pickles_copies_and_loads_checkpoints_both_ways():
-    torch.manual_seed(11)
     model = mpgemm.convert(bert())
     fused = fused_copy(model, tokens())
     plain = bert()
@@ -393,11 +485,14 @@ def test_fused_bert_pickles_copies_and_loads_checkpoints_both_ways():
     ids = tokens()
     for clone in (pickle.loads(pickle.dumps(fused)), copy.deepcopy(fused)):
         assert [r["fused"] for r in fusion_report(clone)] == [True, True]
-        assert torch.equal(clone(ids).logits, fused(ids).logits)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no layer runs its own forward
+            out = clone(ids).logits
+        assert MLP_NODE in node_names(out)
+        assert torch.equal(out, fused(ids).logits)
 
 
 def test_torch_compile_trains_the_fused_split_layer():
-    torch.manual_seed(12)
     # A head after the LayerNorm, whose outputs' sum would give no gradient.
     model = torch.nn.Sequential(SplitLayer(), torch.nn.Linear(16, 3))
     assert_compiled_fused_trains_as_unfused(mpgemm.convert(model), hidden(), "mpgemm.mlp", 2e-3, 2e-3)
