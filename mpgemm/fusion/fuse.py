@@ -11,7 +11,8 @@ traced one level deep (torch.fx, children as leaves, the halves traced in
 place; conv_chains.py, mlp_chains.py and gated_chains.py find the chains),
 its arguments that are None or a bool taken as a first forward on the
 example arguments gave them (a decoder layer's encoder states, an
-``output_attentions`` flag). A second example forward checks the trace
+``output_attentions`` flag), but those it only passes on whatever they are
+(_passed_on: an attention mask). A second example forward checks the trace
 against what runs: each step of every chain must take exactly the step
 before's output (or, across an activation function, run after it), once per
 call of its module. A module that passes gets a class whose forward runs the
@@ -88,13 +89,15 @@ class FusionPlan:
     code: str
     code_globals: dict
     guards: tuple  # (attribute, value as traced); "half.attribute" for a half's
-    children: tuple  # the module's children and its halves' when traced, which the graph calls by name
+    children: tuple  # the module's children when traced, which the graph calls by name
     chains: list
     halves: tuple = ()  # (name, class) of the children whose forwards the graph runs in place
+    half_children: tuple = ()  # their children when traced, a tuple each
     # (name, position or None, its default's kind, its kind in the example
     # forward) of the forward's named arguments, a kind being None, True,
     # False or NOT_NONE (_kind); those of kind None or a bool traced as given.
     arguments: tuple = ()
+    positional_limit: int = None  # _positional_limit
     function: object = None
     warned: bool = False
 
@@ -116,24 +119,32 @@ class FusionPlan:
         return False
 
     def _changed(self, module, args, kwargs):
-        """What is not as traced, or None."""
-        name = self.name or "the model"
-        changed = next((a for a, value in self.guards if _guard_value(_attribute(module, a)) != value), None)
-        if changed is not None:
-            return f"{name}.{changed} changed since fuse()"
-        half = next((h for h, cls in self.halves if not _same_half(module, h, cls)), None)
-        if half is not None:
-            return f"{name}.{half} changed since fuse() (its class, forward or hooks)"
-        if not _same(_traced_children(module, self.halves), self.children):
-            return f"the children of {name} changed since fuse()"
+        """What is not as traced, or None (it runs at every call: plain loops)."""
+        for attribute, value in self.guards:
+            current = getattr(module, attribute, None) if "." not in attribute else _attribute(module, attribute)
+            if _guard_value(current) != value:
+                return f"{self.name or 'the model'}.{attribute} changed since fuse()"
+        children = module._modules
+        if tuple(children.values()) != self.children:  # tuples of modules compare by identity
+            return f"the children of {self.name or 'the model'} changed since fuse()"
+        for (half_name, cls), traced in zip(self.halves, self.half_children):
+            half = children.get(half_name)
+            if type(half) is not cls or "forward" in half.__dict__ or fx_graph.has_hooks(half) or \
+                    tuple(half._modules.values()) != traced:
+                return f"{self.name or 'the model'}.{half_name} changed since fuse() (its class, forward, hooks " \
+                       f"or children)"
         if self.halves and fx_graph.global_hooks():
-            return f"a global module hook is set, which would not see the children {name} runs in place"
+            return f"a global module hook is set, which would not see the children {self.name or 'the model'} " \
+                   f"runs in place"
+        if self.positional_limit is not None and len(args) > self.positional_limit:
+            return f"{self.name or 'the model'} was called with {len(args)} positional arguments, more than its " \
+                   f"forward names"
         for argument, position, default, kind in self.arguments:
             given = _kind(args[position]) if position is not None and position < len(args) else \
                 _kind(kwargs[argument]) if argument in kwargs else default
             if given != kind:
-                return f"{name} was called with {argument} {_KIND_NAMES.get(given, given)} where the example " \
-                       f"forward gave it {_KIND_NAMES.get(kind, kind)}"
+                return f"{self.name or 'the model'} was called with {argument} {_KIND_NAMES.get(given, given)} " \
+                       f"where the example forward gave it {_KIND_NAMES.get(kind, kind)}"
         return None
 
     def __getstate__(self):
@@ -152,11 +163,8 @@ class FusionPlan:
     def __deepcopy__(self, memo):
         plan = copy.copy(self)
         plan.children = copy.deepcopy(self.children, memo)
+        plan.half_children = copy.deepcopy(self.half_children, memo)
         return plan
-
-
-def _same(children, traced):
-    return len(children) == len(traced) and all(a is b for a, b in zip(children, traced))
 
 
 def _attribute(module, name):
@@ -165,23 +173,6 @@ def _attribute(module, name):
     for step in path:
         module = module._modules.get(step)
     return getattr(module, last, None)
-
-
-def _traced_children(module, halves):
-    """The modules the rewritten graph calls by name: module's children and
-    its halves' (None for a half that is gone)."""
-    children = tuple(module._modules.values())
-    for name, _ in halves:
-        half = module._modules.get(name)
-        children += tuple(half._modules.values()) if half is not None else (None,)
-    return children
-
-
-def _same_half(module, name, cls):
-    """Whether the half `name` of module is still run in place as traced:
-    of class cls, no forward on the instance, no hooks."""
-    half = module._modules.get(name)
-    return type(half) is cls and "forward" not in half.__dict__ and not fx_graph.has_hooks(half)
 
 
 class _ModuleName(str):
@@ -253,6 +244,10 @@ def _traced(module, halves, concrete):
     return graph, tuple(sorted(reads.values.items()))
 
 
+def _children_and_halves(module, halves):
+    return list(module.children()) + [c for h in halves for c in module.get_submodule(h).children()]
+
+
 def _halves(module):
     """The children of module that hold half of a chain each, to be traced
     in place: one linear layer among their own children, no chain of their
@@ -283,7 +278,7 @@ def _candidates(model):
 
 class _ArgumentKinds:
     """Hooks that record, from one forward, each watched module's forward's
-    named arguments at its first call (FusionPlan.arguments), or () where
+    named arguments at its first call (FusionPlan.arguments), or None where
     they do not bind to its signature."""
 
     def __init__(self):
@@ -307,12 +302,25 @@ def _argument_kinds(module, args, kwargs):
     try:
         bound = signature.bind(module, *args, **kwargs)
     except TypeError:
-        return ()
+        return None
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return tuple((p.name, i if p.kind in positional else None, _kind(None if p.default is p.empty else p.default),
                   _kind(bound.arguments.get(p.name, p.default)))
                  for i, p in enumerate(list(signature.parameters.values())[1:])  # self's aside
                  if p.kind in (*positional, inspect.Parameter.KEYWORD_ONLY))
+
+
+def _positional_limit(module):
+    """How many positional arguments the rewritten graph's function takes
+    as the forward does, where it could take more otherwise: fx puts a
+    forward's keyword-only parameters before its *args, so that a further
+    positional argument would bind to one of them. None elsewhere."""
+    parameters = list(inspect.signature(_own_forward(type(module))).parameters.values())[1:]
+    kinds = {p.kind for p in parameters}
+    if inspect.Parameter.VAR_POSITIONAL not in kinds or inspect.Parameter.KEYWORD_ONLY not in kinds:
+        return None
+    return sum(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+               for p in parameters)
 
 
 class _ExampleRun:
@@ -394,6 +402,59 @@ def _through(chain, halves):
     return any(step.partition(".")[0] in halves for link in chain.links() for step in link[:2])
 
 
+def _passed_on(module, halves, arguments, concrete):
+    """The arguments, None or not in the example forward, that module's
+    forward passes on (to a child, a function) whatever they are: traced
+    with one as None and as fx's proxy, the two graphs differ only where the
+    one has None and the other the argument, so that no branch depends on
+    whether it is None. They need not be as the example gave them (an
+    attention mask that a batch without padding leaves None)."""
+    passed = set()
+    for name, _, _, kind in arguments:
+        if kind not in (None, NOT_NONE):
+            continue  # a bool stays as given: fx cannot branch on its proxy
+        others = {a: k for a, k in concrete.items() if a != name and a not in passed}
+        try:
+            as_none, _ = _traced(module, halves, {**others, name: None})
+            as_given, _ = _traced(module, halves, others)
+        except Exception:  # noqa: BLE001 (as in fuse(): not traceable one way)
+            continue
+        if _same_but_for(as_none, as_given, name):
+            passed.add(name)
+    return passed
+
+
+def _same_but_for(as_none, as_given, name):
+    """Whether two graphs run the same calls in the same order on the same
+    arguments, but where the first has None and the second the placeholder
+    `name`."""
+    placeholder = next((n for n in as_given.nodes if n.op == "placeholder" and n.target == name), None)
+    first = [n for n in as_none.nodes if n.op != "placeholder"]
+    second = [n for n in as_given.nodes if n.op != "placeholder"]
+    if placeholder is None or len(first) != len(second):
+        return False
+    matched = {}
+
+    def same(a, b):
+        if isinstance(b, torch.fx.Node):
+            if b is placeholder:
+                return a is None
+            if b.op == "placeholder":
+                return isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.target == b.target
+            return matched.get(b) is a
+        if isinstance(b, (tuple, list)):
+            return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+        if isinstance(b, dict):
+            return isinstance(a, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in b)
+        return type(a) is type(b) and a == b
+
+    for a, b in zip(first, second):
+        if (a.op, a.target) != (b.op, b.target) or not (same(a.args, b.args) and same(a.kwargs, b.kwargs)):
+            return False
+        matched[b] = a
+    return True
+
+
 def _chains(module, halves, concrete):
     """_found's (graph, guards, found, refused), and the halves the graph
     runs in place: only those a chain found goes through, so that the
@@ -458,26 +519,35 @@ def fuse(model, *example_args, **example_kwargs):
     for _, module, _ in candidates:
         kinds.watch(module)
     try:
-        _run_example(model, example_args, example_kwargs)
+        if candidates:
+            _run_example(model, example_args, example_kwargs)
     finally:
         kinds.close()
     refused, plans = [], []
     for name, module, halves in candidates:
         prefix = f"{name}." if name else ""
         arguments = kinds.arguments.get(module, ())
-        concrete = {a: kind for a, _, _, kind in arguments if kind != NOT_NONE}
         if "forward" in module.__dict__:
             refused.append((name or "the model", "its forward is replaced on the instance (a patch fuse cannot see)"))
             continue
+        if arguments is None:
+            if any(kind.expects_chains(_children_and_halves(module, halves)) for kind in CHAIN_KINDS):
+                refused.append((name or "the model", "its example call does not bind to its forward's parameters"))
+            continue
+        concrete = {a: kind for a, _, _, kind in arguments if kind != NOT_NONE}
         try:
             graph, guards, found, not_fused, halves = _chains(module, halves, concrete)
         except Exception as error:  # noqa: BLE001 (fx raises many kinds; each means "not traceable")
-            children = list(module.children()) + [c for h in halves for c in module.get_submodule(h).children()]
-            if not any(kind.expects_chains(children) for kind in CHAIN_KINDS):
+            if not any(kind.expects_chains(_children_and_halves(module, halves)) for kind in CHAIN_KINDS):
                 continue
             refused.append((f"{name or 'the model'}", f"its forward cannot be traced ({type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''})"))
             continue
+        passed = _passed_on(module, halves, arguments, concrete) if found else set()
+        if passed:
+            concrete = {a: kind for a, kind in concrete.items() if a not in passed}
+            graph, guards, found, not_fused = _found(module, halves, concrete)
+            arguments = tuple(a for a in arguments if a[0] not in passed)
         refused += [(c.label(prefix), reason) for c, reason in not_fused]
         if found:
             plans.append((name, module, graph, guards, found, halves, arguments))
@@ -485,7 +555,8 @@ def fuse(model, *example_args, **example_kwargs):
     for _, module, _, _, found, _, _ in plans:
         run.watch(module, [f[0] for _, f in found])
     try:
-        _run_example(model, example_args, example_kwargs)
+        if plans:
+            _run_example(model, example_args, example_kwargs)
     finally:
         run.close()
     for name, module, graph, guards, found, halves, arguments in plans:
@@ -502,8 +573,10 @@ def fuse(model, *example_args, **example_kwargs):
             kind.rewrite(graph, [f for k, f in proven if k is kind])
         code = graph.python_code(root_module="self")
         halves = tuple((h, type(module.get_submodule(h))) for h in halves)
-        plan = FusionPlan(name, code.src, dict(code.globals), guards, _traced_children(module, halves),
-                          [f[0] for _, f in proven], halves, arguments)
+        plan = FusionPlan(name, code.src, dict(code.globals), guards, tuple(module._modules.values()),
+                          [f[0] for _, f in proven], halves,
+                          tuple(tuple(module.get_submodule(h)._modules.values()) for h, _ in halves), arguments,
+                          _positional_limit(module))
         module.__class__ = _fused_class(type(module))
         module._mpgemm_fusion = plan
     model._mpgemm_fusion_refused = refused

@@ -36,14 +36,29 @@ KEYWORD_MERGES = {"CALL_FUNCTION_EX", "DICT_MERGE"}
 FX_FILES = (torch.fx.__file__.rpartition("/")[0], __file__)  # frames of fx's and of this file's
 
 
-def _instruction(frame):
-    """The name of the instruction `frame` is at (fx's Proxy.__iter__ reads it so)."""
+def _instructions(frame):
+    """(frame's instructions, the index of the one it is at), as fx's
+    Proxy.__iter__ finds it."""
     instructions = list(dis.get_instructions(frame.f_code))
     if sys.version_info >= (3, 11):
-        at = bisect.bisect_left([i.offset for i in instructions], frame.f_lasti)
-    else:
-        at = frame.f_lasti // 2
-    return instructions[at].opname if at < len(instructions) else None
+        return instructions, bisect.bisect_left([i.offset for i in instructions], frame.f_lasti)
+    return instructions, frame.f_lasti // 2
+
+
+def _call_taking_keywords(frame):
+    """The offset of the call to which `frame`, at a merge of keywords
+    (KEYWORD_MERGES), passes them: that instruction if it is the call, else
+    the first call taking a mapping after it. None at any other
+    instruction."""
+    instructions, at = _instructions(frame)
+    if at >= len(instructions) or instructions[at].opname not in KEYWORD_MERGES:
+        return None
+    return next((i.offset for i in instructions[at:] if i.opname == "CALL_FUNCTION_EX"), None)
+
+
+def _offset(frame):
+    instructions, at = _instructions(frame)
+    return instructions[at].offset if at < len(instructions) else None
 
 
 def _user_frame():
@@ -61,16 +76,16 @@ class _OneLevelTracer(torch.fx.Tracer):
     The forward's ``**kwargs``, passed on as a call's keywords, hold one key,
     PASSED_KEYWORDS, whose value is the dict itself (a getitem of it), so
     that the module or method called records it; pass_keywords_on then
-    passes the dict on whole. A call that records it must be made from the
-    frame that passed it on, once for each time it was: a function of
-    Python's that took the dict (and might read a key of it, which would
-    read as missing) makes the forward untraceable. Read in any other way,
-    the dict is a Proxy as fx traces any."""
+    passes the dict on whole. The call that records it must be the one the
+    forward passed it to, at that instruction of that frame: a function of
+    Python's that took the dict, or a copy of it (either might read a key,
+    which would read as missing), makes the forward untraceable. Read in any
+    other way, the dict is a Proxy as fx traces any."""
 
     def __init__(self, inlined=()):
         super().__init__()
         self.inlined = frozenset(inlined)
-        self.passed_on = []  # the frames that passed the **kwargs on, not yet matched by a call
+        self.passed_on = []  # (frame, offset of the call) where the **kwargs were passed on, not yet called
 
     def is_leaf_module(self, module, qualified_name):
         return qualified_name not in self.inlined
@@ -86,17 +101,19 @@ class _OneLevelTracer(torch.fx.Tracer):
         node = obj.node
         if node.op == "placeholder" and str(node.target).startswith("**"):
             frame = _user_frame()
-            if frame is not None and _instruction(frame) in KEYWORD_MERGES:
-                self.passed_on.append(frame)
+            call = _call_taking_keywords(frame) if frame is not None else None
+            if call is not None:
+                self.passed_on.append((frame, call))
                 return (PASSED_KEYWORDS,)
         return super().keys(obj)
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **named):
         if PASSED_KEYWORDS in kwargs:
             frame = _user_frame()
-            if kind not in ("call_module", "call_method") or frame not in self.passed_on:
+            site = (frame, _offset(frame)) if frame is not None else None
+            if kind not in ("call_module", "call_method") or site not in self.passed_on:
                 raise torch.fx.proxy.TraceError("a forward's **kwargs reach a call fuse cannot pass them to")
-            self.passed_on.remove(frame)
+            self.passed_on.remove(site)
         return super().create_proxy(kind, target, args, kwargs, *rest, **named)
 
 
@@ -162,6 +179,10 @@ def trace(module, forward, inlined=(), concrete=None):
     attributes of module and of the inlined children are put back
     afterwards: a forward that stores something on self (an attention map,
     a cache) would otherwise keep one of fx's proxies."""
+    parameters = inspect.signature(forward).parameters
+    if any(f"{name}_1" in parameters for name in concrete or {}):
+        # fx names the placeholder of a concrete argument so (_unspecialized).
+        raise torch.fx.proxy.TraceError("a parameter's name is another's with fx's suffix")
     tracer = _OneLevelTracer(inlined)
     kept = [(m, dict(m.__dict__)) for m in (module, *(module.get_submodule(n) for n in inlined))]
     original = type(module).forward

@@ -9,6 +9,7 @@ and that a layer whose halves, keywords or dropout changed since fuse() runs
 its own forward."""
 
 import copy
+import functools
 import pickle
 import warnings
 
@@ -217,20 +218,32 @@ def test_finds_the_chains_and_runs_each_as_one_mlp(name):
     torch.testing.assert_close(out, output_of(model, *args), rtol=2e-3, atol=2e-3)
 
 
+def run_fused(module, *args, **kwargs):
+    """module's output, which must come from its fused forward: one mpgemm.mlp, and no warning that
+    the module ran its own forward (on a CPU the two are often the same bits)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = module(*args, **kwargs)
+    out = out.logits if hasattr(out, "logits") else out
+    assert MLP_NODE in node_names(out)
+    return out.detach()
+
+
 def split_layer_by_mlp(layer, x, *args, **kwargs):
-    """What a fused SplitLayer computes: its attention, then mpgemm.mlp of its halves' weights."""
+    """What a fused SplitLayer computes: its attention, then mpgemm.mlp of
+    its halves' weights (detached)."""
     a, _ = layer.attention(x, *args, **kwargs)
     operands = (layer.intermediate.dense.weight, layer.intermediate.dense.bias, layer.output.dense.weight,
                 layer.output.dense.bias)
-    return layer.output.norm(mpgemm.mlp(a, *operands, activation="gelu") + a)
+    return layer.output.norm(mpgemm.mlp(a, *operands, activation="gelu") + a).detach()
 
 
 def test_a_split_layer_computes_mlp_of_its_halves_weights():
     fused = fused_copy(mpgemm.convert(SplitLayer()), hidden())
     assert [h for h, _ in fused._mpgemm_fusion.halves] == ["intermediate", "output"]
     x = hidden()
-    with torch.no_grad():
-        assert torch.equal(fused(x), split_layer_by_mlp(fused, x))
+    # Both with gradients, where mlp keeps GELU's input (torch's gelu) rather than applying it in the epilogue.
+    assert torch.equal(run_fused(fused, x), split_layer_by_mlp(fused, x))
 
 
 def test_only_the_halves_a_chain_goes_through_run_in_place():
@@ -249,10 +262,10 @@ def test_keywords_reach_the_attention_module():
     model = mpgemm.convert(SplitLayer())
     fused = fused_copy(model, hidden())
     x = hidden()
-    with torch.no_grad():
-        for scale in (0.5, 2.0):
-            assert torch.equal(fused(x, None, scale=scale), split_layer_by_mlp(model, x, None, scale=scale))
-        assert not torch.equal(fused(x, scale=0.5), fused(x, scale=2.0))
+    outputs = [run_fused(fused, x, None, scale=scale) for scale in (0.5, 2.0)]
+    for out, scale in zip(outputs, (0.5, 2.0)):
+        assert torch.equal(out, split_layer_by_mlp(model, x, None, scale=scale))
+    assert not torch.equal(*outputs)
 
 
 def test_bert_passes_its_layers_keywords_to_their_attention():
@@ -265,7 +278,7 @@ def test_bert_passes_its_layers_keywords_to_their_attention():
         m.bert.encoder.layer[0].attention.register_forward_pre_hook(
             lambda module, args, kwargs, name=name: given.__setitem__(name, sorted(kwargs)), with_kwargs=True)
     ids = tokens()
-    fused(ids), model(ids)
+    run_fused(fused, ids), model(ids)
     assert given["fused"] == given["layers"] and "position_ids" in given["layers"]
 
 
@@ -290,9 +303,9 @@ def test_keywords_named_as_the_call_helpers_arguments_are_passed_on():
     model = mpgemm.convert(KeywordsNamedAsCallArguments())
     fused = fused_copy(model, hidden())
     x = hidden()
-    with torch.no_grad():
-        operands = (fused.fc1.weight, fused.fc1.bias, fused.fc2.weight, fused.fc2.bias)
-        assert torch.equal(fused(x, keywords="k", scale=2.0), mpgemm.mlp(x * 2.0, *operands, activation="gelu"))
+    out = run_fused(fused, x, keywords="k", scale=2.0)
+    operands = (fused.fc1.weight, fused.fc1.bias, fused.fc2.weight, fused.fc2.bias)
+    assert torch.equal(out, mpgemm.mlp(x * 2.0, *operands, activation="gelu"))
 
 
 def scaled(h, **options):
@@ -324,7 +337,17 @@ class ReadsAndPassesKeywordsOn(SplitLayer):
         return self.output(self.intermediate(a), a)
 
 
-@pytest.mark.parametrize("make", [InspectsKeywords, ReadsKeywordsInAHelper, ReadsAndPassesKeywordsOn])
+class ReadsACopy(SplitLayer):
+    """A copy of the dict, read, then passed on: the call that takes it is
+    not the one the forward passed the dict to."""
+
+    def forward(self, x, mask=None, **kwargs):
+        options = dict(**kwargs)
+        a, _ = self.attention(scaled(x, **options), **options)
+        return self.output(self.intermediate(a), a)
+
+
+@pytest.mark.parametrize("make", [InspectsKeywords, ReadsKeywordsInAHelper, ReadsAndPassesKeywordsOn, ReadsACopy])
 def test_keywords_used_otherwise_leave_the_layer_untraced_and_named(make):
     model = mpgemm.convert(make())
     reference = copy.deepcopy(model)
@@ -406,6 +429,64 @@ def test_a_half_changed_after_fuse_runs_the_layers_own_forward(change):
         out = fused(x)
     assert MLP_NODE not in node_names(out)
     assert torch.equal(out, reference(x))
+
+
+def test_an_argument_a_layer_only_passes_on_may_differ_from_the_example():
+    """BERT's layer passes its attention mask on to its attention module:
+    fused on a batch without one, it runs fused on a padded batch."""
+    model = mpgemm.convert(bert())
+    fused = fused_copy(model, tokens())
+    assert fused.bert.encoder.layer[0]._mpgemm_fusion.arguments == ()
+    ids, mask = tokens(), torch.ones(2, 6, dtype=torch.long)
+    mask[0, 3:] = 0
+    masks = []
+    fused.bert.encoder.layer[0].attention.register_forward_pre_hook(lambda m, args: masks.append(args[1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no layer runs its own forward
+        out = fused(ids, attention_mask=mask).logits
+    assert MLP_NODE in node_names(out)
+    assert masks[0] is not None  # the padded batch's mask reached the attention
+    torch.testing.assert_close(out, model(ids, attention_mask=mask).logits, rtol=2e-3, atol=2e-3)
+
+
+class KeywordOnlyAfterArgs(torch.nn.Module):
+    def __init__(self, d=16, hidden=40):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, d)
+
+    def forward(self, x, *unused, scale=1.0):
+        return self.fc2(self.act(self.fc1(x * scale)))
+
+
+def test_a_positional_argument_past_the_named_ones_runs_the_own_forward():
+    """fx puts keyword-only parameters before *args: a further positional
+    argument would bind to scale in the graph's function."""
+    model = mpgemm.convert(KeywordOnlyAfterArgs())
+    fused = fused_copy(model, hidden())
+    x, extra = hidden(), torch.full((1,), 3.0)
+    run_fused(fused, x, scale=2.0)
+    with pytest.warns(UserWarning, match="called with 2 positional arguments"):
+        out = fused(x, extra)
+    assert torch.equal(out, model(x, extra))
+
+
+def decorated(forward):
+    @functools.wraps(forward)
+    def wrapper(self, *args, old_context=None, **kwargs):
+        return forward(self, *args, **kwargs)
+    return wrapper
+
+
+class DecoratedForward(OptionalContext):
+    forward = decorated(OptionalContext.forward)
+
+
+def test_an_example_call_that_does_not_bind_to_the_forward_is_named():
+    """Its arguments' kinds are unknown, so none could be traced as given."""
+    model = mpgemm.convert(DecoratedForward())
+    with pytest.warns(UserWarning, match="its example call does not bind to its forward's parameters"):
+        fuse(model, hidden(), old_context=None)
+    assert [r["fused"] for r in fusion_report(model)] == [False]
 
 
 def test_a_global_module_hook_runs_the_layers_own_forward():
