@@ -8,12 +8,15 @@ find their chains in such a graph.
 A forward that takes ``**kwargs`` and passes them on to a child
 (transformers' layers pass theirs to their attention module) is traced with
 the dict passed on whole: the graph's function takes ``**kwargs`` too and
-gives that child what it was given (call_with_keywords). Any other use of
-the dict is fx's: read as a call on it, or untraceable."""
+gives that child what it was given (call_with_keywords). Given to a Python
+function (which could read a key of it as missing), the dict makes the
+forward untraceable; read in any other way, it is fx's: a call on it, or
+untraceable (_OneLevelTracer)."""
 
 import bisect
 import dis
 import inspect
+import os
 import sys
 
 import torch
@@ -33,7 +36,7 @@ DROPOUT_PARAMETERS = {F.dropout: ("input", "p", "training", "inplace"), torch.dr
 PASSED_KEYWORDS = "_mpgemm_passed_keywords"
 # The instructions by which Python passes a mapping on as a call's keywords.
 KEYWORD_MERGES = {"CALL_FUNCTION_EX", "DICT_MERGE"}
-FX_FILES = (torch.fx.__file__.rpartition("/")[0], __file__)  # frames of fx's and of this file's
+FX_FILES = (os.path.dirname(torch.fx.__file__), __file__)  # frames of fx's and of this file's
 
 
 def _instructions(frame):
