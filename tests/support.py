@@ -78,9 +78,9 @@ class MpgemmCalls(TorchDispatchMode):
         return [name for name, _ in self.calls]
 
 
-def output_of(model, *args):
+def output_of(model, *args, **kwargs):
     """A model's output tensor: transformers' logits, or the output itself."""
-    out = model(*args)
+    out = model(*args, **kwargs)
     return out.logits if hasattr(out, "logits") else out
 
 

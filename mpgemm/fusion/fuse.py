@@ -244,8 +244,11 @@ def _traced(module, halves, concrete):
     return graph, tuple(sorted(reads.values.items()))
 
 
-def _children_and_halves(module, halves):
-    return list(module.children()) + [c for h in halves for c in module.get_submodule(h).children()]
+def _expects_chains(module, halves):
+    """Whether a module fuse cannot trace is worth naming (each kind's
+    expects_chains, over its children and its halves')."""
+    children = list(module.children()) + [c for h in halves for c in module.get_submodule(h).children()]
+    return any(kind.expects_chains(children) for kind in CHAIN_KINDS)
 
 
 def _halves(module):
@@ -533,14 +536,14 @@ def fuse(model, *example_args, **example_kwargs):
             refused.append((name or "the model", "its forward is replaced on the instance (a patch fuse cannot see)"))
             continue
         if arguments is None:
-            if any(kind.expects_chains(_children_and_halves(module, halves)) for kind in CHAIN_KINDS):
+            if _expects_chains(module, halves):
                 refused.append((name or "the model", "its example call does not bind to its forward's parameters"))
             continue
         concrete = {a: kind for a, _, _, kind in arguments if kind != NOT_NONE}
         try:
             graph, guards, found, not_fused, halves = _chains(module, halves, concrete)
         except Exception as error:  # noqa: BLE001 (fx raises many kinds; each means "not traceable")
-            if not any(kind.expects_chains(_children_and_halves(module, halves)) for kind in CHAIN_KINDS):
+            if not _expects_chains(module, halves):
                 continue
             refused.append((f"{name or 'the model'}", f"its forward cannot be traced ({type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''})"))

@@ -162,7 +162,7 @@ def hidden(batch=2, seq=5):
 
 
 def per_layer(pattern, count, activation):
-    return [tuple(s.format(i=i) if "{" in s else s for s in (pattern[0], activation, pattern[1])) for i in range(count)]
+    return [(pattern[0].format(i=i), activation, pattern[1].format(i=i)) for i in range(count)]
 
 
 # name: (builder, example arguments, [(fc1, activation, fc2)], what is left unfused, and why)
@@ -223,8 +223,7 @@ def run_fused(module, *args, **kwargs):
     the module ran its own forward (on a CPU the two are often the same bits)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = module(*args, **kwargs)
-    out = out.logits if hasattr(out, "logits") else out
+        out = output_of(module, *args, **kwargs)
     assert MLP_NODE in node_names(out)
     return out.detach()
 
