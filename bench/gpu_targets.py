@@ -80,19 +80,20 @@ def _pre_activation_gemm(m, n, k):
     _check(f"linear {m}x{n}x{k} with GELU's pre-activation, the pre-activation", z, reference_gemm(x, w.t(), bias))
 
 
-def _row_sums_gemm(m, n, k, split):
+def _row_sums_gemm(m, n, k, split, path="wgmma"):
     """linear's weight gradient with its bias's (the kernels
     MPGEMM_EPILOGUE_BIAS_GRAD=1 runs): dz^T (column-major) times x
-    (row-major) on the wide Hopper tile, whole K or (split, opt-in) split-K;
-    D and A's row sums each checked against float64."""
-    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    (row-major) on the Hopper tile `path` names, whole K or (split, opt-in,
+    the wide tile alone) split-K; D and A's row sums each checked against
+    float64."""
+    os.environ["MPGEMM_GEMM_PATH"] = path
     if split:
         os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1"
     dz, x = torch.randn(k, m, device="cuda").half(), torch.randn(k, n, device="cuda").half()
     y, sums = torch.ops.mpgemm._gemm_row_sums(dz.t(), x, out_dtype=torch.float32)
     torch.cuda.synchronize()
     os.environ.pop("MPGEMM_WGMMA_SPLIT_K", None)
-    name = f"row sums GEMM {m}x{n}x{k}{' split' if split else ''}"
+    name = f"row sums GEMM {m}x{n}x{k} on {path}{' split' if split else ''}"
     _check(f"{name}, D", y, reference_gemm(dz.t(), x))
     _check(f"{name}, the row sums", sums, dz.double().sum(0).cpu())
 
@@ -202,7 +203,8 @@ def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
     one on padded copies of odd-pitched operands, one that stores GELU's
-    pre-activation too, those that sum A's rows, whole K and split, and the
+    pre-activation too, those that sum A's rows, whole K on each tile and
+    split, and the
     one that multiplies by an activation's derivative), and
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
@@ -227,8 +229,10 @@ def sanitize():
         _gemm_on("wgmma", 301, 259, 131, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_PADDED_OPERANDS")
         _pre_activation_gemm(300, 1032, 264)
-        # Whole K on 3 x 5 tiles, the last row and column ragged; split 13 ways as the split-K target above.
-        _row_sums_gemm(304, 1032, 264, split=False)
+        # Whole K on 3 x 5 tiles, the last row and column ragged, on each Hopper tile; split 13 ways as the
+        # split-K target above.
+        for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"):
+            _row_sums_gemm(304, 1032, 264, split=False, path=path)
         _row_sums_gemm(128, 264, 4104, split=True)
         # Whole K on 3 x 5 tiles, the last row and column ragged, Z read in pairs (with 1030 columns, D's
         # pitch not 16-byte: stored from registers); each derivative.

@@ -287,8 +287,8 @@ TORCH_LIBRARY(mpgemm, m) {
       "_linear_pre_activation(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, "
       "ScalarType? out_dtype=None) -> (Tensor y, Tensor pre_activation)");
   // a @ b (2-D, no epilogue) and a's row sums over K in fp32, (M,): linear's
-  // wgrad, dW = dZ^T @ X, with its bias's gradient, which the Hopper kernels
-  // sum beside the product where MPGEMM_EPILOGUE_BIAS_GRAD=1
+  // wgrad, dW = dZ^T @ X, with its bias's gradient, which every Hopper tile's
+  // kernels sum beside the product where MPGEMM_EPILOGUE_BIAS_GRAD=1
   // (csrc/autograd.cpp calls it; it has no autograd of its own).
   m.def("_gemm_row_sums(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> (Tensor y, Tensor a_row_sums)");
   // (a @ b) * activation'(activation_input), 2-D, in the inputs' 16-bit type,

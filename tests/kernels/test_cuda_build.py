@@ -12,7 +12,9 @@ kernels for pairs of blocks multicast their copies, arrive on the other
 block's mbarriers and meet at a cluster barrier, with no memory fence in the
 mainloop. The narrow tiles' kernels (128 x 128 and 128 x 64) issue wgmmas
 of their width and store as many strips as their columns fill; the split-K
-kernels are the 128 x 256 block with their copies offset along K. The Hopper
+kernels are the 128 x 256 block with their copies offset along K; the
+kernels that sum A's rows (every tile's, whole K, and the split one) add a
+64 x 8 wgmma to each k16 step of their first column's mainloop. The Hopper
 convolution's kernels (fprop, dgrad, wgrad, on each of the three tiles
 blocks alone run) are the same block fed by the copy engine's im2col loads
 (UTMALDG.4D.IM2COL) and tiled loads of the filters (wgrad: of dy); its
@@ -231,13 +233,14 @@ ROW_SUMS_KERNELS = {"wgmma_row_sums_gemm_kernel": GEMM_KERNEL, "wgmma_splitk_row
 def check_row_sums_kernel(name, instructions, plain):
     """A kernel that sums A's rows beside D against `plain`, the kernel of
     the same arguments without: two mainloops, its own and, for the first
-    column of tiles, one whose every 64 x 256 x 16 HGMMA is followed by a
+    column of tiles, one whose every 64 x N x 16 HGMMA is followed by a
     64 x 8 x 16 one against the tile of ones, issued back to back (no wait
     between a slice's HGMMAs: a wgmma under a branch that ptxas cannot
     prove uniform has it serialize every wgmma of the kernel, its warning
-    C7520); the same copies and strip stores as `plain`."""
+    C7520); the same copies and strip stores as `plain`. `wide` is the
+    tile's own width (256, or the narrow tiles' 128 and 64)."""
     bf16 = ".BF16" if "__nv_bfloat16" in name else ""
-    wide, narrow = f"HGMMA.64x256x16.F32{bf16}", f"HGMMA.64x8x16.F32{bf16}"
+    wide, narrow = f"HGMMA.64x{tile_width(name)}x16.F32{bf16}", f"HGMMA.64x8x16.F32{bf16}"
     ops, plain_ops = [i.opcode for i in instructions], [i.opcode for i in plain]
     assert {op for op in ops if op.startswith("HGMMA")} == {wide, narrow}, name
     assert sass.count_opcodes(ops, wide) == 2 * sass.count_opcodes(plain_ops, wide) == 8, name
@@ -255,15 +258,20 @@ def check_row_sums_kernel(name, instructions, plain):
 def test_row_sums_kernels_add_a_narrow_wgmma_to_each_k16_of_the_first_column_of_tiles(machine_code):
     """The Hopper GEMM kernels that sum A's rows beside D (opt-in,
     MPGEMM_EPILOGUE_BIAS_GRAD=1: linear's wgrad with its bias's gradient):
-    two input types, MN-major operands, whole K and split, on the 128 x 256
-    tile alone, each its plain kernel's block with the row sums' mainloop
-    beside its own, and no spills."""
+    two input types, MN-major operands, whole K on each of the five Hopper
+    tiles (blocks alone, pairs, ping-pong, 128 x 128, 128 x 64) and split on
+    the 128 x 256 tile of blocks alone, each its plain kernel's block with
+    the row sums' mainloop beside its own, and no spills."""
     code, usage = machine_code[0].get("sm_90a"), machine_code[1].get("sm_90a")
     if code is None:
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in code.items()
                if any(kernel in name for kernel in ROW_SUMS_KERNELS)}
-    assert len(kernels) == 4 and all("9WgmmaTileELb0ELb0E" in name for name in kernels), sorted(kernels)
+    tiles = ("9WgmmaTile", *PAIR_KERNEL, *NARROW_KERNEL)
+    assert len(kernels) == 12 and all("ELb0ELb0E" in name for name in kernels), sorted(kernels)
+    for tile in tiles:
+        split = tile == "9WgmmaTile"
+        assert sum(f"{tile}ELb0ELb0E" in name for name in kernels) == (4 if split else 2), (tile, sorted(kernels))
     for name, instructions in kernels.items():
         res = usage.get(name, {})
         assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"

@@ -427,6 +427,12 @@ GEMM_LAUNCH_MUTATIONS = {
     "split row sums reduced from the first split alone": (
         ("row_sum_partials, p.m, plan.split_k, stream)", "row_sum_partials, p.m, PLANTED ? 1 : plan.split_k, stream)"),
         "row sum"),
+    # Every plan's row sums on the wide tile's kernel: the same sums, from a
+    # launch that is not the plan's.
+    "row sums on the wide tile whatever the plan": (
+        ("return launch_wgmma_row_sums_gemm<Tile>(",
+         "return (PLANTED ? launch_wgmma_row_sums_gemm<WgmmaTile> : launch_wgmma_row_sums_gemm<Tile>)("),
+        "the last launch had"),
 }
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
@@ -838,6 +844,9 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma cases summing A's rows") >= 1, replay
     assert printed_count(output, "wgmma split-K cases summing A's rows") >= 1, replay
     assert "row sums refused where the plan cannot sum them: ok" in output, replay
+    # and on every other Hopper tile, forced, and ping-pong and 128 x 64 as the plan picks them.
+    assert ("row sums on every Hopper tile: ok (wgmma_2x1 1, wgmma_pingpong 2, wgmma_n128 1, wgmma_n64 2)"
+            in output), replay
     # D times an activation's derivative (an MLP's dgrad): from the wide
     # tile's epilogue, Z read in pairs and an element at a time, and after
     # the product: split-K's reduction, or a pass over D.

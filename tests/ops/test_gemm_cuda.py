@@ -470,6 +470,42 @@ def test_row_sums_from_the_hopper_mainloop(m, n, k, split, dtype, monkeypatch):
 
 
 @needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, path, tile", [
+    (2304, 768, 8192, None, "WgmmaPingPongTile"),        # GPT-2 small's attention wgrads: few tiles
+    (768, 768, 8192, None, "WgmmaPingPongTile"),
+    (1000, 1032, 264, "wgmma_pingpong", "WgmmaPingPongTile"),  # partial tiles, rows past M in a pair
+    (1000, 1032, 264, "wgmma_2x1", "WgmmaPairTile"),
+    (8192, 64, 1024, None, "WgmmaN64Tile"),               # narrow outputs
+    (16384, 128, 1024, None, "WgmmaN128Tile"),
+    (1100, 200, 520, "wgmma_n128", "WgmmaN128Tile"),
+    (1100, 200, 520, "wgmma_n64", "WgmmaN64Tile"),
+])
+def test_row_sums_on_every_hopper_tile(m, n, k, path, tile, dtype, monkeypatch):
+    """dz^T (column-major) times x (row-major) with A's row sums on the other
+    Hopper tiles, as the plan picks them (ping-pong for outputs of few
+    tiles, 128 x 64 for narrow ones) or forced: the tile's row sums kernel
+    alone runs, and torch sums nothing. D is bitwise gemm's on the same
+    tile; the sums match float64, the same bits as the wide tile's."""
+    for name in ("MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES"):
+        monkeypatch.delenv(name, raising=False)
+    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
+    a, b = operand((m, k), "col", dtype), operand((k, n), "row", dtype)
+    for out_dtype in (None, torch.float32):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y, sums = poisoned_row_sums(a, b, out_dtype)
+            torch.cuda.synchronize()
+        kernels = [event.name for event in prof.events() if "kernel" in event.name]
+        assert len(kernels) == 1 and "wgmma_row_sums_gemm_kernel" in kernels[0] and tile in kernels[0], kernels
+        assert not y.isnan().any() and not sums.isnan().any()
+        assert torch.equal(y, mpgemm.gemm(a, b, out_dtype=out_dtype))
+        assert relative_error(sums, a.double().sum(-1).cpu()) < 1e-5
+        monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
+        assert torch.equal(sums, torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)[1])
+        set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
+
+
+@needs_hopper_path
 def test_linear_backward_sums_its_bias_in_the_weights_product(monkeypatch):
     """With MPGEMM_EPILOGUE_BIAS_GRAD=1, linear's backward (no activation, an
     fp32 bias) runs two products and no other kernel: dz is grad_out itself,

@@ -301,12 +301,13 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # scaling's 2
     # (the unscale pass, the scale's update); on sm_90 7 Hopper GEMMs (blocks alone, pairs, ping-pong,
     # both narrow tiles, split-K, padded operands), 2 checks of one that stores its pre-activation too (y and
-    # the pre-activation), 2 checks of each of the 2 that sum A's rows too (D and the row sums), 3 of the one
+    # the pre-activation), 2 checks of each of the 6 that sum A's rows too (D and the row sums: whole K on each
+    # of the 5 tiles, split-K on the wide one), 3 of the one
     # that multiplies by an activation's derivative (GELU's, its tanh form's, ReLU's) and 3 passes
     # of 13 Hopper convolutions
     # (4 on the wide tile, a first layer's folded taps among them; 3 on the narrow tiles; 4 with staged rows, 2
     # of them on narrow tiles; 2 with a strided dgrad's phases in one launch, one on a narrow tile).
-    hopper = 7 + 2 + 2 * 2 + 3 + 3 * 13 if torch.cuda.get_device_capability() == (9, 0) else 0
+    hopper = 7 + 2 + 2 * 6 + 3 + 3 * 13 if torch.cuda.get_device_capability() == (9, 0) else 0
     assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + 3 * 2 + 4 * 2 + 2 + hopper
     if hopper:
         tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)

@@ -3,9 +3,9 @@
 // WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K ones included)
 // and, for split-K, of the reduction; where the pre-activation is asked for
 // and no epilogue stores it, the product again; where A's row sums are, the
-// Hopper kernels that sum them; where an activation's derivative multiplies
-// the product, the Hopper kernel that does it in its epilogue, split-K's
-// reduction, or the pass that does it after the product.
+// plan's Hopper kernel that sums them; where an activation's derivative
+// multiplies the product, the Hopper kernel that does it in its epilogue,
+// split-K's reduction, or the pass that does it after the product.
 #include <climits>
 #include <initializer_list>
 #include <utility>
@@ -102,7 +102,7 @@ bool activation_grad_from_epilogue(const GemmParams& p, const GemmLaunch& launch
 }
 
 bool a_row_sums_from_mainloop(const GemmParams& p, const GemmLaunch& launch) {
-  return p.a_row_sums != nullptr && p.pre_activation == nullptr && launch.plan.config == TileConfigId::kWgmma &&
+  return p.a_row_sums != nullptr && p.pre_activation == nullptr && is_wgmma(launch.plan.config) &&
          !launch.plan.padded && p.batch == 1 && p.n > 0 && p.k > 0 && !a_is_k_major(p) && !b_is_k_major(p);
 }
 
@@ -153,8 +153,16 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   if (p.a_row_sums != nullptr) {
     // The row sums' partials after split-K's (stored a float at a time).
     float* row_sum_partials = plan.split_k > 1 ? partials + plan.split_k * p.m * p.n : nullptr;
-    const cudaError_t err =
-        launch_wgmma_row_sums_gemm(run, work.raster_group, work.split_k, partials, row_sum_partials, stream);
+    const cudaError_t err = with_tile(
+        AllTiles{}, plan.config,
+        [&](auto tile) {
+          using Tile = decltype(tile);
+          if constexpr (Tile::kWgmma)
+            return launch_wgmma_row_sums_gemm<Tile>(run, work.raster_group, work.split_k, partials, row_sum_partials,
+                                                    stream);
+          return cudaErrorInvalidValue;
+        },
+        cudaErrorInvalidValue);
     if (err != cudaSuccess || plan.split_k == 1) return err;
     if (const cudaError_t reduce = launch_splitk_reduce(run, partials, plan.split_k, stream); reduce != cudaSuccess)
       return reduce;

@@ -47,11 +47,11 @@ bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& la
 bool activation_grad_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
 
 // Whether launch_gemm writes `params.a_row_sums` (A's row sums over K),
-// which it does from the mainloop of WgmmaTile's plan, whole K or split, on
-// MN-major operands (A column-major, B row-major: linear's wgrad, whose A is
-// dZ^T), a single matrix of N and K at least 1, not padded, no
-// pre-activation asked for; elsewhere it refuses a_row_sums, and
-// the caller sums A itself. The plan_gemm calls count the split's partial
+// which it does from the mainloop of any Hopper tile's plan (whole K, or
+// WgmmaTile's split K), on MN-major operands (A column-major, B row-major:
+// linear's wgrad, whose A is dZ^T), a single matrix of N and K at least 1,
+// not padded, no pre-activation asked for; elsewhere (the WMMA tiles, padded
+// copies) it refuses a_row_sums, and the caller sums A itself. The plan_gemm calls count the split's partial
 // row sums in the workspace where this holds.
 bool a_row_sums_from_mainloop(const GemmParams& params, const GemmLaunch& launch);
 

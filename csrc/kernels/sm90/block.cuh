@@ -128,8 +128,6 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
   using Scheduler = PersistentTileScheduler<Tile>;
   static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
-  static_assert(!(kExtras & kBlockARowSums) || (Tile::kClusterM == 1 && !Tile::kPingPong),
-                "row sums on blocks alone with cooperative consumers");
   static_assert(!Work::kSlicesVary || (!Tile::kPingPong && kExtras == kBlockStagedRows),
                 "tiles of different K on cooperative consumers, storing strided rows only");
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.

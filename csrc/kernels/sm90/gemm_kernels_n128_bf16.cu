@@ -1,6 +1,7 @@
 // The Hopper GEMM kernels of WgmmaN128Tile, on blocks alone over 128 x 128
-// tiles for narrow outputs, for bf16 inputs: one per pair of operand layouts
-// (sm90/launch.h).
+// tiles for narrow outputs, for bf16 inputs: one per pair of operand layouts,
+// and on MN-major ones the one that sums A's rows too (sm90/launch.h).
 #include "sm90/launch_kernel.cuh"
 
 MPGEMM_WGMMA_LAUNCH(__nv_bfloat16, WgmmaN128Tile)
+MPGEMM_WGMMA_ROW_SUMS_LAUNCH(__nv_bfloat16, WgmmaN128Tile)

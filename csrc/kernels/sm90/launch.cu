@@ -10,6 +10,7 @@
 #include "common/element_traits.cuh"
 #include "common/launch_utils.h"
 #include "common/math.h"
+#include "plan/gemm_plan.h"
 #include "plan/operand_layout.h"
 #include "sm90/block.cuh"
 #include "sm90/launch.h"
@@ -173,21 +174,25 @@ cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& p, int raster_gr
   });
 }
 
+template <class Tile>
 cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& p, int raster_group, int split_k, float* partials,
                                        float* row_sum_partials, cudaStream_t stream) {
   if (p.a_row_sums == nullptr || p.batch != 1 || split_k < 1 || p.k < 1 || p.m > INT_MAX || p.n > INT_MAX ||
       p.k > INT_MAX || raster_group < 1)
     return cudaErrorInvalidValue;
-  if (split_k > 1 && (partials == nullptr || !aligned16(partials) || row_sum_partials == nullptr))
+  if (split_k > 1 && (!kHasSplitKernels<Tile> || partials == nullptr || !aligned16(partials) ||
+                      row_sum_partials == nullptr))
     return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
     using E = typename decltype(element)::type;
-    if (split_k == 1)
-      return launch<E, WgmmaTile, false, false, sm90::GemmKernel::kRowSums>(p, raster_group, stream);
-    return launch_splitk<E, WgmmaTile, false, false, sm90::GemmKernel::kSplitKRowSums>(p, raster_group, split_k,
-                                                                                       partials, stream,
-                                                                                       row_sum_partials);
+    if constexpr (kHasSplitKernels<Tile>) {
+      if (split_k > 1)
+        return launch_splitk<E, Tile, false, false, sm90::GemmKernel::kSplitKRowSums>(p, raster_group, split_k,
+                                                                                      partials, stream,
+                                                                                      row_sum_partials);
+    }
+    return launch<E, Tile, false, false, sm90::GemmKernel::kRowSums>(p, raster_group, stream);
   });
 }
 
@@ -209,6 +214,16 @@ template cudaError_t launch_wgmma_gemm<WgmmaPairTile>(const GemmParams&, int, bo
 template cudaError_t launch_wgmma_gemm<WgmmaPingPongTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaN128Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaN64Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
+template cudaError_t launch_wgmma_row_sums_gemm<WgmmaTile>(const GemmParams&, int, int, float*, float*,
+                                                           cudaStream_t);
+template cudaError_t launch_wgmma_row_sums_gemm<WgmmaPairTile>(const GemmParams&, int, int, float*, float*,
+                                                               cudaStream_t);
+template cudaError_t launch_wgmma_row_sums_gemm<WgmmaPingPongTile>(const GemmParams&, int, int, float*, float*,
+                                                                   cudaStream_t);
+template cudaError_t launch_wgmma_row_sums_gemm<WgmmaN128Tile>(const GemmParams&, int, int, float*, float*,
+                                                               cudaStream_t);
+template cudaError_t launch_wgmma_row_sums_gemm<WgmmaN64Tile>(const GemmParams&, int, int, float*, float*,
+                                                              cudaStream_t);
 template cudaError_t launch_wgmma_splitk_gemm<WgmmaTile>(const GemmParams&, int, int, float*, bool, bool,
                                                          cudaStream_t);
 

@@ -27,12 +27,13 @@ enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSu
 // pre-activation's, z_map, read only where schedule.d_copy; z_map only by
 // kPreActivation). Instantiated in sm90/gemm_kernels_<tile>_<type>.cu,
 // the four layouts' kernels a unit, so that a build compiles them in
-// parallel; the split-K kernels, the pre-activation's and the row sums',
-// WgmmaTile's alone, beside its others (the cooperative units): the
-// pre-activation's on K-major operands only (nn.Linear's forward), the
-// activation derivative's on a K-major A and an MN-major B only (an MLP's
-// dgrad, dH = dY @ W2, W2 row-major), the row sums' on MN-major ones only
-// (its wgrad, dW = dZ^T @ X).
+// parallel; the whole-K row sums' kernel of every tile beside them, on
+// MN-major operands only (linear's wgrad, dW = dZ^T @ X); the split-K
+// kernels (the row sums' among them), the pre-activation's and the
+// activation derivative's, WgmmaTile's alone, beside its others (the
+// cooperative units): the pre-activation's on K-major operands only
+// (nn.Linear's forward), the activation derivative's on a K-major A and an
+// MN-major B only (an MLP's dgrad, dH = dY @ W2, W2 row-major).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
@@ -91,13 +92,14 @@ cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& params, int raste
 // an MN-major B (row-major), whole K. Returns as launch_wgmma_gemm does.
 cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
 
-// Enqueues `params`, whose a_row_sums is set (batch 1), on WgmmaTile's kernel
-// that writes A's row sums beside D, on MN-major operands (A column-major, B
-// row-major: linear's wgrad), whole K where split_k is 1; else its split-K
-// kernel, each split's partial sums to `partials` as
-// launch_wgmma_splitk_gemm's and its partial row sums to `row_sum_partials`
-// (split_k x m fp32), for launch_splitk_reduce and
+// Enqueues `params`, whose a_row_sums is set (batch 1), on the kernel of the
+// Hopper tile `Tile` that writes A's row sums beside D, on MN-major operands
+// (A column-major, B row-major: linear's wgrad), whole K where split_k is 1;
+// else (WgmmaTile only) its split-K kernel, each split's partial sums to
+// `partials` as launch_wgmma_splitk_gemm's and its partial row sums to
+// `row_sum_partials` (split_k x m fp32), for launch_splitk_reduce and
 // launch_row_sums_reduce to finish. Returns as launch_wgmma_gemm does.
+template <class Tile>
 cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& params, int raster_group, int split_k, float* partials,
                                        float* row_sum_partials, cudaStream_t stream);
 

@@ -50,8 +50,8 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 const CUtensorMap& z_map, const GemmParams& p, const WgmmaSchedule& schedule,
                                 cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  static_assert(Kind == GemmKernel::kWholeK || Tile::kClusterM == 1,
-                "the split-K, pre-activation, activation's derivative and row sums' kernels run blocks alone");
+  static_assert(Kind == GemmKernel::kWholeK || Kind == GemmKernel::kRowSums || Tile::kClusterM == 1,
+                "the split-K, pre-activation and activation's derivative kernels run blocks alone");
   // The row sums' kernels hold a tile of ones past the ring.
   constexpr bool kRowSums = Kind == GemmKernel::kRowSums || Kind == GemmKernel::kSplitKRowSums;
   constexpr int kSmemBytes = kRowSums ? kSmemBytesWithOnes<Smem> : Smem::kBytes;
@@ -103,6 +103,7 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, GemmKernel::kPreActivation)
 #define MPGEMM_WGMMA_ACTIVATION_GRAD_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, false, GemmKernel::kActivationGrad)
-#define MPGEMM_WGMMA_ROW_SUMS_LAUNCH(ELEMENT, TILE)                            \
-  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kRowSums) \
+#define MPGEMM_WGMMA_ROW_SUMS_LAUNCH(ELEMENT, TILE) \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kRowSums)
+#define MPGEMM_WGMMA_SPLITK_ROW_SUMS_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kSplitKRowSums)

@@ -36,7 +36,9 @@
 //    (linear's wgrad: A column-major, B row-major, one matrix) in one case of
 //    sixteen on the wide tile forced and in another split 4 ways, checked
 //    in a poisoned buffer, and refused where a plan cannot sum them (K-major
-//    A, a batch). Every pair and narrow case
+//    A, a batch); and on each other Hopper tile, forced and as the plan
+//    picks it (row_sums_on_every_tile), each case's launch its tile's row
+//    sums kernel's. Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -55,7 +57,7 @@
 // the one Hopper kernel of each kind that a planted bug's build replaces
 // (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp); but the
 // whole-K row sums case, on the row sums kernel's layouts (its planted copy
-// too), and no split one.
+// too), and no split one, nor those on the other tiles.
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N",
 // "wgmma_n128 cases: N", "wgmma_n64 cases: N", "wgmma split-K cases: N",
@@ -65,8 +67,9 @@
 // pre-activation from registers: N", "wgmma cases running the product again
 // for the pre-activation: N", "wgmma cases summing A's rows: N", "wgmma
 // split-K cases summing A's rows: N", "gemm: F/N failed", "row sums refused
-// where the plan cannot sum them: ok" and "cluster occupancy asked once per
-// device and kernel: ok" (or FAILED), then "im2col walk: F/N
+// where the plan cannot sum them: ok", "row sums on every Hopper tile: ok
+// (wgmma_2x1 N, wgmma_pingpong N, wgmma_n128 N, wgmma_n64 N)" and "cluster
+// occupancy asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
 // "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
 // N", "conv wgmma cases on wgmma_n64: N", "conv wgmma dgrad cases with a
@@ -78,6 +81,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -460,6 +464,68 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   return bad;
 }
 
+// A's row sums (linear's wgrad: A column-major, B row-major, one matrix, as
+// hopper_gemm_case's row sums cases on the wide tile) on every other Hopper
+// tile: forced by MPGEMM_GEMM_PATH (pairs, ping-pong, 128 x 128, 128 x 64)
+// on 1 to 4 multiprocessors (2 to 4 for either kind of pair), so that a
+// block walks several tiles, some past the first column of tiles; then as
+// the plan picks them on 132 multiprocessors, for more than 128 columns of
+// few tiles (ping-pong, as GPT-2's attention wgrads) and for at most 64
+// (128 x 64).
+// Each must match the reference and run its tile's row sums kernel: its
+// launch has the tile's cluster and its shared memory with the tile of
+// ones. Counts the cases by the tile they ran on; whether one failed.
+static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
+  struct RowSumsCase {
+    const char* path;  // MPGEMM_GEMM_PATH, or null for the plan's own pick
+    TileConfigId tile;
+    int64_t min_n, max_n;
+  };
+  const RowSumsCase cases[] = {{"wgmma_2x1", TileConfigId::kWgmmaPair, 1, 300},
+                               {"wgmma_pingpong", TileConfigId::kWgmmaPingPong, 1, 300},
+                               {"wgmma_n128", TileConfigId::kWgmmaN128, 1, 200},
+                               {"wgmma_n64", TileConfigId::kWgmmaN64, 1, 150},
+                               {nullptr, TileConfigId::kWgmmaPingPong, 129, 300},
+                               {nullptr, TileConfigId::kWgmmaN64, 1, 64}};
+  bool bad = false;
+  for (int i = 0; i < int(std::size(cases)); ++i) {
+    const RowSumsCase& c = cases[i];
+    if (c.path) setenv("MPGEMM_GEMM_PATH", c.path, 1);
+    const bool pairs = c.tile == TileConfigId::kWgmmaPair || c.tile == TileConfigId::kWgmmaPingPong;
+    sim::use_multiprocessors(c.path ? int(sim::rnd(pairs ? 2 : 1, 4)) : 132);
+    sim::GemmCaseSpec spec;
+    spec.a_row_sums = true, spec.a_row_major = 0, spec.b_row_major = 1, spec.aligned = 1;
+    spec.copyable_operands = true, spec.d_copyable = sim::rnd(0, 1);
+    spec.d_type = sim::GemmCaseSpec::OutputType::kOpsOwn;
+    spec.max_m = 260, spec.min_n = c.min_n, spec.max_n = c.max_n, spec.min_k = 1, spec.max_k = 200;
+    GemmPlan plan;
+    const char* kind = c.path ? "row sums forced" : "row sums by default";
+    bool case_bad = sim::gemm_case(kind, i, spec, &plan);
+    unsetenv("MPGEMM_GEMM_PATH");
+    // The launch of the plan's tile's row sums kernel: its cluster, and its shared memory with the tile of ones.
+    const auto [smem, cluster] = with_tile(
+        AllTiles{}, plan.config,
+        [](auto tile) {
+          using Tile = decltype(tile);
+          if constexpr (Tile::kWgmma)
+            return std::pair{size_t(sm90::kSmemBytesWithOnes<sm90::WgmmaSmem<Tile, false, false>>),
+                             unsigned(Tile::kClusterM)};
+          return std::pair{size_t(0), 0u};
+        },
+        std::pair{size_t(0), 0u});
+    if (plan.config != c.tile || sim::last_smem != smem || sim::last_cluster != cluster) {
+      printf("%s case %d FAILED: planned %s, expected %s; the last launch had %zu bytes of shared memory and "
+             "clusters of %u, its row sums kernel's %zu and %u\n",
+             kind, i, tile_config(plan.config).name, tile_config(c.tile).name, sim::last_smem, sim::last_cluster,
+             smem, cluster);
+      case_bad = true;
+    }
+    ++on_tile[int(plan.config)];
+    bad |= case_bad;
+  }
+  return bad;
+}
+
 // The pair kernels' launcher asks how many clusters fit once per device and
 // kernel, and sizes each grid by the current device's answer: one GEMM of
 // four 256 x 256 cluster tiles on wgmma_2x1, launched twice on a device of 7
@@ -593,6 +659,15 @@ int main(int argc, char** argv) {
     unsetenv("MPGEMM_GEMM_PATH");
   }
   printf("row sums refused where the plan cannot sum them: %s\n", row_sums_bad ? "FAILED" : "ok");
+  // Row sums on the other Hopper tiles: not in a pinned run, whose planted
+  // build holds no planted copy of their kernels.
+  int row_sums_on[int(TileConfigId::kCount)] = {};
+  const bool row_sums_tiles_bad =
+      cases > 0 && !sim::pinned.on && !(first_failure && failed) && row_sums_on_every_tile(row_sums_on);
+  printf("row sums on every Hopper tile: %s (wgmma_2x1 %d, wgmma_pingpong %d, wgmma_n128 %d, wgmma_n64 %d)\n",
+         row_sums_tiles_bad ? "FAILED" : "ok", row_sums_on[int(TileConfigId::kWgmmaPair)],
+         row_sums_on[int(TileConfigId::kWgmmaPingPong)], row_sums_on[int(TileConfigId::kWgmmaN128)],
+         row_sums_on[int(TileConfigId::kWgmmaN64)]);
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
   int walk_mismatches = 0;
@@ -638,7 +713,7 @@ int main(int argc, char** argv) {
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
-  return mismatches || failed || row_sums_bad || occupancy_bad || walk_mismatches || conv_failed || folded_failed ||
+  return mismatches || failed || row_sums_bad || row_sums_tiles_bad || occupancy_bad || walk_mismatches || conv_failed || folded_failed ||
          conv_gemm_failed || path_bad || staged_bad ||
          far_taps_bad || splits_bad || moments_bad || fresh_bad;
 }
