@@ -432,7 +432,7 @@ GEMM_LAUNCH_MUTATIONS = {
     "row sums on the wide tile whatever the plan": (
         ("return launch_wgmma_row_sums_gemm<Tile>(",
          "return (PLANTED ? launch_wgmma_row_sums_gemm<WgmmaTile> : launch_wgmma_row_sums_gemm<Tile>)("),
-        "the last launch had"),
+        "the last launch was not the plan's row sums kernel"),
 }
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.

@@ -441,66 +441,51 @@ def poisoned_row_sums(a, b, out_dtype):
 
 @needs_hopper_path
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m, n, k, split", [(3072, 768, 4096, 1), (1100, 2056, 264, 1), (768, 768, 16384, 7)])
-def test_row_sums_from_the_hopper_mainloop(m, n, k, split, dtype, monkeypatch):
+@pytest.mark.parametrize("m, n, k, path, split, tile", [
+    (3072, 768, 4096, None, 1, "WgmmaTile"),                # GPT-2 small's MLP wgrads: the wide tile
+    (1096, 2056, 264, None, 1, "WgmmaTile"),                # partial tiles
+    (768, 768, 16384, None, 7, "WgmmaTile"),                # split with MPGEMM_WGMMA_SPLIT_K=1
+    (2304, 768, 8192, None, 1, "WgmmaPingPongTile"),        # GPT-2 small's attention wgrads: few tiles
+    (768, 768, 8192, None, 1, "WgmmaPingPongTile"),
+    # Partial tiles; the last pair's second block all past M (1088 rows: 64 past 4 x 256, and past 8 x 128).
+    (1088, 1032, 264, "wgmma_pingpong", 1, "WgmmaPingPongTile"),
+    (1088, 1032, 264, "wgmma_2x1", 1, "WgmmaPairTile"),
+    (8192, 64, 1024, None, 1, "WgmmaN64Tile"),              # narrow outputs
+    (16384, 128, 1024, None, 1, "WgmmaN128Tile"),
+    (1096, 200, 520, "wgmma_n128", 1, "WgmmaN128Tile"),
+    (1096, 200, 520, "wgmma_n64", 1, "WgmmaN64Tile"),
+])
+def test_row_sums_from_the_hopper_mainloop(m, n, k, path, split, tile, dtype, monkeypatch):
     """linear's weight gradient with its bias's (MPGEMM_EPILOGUE_BIAS_GRAD=1,
-    opt-in): dz^T (column-major) times x (row-major), on the wide tile whole
-    K, or split with MPGEMM_WGMMA_SPLIT_K=1: one kernel sums A's rows beside
-    D (the split's partial sums reduced after it), and torch sums nothing.
-    D is bitwise gemm's; the sums match float64 and are the same bits on a
-    second run."""
-    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_PADDED_OPERANDS"):
+    opt-in): dz^T (column-major, so M a multiple of 8: a pitch the copy
+    engine describes) times x (row-major), on each Hopper tile as the plan
+    picks it or forced, whole K, or split on the wide tile: the tile's one
+    kernel sums A's rows beside D (the split's partial sums reduced after
+    it), and torch sums nothing. D is bitwise gemm's; the sums match
+    float64, and are the same bits as the wide tile's whole-K sums (a
+    split's: as its own on a second run)."""
+    for name in ("MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES"):
         monkeypatch.delenv(name, raising=False)
     set_environment(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", "1" if split > 1 else None)
-    plan = mpgemm.gemm_plan(m, n, k)
-    assert plan.config == "wgmma" and plan.split_k == split, plan
+    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
+    if split > 1:
+        assert mpgemm.gemm_plan(m, n, k).split_k == split
     a, b = operand((m, k), "col", dtype), operand((k, n), "row", dtype)
+    row_sums_kernel = "wgmma_splitk_row_sums_gemm_kernel" if split > 1 else "wgmma_row_sums_gemm_kernel"
     for out_dtype in (None, torch.float32):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             y, sums = poisoned_row_sums(a, b, out_dtype)
             torch.cuda.synchronize()
         kernels = [event.name for event in prof.events() if "kernel" in event.name]
-        row_sums_kernel = "wgmma_splitk_row_sums_gemm_kernel" if split > 1 else "wgmma_row_sums_gemm_kernel"
-        assert any(row_sums_kernel in name for name in kernels), kernels
+        ran = [name for name in kernels if "gemm_kernel" in name]
+        assert len(ran) == 1 and row_sums_kernel in ran[0] and f"::{tile}," in ran[0], kernels
+        assert split > 1 or len(kernels) == 1, kernels
         assert not any("at::native" in name and "reduce_kernel" in name for name in kernels), kernels
         assert not y.isnan().any() and not sums.isnan().any()
         assert torch.equal(y, mpgemm.gemm(a, b, out_dtype=out_dtype))
         assert relative_error(sums, a.double().sum(-1).cpu()) < 1e-5
-        assert torch.equal(sums, torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)[1])
-
-
-@needs_hopper_path
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m, n, k, path, tile", [
-    (2304, 768, 8192, None, "WgmmaPingPongTile"),        # GPT-2 small's attention wgrads: few tiles
-    (768, 768, 8192, None, "WgmmaPingPongTile"),
-    (1000, 1032, 264, "wgmma_pingpong", "WgmmaPingPongTile"),  # partial tiles, rows past M in a pair
-    (1000, 1032, 264, "wgmma_2x1", "WgmmaPairTile"),
-    (8192, 64, 1024, None, "WgmmaN64Tile"),               # narrow outputs
-    (16384, 128, 1024, None, "WgmmaN128Tile"),
-    (1100, 200, 520, "wgmma_n128", "WgmmaN128Tile"),
-    (1100, 200, 520, "wgmma_n64", "WgmmaN64Tile"),
-])
-def test_row_sums_on_every_hopper_tile(m, n, k, path, tile, dtype, monkeypatch):
-    """dz^T (column-major) times x (row-major) with A's row sums on the other
-    Hopper tiles, as the plan picks them (ping-pong for outputs of few
-    tiles, 128 x 64 for narrow ones) or forced: the tile's row sums kernel
-    alone runs, and torch sums nothing. D is bitwise gemm's on the same
-    tile; the sums match float64, the same bits as the wide tile's."""
-    for name in ("MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES"):
-        monkeypatch.delenv(name, raising=False)
-    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
-    a, b = operand((m, k), "col", dtype), operand((k, n), "row", dtype)
-    for out_dtype in (None, torch.float32):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            y, sums = poisoned_row_sums(a, b, out_dtype)
-            torch.cuda.synchronize()
-        kernels = [event.name for event in prof.events() if "kernel" in event.name]
-        assert len(kernels) == 1 and "wgmma_row_sums_gemm_kernel" in kernels[0] and tile in kernels[0], kernels
-        assert not y.isnan().any() and not sums.isnan().any()
-        assert torch.equal(y, mpgemm.gemm(a, b, out_dtype=out_dtype))
-        assert relative_error(sums, a.double().sum(-1).cpu()) < 1e-5
-        monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
+        if split == 1:
+            monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
         assert torch.equal(sums, torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)[1])
         set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
 

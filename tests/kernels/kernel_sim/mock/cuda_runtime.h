@@ -140,12 +140,10 @@ inline void use_multiprocessors(int count) {
   device = devices.emplace(count, int(devices.size())).first->second;
 }
 // How often cudaOccupancyMaxActiveClusters was asked, by (device, kernel);
-// the grid of the last launch, as asked for, its dynamic shared memory and
-// its blocks per cluster (which tell the Hopper tiles' kernels apart).
+// the grid of the last launch, as asked for, and its kernel.
 inline std::map<std::pair<int, const void*>, int> cluster_occupancy_queries;
 inline dim3 last_grid;
-inline size_t last_smem = 0;
-inline unsigned last_cluster = 1;
+inline const void* last_kernel = nullptr;
 // Launches run on a grid clipped to this. Stands in for the 65535-block limit
 // that only huge problems reach: kernels that grid-stride must still cover
 // everything.
@@ -319,8 +317,7 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   launched.insert(reinterpret_cast<const void*>(kernel));
   ++launches;
   last_grid = grid;
-  last_smem = smem;
-  last_cluster = cluster;
+  last_kernel = reinterpret_cast<const void*>(kernel);
   const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
