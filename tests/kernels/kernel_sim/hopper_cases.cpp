@@ -82,6 +82,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -97,7 +98,6 @@
 #include "kernel_sim/hopper_models.h"
 #include "kernel_sim/hopper_sim.h"
 #include "kernel_sim/sim_common.h"
-#include "sm90/gemm_kernel.cuh"
 #include "sm90/layout.h"
 #include "sm90/pipeline.cuh"
 
@@ -472,11 +472,12 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
 // block walks several tiles, some past the first column of tiles; then as
 // the plan picks them on 132 multiprocessors, for more than 128 columns of
 // few tiles (ping-pong, as GPT-2's attention wgrads) and for at most 64
-// (128 x 64).
-// Each must match the reference and launch its tile's row sums kernel, for
-// fp16 or bf16 inputs (the narrow tiles' and the wide one's take the same
-// shared memory, so that only the kernel tells them apart). Counts the
-// cases by the tile they ran on; whether one failed.
+// (128 x 64). Each must match the reference and launch its tile's row sums
+// kernel: a launch with the tile's cluster and its shared memory with the
+// tile of ones (which tell the wide tile, pairs and ping-pong apart), that
+// issued wgmmas of the tile's width and of 8 columns, the sums' (which tell
+// the wide tile from the narrow ones, whose shared memory is the same).
+// Counts the cases by the tile they ran on; whether one failed.
 static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
   struct RowSumsCase {
     const char* path;  // MPGEMM_GEMM_PATH, or null for the plan's own pick
@@ -502,25 +503,32 @@ static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
     spec.max_m = 260, spec.min_n = c.min_n, spec.max_n = c.max_n, spec.min_k = 1, spec.max_k = 200;
     GemmPlan plan;
     const char* kind = c.path ? "row sums forced" : "row sums by default";
+    sim::hopper::wgmma_widths.clear();
     bool case_bad = sim::gemm_case(kind, i, spec, &plan);
     unsetenv("MPGEMM_GEMM_PATH");
-    // The plan's tile's row sums kernels, for either input type.
-    const auto [fp16, bf16] = with_tile(
+    // The launch of the plan's tile's row sums kernel: its cluster, its shared memory with the tile of ones,
+    // and its wgmmas' widths.
+    struct Launch {
+      size_t smem = 0;
+      unsigned cluster = 0;
+      std::set<int> widths;
+    };
+    const Launch want = with_tile(
         AllTiles{}, plan.config,
         [](auto tile) {
           using Tile = decltype(tile);
-          const auto kernel = [](auto element) {
-            using Element = typename decltype(element)::type;
-            return reinterpret_cast<const void*>(&sm90::wgmma_row_sums_gemm_kernel<Element, Tile, false, false>);
-          };
           if constexpr (Tile::kWgmma)
-            return std::pair{kernel(std::type_identity<__half>{}), kernel(std::type_identity<__nv_bfloat16>{})};
-          return std::pair<const void*, const void*>{};
+            return Launch{size_t(sm90::kSmemBytesWithOnes<sm90::WgmmaSmem<Tile, false, false>>),
+                          unsigned(Tile::kClusterM), {Tile::kInstrN, 8}};
+          return Launch{};
         },
-        std::pair<const void*, const void*>{});
-    if (plan.config != c.tile || fp16 == nullptr || (sim::last_kernel != fp16 && sim::last_kernel != bf16)) {
-      printf("%s case %d FAILED: planned %s, expected %s; the last launch was not the plan's row sums kernel\n",
-             kind, i, tile_config(plan.config).name, tile_config(c.tile).name);
+        Launch{});
+    if (plan.config != c.tile || sim::last_smem != want.smem || sim::last_cluster != want.cluster ||
+        sim::hopper::wgmma_widths != want.widths) {
+      printf("%s case %d FAILED: planned %s, expected %s; the last launch was not the plan's row sums kernel "
+             "(%zu bytes of shared memory, clusters of %u, %zu widths of wgmma; expected %zu, %u, %zu)\n",
+             kind, i, tile_config(plan.config).name, tile_config(c.tile).name, sim::last_smem, sim::last_cluster,
+             sim::hopper::wgmma_widths.size(), want.smem, want.cluster, want.widths.size());
       case_bad = true;
     }
     ++on_tile[int(plan.config)];

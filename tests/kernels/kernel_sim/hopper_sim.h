@@ -36,6 +36,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <random>
 #include <tuple>
 #include <type_traits>
@@ -558,6 +559,10 @@ inline std::vector<uint32_t> operand_chunks(uint64_t desc_a, bool a_mn_major, ui
   return chunks;
 }
 
+// The widths (N) of the wgmmas issued since a driver last cleared them: a
+// tile's own, and 8 where a kernel sums A's rows (sm90/mainloop.cuh's RowSums).
+inline std::set<int> wgmma_widths;
+
 template <class Element, int N>
 void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate, bool a_mn_major, bool b_mn_major) {
   Warpgroup& w = own().warpgroups[threadIdx.x / kWarpgroupThreads];
@@ -569,6 +574,7 @@ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate,
     Wgmma op;
     op.desc_a = desc_a, op.desc_b = desc_b, op.a_mn_major = a_mn_major, op.b_mn_major = b_mn_major;
     op.bf16 = std::is_same_v<Element, __nv_bfloat16>, op.n = N;
+    wgmma_widths.insert(N);
     op.chunks = operand_chunks(desc_a, a_mn_major, desc_b, b_mn_major, N);
     std::vector<int>& reads = chunk_counts(own().reads);
     std::vector<int>& writes = chunk_counts(own().writes);

@@ -140,10 +140,12 @@ inline void use_multiprocessors(int count) {
   device = devices.emplace(count, int(devices.size())).first->second;
 }
 // How often cudaOccupancyMaxActiveClusters was asked, by (device, kernel);
-// the grid of the last launch, as asked for, and its kernel.
+// the grid of the last launch, as asked for, its dynamic shared memory and
+// its blocks per cluster.
 inline std::map<std::pair<int, const void*>, int> cluster_occupancy_queries;
 inline dim3 last_grid;
-inline const void* last_kernel = nullptr;
+inline size_t last_smem = 0;
+inline unsigned last_cluster = 1;
 // Launches run on a grid clipped to this. Stands in for the 65535-block limit
 // that only huge problems reach: kernels that grid-stride must still cover
 // everything.
@@ -317,7 +319,8 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   launched.insert(reinterpret_cast<const void*>(kernel));
   ++launches;
   last_grid = grid;
-  last_kernel = reinterpret_cast<const void*>(kernel);
+  last_smem = smem;
+  last_cluster = cluster;
   const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
