@@ -36,8 +36,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <tuple>
 #include <type_traits>
 #include <vector>
