@@ -51,8 +51,9 @@ bool activation_grad_from_epilogue(const GemmParams& params, const GemmLaunch& l
 // WgmmaTile's split K), on MN-major operands (A column-major, B row-major:
 // linear's wgrad, whose A is dZ^T), a single matrix of N and K at least 1,
 // not padded, no pre-activation asked for; elsewhere (the WMMA tiles, padded
-// copies) it refuses a_row_sums, and the caller sums A itself. The plan_gemm calls count the split's partial
-// row sums in the workspace where this holds.
+// copies) it refuses a_row_sums, and the caller sums A itself. The
+// plan_gemm calls count the split's partial row sums in the workspace where
+// this holds.
 bool a_row_sums_from_mainloop(const GemmParams& params, const GemmLaunch& launch);
 
 // Enqueues the GEMM described by `params` on `stream` as `launch` says,
