@@ -109,11 +109,13 @@ CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py con
 # cuDNN's own) on ResNet-50's layers at batch 256 and the depthwise layers,
 # on the default path and, on sm_90, each path forced (the default there
 # mixes them pass by pass), the Hopper convolution on its narrow tiles and
-# with its strided dgrad's phases in one launch (the default's column is
-# their launch-a-phase twin, rows staged on the narrow tiles); everywhere
-# 1x1 convolutions as GEMMs (gemm).
+# with its opt-in kernels (wgmma_opt_in: a strided dgrad's phases in one
+# launch, whose launch-a-phase twin is the default's column, rows staged on
+# the narrow tiles; x folded in 16-byte chunks, whose twin a thread per
+# element is wgmma_narrow's first layer); everywhere 1x1 convolutions as
+# GEMMs (gemm).
 CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
-        f'paths="--conv-paths wgmma,wgmma_narrow,wgmma_one_launch,wmma,gemm"; '
+        f'paths="--conv-paths wgmma,wgmma_narrow,wgmma_opt_in,wmma,gemm"; '
         f'{PY} -m mpgemm bench conv --dtypes fp16 --batch-sizes 256 $paths --json {{raw}}/conv.json')
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a

@@ -13,7 +13,8 @@ bench/gpu_check.py:
       split; dgrad's phases at stride 2, their rows from registers and,
       with MPGEMM_STAGED_ROW_STORES=1, through shared memory, a launch a
       phase and, with MPGEMM_DGRAD_ONE_LAUNCH=1, all in one launch; a first
-      layer's fprop and wgrad on folded taps), on its wide tile and with
+      layer's fprop and wgrad on folded taps, x folded a thread per element
+      and, with MPGEMM_CHUNKED_FOLD=1, per 16 bytes), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
       forward and backward (16-byte runs and one-element ones); the gated
       MLP's two passes (likewise); every result is checked against float64.
@@ -209,8 +210,9 @@ def sanitize():
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
-    passes (sm_90; a first layer's on folded taps; strided dgrad's rows
-    staged), on its wide tile and, under MPGEMM_NARROW_TILES=1, its narrow
+    passes (sm_90; a first layer's on folded taps, x folded both ways;
+    strided dgrad's rows staged), on its wide tile and, under
+    MPGEMM_NARROW_TILES=1, its narrow
     ones; the fused batch norm's passes; the gated MLP's; fprop's batch statistics from the
     WMMA epilogue and (sm_90) the Hopper one; and loss scaling's unscale and
     scale update."""
@@ -274,6 +276,10 @@ def sanitize():
         _conv_passes("Hopper 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
         # A first layer (3 channels, 7x7 at stride 2): fprop and wgrad on folded taps (dgrad on WMMA).
         _conv_passes("Hopper folded taps", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
+        # The same, x folded in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1).
+        os.environ["MPGEMM_CHUNKED_FOLD"] = "1"
+        _conv_passes("Hopper folded taps in chunks", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
+        os.environ.pop("MPGEMM_CHUNKED_FOLD")
         # The narrow tiles: fprop of 72 filters on 128 x 64 tiles (9 tiles of 128 x 128 would fill too few),
         # dgrad of 64 channels on them, wgrad (9 x 64 columns) on the wide tile; a 1x1 of 128 filters over
         # 16 x 32 x 32 pixels, fprop on 128 x 128 tiles (128 of them), dgrad and wgrad (64 columns) on 128 x 64.

@@ -389,24 +389,28 @@ def _gated_mlp_case(shape, device, dtype):
 
 # The extra convolution paths `bench conv --conv-paths` times beside the
 # default, each by setting MPGEMM_CONV_PATH (and MPGEMM_NARROW_TILES,
-# MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH) around its calls (the planner reads them at every
-# call): "wgmma" takes each pass the Hopper convolution takes on sm_90 and
+# MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD)
+# around its calls (the planner reads them at every call): "wgmma" takes
+# each pass the Hopper convolution takes on sm_90 and
 # leaves the rest, and every pass elsewhere, to the WMMA kernels;
 # "wgmma_narrow" the same, its passes whose N is at most 128 on the narrow
 # tiles (MPGEMM_NARROW_TILES=1); "wgmma_staged" the same as "wgmma", its
 # strided dgrad storing dx's rows through shared memory
-# (MPGEMM_STAGED_ROW_STORES=1); "wgmma_one_launch" the Hopper convolution
-# with the sm_90 default's narrow tiles and staged rows, its strided dgrad's
-# phases in one launch (MPGEMM_DGRAD_ONE_LAUNCH=1: opt-in, so that the
-# default's column is its launch-a-phase twin); "wmma" forces the WMMA kernels; "gemm" runs
+# (MPGEMM_STAGED_ROW_STORES=1); "wgmma_opt_in" the Hopper convolution with
+# the sm_90 default's narrow tiles and staged rows and every opt-in kernel of
+# its own: a strided dgrad's phases in one launch (MPGEMM_DGRAD_ONE_LAUNCH=1,
+# so that the default's column is its launch-a-phase twin) and x folded in
+# 16-byte chunks (MPGEMM_CHUNKED_FOLD=1, so that "wgmma_narrow"'s first layer
+# is its fold a thread per element; the two touch different layers);
+# "wmma" forces the WMMA kernels; "gemm" runs
 # 1x1 convolutions at stride 1 without padding as GEMMs, the rest as the
 # default does.
-CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_one_launch", "wmma", "gemm")
+CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "gemm")
 _HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0"}
 _CONV_PATH_ENV = {"wgmma": _HOPPER, "wgmma_narrow": {**_HOPPER, "MPGEMM_NARROW_TILES": "1"},
                   "wgmma_staged": {**_HOPPER, "MPGEMM_STAGED_ROW_STORES": "1"},
-                  "wgmma_one_launch": {**_HOPPER, "MPGEMM_NARROW_TILES": "1", "MPGEMM_STAGED_ROW_STORES": "1",
-                                       "MPGEMM_DGRAD_ONE_LAUNCH": "1"},
+                  "wgmma_opt_in": {**_HOPPER, "MPGEMM_NARROW_TILES": "1", "MPGEMM_STAGED_ROW_STORES": "1",
+                                   "MPGEMM_DGRAD_ONE_LAUNCH": "1", "MPGEMM_CHUNKED_FOLD": "1"},
                   "wmma": {"MPGEMM_CONV_PATH": "wmma"}, "gemm": {"MPGEMM_CONV_PATH": "gemm"}}
 
 

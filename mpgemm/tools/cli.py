@@ -88,8 +88,8 @@ def build_parser():
     p.add_argument("--conv-paths", type=benchmarks.parse_conv_paths, metavar="wgmma[,wgmma_narrow,wmma]",
                    help="conv: also time mpgemm on each of these paths, beside the default (MPGEMM_CONV_PATH set to "
                         "it; wgmma_narrow: wgmma with MPGEMM_NARROW_TILES=1; wgmma_staged: wgmma with "
-                        "MPGEMM_STAGED_ROW_STORES=1; wgmma_one_launch: wgmma with both and "
-                        "MPGEMM_DGRAD_ONE_LAUNCH=1)")
+                        "MPGEMM_STAGED_ROW_STORES=1; wgmma_opt_in: wgmma with both, "
+                        "MPGEMM_DGRAD_ONE_LAUNCH=1 and MPGEMM_CHUNKED_FOLD=1)")
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
                    help=f"train: models to run, of {', '.join(train_bench.WORKLOADS)} "
                         f"(default {','.join(train_bench.DEFAULT_MODELS)})")

@@ -44,8 +44,8 @@ def git_commit(root=REPO_ROOT):
 # mpgemm.fusion, the loss scaler's kernel): a measurement names those that
 # were set.
 KERNEL_PATH_VARIABLES = ("MPGEMM_GEMM_PATH", "MPGEMM_CONV_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES",
-                         "MPGEMM_DGRAD_ONE_LAUNCH", "MPGEMM_PADDED_OPERANDS", "MPGEMM_WGMMA_SPLIT_K",
-                         "MPGEMM_EPILOGUE_PRE_ACTIVATION", "MPGEMM_EPILOGUE_BIAS_GRAD",
+                         "MPGEMM_DGRAD_ONE_LAUNCH", "MPGEMM_CHUNKED_FOLD", "MPGEMM_PADDED_OPERANDS",
+                         "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_EPILOGUE_PRE_ACTIVATION", "MPGEMM_EPILOGUE_BIAS_GRAD",
                          "MPGEMM_EPILOGUE_ACTIVATION_GRAD", "MPGEMM_EPILOGUE_STATS", "MPGEMM_GATED_KERNEL",
                          "MPGEMM_LOSS_SCALE_KERNEL")
 

@@ -27,7 +27,9 @@ with shuffles and no atomics (the Hopper ones read their strips back).
 The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
 their 16-byte variants (the elementwise ones store so too) and round every
 step on its own (no FFMA), as the CPU backend does. The gated MLP's passes
-load and store 16 bytes at a time.
+load and store 16 bytes at a time. x's fold in chunks (folded taps,
+MPGEMM_CHUNKED_FOLD=1) stores each thread's 8 channels with one 16-byte
+store.
 """
 
 import pytest
@@ -375,5 +377,25 @@ def test_gated_mlp_passes_move_16_bytes(cuda_build, machine_code):
             backward = "Lb1E" in name
             assert sum(o.startswith("LDG.E.128") for o in ops) >= (3 if backward else 2), f"{arch} {name}: loads"
             assert sum(o.startswith("STG.E.128") for o in ops) >= (3 if backward else 1), f"{arch} {name}: stores"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
+
+
+def test_x_folded_in_chunks_stores_16_bytes_a_thread(cuda_build, machine_code):
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        folds = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
+                 if "fold_input" in name}
+        chunks = [ops for name, ops in folds.items() if "fold_input_chunks_kernel" in name]
+        elements = [ops for name, ops in folds.items() if "fold_input_kernel" in name]
+        assert len(chunks) == len(elements) == 1, (arch, sorted(folds))
+        ops = chunks[0]
+        # A 16-byte store of 8 channels, each loaded on its own; its index split once: its code under twice the
+        # element kernel's (which stores one element).
+        assert sum(o.startswith("STG.E.128") for o in ops) == 1 and sum(o.startswith("STG") for o in ops) == 1, arch
+        assert sum(o.startswith("LDG.E.U16") for o in ops) == 8, arch
+        assert sum(o.startswith("STG.E.U16") for o in elements[0]) == 1, arch
+        assert len(ops) < 2 * len(elements[0]), (arch, len(ops), len(elements[0]))
+        for name in folds:
             res = usage[arch].get(name, {})
             assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"

@@ -28,19 +28,22 @@ there, forced and as the default picks them. The Hopper convolution
 on the wide tile (MPGEMM_NARROW_TILES=0) and the narrow ones, strided dgrad
 with its rows from registers (MPGEMM_STAGED_ROW_STORES=0) and staged
 through shared memory, a launch a phase or all its phases in one launch
-(MPGEMM_DGRAD_ONE_LAUNCH=1), and few-channel fprop and wgrad on copies with their taps folded into the channels
-(conv/folded_taps.h), its im2col copies placed by the model of the PTX ISA's
-im2col mode, which is checked against the convolution's own windows.
+(MPGEMM_DGRAD_ONE_LAUNCH=1), and few-channel fprop and wgrad on copies
+with their taps folded into the channels (conv/folded_taps.h; x folded a
+thread per element or, MPGEMM_CHUNKED_FOLD=1, per 16 bytes, both also
+checked on their own against the fold's definition), its im2col copies
+placed by the model of the PTX ISA's im2col mode, which is checked against
+the convolution's own windows.
 Ordinary shared-memory accesses between threads are checked against the
 named barriers between them. A wrong filter offset, a wrong bounding-box
 corner, dgrad's filters unflipped, a strided dgrad's phases stored to the
 wrong pixels, wgrad's splits summing the same pixels, a stage handed back
 early, a narrow tile's filters copied in the wide tile's boxes, a staged
 strip read back before its warpgroup has met, one launch's tiles given to
-the phase before theirs or walking another phase's taps, and its phases no
-tap reaches left out must be caught, and wgrad's
-split counts for ResNet-50 on 132 multiprocessors must be the cost model's
-(plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
+the phase before theirs or walking another phase's taps, its phases no
+tap reaches left out, and x's fold in chunks reading past x's last column
+must be caught, and wgrad's split counts for ResNet-50 on 132
+multiprocessors must be the cost model's (plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
 hopper_conv_cases.cpp."""
 
 import concurrent.futures
@@ -437,6 +440,19 @@ GEMM_LAUNCH_MUTATIONS = {
         "the last launch was not the plan's row sums kernel"),
 }
 LAUNCH_MUTANT_CASES = {"row sums on the wide tile whatever the plan": 1}
+# Planted bugs in x's fold (conv/folded_taps.cu, a unit of its own at sim arch
+# 800), its planted copy linked in place of the real one into the launcher's
+# planted binary, numbered after the launcher's bugs; their runs check the
+# folds alone (no GEMM or convolution cases), and must say what the
+# simulation says (texts separated by | where either will do): a chunk's run
+# read one element past x's last column (the pixels whose windows cross x's
+# right edge: the next pixel's channel, or past the end of x).
+FOLD_UNIT = "conv/folded_taps.cu"
+FOLD_MUTATIONS = {
+    "a chunk's run read past x's last column": (
+        ("unsigned(u - lo) < unsigned(span)", "unsigned(u - lo) < unsigned(span + PLANTED)"),
+        "x's fold in chunks|AddressSanitizer: heap-buffer-overflow"),
+}
 # LeakSanitizer cannot run under ptrace, as in some CI containers; leaks of the
 # driver say nothing about the kernels anyway.
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
@@ -623,7 +639,7 @@ def results(tmp_path_factory):
     # the two longest, which the pool then runs beside the others. Kernels
     # whose planted copies a planted build links first are in a unit apart
     # from their launcher, which could otherwise inline an unplanted copy.
-    alone = ["wmma/gemm_tiles.cu", "conv/launch.cu", GEMM_LAUNCH_UNIT, *BATCH_NORM_UNITS]
+    alone = ["wmma/gemm_tiles.cu", "conv/launch.cu", GEMM_LAUNCH_UNIT, FOLD_UNIT, *BATCH_NORM_UNITS]
     wmma_units = {
         "drivers": [os.path.join(SIM_DIR, name) for name in ("driver.cpp", "conv_cases.cpp", "conv_gemm_cases.cpp",
                                                              "gemm_cases.cpp", "batch_norm_cases.cpp",
@@ -703,10 +719,14 @@ def results(tmp_path_factory):
             conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
                                                    PLANTED_CXXFLAGS)[0]))
         launch_bugs = list(enumerate(GEMM_LAUNCH_MUTATIONS))
+        fold_bugs = list(enumerate(FOLD_MUTATIONS, start=len(launch_bugs)))
         planted_dir = mutated_kernels(str(out / "launch_planted"), [
-            ([GEMM_LAUNCH_UNIT], planted(GEMM_LAUNCH_MUTATIONS[name][0], number)) for number, name in launch_bugs])
-        launch_planted = compile_all([os.path.join(planted_dir, GEMM_LAUNCH_UNIT)], 800, planted_dir,
-                                     "launch_planted.", flags=PLANTED_CXXFLAGS)[0]
+            ([GEMM_LAUNCH_UNIT], planted(GEMM_LAUNCH_MUTATIONS[name][0], number)) for number, name in launch_bugs] + [
+            ([FOLD_UNIT], planted(FOLD_MUTATIONS[name][0], number)) for number, name in fold_bugs])
+        # Both planted units as one translation unit (a unit costs about a second more than its code).
+        launch_planted = compile_all([combined_unit(out / "launch_planted.cpp", [
+            os.path.join(planted_dir, unit) for unit in (GEMM_LAUNCH_UNIT, FOLD_UNIT)])], 800, planted_dir,
+            "launch_planted.", flags=PLANTED_CXXFLAGS)[0]
         batch_norm_bugs = list(enumerate(BATCH_NORM_MUTATIONS))
         planted_dir = mutated_kernels(str(out / "batch_norm_planted"), [
             (BATCH_NORM_FILES, planted(BATCH_NORM_MUTATIONS[name], number)) for number, name in batch_norm_bugs])
@@ -730,9 +750,9 @@ def results(tmp_path_factory):
         for i, (bugs, o) in enumerate(hopper_planted):
             binary = link([o.result()] + hopper, str(out / f"sim_hopper_planted{i}"))
             hopper_planted_binaries.update({name: (binary, number) for number, name in bugs})
-        # The launcher's planted unit in place of the real one.
-        launch_unit = objects[800][GEMM_LAUNCH_UNIT].result()
-        launch_binary = link([launch_planted.result()] + [o for o in hopper if o != launch_unit],
+        # The launcher's and the fold's planted units in place of the real ones.
+        real_units = {objects[800][GEMM_LAUNCH_UNIT].result(), objects[800][FOLD_UNIT].result()}
+        launch_binary = link([launch_planted.result()] + [o for o in hopper if o not in real_units],
                              str(out / "sim_launch_planted"))
         # A planted kernel comes first (its copies of shared code are the ones
         # kept); a planted unit replaces the real one.
@@ -768,6 +788,9 @@ def results(tmp_path_factory):
             jobs[("launch mutant", name)] = pool.submit(run_hopper, launch_binary, 1, False, False,
                                                         cases=LAUNCH_MUTANT_CASES.get(name, HOPPER_CASES),
                                                         conv_cases=0, planted=number)
+        for number, name in fold_bugs:
+            jobs[("fold mutant", name)] = pool.submit(run_hopper, launch_binary, 1, False, False, cases=0,
+                                                      conv_cases=0, planted=number)
         for name, (_, _, (copies_late, wgmma_late), _, planted_pass) in CONV_MUTATIONS.items():
             binary, number = conv_planted_binaries[name]
             jobs[("conv mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late, cases=0,
@@ -885,13 +908,18 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert "column moments on each tile: ok" in output, replay
     assert printed_count(output, "conv fprop cases with moments") >= 3, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
-    assert "bad MPGEMM_STAGED_ROW_STORES and MPGEMM_DGRAD_ONE_LAUNCH refused: ok" in output, replay
+    assert "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD refused: ok" in output, \
+        replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
     assert "wgrad splits on 132 multiprocessors: ok" in output, replay
     # Few-channel fprop and wgrad on folded taps (conv/folded_taps.h), and
     # the random cases' own folds (their few channels, where the taps fold).
     assert f"conv on folded taps: 0/{HOPPER_CONV_CASES // 6} failed" in output, replay
     assert printed_count(output, "conv cases on folded taps") >= HOPPER_CONV_CASES // 6, replay
+    # x folded in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1) in every other folded case of a pass, and both folds
+    # of x on their own against the fold's definition.
+    assert printed_count(output, "conv cases on folded taps in chunks") >= 2, replay
+    assert "x's folds by elements and in chunks: ok" in output, replay
     assert re.search(rf"conv as gemm: 0/{HOPPER_CONV_CASES // 3} failed \([1-9]\d* on the Hopper GEMM\)", output), \
         replay
     # A thread's first launch binds the device's context before the driver's encoders run.
@@ -908,6 +936,12 @@ def test_hopper_simulation_catches_a_planted_pipeline_bug(results, name):
 def test_hopper_simulation_catches_a_planted_launcher_bug(results, name):
     code, output = results[("launch mutant", name)]
     assert code != 0 and GEMM_LAUNCH_MUTATIONS[name][1] in output and "FAILED" in output, output[-4000:]
+
+
+@pytest.mark.parametrize("name", FOLD_MUTATIONS)
+def test_hopper_simulation_catches_a_planted_fold_bug(results, name):
+    code, output = results[("fold mutant", name)]
+    assert code != 0 and any(text in output for text in FOLD_MUTATIONS[name][1].split("|")), output[-4000:]
 
 
 @pytest.mark.parametrize("name", CONV_MUTATIONS)

@@ -13,7 +13,8 @@ measured faster on: on its narrow tiles (128 x 128 and 128 x 64) for passes
 whose N is at most 128, with strided dgrad storing dx's rows through shared
 memory, and fprop of few input channels (a first layer's) through copies
 with their taps folded into the channels. MPGEMM_DGRAD_ONE_LAUNCH=1
-(opt-in) runs a strided dgrad's phases, their rows staged, in one launch. Each case also runs with
+(opt-in) runs a strided dgrad's phases, their rows staged, in one launch;
+MPGEMM_CHUNKED_FOLD=1 (opt-in) folds x a thread per 16 bytes. Each case also runs with
 MPGEMM_CONV_PATH=wgmma (the Hopper convolution wherever its geometry
 allows) on its wide tile with dx's rows stored from registers
 (MPGEMM_NARROW_TILES=0, MPGEMM_STAGED_ROW_STORES=0), with that on the narrow
@@ -237,11 +238,14 @@ def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
         assert relative_error(out[0], expected) < 1e-3
 
 
+# Few-channel layers whose fprop and wgrad fold their taps: ResNet's first
+# layer, a CIFAR stem, odd ones.
+FOLDED = [(3, 64, 7, 2, 3, 224, 8), (3, 16, 3, 1, 1, 32, 16), (4, 24, 5, 2, 2, 33, 4), (1, 8, 7, 3, 0, 20, 2)]
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch",
-                         [(3, 64, 7, 2, 3, 224, 8), (3, 16, 3, 1, 1, 32, 16), (4, 24, 5, 2, 2, 33, 4),
-                          (1, 8, 7, 3, 0, 20, 2)])
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch", FOLDED)
 def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
     """MPGEMM_CONV_PATH=wgmma: fprop and wgrad of few input channels
     (ResNet's first layer, a CIFAR stem, odd ones) run on the Hopper
@@ -268,6 +272,42 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
     assert sum("fold_input_kernel" in name for name in ran) == 1, ran
     assert any("fold_filters_kernel" in name for name in ran) and not any("unfold_filter" in name for name in ran), ran
     assert len(hopper_conv_kernels(ran)) == 1, ran  # fprop; wgrad on WMMA
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch", FOLDED)
+def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
+    """With MPGEMM_CHUNKED_FOLD=1 (opt-in), fprop and wgrad on folded taps
+    fold x a thread per 16 bytes of the copy (fold_input_chunks_kernel),
+    right against cuDNN and float64, and y and dw are bitwise the fold a
+    thread per element's ("0" or unset: that one)."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    monkeypatch.setenv("MPGEMM_CHUNKED_FOLD", "1")
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
+    compare(x, weight, torch.randn(k, device="cuda"), stride, padding)
+    weight = weight.to(dtype).requires_grad_()
+    y_shape = F.conv2d(x.to("meta"), weight.to("meta"), None, stride, padding).shape
+    dy = torch.randn(y_shape, device="cuda").to(dtype)
+    results = {}
+    for chunked in ("1", "0", None):
+        set_environment(monkeypatch, "MPGEMM_CHUNKED_FOLD", chunked)
+        poison((y_shape, dtype), (weight.shape, dtype))
+        weight.grad = None
+
+        def step():
+            y = mpgemm.conv2d(x, weight, None, stride, padding)
+            y.backward(dy)
+            results[chunked] = (y.detach(), weight.grad)
+
+        names = launches(step)
+        # x folded twice, for fprop and for wgrad, by the kernel asked for; wgrad's gradient unfolded.
+        kernel = "fold_input_chunks_kernel" if chunked == "1" else "fold_input_kernel"
+        assert sum("fold_input" in name for name in names) == sum(kernel in name for name in names) == 2, names
+        assert sum("unfold_filter" in name for name in names) == 1, names
+    for y, dw in results.values():
+        assert torch.equal(y, results["1"][0]) and torch.equal(dw, results["1"][1])
 
 
 STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, padding, size in RESNET50 if stride > 1]
@@ -346,6 +386,13 @@ def test_dgrad_phases_in_one_launch(monkeypatch, c, k, kernel, stride, padding, 
             assert once == 1 and phases == 0 and not any("emset" in name for name in names), names
         else:
             assert once == 0 and phases > 0, names
+
+
+def test_bad_chunked_fold_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_CHUNKED_FOLD", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_CHUNKED_FOLD must be '0' or '1', got 'yes'"):
+        mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))
 
 
 def test_bad_dgrad_one_launch_is_refused_with_a_clear_error(monkeypatch):

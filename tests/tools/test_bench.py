@@ -411,6 +411,7 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
     monkeypatch.delenv("MPGEMM_STAGED_ROW_STORES", raising=False)
     monkeypatch.delenv("MPGEMM_DGRAD_ONE_LAUNCH", raising=False)
+    monkeypatch.delenv("MPGEMM_CHUNKED_FOLD", raising=False)
     seen = []
     real = benchmarks.ops.conv2d
 
@@ -419,18 +420,19 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
         narrow.append(benchmarks.os.environ.get("MPGEMM_NARROW_TILES"))
         staged.append(benchmarks.os.environ.get("MPGEMM_STAGED_ROW_STORES"))
         one_launch.append(benchmarks.os.environ.get("MPGEMM_DGRAD_ONE_LAUNCH"))
+        chunked.append(benchmarks.os.environ.get("MPGEMM_CHUNKED_FOLD"))
         return real(*args, **kwargs)
 
-    narrow, staged, one_launch = [], [], []
+    narrow, staged, one_launch, chunked = [], [], [], []
     monkeypatch.setattr(benchmarks.ops, "conv2d", recording)
     make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16,
                                                       paths=("wgmma", "wgmma_narrow", "wgmma_staged",
-                                                             "wgmma_one_launch"))
+                                                             "wgmma_opt_in"))
     assert {name: impl.baseline for name, impl in impls.items() if impl.baseline} == {
         "mpgemm fwd": "torch fwd", "mpgemm fwd+bwd": "torch fwd+bwd", "mpgemm wgmma fwd": "torch fwd",
         "mpgemm wgmma fwd+bwd": "torch fwd+bwd", "mpgemm dgrad": "torch dgrad", "mpgemm wgmma dgrad": "torch dgrad",
         "mpgemm wgrad": "torch wgrad", "mpgemm wgmma wgrad": "torch wgrad",
-        **{f"mpgemm wgmma_{path} {p}": f"torch {p}" for path in ("narrow", "staged", "one_launch")
+        **{f"mpgemm wgmma_{path} {p}": f"torch {p}" for path in ("narrow", "staged", "opt_in")
            for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
     inputs = make()
     for name in ("mpgemm fwd", "mpgemm wgmma fwd", "mpgemm wgmma fwd+bwd"):
@@ -441,10 +443,10 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "1", "0")
     impls["mpgemm wgmma_staged fwd"].run(*inputs)
     assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "0", "1")
-    impls["mpgemm wgmma_one_launch fwd"].run(*inputs)
-    assert (seen[-1], narrow[-1], staged[-1], one_launch[-1]) == ("wgmma", "1", "1", "1")
-    assert set(one_launch[:-1]) == {None}
-    for name in ("MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES", "MPGEMM_DGRAD_ONE_LAUNCH"):
+    impls["mpgemm wgmma_opt_in fwd"].run(*inputs)
+    assert (seen[-1], narrow[-1], staged[-1], one_launch[-1], chunked[-1]) == ("wgmma", "1", "1", "1", "1")
+    assert set(one_launch[:-1]) == set(chunked[:-1]) == {None}
+    for name in ("MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES", "MPGEMM_DGRAD_ONE_LAUNCH", "MPGEMM_CHUNKED_FOLD"):
         assert name not in benchmarks.os.environ
     errors = benchmarks.check_results(impls, inputs)
     assert all(e is None or e < 1e-2 for e in errors.values()), errors
@@ -453,7 +455,7 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     assert impls["mpgemm dgrad"].run(*inputs).shape == x.shape
     assert impls["mpgemm wgrad"].run(*inputs).shape == w.shape
     with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wgmma_staged, "
-                                        "wgmma_one_launch, wmma, gemm"):
+                                        "wgmma_opt_in, wmma, gemm"):
         benchmarks.parse_conv_paths("hopper")
 
 

@@ -43,7 +43,8 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
         assert shape in gemm.command
     # The convolutions pass by pass at ResNet-50's batch 256, the Hopper path beside the default on sm_90.
     conv = next(s for s in gpu_check.STEPS if s.name == "conv")
-    assert "--batch-sizes 256" in conv.command and "--conv-paths wgmma,wgmma_narrow,wgmma_one_launch,wmma,gemm" in conv.command
+    assert "--batch-sizes 256" in conv.command
+    assert "--conv-paths wgmma,wgmma_narrow,wgmma_opt_in,wmma,gemm" in conv.command
     train = next(s for s in gpu_check.STEPS if s.name == "train")
     for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64",
                    "mpgemm bf16,mpgemm fused' --profile", "MPGEMM_CONV_PATH=wgmma",
@@ -304,10 +305,11 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # the pre-activation), 2 checks of each of the 6 that sum A's rows too (D and the row sums: whole K on each
     # of the 5 tiles, split-K on the wide one), 3 of the one
     # that multiplies by an activation's derivative (GELU's, its tanh form's, ReLU's) and 3 passes
-    # of 13 Hopper convolutions
-    # (4 on the wide tile, a first layer's folded taps among them; 3 on the narrow tiles; 4 with staged rows, 2
-    # of them on narrow tiles; 2 with a strided dgrad's phases in one launch, one on a narrow tile).
-    hopper = 7 + 2 + 2 * 6 + 3 + 3 * 13 if torch.cuda.get_device_capability() == (9, 0) else 0
+    # of 14 Hopper convolutions
+    # (5 on the wide tile, a first layer's folded taps twice among them, x folded a thread per element and in
+    # 16-byte chunks; 3 on the narrow tiles; 4 with staged rows, 2 of them on narrow tiles; 2 with a strided
+    # dgrad's phases in one launch, one on a narrow tile).
+    hopper = 7 + 2 + 2 * 6 + 3 + 3 * 14 if torch.cuda.get_device_capability() == (9, 0) else 0
     assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + 3 * 2 + 4 * 2 + 2 + hopper
     if hopper:
         tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)

@@ -41,9 +41,13 @@ Conv2dParams folded_problem(ConvPass pass, const Conv2dParams& p, const void* x_
 size_t folded_input_bytes(const Conv2dParams& p);
 size_t folded_filter_bytes(ConvPass pass, const Conv2dParams& p);
 
-// The copies, on `stream`: x to its fold; the filters (p.wt) to theirs; the
-// folded filter gradient back to dw (p.out, p.out_type).
-cudaError_t launch_fold_input(const Conv2dParams& p, void* x_folded, cudaStream_t stream);
+// The copies, on `stream`: x to its fold, a thread per element or, where
+// `in_chunks`, a thread per 16 bytes of the fold (cudaErrorInvalidValue
+// where x_folded is not 16-byte aligned; a thread per element after all
+// where stride_h rows of x hold 2^31 elements or more, past the chunks'
+// 32-bit offsets); the filters (p.wt) to theirs; the folded filter gradient
+// back to dw (p.out, p.out_type).
+cudaError_t launch_fold_input(const Conv2dParams& p, void* x_folded, bool in_chunks, cudaStream_t stream);
 cudaError_t launch_fold_filters(const Conv2dParams& p, void* w_folded, cudaStream_t stream);
 cudaError_t launch_unfold_filter_gradient(const Conv2dParams& p, const void* dw_folded, cudaStream_t stream);
 

@@ -314,14 +314,15 @@ FoldedConv fold_taps(ConvPass pass, const Conv2dParams& p, void* workspace) {
   return conv;
 }
 
-cudaError_t launch_folded(ConvPass pass, const Conv2dParams& p, const WgmmaConvPlan& plan, void* workspace,
+cudaError_t launch_folded(ConvPass pass, const Conv2dParams& p, const Conv2dPlan& plan, void* workspace,
                           cudaStream_t stream) {
   if (!folds_taps(pass, p) || workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
   const FoldedConv conv = fold_taps(pass, p, workspace);
-  if (const cudaError_t err = launch_fold_input(p, conv.x_folded, stream); err != cudaSuccess) return err;
+  if (const cudaError_t err = launch_fold_input(p, conv.x_folded, plan.chunked_fold, stream); err != cudaSuccess)
+    return err;
   if (pass == ConvPass::kFprop)
     if (const cudaError_t err = launch_fold_filters(p, conv.w_folded, stream); err != cudaSuccess) return err;
-  if (const cudaError_t err = launch_wgmma_conv(pass, conv.folded, plan, conv.inner_workspace, stream);
+  if (const cudaError_t err = launch_wgmma_conv(pass, conv.folded, plan.wgmma, conv.inner_workspace, stream);
       err != cudaSuccess)
     return err;
   return pass == ConvPass::kWgrad ? launch_unfold_filter_gradient(p, conv.w_folded, stream) : cudaSuccess;
@@ -342,6 +343,8 @@ ConvPath conv_path() {
 bool staged_row_stores() { return switch_on("MPGEMM_STAGED_ROW_STORES", true); }
 
 bool one_launch_dgrad() { return switch_on("MPGEMM_DGRAD_ONE_LAUNCH", false); }
+
+bool chunked_fold() { return switch_on("MPGEMM_CHUNKED_FOLD", false); }
 
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
@@ -385,7 +388,7 @@ bool folded_taps_by_default(ConvPass pass) { return pass == ConvPass::kFprop; }
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
-  const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad();
+  const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad(), in_chunks = chunked_fold();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
     plan.path = Conv2dPlan::Path::kGemm;
@@ -409,6 +412,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     if (wgmma_conv_takes(pass, folded)) {
       plan.path = Conv2dPlan::Path::kFoldedTaps;
       plan.wgmma = plan_wgmma_conv(pass, folded);
+      plan.chunked_fold = in_chunks;
       plan.workspace_bytes = folded_input_bytes(p) + folded_filter_bytes(pass, p) + plan.wgmma.workspace_bytes;
       if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(folded))
         plan.moment_rows = WgmmaBlockConfig::kInstrM;
@@ -442,7 +446,7 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan
     case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kImplicitGemm: return launch_in_place(pass, p, plan.tiles, workspace, stream);
     case Conv2dPlan::Path::kWgmma: return launch_wgmma_conv(pass, p, plan.wgmma, workspace, stream);
-    case Conv2dPlan::Path::kFoldedTaps: return launch_folded(pass, p, plan.wgmma, workspace, stream);
+    case Conv2dPlan::Path::kFoldedTaps: return launch_folded(pass, p, plan, workspace, stream);
     case Conv2dPlan::Path::kGemm:
       if (!is_one_by_one_gemm(p)) return cudaErrorInvalidValue;
       return launch_gemm(one_by_one_gemm(pass, p), plan.gemm, workspace, stream);

@@ -46,10 +46,11 @@ struct Conv2dPlan {
     kFoldedTaps,
   };
   Path path = Path::kInvalid;
-  DepthwisePlan depthwise;  // kDepthwise
-  ConvTilePlan tiles;       // kImplicitGemm; kPadded: the padded problem's
-  WgmmaConvPlan wgmma;      // kWgmma; kFoldedTaps: the folded problem's
-  GemmLaunch gemm;          // kGemm
+  DepthwisePlan depthwise;    // kDepthwise
+  ConvTilePlan tiles;         // kImplicitGemm; kPadded: the padded problem's
+  WgmmaConvPlan wgmma;        // kWgmma; kFoldedTaps: the folded problem's
+  bool chunked_fold = false;  // kFoldedTaps: x folded a thread per 16 bytes (chunked_fold())
+  GemmLaunch gemm;            // kGemm
   // wgrad's split partial sums (of the implicit GEMM, the depthwise kernels,
   // the Hopper convolution or the GEMM's split-K), the padded copies and the
   // folded ones; 0 when none applies.
@@ -92,6 +93,13 @@ bool staged_row_stores();
 // throws std::invalid_argument for any other value.
 bool one_launch_dgrad();
 
+// Whether fprop and wgrad on folded taps fold x a thread per 16 bytes of the
+// copy (conv/folded_taps.cu's fold_input_chunks_kernel) instead of a thread
+// per element: only where MPGEMM_CHUNKED_FOLD is "1" (opt-in until its
+// kernel passes the GPU tests). Unset, "" or "0": no; throws
+// std::invalid_argument for any other value.
+bool chunked_fold();
+
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
 // the GEMM it is on NHWC activations and KC filters, reading every operand
 // in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
@@ -120,8 +128,9 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params, bool narro
 bool folded_taps_by_default(ConvPass pass);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH,
-// MPGEMM_STAGED_ROW_STORES or MPGEMM_DGRAD_ONE_LAUNCH (conv_path,
-// staged_row_stores, one_launch_dgrad), whatever the problem.
+// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH or MPGEMM_CHUNKED_FOLD
+// (conv_path, staged_row_stores, one_launch_dgrad, chunked_fold), whatever
+// the problem.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as

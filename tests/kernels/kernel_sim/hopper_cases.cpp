@@ -611,6 +611,9 @@ static bool check_fresh_threads() {
 // The device this driver simulates (mock/cuda_runtime.h).
 const int sim::device_arch = __CUDA_ARCH__;
 
+// Geometries of x's fold checked on their own (folds_of_x_wrong) each run.
+constexpr int kFoldGeometries = 6;
+
 // This driver links sim arch 800's objects of the files it shares with that
 // arch (test_kernel_sim.py's shared_files: the WMMA tiles and convolutions,
 // the GEMM's launcher, the plans), which hold the code a build at 900 would
@@ -693,9 +696,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < conv_cases / 6 && !(first_failure && (failed || conv_failed)); ++i)
     folded_failed += folded_conv_case(i, conv);
   printf("conv on folded taps: %d/%d failed\n", folded_failed, conv_cases / 6);
+  // x's fold on its own, both ways, whatever the case counts (a planted fold bug's run has none).
+  const bool folds_bad = !(first_failure && (failed || conv_failed)) && folds_of_x_wrong(kFoldGeometries);
+  printf("x's folds by elements and in chunks: %s\n", folds_bad ? "FAILED" : "ok");
   const bool path_bad = bad_conv_variable_accepted("MPGEMM_CONV_PATH", "hopper");
   const bool staged_bad = bad_conv_variable_accepted("MPGEMM_STAGED_ROW_STORES", "yes") ||
-                          bad_conv_variable_accepted("MPGEMM_DGRAD_ONE_LAUNCH", "yes");
+                          bad_conv_variable_accepted("MPGEMM_DGRAD_ONE_LAUNCH", "yes") ||
+                          bad_conv_variable_accepted("MPGEMM_CHUNKED_FOLD", "yes");
   const bool far_taps_bad = far_taps_wrong();
   const bool moments_bad = conv_cases > 0 && !(first_failure && conv_failed) && tile_moments_wrong(conv);
   const bool splits_bad = conv_cases > 0 && !(first_failure && conv_failed) && wgrad_splits_wrong();
@@ -713,18 +720,21 @@ int main(int argc, char** argv) {
          "conv wgmma dgrad cases with their rows staged: %d\n"
          "conv wgmma dgrad cases with their phases in one launch: %d\n"
          "conv wgmma dgrad cases in one launch with a phase no tap reaches: %d\nconv cases on folded taps: %d\n"
+         "conv cases on folded taps in chunks: %d\n"
          "conv fprop cases with moments: %d\n"
          "conv: %d/%d failed\n"
-         "bad MPGEMM_CONV_PATH refused: %s\nbad MPGEMM_STAGED_ROW_STORES and MPGEMM_DGRAD_ONE_LAUNCH refused: %s\n"
+         "bad MPGEMM_CONV_PATH refused: %s\n"
+         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD refused: %s\n"
          "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n"
          "column moments on each tile: %s\n",
          conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad,
-         conv.unreached_phase, conv.staged_rows, conv.one_launch, conv.one_launch_unreached, conv.folded, conv.moments, conv_failed, conv_cases,
+         conv.unreached_phase, conv.staged_rows, conv.one_launch, conv.one_launch_unreached, conv.folded,
+         conv.folded_in_chunks, conv.moments, conv_failed, conv_cases,
          path_bad ? "FAILED" : "ok", staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok",
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
   return mismatches || failed || row_sums_bad || row_sums_tiles_bad || occupancy_bad || walk_mismatches ||
-         conv_failed || folded_failed || conv_gemm_failed || path_bad || staged_bad || far_taps_bad || splits_bad ||
-         moments_bad || fresh_bad;
+         conv_failed || folded_failed || folds_bad || conv_gemm_failed || path_bad || staged_bad || far_taps_bad ||
+         splits_bad || moments_bad || fresh_bad;
 }

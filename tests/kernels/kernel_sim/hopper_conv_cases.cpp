@@ -43,12 +43,15 @@
 //    of the output as stored;
 //  - folded taps: random few-channel fprop and wgrad (first layers: up to 7
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
-//    must run on copies with their taps folded into the channels;
+//    must run on copies with their taps folded into the channels, x folded
+//    in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1) in every other case of a
+//    pass, its launch then a thread per chunk; and x's fold on its own, a
+//    thread per element and in chunks, against the fold's definition;
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
 //    convolutions, against the cost model's worked out apart;
 //  - fprop's column moments on each tile (tile_moments_wrong).
-// A bad MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES or MPGEMM_DGRAD_ONE_LAUNCH must be refused; taps
-// 254 pixels apart must run on
+// A bad MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH
+// or MPGEMM_CHUNKED_FOLD must be refused; taps 254 pixels apart must run on
 // the path and taps 256 apart (past the im2col offsets' 8 bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 #include <cmath>
@@ -60,6 +63,7 @@
 #include <string>
 #include <vector>
 
+#include "conv/folded_taps.h"
 #include "conv/geometry.h"
 #include "conv/launch.h"
 #include "kernel_sim/conv_reference.h"
@@ -210,6 +214,7 @@ struct ConvRun {
   bool bias = false;
   uint64_t shared_loads = 0;  // ld.shared by the launch's threads: an epilogue that staged its rows
   uint64_t launches = 0, memsets = 0;  // kernels launched and memsets, of every kind
+  std::vector<uint64_t> launch_threads;  // the threads each launch asked for, in order
   bool moments = false;       // fprop wrote its column moments (whose sums load from shared memory too)
   int64_t moments_wrong = 0;  // channels whose batch statistics, totalled from them, are off
 };
@@ -254,7 +259,11 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   std::unique_ptr<sim::Buffer> workspace;
   if (run.plan.workspace_bytes > 0) workspace = std::make_unique<sim::Buffer>(run.plan.workspace_bytes);
   const uint64_t loads = sim::hopper::shared_loads, launches = sim::launches, memsets = sim::memsets;
+  sim::launch_threads.clear();
+  sim::recording_launch_threads = true;
   run.err = launch_conv2d(pass, p, run.plan, workspace ? workspace->p : nullptr, nullptr);
+  sim::recording_launch_threads = false;
+  run.launch_threads = sim::launch_threads;
   run.shared_loads = sim::hopper::shared_loads - loads;
   run.launches = sim::launches - launches, run.memsets = sim::memsets - memsets;
   unsetenv("MPGEMM_CONV_PATH");
@@ -289,11 +298,9 @@ std::string describe(ConvPass pass, const Geometry& g, ElementType in, ElementTy
 
 }  // namespace
 
-// A random few-channel problem, fprop or wgrad in turn (first layers: up to 7
-// channels, up to 7x7 taps, strides up to 3, padding), with the Hopper
-// convolution forced: it must run on folded taps, right. Whether it failed.
-bool folded_conv_case(int index, ConvCaseCounts& counts) {
-  const auto pass = index % 2 == 0 ? ConvPass::kFprop : ConvPass::kWgrad;
+// A random few-channel geometry whose pass folds its taps (first layers: up
+// to 7 channels, up to 7x7 taps, strides up to 3, padding).
+static Geometry random_folding_geometry(ConvPass pass) {
   Geometry g;
   do {
     const int64_t c = rnd(1, 7), k = pass == ConvPass::kFprop ? rnd(1, 40) : 8 * rnd(1, 5);
@@ -302,18 +309,107 @@ bool folded_conv_case(int index, ConvCaseCounts& counts) {
     g.pad_top = int(rnd(0, g.r / 2)), g.pad_left = int(rnd(0, g.s / 2));
     g.p = (g.h + 2 * g.pad_top - g.r) / g.stride_h + 1, g.q = (g.w + 2 * g.pad_left - g.s) / g.stride_w + 1;
   } while (!folds(pass, g));
+  return g;
+}
+
+// Elements of x's fold: N x J x Q pixels of 64 channels, J = P + R' - 1.
+static int64_t folded_elements(const Geometry& g) {
+  return g.n * (g.p + (g.r + g.stride_h - 1) / g.stride_h - 1) * g.q * 64;
+}
+
+// A random few-channel problem (random_folding_geometry, its fold more than
+// one block's elements, so that a fold by elements and one in chunks launch
+// different numbers of threads), fprop or wgrad in turn, with the Hopper
+// convolution forced: it must run on folded taps, right, x folded in 16-byte
+// chunks where the case is odd-numbered among its pass's
+// (MPGEMM_CHUNKED_FOLD=1: the fold's launch then a thread per chunk).
+// Whether it failed.
+bool folded_conv_case(int index, ConvCaseCounts& counts) {
+  const auto pass = index % 2 == 0 ? ConvPass::kFprop : ConvPass::kWgrad;
+  const bool in_chunks = index / 2 % 2 == 1;
+  Geometry g;
+  do g = random_folding_geometry(pass);
+  while (folded_elements(g) <= 256);
   const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
+  if (in_chunks) setenv("MPGEMM_CHUNKED_FOLD", "1", 1);
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true);
+  unsetenv("MPGEMM_CHUNKED_FOLD");
   const bool folded = run.plan.path == Conv2dPlan::Path::kFoldedTaps;
+  // The fold's threads, the first launch's: one per element of the folded x,
+  // or one per 16 bytes, in blocks of 256 (at most 8192 of them: beyond
+  // the simulation's sizes).
+  const int64_t fold_threads = run.launch_threads.empty() ? 0 : int64_t(run.launch_threads[0]);
+  const bool fold_width_right = fold_threads == (folded_elements(g) / (in_chunks ? 8 : 1) + 255) / 256 * 256;
   counts.folded += folded;
+  counts.folded_in_chunks += folded && in_chunks;
   counts.moments += run.moments;
-  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded;
+  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded || !fold_width_right;
   if (bad)
-    printf("folded conv case %d FAILED: %s, on folded taps: %d\n", index, describe(pass, g, in, out, run).c_str(),
-           int(folded));
+    printf("folded conv case %d FAILED: %s, on folded taps: %d, x folded by %ld threads (in chunks: %d)\n", index,
+           describe(pass, g, in, out, run).c_str(), int(folded), long(fold_threads), int(in_chunks));
   return bad;
+}
+
+// Few-channel geometries whose folds the random ones seldom reach, their
+// outputs' sizes worked out: ResNet's first layer's, shrunk (runs of 21
+// channels, so chunks that cross from one run to the next and into the zeros
+// past them); 7x7 taps of one channel at a stride of 8 (56 folded channels)
+// over 3 x 2 pixels padded by 6 rows and 9 columns: windows from rows above
+// x to rows below it, one wholly in the left padding, one wider than x on
+// both sides.
+static Geometry fixed_folding_geometry(int index) {
+  Geometry g = index == 0 ? Geometry{2, 15, 14, 3, 8, 7, 7, 0, 0, 2, 2, 3, 3, 1, 1}
+                          : Geometry{1, 3, 2, 1, 8, 7, 7, 0, 0, 8, 8, 6, 9, 1, 1};
+  g.p = (g.h + 2 * g.pad_top - g.r) / g.stride_h + 1, g.q = (g.w + 2 * g.pad_left - g.s) / g.stride_w + 1;
+  return g;
+}
+
+// x's fold (conv/folded_taps.h's launch_fold_input), a thread per element
+// and in 16-byte chunks, of the fixed geometries, then random few-channel
+// ones (random_folding_geometry), into poisoned copies, against the fold's
+// definition: folded x at (image, j, q, channel (r2 * S + s) * C + c) is x
+// at (image, stride_h * j - pad_top + r2, stride_w * q - pad_left + s, c),
+// zero outside x and past stride_h * S * C channels. Every other geometry
+// on a grid of 1 or 2 blocks, whose threads must stride. Whether any element
+// went wrong.
+bool folds_of_x_wrong(int geometries) {
+  int64_t wrong = 0;
+  for (int i = 0; i < geometries; ++i) {
+    const Geometry g = i < 2 ? fixed_folding_geometry(i) : random_folding_geometry(ConvPass::kFprop);
+    const int64_t taps = (g.r + g.stride_h - 1) / g.stride_h, rows = g.p + taps - 1;
+    const int64_t x_size = g.n * g.h * g.w * g.c, folded_size = g.n * rows * g.q * 64;
+    sim::Buffer x(x_size * 2);
+    for (int64_t e = 0; e < x_size; ++e) sim::set(x.p, ElementType::kFloat16, e, rnd(1, 4096) / 8.0f);
+    const auto* x_elements = reinterpret_cast<const uint16_t*>(x.p);
+    Conv2dParams p;
+    p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.k = g.k, p.r = g.r, p.s = g.s, p.p = g.p, p.q = g.q;
+    p.stride_h = g.stride_h, p.stride_w = g.stride_w, p.pad_top = g.pad_top, p.pad_left = g.pad_left;
+    p.x = x.p, p.input_type = ElementType::kFloat16;
+    if (i % 2 == 1) sim::max_grid.x = unsigned(rnd(1, 2));
+    for (const bool in_chunks : {false, true}) {
+      sim::Buffer folded(folded_size * 2);  // poisoned
+      const cudaError_t err = launch_fold_input(p, folded.p, in_chunks, nullptr);
+      int64_t off = err != cudaSuccess ? folded_size : 0;
+      for (int64_t e = 0; err == cudaSuccess && e < folded_size; ++e) {
+        const int64_t ch = e % 64, q = e / 64 % g.q, j = e / 64 / g.q % rows, image = e / 64 / g.q / rows;
+        const int64_t r2 = ch / (g.s * g.c), s = ch / g.c % g.s, c = ch % g.c;
+        const int64_t row = g.stride_h * j - g.pad_top + r2, col = g.stride_w * q - g.pad_left + s;
+        const bool inside = r2 < g.stride_h && row >= 0 && row < g.h && col >= 0 && col < g.w;
+        const uint16_t want = inside ? x_elements[((image * g.h + row) * g.w + col) * g.c + c] : uint16_t(0);
+        off += reinterpret_cast<const uint16_t*>(folded.p)[e] != want;
+      }
+      if (off > 0)
+        printf("  x's fold %s: %ld of %ld elements wrong (err=%d): n %ld h %ld w %ld c %ld r %ld s %ld stride %d,%d "
+               "pad %d,%d\n",
+               in_chunks ? "in chunks" : "by elements", long(off), long(folded_size), int(err), long(g.n), long(g.h),
+               long(g.w), long(g.c), long(g.r), long(g.s), g.stride_h, g.stride_w, g.pad_top, g.pad_left);
+      wrong += off;
+    }
+    sim::max_grid.x = 1u << 31;
+  }
+  return wrong > 0;
 }
 
 // One random problem of pass index % 3; whether it failed. Counts the cases
@@ -463,8 +559,8 @@ bool tile_moments_wrong(ConvCaseCounts& counts) {
 }
 
 // A bad value of `variable` (MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES,
-// MPGEMM_DGRAD_ONE_LAUNCH) is
-// refused by any plan, whatever the problem; whether it was not.
+// MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD) is refused by any plan,
+// whatever the problem; whether it was not.
 bool bad_conv_variable_accepted(const char* variable, const char* value) {
   setenv(variable, value, 1);
   bool refused = false;

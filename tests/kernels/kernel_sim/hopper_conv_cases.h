@@ -11,6 +11,7 @@ struct ConvCaseCounts {
   int unreached_phase = 0;  // of those, with a phase no tap reaches
   int on_n128 = 0, on_n64 = 0;  // on the narrow tiles
   int folded = 0;               // on folded taps (conv/folded_taps.h)
+  int folded_in_chunks = 0;     // of those, x folded in 16-byte chunks
   int staged_rows = 0;          // strided dgrad's with their rows staged
   int one_launch = 0;           // of those, with their phases in one launch
   int one_launch_unreached = 0;  // of those, with a phase no tap reaches
@@ -24,10 +25,16 @@ int check_im2col_walk(int& mismatches);
 // launch_conv2d; whether it failed.
 bool hopper_conv_case(int index, ConvCaseCounts& counts);
 // One random few-channel fprop or wgrad (index % 2) with the Hopper
-// convolution forced, which must run on folded taps; whether it failed.
+// convolution forced, which must run on folded taps (x folded in 16-byte
+// chunks in every other case of a pass); whether it failed.
 bool folded_conv_case(int index, ConvCaseCounts& counts);
+// x's fold, a thread per element and in 16-byte chunks, against its
+// definition on `geometries` random few-channel geometries; whether any
+// element went wrong.
+bool folds_of_x_wrong(int geometries);
 // Whether a bad value of `variable` (MPGEMM_CONV_PATH,
-// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH) was accepted.
+// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD)
+// was accepted.
 bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();

@@ -146,6 +146,10 @@ inline std::map<std::pair<int, const void*>, int> cluster_occupancy_queries;
 inline dim3 last_grid;
 inline size_t last_smem = 0;
 inline unsigned last_cluster = 1;
+// The threads each launch asked for (grid x block), in order, while a check
+// records them.
+inline bool recording_launch_threads = false;
+inline std::vector<uint64_t> launch_threads;
 // Launches run on a grid clipped to this. Stands in for the 65535-block limit
 // that only huge problems reach: kernels that grid-stride must still cover
 // everything.
@@ -319,6 +323,7 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   launched.insert(reinterpret_cast<const void*>(kernel));
   ++launches;
   last_grid = grid;
+  if (recording_launch_threads) launch_threads.push_back(uint64_t(grid.x) * grid.y * block.x);
   last_smem = smem;
   last_cluster = cluster;
   const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
