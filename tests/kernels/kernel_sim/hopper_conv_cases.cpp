@@ -378,8 +378,8 @@ bool folds_of_x_wrong(int geometries) {
   int64_t wrong = 0;
   for (int i = 0; i < geometries; ++i) {
     const Geometry g = i < 2 ? fixed_folding_geometry(i) : random_folding_geometry(ConvPass::kFprop);
-    const int64_t taps = (g.r + g.stride_h - 1) / g.stride_h, rows = g.p + taps - 1;
-    const int64_t x_size = g.n * g.h * g.w * g.c, folded_size = g.n * rows * g.q * 64;
+    const int64_t rows = g.p + (g.r + g.stride_h - 1) / g.stride_h - 1;
+    const int64_t x_size = g.n * g.h * g.w * g.c, folded_size = folded_elements(g);
     sim::Buffer x(x_size * 2);
     for (int64_t e = 0; e < x_size; ++e) sim::set(x.p, ElementType::kFloat16, e, rnd(1, 4096) / 8.0f);
     const auto* x_elements = reinterpret_cast<const uint16_t*>(x.p);
