@@ -103,35 +103,47 @@ class GradientLink:
         self.param, self.master = param, master
         self.proxy = MasterGrad(param, master)
         self._continues = False  # the pre-hook took the proxy off: a real grad adds to the master's
-        self._accumulator = None
+        self._hooked = False
         self._install_hooks()
 
     def _install_hooks(self):
-        if not self.param.requires_grad or self._accumulator is not None:
+        if not self.param.requires_grad or self._hooked:
             return
-        # The AccumulateGrad node lives only while something holds it. A hook
-        # on the node (not on the tensor) runs only when backward accumulates,
-        # never for torch.autograd.grad. The hooks hold the link weakly and go
-        # with it, so a discarded optimizer leaves nothing running.
-        with torch.enable_grad():
-            self._accumulator = self.param.view_as(self.param).grad_fn.next_functions[0][0]
+        # Both hooks live on the tensor, not on its AccumulateGrad node: a node
+        # held here would keep the stream it was made on, and every backward
+        # would accumulate there (the default stream, which a CUDA graph's
+        # capture refuses), where torch makes a fresh node on the forward's
+        # stream. A leaf's tensor hooks also run when torch.autograd.grad asks
+        # for its gradient, which accumulates nothing: a callback at the end of
+        # that backward puts the stand-in back. The hooks hold the link weakly
+        # and go with it, so a discarded optimizer leaves nothing running.
         link = weakref.ref(self)
         handles = [
-            self._accumulator.register_prehook(lambda grads: _call(link, "_before_accumulate", grads)),
+            self.param.register_hook(lambda grad: _call(link, "_before_accumulate", grad)),
             self.param.register_post_accumulate_grad_hook(lambda param: _call(link, "_after_accumulate", param)),
         ]
         for handle in handles:
             weakref.finalize(self, handle.remove)
+        self._hooked = True
 
-    def _before_accumulate(self, grad_outputs):
-        if grad_outputs[0] is None:
+    def _before_accumulate(self, grad):
+        if grad is None:
             return  # AccumulateGrad adds nothing and calls no post-accumulate hook
-        grad = self.param.grad
-        if grad is self.proxy:
+        current = self.param.grad
+        if current is self.proxy:
             self.param.grad = None  # AccumulateGrad cannot add into the stand-in
             self._continues = True
-        elif grad is None:
+            link = weakref.ref(self)
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: _call(link, "_after_backward", None))
+        elif current is None and not self._continues:
             self.master.grad = None
+
+    def _after_backward(self, _):
+        """The end of a backward that took the stand-in off: where nothing
+        was accumulated (torch.autograd.grad), the master's gradient is still
+        current, and the stand-in goes back."""
+        if self.param.grad is None and self._continues:
+            self.param.grad = self.proxy
             self._continues = False
 
     def _after_accumulate(self, param):
@@ -157,7 +169,7 @@ class GradientLink:
             self.master.grad = None
         else:
             self._absorb(grad)
-            if self._accumulator is not None:  # without hooks, AccumulateGrad would add into the stand-in
+            if self._hooked:  # without hooks, AccumulateGrad would add into the stand-in
                 self.param.grad = self.proxy
         self._continues = False
 

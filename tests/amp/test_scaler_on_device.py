@@ -132,7 +132,9 @@ def test_a_fused_optimizer_skips_on_the_device_as_the_host_would(device, monkeyp
         assert state["last_step_skipped"] == (i in overflow_at)
         assert set(steps) == set(host_steps) == {i + 1 - len([s for s in overflow_at if s <= i])}
         for m, h in zip(masters, host_masters):
-            torch.testing.assert_close(m, h, rtol=1e-5, atol=1e-6)  # fused and foreach AdamW round alike
+            # Fused and foreach AdamW round differently on CUDA (2.9e-6 apart after 8 steps, H200,
+            # 2026-11-29); a step taken or skipped where the other was not moves a master by about lr.
+            torch.testing.assert_close(m, h, rtol=1e-4, atol=1e-5)
         if i in overflow_at:
             for m, before in zip(masters, on_device[i - 1][0]):
                 assert torch.equal(m, before)

@@ -110,7 +110,9 @@ def test_fused_chains_train_on_epilogue_statistics_as_on_their_own(device, monke
             optimizer.step()
             optimizer.zero_grad()
         (out, grad_x), (other_out, other_grad_x) = results
-        torch.testing.assert_close(out, other_out, rtol=1e-4, atol=1e-4)
+        # On a GPU the convolution's statistics come from its fp32 sums, batch norm's from y rounded to
+        # 16 bits: the outputs differ by a few of their ulps (3e-4 at 0.2, H200, 2026-11-29).
+        torch.testing.assert_close(out, other_out, rtol=4e-3, atol=1e-3)
         torch.testing.assert_close(grad_x, other_grad_x, rtol=1e-3, atol=1e-5)
     assert len(calls) == len(EXPECTED) * 3, calls
     # Every chain of model 0 took the statistics, none of model 1's.

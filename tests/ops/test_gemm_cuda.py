@@ -13,6 +13,7 @@ the Hopper kernels through aligned copies (MPGEMM_PADDED_OPERANDS=1).
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
 
+import contextlib
 import math
 import random
 import re
@@ -362,16 +363,32 @@ def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, 
         assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)
 
 
+@contextlib.contextmanager
+def poisoned_blocks(*blocks):
+    """Allocations inside come from a pool of their own whose only free
+    memory is NaN-filled blocks of the given (shape, dtype)s: an op's
+    outputs of those sizes land on them (the callers assert it), so an
+    element its kernel does not write stays NaN. (From the shared pool the
+    caching allocator may hand out any free block of the size.)"""
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        poison = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for shape, dtype in blocks]
+        pointers = [t.data_ptr() for t in poison]
+        del poison
+        yield pointers
+
+
+def cuda_kernels(prof):
+    """The names of the kernels a torch.profiler run saw (not the runtime's calls that launched them)."""
+    return [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def poisoned_pre_activation(x, weight, bias, out_dtype):
-    """torch.ops.mpgemm._linear_pre_activation into memory that held NaN: two
-    blocks of y's size filled and freed, which the caching allocator hands
-    back for y and the pre-activation (asserted)."""
+    """torch.ops.mpgemm._linear_pre_activation into NaN-filled blocks (asserted)."""
     shape, dtype = (*x.shape[:-1], weight.shape[0]), out_dtype or x.dtype
-    poison = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2)]
-    pointers = {t.data_ptr() for t in poison}
-    del poison
-    y, z = torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu", out_dtype=out_dtype)
-    assert {y.data_ptr(), z.data_ptr()} == pointers, "the outputs were not the poisoned blocks"
+    with poisoned_blocks((shape, dtype), (shape, dtype)) as pointers:
+        y, z = torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu", out_dtype=out_dtype)
+    assert {y.data_ptr(), z.data_ptr()} == set(pointers), "the outputs were not the poisoned blocks"
     return y, z
 
 
@@ -426,17 +443,15 @@ def test_batched_pre_activation_from_the_hopper_epilogue(dtype, monkeypatch):
 
 
 def poisoned_row_sums(a, b, out_dtype):
-    """torch.ops.mpgemm._gemm_row_sums into memory that held NaN: blocks of y's
-    and the sums' sizes filled and freed, which the caching allocator hands
-    back for them (asserted)."""
+    """torch.ops.mpgemm._gemm_row_sums into NaN-filled blocks (asserted), and
+    the kernels that call ran."""
     m, n = a.shape[0], b.shape[1]
-    poison = [torch.full((m, n), float("nan"), dtype=out_dtype or a.dtype, device="cuda"),
-              torch.full((m,), float("nan"), device="cuda")]
-    pointers = [t.data_ptr() for t in poison]
-    del poison
-    y, sums = torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)
+    with poisoned_blocks(((m, n), out_dtype or a.dtype), ((m,), torch.float32)) as pointers:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y, sums = torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)
+            torch.cuda.synchronize()
     assert [y.data_ptr(), sums.data_ptr()] == pointers, "the outputs were not the poisoned blocks"
-    return y, sums
+    return y, sums, cuda_kernels(prof)
 
 
 @needs_hopper_path
@@ -473,10 +488,7 @@ def test_row_sums_from_the_hopper_mainloop(m, n, k, path, split, tile, dtype, mo
     a, b = operand((m, k), "col", dtype), operand((k, n), "row", dtype)
     row_sums_kernel = "wgmma_splitk_row_sums_gemm_kernel" if split > 1 else "wgmma_row_sums_gemm_kernel"
     for out_dtype in (None, torch.float32):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            y, sums = poisoned_row_sums(a, b, out_dtype)
-            torch.cuda.synchronize()
-        kernels = [event.name for event in prof.events() if "kernel" in event.name]
+        y, sums, kernels = poisoned_row_sums(a, b, out_dtype)
         ran = [name for name in kernels if "gemm_kernel" in name]
         assert len(ran) == 1 and row_sums_kernel in ran[0] and f"::{tile}," in ran[0], kernels
         assert split > 1 or len(kernels) == 1, kernels
@@ -506,7 +518,7 @@ def test_linear_backward_sums_its_bias_in_the_weights_product(monkeypatch):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         y.backward(grad)
         torch.cuda.synchronize()
-    kernels = [event.name for event in prof.events() if "kernel" in event.name.lower()]
+    kernels = cuda_kernels(prof)
     assert len(kernels) == 2 and any("wgmma_row_sums_gemm_kernel" in name for name in kernels), kernels
     assert relative_error(bias.grad, grad.double().sum(0).cpu()) < 1e-5
 
@@ -537,17 +549,14 @@ def test_narrow_tiles_by_default(m, n, tile, monkeypatch):
 
 
 def poisoned_activation_grad(a, b, z, activation):
-    """torch.ops.mpgemm._gemm_activation_grad into memory that held NaN (a
-    block of the result's size filled and freed, which the caching allocator
-    hands back for it, asserted), and the kernels that call ran."""
-    poison = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=a.dtype, device="cuda")
-    pointer = poison.data_ptr()
-    del poison
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
-        torch.cuda.synchronize()
+    """torch.ops.mpgemm._gemm_activation_grad into a NaN-filled block
+    (asserted), and the kernels that call ran."""
+    with poisoned_blocks(((a.shape[0], b.shape[1]), a.dtype)) as (pointer,):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
+            torch.cuda.synchronize()
     assert out.data_ptr() == pointer, "the output was not the poisoned block"
-    return out, [event.name for event in prof.events() if "kernel" in event.name.lower()]
+    return out, cuda_kernels(prof)
 
 
 @needs_hopper_path

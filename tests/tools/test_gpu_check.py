@@ -298,9 +298,9 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     assert sanitize.returncode == 0, sanitize.stdout + sanitize.stderr
     # 2 WMMA GEMMs, 3 passes of 5 convolutions (the large tile, stride 2, depthwise, 3 channels, a 1x1 as
     # GEMMs), 3 checks of 2 fused batch norms (forward, dgrad, the residual's gradient), 4 of the gated MLP's
-    # passes twice (the product, the gate's and the up projection's gradients, the product again), loss
-    # scaling's 2
-    # (the unscale pass, the scale's update); on sm_90 7 Hopper GEMMs (blocks alone, pairs, ping-pong,
+    # passes twice (the product, the gate's and the up projection's gradients, the product again), 2 of the
+    # WMMA fprop's epilogue statistics (y and the statistics), loss scaling's 2 (the unscale pass, the
+    # scale's update); on sm_90 2 of the Hopper fprop's epilogue statistics, 7 Hopper GEMMs (blocks alone, pairs, ping-pong,
     # both narrow tiles, split-K, padded operands), 2 checks of one that stores its pre-activation too (y and
     # the pre-activation), 2 checks of each of the 6 that sum A's rows too (D and the row sums: whole K on each
     # of the 5 tiles, split-K on the wide one), 3 of the one
@@ -309,8 +309,8 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # (5 on the wide tile, a first layer's folded taps twice among them, x folded a thread per element and in
     # 16-byte chunks; 3 on the narrow tiles; 4 with staged rows, 2 of them on narrow tiles; 2 with a strided
     # dgrad's phases in one launch, one on a narrow tile).
-    hopper = 7 + 2 + 2 * 6 + 3 + 3 * 14 if torch.cuda.get_device_capability() == (9, 0) else 0
-    assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + 3 * 2 + 4 * 2 + 2 + hopper
+    hopper = 2 + 7 + 2 + 2 * 6 + 3 + 3 * 14 if torch.cuda.get_device_capability() == (9, 0) else 0
+    assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + 3 * 2 + 4 * 2 + 2 + 2 + hopper
     if hopper:
         tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)
         assert tiles.returncode == 0 and "Hopper convolution kernels that ran: 3" in tiles.stdout, tiles.stdout
