@@ -364,32 +364,35 @@ def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, 
 
 
 @contextlib.contextmanager
-def poisoned_blocks(*blocks):
-    """Allocations inside come from a pool of their own whose only free
-    memory is NaN-filled blocks of the given (shape, dtype)s: an op's
-    outputs of those sizes land on them (the callers assert it), so an
-    element its kernel does not write stays NaN. (From the shared pool the
-    caching allocator may hand out any free block of the size.)"""
-    pool = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(pool):
-        poison = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for shape, dtype in blocks]
-        pointers = [t.data_ptr() for t in poison]
-        del poison
-        yield pointers
+def nan_filled_outputs():
+    """Inside, every new tensor's memory starts as NaN (torch's deterministic
+    mode fills what at::empty hands out, whichever block the caching
+    allocator picks), an op's outputs among them: an element its kernels do
+    not write stays NaN. mpgemm's kernels and plans do not depend on the mode."""
+    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
-def cuda_kernels(prof):
-    """The names of the kernels a torch.profiler run saw (not the runtime's calls that launched them)."""
-    return [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+def kernels_of(call):
+    """The names of the kernels that call() ran (torch.profiler; not the runtime's calls or copies)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [event.name for event in prof.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA and not event.name.startswith(("Memcpy", "Memset"))]
 
 
 def poisoned_pre_activation(x, weight, bias, out_dtype):
-    """torch.ops.mpgemm._linear_pre_activation into NaN-filled blocks (asserted)."""
-    shape, dtype = (*x.shape[:-1], weight.shape[0]), out_dtype or x.dtype
-    with poisoned_blocks((shape, dtype), (shape, dtype)) as pointers:
-        y, z = torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu", out_dtype=out_dtype)
-    assert {y.data_ptr(), z.data_ptr()} == set(pointers), "the outputs were not the poisoned blocks"
-    return y, z
+    """torch.ops.mpgemm._linear_pre_activation into outputs that start as NaN."""
+    with nan_filled_outputs():
+        return torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu", out_dtype=out_dtype)
 
 
 @needs_hopper_path
@@ -443,15 +446,11 @@ def test_batched_pre_activation_from_the_hopper_epilogue(dtype, monkeypatch):
 
 
 def poisoned_row_sums(a, b, out_dtype):
-    """torch.ops.mpgemm._gemm_row_sums into NaN-filled blocks (asserted), and
-    the kernels that call ran."""
-    m, n = a.shape[0], b.shape[1]
-    with poisoned_blocks(((m, n), out_dtype or a.dtype), ((m,), torch.float32)) as pointers:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            y, sums = torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)
-            torch.cuda.synchronize()
-    assert [y.data_ptr(), sums.data_ptr()] == pointers, "the outputs were not the poisoned blocks"
-    return y, sums, cuda_kernels(prof)
+    """torch.ops.mpgemm._gemm_row_sums into outputs that start as NaN, and
+    the kernels a second call runs."""
+    with nan_filled_outputs():
+        y, sums = torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)
+    return y, sums, kernels_of(lambda: torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype))
 
 
 @needs_hopper_path
@@ -515,10 +514,7 @@ def test_linear_backward_sums_its_bias_in_the_weights_product(monkeypatch):
     bias = torch.randn(3072, device="cuda", requires_grad=True)
     y = mpgemm.linear(x, weight, bias)
     grad = torch.randn_like(y)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        y.backward(grad)
-        torch.cuda.synchronize()
-    kernels = cuda_kernels(prof)
+    kernels = kernels_of(lambda: y.backward(grad))
     assert len(kernels) == 2 and any("wgmma_row_sums_gemm_kernel" in name for name in kernels), kernels
     assert relative_error(bias.grad, grad.double().sum(0).cpu()) < 1e-5
 
@@ -549,14 +545,11 @@ def test_narrow_tiles_by_default(m, n, tile, monkeypatch):
 
 
 def poisoned_activation_grad(a, b, z, activation):
-    """torch.ops.mpgemm._gemm_activation_grad into a NaN-filled block
-    (asserted), and the kernels that call ran."""
-    with poisoned_blocks(((a.shape[0], b.shape[1]), a.dtype)) as (pointer,):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
-            torch.cuda.synchronize()
-    assert out.data_ptr() == pointer, "the output was not the poisoned block"
-    return out, cuda_kernels(prof)
+    """torch.ops.mpgemm._gemm_activation_grad into an output that starts as
+    NaN, and the kernels a second call runs."""
+    with nan_filled_outputs():
+        out = torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation)
+    return out, kernels_of(lambda: torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation))
 
 
 @needs_hopper_path
