@@ -397,16 +397,17 @@ def _gated_mlp_case(shape, device, dtype):
 # tiles (MPGEMM_NARROW_TILES=1); "wgmma_staged" the same as "wgmma", its
 # strided dgrad storing dx's rows through shared memory
 # (MPGEMM_STAGED_ROW_STORES=1); "wgmma_opt_in" the Hopper convolution with
-# the sm_90 default's narrow tiles and staged rows and every opt-in kernel of
-# its own: a strided dgrad's phases in one launch (MPGEMM_DGRAD_ONE_LAUNCH=1,
-# so that the default's column is its launch-a-phase twin) and x folded in
-# 16-byte chunks (MPGEMM_CHUNKED_FOLD=1, so that "wgmma_narrow"'s first layer
-# is its fold a thread per element; the two touch different layers);
+# every switch of the sm_90 default on: narrow tiles, staged rows, a strided
+# dgrad's phases in one launch (MPGEMM_DGRAD_ONE_LAUNCH=1) and x folded in
+# 16-byte chunks (MPGEMM_CHUNKED_FOLD=1), where the paths above have the
+# last two off (a phase a launch, x folded a thread per element: the twins
+# of the default's);
 # "wmma" forces the WMMA kernels; "gemm" runs
 # 1x1 convolutions at stride 1 without padding as GEMMs, the rest as the
 # default does.
 CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "gemm")
-_HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0"}
+_HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0",
+           "MPGEMM_DGRAD_ONE_LAUNCH": "0", "MPGEMM_CHUNKED_FOLD": "0"}
 _CONV_PATH_ENV = {"wgmma": _HOPPER, "wgmma_narrow": {**_HOPPER, "MPGEMM_NARROW_TILES": "1"},
                   "wgmma_staged": {**_HOPPER, "MPGEMM_STAGED_ROW_STORES": "1"},
                   "wgmma_opt_in": {**_HOPPER, "MPGEMM_NARROW_TILES": "1", "MPGEMM_STAGED_ROW_STORES": "1",

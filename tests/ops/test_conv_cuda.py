@@ -12,9 +12,10 @@ On Hopper GPUs the default takes the Hopper convolution for the passes it
 measured faster on: on its narrow tiles (128 x 128 and 128 x 64) for passes
 whose N is at most 128, with strided dgrad storing dx's rows through shared
 memory, and fprop of few input channels (a first layer's) through copies
-with their taps folded into the channels. MPGEMM_DGRAD_ONE_LAUNCH=1
-(opt-in) runs a strided dgrad's phases, their rows staged, in one launch;
-MPGEMM_CHUNKED_FOLD=1 (opt-in) folds x a thread per 16 bytes. Each case also runs with
+with their taps folded into the channels (x folded a thread per 16 bytes),
+a strided dgrad's phases, their rows staged, in one launch
+(MPGEMM_CHUNKED_FOLD=0 and MPGEMM_DGRAD_ONE_LAUNCH=0 turn those two off).
+Each case also runs with
 MPGEMM_CONV_PATH=wgmma (the Hopper convolution wherever its geometry
 allows) on its wide tile with dx's rows stored from registers
 (MPGEMM_NARROW_TILES=0, MPGEMM_STAGED_ROW_STORES=0), with that on the narrow
@@ -278,10 +279,10 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch", FOLDED)
 def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
-    """With MPGEMM_CHUNKED_FOLD=1 (opt-in), fprop and wgrad on folded taps
-    fold x a thread per 16 bytes of the copy (fold_input_chunks_kernel),
-    right against cuDNN and float64, and y and dw are bitwise the fold a
-    thread per element's ("0" or unset: that one)."""
+    """By default (MPGEMM_CHUNKED_FOLD unset or "1"), fprop and wgrad on
+    folded taps fold x a thread per 16 bytes of the copy
+    (fold_input_chunks_kernel), right against cuDNN and float64, and y and
+    dw are bitwise the fold a thread per element's ("0": that one)."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     monkeypatch.setenv("MPGEMM_CHUNKED_FOLD", "1")
     x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
@@ -303,7 +304,7 @@ def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, ba
 
         names = launches(step)
         # x folded twice, for fprop and for wgrad, by the kernel asked for; wgrad's gradient unfolded.
-        kernel = "fold_input_chunks_kernel" if chunked == "1" else "fold_input_kernel"
+        kernel = "fold_input_kernel" if chunked == "0" else "fold_input_chunks_kernel"
         assert sum("fold_input" in name for name in names) == sum(kernel in name for name in names) == 2, names
         assert sum("unfold_filter" in name for name in names) == 1, names
     for y, dw in results.values():
@@ -361,12 +362,12 @@ def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, bat
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch, tile", STRIDED_DGRAD_CASES)
 def test_dgrad_phases_in_one_launch(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype):
-    """With MPGEMM_DGRAD_ONE_LAUNCH=1 (opt-in), strided dgrad on the Hopper
+    """By default (MPGEMM_DGRAD_ONE_LAUNCH unset or "1"), strided dgrad on the Hopper
     convolution, its rows staged, runs all its phases in one launch of its
     own kernel where it has at most four (a stride of 2 x 2), with no memset
     of dx (the phases no tap reaches are stored as zeros by that launch),
     right against cuDNN and float64; more phases (strides of 3, 2 x 3) keep
-    a launch a phase, as does '0' or unset."""
+    a launch a phase, as does '0'."""
     monkeypatch.setenv("MPGEMM_DGRAD_ONE_LAUNCH", "1")
     x, weight = strided_dgrad_case(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype)
     y = mpgemm.conv2d(x, weight, None, stride, padding)
@@ -382,7 +383,7 @@ def test_dgrad_phases_in_one_launch(monkeypatch, c, k, kernel, stride, padding, 
         names = launches(dgrad)
         once = sum("wgmma_dgrad_phases_kernel" in name for name in names)
         phases = sum("wgmma_dgrad_staged_rows_kernel" in name for name in names)
-        if one_launch == "1" and fits:
+        if one_launch != "0" and fits:
             assert once == 1 and phases == 0 and not any("emset" in name for name in names), names
         else:
             assert once == 0 and phases > 0, names

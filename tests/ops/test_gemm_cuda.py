@@ -369,7 +369,8 @@ def nan_filled_outputs():
     mode fills what at::empty hands out, whichever block the caching
     allocator picks), an op's outputs among them: an element its kernels do
     not write stays NaN. mpgemm's kernels and plans do not depend on the mode."""
-    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True

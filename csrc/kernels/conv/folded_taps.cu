@@ -1,9 +1,9 @@
 // The folded copies of conv/folded_taps.h, grid-stride. The filters' fold,
-// the gradient's unfold and, by default, x's fold: a thread per destination
+// the gradient's unfold and, with MPGEMM_CHUNKED_FOLD=0, x's fold: a thread per destination
 // element at a time, consecutive threads on consecutive elements, so that
 // writes coalesce along the folded channels and reads along the source's taps
 // and channels, each index split by 32-bit divisions, as the padded copies'
-// are. x's fold in chunks (opt-in, MPGEMM_CHUNKED_FOLD=1): a thread per 16
+// are. x's fold in chunks (the default): a thread per 16
 // bytes of the folded copy, which splits its index once for its 8 channels
 // and finds each channel's tap in a table. The filters' copies are a few
 // thousand elements; x's is the size of the layer's output (422 MB for

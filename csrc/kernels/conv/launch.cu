@@ -342,9 +342,9 @@ ConvPath conv_path() {
 
 bool staged_row_stores() { return switch_on("MPGEMM_STAGED_ROW_STORES", true); }
 
-bool one_launch_dgrad() { return switch_on("MPGEMM_DGRAD_ONE_LAUNCH", false); }
+bool one_launch_dgrad() { return switch_on("MPGEMM_DGRAD_ONE_LAUNCH", true); }
 
-bool chunked_fold() { return switch_on("MPGEMM_CHUNKED_FOLD", false); }
+bool chunked_fold() { return switch_on("MPGEMM_CHUNKED_FOLD", true); }
 
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&

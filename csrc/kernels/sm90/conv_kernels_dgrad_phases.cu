@@ -1,5 +1,5 @@
 // The Hopper convolution's kernels that run a strided dgrad's phases in one
-// launch, their rows staged (opt-in: MPGEMM_DGRAD_ONE_LAUNCH=1), on each
+// launch, their rows staged (the default; MPGEMM_DGRAD_ONE_LAUNCH=0: a launch a phase), on each
 // tile, for fp16 and bf16 inputs (sm90/launch.h).
 #include "sm90/conv_launch_kernel.cuh"
 
