@@ -149,7 +149,7 @@ def bench_step(name):
                    "mlp": lambda r: paired_section(r, [(f"mpgemm fused{t} {p}", f"torch unfused{t} {p}")
                                                        for t, p in passes] +
                                                    [(f"mpgemm fused {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
-                                                    for fused in ("saved-z", "saved-z+dbias") for t in BF16_TAGS] +
+                                                    for fused in ("recomputed-z", "saved-z+dbias") for t in BF16_TAGS] +
                                                    [(f"mpgemm mlp{t} {p}", f"torch unfused{t} {p}")
                                                     for t, p in passes] +
                                                    [(f"mpgemm mlp {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
@@ -157,7 +157,7 @@ def bench_step(name):
                                                     for t in BF16_TAGS] +
                                                    [(f"mpgemm gated_mlp{t} {p}", f"torch unfused{t} {p}")
                                                     for t, p in passes] +
-                                                   [(f"mpgemm gated_mlp fused gating{t} fwd+bwd",
+                                                   [(f"mpgemm gated_mlp torch gating{t} fwd+bwd",
                                                      f"torch unfused{t} fwd+bwd") for t in BF16_TAGS]),
                    "conv": conv_section}[name]
         headline, lines = section(report)

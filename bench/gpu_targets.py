@@ -12,9 +12,10 @@ bench/gpu_check.py:
       Hopper convolution's three passes (MPGEMM_CONV_PATH=wgmma, wgrad
       split; dgrad's phases at stride 2, their rows from registers and,
       with MPGEMM_STAGED_ROW_STORES=1, through shared memory, a launch a
-      phase and, with MPGEMM_DGRAD_ONE_LAUNCH=1, all in one launch; a first
-      layer's fprop and wgrad on folded taps, x folded a thread per element
-      and, with MPGEMM_CHUNKED_FOLD=1, per 16 bytes), on its wide tile and with
+      phase and, with MPGEMM_DGRAD_ONE_LAUNCH=1 (the default), all in one
+      launch; a first layer's fprop and wgrad on folded taps, x folded a
+      thread per element and, with MPGEMM_CHUNKED_FOLD=1 (the default), per
+      16 bytes), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
       forward and backward (16-byte runs and one-element ones); the gated
       MLP's two passes (likewise); every result is checked against float64.
@@ -269,8 +270,10 @@ def sanitize():
     if torch.cuda.get_device_capability() == (9, 0):
         # 64 channels (wgrad's boxes): every pass on the Hopper kernels, wgrad's 18 K slices split; then
         # dgrad's four phases at stride 2, and a 1x1 at stride 2 whose three unreached phases are zeroed.
-        # On the wide tile, dx's rows from registers (the narrow tiles and staged rows are the defaults).
-        os.environ.update(MPGEMM_CONV_PATH="wgmma", MPGEMM_NARROW_TILES="0", MPGEMM_STAGED_ROW_STORES="0")
+        # On the wide tile, dx's rows from registers, a launch a phase, x folded a thread per element (the
+        # narrow tiles, staged rows, one launch's phases and the chunked fold are the defaults).
+        os.environ.update(MPGEMM_CONV_PATH="wgmma", MPGEMM_NARROW_TILES="0", MPGEMM_STAGED_ROW_STORES="0",
+                          MPGEMM_DGRAD_ONE_LAUNCH="0", MPGEMM_CHUNKED_FOLD="0")
         _conv_passes("Hopper", (2, 64, 24, 24), (72, 64, 3, 3), padding=1)
         _conv_passes("Hopper stride 2", (2, 64, 15, 15), (72, 64, 3, 3), stride=2, padding=1)
         _conv_passes("Hopper 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
@@ -279,7 +282,7 @@ def sanitize():
         # The same, x folded in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1).
         os.environ["MPGEMM_CHUNKED_FOLD"] = "1"
         _conv_passes("Hopper folded taps in chunks", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
-        os.environ.pop("MPGEMM_CHUNKED_FOLD")
+        os.environ["MPGEMM_CHUNKED_FOLD"] = "0"
         # The narrow tiles: fprop of 72 filters on 128 x 64 tiles (9 tiles of 128 x 128 would fill too few),
         # dgrad of 64 channels on them, wgrad (9 x 64 columns) on the wide tile; a 1x1 of 128 filters over
         # 16 x 32 x 32 pixels, fprop on 128 x 128 tiles (128 of them), dgrad and wgrad (64 columns) on 128 x 64.
@@ -304,6 +307,7 @@ def sanitize():
         os.environ["MPGEMM_NARROW_TILES"] = "0"
         _conv_passes("Hopper one-launch stride 2", (2, 264, 15, 15), (72, 264, 3, 3), stride=2, padding=1)
         os.environ.pop("MPGEMM_DGRAD_ONE_LAUNCH")
+        os.environ.pop("MPGEMM_CHUNKED_FOLD")
         os.environ.pop("MPGEMM_NARROW_TILES")
         os.environ.pop("MPGEMM_STAGED_ROW_STORES")
         os.environ.pop("MPGEMM_CONV_PATH")

@@ -415,10 +415,10 @@ void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, 
   check_same_device(op, x, "x", grad_out, "grad_out");
 }
 
-bool environment_switch(const char* name) {
+bool environment_switch(const char* name, bool default_on) {
   bool on = false;
   try {
-    on = kernels::switch_on(name, false);
+    on = kernels::switch_on(name, default_on);
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }

@@ -9,14 +9,14 @@
 //     autograd adds the two uses of x), the weights' and biases' as linear's
 //     (b_down's summed from dy as rounded to the product type, as mlp's b2
 //     and torch.amp's 16-bit dy).
-// The gating runs one of two ways. By default as torch.amp runs it: torch's
-// activation, then the multiply, each rounded to the product type; saved as
-// torch.amp saves them (g, act(g), u and p), and backward's three passes
-// torch's. With MPGEMM_GATED_KERNEL=1 (opt-in until its kernels have passed
-// the GPU tests): _gated_activation computes p in fp32, rounded once, in one
-// pass; only g and u are saved; _gated_activation_backward gives dg, du and
-// p again (for w_down's gradient) in one pass (kernels/gated/gated.cu says
-// why that moves 18 bytes an element where torch's passes move 28).
+// The gating runs one of two ways. By default (MPGEMM_GATED_KERNEL unset or
+// "1"): _gated_activation computes p in fp32, rounded once, in one pass;
+// only g and u are saved; _gated_activation_backward gives dg, du and p
+// again (for w_down's gradient) in one pass (kernels/gated/gated.cu says why
+// that moves 18 bytes an element where torch's passes move 28). With
+// MPGEMM_GATED_KERNEL=0, as torch.amp runs it: torch's activation, then the
+// multiply, each rounded to the product type; saved as torch.amp saves them
+// (g, act(g), u and p), and backward's three passes torch's.
 // Every product is mpgemm's linear or gemm.
 #include <tuple>
 
@@ -125,12 +125,14 @@ GatedGrads gated_activation_backward(const at::Tensor& grad, const at::Tensor& g
 
 // ---- The block ----------------------------------------------------------
 
-// MPGEMM_GATED_KERNEL: "1" runs the gating on the fused passes
-// (_gated_activation and its backward) and saves g and u alone; unset or "0"
-// runs torch's activation and multiply and saves what torch.amp saves.
-// Asked by each forward (torch.compile asks once, when it traces); a
-// backward runs the way its forward did.
-bool gated_kernel() { return environment_switch("MPGEMM_GATED_KERNEL"); }
+// MPGEMM_GATED_KERNEL: unset or "1" runs the gating on the fused passes
+// (_gated_activation and its backward) and saves g and u alone; "0" runs
+// torch's activation and multiply and saves what torch.amp saves. The
+// default since its kernels passed the GPU tests and took Llama-7B's gated
+// MLP from 1.01x of torch's forward + backward to 1.06x (H200, fe39419,
+// 2026-11-29). Asked by each forward (torch.compile asks once, when it
+// traces); a backward runs the way its forward did.
+bool gated_kernel() { return environment_switch("MPGEMM_GATED_KERNEL", true); }
 
 at::Tensor call_gated_activation(const at::Tensor& gate, const at::Tensor& up, std::string_view activation) {
   static const auto op = op_handle<GatedActivationSignature>("mpgemm::_gated_activation");

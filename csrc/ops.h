@@ -186,10 +186,10 @@ void unscale_grads_cuda(at::TensorList grads, at::TensorList outs, at::Tensor& f
 // per kernels::LossScaleCounter) updated in place after a step whose overflow
 // flag is found_inf (fp32, one element), all on one device.
 void check_update_loss_scale_args(const at::Tensor& scale, const at::Tensor& counters, const at::Tensor& found_inf);
-// An opt-in switch of the environment (the kernels' plan/switches.h): true
-// where `name` is "1", false where it is unset, empty or "0"; any other
-// value is refused (a ValueError).
-bool environment_switch(const char* name);
+// A switch of the environment (the kernels' plan/switches.h): true where
+// `name` is "1", false where it is "0", `default_on` where it is unset or
+// empty; any other value is refused (a ValueError).
+bool environment_switch(const char* name, bool default_on = false);
 // MPGEMM_LOSS_SCALE_KERNEL: "1" picks the one-thread kernel's function
 // (kernels/amp/loss_scale.h), unset or "0" a few tensor ops (any device).
 inline bool loss_scale_kernel_enabled() { return environment_switch("MPGEMM_LOSS_SCALE_KERNEL"); }

@@ -101,10 +101,10 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     form, which no epilogue applies: the first linear, torch's ``gelu`` of
     its output, the second linear). Where backward needs it, GELU's input is
     kept in that type, as torch.amp keeps it: from the first product's
-    epilogue with ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1`` (opt-in), else the
+    epilogue (the default; with ``MPGEMM_EPILOGUE_PRE_ACTIVATION=0``, the
     first linear without its activation and torch's ``gelu`` of its output
     (GELU rounded twice, as under torch.amp; a pass over memory, cheaper
-    than computing it again in backward with a product of its own). What
+    than computing it again in backward with a product of its own)). What
     one op buys is the backward: with ``MPGEMM_EPILOGUE_ACTIVATION_GRAD=1``
     the gradient of the activation's input comes from the product that
     gives the hidden activation's (``dY @ w2``), multiplied by the
@@ -139,16 +139,16 @@ def gated_mlp(x, w_gate, b_gate, w_up, b_up, w_down, b_down, *, activation="silu
     The three products take one 16-bit type (bfloat16 if any of x, w_gate,
     w_up, w_down is, else float16; fp32 tensors rounded to it, float16 with
     bfloat16 an error); the gate g, the up projection u and the product
-    ``activation(g) * u`` are stored in that type. By default the gating
-    runs as torch.amp runs it (torch's activation, then the multiply, each
-    rounded; what backward needs saved as torch.amp saves it), so that one
-    op costs the host one call where the block took five. With
-    ``MPGEMM_GATED_KERNEL=1`` (opt-in until its kernels have passed the GPU
-    tests) one pass computes ``activation(g) * u`` in fp32, rounded once,
-    and backward's one pass gives both gradients and that product again from
-    g and u: the block saves x, g and u alone (torch.amp: x, g,
-    activation(g), u and the product) and moves 18 bytes an element of the
-    hidden activation through memory where torch.amp's passes move 28.
+    ``activation(g) * u`` are stored in that type. By default one pass
+    computes ``activation(g) * u`` in fp32, rounded once, and backward's one
+    pass gives both gradients and that product again from g and u: the
+    block saves x, g and u alone (torch.amp: x, g, activation(g), u and the
+    product) and moves 18 bytes an element of the hidden activation through
+    memory where torch.amp's passes move 28. With ``MPGEMM_GATED_KERNEL=0``
+    the gating runs as torch.amp runs it (torch's activation, then the
+    multiply, each rounded; what backward needs saved as torch.amp saves
+    it). Either way one op costs the host one call where the block took
+    five.
     :func:`mpgemm.fuse` runs a model's gated MLP blocks as this op. Under
     ``torch.autocast`` every floating-point argument is cast to autocast's
     dtype first.

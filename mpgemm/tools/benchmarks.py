@@ -303,24 +303,24 @@ def _linear_case(shape, device, dtype):
         return x, w, b, torch.randn(m, n, device=device).to(dtype)
 
     product = 2.0 * m * n * k
-    # Backward: dX and dW, and mpgemm's GELU backward recomputes the
-    # pre-activation (one more product) where torch stored it; with
-    # MPGEMM_EPILOGUE_PRE_ACTIVATION=1 (opt-in, "saved z") the forward keeps
-    # it instead: three products where the Hopper epilogue stores it beside
-    # y (four where the forward runs the product again, which the count
-    # leaves out); with MPGEMM_EPILOGUE_BIAS_GRAD=1 too ("saved-z+dbias")
-    # dW's product sums the bias's gradient, where torch sums dz apart.
+    # Backward: dX and dW; the forward keeps GELU's pre-activation, as torch
+    # does (the default): three products where the Hopper epilogue stores it
+    # beside y (four where the forward runs the product again, which the
+    # count leaves out). With MPGEMM_EPILOGUE_PRE_ACTIVATION=0
+    # ("recomputed-z") backward recomputes it, one product more; with
+    # MPGEMM_EPILOGUE_BIAS_GRAD=1 ("saved-z+dbias") dW's product sums the
+    # bias's gradient, where torch sums dz apart.
     baseline = f"torch unfused{_tag(dtype)}"
 
     def gelu_linear(x, w, b):
         return ops.linear(x, w, b, activation="gelu")
 
-    impls = _forward_and_backward(gelu_linear, lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 4 * product,
+    impls = _forward_and_backward(gelu_linear, lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 3 * product,
                                   f"mpgemm fused{_tag(dtype)}", baseline)
-    saved_z = {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1"}
-    for name, variables in (("saved-z", saved_z), ("saved-z+dbias", {**saved_z, "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
+    for name, products, variables in (("recomputed-z", 4, {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "0"}),
+                                      ("saved-z+dbias", 3, {"MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
         impls[f"mpgemm fused {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
-            _fwd_bwd(gelu_linear, 3 * product, variables), baseline=f"{baseline} fwd+bwd")
+            _fwd_bwd(gelu_linear, products * product, variables), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (m * k + n * k + m * n), impls
 
 
@@ -361,9 +361,9 @@ def _mlp_block_case(shape, device, dtype):
 def _gated_mlp_case(shape, device, dtype):
     """A gated MLP (Llama's SwiGLU, no biases), (tokens, d_model, d_ff):
     down(silu(gate(x)) * up(x)), against torch's five ops. mpgemm.gated_mlp
-    as it runs by default (its products, torch's SiLU and multiply and their
-    backward) and with its gating on one pass each way
-    (MPGEMM_GATED_KERNEL=1: "fused gating")."""
+    as it runs by default (its products, its gating on one pass each way)
+    and with torch's SiLU and multiply and their backward
+    (MPGEMM_GATED_KERNEL=0: "torch gating")."""
     t, d, f = shape
 
     def make():
@@ -381,9 +381,8 @@ def _gated_mlp_case(shape, device, dtype):
     impls = _forward_and_backward(gated_mlp, lambda x, gate, up, down: F.linear(F.silu(F.linear(x, gate)) *
                                                                                 F.linear(x, up), down),
                                   3 * product, 9 * product, f"mpgemm gated_mlp{_tag(dtype)}", baseline)
-    fused = {"MPGEMM_GATED_KERNEL": "1"}
-    impls[f"mpgemm gated_mlp fused gating{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
-        _fwd_bwd(gated_mlp, 9 * product, fused), baseline=f"{baseline} fwd+bwd")
+    impls[f"mpgemm gated_mlp torch gating{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
+        _fwd_bwd(gated_mlp, 9 * product, {"MPGEMM_GATED_KERNEL": "0"}), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (t * d * 2 + 3 * d * f), impls
 
 

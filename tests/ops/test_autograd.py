@@ -149,10 +149,14 @@ def test_only_bias_requires_grad(device):
 
 @pytest.mark.parametrize("op", ["linear", "gemm"])
 @pytest.mark.parametrize("activation, recomputed", [(None, 0), ("relu", 0), ("gelu", 1)])
-def test_backward_runs_the_two_gradient_products_and_recomputes_only_gelus_input(op, activation, recomputed):
-    """Backward runs dx's and dW's products, and one more only for GELU,
-    whose derivative needs the pre-activation: ReLU's mask is read off the
-    saved output, as torch's relu does. Counted at the dispatcher."""
+def test_backward_runs_the_two_gradient_products_and_recomputes_only_gelus_input(op, activation, recomputed,
+                                                                                 monkeypatch):
+    """With MPGEMM_EPILOGUE_PRE_ACTIVATION=0 (the pre-activation not kept:
+    test_pre_activation.py has the default), backward runs dx's and dW's
+    products, and one more only for GELU, whose derivative needs the
+    pre-activation: ReLU's mask is read off the saved output, as torch's
+    relu does. Counted at the dispatcher."""
+    monkeypatch.setenv("MPGEMM_EPILOGUE_PRE_ACTIVATION", "0")
     x = torch.randn(6, 16).half().requires_grad_()
     w = torch.randn(8, 16).half().requires_grad_()
     bias = torch.randn(8, requires_grad=True)

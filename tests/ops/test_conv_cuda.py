@@ -166,8 +166,10 @@ def kernels_run(fn):
 
 def hopper_conv_kernels(names):
     """The Hopper convolution's kernels among `names`: the mainloop's, and
-    strided dgrad's that stages dx's rows through shared memory."""
-    return {name for name in names if "wgmma_conv_kernel" in name or "wgmma_dgrad_staged_rows_kernel" in name}
+    strided dgrad's that stage dx's rows through shared memory (a launch a
+    phase, or all phases in one)."""
+    kernels = ("wgmma_conv_kernel", "wgmma_dgrad_staged_rows_kernel", "wgmma_dgrad_phases_kernel")
+    return {name for name in names if any(kernel in name for kernel in kernels)}
 
 
 @needs_hopper
@@ -252,8 +254,9 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
     (ResNet's first layer, a CIFAR stem, odd ones) run on the Hopper
     convolution of copies with their taps folded into the channels
     (conv/folded_taps.h), right against cuDNN and float64; a training step
-    whose image needs no gradient runs no dgrad. By default fprop alone
-    folds its taps; wgrad runs on the WMMA kernels (faster there)."""
+    whose image needs no gradient runs no dgrad; x is folded in 16-byte
+    chunks (the default). By default fprop alone folds its taps; wgrad runs
+    on the WMMA kernels."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
@@ -264,13 +267,15 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
         mpgemm.conv2d(x, weight, None, stride, padding).float().sum().backward()
 
     ran = {name for name in kernels_run(step) if "mpgemm" in name}
-    assert sum("fold_input_kernel" in name for name in ran) == 1, ran
+    folds = [name for name in ran if "fold_input" in name]
+    assert len(folds) == 1 and "fold_input_chunks_kernel" in folds[0], ran
     assert any("fold_filters_kernel" in name for name in ran) and any("unfold_filter" in name for name in ran), ran
     assert len(hopper_conv_kernels(ran)) == 2, ran  # fprop and wgrad, no dgrad
     assert not any("conv2d_kernel" in name or "padded_copy" in name for name in ran), ran
     monkeypatch.delenv("MPGEMM_CONV_PATH")
     ran = {name for name in kernels_run(step) if "mpgemm" in name}
-    assert sum("fold_input_kernel" in name for name in ran) == 1, ran
+    folds = [name for name in ran if "fold_input" in name]
+    assert len(folds) == 1 and "fold_input_chunks_kernel" in folds[0], ran
     assert any("fold_filters_kernel" in name for name in ran) and not any("unfold_filter" in name for name in ran), ran
     assert len(hopper_conv_kernels(ran)) == 1, ran  # fprop; wgrad on WMMA
 
@@ -345,8 +350,10 @@ def test_staged_row_stores(monkeypatch, c, k, kernel, stride, padding, size, bat
     on its own kernel (ResNet-50's strided layers, strides of 3 and 2 x 3, a
     1x1 at stride 2 whose unreached phases must be zeros, and on each narrow
     tile), right against cuDNN and float64; '0' keeps the registers'
-    stores."""
+    stores. A launch a phase (MPGEMM_DGRAD_ONE_LAUNCH=0; the default's one
+    launch has its own test below)."""
     monkeypatch.setenv("MPGEMM_STAGED_ROW_STORES", "1")
+    monkeypatch.setenv("MPGEMM_DGRAD_ONE_LAUNCH", "0")
     x, weight = strided_dgrad_case(monkeypatch, c, k, kernel, stride, padding, size, batch, tile, dtype)
 
     def step():

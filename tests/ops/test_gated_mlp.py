@@ -1,5 +1,6 @@
 """mpgemm.gated_mlp (a gated MLP: SwiGLU, GeGLU) and the two ops its gating
-runs with MPGEMM_GATED_KERNEL=1 (opt-in), _gated_activation and
+runs by default (MPGEMM_GATED_KERNEL unset or "1"; "0": torch's activation
+and multiply), _gated_activation and
 _gated_activation_backward: against float64 autograd and torch's own ops,
 on every available backend (on CUDA the kernels of csrc/kernels/gated/,
 their outputs' memory NaN before each call)."""
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.testing import GATE_ACTIVATIONS as GATES, gated_reference, relative_error, torch_activation_backward
-from support import MpgemmCalls, assert_compiled_grads_equal_eager
+from support import MpgemmCalls, assert_compiled_grads_equal_eager, set_environment
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 H, BF = torch.float16, torch.bfloat16
@@ -204,31 +205,32 @@ def test_opcheck(device, switch, monkeypatch):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_the_ops_each_way_runs(activation, monkeypatch):
-    """Counted at the dispatcher. Default: three linears beside torch's
-    activation and multiply, backward six products beside torch's three
-    passes. With the switch: the gating one op each way, no torch pass."""
+    """Counted at the dispatcher. By default (or "1"): the gating one op each
+    way, no torch pass. With "0": three linears beside torch's activation
+    and multiply, backward six products beside torch's three passes."""
     inputs = gated_inputs("cpu", (6, 16), 32, 8, H)
     torch_forward = {"silu" if activation == "silu" else "gelu", "mul"}
     torch_backward = {"silu_backward" if activation == "silu" else "gelu_backward", "mul"}
-    for switch in ("0", "1"):
-        monkeypatch.setenv(SWITCH, switch)
+    for switch in ("0", "1", None):
+        set_environment(monkeypatch, SWITCH, switch)
+        fused = switch != "0"
         with MpgemmCalls() as calls:
             y = mpgemm.gated_mlp(*inputs, activation=activation)
-        assert calls.ops == ["linear", "linear"] + (["_gated_activation"] if switch == "1" else []) + ["linear"]
-        assert (torch_forward <= set(calls.aten)) == (switch == "0")
+        assert calls.ops == ["linear", "linear"] + (["_gated_activation"] if fused else []) + ["linear"]
+        assert (torch_forward <= set(calls.aten)) == (not fused)
         with MpgemmCalls() as calls:
             y.backward(torch.randn_like(y))
-        gating = ["_gated_activation_backward"] if switch == "1" else []
+        gating = ["_gated_activation_backward"] if fused else []
         assert calls.ops == ["gemm"] + gating + ["gemm"] * 5
-        assert (not torch_backward & set(calls.aten)) == (switch == "1")
+        assert (not torch_backward & set(calls.aten)) == fused
 
 
-@pytest.mark.parametrize("switch, expected", [("0", 4), ("1", 2)])
+@pytest.mark.parametrize("switch, expected", [("0", 4), ("1", 2), (None, 2)])
 def test_saves_what_torch_amp_saves_or_half_of_it(switch, expected, monkeypatch):
-    """The tensors of the hidden width backward keeps: g, act(g), u and p by
-    default (what torch.amp's SiLU, multiply and down projection keep); g and
-    u alone with the switch."""
-    monkeypatch.setenv(SWITCH, switch)
+    """The tensors of the hidden width backward keeps: g and u alone by
+    default (or "1"); g, act(g), u and p with "0" (what torch.amp's SiLU,
+    multiply and down projection keep)."""
+    set_environment(monkeypatch, SWITCH, switch)
     kept = []
     inputs = gated_inputs("cpu", (6, 16), 32, 8, H)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):

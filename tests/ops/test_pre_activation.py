@@ -1,5 +1,5 @@
-"""GELU's input saved by the forward (MPGEMM_EPILOGUE_PRE_ACTIVATION=1,
-opt-in): the ops that return it beside y, and the backward of linear and gemm
+"""GELU's input saved by the forward (MPGEMM_EPILOGUE_PRE_ACTIVATION unset
+or "1", the default; "0" recomputes it in backward): the ops that return it beside y, and the backward of linear and gemm
 that reads it instead of running the product again, against float64 autograd
 and the recomputing backward, on every available backend."""
 
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.testing import random_operand, relative_error
-from support import MpgemmCalls, assert_compiled_grads_equal_eager
+from support import MpgemmCalls, assert_compiled_grads_equal_eager, set_environment
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 H, BF = torch.float16, torch.bfloat16
@@ -96,12 +96,13 @@ def test_gemm_gelu_gradients_from_the_saved_pre_activation(device, a_shape, b_sh
         assert t.grad.dtype == t.dtype and relative_error(t.grad, ref.grad) < GRAD_TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("saved", [None, "1"])
 @pytest.mark.parametrize("op", ["linear", "gemm"])
-def test_gelus_backward_runs_two_products_where_the_forward_saved_its_input(op, monkeypatch):
-    """Counted at the dispatcher: with the switch, the forward is one call
-    that returns y and z, and backward the two gradient products alone
-    (without it, one more: tests/ops/test_autograd.py)."""
-    monkeypatch.setenv(SWITCH, "1")
+def test_gelus_backward_runs_two_products_where_the_forward_saved_its_input(op, saved, monkeypatch):
+    """Counted at the dispatcher: by default (or "1"), the forward is one
+    call that returns y and z, and backward the two gradient products alone
+    (with "0", one more: tests/ops/test_autograd.py)."""
+    set_environment(monkeypatch, SWITCH, saved)
     x = torch.randn(6, 16).half().requires_grad_()
     w = torch.randn(8, 16).half().requires_grad_()
     bias = torch.randn(8, requires_grad=True)

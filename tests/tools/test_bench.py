@@ -68,7 +68,7 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
     assert bf16 == {"mpgemm bf16 fp32-out": "torch.mm bf16 fp32-out", "mpgemm bf16-out": "torch.mm bf16-out",
                     "mpgemm fused bf16 fwd": "torch unfused bf16 fwd",
                     "mpgemm fused bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
-                    "mpgemm fused saved-z bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm fused recomputed-z bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm fused saved-z+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp bf16 fwd": "torch unfused bf16 fwd",
                     "mpgemm mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
@@ -76,7 +76,7 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                     "mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm gated_mlp bf16 fwd": "torch unfused bf16 fwd",
                     "mpgemm gated_mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
-                    "mpgemm gated_mlp fused gating bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm gated_mlp torch gating bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm bf16 fwd": "torch bf16 fwd", "mpgemm bf16 fwd+bwd": "torch bf16 fwd+bwd",
                     "mpgemm bf16 dgrad": "torch bf16 dgrad", "mpgemm bf16 wgrad": "torch bf16 wgrad"}
     assert csv_path.read_text().splitlines()[0].startswith("suite,case,shape,impl,dtype")
@@ -126,9 +126,8 @@ class CountProducts(TorchDispatchMode):
 ])
 def test_flops_count_the_products_each_impl_runs(suite, shape, product, dtype):
     """An impl's FLOPs are the products it runs times the forward's size:
-    mpgemm's fused GELU backward recomputes the pre-activation, one product
-    more than torch, which stored it, but where the forward stored it too
-    (saved-z)."""
+    mpgemm's fused GELU keeps its pre-activation, as torch does, but where
+    backward recomputes it (recomputed-z), one product more."""
     make, bytes_per_set, impls = benchmarks.CASE_BUILDERS[suite](shape, CPU, dtype)
     inputs = make()
     # What one call reads and writes: the input, the weight and the output (or its gradient).
@@ -224,15 +223,19 @@ def test_mlp_block_flops_count_the_products_each_impl_runs(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gated_mlp_flops_count_the_products_each_impl_runs(dtype):
     """The gated MLP's impls: three products forward, six backward, each
-    way; the fused gating's row runs the gating's two passes."""
+    way; the default's row runs the gating's two passes, torch gating's
+    torch's SiLU and multiply."""
     t, d, f = shape = (64, 32, 96)
     make, bytes_per_set, impls = benchmarks.CASE_BUILDERS_BY_CASE[("linear", "gated-mlp")](shape, CPU, dtype)
     inputs = make()
     assert [tuple(x.shape) for x in inputs] == [(t, d), (f, d), (f, d), (d, f), (t, d)]
     assert bytes_per_set == sum(x.numel() * x.element_size() for x in inputs)
     with MpgemmCalls() as calls:
-        impls[f"mpgemm gated_mlp fused gating{benchmarks._tag(dtype)} fwd+bwd"].run(*inputs)
+        impls[f"mpgemm gated_mlp{benchmarks._tag(dtype)} fwd+bwd"].run(*inputs)
     assert {"_gated_activation", "_gated_activation_backward"} <= set(calls.ops)
+    with MpgemmCalls() as calls:
+        impls[f"mpgemm gated_mlp torch gating{benchmarks._tag(dtype)} fwd+bwd"].run(*inputs)
+    assert not {"_gated_activation", "_gated_activation_backward"} & set(calls.ops)
     for name, impl in impls.items():
         with CountProducts() as counter:
             impl.run(*inputs)
@@ -254,7 +257,7 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
     assert len(rows) == 17 and all(" bf16 fwd" in row for row in rows)
-    assert any("mpgemm fused saved-z bf16 fwd+bwd" in row for row in rows)
+    assert any("mpgemm fused recomputed-z bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm fused saved-z+dbias bf16 fwd+bwd" in row for row in rows)
     assert benchmarks.parse_shapes("mlp-block:8x16x32, 4x5x6") == [("mlp-block", (8, 16, 32)), (4, 5, 6)]

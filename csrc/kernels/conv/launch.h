@@ -89,7 +89,7 @@ bool staged_row_stores();
 // its phases in one launch (sm90/conv_kernel.cuh's
 // wgmma_dgrad_phases_kernel) instead of one launch a phase after zeroing dx
 // where a phase no tap reaches: the default since it passed the GPU tests
-// and ran strided dgrad 1.01-1.23x as fast (H200, fe39419, 2026-11-29).
+// and ran strided dgrad 1.01-1.31x as fast (H200, fe39419, 2026-11-29).
 // Unset, "" or "1": yes; "0": no; throws std::invalid_argument for any
 // other value.
 bool one_launch_dgrad();

@@ -19,9 +19,10 @@
 //    (MPGEMM_STAGED_ROW_STORES=0 in the rest), whose epilogue must then, and
 //    only then, read its rows back from shared memory; half of those (a 1x1
 //    at stride 2 early in a run, a 3x3 at stride 2 later) with
-//    MPGEMM_DGRAD_ONE_LAUNCH=1, which must then run their phases, 2 to 4 of
-//    them, in one launch and no memset, a phase no tap reaches stored as
-//    zeros by that launch), padding, dilation, fprop's
+//    MPGEMM_DGRAD_ONE_LAUNCH=1 (the default; "0" in the rest), which must
+//    then run their phases, 2 to 4 of them, in one launch and no memset, a
+//    phase no tap reaches stored as zeros by that launch), padding,
+//    dilation, fprop's
 //    bias, outputs in fp32 or the inputs' type with pitches the copy
 //    engine can and cannot store, fp16 and bf16 (fp16 alone where pinned:
 //    the planted kernels' type); every other wgrad case on images large
@@ -44,8 +45,9 @@
 //  - folded taps: random few-channel fprop and wgrad (first layers: up to 7
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
 //    must run on copies with their taps folded into the channels, x folded
-//    in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1) in every other case of a
-//    pass, its launch then a thread per chunk; and x's fold on its own, a
+//    in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1, the default; "0" in the
+//    rest) in every other case of a pass, its launch then a thread per
+//    chunk; and x's fold on its own, a
 //    thread per element and in chunks, against the fold's definition;
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
 //    convolutions, against the cost model's worked out apart;
@@ -242,13 +244,13 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   if (pass != ConvPass::kWgrad) p.wt = w.p;
   if (pass != ConvPass::kFprop) p.dy = dy.p;
   p.bias = bias.data(), p.bias_type = bias.type;
-  // The narrow tiles and staged rows are the defaults: asked for by name
-  // where forced, left to the default on the default path, and "0" where not
-  // wanted.
+  // The narrow tiles, staged rows and one launch's phases are the defaults:
+  // the first two asked for by name where forced, left to the default on the
+  // default path, and "0" where not wanted; the phases' launch always named.
   if (forced) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
   if (!narrow || forced) setenv("MPGEMM_NARROW_TILES", narrow ? "1" : "0", 1);
   if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
-  if (one_launch) setenv("MPGEMM_DGRAD_ONE_LAUNCH", "1", 1);
+  setenv("MPGEMM_DGRAD_ONE_LAUNCH", one_launch ? "1" : "0", 1);
   run.plan = plan_conv2d(pass, p);
   // Poisoned: every block's moments must be written.
   const int64_t rows = g.n * g.p * g.q;
@@ -333,7 +335,7 @@ bool folded_conv_case(int index, ConvCaseCounts& counts) {
   const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
-  if (in_chunks) setenv("MPGEMM_CHUNKED_FOLD", "1", 1);
+  setenv("MPGEMM_CHUNKED_FOLD", in_chunks ? "1" : "0", 1);
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true);
   unsetenv("MPGEMM_CHUNKED_FOLD");
   const bool folded = run.plan.path == Conv2dPlan::Path::kFoldedTaps;
