@@ -125,10 +125,9 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
 # more with GELU's derivative in the dgrad's epilogue
 # (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
-# MLP fused as one mpgemm.gated_mlp with the gating's own passes
-# (MPGEMM_GATED_KERNEL=1: the unfused ways run no gated op, so they are the
-# default's); on sm_90 ResNet-50 once more with the Hopper convolution
-# beside torch.amp.
+# MLP fused as one mpgemm.gated_mlp (the gating's own passes, the default),
+# and fused once more with torch's gating (MPGEMM_GATED_KERNEL=0); on sm_90
+# ResNet-50 once more with the Hopper convolution beside torch.amp.
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
          "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
          f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
@@ -142,9 +141,12 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          f"MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
          "--json {raw}/train_gpt2-block_fused_activation_grad.json || rc=1; "
-         f"MPGEMM_GATED_KERNEL=1 {PY} -m mpgemm bench train --models llama-block --batch-sizes 32 "
-         "--ways 'torch.amp,mpgemm,mpgemm fused' --no-search --time-limit 20 "
-         "--json {raw}/train_llama-block_gated_kernel.json || rc=1; "
+         f"{PY} -m mpgemm bench train --models llama-block --batch-sizes 32 "
+         "--ways 'torch.amp,mpgemm,mpgemm fused' --no-search --time-limit 15 "
+         "--json {raw}/train_llama-block.json || rc=1; "
+         f"MPGEMM_GATED_KERNEL=0 {PY} -m mpgemm bench train --models llama-block --batch-sizes 32 "
+         "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 10 "
+         "--json {raw}/train_llama-block_torch_gating.json || rc=1; "
          f'if [ "{{arch}}" = "9.0" ]; then MPGEMM_CONV_PATH=wgmma {PY} -m mpgemm bench train --models resnet50 '
          "--batch-sizes 256 --ways torch.amp,mpgemm --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_wgmma.json || rc=1; fi; exit $rc")
@@ -217,7 +219,7 @@ STEPS = (
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with epilogue statistics and GELU's "
-         "derivative in the dgrad epilogue too; a Llama block at batch 32, fused with the gated MLP's passes; on "
+         "derivative in the dgrad epilogue too; a Llama block at batch 32, fused, with its gating's passes and torch's; on "
          "sm_90 ResNet-50 with the Hopper convolution"),
 )
 PARTS = (1, 2, 3, 4)

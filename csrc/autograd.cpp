@@ -142,8 +142,17 @@ const std::string& saved_activation(AutogradContext* ctx) {
 // tests and took linear + GELU's forward + backward from 0.53-0.76x of
 // torch's to 0.89-1.01x (H200, fe39419, 2026-11-29). Asked on each GELU call
 // that records a graph, so that a bad value is refused there (torch.compile
-// asks once, when it traces).
+// asks once, when it traces). mlp keeps GELU's input either way (below) and
+// asks with the switch off unless "1" (mlp_pre_activation_from_epilogue).
 bool pre_activation_saved() { return environment_switch("MPGEMM_EPILOGUE_PRE_ACTIVATION", true); }
+
+// Whether mlp takes GELU's input from the first product's epilogue: only
+// where MPGEMM_EPILOGUE_PRE_ACTIVATION is "1". Its default (the linear, then
+// torch's gelu pass) is the measured one (GPT-2 small's MLP block 0.88x of
+// torch's forward + backward, H200, fe39419); the epilogue's way has been
+// timed only together with the activation derivative's epilogue (0.70x),
+// and off the Hopper wide tile it runs the first product twice.
+bool mlp_pre_activation_from_epilogue() { return environment_switch("MPGEMM_EPILOGUE_PRE_ACTIVATION", false); }
 
 // MPGEMM_EPILOGUE_BIAS_GRAD: "1" has linear's backward sum its bias's
 // gradient in the product that gives the weight's (_gemm_row_sums: the
@@ -361,9 +370,9 @@ at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& w1, const std::opt
 // hidden activation h (the second linear's input, as torch saves it), and,
 // where the first linear's inputs want gradients, GELU's input z in h's type
 // (as torch.amp's gelu saves it): from the first linear's epilogue with
-// pre_activation_saved(), else from the linear, h from torch's gelu of it (a
-// pass over memory, where computing z again in backward would be a product
-// of its own; GELU is then rounded twice, as under torch.amp). ReLU's
+// mlp_pre_activation_from_epilogue(), else from the linear, h from torch's
+// gelu of it (a pass over memory, where computing z again in backward would
+// be a product of its own; GELU is then rounded twice, as under torch.amp). ReLU's
 // derivative is read off h (h > 0 exactly where z > 0 but for z too small
 // for h's type). Backward: dY rounded to h's type once, for every product and the
 // second bias's sum; dZ = (dY @ W2) * activation'(z) in one product
@@ -381,7 +390,7 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
     if (b2 && b2->defined()) ctx->saved_data["b2_dtype"] = b2->scalar_type();
     const bool first_wanted = x.requires_grad() || w1.requires_grad() || (b1 && b1->defined() && b1->requires_grad());
     at::Tensor h, z;
-    if (gelu && first_wanted && pre_activation_saved())
+    if (gelu && first_wanted && mlp_pre_activation_from_epilogue())
       std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, block_weight(x, w1, dtype), b1, activation,
                                                                       dtype);
     else

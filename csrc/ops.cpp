@@ -277,8 +277,8 @@ TORCH_LIBRARY(mpgemm, m) {
       "linear(Tensor x, Tensor weight, Tensor? bias=None, *, str? activation=None, ScalarType? out_dtype=None) -> "
       "Tensor");
   // gemm's and linear's y with z = a @ b + bias before the activation beside
-  // it, in y's dtype and shape: what GELU's backward reads where
-  // MPGEMM_EPILOGUE_PRE_ACTIVATION=1 (csrc/autograd.cpp calls them; they
+  // it, in y's dtype and shape: what GELU's backward reads unless
+  // MPGEMM_EPILOGUE_PRE_ACTIVATION=0 (csrc/autograd.cpp calls them; they
   // have no autograd of their own).
   m.def(
       "_gemm_pre_activation(Tensor a, Tensor b, Tensor? bias=None, *, str? activation=None, "
@@ -305,8 +305,8 @@ TORCH_LIBRARY(mpgemm, m) {
   // b_down): a gated MLP (SwiGLU, GeGLU; csrc/gated_mlp.cpp), and its
   // gating's two elementwise passes over tensors of one shape and 16-bit
   // type: act(gate) * up, and backward's (grad_gate, grad_up, act(gate) *
-  // up) from grad, each in fp32, rounded once (gated_mlp calls them where
-  // MPGEMM_GATED_KERNEL=1; they have no autograd of their own).
+  // up) from grad, each in fp32, rounded once (gated_mlp calls them unless
+  // MPGEMM_GATED_KERNEL=0; they have no autograd of their own).
   m.def(
       "gated_mlp(Tensor x, Tensor w_gate, Tensor? b_gate, Tensor w_up, Tensor? b_up, Tensor w_down, Tensor? b_down, "
       "*, str activation) -> Tensor");

@@ -101,10 +101,11 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     form, which no epilogue applies: the first linear, torch's ``gelu`` of
     its output, the second linear). Where backward needs it, GELU's input is
     kept in that type, as torch.amp keeps it: from the first product's
-    epilogue (the default; with ``MPGEMM_EPILOGUE_PRE_ACTIVATION=0``, the
-    first linear without its activation and torch's ``gelu`` of its output
+    epilogue with ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1`` set by name (for mlp
+    the switch stays opt-in), else the first linear without its activation
+    and torch's ``gelu`` of its output
     (GELU rounded twice, as under torch.amp; a pass over memory, cheaper
-    than computing it again in backward with a product of its own)). What
+    than computing it again in backward with a product of its own). What
     one op buys is the backward: with ``MPGEMM_EPILOGUE_ACTIVATION_GRAD=1``
     the gradient of the activation's input comes from the product that
     gives the hidden activation's (``dY @ w2``), multiplied by the

@@ -1,9 +1,11 @@
 """What the tests share besides fixtures: the repository's root, the run's
 random seed, the rule for checks that need nvcc (a skip, or under
 MPGEMM_REQUIRE_NVCC=1, as CI sets, a failure), a record of the mpgemm ops
-that run, the check that a compiled layer's gradients are eager's, and
-the training runs that mpgemm.fuse's tests compare."""
+that run, outputs that start as NaN, the check that a compiled layer's
+gradients are eager's, and the training runs that mpgemm.fuse's tests
+compare."""
 
+import contextlib
 import copy
 import os
 import random
@@ -41,6 +43,24 @@ def set_environment(monkeypatch, name, value):
         monkeypatch.delenv(name, raising=False)
     else:
         monkeypatch.setenv(name, value)
+
+
+@contextlib.contextmanager
+def nan_filled_outputs():
+    """Inside, every new tensor's memory starts as NaN (torch's deterministic
+    mode fills what at::empty hands out, whichever block the caching
+    allocator picks), an op's outputs among them: an element its kernels do
+    not write stays NaN. mpgemm's kernels and plans do not depend on the mode."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 def assert_compiled_grads_equal_eager(layer, inputs, grad_out):

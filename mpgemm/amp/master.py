@@ -153,7 +153,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         self._versions = {id(link.param): link.param._version for link in self._links}
 
     # Optimizer's own pickling expects the attributes its __init__ sets. The
-    # gradient links hold autograd nodes: a copy makes its own.
+    # gradient links hold hooks on the parameters: a copy makes its own.
     def __getstate__(self):
         state = self.__dict__.copy()
         del state["_links"], state["_link_of"], state["_versions"], state["_model"]

@@ -135,8 +135,9 @@ class GradientLink:
             self._continues = True
             link = weakref.ref(self)
             torch.autograd.Variable._execution_engine.queue_callback(lambda: _call(link, "_after_backward", None))
-        elif current is None and not self._continues:
+        elif current is None:
             self.master.grad = None
+            self._continues = False
 
     def _after_backward(self, _):
         """The end of a backward that took the stand-in off: where nothing

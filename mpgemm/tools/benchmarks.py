@@ -318,7 +318,8 @@ def _linear_case(shape, device, dtype):
     impls = _forward_and_backward(gelu_linear, lambda x, w, b: F.gelu(F.linear(x, w, b)), product, 3 * product,
                                   f"mpgemm fused{_tag(dtype)}", baseline)
     for name, products, variables in (("recomputed-z", 4, {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "0"}),
-                                      ("saved-z+dbias", 3, {"MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
+                                      ("saved-z+dbias", 3, {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1",
+                                                            "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
         impls[f"mpgemm fused {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
             _fwd_bwd(gelu_linear, products * product, variables), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (m * k + n * k + m * n), impls

@@ -173,6 +173,29 @@ def test_model_zero_grad_clears_the_master_gradients():
     assert all(m.grad is not None and not m.grad.any() for m in optimizer.master_params())
 
 
+def test_model_zero_grad_clears_the_master_gradients_kept_for_ddp(monkeypatch):
+    """Under torch.distributed the 16-bit gradients stay on the parameters
+    until the optimizer flushes them: after a flushed backward and one more
+    (accumulating), a model.zero_grad() still leaves the next backward's
+    gradients alone in the masters."""
+    monkeypatch.setattr(mpgemm.amp.master_grads, "distributed", lambda: True)
+    x, y = batch()
+    runs = []
+    for clear_between in (True, None):
+        model = mlp()
+        model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        if clear_between:
+            scaler.scale(F.cross_entropy(model(x), y)).backward()
+            optimizer._flush_grads()
+            scaler.scale(F.cross_entropy(model(x), y)).backward()
+            model.zero_grad()
+        scaler.scale(F.cross_entropy(model(x), y)).backward()
+        optimizer._flush_grads()
+        runs.append([m.grad.clone() for m in optimizer.master_params()])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 def test_torch_autograd_grad_leaves_the_gradients_alone():
     model = mlp()
     model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))

@@ -206,8 +206,8 @@ PRE_ACTIVATION_KERNEL = "wgmma_pre_activation_gemm_kernel"
 
 
 def test_pre_activation_kernels_store_twice_from_the_unsplit_block(hopper_kernels, machine_code):
-    """The Hopper GEMM kernels that store the pre-activation beside D (opt-in,
-    MPGEMM_EPILOGUE_PRE_ACTIVATION=1): two input types, K-major operands, on
+    """The Hopper GEMM kernels that store the pre-activation beside D (the
+    default's for GELU; MPGEMM_EPILOGUE_PRE_ACTIVATION=0 turns them off): two input types, K-major operands, on
     the 128 x 256 tile alone, each the block of its whole-K kernel (the same
     HGMMA and copies) with twice its output strips' stores, and no spills."""
     check_beside_whole_k(machine_code, hopper_kernels, PRE_ACTIVATION_KERNEL, 2, "ELb1ELb1E",

@@ -27,10 +27,11 @@ there, forced and as the default picks them. The Hopper convolution
 (fprop, dgrad, with a stride one launch per phase, wgrad) runs there too,
 on the wide tile (MPGEMM_NARROW_TILES=0) and the narrow ones, strided dgrad
 with its rows from registers (MPGEMM_STAGED_ROW_STORES=0) and staged
-through shared memory, a launch a phase or all its phases in one launch
-(MPGEMM_DGRAD_ONE_LAUNCH=1), and few-channel fprop and wgrad on copies
-with their taps folded into the channels (conv/folded_taps.h; x folded a
-thread per element or, MPGEMM_CHUNKED_FOLD=1, per 16 bytes, both also
+through shared memory, a launch a phase (MPGEMM_DGRAD_ONE_LAUNCH=0) or all
+its phases in one launch (the default), and few-channel fprop and wgrad on
+copies with their taps folded into the channels (conv/folded_taps.h; x
+folded a thread per element, MPGEMM_CHUNKED_FOLD=0, or per 16 bytes, the
+default, both also
 checked on their own against the fold's definition), its im2col copies
 placed by the model of the PTX ISA's im2col mode, which is checked against
 the convolution's own windows.
@@ -383,7 +384,7 @@ CONV_MUTATIONS = {
          "    write_strip<Out>(acc, buffer, strip, rows, thread);\n"
          "    if (!PLANTED) named_barrier_sync(barrier, Config::kWarpgroupThreads);\n"),
         (False, False), "with no barrier between", STAGED_ROWS),
-    # One launch's tiles (MPGEMM_DGRAD_ONE_LAUNCH=1) each found in the phase
+    # One launch's tiles (the default's, MPGEMM_DGRAD_ONE_LAUNCH unset) each found in the phase
     # before theirs at its first tile: tiles of one phase's pixels walked
     # and stored as another's.
     # One launch's tiles each walking the first phase's taps (the most): a
@@ -921,7 +922,7 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     # the random cases' own folds (their few channels, where the taps fold).
     assert f"conv on folded taps: 0/{HOPPER_CONV_CASES // 6} failed" in output, replay
     assert printed_count(output, "conv cases on folded taps") >= HOPPER_CONV_CASES // 6, replay
-    # x folded in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1) in every other folded case of a pass, and both folds
+    # x folded in 16-byte chunks (the default) in every other folded case of a pass, and both folds
     # of x on their own against the fold's definition.
     assert printed_count(output, "conv cases on folded taps in chunks") >= 2, replay
     assert "x's folds by elements and in chunks: ok" in output, replay

@@ -3,13 +3,15 @@
 and beta's, the residual's) against float64 formulas; the elementwise steps
 against the same fp32 steps in torch (bitwise: both round each step in fp32);
 CUDA against the CPU backend and against itself (the sums' order is fixed);
-bad arguments; the registrations (opcheck)."""
+bad arguments; the registrations (opcheck). Outputs start as NaN
+(support.nan_filled_outputs): an element a kernel does not write stays NaN."""
 
 import numpy as np
 import pytest
 import torch
 
 import mpgemm  # noqa: F401  (registers the ops)
+from support import nan_filled_outputs
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 ops = torch.ops.mpgemm
@@ -31,14 +33,6 @@ def memory_format(t):
 
 def per_channel(t):
     return t.view(1, -1, 1, 1)
-
-
-def poison(*tensors):
-    """Fills and frees blocks like `tensors`, so that the next allocations of
-    their sizes start out as NaN (an element a kernel does not write stays NaN)."""
-    if tensors[0].is_cuda:
-        blocks = [torch.full_like(t, float("nan")) for t in tensors for _ in range(3)]
-        del blocks
 
 
 def forward_reference(y, weight, bias, residual, running_mean, running_var, batch_stats, relu):
@@ -89,9 +83,9 @@ def test_forward_against_float64(device, dtype, channels_last):
                                        (False, None, True)]:
             running_mean, running_var = torch.randn(c, device=device), torch.rand(c, device=device) + 0.5
             running = (running_mean.clone(), running_var.clone())
-            poison(y)
-            out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, res, *running, batch_stats,
-                                                                     MOMENTUM, EPS, relu)
+            with nan_filled_outputs():
+                out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, res, *running,
+                                                                         batch_stats, MOMENTUM, EPS, relu)
             # With a ReLU, its mask as bits where 16-bit elements and 8 | C allow.
             bits = relu and dtype != torch.float32 and c % 8 == 0
             assert relu_mask.dtype == torch.uint8 and relu_mask.numel() == (y.numel() // 8 if bits else 0)
@@ -136,9 +130,9 @@ def test_backward_against_float64(device, dtype, channels_last):
         scale = torch.rand(c, device=device) + 0.5
         for out in (None, activation(shape, dtype, device, channels_last)):
             for batch_stats in (True, False):
-                poison(y)
-                grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(
-                    grad_out, out, None, y, mean, invstd, scale, batch_stats, [True, True, True])
+                with nan_filled_outputs():
+                    grad_y, sum_dz, sum_dz_xhat, grad_z = ops.batch_norm_act_backward(
+                        grad_out, out, None, y, mean, invstd, scale, batch_stats, [True, True, True])
                 if out is not None and c % 8 == 0:  # the same from the mask's bits
                     from_bits = ops.batch_norm_act_backward(grad_out, None, relu_bits(out).to(device), y, mean,
                                                             invstd, scale, batch_stats, [True, True, True])

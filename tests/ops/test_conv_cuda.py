@@ -1,9 +1,9 @@
 """The convolution kernels against cuDNN and float64, in fp16 and in bf16
 (skipped without a GPU; bf16 needs sm_80).
 
-The ops allocate their outputs; the caching allocator hands back the blocks
-just freed, so filling same-sized blocks with NaN right before each call
-poisons the outputs: an element the kernels do not write stays NaN.
+The ops allocate their outputs, which start as NaN inside
+support.nan_filled_outputs (torch's deterministic fill of new memory):
+an element the kernels do not write stays NaN.
 
 With MPGEMM_CONV_PATH=gemm, 1x1 convolutions at stride 1 without padding
 run as GEMMs on every GPU (opt-in: slower than the Hopper convolution).
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import mpgemm
 from mpgemm.testing import relative_error
 
-from support import set_environment
+from support import nan_filled_outputs, set_environment
 from test_conv import CASES, RESNET50
 
 pytestmark = pytest.mark.gpu
@@ -72,13 +72,6 @@ REFERENCES = {
 }
 
 
-def poison(*outputs):
-    """Fills and frees a few blocks of each (shape, dtype), so that the next
-    allocations of those sizes start out as NaN."""
-    blocks = [torch.full(shape, float("nan"), dtype=dtype, device="cuda") for shape, dtype in outputs for _ in range(3)]
-    del blocks
-
-
 def compare(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """mpgemm.conv2d and both gradients against cuDNN and float64. x's dtype
     (fp16 or bf16) is the products' input type; weight may be fp32."""
@@ -87,12 +80,12 @@ def compare(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     weight = weight.detach().requires_grad_()
     xq, wq = x.detach().to(dtype), weight.detach().to(dtype)  # the values the Tensor Cores see
     out_shape = F.conv2d(x.to("meta"), weight.to("meta"), None, stride, padding, dilation, groups).shape
-    poison((out_shape, torch.float32))
-    out = mpgemm.conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype=torch.float32)
+    with nan_filled_outputs():
+        out = mpgemm.conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype=torch.float32)
     assert not out.isnan().any(), "an output element was not written"
     grad = torch.randn_like(out).to(dtype)  # the ops round dL/dy to the input type
-    poison((x.shape, x.dtype), (weight.shape, weight.dtype))
-    grad_x, grad_w = torch.autograd.grad(out, (x, weight), grad.float())
+    with nan_filled_outputs():
+        grad_x, grad_w = torch.autograd.grad(out, (x, weight), grad.float())
     assert not grad_x.isnan().any() and not grad_w.isnan().any(), "a gradient element was not written"
     for ref_dtype, out_tolerance, grad_tolerance in REFERENCES[dtype]:
         xr, wr = xq.to(ref_dtype).requires_grad_(), wq.to(ref_dtype).requires_grad_()
@@ -173,7 +166,7 @@ def hopper_conv_kernels(names):
 
 
 @needs_hopper
-@pytest.mark.parametrize("stride", [1, 2])  # 2: dgrad one launch per phase of dx
+@pytest.mark.parametrize("stride", [1, 2])  # 2: dgrad's phases of dx (in one launch by default)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_wgmma_conv_path_runs_the_hopper_kernels_for_every_pass(monkeypatch, dtype, stride):
     x = torch.randn(4, 64, 14, 14, device="cuda").to(dtype).to(memory_format=torch.channels_last).requires_grad_()
@@ -299,7 +292,6 @@ def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, ba
     results = {}
     for chunked in ("1", "0", None):
         set_environment(monkeypatch, "MPGEMM_CHUNKED_FOLD", chunked)
-        poison((y_shape, dtype), (weight.shape, dtype))
         weight.grad = None
 
         def step():
@@ -307,7 +299,8 @@ def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, ba
             y.backward(dy)
             results[chunked] = (y.detach(), weight.grad)
 
-        names = launches(step)
+        with nan_filled_outputs():
+            names = launches(step)
         # x folded twice, for fprop and for wgrad, by the kernel asked for; wgrad's gradient unfolded.
         kernel = "fold_input_kernel" if chunked == "0" else "fold_input_chunks_kernel"
         assert sum("fold_input" in name for name in names) == sum(kernel in name for name in names) == 2, names

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.testing import GATE_ACTIVATIONS as GATES, gated_reference, relative_error, torch_activation_backward
-from support import MpgemmCalls, assert_compiled_grads_equal_eager, set_environment
+from support import MpgemmCalls, assert_compiled_grads_equal_eager, nan_filled_outputs, set_environment
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 H, BF = torch.float16, torch.bfloat16
@@ -39,16 +39,6 @@ def float64_block(inputs, activation, product):
               .requires_grad_() for i, t in enumerate(inputs)]
     x, wg, bg, wu, bu, wd, bd = leaves
     return F.linear(GATES[activation](F.linear(x, wg, bg)) * F.linear(x, wu, bu), wd, bd), leaves
-
-
-def poison(*like):
-    """Fills and frees a few blocks of each tensor's size on the GPU, so that
-    the next allocations of that size likely start out as NaN (the caching
-    allocator's choice of block: the simulation's NaN-filled outputs,
-    kernel_sim/gated_cases.cpp, are the check that cannot miss)."""
-    if like[0].is_cuda:
-        blocks = [torch.full_like(t, float("nan")) for t in like for _ in range(3)]
-        del blocks
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -147,10 +137,9 @@ def test_gating_ops_within_one_rounding_of_float64(device, activation, dtype, sh
     count = shape[0] * shape[1] + (1 if misaligned else 0)
     dp, g, u = (t.reshape(-1)[:count][1 if misaligned else 0:].reshape(shape)
                 for t in elementwise_inputs(device, dtype, (count,)))
-    poison(g, g, g)
-    p = torch.ops.mpgemm._gated_activation(g, u, activation=activation)
-    poison(g, g, g)
-    dg, du, p_again = torch.ops.mpgemm._gated_activation_backward(dp, g, u, activation=activation)
+    with nan_filled_outputs():
+        p = torch.ops.mpgemm._gated_activation(g, u, activation=activation)
+        dg, du, p_again = torch.ops.mpgemm._gated_activation_backward(dp, g, u, activation=activation)
     wants = gated_reference(dp, g, u, activation)
     eps, subnormal = torch.finfo(dtype).eps, torch.finfo(dtype).tiny * torch.finfo(dtype).eps
     fp32 = 8 * torch.finfo(torch.float32).eps

@@ -13,7 +13,6 @@ the Hopper kernels through aligned copies (MPGEMM_PADDED_OPERANDS=1).
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
 
-import contextlib
 import math
 import random
 import re
@@ -25,7 +24,7 @@ import mpgemm
 from mpgemm.testing import (TORCH_ACTIVATIONS, activation_grad_reference, random_operand, reference_gemm,
                             relative_error, torch_activation_backward)
 
-from support import set_environment
+from support import nan_filled_outputs, set_environment
 
 pytestmark = pytest.mark.gpu
 
@@ -363,24 +362,6 @@ def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, 
         assert relative_error(out, cublas.double().cpu()) < tolerance(out_dtype)
 
 
-@contextlib.contextmanager
-def nan_filled_outputs():
-    """Inside, every new tensor's memory starts as NaN (torch's deterministic
-    mode fills what at::empty hands out, whichever block the caching
-    allocator picks), an op's outputs among them: an element its kernels do
-    not write stays NaN. mpgemm's kernels and plans do not depend on the mode."""
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-        torch.utils.deterministic.fill_uninitialized_memory = fill
-
-
 def kernels_of(call):
     """The names of the kernels that call() ran (torch.profiler; not the runtime's calls or copies)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -401,8 +382,8 @@ def poisoned_pre_activation(x, weight, bias, out_dtype):
 @pytest.mark.parametrize("m, n, k, kernels", [(2048, 1536, 512, 1), (4096, 3072, 768, 1), (1100, 2055, 264, 1),
                                               (256, 512, 136, 2)])
 def test_pre_activation_from_the_hopper_epilogue(m, n, k, kernels, dtype, monkeypatch):
-    """GELU's input saved by the forward (MPGEMM_EPILOGUE_PRE_ACTIVATION=1,
-    opt-in): where the wide tile takes the problem, one kernel stores y and
+    """GELU's input saved by the forward (the default; "0" recomputes it in
+    backward): where the wide tile takes the problem, one kernel stores y and
     the pre-activation (through the copy engine, or from registers where
     an odd N leaves the outputs' rows unaligned); elsewhere (ping-pong on a
     few tiles) the product runs again. Either way y is bitwise the plain

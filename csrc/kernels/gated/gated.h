@@ -1,5 +1,5 @@
 // Entry points of the gated MLP's elementwise passes for host code
-// (mpgemm.gated_mlp with MPGEMM_GATED_KERNEL=1): over `count` contiguous
+// (mpgemm.gated_mlp unless MPGEMM_GATED_KERNEL=0): over `count` contiguous
 // elements of one 16-bit type, the forward p = act(g) * u and the backward
 // (dg, du, p) from dp, g and u, in fp32 (gated/gated_math.h), each result
 // rounded once. The kernels are in gated/gated.cu.

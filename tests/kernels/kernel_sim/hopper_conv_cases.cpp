@@ -19,7 +19,7 @@
 //    (MPGEMM_STAGED_ROW_STORES=0 in the rest), whose epilogue must then, and
 //    only then, read its rows back from shared memory; half of those (a 1x1
 //    at stride 2 early in a run, a 3x3 at stride 2 later) with
-//    MPGEMM_DGRAD_ONE_LAUNCH=1 (the default; "0" in the rest), which must
+//    MPGEMM_DGRAD_ONE_LAUNCH unset (the default; "0" in the rest), which must
 //    then run their phases, 2 to 4 of them, in one launch and no memset, a
 //    phase no tap reaches stored as zeros by that launch), padding,
 //    dilation, fprop's
@@ -45,7 +45,7 @@
 //  - folded taps: random few-channel fprop and wgrad (first layers: up to 7
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
 //    must run on copies with their taps folded into the channels, x folded
-//    in 16-byte chunks (MPGEMM_CHUNKED_FOLD=1, the default; "0" in the
+//    in 16-byte chunks (MPGEMM_CHUNKED_FOLD unset, the default; "0" in the
 //    rest) in every other case of a pass, its launch then a thread per
 //    chunk; and x's fold on its own, a
 //    thread per element and in chunks, against the fold's definition;
@@ -246,11 +246,13 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   p.bias = bias.data(), p.bias_type = bias.type;
   // The narrow tiles, staged rows and one launch's phases are the defaults:
   // the first two asked for by name where forced, left to the default on the
-  // default path, and "0" where not wanted; the phases' launch always named.
+  // default path, and "0" where not wanted; the phases' launch left to the
+  // default where wanted (so that the default is what is checked), "0" where
+  // not.
   if (forced) setenv("MPGEMM_CONV_PATH", "wgmma", 1);
   if (!narrow || forced) setenv("MPGEMM_NARROW_TILES", narrow ? "1" : "0", 1);
   if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
-  setenv("MPGEMM_DGRAD_ONE_LAUNCH", one_launch ? "1" : "0", 1);
+  if (!one_launch) setenv("MPGEMM_DGRAD_ONE_LAUNCH", "0", 1);
   run.plan = plan_conv2d(pass, p);
   // Poisoned: every block's moments must be written.
   const int64_t rows = g.n * g.p * g.q;
@@ -335,7 +337,7 @@ bool folded_conv_case(int index, ConvCaseCounts& counts) {
   const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
-  setenv("MPGEMM_CHUNKED_FOLD", in_chunks ? "1" : "0", 1);
+  if (!in_chunks) setenv("MPGEMM_CHUNKED_FOLD", "0", 1);  // in chunks: the default's
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true);
   unsetenv("MPGEMM_CHUNKED_FOLD");
   const bool folded = run.plan.path == Conv2dPlan::Path::kFoldedTaps;
