@@ -97,7 +97,12 @@ def test_forward_against_float64(device, dtype, channels_last):
             for got, want in [(mean, ref_mean), (invstd, ref_invstd), (scale, ref_scale), *zip(running, ref_running)]:
                 assert got.dtype == torch.float32
                 torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(out.double(), ref, rtol=tolerance(dtype), atol=tolerance(dtype) * 4)
+            # y * scale and the shift cancel to z in fp32, each rounded near |y| * |scale| (y's mean is 50):
+            # a channel whose few values lie close (a large scale) loses that much more.
+            cancelled = 4 * torch.finfo(torch.float32).eps * y.double().abs().amax(dim=(0, 2, 3)) * ref_scale.abs()
+            excess = (out.double() - ref).abs() - (tolerance(dtype) * 4 + per_channel(cancelled) +
+                                                   tolerance(dtype) * ref.abs())
+            assert excess.max() <= 0, f"out off float64's by {excess.max().item():.3g} past the bound"
             # Given its statistics, the elementwise step is torch's fp32 arithmetic, bit for bit.
             shift = (bias - mean * scale)
             z = y.float() * per_channel(scale) + per_channel(shift)
