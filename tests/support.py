@@ -1,9 +1,9 @@
 """What the tests share besides fixtures: the repository's root, the run's
 random seed, the rule for checks that need nvcc (a skip, or under
 MPGEMM_REQUIRE_NVCC=1, as CI sets, a failure), a record of the mpgemm ops
-that run, outputs that start as NaN, the check that a compiled layer's
-gradients are eager's, and the training runs that mpgemm.fuse's tests
-compare."""
+that run, the CUDA work a call launches, outputs that start as NaN, the
+check that a compiled layer's gradients are eager's, and the training runs
+that mpgemm.fuse's tests compare."""
 
 import contextlib
 import copy
@@ -43,6 +43,14 @@ def set_environment(monkeypatch, name, value):
         monkeypatch.delenv(name, raising=False)
     else:
         monkeypatch.setenv(name, value)
+
+
+def launches(fn):
+    """The names of the CUDA kernels (and copies and memsets) fn launches, once a launch (torch.profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
 
 
 @contextlib.contextmanager

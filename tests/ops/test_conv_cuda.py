@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import mpgemm
 from mpgemm.testing import relative_error
 
-from support import nan_filled_outputs, set_environment
+from support import launches, nan_filled_outputs, set_environment
 from test_conv import CASES, RESNET50
 
 pytestmark = pytest.mark.gpu
@@ -142,14 +142,6 @@ def test_bf16_before_sm80_is_refused_with_a_clear_error():
                    f"{device}")
         with pytest.raises(RuntimeError, match=re.escape(message)):
             call()
-
-
-def launches(fn):
-    """The names of the CUDA kernels (and memsets) fn launches, once a launch."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def kernels_run(fn):

@@ -24,7 +24,7 @@ import mpgemm
 from mpgemm.testing import (TORCH_ACTIVATIONS, activation_grad_reference, random_operand, reference_gemm,
                             relative_error, torch_activation_backward)
 
-from support import nan_filled_outputs, set_environment
+from support import launches, nan_filled_outputs, set_environment
 
 pytestmark = pytest.mark.gpu
 
@@ -363,12 +363,8 @@ def test_padded_operands_on_the_hopper_block(m, n, k, a_layout, b_layout, path, 
 
 
 def kernels_of(call):
-    """The names of the kernels that call() ran (torch.profiler; not the runtime's calls or copies)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return [event.name for event in prof.events()
-            if event.device_type == torch.autograd.DeviceType.CUDA and not event.name.startswith(("Memcpy", "Memset"))]
+    """The names of the kernels that call() ran (not its copies or memsets)."""
+    return [name for name in launches(call) if not name.startswith(("Memcpy", "Memset"))]
 
 
 def poisoned_pre_activation(x, weight, bias, out_dtype):
