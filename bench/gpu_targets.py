@@ -17,7 +17,8 @@ bench/gpu_check.py:
       thread per element and, with MPGEMM_CHUNKED_FOLD=1 (the default), per
       16 bytes), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
-      forward and backward (16-byte runs and one-element ones); the gated
+      forward and backward (16-byte runs and one-element ones), also with
+      MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the gated
       MLP's two passes (likewise); every result is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
@@ -214,7 +215,8 @@ def sanitize():
     passes (sm_90; a first layer's on folded taps, x folded both ways;
     strided dgrad's rows staged), on its wide tile and, under
     MPGEMM_NARROW_TILES=1, its narrow
-    ones; the fused batch norm's passes; the gated MLP's; fprop's batch statistics from the
+    ones; the fused batch norm's passes (with and without loads ahead); the gated MLP's; fprop's batch
+    statistics from the
     WMMA epilogue and (sm_90) the Hopper one; and loss scaling's unscale and
     scale update."""
     torch.manual_seed(0)
@@ -252,9 +254,17 @@ def sanitize():
     os.environ["MPGEMM_CONV_PATH"] = "gemm"
     _conv_passes("1x1 as GEMMs", (2, 64, 28, 28), (72, 64, 1, 1))
     os.environ.pop("MPGEMM_CONV_PATH")
-    # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37).
+    # The fused batch norm: 16-byte runs (64 channels) and one element a thread (37); then with the sums and
+    # the input gradient loading rows ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1), 256 channels among them.
     _batch_norm_passes("64 channels", (8, 64, 28, 28))
     _batch_norm_passes("37 channels", (3, 37, 9, 9))
+    os.environ["MPGEMM_BATCH_NORM_LOADS_AHEAD"] = "1"
+    try:
+        _batch_norm_passes("loads ahead 64 channels", (8, 64, 28, 28))
+        _batch_norm_passes("loads ahead 256 channels", (4, 256, 13, 9))
+        _batch_norm_passes("loads ahead 37 channels", (3, 37, 9, 9))
+    finally:
+        os.environ.pop("MPGEMM_BATCH_NORM_LOADS_AHEAD")
     # The gated MLP's passes: 16-byte runs over 65 blocks' threads and a tail of 5; one element a thread.
     _gated_passes("16-byte runs", 8 * 256 * 65 + 5, 0, torch.float16, "silu")
     _gated_passes("off 16 bytes", 3001, 1, torch.float16, "gelu_tanh")

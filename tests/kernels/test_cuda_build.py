@@ -26,11 +26,15 @@ The fprop kernels that write column moments for batch norm combine lanes
 with shuffles and no atomics (the Hopper ones read their strips back).
 The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
 their 16-byte variants (the elementwise ones store so too) and round every
-step on its own (no FFMA), as the CPU backend does. The gated MLP's passes
+step on its own (no FFMA), as the CPU backend does; those that load rows
+ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) issue 4 rows' 16-byte loads in each
+row loop before any instruction reads one. The gated MLP's passes
 load and store 16 bytes at a time. x's fold in chunks (folded taps,
 MPGEMM_CHUNKED_FOLD=1) stores each thread's 8 channels with one 16-byte
 store.
 """
+
+import re
 
 import pytest
 
@@ -353,8 +357,8 @@ def test_batch_norm_passes_move_16_bytes_and_round_each_step(cuda_build, machine
         kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
                    if "batch_norm" in name}
         # The sums, act and grad_input for three element types, each in 16-byte runs and one element at a
-        # time; the finish for each type.
-        assert len(kernels) == 3 * 6 + 3, (arch, sorted(kernels))
+        # time, and the loads-ahead sums and input gradient likewise; the finish for each type.
+        assert len(kernels) == 5 * 6 + 3, (arch, sorted(kernels))
         for name, ops in kernels.items():
             wide = "Li8E" in name or "Li4E" in name
             stored = "act_kernel" in name or "grad_input" in name  # the elementwise passes' outputs
@@ -364,6 +368,69 @@ def test_batch_norm_passes_move_16_bytes_and_round_each_step(cuda_build, machine
                 assert sass.count_opcodes(ops, "FFMA") == 0, f"{arch} {name}: a step contracted into an FMA"
             res = usage[arch].get(name, {})
             assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
+
+
+SASS_REGISTER = re.compile(r"\bR(\d+)\b")
+# An instruction's first operand where it writes a general register (not a
+# predicate, and not a store's address).
+WRITTEN_REGISTER = re.compile(r"R(\d+)$")
+STORES = ("STG", "STS", "ST", "STL", "RED", "ATOM", "ATOMG")
+
+
+def row_loops(instructions):
+    """The bodies of the loops (a branch back, and what lies between its
+    target and it) that load from global memory."""
+    loops = []
+    for branch in instructions:
+        target = branch.branch_target()
+        if target is not None and target < branch.address:
+            body = [i for i in instructions if target <= i.address <= branch.address]
+            if any(i.opcode.startswith("LDG") for i in body):
+                loops.append(body)
+    return loops
+
+
+def loads_before_first_use(body):
+    """(the 16-byte global loads a loop body issues before any instruction
+    reads a register that one of its loads wrote, whether every global load
+    of the body comes before that read)."""
+    loaded, wide_loads, first_use, last_load = set(), 0, None, None
+    for n, i in enumerate(body):
+        registers = [int(r) for r in SASS_REGISTER.findall(i.operands)]
+        if i.opcode.startswith("LDG"):
+            last_load = n
+            wide_loads += first_use is None and i.opcode.startswith("LDG.E.128")
+            width = 4 if ".128" in i.opcode else 2 if ".64" in i.opcode else 1
+            loaded |= set(range(registers[0], registers[0] + width))
+            continue
+        written = WRITTEN_REGISTER.match(i.operands.split(",")[0].strip())
+        if i.opcode.split(".")[0] in STORES:
+            written = None
+        if first_use is None and loaded & set(registers[1:] if written else registers):
+            first_use = n
+        if written:  # a register written here no longer holds a load's result (a .WIDE result: two)
+            first = int(written.group(1))
+            loaded -= set(range(first, first + (2 if ".WIDE" in i.opcode or ".64" in i.opcode else 1)))
+    return wide_loads, first_use is None or last_load < first_use
+
+
+def test_batch_norm_loads_ahead_issue_four_rows_before_using_one(cuda_build, machine_code):
+    # kRowsAhead (norm/batch_norm_ahead_kernels.cuh): each row loop of the 16-byte variants issues 4 rows' loads
+    # (y forward; dz and y, and the bits or out, backward) before it reads any; the default kernels' loops wait
+    # on each row's loads.
+    code, _ = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        ahead = {name: instructions for name, instructions in code[arch].items()
+                 if re.search(r"(sums|grad_input)_ahead_kernel.*Li[48]E", name)}
+        assert len(ahead) == 2 * 3, (arch, sorted(ahead))
+        for name, instructions in ahead.items():
+            loops = [loads_before_first_use(body) for body in row_loops(instructions)]
+            assert loops and all(before for _, before in loops), f"{arch} {name}: a load waited on in {loops}"
+            # Forward, y's 4 rows; backward, dz's and y's.
+            assert max(wide for wide, _ in loops) >= 8, f"{arch} {name}: {loops}"
+            assert min(wide for wide, _ in loops) >= 4, f"{arch} {name}: {loops}"
+        default = [name for name in code[arch] if "sums_kernelI6__halfLi8E" in name]
+        assert not all(before for _, before in map(loads_before_first_use, row_loops(code[arch][default[0]])))
 
 
 def test_gated_mlp_passes_move_16_bytes(cuda_build, machine_code):

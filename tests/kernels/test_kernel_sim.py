@@ -145,8 +145,14 @@ WMMA_MUTATIONS = {
 # fail the batch-norm cases: the last row block's partial sums dropped, each
 # row block summing its predecessor's last row again, a block's moments
 # dropped from the mean (the last, or one a thread), and each block's mean
-# taken from the block after it (the next block counted twice).
-BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/column_moments.cu", "gated/gated.cu"]
+# taken from the block after it (the next block counted twice); in the
+# loads-ahead kernels (norm/batch_norm_ahead_kernels.cuh, every other case),
+# the last row of each group fetched ahead fetched but never used (its sums
+# and input gradient left out), and the ReLU's byte of bits read unshifted
+# (wrong wherever a run's bits do not start the byte: fp32 runs of 4 and
+# runs of one).
+BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/batch_norm_ahead_kernels.cuh", "norm/column_moments.cu",
+                    "gated/gated.cu"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
@@ -156,6 +162,10 @@ BATCH_NORM_MUTATIONS = {
                                   "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads) weighted"),
     "a block's moments counted twice": ("count(b) * mean_of(b);",
                                         "count(b) * mean_of(PLANTED && b + 1 < a.blocks ? b + 1 : b);"),
+    "a row fetched ahead left unused": ("if (r + j * step < w.end) use(",
+                                        "if (r + j * step < w.end && !(PLANTED && j == kRowsAhead - 1)) use("),
+    "the ReLU's bits read unshifted": ("const unsigned run_bits = g.bits >> (i % 8);",
+                                       "const unsigned run_bits = g.bits >> (PLANTED ? 0 : i % 8);"),
 }
 # In the gated MLP's passes (gated/gated.cu), built with the batch norm's
 # planted units and failing the gated cases (run as many): the threads of

@@ -3,7 +3,8 @@
 and beta's, the residual's) against float64 formulas; the elementwise steps
 against the same fp32 steps in torch (bitwise: both round each step in fp32);
 CUDA against the CPU backend and against itself (the sums' order is fixed);
-bad arguments; the registrations (opcheck). Outputs start as NaN
+the loads-ahead kernels (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) bitwise the
+default's; bad arguments; the registrations (opcheck). Outputs start as NaN
 (support.nan_filled_outputs): an element a kernel does not write stays NaN."""
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import mpgemm  # noqa: F401  (registers the ops)
-from support import nan_filled_outputs
+from support import launches, nan_filled_outputs
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 ops = torch.ops.mpgemm
@@ -190,6 +191,62 @@ def test_cuda_matches_the_cpu_backend_and_itself(dtype):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(grads[0].cpu().double(), cpu_grads[0].double(), rtol=tolerance(dtype),
                                atol=tolerance(dtype))
+
+
+def misaligned(t):
+    """t's values, channels_last, in memory that starts one element past an allocation's start."""
+    n, c, h, w = t.shape
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    view = flat.view(n, h, w, c).permute(0, 3, 1, 2)
+    view.copy_(t)
+    return view
+
+
+def batch_norm_both_ways(y, weight, bias, residual, grad_out):
+    """Every output of the forward (batch statistics, residual and ReLU) and of
+    backward from its output, from its bits, with running statistics, and
+    without a ReLU; then each of backward's outputs asked for alone."""
+    out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, residual, None, None, True, MOMENTUM,
+                                                             EPS, True)
+    results = [out, mean, invstd, scale, relu_mask]
+    for out_given, mask_given, batch_stats in ((out, None, True), (None, relu_mask, True), (out, None, False),
+                                               (None, None, True)):
+        if mask_given is not None and mask_given.numel() == 0:
+            continue
+        results += ops.batch_norm_act_backward(grad_out, out_given, mask_given, y, mean, invstd, scale, batch_stats,
+                                               [True, True, True])
+    for alone in ([True, False, False], [False, True, False], [False, False, True]):
+        results += ops.batch_norm_act_backward(grad_out, out, None, y, mean, invstd, scale, True, alone)
+    return results
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_loads_ahead_give_the_defaults_bits(dtype, monkeypatch):
+    # 64 and 256 channels in 16-byte runs, 2048 over several blocks of channels, 37 and a misaligned grad_out
+    # one element at a time; 3 to 11 rows a thread, so partial groups of 4 rows, whole ones, and several.
+    for shape, skewed in (((8, 64, 9, 11), False), ((2, 256, 7, 5), False), ((4, 2048, 3, 3), False),
+                          ((3, 37, 5, 5), False), ((2, 64, 6, 7), True)):
+        c = shape[1]
+        y, residual = activation(shape, dtype, "cuda", True), activation(shape, dtype, "cuda", True)
+        grad_out = activation(shape, dtype, "cuda", True)
+        grad_out = misaligned(grad_out) if skewed else grad_out
+        weight, bias = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
+        monkeypatch.delenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", raising=False)
+        with nan_filled_outputs():
+            default = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+        monkeypatch.setenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", "1")
+        with nan_filled_outputs():
+            ahead = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+        names = launches(lambda: batch_norm_both_ways(y, weight, bias, residual, grad_out))
+        assert any("sums_ahead_kernel" in n for n in names) and any("grad_input_ahead_kernel" in n for n in names)
+        assert not any("sums_kernel<" in n or "grad_input_kernel<" in n for n in names), names
+        assert len(default) == len(ahead)
+        for i, (d, a) in enumerate(zip(default, ahead)):
+            assert torch.equal(d, a) and not a.isnan().any(), (shape, skewed, i)
+    monkeypatch.setenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", "2")
+    with pytest.raises(ValueError, match=r"MPGEMM_BATCH_NORM_LOADS_AHEAD must be '0' or '1', got '2'"):
+        batch_norm_both_ways(y, weight, bias, residual, grad_out)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -18,21 +18,50 @@ __device__ __forceinline__ float element_at(const void* p, int64_t i) {
   return ElementTraits<T>::to_float(static_cast<const T*>(p)[i]);
 }
 
-// kWidth elements of T from p[i], in fp32: one 16-byte load where kWidth fills it.
+// kWidth elements of T as they lie in memory: one 16-byte word where kWidth
+// fills it. fetch() issues the loads and widen() reads them, so that a pass
+// can issue several rows' loads before it uses the first.
+template <class T, int kWidth, bool kWord = kWidth * sizeof(T) == 16>
+struct Raw {
+  T e[kWidth];
+};
 template <class T, int kWidth>
-__device__ __forceinline__ void load(const void* p, int64_t i, float (&v)[kWidth]) {
+struct Raw<T, kWidth, true> {
+  uint4 word;
+};
+
+template <class T, int kWidth>
+__device__ __forceinline__ Raw<T, kWidth> fetch(const void* p, int64_t i) {
+  Raw<T, kWidth> r;
+  if constexpr (kWidth * sizeof(T) == 16) {
+    r.word = *reinterpret_cast<const uint4*>(static_cast<const T*>(p) + i);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) r.e[e] = static_cast<const T*>(p)[i + e];
+  }
+  return r;
+}
+
+template <class T, int kWidth>
+__device__ __forceinline__ void widen(const Raw<T, kWidth>& r, float (&v)[kWidth]) {
   if constexpr (kWidth * sizeof(T) == 16) {
     union {
       uint4 raw;
       T e[kWidth];
     } u;
-    u.raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p) + i);
+    u.raw = r.word;
 #pragma unroll
     for (int e = 0; e < kWidth; ++e) v[e] = ElementTraits<T>::to_float(u.e[e]);
   } else {
 #pragma unroll
-    for (int e = 0; e < kWidth; ++e) v[e] = element_at<T>(p, i + e);
+    for (int e = 0; e < kWidth; ++e) v[e] = ElementTraits<T>::to_float(r.e[e]);
   }
+}
+
+// kWidth elements of T from p[i], in fp32: one 16-byte load where kWidth fills it.
+template <class T, int kWidth>
+__device__ __forceinline__ void load(const void* p, int64_t i, float (&v)[kWidth]) {
+  widen(fetch<T, kWidth>(p, i), v);
 }
 
 // kWidth values rounded to T into p[i]: one 16-byte store where kWidth fills

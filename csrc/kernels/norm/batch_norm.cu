@@ -2,12 +2,15 @@
 // per-channel sums, the vector width of the elementwise passes, and the
 // launches of norm/batch_norm_kernels.cuh for the element type: forward is
 // sums, finish, elementwise (sums skipped with running statistics); backward
-// sums, finish, elementwise, each skipped where nothing needs it.
+// sums, finish, elementwise, each skipped where nothing needs it. With
+// loads_ahead, the sums and backward's elementwise pass are
+// norm/batch_norm_ahead_kernels.cuh's (the same results, bit for bit).
 #include <cstdint>
 #include <initializer_list>
 
 #include "common/element_traits.cuh"
 #include "norm/batch_norm.h"
+#include "norm/batch_norm_ahead_kernels.cuh"
 #include "norm/batch_norm_kernels.cuh"
 
 namespace mpgemm::kernels {
@@ -31,6 +34,12 @@ int64_t widest_run(BatchNormShape shape) { return shape.type == ElementType::kFl
 int64_t channel_tiles(BatchNormShape shape) {
   const int64_t per_block = kGroupsPerBlock * widest_run(shape);
   return (shape.channels + per_block - 1) / per_block;
+}
+
+// Blocks across the channels at runs of `width` channels (the sums' grid's x).
+int64_t channel_blocks(BatchNormShape shape, int64_t width) {
+  const int64_t groups = shape.channels / width;
+  return (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
 }
 
 template <class F>
@@ -62,7 +71,7 @@ bool vectorized(BatchNormShape shape, std::initializer_list<const void*> pointer
 // A sum pass over the row blocks, when `finish` has partials to total, then
 // the finish (a block per channel).
 cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs sums, batch_norm::FinishArgs finish,
-                                   cudaStream_t stream) {
+                                   bool loads_ahead, cudaStream_t stream) {
   const int64_t blocks = batch_norm_row_blocks(shape);
   sums.block_rows = (shape.rows + blocks - 1) / blocks;
   finish.blocks = blocks;
@@ -71,13 +80,12 @@ cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs su
     if (finish.partial != nullptr) {
       constexpr int kWide = 16 / sizeof(T);
       const bool wide = vectorized<T>(shape, {sums.y, sums.grad_out, sums.out, sums.mean, sums.invstd});
-      const int64_t groups = shape.channels / (wide ? kWide : 1);
-      const dim3 grid(unsigned((groups + kGroupsPerBlock - 1) / kGroupsPerBlock), unsigned(blocks));
-      const cudaError_t err = wide ? launch(&batch_norm::sums_kernel<T, kWide>, grid, batch_norm::kSumsSmemBytes,
-                                            sums, stream)
-                                   : launch(&batch_norm::sums_kernel<T, 1>, grid, batch_norm::kSumsSmemBytes, sums,
-                                            stream);
-      if (err != cudaSuccess) return err;
+      const dim3 grid(unsigned(channel_blocks(shape, wide ? kWide : 1)), unsigned(blocks));
+      const auto kernel = loads_ahead ? (wide ? &batch_norm::sums_ahead_kernel<T, kWide>
+                                              : &batch_norm::sums_ahead_kernel<T, 1>)
+                                      : (wide ? &batch_norm::sums_kernel<T, kWide> : &batch_norm::sums_kernel<T, 1>);
+      if (const cudaError_t err = launch(kernel, grid, batch_norm::kSumsSmemBytes, sums, stream); err != cudaSuccess)
+        return err;
     }
     return launch(&batch_norm::finish_kernel<T>, dim3(unsigned(shape.channels)), batch_norm::kFinishSmemBytes,
                   finish, stream);
@@ -136,7 +144,7 @@ bool batch_norm_relu_mask_fits(BatchNormShape shape, std::initializer_list<const
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
                                       bool batch_stats, const float* batch_mean_var,
                                       const BatchNormChannels& channels, float* workspace, void* out,
-                                      uint8_t* relu_mask, cudaStream_t stream) {
+                                      uint8_t* relu_mask, bool loads_ahead, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
   if (batch_mean_var != nullptr && !batch_stats) return cudaErrorInvalidValue;
   if (relu_mask != nullptr && !(relu && batch_norm_relu_mask_fits(shape, {y, out, residual == nullptr ? y : residual})))
@@ -147,7 +155,8 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
   const bool sums_of_y = batch_stats && batch_mean_var == nullptr;
   const batch_norm::FinishArgs finish{shape, y, sums_of_y ? partial : nullptr, batch_mean_var, 0, nullptr, nullptr,
                                       channels, shift};
-  if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
+  if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, loads_ahead, stream); err != cudaSuccess)
+    return err;
   const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out, relu_mask};
   return launch_elementwise<Act>(shape, args, {y, out, residual == nullptr ? y : residual, channels.scale, shift},
                                  stream);
@@ -155,7 +164,7 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
 
 cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
                                        float* workspace, float* sum_dz, float* sum_dz_xhat, void* grad_y,
-                                       void* grad_z, cudaStream_t stream) {
+                                       void* grad_z, bool loads_ahead, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
   // The input gradient with batch statistics needs the sums; write them to
   // the workspace where the caller did not ask for them.
@@ -165,7 +174,8 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
     if (sum_dz == nullptr) sum_dz = workspace, sum_dz_xhat = workspace + shape.channels;
     const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.relu_mask, g.mean, g.invstd, 0, partial};
     const batch_norm::FinishArgs finish{shape, nullptr, partial, nullptr, 0, sum_dz, sum_dz_xhat, {}, nullptr};
-    if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, stream); err != cudaSuccess) return err;
+    if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, loads_ahead, stream); err != cudaSuccess)
+      return err;
   }
   if (grad_y == nullptr && grad_z == nullptr) return cudaSuccess;
   const bool with_sums = batch_stats && grad_y != nullptr;
@@ -174,10 +184,21 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
                                        1.0f / float(shape.rows), grad_y, grad_z};
   const void* out = g.out == nullptr ? g.y : g.out;
   const void* written = grad_y != nullptr ? grad_y : grad_z;
-  return launch_elementwise<GradInput>(shape, args, {g.grad_out, out, g.y, written, grad_z ? grad_z : written,
-                                                     g.mean, g.invstd, g.scale, args.sum_dz ? args.sum_dz : g.scale,
-                                                     args.sum_dz_xhat ? args.sum_dz_xhat : g.scale},
-                                       stream);
+  const std::initializer_list<const void*> pointers{
+      g.grad_out, out, g.y, written, grad_z ? grad_z : written, g.mean, g.invstd, g.scale,
+      args.sum_dz ? args.sum_dz : g.scale, args.sum_dz_xhat ? args.sum_dz_xhat : g.scale};
+  if (!loads_ahead) return launch_elementwise<GradInput>(shape, args, pointers, stream);
+  // The rows' input gradient, on the sums' partition.
+  const int64_t blocks = batch_norm_row_blocks(shape);
+  const batch_norm::GradInputAheadArgs ahead{args, (shape.rows + blocks - 1) / blocks};
+  return visit_type(shape.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int kWide = 16 / sizeof(T);
+    const bool wide = vectorized<T>(shape, pointers);
+    const dim3 grid(unsigned(channel_blocks(shape, wide ? kWide : 1)), unsigned(blocks));
+    return launch(wide ? &batch_norm::grad_input_ahead_kernel<T, kWide> : &batch_norm::grad_input_ahead_kernel<T, 1>,
+                  grid, 0, ahead, stream);
+  });
 }
 
 }  // namespace mpgemm::kernels

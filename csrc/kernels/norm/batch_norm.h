@@ -51,11 +51,13 @@ struct BatchNormChannels {
 // per channel ([2][channels], as norm/column_moments.h totals a
 // convolution's epilogue moments), used instead of a pass over y.
 // relu_mask (with relu, where batch_norm_relu_mask_fits): out > 0 as bits,
-// bit e of byte j for element 8j + e in memory order.
+// bit e of byte j for element 8j + e in memory order. loads_ahead: the sums
+// on norm/batch_norm_ahead_kernels.cuh's kernel (MPGEMM_BATCH_NORM_LOADS_AHEAD;
+// the same bits).
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
                                       bool batch_stats, const float* batch_mean_var,
                                       const BatchNormChannels& channels, float* workspace, void* out,
-                                      uint8_t* relu_mask, cudaStream_t stream);
+                                      uint8_t* relu_mask, bool loads_ahead, cudaStream_t stream);
 
 // Whether the forward writes the ReLU's mask as bits for these tensors (y,
 // residual, out): 16-bit elements in 16-byte runs (a byte a thread), the
@@ -79,9 +81,11 @@ struct BatchNormGrad {
 // beta's gradients) where they are non-null, or where grad_y needs them;
 // grad_y = scale * (dz - sum_dz / rows - xhat * sum_dz_xhat / rows) with batch
 // statistics, scale * dz with running ones; grad_z = dz (the residual's
-// gradient). Null outputs are not computed.
+// gradient). Null outputs are not computed. loads_ahead: the sums and the
+// input gradient on norm/batch_norm_ahead_kernels.cuh's kernels (the same
+// bits).
 cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
                                        float* workspace, float* sum_dz, float* sum_dz_xhat, void* grad_y,
-                                       void* grad_z, cudaStream_t stream);
+                                       void* grad_z, bool loads_ahead, cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

@@ -10,6 +10,12 @@
 // (norm/column_moments.h; values about a large offset, so that sums of
 // squares would cancel), checked against the statistics of the values they
 // came from, and normalizes with those statistics given (batch_mean_var).
+// Every other case runs the sums and backward's input gradient on the
+// loads-ahead kernels (norm/batch_norm_ahead_kernels.cuh), half of those on
+// 64-300 rows of 136-320 channels (8-15 rows in flight a block), so that a
+// thread walks several groups of rows ahead and a partial one. The values
+// are exact in any order: that the loads-ahead sums keep the default's
+// order (the same bits from inexact values) is the GPU tests' to check.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -56,7 +62,7 @@ struct Checker {
 };
 
 // The forward: statistics (or running ones), then relu?(y * scale + shift + residual).
-void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t& err) {
   const int64_t n = shape.rows * shape.channels, channels = shape.channels;
   const bool misaligned = rnd(0, 4) == 0, relu = rnd(0, 1), with_residual = rnd(0, 1);
   const bool batch_stats = rnd(0, 3) != 0, affine = rnd(0, 3) != 0, tracked = rnd(0, 3) != 0;
@@ -82,7 +88,7 @@ void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   std::vector<uint8_t> relu_mask(n / 8 + 1, 0xa5);
   err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, nullptr, ch,
                                   reinterpret_cast<float*>(workspace.p), out.data(),
-                                  bits ? relu_mask.data() : nullptr, nullptr);
+                                  bits ? relu_mask.data() : nullptr, ahead, nullptr);
   std::vector<float> shift(channels);
   for (int64_t c = 0; c < channels; ++c) {
     float want_mean = mean_before[c];
@@ -128,7 +134,7 @@ void forward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
 }
 
 // Backward: the sums where asked for or needed, then the input gradient and dz.
-void backward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+void backward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t& err) {
   const int64_t n = shape.rows * shape.channels, channels = shape.channels;
   const bool misaligned = rnd(0, 4) == 0, masked = rnd(0, 1), batch_stats = rnd(0, 3) != 0;
   const bool from_bits = masked && channels % 8 == 0 && rnd(0, 2) != 0;  // the ReLU's mask as bits, not out
@@ -150,7 +156,7 @@ void backward_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   err = launch_batch_norm_backward(shape, g, batch_stats, reinterpret_cast<float*>(workspace.p),
                                    want_sums ? sum_dz.data() : nullptr, want_sums ? sum_dz_xhat.data() : nullptr,
                                    want_grad_y ? grad_y.data() : nullptr, want_grad_z ? grad_z.data() : nullptr,
-                                   nullptr);
+                                   ahead, nullptr);
   std::vector<float> dz(n);
   std::vector<double> sums(channels), sums_xhat(channels);
   for (int64_t i = 0; i < n; ++i) {
@@ -224,7 +230,7 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
   if (err == cudaSuccess)
     err = launch_batch_norm_forward(shape, y.data(), nullptr, false, true, mean_var.data(), ch,
-                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, nullptr);
+                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, false, nullptr);
   for (int64_t c = 0; c < channels; ++c) {
     check("given mean", c, mean[c], mean_var[c]);
     check("given invstd", c, invstd[c], float(1.0 / std::sqrt(double(mean_var[channels + c]) + 1e-5)));
@@ -236,16 +242,19 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
 bool batch_norm_case(int index) {
   BatchNormShape shape;
   shape.type = sim::any_type();
-  shape.channels = rnd(0, 2) ? 8 * rnd(1, 5) : rnd(1, 40);
-  shape.rows = rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);  // rows > 128: several row blocks
+  const bool ahead = index % 2 == 1, wide = ahead && rnd(0, 1);
+  shape.channels = wide ? 8 * rnd(17, 40) : rnd(0, 2) ? 8 * rnd(1, 5) : rnd(1, 40);
+  // Rows > 128: several row blocks; wide rows: at least 4 a thread.
+  shape.rows = wide ? rnd(64, 300) : rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);
   Checker check;
   cudaError_t forward_err, backward_err, moments_err;
-  forward_case(shape, check, forward_err);
-  backward_case(shape, check, backward_err);
+  forward_case(shape, ahead, check, forward_err);
+  backward_case(shape, ahead, check, backward_err);
   moments_case(shape, check, moments_err);
   check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess;
   if (check.bad)
-    printf("batch norm case %d FAILED: errors %d %d %d, rows=%ld channels=%ld type=%d\n", index, int(forward_err),
-           int(backward_err), int(moments_err), long(shape.rows), long(shape.channels), int(shape.type));
+    printf("batch norm case %d FAILED: errors %d %d %d, rows=%ld channels=%ld type=%d loads ahead=%d\n", index,
+           int(forward_err), int(backward_err), int(moments_err), long(shape.rows), long(shape.channels),
+           int(shape.type), int(ahead));
   return check.bad;
 }
