@@ -12,8 +12,9 @@
 // came from, and normalizes with those statistics given (batch_mean_var).
 // Every other case runs the sums and backward's input gradient on the
 // loads-ahead kernels (norm/batch_norm_ahead_kernels.cuh), half of those on
-// 64-300 rows of 136-320 channels (8-15 rows in flight a block), so that a
-// thread walks several groups of rows ahead and a partial one. The values
+// 64-160 rows of 136-320 channels (8-15 rows in flight a block), so that a
+// thread walks several groups of rows ahead and a partial one; every fourth
+// case's backward reads the ReLU's bits in runs of one element. The values
 // are exact in any order: that the loads-ahead sums keep the default's
 // order (the same bits from inexact values) is the GPU tests' to check.
 #include <algorithm>
@@ -134,10 +135,14 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
 }
 
 // Backward: the sums where asked for or needed, then the input gradient and dz.
-void backward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t& err) {
+// bits_in_runs_of_one: the ReLU's mask as bits, read by runs of one element
+// (grad_y one element past 16 bytes), wherever 8 divides the channels.
+void backward_case(BatchNormShape shape, bool ahead, bool bits_in_runs_of_one, Checker& check, cudaError_t& err) {
   const int64_t n = shape.rows * shape.channels, channels = shape.channels;
-  const bool misaligned = rnd(0, 4) == 0, masked = rnd(0, 1), batch_stats = rnd(0, 3) != 0;
-  const bool from_bits = masked && channels % 8 == 0 && rnd(0, 2) != 0;  // the ReLU's mask as bits, not out
+  const bool misaligned = rnd(0, 4) == 0 || bits_in_runs_of_one, masked = rnd(0, 1) || bits_in_runs_of_one;
+  const bool batch_stats = rnd(0, 3) != 0;
+  // The ReLU's mask as bits, not out.
+  const bool from_bits = masked && channels % 8 == 0 && (rnd(0, 2) != 0 || bits_in_runs_of_one);
   const bool want_sums = rnd(0, 1), want_grad_y = rnd(0, 3) != 0, want_grad_z = rnd(0, 1);
   Matrix y(shape.type, n, false), out(shape.type, n, false), grad_out(shape.type, n, false);
   Matrix grad_y(shape.type, n, misaligned), grad_z(shape.type, n, false);
@@ -245,11 +250,11 @@ bool batch_norm_case(int index) {
   const bool ahead = index % 2 == 1, wide = ahead && rnd(0, 1);
   shape.channels = wide ? 8 * rnd(17, 40) : rnd(0, 2) ? 8 * rnd(1, 5) : rnd(1, 40);
   // Rows > 128: several row blocks; wide rows: at least 4 a thread.
-  shape.rows = wide ? rnd(64, 300) : rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);
+  shape.rows = wide ? rnd(64, 160) : rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);
   Checker check;
   cudaError_t forward_err, backward_err, moments_err;
   forward_case(shape, ahead, check, forward_err);
-  backward_case(shape, ahead, check, backward_err);
+  backward_case(shape, ahead, index % 4 == 1, check, backward_err);
   moments_case(shape, check, moments_err);
   check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess;
   if (check.bad)
