@@ -321,6 +321,9 @@ def wgmma_speed_step(raw, result):
     for r in rows:
         cells = (f"{r[f'{name}_vs_cublas']:.2f}" if f"{name}_vs_cublas" in r else "-" for name in WGMMA_SCHEDULES)
         lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['dtype']} | {r['layouts']} | " + " | ".join(cells) + " |")
+    # The small GEMM after each predecessor (wgmma_check.predecessors), as its log line says it.
+    after = [line for line in _log_tail(raw, result, lines=1000) if line.startswith("a small Hopper GEMM")]
+    lines += [""] + after if after else []
     return headline, lines, {"geomean_vs_cublas": geomean}
 
 

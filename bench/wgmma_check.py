@@ -9,7 +9,10 @@ engine cannot describe).
 
     python3 bench/wgmma_check.py [--json FILE] [--skip-speed | --skip-correctness]
 
-The speed part ends with the training sweep (mpgemm.tools.models.training_gemms:
+The speed part opens with one small Hopper GEMM timed after each of four
+predecessors (`predecessors`: whether a kernel pays for what the one before
+it left in L2 or the multiprocessors, and so what the benchmarks'
+separator before each timed call takes out), and ends with the training sweep (mpgemm.tools.models.training_gemms:
 each linear of GPT-2 small's to Llama-7B's blocks at 2048 and 16384 tokens,
 forward, dgrad and wgrad with their real layouts, fp16): the default path
 (and split-K on the Hopper block where it would split) beside cuBLAS, with
@@ -230,6 +233,53 @@ def training_speed():
     return rows
 
 
+# What may run before a kernel, each enqueued after a spin that keeps the
+# host's launches out of the timed interval (the spin alone is "a spin").
+PREDECESSORS = ("itself", "a spin", "a write of 128 MiB", "a read of twice L2")
+
+
+def predecessors(reps=30):
+    """The device time of one small Hopper GEMM (the 1x1 convolution of
+    ResNet-50's 1024 to 256 channels at 14x14, batch 256, as dgrad runs it:
+    50176 x 1024 x 256) right after each of PREDECESSORS, median of `reps`.
+    The separator mpgemm's timing helper runs before every call is the last
+    one; an excess after the write and not after the read is L2's dirty
+    lines, one after the spin too is the multiprocessors' reconfiguration
+    (a kernel that asks for 227 KB of shared memory after one that asks for
+    none), which a training step pays wherever a convolution follows an
+    elementwise kernel."""
+    clock = CudaEventClock()
+    sets = [(torch.randn(50176, 256, device="cuda").half(), torch.randn(256, 1024, device="cuda").half())
+            for _ in range(3)]
+    dirty = torch.empty(64 * 2**20, dtype=torch.float16, device="cuda")
+    calls = [0]
+
+    def product():
+        a, b = sets[calls[0] % len(sets)]
+        calls[0] += 1
+        return mpgemm.gemm(a, b)
+
+    before = {"itself": product, "a spin": lambda: None, "a write of 128 MiB": lambda: dirty.fill_(1.0),
+              "a read of twice L2": clock.separate}
+    use_path("auto")
+    for _ in range(5):  # plans, tensor maps and the sweep's buffer made
+        product(), clock.separate()
+    times = {name: [] for name in PREDECESSORS}
+    for _ in range(reps):
+        for name in PREDECESSORS:
+            clock.hold(0.5)
+            before[name]()
+            begin = clock.mark()
+            product()
+            times[name].append(clock.elapsed_ms(begin, clock.mark()))
+        clock.synchronize()
+    use_path("wgmma")
+    medians = {name: sorted(t)[len(t) // 2] * 1000 for name, t in times.items()}
+    print("a small Hopper GEMM (50176 x 1024 x 256) after " +
+          ", ".join(f"{name}: {us:.1f} us" for name, us in medians.items()), flush=True)
+    return {"m": 50176, "n": 1024, "k": 256, "us_after": medians}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
@@ -242,6 +292,7 @@ def main():
     results = {"device": torch.cuda.get_device_name(),
                "correctness": [] if args.skip_correctness else correctness()}
     if not args.skip_speed:
+        results["predecessors"] = predecessors()
         results["speed"] = speed()
         results["training"] = training_speed()
     if args.json:

@@ -13,8 +13,18 @@ same run, so that their ratio means something:
   run again with a longer spin, and a round that never passes is counted in
   `Timing.starved_rounds`.
 - Interleaved: every round runs each impl once, round r starting at impl
-  r mod n, so clock or thermal drift during the run, and what the call before
-  leaves in L2, fall on every implementation alike.
+  r mod n, so that clock or thermal drift during the run falls on every
+  implementation alike.
+- The same predecessor for every call: before each call the clock runs a
+  separator (`Clock.separate`) outside the timed interval, a read of a
+  buffer twice the size of L2. In a rotation each impl would otherwise
+  always follow the same one (the default path its cuDNN peer, say), and
+  what that one leaves (L2 full of its dirty output, a different shared
+  memory carveout) is paid by the next call: two paths running the same
+  kernels differed by 3-8 us on ResNet-50's small convolutions (H100,
+  2d75062; H200, fe39419; bench/NOTES.md). After the read, L2 holds clean
+  lines that no operand shares, and every call starts from it, as a layer
+  in training starts after another kernel that read or wrote an activation.
 - Past the cache: call i (counting every call of every impl) reads input set
   i mod len(input_sets), so no call finds the operands of the one before it in
   L2 (`input_sets_for` sizes the rotation).
@@ -55,6 +65,7 @@ class CudaEventClock:
 
     def __init__(self):
         self._cycles_per_ms = None
+        self._l2_sweep = None  # separate()'s buffer, made at its first call
 
     def now(self):
         return 1000 * time.perf_counter()
@@ -72,6 +83,15 @@ class CudaEventClock:
 
     def synchronize(self):
         torch.cuda.synchronize()
+
+    def separate(self):
+        """Enqueues a read of a buffer twice L2's size, which writes back
+        and evicts whatever the call before left there (module docstring)."""
+        if self._l2_sweep is None:
+            l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            self._l2_sweep = torch.empty(max(2 * l2_bytes, 2**20) // 4, dtype=torch.float32, device="cuda")
+            self._l2_sweep.zero_()
+        self._l2_sweep.amax()
 
     def hold(self, ms):
         """Enqueues a spin of about `ms` on the device."""
@@ -111,6 +131,9 @@ class WallClock:
     def synchronize(self):
         pass
 
+    def separate(self):
+        pass
+
     def hold(self, ms):
         pass
 
@@ -124,14 +147,17 @@ def input_sets_for(bytes_per_set, cache_bytes, max_sets=16):
 
 
 def _launch_round(fns, input_sets, first_call, clock):
-    """Marks, then each fn on its input set followed by a mark; returns the
-    marks and the host time the launches took."""
+    """Each fn on its input set after the clock's separator, between two
+    marks; returns the (begin, end) marks of each call and the host time the
+    launches took."""
     start = clock.now()
-    marks = [clock.mark()]
+    intervals = []
     for i, fn in enumerate(fns):
+        clock.separate()
+        begin = clock.mark()
         fn(*input_sets[(first_call + i) % len(input_sets)])
-        marks.append(clock.mark())
-    return marks, clock.now() - start
+        intervals.append((begin, clock.mark()))
+    return intervals, clock.now() - start
 
 
 def time_interleaved(impls, input_sets, *, clock, warmup_ms=100.0, reps=20):
@@ -162,7 +188,7 @@ def time_interleaved(impls, input_sets, *, clock, warmup_ms=100.0, reps=20):
         for attempt in range(MAX_ROUND_RETRIES + 1):
             clock.hold(hold_ms)
             held = clock.mark()
-            marks, round_launch_ms = _launch_round([impls[name] for name in order], input_sets, calls, clock)
+            intervals, round_launch_ms = _launch_round([impls[name] for name in order], input_sets, calls, clock)
             calls += len(order)
             kept_full = not clock.asynchronous or not clock.reached(held)
             clock.synchronize()
@@ -175,7 +201,7 @@ def time_interleaved(impls, input_sets, *, clock, warmup_ms=100.0, reps=20):
                 break
             hold_ms = min(2 * hold_ms, MAX_HOLD_MS)
         starved += not kept_full
-        for name, begin, end in zip(order, marks, marks[1:]):
+        for name, (begin, end) in zip(order, intervals):
             times[name].append(clock.elapsed_ms(begin, end))
     return {name: Timing(times[name], starved) for name in names}
 

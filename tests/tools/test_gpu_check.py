@@ -214,12 +214,16 @@ def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
     # The narrow tiles, timed on one shape only: averaged over it, "-" where not timed.
     rows[0].update(wgmma_n128_vs_cublas=0.8, wgmma_n64_vs_cublas=0.4)
     (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / "speed.log").write_text("$ wgmma_check\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    # The predecessors' line (wgmma_check.predecessors) comes first and is not a row.
+    after = "a small Hopper GEMM (50176 x 1024 x 256) after itself: 50.1 us, a spin: 55.0 us"
+    (tmp_path / "logs" / "speed.log").write_text(f"$ wgmma_check\n{after}\n" +
+                                                  "".join(json.dumps(r) + "\n" for r in rows))
     headline, lines, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
     assert headline.startswith("geomean vs cuBLAS over 2 shapes: wgmma 1.00x, wgmma_direct 0.90x")
     assert "wgmma_pingpong 0.71x" in headline and "wgmma_n128 0.80x (over 1)" in headline
     assert lines[2] == "| 1024x1024x1024 | float16 | rc | 0.50 | 0.90 | 1.00 | 1.00 | 0.80 | 0.40 | 0.50 |"
     assert lines[3] == "| 8192x8192x8192 | float16 | rc | 2.00 | 0.90 | 1.00 | 0.50 | - | - | 0.50 |"
+    assert lines[4:] == ["", after]
     (tmp_path / "wgmma_speed.json").write_text(json.dumps({"speed": rows[:1]}))
     headline, _, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
     assert "over 1 shapes" in headline and data["geomean_vs_cublas"]["wgmma_pingpong"] == 1.0

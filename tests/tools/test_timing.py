@@ -13,12 +13,14 @@ from mpgemm.tools import timing
 class FakeGpu:
     asynchronous = True
     MARK_COST_MS = 0.001
+    SEPARATOR_MS = 0.02  # the separator's device time; its dispatch costs a mark's
 
-    def __init__(self, hold_factor=1.0):
+    def __init__(self, hold_factor=1.0, log=None):
         self.host = 0.0
         self.device_free = 0.0
         self.hold_factor = hold_factor  # < 1: a spin shorter than asked for
         self.holds = []
+        self.log = log  # kernel() appends its calls here; separate() appends "separator"
 
     def launch(self, work_ms, dispatch_ms):
         self.host += dispatch_ms
@@ -44,6 +46,11 @@ class FakeGpu:
     def hold(self, ms):
         self.holds.append(ms)
         self.launch(ms * self.hold_factor, dispatch_ms=0.005)
+
+    def separate(self):
+        if self.log is not None:
+            self.log.append(("separator", ()))
+        self.launch(self.SEPARATOR_MS, dispatch_ms=self.MARK_COST_MS)
 
 
 def kernel(gpu, work_ms, dispatch_ms, log=None, name=None):
@@ -74,14 +81,48 @@ def test_device_time_excludes_host_dispatch():
 
 
 def test_rounds_interleave_impls_and_rotate_inputs_across_every_call():
-    gpu, log = FakeGpu(), []
+    log = []
+    gpu = FakeGpu(log=log)
     impls = {name: kernel(gpu, 0.1, 0.01, log, name) for name in ("cublas", "mpgemm", "torch")}
     sets = [(i,) for i in range(4)]
     timing.time_interleaved(impls, sets, clock=gpu, warmup_ms=0.0, reps=5)
     rounds = [["cublas", "mpgemm", "torch"], ["mpgemm", "torch", "cublas"], ["torch", "cublas", "mpgemm"]]
-    # One warm-up round, then 5 rounds, each starting at the next impl.
-    assert [name for name, _ in log] == sum([rounds[0], *rounds, *rounds[:2]], [])
-    assert [inputs[0] for _, inputs in log] == [i % 4 for i in range(18)]
+    # One warm-up round, then 5 rounds, each starting at the next impl; the
+    # separator before every call, so that no impl always follows the same one.
+    calls = sum([rounds[0], *rounds, *rounds[:2]], [])
+    assert [name for name, _ in log] == [name for call in calls for name in ("separator", call)]
+    assert [inputs[0] for name, inputs in log if name != "separator"] == [i % 4 for i in range(18)]
+
+
+class Leftover(FakeGpu):
+    """A device where a call pays for what the work before it left behind
+    (dirty lines in L2, another carveout) unless a separator came between:
+    `cost[name]` is what the call after `name` pays."""
+
+    def __init__(self, cost):
+        super().__init__()
+        self.cost, self.last = cost, None
+
+    def run(self, name, work_ms):
+        def call(*inputs):
+            self.launch(work_ms + self.cost.get(self.last, 0.0), dispatch_ms=0.01)
+            self.last = name
+
+        return call
+
+    def separate(self):
+        super().separate()
+        self.last = None
+
+
+def test_no_impl_pays_for_the_impl_before_it():
+    # "peer" leaves 0.05 ms of work to whatever runs next; "a" and "b" run the
+    # same kernel. Without the separator "a" always followed "peer".
+    gpu = Leftover({"peer": 0.05})
+    impls = {"peer": gpu.run("peer", 0.2), "a": gpu.run("a", 0.1), "b": gpu.run("b", 0.1)}
+    result = timing.time_interleaved(impls, [()], clock=gpu, warmup_ms=0.0, reps=6)
+    assert result["a"].times_ms == pytest.approx([0.1] * 6) and result["b"].times_ms == pytest.approx([0.1] * 6)
+    assert result["peer"].times_ms == pytest.approx([0.2] * 6)  # the separator's own time is not counted
 
 
 @pytest.mark.parametrize("work_ms", [1.0, 7.0, 40.0])
@@ -90,7 +131,8 @@ def test_warm_up_lasts_a_time_not_a_count(work_ms):
     impls = {"a": kernel(gpu, work_ms, 0.01, log, "a"), "b": kernel(gpu, work_ms, 0.01, log, "b")}
     timing.time_interleaved(impls, [()], clock=gpu, warmup_ms=100.0, reps=3)
     warmup_rounds = len(log) // 2 - 3
-    round_ms = 2 * (work_ms + 0.01) + 3 * FakeGpu.MARK_COST_MS
+    # Each call: its separator (dispatched as a mark), two marks, its own work.
+    round_ms = 2 * (work_ms + 0.01 + FakeGpu.SEPARATOR_MS + 3 * FakeGpu.MARK_COST_MS)
     assert warmup_rounds == math.ceil(100.0 / round_ms)
 
 
@@ -153,3 +195,17 @@ def test_cuda_events_agree_with_the_profiler_on_a_real_gpu():
     assert result.starved_rounds == 0
     kernel_ms = timing.profiled_kernel_ms(torch.mm, sets)
     assert abs(result.median_ms / kernel_ms - 1) < 0.15
+
+
+@pytest.mark.gpu
+def test_a_call_does_not_pay_for_the_call_before_it_on_a_real_gpu():
+    """Two impls of one product, the first always after a peer that leaves
+    L2 full of its dirty output: the separator gives both the same time."""
+    import torch
+
+    dirty = torch.empty(64 * 2**20, device="cuda", dtype=torch.float16)  # 128 MiB, over twice an H100's L2
+    sets = [(torch.randn(2048, 2048, device="cuda").half(), torch.randn(2048, 2048, device="cuda").half())
+            for _ in range(4)]
+    impls = {"peer": lambda a, b: dirty.fill_(1.0), "a": torch.mm, "b": torch.mm}
+    result = timing.time_interleaved(impls, sets, clock=timing.CudaEventClock(), reps=30)
+    assert abs(result["a"].median_ms / result["b"].median_ms - 1) < 0.05

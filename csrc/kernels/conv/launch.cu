@@ -383,7 +383,7 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& p, bool narrow_til
   return p.k / p.groups * (p.c / p.groups) >= (int64_t(1) << 19);
 }
 
-bool folded_taps_by_default(ConvPass pass) { return pass == ConvPass::kFprop; }
+bool folded_taps_by_default(ConvPass pass) { return pass == ConvPass::kFprop || pass == ConvPass::kWgrad; }
 
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;

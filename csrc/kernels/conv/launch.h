@@ -40,7 +40,7 @@ struct Conv2dPlan {
     kGemm,
     // Few input channels (a first layer's fprop and wgrad), where the
     // Hopper convolution cannot take the problem as it is and
-    // MPGEMM_CONV_PATH=wgmma asks (fprop also by default on sm_90:
+    // MPGEMM_CONV_PATH=wgmma asks (also by default on sm_90:
     // folded_taps_by_default): the Hopper convolution of copies whose taps
     // are folded into the channels (conv/folded_taps.h), in the workspace.
     kFoldedTaps,
@@ -64,8 +64,8 @@ struct Conv2dPlan {
 
 // Which kernels MPGEMM_CONV_PATH asks for: "auto" (or unset) the defaults:
 // on sm_90 the Hopper convolution where it takes the pass and
-// wgmma_conv_by_default says it is the faster, and fprop of few channels on
-// its folded taps, else the WMMA implicit GEMMs (or the depthwise and
+// wgmma_conv_by_default says it is the faster, and fprop and wgrad of few
+// channels on its folded taps, else the WMMA implicit GEMMs (or the depthwise and
 // padded-copy kernels); "wgmma" the Hopper convolution wherever it takes the
 // pass, and where it does not take fprop or wgrad as they are, wherever it
 // takes their folded taps; "wmma" never; "gemm" a 1x1 convolution at stride
@@ -125,7 +125,9 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params, bool narro
 // Whether the default on sm_90 runs a pass of few input channels that folds
 // its taps (conv/folded_taps.h's folds_taps) on the folded Hopper
 // convolution: fprop (ResNet-50's first layer 1.46x the WMMA kernels'
-// speed on the narrow tile, H100, 2026-11-28), not wgrad (0.60x).
+// speed on the narrow tile, H100, 2026-11-28) and wgrad (0.881 ms against
+// the WMMA kernels' 0.920 with x folded in 16-byte chunks, H200, fe39419,
+// 2026-11-29; 0.60x before, folded a thread per element).
 bool folded_taps_by_default(ConvPass pass);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH,
