@@ -316,6 +316,11 @@ def sanitize():
         _conv_passes("Hopper one-launch 1x1 stride 2", (2, 64, 14, 14), (72, 64, 1, 1), stride=2)
         os.environ["MPGEMM_NARROW_TILES"] = "0"
         _conv_passes("Hopper one-launch stride 2", (2, 264, 15, 15), (72, 264, 3, 3), stride=2, padding=1)
+        # wgrad of 64 filters on the 64-row tile (MPGEMM_M64_TILE=1): 7x7 taps of 1024 channels over 64 pixels,
+        # 196 tiles of one K slice, more than the blocks, so that each block's consumers take turns.
+        os.environ["MPGEMM_M64_TILE"] = "1"
+        _conv_passes("Hopper m64 wgrad", (1, 1024, 8, 8), (64, 1024, 7, 7), padding=3)
+        os.environ.pop("MPGEMM_M64_TILE")
         os.environ.pop("MPGEMM_DGRAD_ONE_LAUNCH")
         os.environ.pop("MPGEMM_CHUNKED_FOLD")
         os.environ.pop("MPGEMM_NARROW_TILES")

@@ -11,8 +11,9 @@ engine cannot describe).
 
 The speed part opens with one small Hopper GEMM timed after each of four
 predecessors (`predecessors`: whether a kernel pays for what the one before
-it left in L2 or the multiprocessors, and so what the benchmarks'
-separator before each timed call takes out), and ends with the training sweep (mpgemm.tools.models.training_gemms:
+it left in L2 or for the multiprocessors' reconfiguration, which the
+benchmarks' separator before each timed call makes the same for every
+call), and ends with the training sweep (mpgemm.tools.models.training_gemms:
 each linear of GPT-2 small's to Llama-7B's blocks at 2048 and 16384 tokens,
 forward, dgrad and wgrad with their real layouts, fp16): the default path
 (and split-K on the Hopper block where it would split) beside cuBLAS, with
@@ -33,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 
 import torch
@@ -233,51 +235,60 @@ def training_speed():
     return rows
 
 
-# What may run before a kernel, each enqueued after a spin that keeps the
-# host's launches out of the timed interval (the spin alone is "a spin").
+# What may run right before a kernel: L2 clean or full of dirty lines, after
+# a kernel that asked for as much shared memory or for little.
 PREDECESSORS = ("itself", "a spin", "a write of 128 MiB", "a read of twice L2")
 
 
 def predecessors(reps=30):
-    """The device time of one small Hopper GEMM (the 1x1 convolution of
-    ResNet-50's 1024 to 256 channels at 14x14, batch 256, as dgrad runs it:
-    50176 x 1024 x 256) right after each of PREDECESSORS, median of `reps`.
-    The separator mpgemm's timing helper runs before every call is the last
-    one; an excess after the write and not after the read is L2's dirty
-    lines, one after the spin too is the multiprocessors' reconfiguration
-    (a kernel that asks for 227 KB of shared memory after one that asks for
-    none), which a training step pays wherever a convolution follows an
+    """The device time of one Hopper kernel (the product of ResNet-50's 1024
+    to 256 channel 1x1 convolution at 14x14 and batch 256 as its dgrad's
+    shape, 50176 x 1024 x 256, fp16 out) right after each of PREDECESSORS,
+    median of `reps`. Each starts from the same state (mpgemm's separator: a
+    read of twice L2, then a spin that keeps the host's launches out of the
+    timed interval), then runs its predecessor: the product itself (L2 full
+    of its dirty output; the same shared memory asked for), nothing past the
+    spin (L2 clean; the spin asks for no shared memory), a write of 128 MiB
+    (L2 dirty; an elementwise kernel's), the separator again (L2 clean; a
+    reduction's). If dirty lines cost, "itself" and the write are the slow
+    ones; if the multiprocessors' reconfiguration for a kernel that asks for
+    227 KB of shared memory does, every one but "itself". The benchmarks
+    time every call after the separator, so the second would be in their
+    numbers, as in a training step wherever a convolution follows an
     elementwise kernel."""
     clock = CudaEventClock()
-    sets = [(torch.randn(50176, 256, device="cuda").half(), torch.randn(256, 1024, device="cuda").half())
-            for _ in range(3)]
+    m, n, k = 50176, 1024, 256
+    sets = [(torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()) for _ in range(3)]
     dirty = torch.empty(64 * 2**20, dtype=torch.float16, device="cuda")
     calls = [0]
 
     def product():
         a, b = sets[calls[0] % len(sets)]
         calls[0] += 1
-        return mpgemm.gemm(a, b)
+        return mpgemm.gemm(a, b, out_dtype=torch.float16)
 
     before = {"itself": product, "a spin": lambda: None, "a write of 128 MiB": lambda: dirty.fill_(1.0),
               "a read of twice L2": clock.separate}
     use_path("auto")
-    for _ in range(5):  # plans, tensor maps and the sweep's buffer made
+    config = mpgemm.gemm_plan(m, n, k).config
+    for _ in range(5):  # plans, tensor maps and the separator's buffer made
         product(), clock.separate()
-    times = {name: [] for name in PREDECESSORS}
+    marks = {name: [] for name in PREDECESSORS}
     for _ in range(reps):
         for name in PREDECESSORS:
+            clock.separate()
             clock.hold(0.5)
             before[name]()
             begin = clock.mark()
             product()
-            times[name].append(clock.elapsed_ms(begin, clock.mark()))
-        clock.synchronize()
+            marks[name].append((begin, clock.mark()))
+        clock.synchronize()  # each interval is read once both of its events are done
     use_path("wgmma")
-    medians = {name: sorted(t)[len(t) // 2] * 1000 for name, t in times.items()}
-    print("a small Hopper GEMM (50176 x 1024 x 256) after " +
+    medians = {name: statistics.median(clock.elapsed_ms(b, e) for b, e in pairs) * 1000
+               for name, pairs in marks.items()}
+    print(f"a small Hopper GEMM ({m} x {n} x {k}, {config}) after " +
           ", ".join(f"{name}: {us:.1f} us" for name, us in medians.items()), flush=True)
-    return {"m": 50176, "n": 1024, "k": 256, "us_after": medians}
+    return {"m": m, "n": n, "k": k, "config": config, "us_after": medians}
 
 
 def main():

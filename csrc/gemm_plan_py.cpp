@@ -124,6 +124,8 @@ PyObject* set_tuned_gemm_plan(PyObject*, PyObject* args) {
     if (std::strcmp(c.name, name) == 0) {
       if (split_k < 1 || split_k > kernels::kMaxSplitK)
         return PyErr_Format(PyExc_ValueError, "split_k must be in [1, %d], got %d", kernels::kMaxSplitK, split_k);
+      if (!kernels::has_gemm_kernels(c.id))
+        return PyErr_Format(PyExc_ValueError, "config: the GEMM has no kernels on '%s' (a convolution's tile)", name);
       kernels::set_tuned_plan(shape, c.id, split_k);
       Py_RETURN_NONE;
     }

@@ -18,13 +18,15 @@ same run, so that their ratio means something:
 - The same predecessor for every call: before each call the clock runs a
   separator (`Clock.separate`) outside the timed interval, a read of a
   buffer twice the size of L2. In a rotation each impl would otherwise
-  always follow the same one (the default path its cuDNN peer, say), and
-  what that one leaves (L2 full of its dirty output, a different shared
-  memory carveout) is paid by the next call: two paths running the same
-  kernels differed by 3-8 us on ResNet-50's small convolutions (H100,
-  2d75062; H200, fe39419; bench/NOTES.md). After the read, L2 holds clean
-  lines that no operand shares, and every call starts from it, as a layer
-  in training starts after another kernel that read or wrote an activation.
+  follow the same one in every round but the one it starts (the default
+  path its cuDNN peer, say), and what that one leaves (L2 full of its dirty
+  output, or of lines the next call's output reuses; another shared memory
+  carveout) lands on the next call: two paths running the same kernels
+  differed by up to 8 us on ResNet-50's small convolutions (H100, 2d75062;
+  H200, fe39419; bench/NOTES.md). After the read, L2 holds clean lines that
+  no operand shares and the multiprocessors come from the same small
+  kernel, whichever impl is next, as a layer in training starts after
+  another kernel that read or wrote an activation.
 - Past the cache: call i (counting every call of every impl) reads input set
   i mod len(input_sets), so no call finds the operands of the one before it in
   L2 (`input_sets_for` sizes the rotation).
@@ -46,6 +48,8 @@ MAX_ROUND_RETRIES = 3
 # and no spin can help that one.
 HOLD_MARGIN_MS = 0.2
 MAX_HOLD_MS = 50.0
+# The separator's buffer where a device does not report its L2's size.
+SWEEP_BYTES_UNKNOWN_L2 = 256 * 2**20
 
 
 @dataclasses.dataclass
@@ -65,7 +69,7 @@ class CudaEventClock:
 
     def __init__(self):
         self._cycles_per_ms = None
-        self._l2_sweep = None  # separate()'s buffer, made at its first call
+        self._l2_sweeps = {}  # separate()'s buffer on each device, made at its first call there
 
     def now(self):
         return 1000 * time.perf_counter()
@@ -85,13 +89,15 @@ class CudaEventClock:
         torch.cuda.synchronize()
 
     def separate(self):
-        """Enqueues a read of a buffer twice L2's size, which writes back
-        and evicts whatever the call before left there (module docstring)."""
-        if self._l2_sweep is None:
-            l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-            self._l2_sweep = torch.empty(max(2 * l2_bytes, 2**20) // 4, dtype=torch.float32, device="cuda")
-            self._l2_sweep.zero_()
-        self._l2_sweep.amax()
+        """Enqueues on the current device a read of a buffer twice its L2's
+        size, which writes back and evicts whatever the call before left
+        there (module docstring)."""
+        device = torch.cuda.current_device()
+        if device not in self._l2_sweeps:
+            # A device that reports no L2 size gets one past any current GPU's (H100, H200: 50 and 60 MB).
+            l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size or SWEEP_BYTES_UNKNOWN_L2 // 2
+            self._l2_sweeps[device] = torch.zeros(2 * l2_bytes // 4, dtype=torch.float32, device=device)
+        self._l2_sweeps[device].amax()
 
     def hold(self, ms):
         """Enqueues a spin of about `ms` on the device."""

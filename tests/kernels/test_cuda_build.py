@@ -288,6 +288,8 @@ def test_row_sums_kernels_add_a_narrow_wgmma_to_each_k16_of_the_first_column_of_
 
 STAGED_ROWS_KERNEL = "wgmma_dgrad_staged_rows_kernel"
 PHASES_KERNEL = "wgmma_dgrad_phases_kernel"
+# The convolution's wgrad tile of at most 64 filters, whose consumers take 64 x 256 tiles in turn.
+M64_KERNEL = "12WgmmaM64Tile"
 MOMENTS_KERNEL = "wgmma_fprop_moments_kernel"
 
 
@@ -301,11 +303,14 @@ def hopper_conv_kernels(cuda_build, machine_code):
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
                if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name or PHASES_KERNEL in name
                or MOMENTS_KERNEL in name}
-    assert len(kernels) == 36, sorted(kernels)
+    assert len(kernels) == 38, sorted(kernels)
     assert sum(STAGED_ROWS_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert sum(PHASES_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert sum(MOMENTS_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
+    # The 64-row tile's: wgrad alone (ConvPass 2), fp16 and bf16.
+    m64 = [name for name in kernels if M64_KERNEL in name]
+    assert len(m64) == 2 and all("wgmma_conv_kernel" in name and "ConvPassE2E" in name for name in m64), m64
     return kernels
 
 
@@ -317,8 +322,10 @@ def test_hopper_conv_runs_wgmma_on_im2col_copies(hopper_conv_kernels):
         # blocks alone.
         assert sass.count_opcodes(opcodes, "UTMALDG.4D.IM2COL") > 0, f"{name} lacks the im2col copy"
         assert sass.count_opcodes(opcodes, "UTMALDG.3D") > 0, f"{name} lacks its tiled copies"
-        for op in ("UTMALDG.3D.MULTICAST", "UCGABAR_ARV", "BAR.ARV"):
+        for op in ("UTMALDG.3D.MULTICAST", "UCGABAR_ARV"):
             assert sass.count_opcodes(opcodes, op) == 0, f"{name}: {op}"
+        # The 64-row tile's consumers hand each turn on with bar.arrive (ping-pong); the others never do.
+        assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == (M64_KERNEL in name), f"{name}: BAR.ARV"
 
 
 def test_column_moments_come_from_shuffles_in_a_fixed_order(cuda_build, machine_code, hopper_conv_kernels):

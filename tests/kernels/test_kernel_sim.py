@@ -382,6 +382,12 @@ CONV_MUTATIONS = {
         ("w_offset[box] = s * walk.dilation_w, h_offset[box] = r * walk.dilation_h;",
          "w_offset[box] = (PLANTED ? r : s) * walk.dilation_w, h_offset[box] = (PLANTED ? s : r) * walk.dilation_h;"),
         (False, False), "FAILED", "kWgrad"),
+    # MPGEMM_M64_TILE's tile taken where the switch is off: wgrad's cases of more than 128 columns must then run
+    # on the tile the narrow tiles' rule names.
+    "the 64-row tile taken without being asked for": (
+        "sm90/conv_launch.cu",
+        ("if (m64_tile && m <= m64.block_m", "if ((PLANTED || m64_tile) && m <= m64.block_m"),
+        (False, False), "FAILED", None),
     "wgrad's splits all summing the first pixels": (
         "sm90/conv_producer.cuh",
         ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;",
@@ -914,6 +920,9 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert printed_count(output, "conv wgmma wgrad cases that split") > 0, replay
     assert printed_count(output, "conv wgmma cases on wgmma_n128") > 0, replay
     assert printed_count(output, "conv wgmma cases on wgmma_n64") > 0, replay
+    assert printed_count(output, "conv wgmma wgrad cases on wgmma_m64 that split") > 0, replay
+    assert printed_count(output, "conv wgmma wgrad cases on wgmma_m64") > \
+        printed_count(output, "conv wgmma wgrad cases on wgmma_m64 that split"), replay
     assert printed_count(output, "conv wgmma dgrad cases with a stride") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with a phase no tap reaches") > 0, replay
     assert printed_count(output, "conv wgmma dgrad cases with their rows staged") > 0, replay
@@ -927,7 +936,8 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert "column moments on each tile: ok" in output, replay
     assert printed_count(output, "conv fprop cases with moments") >= 3, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
-    assert "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD refused: ok" in output, \
+    assert ("bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD and MPGEMM_M64_TILE "
+            "refused: ok") in output, \
         replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
     assert "wgrad splits on 132 multiprocessors: ok" in output, replay
@@ -935,6 +945,7 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     # the random cases' own folds (their few channels, where the taps fold).
     assert f"conv on folded taps: 0/{HOPPER_CONV_CASES // 6} failed" in output, replay
     assert printed_count(output, "conv cases on folded taps") >= HOPPER_CONV_CASES // 6, replay
+    assert printed_count(output, "conv wgrad cases on folded taps on wgmma_m64") > 0, replay
     # x folded in 16-byte chunks (the default) in every other folded case of a pass, and both folds
     # of x on their own against the fold's definition.
     assert printed_count(output, "conv cases on folded taps in chunks") >= 2, replay

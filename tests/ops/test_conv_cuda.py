@@ -20,7 +20,8 @@ MPGEMM_CONV_PATH=wgmma (the Hopper convolution wherever its geometry
 allows) on its wide tile with dx's rows stored from registers
 (MPGEMM_NARROW_TILES=0, MPGEMM_STAGED_ROW_STORES=0), with that on the narrow
 tiles (MPGEMM_NARROW_TILES=1), and with =wmma (the WMMA kernels alone, the
-default of every other GPU)."""
+default of every other GPU). With MPGEMM_M64_TILE=1 (opt-in until these
+tests pass on a GPU), wgrad of at most 64 filters runs on the 64-row tile."""
 
 import re
 
@@ -223,6 +224,45 @@ def test_narrow_tiles_run_where_asked_for(monkeypatch, filters, tile):
         ran = hopper_conv_kernels(kernels_run(step))
         assert {t for t in ("WgmmaTile", "WgmmaN128Tile", "WgmmaN64Tile") if any(t in name for name in ran)} == tiles
         assert relative_error(out[0], expected) < 1e-3
+
+
+# wgrad of at most 64 filters over more than 128 columns: ResNet-50's
+# 64-filter 3x3 (576 columns) and 256 to 64 1x1 (256), 40 filters over
+# 3x3 of 24 channels (each tap padded to 64: 576), 8 filters over 5x5 of
+# 8; the first layer, whose folded wgrad is 64 filters over 256 columns;
+# and 7x7 taps of 1024 channels over 64 pixels: 196 tiles of one K slice,
+# more than a GPU's blocks, so that each block's consumers take turns.
+M64_WGRADS = [(64, 64, 3, 1, 1, 56, 4), (256, 64, 1, 1, 0, 56, 4), (24, 40, 3, 2, 1, 17, 3), (8, 8, 5, 1, 2, 9, 2),
+              (3, 64, 7, 2, 3, 224, 2), (1024, 64, 7, 1, 3, 8, 1)]
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch", M64_WGRADS)
+def test_m64_tile_takes_wgrad_of_few_filters(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
+    """MPGEMM_M64_TILE=1: wgrad of at most 64 filters over more than 128
+    columns runs on the 64-row tile (WgmmaM64Tile, its consumers taking
+    64 x 256 tiles in turn; only wgrad has kernels on it), on the default
+    path and forced, right against cuDNN and float64; unset, never; a bad
+    value refused."""
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
+    for path in ("wgmma", None):
+        set_environment(monkeypatch, "MPGEMM_CONV_PATH", path)
+        monkeypatch.setenv("MPGEMM_M64_TILE", "1")
+        compare(x, weight, None, stride, padding)
+        w = weight.to(dtype).requires_grad_()
+
+        def step():
+            mpgemm.conv2d(x, w, None, stride, padding).float().sum().backward()
+
+        ran = hopper_conv_kernels(kernels_run(step))  # fprop and wgrad (x needs no gradient)
+        assert len(ran) == 2 and sum("WgmmaM64Tile" in name for name in ran) == 1, ran
+        monkeypatch.delenv("MPGEMM_M64_TILE")
+        assert not any("WgmmaM64Tile" in name for name in hopper_conv_kernels(kernels_run(step))), path
+    monkeypatch.setenv("MPGEMM_M64_TILE", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_M64_TILE"):
+        mpgemm.conv2d(x, weight.to(dtype).requires_grad_(), None, stride, padding).sum().backward()
 
 
 # Few-channel layers whose fprop and wgrad fold their taps: ResNet's first

@@ -32,7 +32,7 @@ def test_table_lists_every_configuration_once():
     configs = mpgemm.tile_configs()
     names = [c["name"] for c in configs]
     assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1", "wgmma_pingpong",
-                     "wgmma_n128", "wgmma_n64"]
+                     "wgmma_n128", "wgmma_n64", "wgmma_m64"]
     by_name = {c["name"]: c for c in configs}
     assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
     assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
@@ -62,6 +62,11 @@ def test_table_lists_every_configuration_once():
         assert (narrow["block_m"], narrow["block_n"], narrow["stages"], narrow["cluster_m"]) == (128, block_n, stages, 1)
         assert (narrow["warp_n"], narrow["threads"], narrow["schedule"]) == (block_n, 384, "cooperative")
         assert stages * (128 + block_n) * 64 * 2 < narrow["smem_bytes"] <= 227 * 1024
+    # The convolution's wgrad tile of at most 64 filters: ping-pong's 64 x 256 tiles and ring, on blocks alone.
+    m64 = by_name["wgmma_m64"]
+    assert {k: v for k, v in m64.items() if k not in ("name", "type", "cluster_m")} == \
+        {k: v for k, v in ping_pong.items() if k not in ("name", "type", "cluster_m")}
+    assert (m64["cluster_m"], m64["schedule"]) == (1, "pingpong")
     # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
     assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
 
@@ -329,6 +334,8 @@ def test_a_corrupt_cache_names_its_file_and_the_fix():
 def test_a_bad_tuned_config_is_refused():
     with pytest.raises(ValueError, match="no tile configuration named 'huge'"):
         gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "huge", 1)
+    with pytest.raises(ValueError, match="the GEMM has no kernels on 'wgmma_m64'"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 64, 4096, 4096, "wgmma_m64", 1)
     with pytest.raises(ValueError, match="split_k must be in"):
         gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "small", 17)
 

@@ -131,8 +131,8 @@ def test_warm_up_lasts_a_time_not_a_count(work_ms):
     impls = {"a": kernel(gpu, work_ms, 0.01, log, "a"), "b": kernel(gpu, work_ms, 0.01, log, "b")}
     timing.time_interleaved(impls, [()], clock=gpu, warmup_ms=100.0, reps=3)
     warmup_rounds = len(log) // 2 - 3
-    # Each call: its separator (dispatched as a mark), two marks, its own work.
-    round_ms = 2 * (work_ms + 0.01 + FakeGpu.SEPARATOR_MS + 3 * FakeGpu.MARK_COST_MS)
+    # The device's time a round: each call's separator and its own work (the host's dispatches overlap them).
+    round_ms = 2 * (work_ms + FakeGpu.SEPARATOR_MS) + FakeGpu.MARK_COST_MS
     assert warmup_rounds == math.ceil(100.0 / round_ms)
 
 
@@ -187,6 +187,8 @@ def test_input_sets_exceed_the_cache():
 
 @pytest.mark.gpu
 def test_cuda_events_agree_with_the_profiler_on_a_real_gpu():
+    # Also keeps the separator out of the interval: its read of twice L2
+    # takes about as long as this product.
     import torch
 
     sets = [(torch.randn(2048, 2048, device="cuda").half(), torch.randn(2048, 2048, device="cuda").half())
@@ -196,16 +198,3 @@ def test_cuda_events_agree_with_the_profiler_on_a_real_gpu():
     kernel_ms = timing.profiled_kernel_ms(torch.mm, sets)
     assert abs(result.median_ms / kernel_ms - 1) < 0.15
 
-
-@pytest.mark.gpu
-def test_a_call_does_not_pay_for_the_call_before_it_on_a_real_gpu():
-    """Two impls of one product, the first always after a peer that leaves
-    L2 full of its dirty output: the separator gives both the same time."""
-    import torch
-
-    dirty = torch.empty(64 * 2**20, device="cuda", dtype=torch.float16)  # 128 MiB, over twice an H100's L2
-    sets = [(torch.randn(2048, 2048, device="cuda").half(), torch.randn(2048, 2048, device="cuda").half())
-            for _ in range(4)]
-    impls = {"peer": lambda a, b: dirty.fill_(1.0), "a": torch.mm, "b": torch.mm}
-    result = timing.time_interleaved(impls, sets, clock=timing.CudaEventClock(), reps=30)
-    assert abs(result["a"].median_ms / result["b"].median_ms - 1) < 0.05

@@ -10,7 +10,7 @@ namespace mpgemm::kernels {
 
 enum class TileConfigId : int {
   kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kWgmmaPingPong, kWgmmaN128, kWgmmaN64,
-  kCount
+  kWgmmaM64, kCount
 };
 
 // A tile of the WMMA kernels (wmma/): a block computes a kBlockM x kBlockN
@@ -182,6 +182,12 @@ MPGEMM_TILE_CONFIG(WgmmaPingPongTile, kWgmmaPingPong, "wgmma_pingpong", WgmmaTil
 // wgmmas are shorter.
 MPGEMM_TILE_CONFIG(WgmmaN128Tile, kWgmmaN128, "wgmma_n128", WgmmaTileConfig<Consumers::kCooperative, 1, 128>);
 MPGEMM_TILE_CONFIG(WgmmaN64Tile, kWgmmaN64, "wgmma_n64", WgmmaTileConfig<Consumers::kCooperative, 1, 64>);
+// Outputs of at most 64 rows and more than 128 columns (the Hopper
+// convolution's wgrad of at most 64 filters, whose 128-row tiles multiply
+// zeros over half their rows): blocks alone, whose consumers take 64 x 256
+// tiles in turn (ping-pong), 4 stages of 40 KB. The convolution's wgrad
+// alone has its kernels (sm90/conv_kernels_m64.cu).
+MPGEMM_TILE_CONFIG(WgmmaM64Tile, kWgmmaM64, "wgmma_m64", WgmmaTileConfig<Consumers::kPingPong, 1>);
 
 #undef MPGEMM_TILE_CONFIG
 
@@ -197,7 +203,10 @@ struct TileList {
 
 // Every tile, in the order of TileConfigId.
 using AllTiles = TileList<WideTile, TallTile, SquareTile, CompactTile, SmallTile, ScalarTile, WgmmaTile,
-                          WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile>;
+                          WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile, WgmmaM64Tile>;
+// The tiles the GEMM has kernels of: all but the convolution's wgrad tile.
+using GemmTiles = TileList<WideTile, TallTile, SquareTile, CompactTile, SmallTile, ScalarTile, WgmmaTile,
+                           WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile>;
 
 template <class... Tiles>
 constexpr bool listed_in_id_order(TileList<Tiles...>) {

@@ -389,6 +389,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
   const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad(), in_chunks = chunked_fold();
+  const bool m64_tile = m64_tile_enabled();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
     plan.path = Conv2dPlan::Path::kGemm;
@@ -401,7 +402,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
       path == ConvPath::kWgmma || (by_default && wgmma_conv_by_default(pass, p, narrow_tiles_enabled()));
   if (hopper && wgmma_conv_takes(pass, p) && wgmma_available()) {
     plan.path = Conv2dPlan::Path::kWgmma;
-    plan.wgmma = plan_wgmma_conv(pass, p, staged_rows, one_launch);
+    plan.wgmma = plan_wgmma_conv(pass, p, staged_rows, one_launch, m64_tile);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(p)) plan.moment_rows = WgmmaBlockConfig::kInstrM;
     return plan;
@@ -411,7 +412,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     const Conv2dParams folded = fold_taps(pass, p, nullptr).folded;
     if (wgmma_conv_takes(pass, folded)) {
       plan.path = Conv2dPlan::Path::kFoldedTaps;
-      plan.wgmma = plan_wgmma_conv(pass, folded);
+      plan.wgmma = plan_wgmma_conv(pass, folded, false, false, m64_tile);
       plan.chunked_fold = in_chunks;
       plan.workspace_bytes = folded_input_bytes(p) + folded_filter_bytes(pass, p) + plan.wgmma.workspace_bytes;
       if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(folded))

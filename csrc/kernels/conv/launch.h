@@ -131,9 +131,9 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params, bool narro
 bool folded_taps_by_default(ConvPass pass);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH,
-// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH or MPGEMM_CHUNKED_FOLD
-// (conv_path, staged_row_stores, one_launch_dgrad, chunked_fold), whatever
-// the problem.
+// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD or
+// MPGEMM_M64_TILE (conv_path, staged_row_stores, one_launch_dgrad,
+// chunked_fold, plan/gemm_plan.h's m64_tile_enabled), whatever the problem.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as

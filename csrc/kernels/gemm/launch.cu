@@ -154,7 +154,7 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
     // The row sums' partials after split-K's (stored a float at a time).
     float* row_sum_partials = plan.split_k > 1 ? partials + plan.split_k * p.m * p.n : nullptr;
     const cudaError_t err = with_tile(
-        AllTiles{}, plan.config,
+        GemmTiles{}, plan.config,
         [&](auto tile) {
           using Tile = decltype(tile);
           if constexpr (Tile::kWgmma)
@@ -171,7 +171,7 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   // The plan's kernel (and split-K's reduction) on q.
   const auto launch_plan = [&](const GemmParams& q) {
     const cudaError_t err = with_tile(
-        AllTiles{}, plan.config,
+        GemmTiles{}, plan.config,
         [&](auto tile) {
           using Tile = decltype(tile);
           if constexpr (Tile::kWgmma) {

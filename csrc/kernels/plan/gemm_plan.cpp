@@ -123,8 +123,11 @@ TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessor
 
 bool wgmma_split_k_enabled() { return switch_on("MPGEMM_WGMMA_SPLIT_K", false); }
 
+bool m64_tile_enabled() { return switch_on("MPGEMM_M64_TILE", false); }
+
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
-  if (int(id) < 0 || id >= TileConfigId::kCount || split_k < 1 || split_k > kMaxSplitK) return false;
+  if (int(id) < 0 || id >= TileConfigId::kCount || !has_gemm_kernels(id) || split_k < 1 || split_k > kMaxSplitK)
+    return false;
   const TileConfigInfo& c = tile_config(id);
   // Split-K runs single matrices only, on the tiles that have its kernels
   // (on the Hopper path only where wgmma_split_k_enabled). A split with no K

@@ -134,6 +134,22 @@ inline constexpr double kPaddedCopyMinFlopsPerByte = 350.0;
 // std::invalid_argument for any other value).
 bool wgmma_split_k_enabled();
 
+// Whether the GEMM has kernels on a tile: those common/tile_configs.h's
+// GemmTiles lists (all but the convolution's wgrad tile).
+template <class... Tiles>
+constexpr bool lists_tile(TileList<Tiles...>, TileConfigId id) {
+  return ((Tiles::kId == id) || ...);
+}
+constexpr bool has_gemm_kernels(TileConfigId id) { return lists_tile(GemmTiles{}, id); }
+
+// Whether the Hopper convolution's wgrad of at most 64 filters (and more
+// than 128 columns) runs on the 64-row tile (wgmma_m64, consumers taking
+// 64 x 256 tiles in turn) instead of a 128-row one that multiplies zeros
+// over half its rows: only where MPGEMM_M64_TILE is "1" until its kernels
+// have passed the GPU tests (unset, "" or "0": no; throws
+// std::invalid_argument for any other value).
+bool m64_tile_enabled();
+
 // Whether a tile has split-K kernels: every WMMA tile, and of the Hopper
 // tiles the 128 x 256 one on blocks alone (WgmmaTile).
 constexpr bool has_split_kernels(TileConfigId id) { return !is_wgmma(id) || id == TileConfigId::kWgmma; }

@@ -5,7 +5,9 @@
 //   wgrad  dw = dy^T * x         M = K filters     N = R*S*C       K = N*P*Q, split
 // The block is the GEMM's (sm90/block.cuh: the same ring, consumers, epilogue
 // and persistent tile order over 128 x 256 tiles, or 128 x 128 and 128 x 64
-// for passes whose N is narrow; wgrad's splits are its batch; a strided
+// for passes whose N is narrow, and for wgrad of at most 64 filters where
+// asked 64 x 256 tiles that the consumers take in turn; wgrad's splits are
+// its batch; a strided
 // dgrad's phases, where asked, the tiles of one launch, sm90/tile_scheduler.cuh's
 // DgradPhaseTiles); only what the producer copies differs (sm90/conv_producer.cuh):
 // the copy engine's im2col mode gathers the activations (x, or dy for

@@ -11,14 +11,16 @@
 // rows stored to strided pixels of dx (through shared memory by default, or
 // from registers), or, where asked (opt-in), all its phases in one launch,
 // their rows staged. Each pass runs on the 128 x 256 tile, or where the narrow
-// tiles are on (the default) and its N (fprop's
-// filters, dgrad's channels, wgrad's columns) is at most 128, on a narrow one;
-// the kernels are instantiated in sm90/conv_kernels_<tile>.cu and, those that
-// stage dgrad's rows, sm90/conv_kernels_staged_rows.cu and (its phases in one
-// launch) sm90/conv_kernels_dgrad_phases.cu.
+// tiles are on (the default) and its N (fprop's filters, dgrad's channels,
+// wgrad's columns) is at most 128, on a narrow one, and wgrad of at most 64
+// filters where asked (MPGEMM_M64_TILE=1) on the 64-row tile; the kernels are
+// instantiated in sm90/conv_kernels_<tile>.cu and, those that stage dgrad's
+// rows, sm90/conv_kernels_staged_rows.cu and (its phases in one launch)
+// sm90/conv_kernels_dgrad_phases.cu.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -42,8 +44,11 @@ namespace mpgemm::kernels {
 namespace {
 
 using Config = WgmmaBlockConfig;
-// The tiles a pass may run on: the wide one, and the narrow ones (wgmma_n128, wgmma_n64).
+// The tiles fprop and dgrad may run on: the wide one, and the narrow ones
+// (wgmma_n128, wgmma_n64); wgrad also on the 64-row one (wgmma_m64), whose
+// kernels only wgrad has.
 using ConvTiles = TileList<WgmmaTile, WgmmaN128Tile, WgmmaN64Tile>;
+using WgradTiles = TileList<WgmmaTile, WgmmaN128Tile, WgmmaN64Tile, WgmmaM64Tile>;
 
 // The im2col mode's ranges for a 4-D tensor: bounding-box corners in [-128,
 // 127] and traversal strides in [1, 8] (cuTensorMapEncodeIm2col, CUDA driver
@@ -441,7 +446,8 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
                    p.n * p.p * p.q * p.k, p.k * p.r * p.s * wgrad_tap_columns(p)}) <= INT_MAX;
 }
 
-WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_rows, bool one_launch_dgrad) {
+WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_rows, bool one_launch_dgrad,
+                              bool m64_tile) {
   WgmmaConvPlan plan;
   plan.staged_rows = staged_rows && pass == ConvPass::kDgrad;
   plan.one_launch_dgrad = plan.staged_rows && one_launch_dgrad;
@@ -458,12 +464,19 @@ WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_
   const TileConfigId narrow = narrow_wgmma_tile(n, tiles_n128, multiprocessors);
   if (narrow != TileConfigId::kCount) plan.tile = narrow;
   if (pass != ConvPass::kWgrad) return plan;
+  // At most 64 filters over more than 128 columns: 64-row tiles, none of
+  // whose rows are zeros (narrower outputs keep the narrow tiles, whose
+  // 128 x 64 and 128 x 128 waste no more than a 64 x 256 tile's columns
+  // would).
+  const TileConfigInfo& m64 = tile_config(TileConfigId::kWgmmaM64);
+  if (m64_tile && m <= m64.block_m && n > tile_config(TileConfigId::kWgmmaN128).block_n)
+    plan.tile = TileConfigId::kWgmmaM64;
   // As the WMMA wgrad does: the split plan/split_cost.h's model says is fastest.
   const GemmParams gemm = wgrad_launch(p, 1, nullptr).gemm;
   SplitProblem split;
   split.tile = tile_config(plan.tile);
   split.tiles = with_tile(
-      ConvTiles{}, plan.tile, [&](auto tile) { return sm90::PersistentTileScheduler<decltype(tile)>::tiles(gemm); },
+      WgradTiles{}, plan.tile, [&](auto tile) { return sm90::PersistentTileScheduler<decltype(tile)>::tiles(gemm); },
       int64_t(1));
   split.slices = wgrad_slices(p);
   split.multiprocessors = multiprocessors;
@@ -482,18 +495,21 @@ cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& p, const WgmmaC
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.input_type, [&](auto element) {
     using Element = typename decltype(element)::type;
-    return with_tile(
-        ConvTiles{}, plan.tile,
-        [&](auto tile) {
-          using Tile = decltype(tile);
-          switch (pass) {
-            case ConvPass::kFprop: return launch_pass<Element, Tile, ConvPass::kFprop>(p, plan, workspace, stream);
-            case ConvPass::kDgrad: return launch_pass<Element, Tile, ConvPass::kDgrad>(p, plan, workspace, stream);
-            case ConvPass::kWgrad: return launch_pass<Element, Tile, ConvPass::kWgrad>(p, plan, workspace, stream);
-          }
-          return cudaErrorInvalidValue;
-        },
-        cudaErrorInvalidValue);
+    const auto on_plan_tile = [&](auto tiles, auto pass_tag) {
+      return with_tile(
+          tiles, plan.tile,
+          [&](auto tile) {
+            return launch_pass<Element, decltype(tile), decltype(pass_tag)::value>(p, plan, workspace, stream);
+          },
+          cudaErrorInvalidValue);
+    };
+    using Pass = ConvPass;
+    switch (pass) {
+      case Pass::kFprop: return on_plan_tile(ConvTiles{}, std::integral_constant<Pass, Pass::kFprop>{});
+      case Pass::kDgrad: return on_plan_tile(ConvTiles{}, std::integral_constant<Pass, Pass::kDgrad>{});
+      case Pass::kWgrad: return on_plan_tile(WgradTiles{}, std::integral_constant<Pass, Pass::kWgrad>{});
+    }
+    return cudaErrorInvalidValue;
   });
 }
 

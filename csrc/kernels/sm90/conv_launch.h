@@ -23,7 +23,9 @@ bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& params);
 // How the Hopper convolution runs a pass it takes: its tile (the 128 x 256
 // wgmma tile, or where the narrow tiles are on and the pass's N is at most
 // 128 the narrow one: plan/gemm_plan.h's narrow_tiles_enabled and
-// narrow_wgmma_tile), wgrad's split of its sum over output pixels on the
+// narrow_wgmma_tile; wgrad of at most 64 filters over more than 128 columns
+// on the 64-row tile where `m64_tile` is asked: plan/gemm_plan.h's
+// m64_tile_enabled), wgrad's split of its sum over output pixels on the
 // current device (1 for the other passes), and the workspace wgrad needs: its splits' fp32 partial sums, and
 // where its channels are not a multiple of 64, dw with each tap's channels
 // padded to one (0 for the other passes, and for wgrad with neither); and
@@ -42,7 +44,7 @@ struct WgmmaConvPlan {
   bool one_launch_dgrad = false;
 };
 WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params, bool staged_rows = false,
-                              bool one_launch_dgrad = false);
+                              bool one_launch_dgrad = false, bool m64_tile = false);
 
 // Whether fprop of a problem it takes can write each 64-row block's column
 // moments of y (Conv2dParams::moments): where y has a tensor map (a 16-byte

@@ -15,8 +15,9 @@
 //    (a launch a phase, or every phase's tiles in one launch:
 //    sm90/conv_launch.cu) over the taps that reach it, whose dy pixels are
 //    again a stride-1 window of the phase's pixel grid;
-//  - wgrad: 64 output pixels a slice, the tile's 128 filters of dy as tiled
-//    boxes (M-major) and its 256 columns of (r, s, c) as four im2col boxes
+//  - wgrad: 64 output pixels a slice, the tile's filters of dy (128, or 64
+//    on the 64-row tile) as tiled boxes (M-major) and its columns of
+//    (r, s, c) (256, or 128 and 64 on the narrow tiles) as im2col boxes
 //    of x, each 64 channels at one tap (N-major); each tap's columns are C
 //    rounded up to whole boxes.
 #pragma once

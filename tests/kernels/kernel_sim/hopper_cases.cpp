@@ -702,7 +702,8 @@ int main(int argc, char** argv) {
   const bool path_bad = bad_conv_variable_accepted("MPGEMM_CONV_PATH", "hopper");
   const bool staged_bad = bad_conv_variable_accepted("MPGEMM_STAGED_ROW_STORES", "yes") ||
                           bad_conv_variable_accepted("MPGEMM_DGRAD_ONE_LAUNCH", "yes") ||
-                          bad_conv_variable_accepted("MPGEMM_CHUNKED_FOLD", "yes");
+                          bad_conv_variable_accepted("MPGEMM_CHUNKED_FOLD", "yes") ||
+                          bad_conv_variable_accepted("MPGEMM_M64_TILE", "yes");
   const bool far_taps_bad = far_taps_wrong();
   const bool moments_bad = conv_cases > 0 && !(first_failure && conv_failed) && tile_moments_wrong(conv);
   const bool splits_bad = conv_cases > 0 && !(first_failure && conv_failed) && wgrad_splits_wrong();
@@ -715,21 +716,24 @@ int main(int argc, char** argv) {
          conv_gemm.on_wgmma);
   printf("conv wgmma cases: %d\nconv wgmma cases by default: %d\nconv wgmma wgrad cases that split: %d\n"
          "conv wgmma cases on wgmma_n128: %d\nconv wgmma cases on wgmma_n64: %d\n"
+         "conv wgmma wgrad cases on wgmma_m64: %d\nconv wgmma wgrad cases on wgmma_m64 that split: %d\n"
          "conv wgmma dgrad cases with a stride: %d\n"
          "conv wgmma dgrad cases with a phase no tap reaches: %d\n"
          "conv wgmma dgrad cases with their rows staged: %d\n"
          "conv wgmma dgrad cases with their phases in one launch: %d\n"
          "conv wgmma dgrad cases in one launch with a phase no tap reaches: %d\nconv cases on folded taps: %d\n"
-         "conv cases on folded taps in chunks: %d\n"
+         "conv cases on folded taps in chunks: %d\nconv wgrad cases on folded taps on wgmma_m64: %d\n"
          "conv fprop cases with moments: %d\n"
          "conv: %d/%d failed\n"
          "bad MPGEMM_CONV_PATH refused: %s\n"
-         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD refused: %s\n"
+         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD and MPGEMM_M64_TILE "
+         "refused: %s\n"
          "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n"
          "column moments on each tile: %s\n",
-         conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.strided_dgrad,
+         conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.on_m64, conv.split_on_m64,
+         conv.strided_dgrad,
          conv.unreached_phase, conv.staged_rows, conv.one_launch, conv.one_launch_unreached, conv.folded,
-         conv.folded_in_chunks, conv.moments, conv_failed, conv_cases,
+         conv.folded_in_chunks, conv.folded_on_m64, conv.moments, conv_failed, conv_cases,
          path_bad ? "FAILED" : "ok", staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok",
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();

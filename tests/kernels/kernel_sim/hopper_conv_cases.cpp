@@ -33,10 +33,15 @@
 //    rest), which must put a pass whose N is at most 128 on
 //    the narrow tile conv/launch.h names (fprop drawing up to 128 filters,
 //    every other time more than 64 on one multiprocessor, so that 128 x 128
-//    tiles run); without it every case runs on the 128 x 256 tile. Every
+//    tiles run); without it every case runs on the 128 x 256 tile. The
+//    wgrad cases on the default path and 4 of the others in each run ask
+//    for the 64-row tile (MPGEMM_M64_TILE=1), which must take them
+//    (over more than 128 columns where the sum splits, more than 256 on one
+//    multiprocessor where it does not, each block's consumers then taking
+//    tiles in turn). Every
 //    case the path takes must run on it; one in five of each pass has
-//    channels it does not take (the WMMA kernels do, or fprop on folded taps
-//    where those fold, and forced, wgrad too). The reference scatters every
+//    channels it does not take (the WMMA kernels do, or fprop and wgrad on
+//    folded taps where those fold). The reference scatters every
 //    product into the pass's output. Every other pair of fprop cases, and
 //    every folded one, asks for column moments where its path writes them
 //    (the consumers' strips stored by the copy engine, the WMMA kernels on
@@ -47,14 +52,17 @@
 //    must run on copies with their taps folded into the channels, x folded
 //    in 16-byte chunks (MPGEMM_CHUNKED_FOLD unset, the default; "0" in the
 //    rest) in every other case of a pass, its launch then a thread per
-//    chunk; and x's fold on its own, a
-//    thread per element and in chunks, against the fold's definition;
+//    chunk, wgrad in the others asking for the 64-row tile, which its
+//    folded problem must run on where it has more than 128 columns; and x's
+//    fold on its own, a thread per element and in chunks, against the
+//    fold's definition;
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
 //    convolutions, against the cost model's worked out apart;
 //  - fprop's column moments on each tile (tile_moments_wrong).
-// A bad MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH
-// or MPGEMM_CHUNKED_FOLD must be refused; taps 254 pixels apart must run on
-// the path and taps 256 apart (past the im2col offsets' 8 bits) must not.
+// A bad MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH,
+// MPGEMM_CHUNKED_FOLD or MPGEMM_M64_TILE must be refused; taps 254 pixels
+// apart must run on the path and taps 256 apart (past the im2col offsets' 8
+// bits) must not.
 // Inputs are multiples of 1/8, so results must match the reference exactly.
 #include <cmath>
 #include <cstdio>
@@ -157,11 +165,17 @@ static bool path_takes(ConvPass pass, const Geometry& g) {
   }
 }
 
+// wgrad's GEMM columns: each tap's channels rounded up to whole boxes of 64.
+static int64_t wgrad_columns(const Geometry& g) { return g.r * g.s * ((g.c + 63) / 64 * 64); }
+
 // The tile the Hopper convolution should run a case on: conv/launch.h's
-// rule (plan/gemm_plan.h's narrow_wgmma_tile on the pass's N) written out.
-static TileConfigId expected_tile(ConvPass pass, const Geometry& g, bool narrow) {
-  const int64_t n = pass == ConvPass::kFprop ? g.k : pass == ConvPass::kDgrad ? g.c : g.r * g.s * ((g.c + 63) / 64 * 64);
+// rule (plan/gemm_plan.h's narrow_wgmma_tile on the pass's N; wgrad of at
+// most 64 filters over more than 128 columns on the 64-row tile where
+// MPGEMM_M64_TILE=1, `m64`) written out.
+static TileConfigId expected_tile(ConvPass pass, const Geometry& g, bool narrow, bool m64) {
+  const int64_t n = pass == ConvPass::kFprop ? g.k : pass == ConvPass::kDgrad ? g.c : wgrad_columns(g);
   const int64_t m = pass == ConvPass::kFprop ? g.n * g.p * g.q : g.n * g.h * g.w;
+  if (m64 && pass == ConvPass::kWgrad && g.k <= 64 && n > 128) return TileConfigId::kWgmmaM64;
   if (!narrow || n > 128) return TileConfigId::kWgmma;
   const bool few_tiles = pass != ConvPass::kWgrad && (m + 127) / 128 * ((n + 127) / 128) * 2 <= sim::multiprocessors;
   return n <= 64 || few_tiles ? TileConfigId::kWgmmaN64 : TileConfigId::kWgmmaN128;
@@ -205,7 +219,8 @@ static bool folds(ConvPass pass, const Geometry& g) {
 namespace {
 
 // One pass of a problem through plan_conv2d and launch_conv2d (the Hopper
-// convolution forced where `forced`, the narrow tiles where `narrow`),
+// convolution forced where `forced`, the narrow tiles where `narrow`, the
+// 64-row tile where `m64`),
 // on random multiples of 1/8, against the reference: its plan, launch error
 // and wrong elements.
 struct ConvRun {
@@ -227,7 +242,8 @@ struct ConvRun {
 // asked, and fprop's column moments where asked and its path writes them,
 // against the reference.
 ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType out, bool with_bias, bool forced,
-                 bool narrow, bool staged = false, bool ask_moments = false, bool one_launch = false) {
+                 bool narrow, bool staged = false, bool ask_moments = false, bool one_launch = false,
+                 bool m64 = false) {
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
   const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
   sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
@@ -253,6 +269,7 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   if (!narrow || forced) setenv("MPGEMM_NARROW_TILES", narrow ? "1" : "0", 1);
   if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
   if (!one_launch) setenv("MPGEMM_DGRAD_ONE_LAUNCH", "0", 1);
+  setenv("MPGEMM_M64_TILE", m64 ? "1" : "0", 1);
   run.plan = plan_conv2d(pass, p);
   // Poisoned: every block's moments must be written.
   const int64_t rows = g.n * g.p * g.q;
@@ -274,6 +291,7 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   unsetenv("MPGEMM_NARROW_TILES");
   unsetenv("MPGEMM_STAGED_ROW_STORES");
   unsetenv("MPGEMM_DGRAD_ONE_LAUNCH");
+  unsetenv("MPGEMM_M64_TILE");
   const auto element = [in](const sim::Buffer& t) {
     return [&t, in](int64_t i) { return double(sim::get(t.p, in, i)); };
   };
@@ -326,21 +344,31 @@ static int64_t folded_elements(const Geometry& g) {
 // different numbers of threads), fprop or wgrad in turn, with the Hopper
 // convolution forced: it must run on folded taps, right, x folded in 16-byte
 // chunks where the case is odd-numbered among its pass's
-// (MPGEMM_CHUNKED_FOLD=1: the fold's launch then a thread per chunk).
+// (MPGEMM_CHUNKED_FOLD=1: the fold's launch then a thread per chunk), and
+// wgrad in the other cases asking for the 64-row tile (MPGEMM_M64_TILE=1)
+// on 3 folded taps or more (more than 128 columns), which the folded problem
+// must then run on (the others on the wide tile).
 // Whether it failed.
 bool folded_conv_case(int index, ConvCaseCounts& counts) {
   const auto pass = index % 2 == 0 ? ConvPass::kFprop : ConvPass::kWgrad;
   const bool in_chunks = index / 2 % 2 == 1;
+  const bool m64 = pass == ConvPass::kWgrad && !in_chunks;
+  // Those asking for the 64-row tile fold into 3 taps or more (more than 128 columns).
   Geometry g;
   do g = random_folding_geometry(pass);
-  while (folded_elements(g) <= 256);
+  while (folded_elements(g) <= 256 || (m64 && (g.r + g.stride_h - 1) / g.stride_h < 3));
   const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
   if (!in_chunks) setenv("MPGEMM_CHUNKED_FOLD", "0", 1);  // in chunks: the default's
-  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true);
+  const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true,
+                               false, m64);
   unsetenv("MPGEMM_CHUNKED_FOLD");
   const bool folded = run.plan.path == Conv2dPlan::Path::kFoldedTaps;
+  const Conv2dParams folded_params = folded_problem(pass, run.params, nullptr, nullptr);
+  const bool wide_fold = folded_params.r * folded_params.s * ((folded_params.c + 63) / 64 * 64) > 128;
+  const TileConfigId tile = m64 && wide_fold ? TileConfigId::kWgmmaM64 : TileConfigId::kWgmma;
+  counts.folded_on_m64 += folded && run.plan.wgmma.tile == TileConfigId::kWgmmaM64;
   // The fold's threads, the first launch's: one per element of the folded x,
   // or one per 16 bytes, in blocks of 256 (at most 8192 of them: beyond
   // the simulation's sizes).
@@ -349,10 +377,13 @@ bool folded_conv_case(int index, ConvCaseCounts& counts) {
   counts.folded += folded;
   counts.folded_in_chunks += folded && in_chunks;
   counts.moments += run.moments;
-  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded || !fold_width_right;
+  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded || !fold_width_right ||
+                   run.plan.wgmma.tile != tile;
   if (bad)
-    printf("folded conv case %d FAILED: %s, on folded taps: %d, x folded by %ld threads (in chunks: %d)\n", index,
-           describe(pass, g, in, out, run).c_str(), int(folded), long(fold_threads), int(in_chunks));
+    printf("folded conv case %d FAILED: %s, on folded taps: %d, x folded by %ld threads (in chunks: %d), tile %s "
+           "(expected %s)\n",
+           index, describe(pass, g, in, out, run).c_str(), int(folded), long(fold_threads), int(in_chunks),
+           tile_config(run.plan.wgmma.tile).name, tile_config(tile).name);
   return bad;
 }
 
@@ -448,7 +479,16 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // on images of at least 2 x 2 (a phase in each dimension that no tap
   // reaches); every other wgrad case on two 24 x 24 images at stride 1,
   // enough output pixels (18 slices) to split their sum.
+  // wgrad cases 2 and 3, 6 and 7, ... of each run, and those on the default
+  // path, ask for the 64-row tile (not where pinned), which takes them
+  // (every wgrad case has at most 40 filters): over more than 128 columns
+  // where the sum splits, else over more than 256 on one multiprocessor,
+  // whose block then walks two tiles or more, its consumers in turn.
+  const bool by_default = index % 4 == 1;
+  const bool split_sum = pass == ConvPass::kWgrad && index / 3 % 2 == 0;
+  const bool m64 = pass == ConvPass::kWgrad && (index / 6 % 2 == 1 || by_default) && !sim::pinned.on;
   Geometry g = random_geometry(c, k);
+  while (m64 && wgrad_columns(g) <= (split_sum ? 128 : 256)) g = random_geometry(c, k);
   if (pass == ConvPass::kDgrad && index / 3 % 3 == 0) g = with_unit_stride(g);
   while (pass == ConvPass::kDgrad && index / 3 % 3 == 1 && g.stride_h == 1 && g.stride_w == 1)
     g = random_geometry(c, k);
@@ -461,7 +501,6 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
     g.pad_top = g.pad_left = 1, g.dilation_h = g.dilation_w = 1;
     g.p = (g.h - 1) / 2 + 1, g.q = (g.w - 1) / 2 + 1;
   }
-  const bool split_sum = pass == ConvPass::kWgrad && index / 3 % 2 == 0;
   if (split_sum) {
     g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
     g = with_unit_stride(g);
@@ -471,19 +510,20 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // The split cases on 16 multiprocessors, more than their tiles (at most
   // 5), so that the split's cost model (plan/split_cost.h) finds a split
   // that pays.
-  sim::use_multiprocessors(wide_narrow ? 1 : split_sum ? 16 : int(rnd(1, 3)));
-  // One case in four on the default path, which takes the Hopper
-  // convolution only where wgmma_conv_by_default says so.
-  const bool by_default = index % 4 == 1;
+  sim::use_multiprocessors(wide_narrow || (m64 && !split_sum) ? 1 : split_sum ? 16 : int(rnd(1, 3)));
+  // One case in four (by_default) on the default path, which takes the
+  // Hopper convolution only where wgmma_conv_by_default says so.
   // fprop cases 0 and 1, 4 and 5, ... of each run ask for column moments: on the narrow tiles and not.
   const bool ask_moments = index / 3 / 2 % 2 == 0;
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow, staged,
-                               ask_moments, one_launch);
+                               ask_moments, one_launch, m64);
   const Conv2dPlan& plan = run.plan;
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma, folded = plan.path == Conv2dPlan::Path::kFoldedTaps;
-  const TileConfigId tile = expected_tile(pass, g, narrow);
+  const TileConfigId tile = expected_tile(pass, g, narrow, m64);
   counts.on_n128 += wgmma && plan.wgmma.tile == TileConfigId::kWgmmaN128;
   counts.on_n64 += wgmma && plan.wgmma.tile == TileConfigId::kWgmmaN64;
+  counts.on_m64 += wgmma && plan.wgmma.tile == TileConfigId::kWgmmaM64;
+  counts.split_on_m64 += wgmma && plan.wgmma.tile == TileConfigId::kWgmmaM64 && plan.wgmma.splits > 1;
   const bool strided = pass == ConvPass::kDgrad && (g.stride_h > 1 || g.stride_w > 1);
   counts.on_wgmma += wgmma;
   counts.by_default += wgmma && by_default;

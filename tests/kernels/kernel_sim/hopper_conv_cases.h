@@ -10,8 +10,11 @@ struct ConvCaseCounts {
   int strided_dgrad = 0;    // dgrad's with a stride: one launch per phase
   int unreached_phase = 0;  // of those, with a phase no tap reaches
   int on_n128 = 0, on_n64 = 0;  // on the narrow tiles
+  int on_m64 = 0;               // wgrad's on the 64-row tile (MPGEMM_M64_TILE=1)
+  int split_on_m64 = 0;         // of those, that split the sum
   int folded = 0;               // on folded taps (conv/folded_taps.h)
   int folded_in_chunks = 0;     // of those, x folded in 16-byte chunks
+  int folded_on_m64 = 0;        // of those, wgrad's on the 64-row tile
   int staged_rows = 0;          // strided dgrad's with their rows staged
   int one_launch = 0;           // of those, with their phases in one launch
   int one_launch_unreached = 0;  // of those, with a phase no tap reaches
@@ -33,8 +36,8 @@ bool folded_conv_case(int index, ConvCaseCounts& counts);
 // element went wrong.
 bool folds_of_x_wrong(int geometries);
 // Whether a bad value of `variable` (MPGEMM_CONV_PATH,
-// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD)
-// was accepted.
+// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
+// MPGEMM_M64_TILE) was accepted.
 bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();
