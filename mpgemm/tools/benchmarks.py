@@ -644,8 +644,9 @@ def run(suites, device, *, quick=False, shapes=None, dtypes=tuple(DTYPES), reps=
     report = dict(provenance.describe(device), build_info=build_info(), complete=False,
                   timing={"clock": type(clock).__name__, "warmup_ms": warmup_ms, "reps": reps,
                           "statistic": "median", "interleaved": True,
-                          # Each call after an untimed read of twice L2 (timing.py), from 2026-11-30 on.
-                          "separated": True,
+                          # On a GPU each call after an untimed read of twice L2 (timing.py), from
+                          # 2026-11-30 on; the CPU's calls run back to back.
+                          "separated": on_gpu,
                           "baseline_tolerance": BASELINE_TOLERANCE},
                   conv_paths=list(conv_paths), dtypes_not_run=not_run, gpu_state=[], results=[], errors=[])
     if on_gpu:

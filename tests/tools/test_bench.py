@@ -54,6 +54,7 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                 "timing", "gpu_state", "results"):
         assert key in report
     assert report["gpu_measurement"] is False and report["complete"] is True
+    assert report["timing"]["separated"] is False  # the separator before each call is a GPU's
     assert report["git_commit"] != "unknown"
     assert {(r["suite"], r["dtype"]) for r in report["results"]} == {
         ("gemm", "fp16"), ("gemm", "bf16"), ("linear", "fp16"), ("linear", "bf16"), ("conv", "fp16"),
