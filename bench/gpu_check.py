@@ -120,9 +120,11 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a
 # profile of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse)
-# beside torch.amp and mpgemm, its step profiled too, and once more, profiled,
-# with batch norm's sums and input gradient loading rows ahead
-# (MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the epilogue statistics,
+# beside torch.amp and mpgemm, its step profiled too (its chains' outputs
+# recomputed in backward, the default since fe39419: the profile's backward
+# act kernels and the peak memory show what that costs and saves), and once
+# more, profiled, with batch norm's sums and input gradient loading rows
+# ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the epilogue statistics,
 # MPGEMM_EPILOGUE_STATS=1, measured slower at fe39419, are left out);
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
 # more with GELU's derivative in the dgrad's epilogue

@@ -162,7 +162,9 @@ def _gated_passes(name, count, offset, dtype, activation):
 
 def _batch_norm_passes(name, shape):
     """Batch norm with a residual add and a ReLU in training, forward and
-    backward (mpgemm.fuse's passes), each checked against float64 on the CPU."""
+    backward (mpgemm.fuse's passes), and a chain's output without the
+    residual recomputed from the forward's scale and shift (batch_norm_apply),
+    each checked against float64 on the CPU."""
     bn = torch.nn.BatchNorm2d(shape[1]).cuda()
     y = torch.randn(*shape, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
     residual = torch.randn_like(y).requires_grad_()
@@ -173,7 +175,12 @@ def _batch_norm_passes(name, shape):
     y64, r64 = y.detach().double().cpu().requires_grad_(), residual.detach().double().cpu().requires_grad_()
     out64 = torch.relu(F.batch_norm(y64, None, None, training=True) + r64)
     gy64, gr64 = torch.autograd.grad(out64, (y64, r64), grad.double().cpu())
-    for pass_name, got, ref in (("forward", out, out64.detach()), ("dgrad", gy, gy64), ("residual grad", gr, gr64)):
+    scale, shift = torch.ops.mpgemm.batch_norm_act(y.detach(), bn.weight, bn.bias, None, None, None, True, 0.1,
+                                                   bn.eps, True)[3:5]
+    applied = torch.ops.mpgemm.batch_norm_apply(y.detach(), scale, shift, True)
+    applied64 = torch.relu(F.batch_norm(y64.detach(), None, None, training=True))
+    for pass_name, got, ref in (("forward", out, out64.detach()), ("dgrad", gy, gy64), ("residual grad", gr, gr64),
+                                ("recomputed output", applied, applied64)):
         _check(f"batch norm {name} {pass_name}", got, ref)
 
 

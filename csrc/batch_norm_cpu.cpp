@@ -47,6 +47,15 @@ at::Tensor in_format_of(const at::Tensor& y, const at::Tensor& result) {
   return result.to(y.scalar_type()).contiguous(y.suggest_memory_format());
 }
 
+// relu?(y * scale + shift + residual), each step rounded in fp32, in y's dtype and memory format.
+at::Tensor act(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift,
+               const std::optional<at::Tensor>& residual, bool relu) {
+  at::Tensor z = y.to(at::kFloat).mul(per_channel(scale)).add(per_channel(shift));
+  if (residual) z = z.add(residual->to(at::kFloat));
+  if (relu) z = at::where(z.lt(0), at::zeros({}, z.options()), z);
+  return in_format_of(y, z);
+}
+
 // torch's running-statistics update, in fp32: momentum * batch + (1 - momentum) * running.
 void update(at::Tensor& running, const at::Tensor& batch, double momentum) {
   const float m = float(momentum);
@@ -82,13 +91,14 @@ BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
   const at::Tensor scale = a.weight ? a.weight->to(at::kFloat).mul(invstd) : invstd.clone();  // no alias
   const at::Tensor beta = a.bias ? a.bias->to(at::kFloat) : at::zeros_like(mean);
   const at::Tensor shift = beta.sub(mean.mul(scale));
-  at::Tensor z = y.to(at::kFloat).mul(per_channel(scale)).add(per_channel(shift));
-  if (a.residual) z = z.add(a.residual->to(at::kFloat));
-  if (a.relu) z = at::where(z.lt(0), at::zeros({}, z.options()), z);
-  const at::Tensor out = in_format_of(y, z);
+  const at::Tensor out = act(y, scale, shift, a.residual, a.relu);
   const at::Tensor bits = a.relu && batch_norm_relu_mask_shape(y) ? relu_bits(out)
                                                                    : at::empty({0}, y.options().dtype(at::kByte));
-  return {out, mean, invstd, scale, bits};
+  return {out, mean, invstd, scale, shift, bits};
+}
+
+at::Tensor batch_norm_apply_cpu(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu) {
+  return act(y, scale, shift, std::nullopt, relu);
 }
 
 BatchNormBackwardResult batch_norm_act_backward_cpu(const BatchNormBackward& a) {

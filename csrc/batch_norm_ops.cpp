@@ -80,6 +80,12 @@ BatchNormBackwardResult batch_norm_act_backward(const at::Tensor& grad_out, cons
   return Impl({grad_out, out, relu_mask, y, mean, invstd, scale, batch_stats, output_mask});
 }
 
+template <at::Tensor (*Impl)(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>
+at::Tensor batch_norm_apply(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu) {
+  check_batch_norm_args("mpgemm.batch_norm_apply", y, {{&scale, "scale"}, {&shift, "shift"}});
+  return Impl(y, scale, shift, relu);
+}
+
 // Meta: results of the backends' shapes, types and formats.
 at::Tensor like_y(const at::Tensor& y) {
   return at::empty_symint(y.sym_sizes(), y.options().memory_format(y.suggest_memory_format()));
@@ -89,9 +95,11 @@ at::Tensor per_channel(const at::Tensor& y) { return at::empty_symint({y.sym_siz
 
 BatchNormForwardResult batch_norm_act_meta(const BatchNormForward& a) {
   const auto bytes = a.relu && batch_norm_relu_mask_shape(a.y) ? a.y.sym_numel() / 8 : c10::SymInt(0);
-  return {like_y(a.y), per_channel(a.y), per_channel(a.y), per_channel(a.y),
+  return {like_y(a.y), per_channel(a.y), per_channel(a.y), per_channel(a.y), per_channel(a.y),
           at::empty_symint({bytes}, a.y.options().dtype(at::kByte))};
 }
+
+at::Tensor batch_norm_apply_meta(const at::Tensor& y, const at::Tensor&, const at::Tensor&, bool) { return like_y(y); }
 
 BatchNormBackwardResult batch_norm_act_backward_meta(const BatchNormBackward& a) {
   const auto empty = [&] { return at::empty({0}, a.y.options()); };
@@ -109,17 +117,20 @@ bool batch_norm_relu_mask_shape(const at::Tensor& y) {
 TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cpu>);
   m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_cpu>);
+  m.impl("batch_norm_apply", &batch_norm_apply<batch_norm_apply_cpu>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_meta>);
   m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_meta>);
+  m.impl("batch_norm_apply", &batch_norm_apply<batch_norm_apply_meta>);
 }
 
 #ifdef MPGEMM_WITH_CUDA
 TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cuda>);
   m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_cuda>);
+  m.impl("batch_norm_apply", &batch_norm_apply<batch_norm_apply_cuda>);
 }
 #endif
 

@@ -349,7 +349,7 @@ TORCH_LIBRARY(mpgemm, m) {
   // mpgemm/fusion/batch_norm.py is its autograd). Forward: out = relu?(y *
   // scale + shift + residual), from batch statistics (the running ones
   // updated with `momentum`) or running ones; returns the mean, invstd and
-  // scale backward takes, and with a ReLU, where 16-bit elements and 8 | C
+  // scale backward takes, the shift, and with a ReLU, where 16-bit elements and 8 | C
   // allow, out > 0 as bits (uint8, bit e of byte j for element 8j + e of y's
   // NHWC order; else empty). Backward takes the ReLU's output or those bits;
   // output_mask asks for grad_y, gamma's and beta's (sum_dz_xhat, sum_dz) and
@@ -358,11 +358,17 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "batch_norm_act(Tensor y, Tensor? weight, Tensor? bias, Tensor? residual, Tensor(a!)? running_mean, "
       "Tensor(b!)? running_var, bool batch_stats, float momentum, float eps, bool relu, "
-      "Tensor? batch_mean_var=None) -> (Tensor out, Tensor mean, Tensor invstd, Tensor scale, Tensor relu_mask)");
+      "Tensor? batch_mean_var=None) -> (Tensor out, Tensor mean, Tensor invstd, Tensor scale, Tensor shift, "
+      "Tensor relu_mask)");
   m.def(
       "batch_norm_act_backward(Tensor grad_out, Tensor? out, Tensor? relu_mask, Tensor y, Tensor mean, "
       "Tensor invstd, Tensor scale, bool batch_stats, bool[3] output_mask) -> "
       "(Tensor grad_y, Tensor sum_dz, Tensor sum_dz_xhat, Tensor grad_z)");
+  // The forward's elementwise pass alone without a residual: relu?(y * scale
+  // + shift) from the scale and shift batch_norm_act returned, its out bit
+  // for bit (a fused chain's output recomputed in backward). Not
+  // differentiable.
+  m.def("batch_norm_apply(Tensor y, Tensor scale, Tensor shift, bool relu) -> Tensor");
   // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
   m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
   // The mma.sync ceiling of benchmarks: Tensor Core instructions from registers

@@ -233,8 +233,8 @@ struct BatchNormBackward {
   std::array<bool, 3> output_mask;  // grad_y, the sums (gamma's and beta's gradients), grad_z
 };
 
-// out, mean, invstd, scale, relu_mask
-using BatchNormForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+// out, mean, invstd, scale, shift, relu_mask
+using BatchNormForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using BatchNormBackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;  // grad_y, sums, grad_z
 
 // Whether the forward returns the ReLU's mask as bits: 16-bit y, a channel
@@ -246,6 +246,9 @@ BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& args);
 BatchNormBackwardResult batch_norm_act_backward_cpu(const BatchNormBackward& args);
 BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& args);
 BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& args);
+// batch_norm_apply's backends: y, scale and shift checked.
+at::Tensor batch_norm_apply_cpu(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu);
+at::Tensor batch_norm_apply_cuda(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu);
 
 // cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) on 2-D fp16 or bf16 operands: the baseline.
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);

@@ -54,13 +54,14 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
   at::Tensor y = nhwc(a.y);
   const auto shape = shape_of(a.y);
   const auto options = a.y.options().dtype(at::kFloat);
-  at::Tensor mean = at::empty({shape.channels}, options), invstd = at::empty_like(mean), scale = at::empty_like(mean);
+  at::Tensor mean = at::empty({shape.channels}, options), invstd = at::empty_like(mean), scale = at::empty_like(mean),
+             shift = at::empty_like(mean);
   at::Tensor out = at::empty_like(y);
   const bool bits = a.relu && batch_norm_relu_mask_shape(a.y);
   at::Tensor relu_mask = at::empty({bits ? y.numel() / 8 : 0}, a.y.options().dtype(at::kByte));
   if (shape.rows == 0 && a.batch_stats) {  // torch's statistics of nothing
-    mean.fill_(NAN), invstd.fill_(NAN), scale.fill_(NAN);
-    return {in_format_of(a.y, out), mean, invstd, scale, relu_mask};
+    mean.fill_(NAN), invstd.fill_(NAN), scale.fill_(NAN), shift.fill_(NAN);
+    return {in_format_of(a.y, out), mean, invstd, scale, shift, relu_mask};
   }
   const std::optional<at::Tensor> weight = contiguous(a.weight), bias = contiguous(a.bias);
   std::optional<at::Tensor> residual = a.residual ? std::optional(nhwc(*a.residual)) : std::nullopt;
@@ -81,6 +82,7 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
   channels.momentum = float(a.momentum);
   channels.eps = a.eps;
   channels.mean = floats(mean), channels.invstd = floats(invstd), channels.scale = floats(scale);
+  channels.shift = floats(shift);
   const at::Tensor workspace = workspace_for(shape, a.y);
   const std::optional<at::Tensor> batch_mean_var = contiguous(a.batch_mean_var);
   C10_CUDA_CHECK(kernels::launch_batch_norm_forward(
@@ -90,7 +92,16 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
       loads_ahead(), stream_of(a.y)));
   if (running_mean && !running_mean->is_same(*a.running_mean)) a.running_mean->copy_(*running_mean);
   if (running_var && !running_var->is_same(*a.running_var)) a.running_var->copy_(*running_var);
-  return {in_format_of(a.y, out), mean, invstd, scale, relu_mask};
+  return {in_format_of(a.y, out), mean, invstd, scale, shift, relu_mask};
+}
+
+at::Tensor batch_norm_apply_cuda(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  const at::Tensor rows = nhwc(y), scales = scale.contiguous(), shifts = shift.contiguous();
+  at::Tensor out = at::empty_like(rows);
+  C10_CUDA_CHECK(kernels::launch_batch_norm_apply(shape_of(y), rows.data_ptr(), floats(scales), floats(shifts), relu,
+                                                  out.data_ptr(), stream_of(y)));
+  return in_format_of(y, out);
 }
 
 BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a) {

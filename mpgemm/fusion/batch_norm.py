@@ -9,11 +9,15 @@ average over ``num_batches_tracked``, ``track_running_stats=False``,
 ``affine=False``, and the running statistics in eval. It saves for backward
 less than torch's batch norm and ReLU save: y and the statistics, and where
 the chain ends in a ReLU, its mask as bits (16-bit y, channels a multiple of
-8) or else its output (which the next convolution saves anyway).
+8) or else its output (which the next convolution saves anyway). With
+``recipe=True`` it also says how to make its output again from what it keeps
+(recompute.py: the next convolution then need not keep it).
 """
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from .recompute import Recipe
 
 FLOAT = torch.float32
 ops = torch.ops.mpgemm
@@ -27,19 +31,21 @@ class _BatchNormAct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu,
                 batch_mean_var):
-        out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, residual, running_mean,
-                                                                 running_var, batch_stats, momentum, eps, relu,
-                                                                 batch_mean_var)
+        out, mean, invstd, scale, shift, relu_mask = ops.batch_norm_act(y, weight, bias, residual, running_mean,
+                                                                        running_var, batch_stats, momentum, eps,
+                                                                        relu, batch_mean_var)
         ctx.batch_stats, ctx.relu = batch_stats, relu
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (weight, bias))
         # The ReLU's mask: its bits where the op gave them, else the output itself.
         bits = relu_mask if relu_mask.numel() else None
-        ctx.save_for_backward(y, out if relu and bits is None else None, bits, mean, invstd, scale)
-        return out
+        keeps_out = relu and bits is None
+        ctx.save_for_backward(y, out if keeps_out else None, bits, mean, invstd, scale)
+        ctx.mark_non_differentiable(scale, shift)
+        return out, scale, shift, keeps_out
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, _grad_scale, _grad_shift, _grad_keeps_out):
         y, out, relu_mask, mean, invstd, scale = ctx.saved_tensors
         need_y, need_weight, need_bias, need_residual = ctx.needs_input_grad[:4]
         # Without a ReLU the residual's gradient is grad_out itself.
@@ -54,7 +60,7 @@ class _BatchNormAct(torch.autograd.Function):
                 None, None, None, None, None, None, None)
 
 
-def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None):
+def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None, *, recipe=False):
     """``relu(bn(y) + residual)`` (each part optional) for a ``BatchNorm2d``
     bn, as torch's forward computes it and with the same effect on bn's
     running statistics and ``num_batches_tracked``; y is 4-D (N, C, H, W),
@@ -63,7 +69,10 @@ def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None):
     :func:`~mpgemm.fuse`'s chains leave such an add to torch).
     batch_mean_var: y's batch statistics where they are known
     (:func:`mpgemm.ops.conv2d_batch_stats`), used in place of y's own where
-    batch statistics normalize; ignored where the running ones do."""
+    batch statistics normalize; ignored where the running ones do.
+    recipe=True (without a residual): returns (out, a
+    :class:`~mpgemm.fusion.recompute.Recipe` that makes out again from what
+    backward keeps, or None where backward keeps nothing or keeps out)."""
     if y.dim() != 4:
         raise ValueError(f"expected 4D input (got {y.dim()}D input)")
     # torch's _BatchNorm.forward, step by step.
@@ -76,5 +85,12 @@ def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None):
     running_var = bn.running_var if not bn.training or bn.track_running_stats else None
     if use_batch_stats and y.numel() // max(y.shape[1], 1) <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {y.shape}")
-    return _BatchNormAct.apply(y, bn.weight, bn.bias, residual, running_mean, running_var, use_batch_stats,
-                               factor, bn.eps, relu, batch_mean_var if use_batch_stats else None)
+    if recipe and residual is not None:
+        raise ValueError("batch_norm_act: a recipe makes out again from y alone, so expected no residual")
+    out, scale, shift, keeps_out = _BatchNormAct.apply(y, bn.weight, bn.bias, residual, running_mean, running_var,
+                                                       use_batch_stats, factor, bn.eps, relu,
+                                                       batch_mean_var if use_batch_stats else None)
+    if not recipe:
+        return out
+    # Where backward keeps out itself (a ReLU's mask without bits), out costs nothing more to keep.
+    return out, Recipe(y, scale, shift, relu, out) if out.requires_grad and not keeps_out else None

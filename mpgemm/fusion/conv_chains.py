@@ -1,6 +1,9 @@
 """Finding conv -> batch norm (-> residual add) (-> ReLU) chains in one
 module's traced forward (graph.py), and rewriting each into one call of
-:func:`run_chain`.
+:func:`run_chain`. A chain without a residual whose output goes to the next
+chain's convolution alone, or to a max pool alone (a ResNet's stem), hands
+it the recipe of its output, which that call then saves in the output's
+place (recompute.py).
 
 A chain is fused only where the trace proves it safe: the convolution's
 output goes to the batch norm alone, the batch norm's (and the add's) to the
@@ -16,6 +19,7 @@ import threading
 import torch
 
 from .. import nn
+from . import recompute
 from .batch_norm import batch_norm_act
 from .graph import global_hooks, hooked, is_plain, is_relu, module_calls, module_of, past, single_user
 
@@ -31,6 +35,8 @@ class ConvChain:
     bn: str
     residual: bool = False
     relu: bool = False
+    output_recomputable: bool = False  # by the next chain's convolution or a max pool, in backward
+    pool: str = ""  # the max pool that alone takes the output, if one does
 
     def label(self, prefix=""):
         return f"{prefix}{self.conv} -> {prefix}{self.bn}"
@@ -41,7 +47,8 @@ class ConvChain:
 
     def report(self, module, prefix=""):
         return {"kind": "batch_norm", "conv": prefix + self.conv, "bn": prefix + self.bn,
-                "residual": self.residual, "relu": self.relu, "fused": True}
+                "residual": self.residual, "relu": self.relu, "output_recomputable": self.output_recomputable,
+                "fused": True}
 
 
 def is_fusable_batch_norm(module):
@@ -92,20 +99,31 @@ def _conv_with_stats(conv, bn, x):
     return y, stats if forward_y is y and y._version == version else None
 
 
-def run_chain(conv, bn, x, residual=None, *, relu=False):
+def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=False):
     """The chain's forward: the convolution as its module computes it (its
     hooks run), then batch norm, the residual add and the ReLU in mpgemm's
     passes, with batch statistics from the convolution's epilogue where
     epilogue_stats_enabled; as torch would compute them wherever the fused
     passes do not apply (a hook added since fuse(), a residual of another
-    shape or type)."""
-    y, batch_mean_var = _conv_with_stats(conv, bn, x)
+    shape or type). x_recipe: how the chain before made its output (x,
+    or x past Identity modules), which the convolution then saves in that
+    output's place; recipe=True: returns (out, its recipe, or None where
+    there is none)."""
+    with recompute.saved_as_recipe(x_recipe):
+        y, batch_mean_var = _conv_with_stats(conv, bn, x)
     if _fused_now(bn, y, residual):
-        return batch_norm_act(y, bn, residual, relu, batch_mean_var)
+        return batch_norm_act(y, bn, residual, relu, batch_mean_var, recipe=recipe)
     out = bn(y)
     if residual is not None:
         out = out + residual
-    return torch.relu(out) if relu else out
+    out = torch.relu(out) if relu else out
+    return (out, None) if recipe else out
+
+
+def pool_with_recipe(pool, x, x_recipe):
+    """pool(x) (a max pool after a chain), saving the chain's recipe in its output's place."""
+    with recompute.saved_as_recipe(x_recipe):
+        return pool(x)
 
 
 def _fused_now(bn, y, residual):
@@ -182,22 +200,75 @@ def find_chains(root, graph):
         if any(hooked(module_of(root, n)) for n in skipped if n in replaced):
             refused.append((chain, "a hook on an Identity module between its steps"))
             continue
-        found.append((chain, node, replaced, residual))
+        pool = single_user(replaced[-1])
+        if (not chain.residual and pool is not None and is_plain(module_of(root, pool), torch.nn.MaxPool2d)
+                and len(pool.args) == 1 and not pool.kwargs):
+            chain.pool = pool.target
+        found.append((chain, node, replaced, residual, _identities_before(root, node)))
     return found, refused
 
 
+def _identities_before(root, conv_node):
+    """The unhooked Identity modules (timm's aa when unused) that alone pass
+    the convolution its input, nearest first: an output they pass on is the
+    same tensor."""
+    identities, node = [], conv_node.args[0]
+    while (isinstance(node, torch.fx.Node) and _is_identity(module_of(root, node))
+           and not hooked(module_of(root, node)) and len(node.users) == 1 and len(node.args) == 1
+           and not node.kwargs):
+        identities.append(node)
+        node = node.args[0]
+    return identities
+
+
+def _with_recipe(graph, fused, chain, user):
+    """Makes the run_chain node `fused` return (out, recipe) where its chain
+    has no residual and `user` alone takes its output, which then takes out:
+    (the out node, the recipe node), or None."""
+    if chain.residual or single_user(fused) is not user:
+        return None
+    fused.kwargs = {**fused.kwargs, "recipe": True}
+    with graph.inserting_after(fused):
+        recipe = graph.call_function(operator.getitem, (fused, 1))
+    with graph.inserting_after(fused):
+        out = graph.call_function(operator.getitem, (fused, 0))
+    user.replace_input_with(fused, out)
+    chain.output_recomputable = True
+    return out, recipe
+
+
 def rewrite(graph, found):
-    """Replaces each found chain's nodes by one run_chain call."""
-    for chain, conv_node, replaced, residual in found:
+    """Replaces each found chain's nodes by one run_chain call; where
+    recompute_enabled, a chain whose output the next chain's convolution
+    or a max pool alone takes hands that call its recipe."""
+    chain_of = {}  # run_chain node: its chain
+    recomputing = recompute.recompute_enabled()
+    for chain, conv_node, replaced, residual, identities in found:
         last = replaced[-1]
+        source, taker = conv_node.args[0], conv_node
+        while source in identities:
+            source, taker = source.args[0], source
+        kwargs = {"relu": chain.relu}
+        linked = _with_recipe(graph, source, chain_of[source], taker) if recomputing and source in chain_of else None
+        if linked is not None:
+            kwargs["x_recipe"] = linked[1]
+        x = conv_node.args[0]
         with graph.inserting_before(last):
             conv = graph.get_attr(chain.conv)
             bn = graph.get_attr(chain.bn)
-            fused = graph.call_function(run_chain, (conv, bn, conv_node.args[0], residual), {"relu": chain.relu})
+            fused = graph.call_function(run_chain, (conv, bn, x, residual), kwargs)
+        chain_of[fused] = chain
         last.replace_all_uses_with(fused)
         for node in reversed(replaced):
             graph.erase_node(node)
         if not conv_node.users:
             graph.erase_node(conv_node)
+        pool = single_user(fused)
+        if recomputing and chain.pool and pool is not None and pool.op == "call_module" and pool.target == chain.pool:
+            out, recipe = _with_recipe(graph, fused, chain, pool)
+            with graph.inserting_before(pool):
+                pooled = graph.call_function(pool_with_recipe, (graph.get_attr(pool.target), out, recipe))
+            pool.replace_all_uses_with(pooled)
+            graph.erase_node(pool)
     graph.lint()
     return graph

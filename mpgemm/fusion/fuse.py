@@ -604,7 +604,12 @@ def fusion_report(model):
     """What :func:`fuse` did to `model`: a list of dicts, one per chain, with
     its ``kind``, ``fused`` (with the ``reason`` where it is not) and the
     qualified names of its modules: for ``"batch_norm"`` chains ``conv`` and
-    ``bn``, and whether a ``residual`` add and a ``relu`` joined them; for
+    ``bn``, whether a ``residual`` add and a ``relu`` joined them, and
+    whether the call that alone takes its output (the next chain's
+    convolution, a max pool) is handed its recipe
+    (``output_recomputable``): backward then makes the output again rather
+    than keeping it, wherever the chain's own backward keeps no copy (16-bit
+    with a multiple of 8 channels, or no ReLU); for
     ``"mlp"`` chains ``fc1``, ``fc2`` and the ``activation`` as traced, and
     whether it runs fused now (its linears on mpgemm, no hook, no dropout
     that drops between its steps); for ``"gated_mlp"`` chains ``gate``,

@@ -165,16 +165,23 @@ def setup(way, model, optimizer, device):
 
 
 class SavedBytes:
-    """Bytes of the tensors autograd saves for backward inside the block
-    (activations, and the parameters kept with them): memory that a CPU run
-    can measure."""
+    """Bytes of the storage autograd keeps for backward inside the block
+    (activations, and the parameters kept with them), each storage once (a
+    tensor two ops save, or views of one): memory that a CPU run can
+    measure."""
 
     def __init__(self):
         self.total = 0
 
     def __enter__(self):
+        seen = set()
+
         def pack(t):
-            self.total += t.numel() * t.element_size()
+            storage = t.untyped_storage()
+            key = (storage.device, storage.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                self.total += storage.nbytes()
             return t
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)

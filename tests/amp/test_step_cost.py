@@ -91,10 +91,11 @@ def test_master_update_and_unscale_are_one_pass_each():
     assert per_tensor == ["unscale_grads_"], ops.count
 
 
-def test_fused_step_costs_no_more_than_torch_amp():
-    """mpgemm.fuse's chains save what torch's batch norm and ReLU save (y,
-    the statistics, the ReLU's output, which the next convolution saves
-    anyway) and cast nothing more; they dispatch fewer ops than unfused."""
+def test_fused_step_costs_less_than_torch_amp():
+    """mpgemm.fuse's chains save less than torch's batch norm and ReLU save
+    (y, the statistics and the ReLU's bits; the output of a chain that feeds
+    the next chain's convolution is recomputed in backward, not kept) and
+    cast nothing more; they dispatch fewer ops than unfused."""
     peer, unfused, fused = (step_cost("resnet50", way) for way in ("torch.amp", "mpgemm", "mpgemm fused"))
-    assert fused.saved_bytes <= peer.saved_bytes and fused.casts <= peer.casts, (fused, peer)
+    assert fused.saved_bytes < unfused.saved_bytes <= peer.saved_bytes and fused.casts <= peer.casts, (fused, peer)
     assert fused.ops < unfused.ops, (fused, unfused)

@@ -81,9 +81,9 @@ def counting_batch_stats(monkeypatch):
         calls.append(args[0].shape)
         return conv2d_batch_stats(*args)
 
-    def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None):
+    def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None, **kwargs):
         given.append(batch_mean_var is not None)
-        return chains_batch_norm_act(y, bn, residual, relu, batch_mean_var)
+        return chains_batch_norm_act(y, bn, residual, relu, batch_mean_var, **kwargs)
 
     monkeypatch.setattr(nn, "conv2d_batch_stats", counted)
     monkeypatch.setattr(conv_chains, "batch_norm_act", batch_norm_act)

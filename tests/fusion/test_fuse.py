@@ -56,6 +56,7 @@ class TimmBottleneck(torch.nn.Module):
         self.bn2 = torch.nn.BatchNorm2d(mid)
         self.drop_block = torch.nn.Identity()
         self.act2 = torch.nn.ReLU(inplace=True)
+        self.aa = torch.nn.Identity()
         self.conv3 = torch.nn.Conv2d(mid, c, 1, bias=False)
         self.bn3 = torch.nn.BatchNorm2d(c)
         self.act3 = torch.nn.ReLU(inplace=True)
@@ -64,7 +65,7 @@ class TimmBottleneck(torch.nn.Module):
     def forward(self, x):
         shortcut = x
         x = self.act1(self.bn1(self.conv1(x)))
-        x = self.act2(self.drop_block(self.bn2(self.conv2(x))))
+        x = self.aa(self.act2(self.drop_block(self.bn2(self.conv2(x)))))
         x = self.bn3(self.conv3(x))
         if self.grad_checkpointing:
             x = x * 1.0

@@ -85,8 +85,8 @@ def test_forward_against_float64(device, dtype, channels_last):
             running_mean, running_var = torch.randn(c, device=device), torch.rand(c, device=device) + 0.5
             running = (running_mean.clone(), running_var.clone())
             with nan_filled_outputs():
-                out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, res, *running,
-                                                                         batch_stats, MOMENTUM, EPS, relu)
+                out, mean, invstd, scale, shift, relu_mask = ops.batch_norm_act(y, weight, bias, res, *running,
+                                                                                batch_stats, MOMENTUM, EPS, relu)
             # With a ReLU, its mask as bits where 16-bit elements and 8 | C allow.
             bits = relu and dtype != torch.float32 and c % 8 == 0
             assert relu_mask.dtype == torch.uint8 and relu_mask.numel() == (y.numel() // 8 if bits else 0)
@@ -105,13 +105,18 @@ def test_forward_against_float64(device, dtype, channels_last):
                                                    tolerance(dtype) * ref.abs())
             assert excess.max() <= 0, f"out off float64's by {excess.max().item():.3g} past the bound"
             # Given its statistics, the elementwise step is torch's fp32 arithmetic, bit for bit.
-            shift = (bias - mean * scale)
+            assert torch.equal(shift, bias - mean * scale)
             z = y.float() * per_channel(scale) + per_channel(shift)
             if res is not None:
                 z = z + res.float()
             if relu:
                 z = torch.where(z < 0, 0.0, z)
             assert torch.equal(out, z.to(dtype)), (shape, batch_stats, relu)
+            # The elementwise step alone (a fused chain's output recomputed) gives it again.
+            if res is None:
+                with nan_filled_outputs():
+                    again = ops.batch_norm_apply(y, scale, shift, relu)
+                assert torch.equal(again, out) and again.is_contiguous(memory_format=memory_format(y))
 
 
 def backward_reference(grad_out, out, y, mean, invstd, scale, batch_stats):
@@ -172,7 +177,14 @@ def test_cuda_matches_the_cpu_backend_and_itself(dtype):
     again = ops.batch_norm_act(y, weight, bias, residual, None, None, True, MOMENTUM, EPS, True)
     # The sums in a fixed order: bitwise the same on every run.
     assert all(torch.equal(a, b) for a, b in zip(results, again))
-    out, mean, invstd, scale, relu_mask = results
+    out, mean, invstd, scale, shift, relu_mask = results
+    # The elementwise step alone, from the forward's scale and shift: the same bits as the forward without a
+    # residual, and as torch's fp32 arithmetic.
+    plain = ops.batch_norm_act(y, weight, bias, None, None, None, True, MOMENTUM, EPS, True)
+    with nan_filled_outputs():
+        applied = ops.batch_norm_apply(y, plain[3], plain[4], True)
+    z = y.float() * per_channel(plain[3]) + per_channel(plain[4])
+    assert torch.equal(applied, plain[0]) and torch.equal(applied, torch.where(z < 0, 0.0, z).to(dtype))
     grads = ops.batch_norm_act_backward(grad_out, out, None, y, mean, invstd, scale, True, [True, True, True])
     assert all(torch.equal(a, b) for a, b in zip(grads, ops.batch_norm_act_backward(
         grad_out, out, None, y, mean, invstd, scale, True, [True, True, True])))
@@ -181,7 +193,7 @@ def test_cuda_matches_the_cpu_backend_and_itself(dtype):
         assert all(torch.equal(a, b) for a, b in zip(grads, ops.batch_norm_act_backward(
             grad_out, None, relu_mask, y, mean, invstd, scale, True, [True, True, True])))
     cpu = ops.batch_norm_act(y.cpu(), weight.cpu(), bias.cpu(), residual.cpu(), None, None, True, MOMENTUM, EPS, True)
-    for a, b in zip(results[:4], cpu[:4]):
+    for a, b in zip(results[:5], cpu[:5]):
         torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tolerance(dtype), atol=tolerance(dtype))
     cpu_grads = ops.batch_norm_act_backward(grad_out.cpu(), out.cpu(), None, y.cpu(), mean.cpu(), invstd.cpu(),
                                             scale.cpu(), True, [True, True, True])
@@ -206,9 +218,9 @@ def batch_norm_both_ways(y, weight, bias, residual, grad_out):
     """Every output of the forward (batch statistics, residual and ReLU) and of
     backward from its output, from its bits, with running statistics, and
     without a ReLU; then each of backward's outputs asked for alone."""
-    out, mean, invstd, scale, relu_mask = ops.batch_norm_act(y, weight, bias, residual, None, None, True, MOMENTUM,
-                                                             EPS, True)
-    results = [out, mean, invstd, scale, relu_mask]
+    out, mean, invstd, scale, shift, relu_mask = ops.batch_norm_act(y, weight, bias, residual, None, None, True,
+                                                                    MOMENTUM, EPS, True)
+    results = [out, mean, invstd, scale, shift, relu_mask]
     for out_given, mask_given, batch_stats in ((out, None, True), (None, relu_mask, True), (out, None, False),
                                                (None, None, True)):
         if mask_given is not None and mask_given.numel() == 0:
@@ -252,8 +264,10 @@ def test_loads_ahead_give_the_defaults_bits(dtype, monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 def test_empty_batches(device):
     y = torch.empty(0, 3, 4, 4, device=device)
-    out, mean, invstd, scale, _ = ops.batch_norm_act(y, None, None, None, None, None, True, MOMENTUM, EPS, False)
-    assert out.shape == y.shape and mean.isnan().all()
+    out, mean, invstd, scale, shift, _ = ops.batch_norm_act(y, None, None, None, None, None, True, MOMENTUM, EPS,
+                                                            False)
+    assert out.shape == y.shape and mean.isnan().all() and shift.isnan().all()
+    assert ops.batch_norm_apply(y, scale, shift, True).shape == y.shape
     c = torch.ones(3, device=device)
     grad_y, sum_dz, sum_dz_xhat, _ = ops.batch_norm_act_backward(y, None, None, y, c, c, c, True,
                                                                  [True, True, False])
@@ -294,6 +308,12 @@ def test_bad_arguments_are_named():
         ops.batch_norm_act_backward(y8, None, torch.zeros(18), y8, c8, c8, c8, True, [True] * 3)
     with pytest.raises(ValueError, match=r"expected relu_mask to be y's elements as contiguous bits \(144 / 8"):
         ops.batch_norm_act_backward(y8, None, torch.zeros(17, dtype=torch.uint8), y8, c8, c8, c8, True, [True] * 3)
+    with pytest.raises(ValueError, match=r"batch_norm_apply: expected shift of shape \(C,\) = \(3,\), got"):
+        ops.batch_norm_apply(y, c, c8, True)
+    with pytest.raises(TypeError, match=r"batch_norm_apply: expected scale to be torch.float32, got torch.float16"):
+        ops.batch_norm_apply(y, c.half(), c, True)
+    with pytest.raises(ValueError, match=r"batch_norm_apply: expected y to be 4-D"):
+        ops.batch_norm_apply(y[0], c, c, False)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -314,6 +334,8 @@ def test_opcheck(device):
         (ops.batch_norm_act_backward.default, (y, None, None, y, c, c.abs(), c, False, [True, False, False])),
         (ops.batch_norm_act.default, (y8, c8, c8, None, None, None, True, 0.1, 1e-5, True)),
         (ops.batch_norm_act_backward.default, (y8, None, bits8, y8, c8, c8.abs(), c8, True, [True, True, True])),
+        (ops.batch_norm_apply.default, (y, c, c, True)),
+        (ops.batch_norm_apply.default, (t(3, 4, 2, 2), t(4), t(4), False)),
     ]
     for op, args in samples:
         torch.library.opcheck(op, args)

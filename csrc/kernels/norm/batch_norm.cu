@@ -1,8 +1,9 @@
 // Training batch norm's passes (norm/batch_norm.h): the row partition of the
 // per-channel sums, the vector width of the elementwise passes, and the
 // launches of norm/batch_norm_kernels.cuh for the element type: forward is
-// sums, finish, elementwise (sums skipped with running statistics); backward
-// sums, finish, elementwise, each skipped where nothing needs it. With
+// sums, finish, elementwise (sums skipped with running statistics); apply is
+// the forward's elementwise pass alone; backward sums, finish, elementwise,
+// each skipped where nothing needs it. With
 // loads_ahead, the sums and backward's elementwise pass are
 // norm/batch_norm_ahead_kernels.cuh's (the same results, bit for bit).
 #include <cstdint>
@@ -132,8 +133,8 @@ int batch_norm_row_blocks(BatchNormShape shape) {
 }
 
 int64_t batch_norm_workspace_floats(BatchNormShape shape) {
-  // Two sums per channel per row block, and two per-channel vectors (the
-  // forward's shifts; backward's sums where the caller takes none).
+  // Two sums per channel per row block, and two per-channel vectors
+  // (backward's sums where the caller takes none).
   return (2 * int64_t(batch_norm_row_blocks(shape)) + 2) * shape.channels;
 }
 
@@ -147,19 +148,27 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
                                       uint8_t* relu_mask, bool loads_ahead, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
   if (batch_mean_var != nullptr && !batch_stats) return cudaErrorInvalidValue;
+  if (channels.mean == nullptr || channels.invstd == nullptr || channels.scale == nullptr || channels.shift == nullptr)
+    return cudaErrorInvalidValue;
   if (relu_mask != nullptr && !(relu && batch_norm_relu_mask_fits(shape, {y, out, residual == nullptr ? y : residual})))
     return cudaErrorInvalidValue;
-  float* shift = workspace;
-  float* partial = workspace + shape.channels;
+  float* partial = workspace;
   const batch_norm::SumsArgs sums{shape, y, nullptr, nullptr, nullptr, nullptr, nullptr, 0, partial};
   const bool sums_of_y = batch_stats && batch_mean_var == nullptr;
   const batch_norm::FinishArgs finish{shape, y, sums_of_y ? partial : nullptr, batch_mean_var, 0, nullptr, nullptr,
-                                      channels, shift};
+                                      channels};
   if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, loads_ahead, stream); err != cudaSuccess)
     return err;
-  const batch_norm::ActArgs args{shape, y, channels.scale, shift, residual, relu, out, relu_mask};
-  return launch_elementwise<Act>(shape, args, {y, out, residual == nullptr ? y : residual, channels.scale, shift},
-                                 stream);
+  const batch_norm::ActArgs args{shape, y, channels.scale, channels.shift, residual, relu, out, relu_mask};
+  return launch_elementwise<Act>(shape, args,
+                                 {y, out, residual == nullptr ? y : residual, channels.scale, channels.shift}, stream);
+}
+
+cudaError_t launch_batch_norm_apply(BatchNormShape shape, const void* y, const float* scale, const float* shift,
+                                    bool relu, void* out, cudaStream_t stream) {
+  if (empty(shape)) return cudaSuccess;
+  const batch_norm::ActArgs args{shape, y, scale, shift, nullptr, relu, out, nullptr};
+  return launch_elementwise<Act>(shape, args, {y, out, scale, shift}, stream);
 }
 
 cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
@@ -173,7 +182,7 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
     float* partial = workspace + 2 * shape.channels;
     if (sum_dz == nullptr) sum_dz = workspace, sum_dz_xhat = workspace + shape.channels;
     const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.relu_mask, g.mean, g.invstd, 0, partial};
-    const batch_norm::FinishArgs finish{shape, nullptr, partial, nullptr, 0, sum_dz, sum_dz_xhat, {}, nullptr};
+    const batch_norm::FinishArgs finish{shape, nullptr, partial, nullptr, 0, sum_dz, sum_dz_xhat, {}};
     if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, loads_ahead, stream); err != cudaSuccess)
       return err;
   }

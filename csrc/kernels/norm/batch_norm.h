@@ -26,7 +26,7 @@ struct BatchNormShape {
 int batch_norm_row_blocks(BatchNormShape shape);
 
 // fp32 floats of workspace a pass takes: two per channel per row block, and
-// the forward's shifts.
+// two per channel (backward's sums where the caller takes none).
 int64_t batch_norm_workspace_floats(BatchNormShape shape);
 
 // The forward's per-channel vectors, as torch's BatchNorm2d holds them.
@@ -37,9 +37,10 @@ struct BatchNormChannels {
   float* running_var = nullptr;
   float momentum = 0.0f;
   double eps = 0.0;
-  float* mean = nullptr;    // written: the statistics used (batch or running)
+  float* mean = nullptr;    // written (it and the next three required): the statistics used (batch or running)
   float* invstd = nullptr;  // written: 1 / sqrt(var + eps)
   float* scale = nullptr;   // written: gamma * invstd
+  float* shift = nullptr;   // written: beta - mean * scale
 };
 
 // out = relu?(y * scale[c] + shift[c] + residual), shift = beta - mean *
@@ -58,6 +59,13 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
                                       bool batch_stats, const float* batch_mean_var,
                                       const BatchNormChannels& channels, float* workspace, void* out,
                                       uint8_t* relu_mask, bool loads_ahead, cudaStream_t stream);
+
+// The forward's elementwise pass alone, from the scale and shift a forward
+// wrote: out = relu?(y * scale[c] + shift[c]), the forward's bits where it
+// had no residual. A fused chain recomputes its output with it in backward
+// instead of keeping it (mpgemm/fusion/recompute.py).
+cudaError_t launch_batch_norm_apply(BatchNormShape shape, const void* y, const float* scale, const float* shift,
+                                    bool relu, void* out, cudaStream_t stream);
 
 // Whether the forward writes the ReLU's mask as bits for these tensors (y,
 // residual, out): 16-bit elements in 16-byte runs (a byte a thread), the

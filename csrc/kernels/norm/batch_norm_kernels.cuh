@@ -78,7 +78,6 @@ struct FinishArgs {
   float* sum_first;       // backward: sum_dz, or null in the forward
   float* sum_second;      // backward: sum_dz_xhat
   BatchNormChannels channels;  // forward
-  float* shift;
 };
 
 struct ActArgs {
@@ -233,7 +232,7 @@ __device__ __forceinline__ void finish_forward(const FinishArgs& a, int64_t c, f
   ch.mean[c] = mean;
   ch.invstd[c] = invstd;
   ch.scale[c] = scale;
-  a.shift[c] = __fsub_rn(ch.bias == nullptr ? 0.0f : ch.bias[c], __fmul_rn(mean, scale));
+  ch.shift[c] = __fsub_rn(ch.bias == nullptr ? 0.0f : ch.bias[c], __fmul_rn(mean, scale));
 }
 
 template <class T>

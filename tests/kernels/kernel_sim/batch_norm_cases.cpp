@@ -73,7 +73,7 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
   const std::vector<float> weight = eighths(channels, 1, 16), bias = eighths(channels, -16, 16);
   std::vector<float> running_mean = eighths(channels, -8, 8), running_var = eighths(channels, 1, 16);
   const std::vector<float> mean_before = running_mean, var_before = running_var;
-  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN);
+  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN), shift(channels, NAN);
   BatchNormChannels ch;
   ch.weight = affine ? weight.data() : nullptr;
   ch.bias = affine ? bias.data() : nullptr;
@@ -81,7 +81,7 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
   ch.running_var = tracked || !batch_stats ? running_var.data() : nullptr;
   ch.momentum = 0.25f;
   ch.eps = 1e-5;
-  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data();
+  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data(), ch.shift = shift.data();
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
   // The ReLU's bits where the 16-byte runs of 16-bit elements write them.
   const bool bits = relu && batch_norm_relu_mask_fits(shape, {y.data(), out.data(),
@@ -90,7 +90,11 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
   err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, nullptr, ch,
                                   reinterpret_cast<float*>(workspace.p), out.data(),
                                   bits ? relu_mask.data() : nullptr, ahead, nullptr);
-  std::vector<float> shift(channels);
+  // The elementwise pass again from the scale and shift written (a fused
+  // chain's recomputed output), into another poisoned buffer.
+  Matrix again(shape.type, n, rnd(0, 4) == 0);
+  if (err == cudaSuccess)
+    err = launch_batch_norm_apply(shape, y.data(), scale.data(), shift.data(), relu, again.data(), nullptr);
   for (int64_t c = 0; c < channels; ++c) {
     float want_mean = mean_before[c];
     double var = var_before[c];
@@ -114,7 +118,7 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
     }
     const float want_invstd = float(1.0 / std::sqrt(var + 1e-5));
     const float want_scale = affine ? weight[c] * want_invstd : want_invstd;
-    shift[c] = (affine ? bias[c] : 0.0f) - want_mean * want_scale;
+    check("shift", c, shift[c], (affine ? bias[c] : 0.0f) - want_mean * want_scale);
     check("mean", c, mean[c], want_mean);
     check("invstd", c, invstd[c], want_invstd);
     check("scale", c, scale[c], want_scale);
@@ -125,6 +129,9 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
     if (with_residual) z += residual[i];
     if (relu && z < 0) z = 0;
     check("out", i, out[i], sim::rounded(z, shape.type));
+    float applied = y[i] * scale[c] + shift[c];
+    if (relu && applied < 0) applied = 0;
+    check("applied", i, again[i], sim::rounded(applied, shape.type));
   }
   for (int64_t j = 0; bits && j < n / 8; ++j) {
     unsigned want = 0;
@@ -226,10 +233,10 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
       check("moments' variance", c, mean_var[channels + c], float(var));
   }
   // The totals as a forward's batch statistics: used as given.
-  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN);
+  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN), shift(channels, NAN);
   BatchNormChannels ch;
   ch.eps = 1e-5;
-  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data();
+  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data(), ch.shift = shift.data();
   Matrix y(shape.type, rows * channels, false), out(shape.type, rows * channels, false);
   y.fill(-32, 32);
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
