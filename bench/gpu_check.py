@@ -121,7 +121,7 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # way, at least 20 timed steps each after the scaler's first skips, with a
 # profile of torch.amp's and mpgemm's steps; ResNet-50 fused (mpgemm.fuse)
 # beside torch.amp and mpgemm, its step profiled too (its chains' outputs
-# recomputed in backward, the default since fe39419: the profile's backward
+# recomputed in backward, the default since 9eef563: the profile's backward
 # act kernels and the peak memory show what that costs and saves), and once
 # more, profiled, with batch norm's sums and input gradient loading rows
 # ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the epilogue statistics,

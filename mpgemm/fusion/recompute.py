@@ -17,7 +17,9 @@ runs keeps the outputs.
 
 Only that output, unchanged since its chain made it, is replaced (a
 consumer's pre-hook that changes it in place, or one that hands the
-convolution another tensor, leaves what is saved as it was). Saved-tensor
+convolution another tensor, leaves what is saved as it was; a write through
+``.data`` or a NumPy view, which no version counter sees, would make the
+output made again differ from the one the call used). Saved-tensor
 hooks already active (an outer ``saved_tensors_hooks``, a non-reentrant
 checkpoint, an offload to the CPU) get every other tensor the call saves and
 the recipe's y, scale and shift in the output's place; where such hooks are
@@ -32,6 +34,9 @@ import torch
 
 _INPLACE = ("one of the variables needed for gradient computation has been modified by an inplace operation: "
             "{what} (mpgemm.fuse recomputes a chain's output from it in backward)")
+_CHANGED = ("one of the variables needed for gradient computation has been modified by an inplace operation: "
+            "[{type} {shape}] is at version {now}; expected version {saved} instead (saved by a call whose saved "
+            "tensors mpgemm.fuse's recomputation watches)")
 
 
 def recompute_enabled():
@@ -53,10 +58,10 @@ class Recipe:
     chain's backward keeps), and that output itself, weakly, with its
     version: only it, unchanged, is replaced."""
 
-    __slots__ = ("y", "scale", "shift", "relu", "output", "output_version", "__weakref__")
+    __slots__ = ("y", "scale", "shift", "relu", "y_version", "output", "output_version", "__weakref__")
 
     def __init__(self, y, scale, shift, relu, output):
-        self.y, self.scale, self.shift, self.relu = y, scale, shift, relu
+        self.y, self.scale, self.shift, self.relu, self.y_version = y, scale, shift, relu, y._version
         self.output, self.output_version = weakref.ref(output), output._version
 
     def made(self, t):
@@ -72,7 +77,7 @@ class _Packed:
     def __init__(self, recipe, outer_pack):
         tensors = (recipe.y, recipe.scale, recipe.shift)
         self.tensors = tensors if outer_pack is None else tuple(outer_pack(t) for t in tensors)
-        self.relu, self.y_version = recipe.relu, recipe.y._version
+        self.relu, self.y_version = recipe.relu, recipe.y_version
         self.output, self.output_version = recipe.output, recipe.output_version
 
     def unpack(self, outer_unpack):
@@ -91,6 +96,23 @@ class _Packed:
         else:  # the hooks outside answer for what they kept
             y, scale, shift = (outer_unpack(t) for t in self.tensors)
         return make_output(y, scale, shift, self.relu)
+
+
+class _Kept:
+    """Another tensor the call saves, with its version: torch checks none of
+    those a hook packed, so unpack does (hooks outside answer for theirs)."""
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, tensor):
+        self.tensor, self.version = tensor, tensor._version
+
+    def unpack(self):
+        t = self.tensor
+        if t._version != self.version:
+            raise RuntimeError(_CHANGED.format(type=t.type(), shape=list(t.shape), now=t._version,
+                                               saved=self.version))
+        return t
 
 
 def _hooks_usable():
@@ -114,12 +136,12 @@ def saved_as_recipe(recipe):
         live = recipe()
         if live is not None and live.made(t):
             return _Packed(live, outer_pack)
-        return t if outer_pack is None else outer_pack(t)
+        return _Kept(t) if outer_pack is None else outer_pack(t)
 
     def unpack(packed):
         if type(packed) is _Packed:
             return packed.unpack(outer_unpack)
-        return packed if outer_unpack is None else outer_unpack(packed)
+        return packed.unpack() if outer_unpack is None else outer_unpack(packed)
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         yield

@@ -177,6 +177,9 @@ class SavedBytes:
         seen = set()
 
         def pack(t):
+            if t.layout != torch.strided:  # no storage of its own: its elements
+                self.total += t.numel() * t.element_size()
+                return t
             storage = t.untyped_storage()
             key = (storage.device, storage.data_ptr())
             if key not in seen:

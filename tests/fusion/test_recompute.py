@@ -138,7 +138,8 @@ def consumers_inputs(model):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_autograd_no_longer_keeps_the_recomputed_outputs(device, monkeypatch):
-    x = batches(device, 1)[0].half()
+    # 32 images: the outputs outweigh the allocator's rounding of the shifts the recipes keep.
+    x = batches(device, 1, batch=32)[0].half()
     kept, output_bytes = {}, 0
     for recomputing in (False, True):
         model, _, _ = prepared_and_fused(base_model(device), x, torch.float16, recomputing, monkeypatch)
@@ -153,7 +154,7 @@ def test_autograd_no_longer_keeps_the_recomputed_outputs(device, monkeypatch):
         kept[recomputing] = (torch.cuda.memory_allocated() - before) if device == "cuda" else 0
         loss.backward()
     if device == "cuda":
-        assert kept[False] - kept[True] >= output_bytes > 0, (kept, output_bytes)
+        assert kept[False] - kept[True] >= 0.9 * output_bytes > 0, (kept, output_bytes)
 
 
 def test_an_output_changed_before_it_is_saved_is_saved_as_it_is(monkeypatch):
@@ -216,24 +217,42 @@ def test_checkpointed_blocks_train_bit_for_bit(monkeypatch):
     runs = [prepared_and_fused(base_model("cpu"), data[0], torch.float16, recomputing, monkeypatch)
             for recomputing in (True, False)]
 
+    made = count_made(monkeypatch)
+
     def forward(model, x):
         for i, module in enumerate(model):
             x = checkpoint(module, x, use_reentrant=i == 5) if i in (4, 5) else module(x)
         return x
 
     train_both(runs, data, torch.float16, forward)
+    # The children run one by one: the stem's chain is not fused, the blocks' four are.
+    assert sum(made.values()) == (len(RECOMPUTED) - 1) * len(data)
 
 
-def test_an_output_changed_in_place_is_refused_as_torch_refuses_it(monkeypatch):
+def capture_input(model, name, into):
+    model.get_submodule(name).register_forward_pre_hook(lambda module, args: into.append(args[0]))
+
+
+def capture_output(model, name, into):
+    model.get_submodule(name).register_forward_hook(lambda module, args, out: into.append(out))
+
+
+@pytest.mark.parametrize("changed, capture, ours", [
+    ("the chain's output", lambda model, into: capture_input(model, "6.conv3", into), "the chain's output"),
+    ("its batch norm's input", lambda model, into: capture_output(model, "4.conv1", into), "the batch norm's input"),
+    ("the consumer's weight", lambda model, into: into.append(model.get_submodule("4.conv2").weight),
+     r"\[torch.HalfTensor \[8, 8, 3, 3\]\] is at version 1; expected version 0"),
+], ids=["output", "y", "weight"])
+def test_a_tensor_changed_in_place_is_refused_as_torch_refuses_it(changed, capture, ours, monkeypatch):
     x = batches("cpu", 1)[0].half()
     for recomputing in (True, False):
         model, _, _ = prepared_and_fused(base_model("cpu"), x, torch.float16, recomputing, monkeypatch)
-        inputs = []
-        model.get_submodule("6.conv3").register_forward_pre_hook(lambda m, args: inputs.append(args[0]))
+        tensors = []
+        capture(model, tensors)
         loss = model(x).float().square().mean()
         with torch.no_grad():
-            inputs[0].add_(1)
-        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            tensors[0].add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation: " + (ours if recomputing else "")):
             loss.backward()
 
 
