@@ -2,13 +2,14 @@
 
 A conv -> batch norm (-> ReLU) chain without a residual add (the first two
 of a ResNet bottleneck's three) whose output goes to the next chain's
-convolution alone: that convolution saves the output for its weight's
-gradient, while the chain's own backward already keeps y (its batch norm's
-input), the per-channel scale and shift, and the ReLU's bits (16-bit y, 8 |
-C). The output is y's image under the forward's elementwise pass, so the
-next chain's convolution saves a :class:`Recipe` in its place (autograd's
-saved-tensor hooks, around that convolution's call only) and its backward
-recomputes the output from y with ``mpgemm.batch_norm_apply``, bit for bit.
+convolution alone (past Identity modules), or to a max pool alone (a
+ResNet's stem): that call saves the output for its backward, while the
+chain's own backward already keeps y (its batch norm's input), the
+per-channel scale and shift, and the ReLU's bits (16-bit y, 8 | C). The
+output is y's image under the forward's elementwise pass, so the call saves
+a :class:`Recipe` in its place (autograd's saved-tensor hooks, around that
+call only) and its backward recomputes the output from y with
+``torch.ops.mpgemm.batch_norm_apply``, bit for bit.
 Each such chain keeps one activation fewer for one elementwise pass more in
 backward (bench/NOTES.md has the figures). Where the chain's backward keeps
 its output anyway (a ReLU's mask without bits: fp32, or C not a multiple of
@@ -81,14 +82,14 @@ class _Packed:
         self.output, self.output_version = recipe.output, recipe.output_version
 
     def unpack(self, outer_unpack):
-        if torch.is_grad_enabled():
-            raise RuntimeError("mpgemm.fuse: a chain's output recomputed in backward cannot be differentiated "
-                               "twice (create_graph=True); set MPGEMM_RECOMPUTE_CHAIN_OUTPUTS=0 to keep it")
         output = self.output()
         if output is not None:  # still alive elsewhere: nothing to make
             if output._version != self.output_version:
                 raise RuntimeError(_INPLACE.format(what="the chain's output"))
             return output
+        if torch.is_grad_enabled():
+            raise RuntimeError("mpgemm.fuse: a chain's output recomputed in backward cannot be differentiated "
+                               "twice (create_graph=True); set MPGEMM_RECOMPUTE_CHAIN_OUTPUTS=0 to keep it")
         if outer_unpack is None:
             y, scale, shift = self.tensors
             if y._version != self.y_version:
