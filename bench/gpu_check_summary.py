@@ -248,12 +248,14 @@ def build_step(raw, result):
     return f"{info['backend']} build for {', '.join(info['cuda_archs'])}, CUDA {info['cuda_version']}", [], info
 
 
-def train_step(raw, result):
+def train_step(raw, result, names=None):
     """Per report (train*.json: one per model, and one per kernel path asked
-    for) and model: the speedups over fp32 and the ratios to torch.amp at the
-    largest batch every 16-bit way of the report ran, and the largest batches
-    found; the text reports, profiles included, from the log."""
-    names = sorted(f for f in os.listdir(raw) if f.startswith("train") and f.endswith(".json"))
+    for; or the files `names`) and model: the speedups over fp32 and the
+    ratios to torch.amp at the largest batch every 16-bit way of the report
+    ran, and the largest batches found; the text reports, profiles included,
+    from the log."""
+    if names is None:
+        names = sorted(f for f in os.listdir(raw) if f.startswith("train") and f.endswith(".json"))
     reports = [r for r in (_load_json(os.path.join(raw, name)) for name in names) if r is not None]
     if not reports:
         return "no report", _log_tail(raw, result), None
@@ -283,6 +285,21 @@ def train_step(raw, result):
     if not all(r.get("complete", True) for r in reports):
         headline = "INCOMPLETE; " + headline
     return headline, lines, {"elapsed_s": [r.get("elapsed_s") for r in reports]}
+
+
+# The host step's reports (gpu_check.HOST): bench host's, then the blocks at batch 8.
+HOST_TRAIN_REPORTS = ("train_gpt2-block_batch8.json", "train_llama-block_batch8.json")
+
+
+def host_step(raw, result):
+    """Each case's host time per call against torch's (host.json), then the
+    blocks at batch 8 as train_step gives them."""
+    report = _load_json(os.path.join(raw, "host.json"))
+    cases = (f"{case['name']} {case['ratio']:.2f}x" for case in report["cases"]) if report else ["no host.json"]
+    headline = "host time per call against torch's: " + ", ".join(cases)
+    reports = [name for name in HOST_TRAIN_REPORTS if os.path.exists(os.path.join(raw, name))]
+    train_headline, lines, data = train_step(raw, result, reports) if reports else ("no block report", [], None)
+    return f"{headline}; {train_headline}", lines, {"host": report, "train": data}
 
 
 def hopper_step(raw, result):
@@ -335,6 +352,7 @@ SUMMARIZERS = {
     "memcheck": log_step(r"ERROR SUMMARY"), "racecheck": log_step(r"RACECHECK SUMMARY|ERROR SUMMARY"),
     "synccheck": log_step(r"ERROR SUMMARY"), "train": train_step, "wgmma-speed": wgmma_speed_step,
     "conv-tiles": log_step(r"Hopper convolution kernels that ran|no Hopper path|expected the Hopper"),
+    "host": host_step,
 }
 
 

@@ -1,7 +1,12 @@
-// Autograd of gemm, linear, mlp and conv2d: C++ autograd Functions registered at
-// the Autograd key, so that a call costs the host what one of torch's own
-// differentiable ops does (torch.library's Python autograd wrapper cost 5-8x
-// a torch.nn.functional.linear call; bench/NOTES.md).
+// Autograd of gemm, linear, mlp and conv2d, registered at the Autograd key.
+// gemm, linear and conv2d (the ops a model calls once per layer) record
+// their graph as torch's generated code does for its own ops: a Node of
+// their own with SavedVariables and plain fields, set as the output's
+// history, so that a call costs the host about what one of torch's
+// differentiable ops does (torch::autograd::Function's context, saved_data
+// map and output wrapping cost a linear about 2.7x torch's autograd share,
+// and torch.library's Python wrapper 5-8x a whole F.linear call; bench/NOTES.md).
+// mlp, a block of several ops, keeps a torch::autograd::Function.
 //
 // For y = activation(a @ b + bias) (gemm, linear) the gradients are
 //     dz = dy * activation'(z)       (ReLU's from y, saved as torch's relu
@@ -121,14 +126,6 @@ std::optional<at::Tensor> optional(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
-// What a forward keeps of its activation and bias for backward: the
-// activation's name (none: empty), and the bias's dtype where it has one.
-void save_epilogue(AutogradContext* ctx, std::optional<std::string_view> activation,
-                   const std::optional<at::Tensor>& bias) {
-  ctx->saved_data["activation"] = std::string(activation.value_or(""));
-  if (bias && bias->defined()) ctx->saved_data["bias_dtype"] = bias->scalar_type();
-}
-
 const std::string& saved_activation(AutogradContext* ctx) {
   return ctx->saved_data["activation"].toStringRef();
 }
@@ -162,49 +159,6 @@ bool mlp_pre_activation_from_epilogue() { return environment_switch("MPGEMM_EPIL
 // that wants both.
 bool bias_grad_from_weight_grad() { return environment_switch("MPGEMM_EPILOGUE_BIAS_GRAD"); }
 
-// gemm's or linear's forward (Op, OpPreActivation: the op, and the one that
-// returns the pre-activation too), and what it keeps for backward besides the
-// operands: GELU's bias (its pre-activation is then recomputed) or with
-// pre_activation_saved() its pre-activation z (in y's dtype, as torch.amp's
-// gelu saves its input; marked by saved_data "pre_activation"), ReLU's
-// output (its mask is y > 0, which is where z > 0 but for z too small for
-// y's type, as under torch.amp, whose z has y's type: no product is run
-// again).
-template <at::Tensor (*Op)(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                           std::optional<std::string_view>, std::optional<at::ScalarType>),
-          const char* OpPreActivation>
-at::Tensor forward_saving_epilogue(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
-                                   const std::optional<at::Tensor>& bias,
-                                   std::optional<std::string_view> activation,
-                                   std::optional<at::ScalarType> out_dtype) {
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  save_epilogue(ctx, activation, bias);
-  if (activation == "gelu" && pre_activation_saved()) {
-    auto [out, pre_activation] = call_with_pre_activation<OpPreActivation>(a, b, bias, activation, out_dtype);
-    ctx->saved_data["pre_activation"] = true;
-    ctx->save_for_backward({a, b, pre_activation, at::Tensor()});
-    return out;
-  }
-  at::Tensor out = Op(a, b, bias, activation, out_dtype);
-  const bool relu = activation == "relu", gelu = activation == "gelu";
-  ctx->save_for_backward({a, b, gelu ? bias.value_or(at::Tensor()) : at::Tensor(), relu ? out : at::Tensor()});
-  return out;
-}
-
-// dL/dz for y = activation(z): ReLU's from y (`saved[3]`; exact, dy or 0,
-// in grad_out's type, which autograd makes y's), GELU's from z saved
-// (`saved[2]`, in y's dtype) or in fp32 from z recomputed, or grad_out
-// itself without an activation.
-template <class Recompute>
-at::Tensor pre_activation_grad(AutogradContext* ctx, const at::Tensor& grad_out, const variable_list& saved,
-                               const Recompute& pre_activation) {
-  const std::string& activation = saved_activation(ctx);
-  if (activation.empty()) return grad_out;
-  if (activation == "relu") return at::threshold_backward(grad_out, saved[3], 0);
-  if (ctx->saved_data.count("pre_activation")) return at::gelu_backward(grad_out, saved[2]);
-  return at::gelu_backward(grad_out.to(at::kFloat), pre_activation());
-}
-
 // t summed over dims, accumulated in fp32, in dtype: one op where t has that
 // dtype (torch's sums of fp16 and bf16 accumulate in fp32), not a sum in fp32
 // and a cast.
@@ -231,28 +185,68 @@ at::Tensor operand_grad(const at::Tensor& x, const at::Tensor& y, c10::SymIntArr
 }
 
 
-// Autograd numbers its edges by the tensors a Function got, so the bias,
-// last of them, is edge 2 where it was given.
+// The bias's edge: the third of (x, weight, bias), which the nodes below
+// give an empty edge where there is no bias; mlp's Function numbers its
+// edges by the tensors it got, so b1's is edge 2 too where it was given.
 constexpr size_t kBiasEdge = 2;
 
-struct GemmFunction : torch::autograd::Function<GemmFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
-                            const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
-                            std::optional<at::ScalarType> out_dtype) {
-    return forward_saving_epilogue<call_gemm, kGemmPreActivation>(ctx, a, b, bias, activation, out_dtype);
+// The graph node of one gemm (Linear false) or linear (Linear true) call,
+// made as torch's generated code makes its own (make_node, autograd.h): a,
+// b and the bias as edges 0-2 (an empty edge where there is no bias), and
+// what backward needs besides the operands: GELU's input z saved by the
+// forward (`gelu_input`, in y's dtype, as torch.amp's gelu saves its input;
+// `pre_activation_saved`) or the bias to compute it again, ReLU's output
+// (its mask is y > 0, which is where z > 0 but for z too small for y's
+// type, as under torch.amp, whose z has y's type: no product is run again).
+template <bool Linear>
+struct ProductBackward final : torch::autograd::Node {
+  std::string activation;  // "", "relu" or "gelu"
+  std::optional<at::ScalarType> bias_dtype;
+  bool pre_activation_saved = false;
+  SavedVariable a_, b_, gelu_input_, out_;
+
+  static constexpr const char* kOp = Linear ? "mpgemm.linear" : "mpgemm.gemm";
+  std::string name() const override { return Linear ? "MpgemmLinearBackward" : "MpgemmGemmBackward"; }
+
+  void release_variables() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    a_.reset_data();
+    b_.reset_data();
+    gelu_input_.reset_data();
+    out_.reset_data();
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return once_differentiable("mpgemm.gemm", [&]() -> variable_list {
-      const variable_list saved = ctx->get_saved_variables();
-      const at::Tensor &a = saved[0], &b = saved[1];
-      const at::Tensor grad_z = pre_activation_grad(ctx, grad_outs[0], saved, [&] {
-        return call_gemm(a, b, optional(saved[2]), std::nullopt, at::kFloat);
-      });
+  at::Tensor product(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                     std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) const {
+    return Linear ? call_linear(a, b, bias, activation, out_dtype) : call_gemm(a, b, bias, activation, out_dtype);
+  }
+
+  // dL/dz for y = activation(z): ReLU's from y (exact, dy or 0, in
+  // grad_out's type, which autograd makes y's), GELU's from z saved (in y's
+  // dtype) or in fp32 from z computed again, or grad_out itself without an
+  // activation.
+  at::Tensor pre_activation_grad(const at::Tensor& grad_out, const at::Tensor& a, const at::Tensor& b) {
+    if (activation.empty()) return grad_out;
+    if (activation == "relu") return at::threshold_backward(grad_out, out_.unpack(getptr()), 0);
+    if (pre_activation_saved) return at::gelu_backward(grad_out, gelu_input_.unpack());
+    return at::gelu_backward(grad_out.to(at::kFloat),
+                             product(a, b, optional(gelu_input_.unpack()), std::nullopt, at::kFloat));
+  }
+
+  variable_list apply(variable_list&& grads) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return once_differentiable(kOp, [&]() -> variable_list {
+      if (!grads[0].defined()) return variable_list(3);
+      const at::Tensor a = a_.unpack(), b = b_.unpack();
+      const at::Tensor grad_z = pre_activation_grad(grads[0], a, b);
+      const bool want_bias = bias_dtype && task_should_compute_output(kBiasEdge);
+      if (Linear)
+        return linear_gradients(grad_z, a, b, product_dtype(a, b), bias_dtype, task_should_compute_output(0),
+                                task_should_compute_output(1), want_bias);
       const at::Tensor grad_z16 = grad_z.to(a.scalar_type());
       at::Tensor grad_a, grad_b, grad_bias;
-      if (ctx->needs_input_grad(0)) grad_a = operand_grad(grad_z16, b.transpose(-1, -2), a.sym_sizes());
-      if (ctx->needs_input_grad(1)) {
+      if (task_should_compute_output(0)) grad_a = operand_grad(grad_z16, b.transpose(-1, -2), a.sym_sizes());
+      if (task_should_compute_output(1)) {
         if (b.dim() == 2 && a.dim() == 3) {
           // One GEMM over the flattened batch instead of a batched one and a sum.
           const c10::SymInt k = b.sym_size(0), n = b.sym_size(1), rows = a.sym_size(0) * a.sym_size(1);
@@ -262,9 +256,8 @@ struct GemmFunction : torch::autograd::Function<GemmFunction> {
           grad_b = operand_grad(a.transpose(-1, -2), grad_z16, b.sym_sizes());
         }
       }
-      const auto bias_dtype = saved_bias_dtype(ctx);
-      if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = bias_grad(grad_z, *bias_dtype);
-      return {grad_a, grad_b, grad_bias, at::Tensor(), at::Tensor()};
+      if (want_bias) grad_bias = bias_grad(grad_z, *bias_dtype);
+      return {grad_a, grad_b, grad_bias};
     });
   }
 };
@@ -299,30 +292,6 @@ variable_list linear_gradients(const at::Tensor& grad_z, const at::Tensor& x, co
 }
 
 namespace {
-
-struct LinearFunction : torch::autograd::Function<LinearFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, std::optional<std::string_view> activation,
-                            std::optional<at::ScalarType> out_dtype) {
-    return forward_saving_epilogue<call_linear, kLinearPreActivation>(ctx, x, weight, bias, activation, out_dtype);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return once_differentiable("mpgemm.linear", [&]() -> variable_list {
-      const variable_list saved = ctx->get_saved_variables();
-      const at::Tensor &x = saved[0], &weight = saved[1];
-      const at::Tensor grad_z = pre_activation_grad(ctx, grad_outs[0], saved, [&] {
-        return call_linear(x, weight, optional(saved[2]), std::nullopt, at::kFloat);
-      });
-      const auto bias_dtype = saved_bias_dtype(ctx);
-      variable_list grads =
-          linear_gradients(grad_z, x, weight, product_dtype(x, weight), bias_dtype, ctx->needs_input_grad(0),
-                           ctx->needs_input_grad(1), bias_dtype && ctx->needs_input_grad(kBiasEdge));
-      grads.resize(5);  // activation, out_dtype
-      return grads;
-    });
-  }
-};
 
 // MPGEMM_EPILOGUE_ACTIVATION_GRAD: "1" has mlp's backward give its
 // activation's input gradient from the second linear's dgrad
@@ -439,101 +408,127 @@ struct MlpFunction : torch::autograd::Function<MlpFunction> {
   }
 };
 
-// What conv2d's backward needs of its forward: x, the weight, the geometry
-// and the bias's dtype.
-void save_conv2d(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
-                 at::IntArrayRef dilation, int64_t groups) {
-  save_epilogue(ctx, std::nullopt, bias);
-  ctx->saved_data["stride"] = stride;
-  ctx->saved_data["padding"] = padding;
-  ctx->saved_data["dilation"] = dilation;
-  ctx->saved_data["groups"] = groups;
-  ctx->save_for_backward({x, weight});
-}
+// The graph node of one conv2d or conv2d_batch_stats call: x, the weight
+// and the bias as edges 0-2 (empty where there is no bias); backward runs
+// dgrad and wgrad (one op where both are wanted) and an fp32 sum for the bias.
+struct Conv2dBackward final : torch::autograd::Node {
+  SavedVariable x_, weight_;
+  c10::SmallVector<int64_t, 2> stride, dilation;
+  c10::SmallVector<int64_t, 4> padding;
+  int64_t groups = 1;
+  std::optional<at::ScalarType> bias_dtype;
 
-// The gradients of x, the weight and the bias from y's, then `extra` undefined
-// ones for the geometry's arguments.
-variable_list conv2d_gradients(AutogradContext* ctx, const at::Tensor& grad_out, int extra) {
-  return once_differentiable("mpgemm.conv2d", [&]() -> variable_list {
-    static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
-    static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
-    static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &weight = saved[1];
-    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector(),
-                               padding = ctx->saved_data["padding"].toIntVector(),
-                               dilation = ctx->saved_data["dilation"].toIntVector();
-    const int64_t groups = ctx->saved_data["groups"].toInt();
-    at::Tensor grad_x, grad_weight, grad_bias;
-    const bool want_x = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
-    if (want_x && want_weight)
-      std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
-    else if (want_x)
-      grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
-    else if (want_weight)
-      grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
-    const auto bias_dtype = saved_bias_dtype(ctx);
-    if (bias_dtype && ctx->needs_input_grad(kBiasEdge)) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
-    variable_list grads{grad_x, grad_weight, grad_bias};
-    grads.resize(grads.size() + extra);
-    return grads;
-  });
-}
+  std::string name() const override { return "MpgemmConv2dBackward"; }
 
-struct Conv2dFunction : torch::autograd::Function<Conv2dFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
-                            at::IntArrayRef dilation, int64_t groups, std::optional<at::ScalarType> out_dtype) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    save_conv2d(ctx, x, weight, bias, stride, padding, dilation, groups);
-    return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  void release_variables() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    x_.reset_data();
+    weight_.reset_data();
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return conv2d_gradients(ctx, grad_outs[0], 5);  // stride, padding, dilation, groups, out_dtype
+  variable_list apply(variable_list&& grads) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return once_differentiable("mpgemm.conv2d", [&]() -> variable_list {
+      static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
+      static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
+      static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
+      const at::Tensor& grad_out = grads[0];
+      if (!grad_out.defined()) return variable_list(3);
+      const at::Tensor x = x_.unpack(), weight = weight_.unpack();
+      at::Tensor grad_x, grad_weight, grad_bias;
+      const bool want_x = task_should_compute_output(0), want_weight = task_should_compute_output(1);
+      if (want_x && want_weight)
+        std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
+      else if (want_x)
+        grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
+      else if (want_weight)
+        grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
+      if (bias_dtype && task_should_compute_output(kBiasEdge)) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
+      return {grad_x, grad_weight, grad_bias};
+    });
   }
 };
 
-// conv2d_batch_stats: y as conv2d's; the statistics are not differentiable
-// (batch norm's backward differentiates them through y).
-struct Conv2dBatchStatsFunction : torch::autograd::Function<Conv2dBatchStatsFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                               const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
-                               at::IntArrayRef dilation, int64_t groups) {
+// gemm's (Linear false) or linear's kernel at the Autograd key: below
+// autograd where no graph is recorded; else the product, then its node
+// (ProductBackward) as y's history, the operands and what the epilogue
+// needs saved after the product, in the order a, b, GELU's input, y.
+template <bool Linear>
+at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                            std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
+  using Node = ProductBackward<Linear>;
+  refuse_forward_ad(Node::kOp, a, b, bias);
+  const bool graph = records_graph(a, b, bias);
+  const bool gelu = activation == "gelu", saves_pre_activation = graph && gelu && pre_activation_saved();
+  at::Tensor out, pre_activation;
+  {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    save_conv2d(ctx, x, weight, bias, stride, padding, dilation, groups);
-    auto [y, batch_mean_var] = call_conv2d_batch_stats(x, weight, bias, stride, padding, dilation, groups);
-    ctx->mark_non_differentiable({batch_mean_var});
-    return {y, batch_mean_var};
+    if (saves_pre_activation)
+      std::tie(out, pre_activation) =
+          call_with_pre_activation<Linear ? kLinearPreActivation : kGemmPreActivation>(a, b, bias, activation,
+                                                                                       out_dtype);
+    else
+      out = Linear ? call_linear(a, b, bias, activation, out_dtype) : call_gemm(a, b, bias, activation, out_dtype);
   }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return conv2d_gradients(ctx, grad_outs[0], 4);  // stride, padding, dilation, groups
-  }
-};
-
-at::Tensor gemm_autograd(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-                         std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
-  if (records_graph(a, b, bias)) return GemmFunction::apply(a, b, bias, activation, out_dtype);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return call_gemm(a, b, bias, activation, out_dtype);
+  if (!graph) return out;
+  auto node = make_node<Node>();
+  node->set_next_edges(torch::autograd::collect_next_edges(a, b, bias));
+  node->activation = activation.value_or("");
+  if (bias && bias->defined()) node->bias_dtype = bias->scalar_type();
+  node->pre_activation_saved = saves_pre_activation;
+  node->a_ = SavedVariable(a, false);
+  node->b_ = SavedVariable(b, false);
+  if (saves_pre_activation) node->gelu_input_ = SavedVariable(pre_activation, false);
+  else if (gelu && bias && bias->defined()) node->gelu_input_ = SavedVariable(*bias, false);
+  torch::autograd::set_history(out, node);
+  if (activation == "relu") node->out_ = SavedVariable(out, true);
+  return out;
 }
 
-at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                           std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
-  if (records_graph(x, weight, bias)) return LinearFunction::apply(x, weight, bias, activation, out_dtype);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return call_linear(x, weight, bias, activation, out_dtype);
+// conv2d's and conv2d_batch_stats's (y's) history and what backward needs:
+// x, the weight, the geometry and the bias's dtype.
+void record_conv2d(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight,
+                   const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                   at::IntArrayRef dilation, int64_t groups) {
+  auto node = make_node<Conv2dBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
+  node->stride.assign(stride.begin(), stride.end());
+  node->padding.assign(padding.begin(), padding.end());
+  node->dilation.assign(dilation.begin(), dilation.end());
+  node->groups = groups;
+  if (bias && bias->defined()) node->bias_dtype = bias->scalar_type();
+  node->x_ = SavedVariable(x, false);
+  node->weight_ = SavedVariable(weight, false);
+  torch::autograd::set_history(y, node);
 }
 
 at::Tensor conv2d_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                            std::optional<at::ScalarType> out_dtype) {
-  if (records_graph(x, weight, bias))
-    return Conv2dFunction::apply(x, weight, bias, stride, padding, dilation, groups, out_dtype);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  refuse_forward_ad("mpgemm.conv2d", x, weight, bias);
+  at::Tensor y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    y = call_conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype);
+  }
+  if (records_graph(x, weight, bias)) record_conv2d(y, x, weight, bias, stride, padding, dilation, groups);
+  return y;
+}
+
+// y as conv2d's; the statistics are not differentiable (batch norm's
+// backward differentiates them through y).
+std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats_autograd(const at::Tensor& x, const at::Tensor& weight,
+                                                              const std::optional<at::Tensor>& bias,
+                                                              at::IntArrayRef stride, at::IntArrayRef padding,
+                                                              at::IntArrayRef dilation, int64_t groups) {
+  refuse_forward_ad("mpgemm.conv2d_batch_stats", x, weight, bias);
+  at::Tensor y, batch_mean_var;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    std::tie(y, batch_mean_var) = call_conv2d_batch_stats(x, weight, bias, stride, padding, dilation, groups);
+  }
+  if (records_graph(x, weight, bias)) record_conv2d(y, x, weight, bias, stride, padding, dilation, groups);
+  return {y, batch_mean_var};
 }
 
 at::Tensor mlp_autograd(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
@@ -544,23 +539,11 @@ at::Tensor mlp_autograd(const at::Tensor& x, const at::Tensor& w1, const std::op
   return mlp_forward(x, w1, b1, w2, b2, activation);
 }
 
-std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats_autograd(const at::Tensor& x, const at::Tensor& weight,
-                                                              const std::optional<at::Tensor>& bias,
-                                                              at::IntArrayRef stride, at::IntArrayRef padding,
-                                                              at::IntArrayRef dilation, int64_t groups) {
-  if (records_graph(x, weight, bias)) {
-    const variable_list out = Conv2dBatchStatsFunction::apply(x, weight, bias, stride, padding, dilation, groups);
-    return {out[0], out[1]};
-  }
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return call_conv2d_batch_stats(x, weight, bias, stride, padding, dilation, groups);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mpgemm, Autograd, m) {
-  m.impl("gemm", &gemm_autograd);
-  m.impl("linear", &linear_autograd);
+  m.impl("gemm", &product_autograd<false>);
+  m.impl("linear", &product_autograd<true>);
   m.impl("conv2d", &conv2d_autograd);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats_autograd);
   m.impl("mlp", &mlp_autograd);

@@ -1,21 +1,57 @@
-// What the ops' C++ autograd Functions share (csrc/autograd.cpp: gemm,
-// linear, mlp, conv2d; csrc/gated_mlp.cpp: gated_mlp): calls of the ops
-// through the dispatcher, a linear's gradients, and a backward run once,
-// without a graph.
+// What the ops' C++ autograd shares (csrc/autograd.cpp: gemm, linear, mlp,
+// conv2d; csrc/gated_mlp.cpp: gated_mlp): graph nodes made as torch's
+// generated code makes its own, calls of the ops through the dispatcher, a
+// linear's gradients, and a backward run once, without a graph.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 
 namespace mpgemm {
 
 using torch::autograd::AutogradContext;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
+
+// How autograd holds a node: std::shared_ptr up to torch 2.11, c10::intrusive_ptr after.
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+namespace detail {
+// torch::autograd::deleteNode, found by argument-dependent lookup where
+// nodes are shared_ptrs (it frees a long graph without deep recursion).
+template <class T>
+void delete_node(T* node) {
+  deleteNode(node);
+}
+}  // namespace detail
+
+// A new graph node T (a torch::autograd::Node), owned as autograd owns nodes.
+template <class T>
+auto make_node() {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>)
+    return std::shared_ptr<T>(new T(), [](T* node) { detail::delete_node(node); });
+  else
+    return c10::make_intrusive<T>();
+}
+
+// Refuses forward-mode AD, which no op of mpgemm implements, as torch's
+// generated code refuses it for its ops without a forward derivative: a
+// dual tensor's tangent would otherwise be dropped without a word.
+template <class... Tensors>
+void refuse_forward_ad(const char* op, const Tensors&... tensors) {
+  const bool dual = (torch::autograd::isFwGradDefined(tensors) || ...);
+  TORCH_CHECK_NOT_IMPLEMENTED(!dual, op, ": forward-mode AD is not supported (an input is a dual tensor)");
+}
 
 at::Tensor call_gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                      std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype);

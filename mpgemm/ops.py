@@ -1,4 +1,10 @@
-"""Python entry points of the mpgemm operators."""
+"""Python entry points of the mpgemm operators.
+
+The ops of a layer (gemm, linear, conv2d) pass the op only the keyword
+arguments that differ from its schema's defaults: each keyword costs the
+host more than the rest of the Python entry (bench/NOTES.md, "The ops'
+autograd as plain graph nodes").
+"""
 
 import numbers
 
@@ -39,6 +45,8 @@ def gemm(a, b, *, bias=None, activation=None, out_dtype=torch.float32, out=None)
             inputs' dtype.
     """
     if out is None:
+        if activation is None:
+            return torch.ops.mpgemm.gemm.default(a, b, bias, out_dtype=out_dtype)
         return torch.ops.mpgemm.gemm.default(a, b, bias, activation=activation, out_dtype=out_dtype)
     if out.dtype != out_dtype:
         raise ValueError(
@@ -75,6 +83,8 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
     ``torch.nn.functional.linear``. Differentiable: gradients have the dtype of
     their input, and the bias gradient is accumulated in fp32.
     """
+    if activation is None and out_dtype is None:
+        return torch.ops.mpgemm.linear.default(x, weight, bias)
     return torch.ops.mpgemm.linear.default(x, weight, bias, activation=activation, out_dtype=out_dtype)
 
 
@@ -220,6 +230,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, o
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)[0]
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     padding = _conv_padding(padding, weight, stride, dilation)
+    if out_dtype is None:
+        return torch.ops.mpgemm.conv2d.default(x, weight, bias, stride, padding, dilation, groups)
     return torch.ops.mpgemm.conv2d.default(x, weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)
 
 

@@ -94,6 +94,14 @@ def _op_cases(device, ours_dtype, theirs_dtype):
         image, filters = mm[3], mm[4]
         return lambda: op(image, filters, padding=1)
 
+    def conv_no_grad(mm, op):
+        image, filters = mm[3].detach(), mm[4].detach()
+
+        def run():
+            with torch.no_grad():
+                return op(image, filters, padding=1)
+        return run
+
     def conv_backward(mm, op):
         image, filters, grad = mm[3], mm[4], mm[6]
         return lambda: op(image, filters, padding=1).backward(grad)
@@ -104,6 +112,7 @@ def _op_cases(device, ours_dtype, theirs_dtype):
         ("linear forward + backward", linear_backward(ours, mpgemm.linear), linear_backward(theirs, F.linear)),
         ("gemm forward", gemm(ours, mpgemm.gemm), gemm(theirs, torch.matmul)),
         ("conv2d 3x3 forward", conv(ours, mpgemm.conv2d), conv(theirs, F.conv2d)),
+        ("conv2d 3x3 forward, no_grad", conv_no_grad(ours, mpgemm.conv2d), conv_no_grad(theirs, F.conv2d)),
         ("conv2d 3x3 forward + backward", conv_backward(ours, mpgemm.conv2d), conv_backward(theirs, F.conv2d)),
     ]
 

@@ -190,3 +190,134 @@ def test_out_argument_refuses_autograd():
     a = torch.randn(4, 6).half().requires_grad_()
     with pytest.raises(RuntimeError, match=r"out=\.\.\. does not support autograd"):
         mpgemm.gemm(a, torch.randn(6, 3).half(), out=torch.empty(4, 3))
+
+
+# The graph a call records: gemm, linear and conv2d set a node of their own
+# as the output's history (csrc/autograd.cpp), as torch's generated code does.
+def _recorded_call(op):
+    """(output, inputs, the tensors the call should save) of one call of `op`."""
+    x = torch.randn(5, 16).half().requires_grad_()
+    w = torch.randn(8, 16).half().requires_grad_()
+    bias = torch.randn(8, requires_grad=True)
+    if op == "conv2d":
+        image = torch.randn(2, 8, 5, 5).half().to(memory_format=torch.channels_last).requires_grad_()
+        filters = torch.randn(8, 8, 3, 3).half().requires_grad_()
+        return lambda: mpgemm.conv2d(image, filters, bias, padding=1), (image, filters, bias)
+    if op == "gemm":
+        return lambda: mpgemm.gemm(x, w.t(), bias=bias, activation="relu"), (x, w, bias)
+    return lambda: mpgemm.linear(x, w, bias, activation="gelu"), (x, w, bias)
+
+
+NODE_NAMES = {"linear": "MpgemmLinearBackward", "gemm": "MpgemmGemmBackward", "conv2d": "MpgemmConv2dBackward"}
+
+
+@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+def test_node_is_named_and_links_each_input(op):
+    call, inputs = _recorded_call(op)
+    y = call()
+    assert y.grad_fn.name() == NODE_NAMES[op]
+    edges = [next_fn for next_fn, _ in y.grad_fn.next_functions]
+    assert len(edges) == 3
+    # gemm's b is w.t(): its edge goes through the transpose's node to w's.
+    if op == "gemm":
+        edges[1] = edges[1].next_functions[0][0]
+    assert all(edge.variable is t for edge, t in zip(edges, inputs))
+    without_bias = (mpgemm.linear(inputs[0], inputs[1]) if op == "linear"
+                    else mpgemm.gemm(inputs[0], inputs[1].t()) if op == "gemm"
+                    else mpgemm.conv2d(inputs[0], inputs[1], padding=1))
+    assert [fn is None for fn, _ in without_bias.grad_fn.next_functions] == [False, False, True]
+
+
+@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+def test_saved_tensors_are_released_after_backward_and_kept_with_retain_graph(op):
+    call, inputs = _recorded_call(op)
+    y = call()
+    grad = torch.randn_like(y)
+    y.backward(grad, retain_graph=True)
+    first = [t.grad.clone() for t in inputs]
+    for t in inputs:
+        t.grad = None
+    y.backward(grad)
+    for t, g in zip(inputs, first):
+        torch.testing.assert_close(t.grad, g, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward(grad)
+
+
+def _product(op, x, w, activation):
+    if op == "conv2d":
+        return mpgemm.conv2d(x, w, padding=1)
+    if op == "gemm":
+        return mpgemm.gemm(x, w.t(), activation=activation, out_dtype=torch.float16)
+    return mpgemm.linear(x, w, activation=activation)
+
+
+@pytest.mark.parametrize("op, activation, saved", [
+    ("linear", None, ["x", "w"]), ("linear", "relu", ["x", "w", "y"]), ("linear", "gelu", ["x", "w", "z"]),
+    ("gemm", "gelu", ["x", "w^T", "z"]), ("conv2d", None, ["x", "w"]),
+])
+def test_saved_tensor_hooks_see_what_backward_needs(op, activation, saved):
+    """Saved-tensor hooks (offloading, checkpointing) pack each saved tensor,
+    GELU's input z or ReLU's output y besides the operands, and backward
+    gives the gradients of the tensors the hooks gave back."""
+    if op == "conv2d":
+        x, w = torch.randn(2, 8, 4, 4).half().to(memory_format=torch.channels_last), torch.randn(8, 8, 3, 3).half()
+    else:
+        x, w = torch.randn(5, 16).half(), torch.randn(8, 16).half()
+    x.requires_grad_(), w.requires_grad_()
+    packed = []
+
+    def pack(t):
+        packed.append(t)
+        return t.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = _product(op, x, w, activation)
+    names = {id(x): "x", id(w): "w", id(y): "y"}
+    described = []
+    for t in packed:
+        if id(t) in names:
+            described.append(names[id(t)])
+        elif t.shape == w.t().shape and torch.equal(t, w.t()):
+            described.append("w^T")
+        elif t.shape == y.shape:
+            described.append("z")
+    assert described == saved
+    y.backward(torch.ones_like(y))
+    reference_x, reference_w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    reference = _product(op, reference_x, reference_w, activation)
+    reference.backward(torch.ones_like(reference))
+    torch.testing.assert_close(x.grad, reference_x.grad, rtol=0, atol=0)
+    torch.testing.assert_close(w.grad, reference_w.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+def test_an_undefined_output_gradient_gives_none_as_torch_does(op):
+    """A consumer whose backward gives y no gradient: the inputs get none,
+    as with torch's own ops (F.linear), not zeros."""
+    class NoGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None
+
+    call, inputs = _recorded_call(op)
+    NoGradient.apply(call()).float().sum().backward()
+    assert all(t.grad is None for t in inputs)
+    x, w = torch.randn(5, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True)
+    NoGradient.apply(F.linear(x, w)).sum().backward()
+    assert x.grad is None and w.grad is None
+
+
+@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+def test_forward_mode_ad_is_refused(op):
+    import torch.autograd.forward_ad as fwAD
+
+    call, inputs = _recorded_call(op)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(inputs[0].detach(), torch.ones_like(inputs[0]))
+        with pytest.raises(NotImplementedError, match=f"mpgemm.{op}: forward-mode AD is not supported"):
+            _product(op, dual, inputs[1], None)

@@ -358,3 +358,24 @@ def test_conv_summary_gives_each_pass_on_each_path(tmp_path):
     headline, lines, _ = gpu_check_summary.SUMMARIZERS["conv"](str(tmp_path), {"log": "conv.log", "name": "conv"})
     assert "mpgemm dgrad 0.25x of cudnn dgrad" in headline and "mpgemm wgmma dgrad 0.50x of cudnn dgrad" in headline
     assert lines[0] == "```" and any("1x1, <=128 filters" in line for line in lines)
+
+
+def test_host_summary_gives_each_ratio_and_the_blocks_at_batch_8(tmp_path):
+    """The host step's own reports only: a train report of another step in
+    the same folder stays out."""
+    cases = [{"name": "linear forward", "mpgemm_us": 24.0, "torch_us": 18.0, "ratio": 24 / 18},
+             {"name": "conv2d 3x3 forward", "mpgemm_us": 30.0, "torch_us": 16.0, "ratio": 30 / 16}]
+    (tmp_path / "host.json").write_text(json.dumps({"suite": "host", "device": "cuda", "cases": cases}))
+    run = dict(model="gpt2-block", batch_size=8, status="ok")
+    block = {"complete": True, "config": {"models": ["gpt2-block"]}, "largest_batch": [], "runs": [
+        dict(run, way="torch.amp", speedup_vs_fp32=None),
+        dict(run, way="mpgemm", speedup_vs_fp32=None, vs_torch_amp=0.75)]}
+    (tmp_path / "train_gpt2-block_batch8.json").write_text(json.dumps(block))
+    (tmp_path / "train_resnet50.json").write_text(json.dumps(dict(block, config={"models": ["resnet50"]})))
+    headline, _, data = gpu_check_summary.SUMMARIZERS["host"](str(tmp_path), {"log": "host.log", "name": "host"})
+    assert headline.startswith("host time per call against torch's: linear forward 1.33x, conv2d 3x3 forward 1.88x; "
+                               "gpt2-block batch 8: torch.amp -, mpgemm - (0.75 of torch.amp)")
+    assert "resnet50" not in headline and data["host"]["cases"] == cases
+    (tmp_path / "host.json").unlink()
+    assert gpu_check_summary.host_step(str(tmp_path), {"log": "host.log"})[0].startswith(
+        "host time per call against torch's: no host.json; gpt2-block")
