@@ -1,12 +1,13 @@
 // Autograd of gemm, linear, mlp and conv2d, registered at the Autograd key.
-// gemm, linear and conv2d (the ops a model calls once per layer) record
-// their graph as torch's generated code does for its own ops: a Node of
-// their own with SavedVariables and plain fields, set as the output's
-// history, so that a call costs the host about what one of torch's
-// differentiable ops does (torch::autograd::Function's context, saved_data
-// map and output wrapping cost a linear about 2.7x torch's autograd share,
-// and torch.library's Python wrapper 5-8x a whole F.linear call; bench/NOTES.md).
-// mlp, a block of several ops, keeps a torch::autograd::Function.
+// Each call that records a graph makes a node of its own, as torch's
+// generated code does for its own ops: a Node subclass with SavedVariables
+// and plain fields, set as the output's history, so that a call costs the
+// host about what one of torch's differentiable ops does
+// (torch::autograd::Function's context, saved_data map and output wrapping
+// cost a linear about 2.7x torch's autograd share, and torch.library's
+// Python wrapper 5-8x a whole F.linear call; bench/NOTES.md). Inputs are
+// saved after the forward, outside its below-autograd guard, as autograd
+// saves them, so that saved-tensor hooks see each saved tensor.
 //
 // For y = activation(a @ b + bias) (gemm, linear) the gradients are
 //     dz = dy * activation'(z)       (ReLU's from y, saved as torch's relu
@@ -60,11 +61,6 @@ at::Tensor call_linear(const at::Tensor& x, const at::Tensor& weight, const std:
                        std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
   static const auto op = op_handle<GemmSignature>("mpgemm::linear");
   return op.call(x, weight, bias, activation, out_dtype);
-}
-
-std::optional<at::ScalarType> saved_bias_dtype(AutogradContext* ctx, const char* key) {
-  const auto found = ctx->saved_data.find(key);
-  return found == ctx->saved_data.end() ? std::nullopt : std::optional(found->second.toScalarType());
 }
 
 c10::SymInt product(c10::SymIntArrayRef sizes) {
@@ -126,11 +122,6 @@ std::optional<at::Tensor> optional(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
-const std::string& saved_activation(AutogradContext* ctx) {
-  return ctx->saved_data["activation"].toStringRef();
-}
-
-
 // MPGEMM_EPILOGUE_PRE_ACTIVATION: unset or "1" has gemm's and linear's GELU
 // save its input z from the forward (the Hopper kernel's epilogue stores it
 // beside y; elsewhere the launcher runs the product again there), as
@@ -186,79 +177,68 @@ at::Tensor operand_grad(const at::Tensor& x, const at::Tensor& y, c10::SymIntArr
 
 
 // The bias's edge: the third of (x, weight, bias), which the nodes below
-// give an empty edge where there is no bias; mlp's Function numbers its
-// edges by the tensors it got, so b1's is edge 2 too where it was given.
+// give an empty edge where there is no bias.
 constexpr size_t kBiasEdge = 2;
 
-// The graph node of one gemm (Linear false) or linear (Linear true) call,
-// made as torch's generated code makes its own (make_node, autograd.h): a,
-// b and the bias as edges 0-2 (an empty edge where there is no bias), and
-// what backward needs besides the operands: GELU's input z saved by the
-// forward (`gelu_input`, in y's dtype, as torch.amp's gelu saves its input;
+// The graph node of one gemm (Linear false) or linear (Linear true) call
+// (op_node.h): a, b and the bias as edges 0-2 (an empty edge where there is
+// no bias), and what backward needs besides the operands: GELU's input z
+// saved by the forward (in y's dtype, as torch.amp's gelu saves its input;
 // `pre_activation_saved`) or the bias to compute it again, ReLU's output
 // (its mask is y > 0, which is where z > 0 but for z too small for y's
 // type, as under torch.amp, whose z has y's type: no product is run again).
 template <bool Linear>
-struct ProductBackward final : torch::autograd::Node {
+struct ProductBackward final : OpNode<ProductBackward<Linear>, 4> {
+  enum Slot : size_t { kA, kB, kGeluInput, kOut };
   std::string activation;  // "", "relu" or "gelu"
   std::optional<at::ScalarType> bias_dtype;
   bool pre_activation_saved = false;
-  SavedVariable a_, b_, gelu_input_, out_;
 
   static constexpr const char* kOp = Linear ? "mpgemm.linear" : "mpgemm.gemm";
   std::string name() const override { return Linear ? "MpgemmLinearBackward" : "MpgemmGemmBackward"; }
-
-  void release_variables() override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    a_.reset_data();
-    b_.reset_data();
-    gelu_input_.reset_data();
-    out_.reset_data();
+  template <class Self>
+  static auto fields(Self& node) {
+    return std::tie(node.activation, node.bias_dtype, node.pre_activation_saved);
   }
 
-  at::Tensor product(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-                     std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) const {
-    return Linear ? call_linear(a, b, bias, activation, out_dtype) : call_gemm(a, b, bias, activation, out_dtype);
+  static at::Tensor product(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                            at::ScalarType out_dtype) {
+    return Linear ? call_linear(a, b, bias, std::nullopt, out_dtype) : call_gemm(a, b, bias, std::nullopt, out_dtype);
   }
 
   // dL/dz for y = activation(z): ReLU's from y (exact, dy or 0, in
   // grad_out's type, which autograd makes y's), GELU's from z saved (in y's
   // dtype) or in fp32 from z computed again, or grad_out itself without an
   // activation.
-  at::Tensor pre_activation_grad(const at::Tensor& grad_out, const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor pre_activation_grad(const std::vector<at::Tensor>& saved, const at::Tensor& grad_out) const {
     if (activation.empty()) return grad_out;
-    if (activation == "relu") return at::threshold_backward(grad_out, out_.unpack(getptr()), 0);
-    if (pre_activation_saved) return at::gelu_backward(grad_out, gelu_input_.unpack());
-    return at::gelu_backward(grad_out.to(at::kFloat),
-                             product(a, b, optional(gelu_input_.unpack()), std::nullopt, at::kFloat));
+    if (activation == "relu") return at::threshold_backward(grad_out, saved[kOut], 0);
+    if (pre_activation_saved) return at::gelu_backward(grad_out, saved[kGeluInput]);
+    return at::gelu_backward(grad_out.to(at::kFloat), product(saved[kA], saved[kB], optional(saved[kGeluInput]),
+                                                              at::kFloat));
   }
 
-  variable_list apply(variable_list&& grads) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return once_differentiable(kOp, [&]() -> variable_list {
-      if (!grads[0].defined()) return variable_list(3);
-      const at::Tensor a = a_.unpack(), b = b_.unpack();
-      const at::Tensor grad_z = pre_activation_grad(grads[0], a, b);
-      const bool want_bias = bias_dtype && task_should_compute_output(kBiasEdge);
-      if (Linear)
-        return linear_gradients(grad_z, a, b, product_dtype(a, b), bias_dtype, task_should_compute_output(0),
-                                task_should_compute_output(1), want_bias);
-      const at::Tensor grad_z16 = grad_z.to(a.scalar_type());
-      at::Tensor grad_a, grad_b, grad_bias;
-      if (task_should_compute_output(0)) grad_a = operand_grad(grad_z16, b.transpose(-1, -2), a.sym_sizes());
-      if (task_should_compute_output(1)) {
-        if (b.dim() == 2 && a.dim() == 3) {
-          // One GEMM over the flattened batch instead of a batched one and a sum.
-          const c10::SymInt k = b.sym_size(0), n = b.sym_size(1), rows = a.sym_size(0) * a.sym_size(1);
-          grad_b = call_gemm(a.reshape_symint({rows, k}).t(), grad_z16.reshape_symint({rows, n}), std::nullopt,
-                             std::nullopt, a.scalar_type());
-        } else {
-          grad_b = operand_grad(a.transpose(-1, -2), grad_z16, b.sym_sizes());
-        }
+  variable_list gradients(const std::vector<at::Tensor>& saved, const at::Tensor& grad,
+                          const std::vector<bool>& wanted) const {
+    const at::Tensor &a = saved[kA], &b = saved[kB];
+    const at::Tensor grad_z = pre_activation_grad(saved, grad);
+    const bool want_bias = bias_dtype && wanted[kBiasEdge];
+    if (Linear) return linear_gradients(grad_z, a, b, product_dtype(a, b), bias_dtype, wanted[0], wanted[1], want_bias);
+    const at::Tensor grad_z16 = grad_z.to(a.scalar_type());
+    at::Tensor grad_a, grad_b, grad_bias;
+    if (wanted[0]) grad_a = operand_grad(grad_z16, b.transpose(-1, -2), a.sym_sizes());
+    if (wanted[1]) {
+      if (b.dim() == 2 && a.dim() == 3) {
+        // One GEMM over the flattened batch instead of a batched one and a sum.
+        const c10::SymInt k = b.sym_size(0), n = b.sym_size(1), rows = a.sym_size(0) * a.sym_size(1);
+        grad_b = call_gemm(a.reshape_symint({rows, k}).t(), grad_z16.reshape_symint({rows, n}), std::nullopt,
+                           std::nullopt, a.scalar_type());
+      } else {
+        grad_b = operand_grad(a.transpose(-1, -2), grad_z16, b.sym_sizes());
       }
-      if (want_bias) grad_bias = bias_grad(grad_z, *bias_dtype);
-      return {grad_a, grad_b, grad_bias};
-    });
+    }
+    if (want_bias) grad_bias = bias_grad(grad_z, *bias_dtype);
+    return {grad_a, grad_b, grad_bias};
   }
 };
 
@@ -347,105 +327,84 @@ at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& w1, const std::opt
 // second bias's sum; dZ = (dY @ W2) * activation'(z) in one product
 // (activation_grad_in_epilogue) or a product and torch's pass, then the
 // linears' gradients, all in h's type.
-struct MlpFunction : torch::autograd::Function<MlpFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1,
-                            const std::optional<at::Tensor>& b1, const at::Tensor& w2,
-                            const std::optional<at::Tensor>& b2, std::string_view activation) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    const at::ScalarType dtype = check_mlp_args<c10::SymInt>(x, w1, b1, w2, b2, activation);
-    const bool gelu = activation == "gelu";
-    ctx->saved_data["activation"] = std::string(activation);
-    if (b1 && b1->defined()) ctx->saved_data["b1_dtype"] = b1->scalar_type();
-    if (b2 && b2->defined()) ctx->saved_data["b2_dtype"] = b2->scalar_type();
-    const bool first_wanted = x.requires_grad() || w1.requires_grad() || (b1 && b1->defined() && b1->requires_grad());
-    at::Tensor h, z;
-    if (gelu && first_wanted && mlp_pre_activation_from_epilogue())
-      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, block_weight(x, w1, dtype), b1, activation,
-                                                                      dtype);
-    else
-      std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype, /*keep_z=*/first_wanted);
-    ctx->save_for_backward({x, w1, w2, h, z});
-    return call_linear(h, w2, b2, std::nullopt, x.scalar_type());
+// Its node (op_node.h): edges x, w1, b1, w2, b2 (0-4; empty where a bias
+// is absent).
+struct MlpBackward final : OpNode<MlpBackward, 5> {
+  enum Slot : size_t { kX, kW1, kW2, kH, kZ };
+  std::string activation;
+  std::optional<at::ScalarType> b1_dtype, b2_dtype;
+
+  static constexpr const char* kOp = "mpgemm.mlp";
+  std::string name() const override { return "MpgemmMlpBackward"; }
+  template <class Self>
+  static auto fields(Self& node) {
+    return std::tie(node.activation, node.b1_dtype, node.b2_dtype);
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return once_differentiable("mpgemm.mlp", [&]() -> variable_list {
-      const variable_list saved = ctx->get_saved_variables();
-      const at::Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[2], &h = saved[3];
-      // Autograd numbers the edges by the tensors given: x, w1, b1 (if any), w2, b2 (if any).
-      const auto b1_dtype = saved_bias_dtype(ctx, "b1_dtype"), b2_dtype = saved_bias_dtype(ctx, "b2_dtype");
-      const size_t w2_edge = b1_dtype ? 3 : 2;
-      const bool want_x = ctx->needs_input_grad(0), want_w1 = ctx->needs_input_grad(1),
-                 want_b1 = b1_dtype && ctx->needs_input_grad(kBiasEdge);
-      const at::ScalarType dtype = h.scalar_type();
-      const c10::SymInt hidden = w1.sym_size(0), out_features = w2.sym_size(0);
-      const auto h_sizes = h.sym_sizes();
-      const c10::SymInt rows = product(h_sizes.slice(0, h_sizes.size() - 1));
-      const at::Tensor grad_y = grad_outs[0].reshape_symint({rows, out_features}).to(dtype);
-      const variable_list second = linear_gradients(grad_y, h, w2, dtype, b2_dtype, false,
-                                                    ctx->needs_input_grad(w2_edge),
-                                                    b2_dtype && ctx->needs_input_grad(w2_edge + 1));
-      variable_list first(3);
-      if (want_x || want_w1 || want_b1) {
-        const std::string& activation = saved_activation(ctx);
-        const at::Tensor h2d = h.reshape_symint({rows, hidden});
-        const at::Tensor w2_16 = w2.to(dtype);
-        // The forward kept GELU's input wherever x, w1 or b1 wanted a gradient.
-        TORCH_INTERNAL_ASSERT(activation == "relu" || saved[4].defined(), "mpgemm.mlp: GELU's input was not saved");
-        const at::Tensor z = activation == "relu" ? h2d : saved[4].reshape_symint({rows, hidden});
-        at::Tensor grad_z;
-        if (activation_grad_in_epilogue()) {
-          grad_z = call_activation_grad(grad_y, w2_16, z, activation);
-        } else {
-          const at::Tensor grad_h = call_gemm(grad_y, w2_16, std::nullopt, std::nullopt, dtype);
-          grad_z = activation == "relu" ? at::threshold_backward(grad_h, z, 0)
-                                        : at::gelu_backward(grad_h, z, gelu_approximate(activation));
-        }
-        first = linear_gradients(grad_z, x, w1, dtype, b1_dtype, want_x, want_w1, want_b1);
+  variable_list gradients(const std::vector<at::Tensor>& saved, const at::Tensor& grad,
+                          const std::vector<bool>& wanted) const {
+    const at::Tensor &x = saved[kX], &w1 = saved[kW1], &w2 = saved[kW2], &h = saved[kH];
+    const bool want_x = wanted[0], want_w1 = wanted[1], want_b1 = b1_dtype && wanted[2];
+    const at::ScalarType dtype = h.scalar_type();
+    const c10::SymInt hidden = w1.sym_size(0), out_features = w2.sym_size(0);
+    const auto h_sizes = h.sym_sizes();
+    const c10::SymInt rows = product(h_sizes.slice(0, h_sizes.size() - 1));
+    const at::Tensor grad_y = grad.reshape_symint({rows, out_features}).to(dtype);
+    const variable_list second =
+        linear_gradients(grad_y, h, w2, dtype, b2_dtype, false, wanted[3], b2_dtype && wanted[4]);
+    variable_list first(3);
+    if (want_x || want_w1 || want_b1) {
+      const at::Tensor h2d = h.reshape_symint({rows, hidden});
+      const at::Tensor w2_16 = w2.to(dtype);
+      // The forward kept GELU's input wherever x, w1 or b1 wanted a gradient.
+      TORCH_INTERNAL_ASSERT(activation == "relu" || saved[kZ].defined(), "mpgemm.mlp: GELU's input was not saved");
+      const at::Tensor z = activation == "relu" ? h2d : saved[kZ].reshape_symint({rows, hidden});
+      at::Tensor grad_z;
+      if (activation_grad_in_epilogue()) {
+        grad_z = call_activation_grad(grad_y, w2_16, z, activation);
+      } else {
+        const at::Tensor grad_h = call_gemm(grad_y, w2_16, std::nullopt, std::nullopt, dtype);
+        grad_z = activation == "relu" ? at::threshold_backward(grad_h, z, 0)
+                                      : at::gelu_backward(grad_h, z, gelu_approximate(activation));
       }
-      return {first[0], first[1], first[2], second[1], second[2], at::Tensor()};
-    });
+      first = linear_gradients(grad_z, x, w1, dtype, b1_dtype, want_x, want_w1, want_b1);
+    }
+    return {first[0], first[1], first[2], second[1], second[2]};
   }
 };
 
-// The graph node of one conv2d or conv2d_batch_stats call: x, the weight
-// and the bias as edges 0-2 (empty where there is no bias); backward runs
-// dgrad and wgrad (one op where both are wanted) and an fp32 sum for the bias.
-struct Conv2dBackward final : torch::autograd::Node {
-  SavedVariable x_, weight_;
-  c10::SmallVector<int64_t, 2> stride, dilation;
-  c10::SmallVector<int64_t, 4> padding;
+// The graph node of one conv2d or conv2d_batch_stats call (op_node.h): x,
+// the weight and the bias as edges 0-2 (empty where there is no bias);
+// backward runs dgrad and wgrad (one op where both are wanted) and an fp32
+// sum for the bias.
+struct Conv2dBackward final : OpNode<Conv2dBackward, 2> {
+  enum Slot : size_t { kX, kWeight };
+  std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
   std::optional<at::ScalarType> bias_dtype;
 
+  static constexpr const char* kOp = "mpgemm.conv2d";
   std::string name() const override { return "MpgemmConv2dBackward"; }
-
-  void release_variables() override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    x_.reset_data();
-    weight_.reset_data();
+  template <class Self>
+  static auto fields(Self& node) {
+    return std::tie(node.stride, node.padding, node.dilation, node.groups, node.bias_dtype);
   }
 
-  variable_list apply(variable_list&& grads) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return once_differentiable("mpgemm.conv2d", [&]() -> variable_list {
-      static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
-      static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
-      static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
-      const at::Tensor& grad_out = grads[0];
-      if (!grad_out.defined()) return variable_list(3);
-      const at::Tensor x = x_.unpack(), weight = weight_.unpack();
-      at::Tensor grad_x, grad_weight, grad_bias;
-      const bool want_x = task_should_compute_output(0), want_weight = task_should_compute_output(1);
-      if (want_x && want_weight)
-        std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
-      else if (want_x)
-        grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
-      else if (want_weight)
-        grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
-      if (bias_dtype && task_should_compute_output(kBiasEdge)) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
-      return {grad_x, grad_weight, grad_bias};
-    });
+  variable_list gradients(const std::vector<at::Tensor>& saved, const at::Tensor& grad_out,
+                          const std::vector<bool>& wanted) const {
+    static const auto both = op_handle<ConvGradientsSignature>("mpgemm::conv2d_backward");
+    static const auto input = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_input");
+    static const auto filters = op_handle<ConvGradientSignature>("mpgemm::conv2d_grad_weight");
+    const at::Tensor &x = saved[kX], &weight = saved[kWeight];
+    at::Tensor grad_x, grad_weight, grad_bias;
+    if (wanted[0] && wanted[1])
+      std::tie(grad_x, grad_weight) = both.call(grad_out, x, weight, stride, padding, dilation, groups);
+    else if (wanted[0])
+      grad_x = input.call(grad_out, x, weight, stride, padding, dilation, groups);
+    else if (wanted[1])
+      grad_weight = filters.call(grad_out, x, weight, stride, padding, dilation, groups);
+    if (bias_dtype && wanted[kBiasEdge]) grad_bias = sum_to(grad_out, {0, 2, 3}, *bias_dtype);
+    return {grad_x, grad_weight, grad_bias};
   }
 };
 
@@ -456,8 +415,8 @@ struct Conv2dBackward final : torch::autograd::Node {
 template <bool Linear>
 at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                             std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
-  using Node = ProductBackward<Linear>;
-  refuse_forward_ad(Node::kOp, a, b, bias);
+  using Backward = ProductBackward<Linear>;
+  refuse_forward_ad(Backward::kOp, a, b, bias);
   const bool graph = records_graph(a, b, bias);
   const bool gelu = activation == "gelu", saves_pre_activation = graph && gelu && pre_activation_saved();
   at::Tensor out, pre_activation;
@@ -471,17 +430,17 @@ at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const std:
       out = Linear ? call_linear(a, b, bias, activation, out_dtype) : call_gemm(a, b, bias, activation, out_dtype);
   }
   if (!graph) return out;
-  auto node = make_node<Node>();
+  auto node = make_node<Backward>();
   node->set_next_edges(torch::autograd::collect_next_edges(a, b, bias));
   node->activation = activation.value_or("");
   if (bias && bias->defined()) node->bias_dtype = bias->scalar_type();
   node->pre_activation_saved = saves_pre_activation;
-  node->a_ = SavedVariable(a, false);
-  node->b_ = SavedVariable(b, false);
-  if (saves_pre_activation) node->gelu_input_ = SavedVariable(pre_activation, false);
-  else if (gelu && bias && bias->defined()) node->gelu_input_ = SavedVariable(*bias, false);
+  node->save(Backward::kA, a);
+  node->save(Backward::kB, b);
+  if (saves_pre_activation) node->save(Backward::kGeluInput, pre_activation);
+  else if (gelu && bias && bias->defined()) node->save(Backward::kGeluInput, *bias);
   torch::autograd::set_history(out, node);
-  if (activation == "relu") node->out_ = SavedVariable(out, true);
+  if (activation == "relu") node->save(Backward::kOut, out, /*is_output=*/true);
   return out;
 }
 
@@ -492,13 +451,13 @@ void record_conv2d(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w
                    at::IntArrayRef dilation, int64_t groups) {
   auto node = make_node<Conv2dBackward>();
   node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
-  node->stride.assign(stride.begin(), stride.end());
-  node->padding.assign(padding.begin(), padding.end());
-  node->dilation.assign(dilation.begin(), dilation.end());
+  node->stride = stride.vec();
+  node->padding = padding.vec();
+  node->dilation = dilation.vec();
   node->groups = groups;
   if (bias && bias->defined()) node->bias_dtype = bias->scalar_type();
-  node->x_ = SavedVariable(x, false);
-  node->weight_ = SavedVariable(weight, false);
+  node->save(Conv2dBackward::kX, x);
+  node->save(Conv2dBackward::kWeight, weight);
   torch::autograd::set_history(y, node);
 }
 
@@ -533,10 +492,35 @@ std::tuple<at::Tensor, at::Tensor> conv2d_batch_stats_autograd(const at::Tensor&
 
 at::Tensor mlp_autograd(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                        const at::Tensor& w2, const std::optional<at::Tensor>& b2, std::string_view activation) {
-  if (records_graph(x, w1, b1) || records_graph(x, w2, b2))
-    return MlpFunction::apply(x, w1, b1, w2, b2, activation);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return mlp_forward(x, w1, b1, w2, b2, activation);
+  refuse_forward_ad("mpgemm.mlp", x, w1, b1, w2, b2);
+  if (!records_graph(x, w1, b1) && !records_graph(x, w2, b2)) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return mlp_forward(x, w1, b1, w2, b2, activation);
+  }
+  at::Tensor h, z, y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    const at::ScalarType dtype = check_mlp_args<c10::SymInt>(x, w1, b1, w2, b2, activation);
+    const bool first_wanted = x.requires_grad() || w1.requires_grad() || (b1 && b1->defined() && b1->requires_grad());
+    if (activation == "gelu" && first_wanted && mlp_pre_activation_from_epilogue())
+      std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, block_weight(x, w1, dtype), b1, activation,
+                                                                      dtype);
+    else
+      std::tie(h, z) = mlp_hidden(x, w1, b1, activation, dtype, /*keep_z=*/first_wanted);
+    y = call_linear(h, w2, b2, std::nullopt, x.scalar_type());
+  }
+  auto node = make_node<MlpBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x, w1, b1, w2, b2));
+  node->activation = std::string(activation);
+  if (b1 && b1->defined()) node->b1_dtype = b1->scalar_type();
+  if (b2 && b2->defined()) node->b2_dtype = b2->scalar_type();
+  node->save(MlpBackward::kX, x);
+  node->save(MlpBackward::kW1, w1);
+  node->save(MlpBackward::kW2, w2);
+  node->save(MlpBackward::kH, h);
+  if (z.defined()) node->save(MlpBackward::kZ, z);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 //     g = x @ w_gate^T + b_gate,  u = x @ w_up^T + b_up   (16-bit, the block's product type)
 //     p = act(g) * u                                     (16-bit)
 //     y = p @ w_down^T + b_down                           (x's dtype)
-// as one op: its C++ autograd (GatedMlpFunction), its forward on each
+// as one op: its C++ autograd (GatedMlpBackward), its forward on each
 // backend, and its two internal elementwise ops. Backward:
 //     dp = dy @ w_down,  dg = dp * u * act'(g),  du = dp * act(g)
 //     dx = dg @ w_gate + du @ w_up (each in x's dtype, then added, as
@@ -178,94 +178,107 @@ at::Tensor gated_mlp_forward(const at::Tensor& x, const at::Tensor& w_gate, cons
   return call_linear(p, w_down, b_down, std::nullopt, x.scalar_type());
 }
 
-// Autograd numbers its edges by the tensors a Function got: x, w_gate,
-// b_gate (if given), w_up, b_up (if given), w_down, b_down (if given).
-struct GatedEdges {
-  size_t w_up, w_down;
-  GatedEdges(bool b_gate, bool b_up) : w_up(b_gate ? 3 : 2), w_down(w_up + (b_up ? 2 : 1)) {}
-};
+// Its node (op_node.h): edges x, w_gate, b_gate, w_up, b_up, w_down, b_down (0-6;
+// empty where a bias is absent); saved x, the weights, g and u, and with the
+// gating as torch.amp runs it (`fused` false) its activation a and p too.
+struct GatedMlpBackward final : OpNode<GatedMlpBackward, 8> {
+  enum Slot : size_t { kX, kWGate, kWUp, kWDown, kG, kU, kA, kP };
+  std::string activation;
+  std::optional<at::ScalarType> b_gate_dtype, b_up_dtype, b_down_dtype;
+  bool fused = false;
 
-struct GatedMlpFunction : torch::autograd::Function<GatedMlpFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate,
-                            const std::optional<at::Tensor>& b_gate, const at::Tensor& w_up,
-                            const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
-                            const std::optional<at::Tensor>& b_down, std::string_view activation) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    const at::ScalarType dtype =
-        check_gated_mlp_args<c10::SymInt>(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
-    ctx->saved_data["activation"] = std::string(activation);
-    for (const auto& [bias, key] : {std::pair{&b_gate, "b_gate_dtype"}, std::pair{&b_up, "b_up_dtype"},
-                                    std::pair{&b_down, "b_down_dtype"}})
-      if (*bias && (*bias)->defined()) ctx->saved_data[key] = (*bias)->scalar_type();
-    const auto [g, u] = gate_and_up(x, w_gate, b_gate, w_up, b_up, dtype);
-    at::Tensor p;
-    if (gated_kernel()) {
-      ctx->saved_data["fused"] = true;
-      p = call_gated_activation(g, u, activation);
-      ctx->save_for_backward({x, w_gate, w_up, w_down, g, u});
-    } else {
-      const at::Tensor a = torch_activation(g, activation);
-      p = a.mul(u);
-      ctx->save_for_backward({x, w_gate, w_up, w_down, g, u, a, p});
+  static constexpr const char* kOp = "mpgemm.gated_mlp";
+  std::string name() const override { return "MpgemmGatedMlpBackward"; }
+  template <class Self>
+  static auto fields(Self& node) {
+    return std::tie(node.activation, node.b_gate_dtype, node.b_up_dtype, node.b_down_dtype, node.fused);
+  }
+
+  variable_list gradients(const std::vector<at::Tensor>& saved, const at::Tensor& grad,
+                          const std::vector<bool>& wanted) const {
+    const at::Tensor &x = saved[kX], &w_gate = saved[kWGate], &w_up = saved[kWUp], &w_down = saved[kWDown],
+                     &g = saved[kG], &u = saved[kU];
+    const bool want_x = wanted[0], want_gate = wanted[1], want_b_gate = b_gate_dtype && wanted[2],
+               want_up = wanted[3], want_b_up = b_up_dtype && wanted[4];
+    const bool want_first = want_x || want_gate || want_b_gate || want_up || want_b_up;
+    const at::ScalarType dtype = g.scalar_type();
+    const auto g_sizes = g.sym_sizes();
+    const c10::SymInt rows = product(g_sizes.slice(0, g_sizes.size() - 1)), hidden = g_sizes.back();
+    const at::Tensor grad_y = grad.reshape_symint({rows, w_down.sym_size(0)}).to(dtype);
+    const at::Tensor g2d = g.reshape_symint({rows, hidden}), u2d = u.reshape_symint({rows, hidden});
+    at::Tensor grad_gate, grad_up, p;
+    if (want_first) {
+      const at::Tensor grad_p = call_gemm(grad_y, w_down.to(dtype), std::nullopt, std::nullopt, dtype);
+      if (fused) {
+        std::tie(grad_gate, grad_up, p) = call_gated_activation_backward(grad_p, g2d, u2d, activation);
+      } else {
+        const at::Tensor a = saved[kA].reshape_symint({rows, hidden});
+        grad_up = grad_p.mul(a);
+        grad_gate = torch_activation_backward(grad_p.mul(u2d), g2d, activation);
+      }
     }
-    return call_linear(p, w_down, b_down, std::nullopt, x.scalar_type());
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outs) {
-    return once_differentiable("mpgemm.gated_mlp", [&]() -> variable_list {
-      const variable_list saved = ctx->get_saved_variables();
-      const at::Tensor &x = saved[0], &w_gate = saved[1], &w_up = saved[2], &w_down = saved[3], &g = saved[4],
-                       &u = saved[5];
-      const std::string& activation = ctx->saved_data["activation"].toStringRef();
-      const auto b_gate_dtype = saved_bias_dtype(ctx, "b_gate_dtype"), b_up_dtype = saved_bias_dtype(ctx, "b_up_dtype"),
-                 b_down_dtype = saved_bias_dtype(ctx, "b_down_dtype");
-      const GatedEdges edge(b_gate_dtype.has_value(), b_up_dtype.has_value());
-      const bool want_x = ctx->needs_input_grad(0), want_gate = ctx->needs_input_grad(1),
-                 want_b_gate = b_gate_dtype && ctx->needs_input_grad(2), want_up = ctx->needs_input_grad(edge.w_up),
-                 want_b_up = b_up_dtype && ctx->needs_input_grad(edge.w_up + 1);
-      const bool want_first = want_x || want_gate || want_b_gate || want_up || want_b_up;
-      const at::ScalarType dtype = g.scalar_type();
-      const auto g_sizes = g.sym_sizes();
-      const c10::SymInt rows = product(g_sizes.slice(0, g_sizes.size() - 1)), hidden = g_sizes.back();
-      const at::Tensor grad_y = grad_outs[0].reshape_symint({rows, w_down.sym_size(0)}).to(dtype);
-      const at::Tensor g2d = g.reshape_symint({rows, hidden}), u2d = u.reshape_symint({rows, hidden});
-      const bool fused = ctx->saved_data.count("fused") > 0;
-      at::Tensor grad_gate, grad_up, p;
-      if (want_first) {
-        const at::Tensor grad_p = call_gemm(grad_y, w_down.to(dtype), std::nullopt, std::nullopt, dtype);
-        if (fused) {
-          std::tie(grad_gate, grad_up, p) = call_gated_activation_backward(grad_p, g2d, u2d, activation);
-        } else {
-          const at::Tensor a = saved[6].reshape_symint({rows, hidden});
-          grad_up = grad_p.mul(a);
-          grad_gate = torch_activation_backward(grad_p.mul(u2d), g2d, activation);
-        }
-      }
-      const bool want_down = ctx->needs_input_grad(edge.w_down);
-      if (!fused) p = saved[7].reshape_symint({rows, hidden});
-      else if (want_down && !p.defined()) p = call_gated_activation(g2d, u2d, activation);
-      // Without w_down's gradient, p stands in for the layer's input only by its shape.
-      const variable_list down = linear_gradients(grad_y, p.defined() ? p : g2d, w_down, dtype, b_down_dtype, false,
-                                                  want_down, b_down_dtype && ctx->needs_input_grad(edge.w_down + 1));
-      variable_list gate(3), up(3);
-      if (want_first) {
-        const at::Tensor x2d = x.reshape_symint({rows, x.sym_size(-1)});
-        gate = linear_gradients(grad_gate, x2d, w_gate, dtype, b_gate_dtype, want_x, want_gate, want_b_gate);
-        up = linear_gradients(grad_up, x2d, w_up, dtype, b_up_dtype, want_x, want_up, want_b_up);
-      }
-      const at::Tensor grad_x = want_x ? gate[0].add(up[0]).view_symint(x.sym_sizes()) : at::Tensor();
-      return {grad_x, gate[1], gate[2], up[1], up[2], down[1], down[2], at::Tensor()};
-    });
+    const bool want_down = wanted[5];
+    if (!fused) p = saved[kP].reshape_symint({rows, hidden});
+    else if (want_down && !p.defined()) p = call_gated_activation(g2d, u2d, activation);
+    // Without w_down's gradient, p stands in for the layer's input only by its shape.
+    const variable_list down = linear_gradients(grad_y, p.defined() ? p : g2d, w_down, dtype, b_down_dtype, false,
+                                                want_down, b_down_dtype && wanted[6]);
+    variable_list gate(3), up(3);
+    if (want_first) {
+      const at::Tensor x2d = x.reshape_symint({rows, x.sym_size(-1)});
+      gate = linear_gradients(grad_gate, x2d, w_gate, dtype, b_gate_dtype, want_x, want_gate, want_b_gate);
+      up = linear_gradients(grad_up, x2d, w_up, dtype, b_up_dtype, want_x, want_up, want_b_up);
+    }
+    const at::Tensor grad_x = want_x ? gate[0].add(up[0]).view_symint(x.sym_sizes()) : at::Tensor();
+    return {grad_x, gate[1], gate[2], up[1], up[2], down[1], down[2]};
   }
 };
+
+std::optional<at::ScalarType> dtype_of(const std::optional<at::Tensor>& bias) {
+  return bias && bias->defined() ? std::optional(bias->scalar_type()) : std::nullopt;
+}
 
 at::Tensor gated_mlp_autograd(const at::Tensor& x, const at::Tensor& w_gate, const std::optional<at::Tensor>& b_gate,
                               const at::Tensor& w_up, const std::optional<at::Tensor>& b_up, const at::Tensor& w_down,
                               const std::optional<at::Tensor>& b_down, std::string_view activation) {
-  if (records_graph(x, w_gate, b_gate) || records_graph(x, w_up, b_up) || records_graph(x, w_down, b_down))
-    return GatedMlpFunction::apply(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return gated_mlp_forward(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+  refuse_forward_ad("mpgemm.gated_mlp", x, w_gate, b_gate, w_up, b_up, w_down, b_down);
+  if (!records_graph(x, w_gate, b_gate) && !records_graph(x, w_up, b_up) && !records_graph(x, w_down, b_down)) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return gated_mlp_forward(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+  }
+  auto node = make_node<GatedMlpBackward>();
+  // Saved after the forward and outside its guard, as autograd saves: a
+  // saved-tensor hook's own ops record as they would anywhere.
+  at::Tensor g, u, a, p, y;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    const at::ScalarType dtype =
+        check_gated_mlp_args<c10::SymInt>(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation);
+    std::tie(g, u) = gate_and_up(x, w_gate, b_gate, w_up, b_up, dtype);
+    node->fused = gated_kernel();
+    if (node->fused) {
+      p = call_gated_activation(g, u, activation);
+    } else {
+      a = torch_activation(g, activation);
+      p = a.mul(u);
+    }
+    y = call_linear(p, w_down, b_down, std::nullopt, x.scalar_type());
+  }
+  if (!node->fused) {
+    node->save(GatedMlpBackward::kA, a);
+    node->save(GatedMlpBackward::kP, p);
+  }
+  node->set_next_edges(torch::autograd::collect_next_edges(x, w_gate, b_gate, w_up, b_up, w_down, b_down));
+  node->activation = std::string(activation);
+  node->b_gate_dtype = dtype_of(b_gate), node->b_up_dtype = dtype_of(b_up), node->b_down_dtype = dtype_of(b_down);
+  node->save(GatedMlpBackward::kX, x);
+  node->save(GatedMlpBackward::kWGate, w_gate);
+  node->save(GatedMlpBackward::kWUp, w_up);
+  node->save(GatedMlpBackward::kWDown, w_down);
+  node->save(GatedMlpBackward::kG, g);
+  node->save(GatedMlpBackward::kU, u);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ from support import (assert_compiled_fused_trains_as_unfused, assert_fused_withi
 from test_fuse_mlp import (assert_trains_as_the_layers, dropping, fused_copy, hooked_after_fuse, node_names,
                            unconverted)
 
-GATED_NODE = "GatedMlpFunction"  # the autograd node of mpgemm.gated_mlp's output
+GATED_NODE = "MpgemmGatedMlpBackward"  # the autograd node of mpgemm.gated_mlp's output
 D, HIDDEN = 16, 40
 
 

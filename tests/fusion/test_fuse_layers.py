@@ -22,7 +22,7 @@ from mpgemm.fusion import fuse, fusion_report
 from support import (assert_compiled_fused_trains_as_unfused, assert_fused_within_prepared_deviation, node_names,
                      output_of, train_fused_prepared_and_fp32)
 
-MLP_NODE = "MlpFunction"
+MLP_NODE = "MpgemmMlpBackward"
 
 
 class Attention(torch.nn.Module):

@@ -21,8 +21,7 @@ from mpgemm.tools import models
 from support import (assert_compiled_fused_trains_as_unfused, assert_fused_within_prepared_deviation, node_names,
                      output_of, train_fused_prepared_and_fp32)
 
-MLP_NODE = "MlpFunction"  # the autograd node of mpgemm.mlp's output
-LINEAR_NODE = "LinearFunction"
+MLP_NODE = "MpgemmMlpBackward"  # the autograd node of mpgemm.mlp's output
 
 
 class TimmMlp(torch.nn.Module):

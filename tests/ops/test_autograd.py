@@ -192,46 +192,52 @@ def test_out_argument_refuses_autograd():
         mpgemm.gemm(a, torch.randn(6, 3).half(), out=torch.empty(4, 3))
 
 
-# The graph a call records: gemm, linear and conv2d set a node of their own
-# as the output's history (csrc/autograd.cpp), as torch's generated code does.
-def _recorded_call(op):
-    """(output, inputs, the tensors the call should save) of one call of `op`."""
-    x = torch.randn(5, 16).half().requires_grad_()
-    w = torch.randn(8, 16).half().requires_grad_()
-    bias = torch.randn(8, requires_grad=True)
+# The graph a call records: each op sets a node of its own as the output's
+# history (csrc/autograd.cpp, csrc/gated_mlp.cpp), as torch's generated code does.
+def _recorded_call(op, biases=True):
+    """(call, inputs): one call of `op` on fresh 16-bit leaves (fp32
+    biases), the inputs in its node's edge order, None for each bias left
+    out where not `biases`."""
+    def leaf(*shape):
+        return torch.randn(*shape).half().requires_grad_()
+
+    def bias(n):
+        return torch.randn(n, requires_grad=True) if biases else None
+
     if op == "conv2d":
         image = torch.randn(2, 8, 5, 5).half().to(memory_format=torch.channels_last).requires_grad_()
-        filters = torch.randn(8, 8, 3, 3).half().requires_grad_()
-        return lambda: mpgemm.conv2d(image, filters, bias, padding=1), (image, filters, bias)
+        return lambda x, w, b: mpgemm.conv2d(x, w, b, padding=1), (image, leaf(8, 8, 3, 3), bias(8))
     if op == "gemm":
-        return lambda: mpgemm.gemm(x, w.t(), bias=bias, activation="relu"), (x, w, bias)
-    return lambda: mpgemm.linear(x, w, bias, activation="gelu"), (x, w, bias)
+        return lambda x, w, b: mpgemm.gemm(x, w.t(), bias=b, activation="relu"), (leaf(5, 16), leaf(8, 16), bias(8))
+    if op == "linear":
+        return lambda x, w, b: mpgemm.linear(x, w, b, activation="gelu"), (leaf(5, 16), leaf(8, 16), bias(8))
+    if op == "mlp":
+        return mpgemm.mlp, (leaf(5, 16), leaf(32, 16), bias(32), leaf(8, 32), bias(8))
+    return mpgemm.gated_mlp, (leaf(5, 16), leaf(32, 16), bias(32), leaf(32, 16), bias(32), leaf(8, 32), bias(8))
 
 
-NODE_NAMES = {"linear": "MpgemmLinearBackward", "gemm": "MpgemmGemmBackward", "conv2d": "MpgemmConv2dBackward"}
+NODE_NAMES = {"linear": "MpgemmLinearBackward", "gemm": "MpgemmGemmBackward", "conv2d": "MpgemmConv2dBackward",
+              "mlp": "MpgemmMlpBackward", "gated_mlp": "MpgemmGatedMlpBackward"}
 
 
-@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+@pytest.mark.parametrize("op", NODE_NAMES)
 def test_node_is_named_and_links_each_input(op):
     call, inputs = _recorded_call(op)
-    y = call()
+    y = call(*inputs)
     assert y.grad_fn.name() == NODE_NAMES[op]
     edges = [next_fn for next_fn, _ in y.grad_fn.next_functions]
-    assert len(edges) == 3
     # gemm's b is w.t(): its edge goes through the transpose's node to w's.
     if op == "gemm":
         edges[1] = edges[1].next_functions[0][0]
-    assert all(edge.variable is t for edge, t in zip(edges, inputs))
-    without_bias = (mpgemm.linear(inputs[0], inputs[1]) if op == "linear"
-                    else mpgemm.gemm(inputs[0], inputs[1].t()) if op == "gemm"
-                    else mpgemm.conv2d(inputs[0], inputs[1], padding=1))
-    assert [fn is None for fn, _ in without_bias.grad_fn.next_functions] == [False, False, True]
+    assert len(edges) == len(inputs) and all(edge.variable is t for edge, t in zip(edges, inputs))
+    call, inputs = _recorded_call(op, biases=False)
+    assert [fn is None for fn, _ in call(*inputs).grad_fn.next_functions] == [t is None for t in inputs]
 
 
-@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+@pytest.mark.parametrize("op", NODE_NAMES)
 def test_saved_tensors_are_released_after_backward_and_kept_with_retain_graph(op):
     call, inputs = _recorded_call(op)
-    y = call()
+    y = call(*inputs)
     grad = torch.randn_like(y)
     y.backward(grad, retain_graph=True)
     first = [t.grad.clone() for t in inputs]
@@ -291,7 +297,7 @@ def test_saved_tensor_hooks_see_what_backward_needs(op, activation, saved):
     torch.testing.assert_close(w.grad, reference_w.grad, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+@pytest.mark.parametrize("op", NODE_NAMES)
 def test_an_undefined_output_gradient_gives_none_as_torch_does(op):
     """A consumer whose backward gives y no gradient: the inputs get none,
     as with torch's own ops (F.linear), not zeros."""
@@ -305,19 +311,43 @@ def test_an_undefined_output_gradient_gives_none_as_torch_does(op):
             return None
 
     call, inputs = _recorded_call(op)
-    NoGradient.apply(call()).float().sum().backward()
+    NoGradient.apply(call(*inputs)).float().sum().backward()
     assert all(t.grad is None for t in inputs)
     x, w = torch.randn(5, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True)
     NoGradient.apply(F.linear(x, w)).sum().backward()
     assert x.grad is None and w.grad is None
 
 
-@pytest.mark.parametrize("op", ["linear", "gemm", "conv2d"])
+@pytest.mark.parametrize("op", NODE_NAMES)
 def test_forward_mode_ad_is_refused(op):
+    """As torch refuses it for its ops without a forward derivative, with
+    gradients on or off: a dual tensor's tangent is never dropped."""
     import torch.autograd.forward_ad as fwAD
 
     call, inputs = _recorded_call(op)
     with fwAD.dual_level():
-        dual = fwAD.make_dual(inputs[0].detach(), torch.ones_like(inputs[0]))
-        with pytest.raises(NotImplementedError, match=f"mpgemm.{op}: forward-mode AD is not supported"):
-            _product(op, dual, inputs[1], None)
+        for grad_mode in (True, False):
+            dual = fwAD.make_dual(inputs[0].detach(), torch.ones_like(inputs[0]))
+            with torch.set_grad_enabled(grad_mode), pytest.raises(
+                    NotImplementedError, match=f"mpgemm.{op}: forward-mode AD is not supported"):
+                call(dual, *inputs[1:])
+
+
+@pytest.mark.parametrize("op", NODE_NAMES)
+def test_compiled_autograd_gives_the_eager_gradients(op):
+    """torch._dynamo.compiled_autograd runs each node as one opaque call, as
+    it runs a C++ autograd Function's: the same gradients, bit for bit, and
+    the graph's second run (its cache) too."""
+    from torch._dynamo import compiled_autograd
+
+    call, inputs = _recorded_call(op)
+    grad = torch.randn_like(call(*inputs))
+    call(*inputs).backward(grad)
+    eager = [t.grad for t in inputs]
+    for _ in range(2):
+        for t in inputs:
+            t.grad = None
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            call(*inputs).backward(grad)
+        for t, expected in zip(inputs, eager):
+            torch.testing.assert_close(t.grad, expected, rtol=0, atol=0)
