@@ -441,6 +441,7 @@ at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const std:
   else if (gelu && bias && bias->defined()) node->save(Backward::kGeluInput, *bias);
   torch::autograd::set_history(out, node);
   if (activation == "relu") node->save(Backward::kOut, out, /*is_output=*/true);
+  node_complete(node);
   return out;
 }
 
@@ -459,6 +460,7 @@ void record_conv2d(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w
   node->save(Conv2dBackward::kX, x);
   node->save(Conv2dBackward::kWeight, weight);
   torch::autograd::set_history(y, node);
+  node_complete(node);
 }
 
 at::Tensor conv2d_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -520,6 +522,7 @@ at::Tensor mlp_autograd(const at::Tensor& x, const at::Tensor& w1, const std::op
   node->save(MlpBackward::kH, h);
   if (z.defined()) node->save(MlpBackward::kZ, z);
   torch::autograd::set_history(y, node);
+  node_complete(node);
   return y;
 }
 

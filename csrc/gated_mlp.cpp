@@ -278,6 +278,7 @@ at::Tensor gated_mlp_autograd(const at::Tensor& x, const at::Tensor& w_gate, con
   node->save(GatedMlpBackward::kG, g);
   node->save(GatedMlpBackward::kU, u);
   torch::autograd::set_history(y, node);
+  node_complete(node);
   return y;
 }
 

@@ -65,6 +65,22 @@ auto make_node() {
     return c10::make_intrusive<T>();
 }
 
+namespace detail {
+// torch.autograd.graph.node_creation_hook's callbacks, which from torch 2.15
+// on whoever attaches a node runs once the node is complete (found by
+// argument-dependent lookup); torch before that has no such call.
+template <class Pointer>
+auto fire_creation_hooks(const Pointer& node, int) -> decltype(fire_node_creation_hooks(node)) {
+  return fire_node_creation_hooks(node);
+}
+template <class Pointer>
+void fire_creation_hooks(const Pointer&, long) {}
+}  // namespace detail
+
+// Says that `node` is complete (its edges, the output's history, every saved
+// tensor), as torch's own ops and Functions say it.
+inline void node_complete(const NodePtr& node) { detail::fire_creation_hooks(node, 0); }
+
 // Refuses forward-mode AD, which no op of mpgemm implements, as torch's
 // generated code refuses it for its ops without a forward derivative: a
 // dual tensor's tangent would otherwise be dropped without a word.

@@ -351,3 +351,16 @@ def test_compiled_autograd_gives_the_eager_gradients(op):
             call(*inputs).backward(grad)
         for t, expected in zip(inputs, eager):
             torch.testing.assert_close(t.grad, expected, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not hasattr(torch.autograd.graph, "node_creation_hook"),
+                    reason="torch.autograd.graph.node_creation_hook is new in torch 2.15")
+@pytest.mark.parametrize("op", NODE_NAMES)
+def test_node_creation_hooks_see_each_node_complete(op):
+    """torch 2.15's node-creation hooks run for each op's node once its
+    edges and saved tensors are in place, as for torch's own ops."""
+    call, inputs = _recorded_call(op)
+    seen = []
+    with torch.autograd.graph.node_creation_hook(lambda node: seen.append((node.name(), len(node.next_functions)))):
+        y = call(*inputs)
+    assert (NODE_NAMES[op], len(inputs)) in seen and y.grad_fn.name() == NODE_NAMES[op]
