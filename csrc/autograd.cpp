@@ -1,13 +1,8 @@
-// Autograd of gemm, linear, mlp and conv2d, registered at the Autograd key.
-// Each call that records a graph makes a node of its own, as torch's
-// generated code does for its own ops: a Node subclass with SavedVariables
-// and plain fields, set as the output's history, so that a call costs the
-// host about what one of torch's differentiable ops does
-// (torch::autograd::Function's context, saved_data map and output wrapping
-// cost a linear about 2.7x torch's autograd share, and torch.library's
-// Python wrapper 5-8x a whole F.linear call; bench/NOTES.md). Inputs are
-// saved after the forward, outside its below-autograd guard, as autograd
-// saves them, so that saved-tensor hooks see each saved tensor.
+// Autograd of gemm, linear, mlp and conv2d, registered at the Autograd key:
+// each call that records a graph makes a node of its own (op_node.h says
+// why and how), the inputs saved after the forward, outside its
+// below-autograd guard, as autograd saves them, so that saved-tensor hooks
+// see each saved tensor.
 //
 // For y = activation(a @ b + bias) (gemm, linear) the gradients are
 //     dz = dy * activation'(z)       (ReLU's from y, saved as torch's relu

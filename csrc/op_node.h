@@ -84,9 +84,13 @@ inline void node_complete(const NodePtr& node) { detail::fire_creation_hooks(nod
 // Refuses forward-mode AD, which no op of mpgemm implements, as torch's
 // generated code refuses it for its ops without a forward derivative: a
 // dual tensor's tangent would otherwise be dropped without a word.
+// (torch's isFwGradDefined takes an optional: a copy of each tensor a call.)
+inline bool is_dual(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+inline bool is_dual(const std::optional<at::Tensor>& t) { return t && is_dual(*t); }
+
 template <class... Tensors>
 void refuse_forward_ad(const char* op, const Tensors&... tensors) {
-  const bool dual = (torch::autograd::isFwGradDefined(tensors) || ...);
+  const bool dual = (is_dual(tensors) || ...);
   TORCH_CHECK_NOT_IMPLEMENTED(!dual, op, ": forward-mode AD is not supported (an input is a dual tensor)");
 }
 
