@@ -135,6 +135,8 @@ def conv_section(report):
     pairs = [(f"mpgemm{path}{t} {p}", f"cudnn{t} {p}") for t in BF16_TAGS for path in paths
              for p in ("fwd", "dgrad", "wgrad", "fwd+bwd")]
     headline, _ = paired_section(report, pairs)
+    if headline:
+        headline = f"{_bench_report().conv_bias_note(report)}; {headline}"
     table = _bench_report().conv_pass_table(report)
     return headline, ["```", *table, "```"] if table else []
 

@@ -85,7 +85,8 @@ def format_report(report):
     lines.append(display.format_table(header, rows, rule=False))
     if on_gpu and conv_pass_rows(report):
         lines.append("conv, pass by pass: geomean of cuDNN's time over mpgemm's (above 1x: mpgemm faster); "
-                     "cuDNN share: the class's part of cuDNN's fwd+bwd time over the suite")
+                     "cuDNN share: the class's part of cuDNN's fwd+bwd time over the suite; "
+                     + conv_bias_note(report))
         lines += conv_pass_table(report)
     lines += notes(report)
     if not report.get("complete", True):
@@ -95,6 +96,18 @@ def format_report(report):
 
 # The passes of the conv suite's impls: (impl name's ending, the pass's name).
 CONV_PASS_ENDINGS = (("fwd", "fprop"), ("dgrad", "dgrad"), ("wgrad", "wgrad"), ("fwd+bwd", "fwd+bwd"))
+
+
+def conv_bias_note(report):
+    """Which of the conv suite's forwards add a bias: the layers that have
+    one, from 2026-11-30 on (rows say "bias"); every layer before, which
+    timed cuDNN's separate bias pass where the model runs none."""
+    conv = [r for r in report["results"] if r["suite"] == "conv"]
+    if any("bias" not in r for r in conv):
+        return "fprop with a bias on every layer (cuDNN adds it in a pass of its own; a report from before 2026-11-30)"
+    cases = sorted({r["case"] for r in conv if r["bias"]})
+    return f"fprop as each model runs it: with a bias on {', '.join(cases)}'s layers only" if cases else \
+        "fprop as each model runs it: no layer with a bias"
 
 
 def conv_layer_class(shape):

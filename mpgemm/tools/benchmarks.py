@@ -7,7 +7,8 @@ fp16-out figures against torch's fp16 mm. linear: mpgemm.linear's fused
 bias+GELU against torch's F.linear plus gelu, forward and forward+backward.
 conv: mpgemm.conv2d against cuDNN (F.conv2d, fp16, channels_last) on
 ResNet-50's 23 distinct convolutions and five depthwise layers (MobileNetV2,
-ConvNeXt-T), forward and forward+backward. The
+ConvNeXt-T), forward (with a bias where the model's layer has one: ConvNeXt-T's),
+forward+backward, and backward data and backward filter alone. The
 three run again on bf16 operands against the same baselines in bf16; those
 impls' names say bf16 ("mpgemm bf16 fp32-out", "mpgemm bf16-out", "mpgemm
 fused bf16 fwd"), the fp16 ones keep their names. ceiling:
@@ -106,6 +107,17 @@ def gpu_suites(quick=False):
 # tokens) the full GEMM suite runs: each linear's forward, dgrad and wgrad
 # with their layouts (the shape's fourth element).
 TRAINING_SUITE_WIDTHS = tuple(w for w in models.TRANSFORMER_WIDTHS if w[0] in ("gpt2-small", "llama-7b"))
+
+# The conv cases whose layers add a bias: ConvNeXt-T's depthwise
+# convolutions do; ResNet-50's and MobileNetV2's feed a batch norm and have
+# none (bias=False, as torchvision builds them). Each case's forward is timed
+# as its model runs it: cuDNN's convolution adds a bias in a pass of its own
+# (torch's add after the convolution), which mpgemm fuses into its epilogue,
+# so a bias that the layer lacks would time that pass on cuDNN's side alone.
+# Until 2026-11-30 every forward had one: on ResNet-50's 1x1 layers at batch
+# 256 (H200, fe39419) cuDNN's forward with it took 1.4x to 5.0x as long as
+# cuDNN's backward-data pass of the same product, which has none.
+CONV_CASES_WITH_BIAS = ("convnext_t",)
 
 # (batch, channels, channels, kernel, stride, padding, size, groups = channels).
 DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2", (64, 144, 144, 3, 2, 1, 56, 144)),
@@ -236,13 +248,14 @@ def _fwd_bwd(fn, work, variables=None):
     """The fwd+bwd impl of an op taking tensors (x, w, b; or an MLP's x, w1,
     b1, w2, b2) and, for backward, the output's gradient, last in the input
     set: it returns the gradients instead of accumulating them into .grad,
-    so no call pays for an extra add. `variables`: the environment both
+    so no call pays for an extra add. An input left out (None: a layer
+    without a bias) has no gradient. `variables`: the environment both
     passes run in (an opt-in switch)."""
     def run(*inputs):
         *tensors, grad = inputs
         with environment(variables or {}):
             out = fn(*tensors)
-            return (out, *torch.autograd.grad(out, tensors, grad))
+            return (out, *torch.autograd.grad(out, [t for t in tensors if t is not None], grad))
 
     return Impl(run, run, work)
 
@@ -490,9 +503,10 @@ def _path_name(mpgemm_name, path):
     return mpgemm_name if path is None else mpgemm_name.replace("mpgemm", f"mpgemm {path}", 1)
 
 
-def _conv_case(shape, device, dtype, paths=()):
-    """fwd (fprop, with the bias) and fwd+bwd, then dgrad and wgrad alone,
-    mpgemm on its default path and on each of `paths` against cuDNN."""
+def _conv_case(shape, device, dtype, paths=(), bias=False):
+    """fwd (fprop, with a bias where `bias`) and fwd+bwd, then dgrad and
+    wgrad alone, mpgemm on its default path and on each of `paths` against
+    cuDNN."""
     batch, c, k, kernel, stride, padding, size, *rest = shape
     groups = rest[0] if rest else 1
     out = (size + 2 * padding - kernel) // stride + 1
@@ -502,8 +516,8 @@ def _conv_case(shape, device, dtype, paths=()):
         x = torch.randn(batch, c, size, size, device=device).to(dtype).to(memory_format=channels_last)
         w = (torch.randn(k, c // groups, kernel, kernel, device=device) * (c // groups * kernel**2) ** -0.5).to(dtype)
         grad = torch.randn(batch, k, out, out, device=device).to(dtype).to(memory_format=channels_last)
-        return (x.requires_grad_(), w.to(memory_format=channels_last).requires_grad_(),
-                torch.randn(k, device=device).to(dtype).requires_grad_(), grad)
+        b = torch.randn(k, device=device).to(dtype).requires_grad_() if bias else None
+        return x.requires_grad_(), w.to(memory_format=channels_last).requires_grad_(), b, grad
 
     product = 2.0 * batch * k * out * out * c // groups * kernel**2
     baseline_name = ("cudnn" if device.type == "cuda" else "torch") + _tag(dtype)
@@ -587,7 +601,7 @@ def check_results(impls, inputs):
 
 def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cross_check=False, conv_paths=()):
     """One row per impl: the result check, then the interleaved timings."""
-    options = {"paths": conv_paths} if suite == "conv" else {}
+    options = {"paths": conv_paths, "bias": case in CONV_CASES_WITH_BIAS} if suite == "conv" else {}
     builder = CASE_BUILDERS_BY_CASE.get((suite, case), CASE_BUILDERS[suite])
     make, bytes_per_set, impls = builder(shape, device, DTYPES[dtype], **options)
     sets = _input_sets(make, bytes_per_set, device)
@@ -604,6 +618,8 @@ def measure_case(suite, case, shape, dtype, device, clock, warmup_ms, reps, cros
                    check_tolerance=BASELINE_TOLERANCE[dtype],
                    tflops=impl.flops / (timing.median_ms * 1e-3) / 1e12 if impl.flops and passed is not False
                    else None)
+        if suite == "conv":
+            row["bias"] = options["bias"]  # from 2026-11-30 on; every earlier fwd had one
         if cross_check:
             row["profiler_kernel_ms"] = profiled_kernel_ms(impl.run, sets)
         rows.append(row)

@@ -16,6 +16,12 @@ own thread, land where they were asked for. Then:
   too); cuDNN's and cuBLAS's convolution and GEMM kernels -> "cudnn/cublas";
   elementwise and reductions; anything else -> "other". "idle" is the step's time (between the GPU
   synchronizations that bracket it) that no device event covers.
+- the products by phase: the time of the convolution and GEMM kernels
+  (mpgemm's, cuDNN's and cuBLAS's, and their helpers: folds, split-K
+  reductions, padded copies) launched in the forward and in the backward,
+  so that a step's forward products (a ResNet's fprop) and backward ones
+  (dgrad and wgrad) compare between ways without a conv benchmark's
+  stand-ins.
 - the kernels that take the most time per step, by name.
 
 Times are per step, averaged over the profiled steps. The profiler's own
@@ -45,11 +51,22 @@ NAME_RULES = (
     # Before cuDNN's: its batch norms are cudnn::batchnorm_*; LayerNorm's
     # backward is torch's GammaBetaBackward.
     ("normalization", re.compile(r"norm|welford|gammabeta")),
+    # Before cuDNN's too: torch names its channels_last pooling kernels *_nhwc.
+    ("elementwise", re.compile(r"pool")),
     ("cudnn/cublas", re.compile(r"xmma|cudnn|cublas|cutlass|nvjet|gemm|gemv|conv|implicit|fprop|dgrad|wgrad|"
                                 r"nchw|nhwc")),
     ("elementwise", re.compile(r"elementwise|vectorized|unrolled|reduce|copy|fill|cat|index|softmax|scatter|"
                                r"gather|where|relu|gelu|add|mul|loss|pool|sum|cast")),
 )
+
+
+# A product's kernel, by the last part of its name (mpgemm's all sit in
+# namespace mpgemm, whose name says gemm), among the kinds "mpgemm" and
+# "cudnn/cublas": batch norm's and the statistics' kernels are not.
+PRODUCT_KINDS = ("mpgemm", "cudnn/cublas")
+PRODUCT_NAME = re.compile(r"gemm|conv|fold|fprop|dgrad|wgrad|xmma|nvjet|cutlass|implicit|splitk|depthwise|"
+                          r"padded_copy")
+PRODUCT_PHASES = ("forward", "backward")
 
 
 def phase_name(phase):
@@ -65,6 +82,13 @@ def category(name, phase, kind="kernel"):
         return "copies and fills"
     lowered = name.lower()
     return next((label for label, pattern in NAME_RULES if pattern.search(lowered)), "other")
+
+
+def is_product(name, label):
+    """Whether a kernel of kind `label` computes (or feeds) a convolution or
+    GEMM; name: the kernel's full name."""
+    base = short_name(name, width=len(name)).split("<")[0].rsplit("::", 1)[-1].lower()
+    return label in PRODUCT_KINDS and PRODUCT_NAME.search(base) is not None and "norm" not in base
 
 
 def short_name(name, width=80):
@@ -110,6 +134,7 @@ def summarize_trace(events):
                 if e.get("cat") in LAUNCH_EVENTS and "correlation" in e.get("args", {})}
     per_category = dict.fromkeys(CATEGORIES, 0.0)
     per_phase = dict.fromkeys(PHASES, 0.0)
+    products = dict.fromkeys(PRODUCT_PHASES, 0.0)
     kernels = {}
     busy = [[] for _ in steps]
     for e in events:
@@ -125,6 +150,8 @@ def summarize_trace(events):
         per_category[label] += e["dur"]
         if phase:
             per_phase[phase] += e["dur"]
+        if phase in products and kind == "kernel" and is_product(e["name"], label):
+            products[phase] += e["dur"]
         entry = kernels.setdefault(e["name"], {"name": e["name"], "category": label, "us": 0.0, "calls": 0})
         entry["us"] += e["dur"]
         entry["calls"] += 1
@@ -139,6 +166,7 @@ def summarize_trace(events):
         "steps": n, "step_ms": step_us / 1000, "device_events": sum(k["calls"] for k in kernels.values()),
         "categories_ms": per_category,
         "phases_ms": {k: v / n / 1000 for k, v in per_phase.items()},
+        "products_ms": {k: v / n / 1000 for k, v in products.items()},
         "top_kernels": [{"name": k["name"], "category": k["category"], "ms_per_step": k["us"] / n / 1000,
                          "calls_per_step": k["calls"] / n, "share": k["us"] / n / step_us} for k in top],
     }
@@ -174,6 +202,9 @@ def format_profile(entry):
     lines.append("  by kind: " + ", ".join(parts))
     lines.append("  device time by phase: " + ", ".join(f"{name} {ms:.1f} ms"
                                                         for name, ms in summary["phases_ms"].items()))
+    if "products_ms" in summary:  # from 2026-11-30 on
+        lines.append("  convolution and GEMM kernels by phase: " + ", ".join(
+            f"{name} {ms:.1f} ms" for name, ms in summary["products_ms"].items()))
     lines.append(f"  {'ms/step':>8} {'calls':>6} {'share':>6}  {'kind':<13} kernel")
     for k in summary["top_kernels"]:
         lines.append(f"  {k['ms_per_step']:8.2f} {k['calls_per_step']:6.0f} {100 * k['share']:5.1f}%  "

@@ -133,7 +133,7 @@ def test_flops_count_the_products_each_impl_runs(suite, shape, product, dtype):
     inputs = make()
     # What one call reads and writes: the input, the weight and the output (or its gradient).
     assert bytes_per_set == sum(t.numel() * t.element_size() for t in (inputs[0], inputs[1], inputs[3]))
-    assert all(t.dtype == dtype for t in inputs)
+    assert all(t.dtype == dtype for t in inputs if t is not None)  # a layer without a bias: None
     for name, impl in impls.items():
         with CountProducts() as counter:
             impl.run(*inputs)
@@ -465,6 +465,41 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wgmma_staged, "
                                         "wgmma_opt_in, wmma, gemm"):
         benchmarks.parse_conv_paths("hopper")
+
+
+@pytest.mark.parametrize("case, shape, bias", [("resnet50", (2, 16, 16, 1, 1, 0, 8), False),
+                                               ("mobilenet_v2", (2, 16, 16, 3, 1, 1, 8, 16), False),
+                                               ("convnext_t", (2, 16, 16, 7, 1, 3, 8, 16), True)])
+def test_conv_forward_adds_a_bias_only_where_the_model_has_one(monkeypatch, case, shape, bias):
+    """A layer is timed as its model runs it: cuDNN adds a bias in a pass of
+    its own, so a bias that ResNet-50's layers lack would time that pass on
+    one side only. Both sides get the same bias or none, in every impl that
+    runs a forward, and every row says which."""
+    biases = []
+
+    def recording(real):
+        def run(x, w, b=None, *args, **kwargs):
+            biases.append(b)
+            return real(x, w, b, *args, **kwargs)
+        return run
+
+    monkeypatch.setattr(benchmarks.ops, "conv2d", recording(benchmarks.ops.conv2d))
+    monkeypatch.setattr(benchmarks.F, "conv2d", recording(benchmarks.F.conv2d))
+    rows = benchmarks.measure_case("conv", case, shape, "fp16", CPU, benchmarks.WallClock(), 0.0, 1)
+    assert biases and all((b is not None) == bias for b in biases)
+    assert all(r["bias"] is bias for r in rows) and all(r["check_passed"] is not False for r in rows)
+    make, _, impls = benchmarks.CASE_BUILDERS["conv"](shape, CPU, torch.float16, bias=bias)
+    # fwd+bwd gives the gradients of what the layer has: x, w and a bias where it has one.
+    assert len(impls["mpgemm fwd+bwd"].result(*make())) == 3 + bias
+
+
+def test_conv_bias_note_says_which_forwards_add_one():
+    rows = [dict(suite="conv", case=c, bias=b) for c, b in (("resnet50", False), ("convnext_t", True))]
+    assert bench_report.conv_bias_note({"results": rows}) == \
+        "fprop as each model runs it: with a bias on convnext_t's layers only"
+    assert bench_report.conv_bias_note({"results": rows[:1]}) == "fprop as each model runs it: no layer with a bias"
+    old = [{k: v for k, v in r.items() if k != "bias"} for r in rows]
+    assert bench_report.conv_bias_note({"results": old}).startswith("fprop with a bias on every layer")
 
 
 def _conv_row(shape, impl, baseline, median_ms, dtype="fp16"):

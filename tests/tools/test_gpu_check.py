@@ -358,6 +358,13 @@ def test_conv_summary_gives_each_pass_on_each_path(tmp_path):
     headline, lines, _ = gpu_check_summary.SUMMARIZERS["conv"](str(tmp_path), {"log": "conv.log", "name": "conv"})
     assert "mpgemm dgrad 0.25x of cudnn dgrad" in headline and "mpgemm wgmma dgrad 0.50x of cudnn dgrad" in headline
     assert lines[0] == "```" and any("1x1, <=128 filters" in line for line in lines)
+    # A report from before the rows said whether fprop had a bias: every one had.
+    assert headline.startswith("fprop with a bias on every layer")
+    for row in rows:
+        row["bias"] = False
+    (tmp_path / "conv.json").write_text(json.dumps(report))
+    headline, _, _ = gpu_check_summary.SUMMARIZERS["conv"](str(tmp_path), {"log": "conv.log", "name": "conv"})
+    assert headline.startswith("fprop as each model runs it: no layer with a bias; mpgemm fwd 0.50x")
 
 
 def test_host_summary_gives_each_ratio_and_the_blocks_at_batch_8(tmp_path):

@@ -51,12 +51,20 @@ def test_device_events_are_placed_by_their_launch_and_add_up_to_the_step():
                                    "idle": 0.3})
     assert sum(kinds.values()) == pytest.approx(summary["step_ms"])
     assert summary["phases_ms"] == pytest.approx({"forward": 0.25, "backward": 0.3, "optimizer": 0.15})
+    # The GEMMs alone: the LayerNorm, the copy and the optimizer's kernel are no products.
+    assert summary["products_ms"] == pytest.approx({"forward": 0.2, "backward": 0.2})
     top = summary["top_kernels"]
     assert [k["category"] for k in top[:2]] == ["mpgemm", "cudnn/cublas"]
     assert top[0]["calls_per_step"] == 1 and top[0]["share"] == pytest.approx(0.2)
     lines = step_profile.format_profile({"model": "m", "batch_size": 2, "way": "mpgemm", "summary": summary})
     assert lines[0] == "m batch 2, mpgemm: 1.0 ms per step (mean of 2 profiled steps)"
-    assert "idle 0.3 (30%)" in lines[1] and "mpgemm::kernels::gemm_kernel<128>" in lines[4]
+    assert "idle 0.3 (30%)" in lines[1]
+    assert lines[3] == "  convolution and GEMM kernels by phase: forward 0.2 ms, backward 0.2 ms"
+    assert "mpgemm::kernels::gemm_kernel<128>" in lines[5]
+    # A summary saved before the products were counted still formats.
+    del summary["products_ms"]
+    assert "mpgemm::kernels::gemm_kernel<128>" in step_profile.format_profile(
+        {"model": "m", "batch_size": 2, "way": "mpgemm", "summary": summary})[4]
 
 
 def test_a_trace_without_steps_or_device_events():
@@ -84,9 +92,32 @@ def test_a_trace_without_steps_or_device_events():
     ("void mpgemm::kernels::unscale_kernel", "optimizer", "kernel", "optimizer"),
     ("Memset (Device)", "backward", "memset", "copies and fills"),
     ("some_custom_kernel", None, "kernel", "other"),
+    # torch's channels_last pooling is no cuDNN kernel, whatever its name ends with.
+    ("void at::native::(anonymous namespace)::max_pool_backward_nhwc<c10::Half, float>(c10::Half const*)",
+     "backward", "kernel", "elementwise"),
 ])
 def test_categories(name, phase, kind, expected):
     assert step_profile.category(name, phase, kind) == expected
+
+
+@pytest.mark.parametrize("name, product", [
+    ("void mpgemm::kernels::sm90::wgmma_conv_kernel<__half, mpgemm::kernels::WgmmaTile, "
+     "(mpgemm::kernels::ConvPass)2>(CUtensorMap_st)", True),
+    ("void mpgemm::kernels::sm90::wgmma_fprop_moments_kernel<__half, WgmmaTile>(CUtensorMap_st)", True),
+    ("mpgemm::kernels::(anonymous namespace)::fold_input_kernel(mpgemm::kernels::Fold)", True),
+    ("void mpgemm::kernels::splitk_reduce_kernel(float*)", True),
+    ("sm90_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64", True),
+    ("nvjet_sm90_hsh_128x128_64x6_2x1_v_bz_splitK_NTT", True),
+    # Batch norm's and the statistics' kernels sit in mpgemm's namespace but compute no product.
+    ("void mpgemm::kernels::batch_norm::sums_kernel<__half, 8>(mpgemm::kernels::batch_norm::SumsArgs)", False),
+    ("void mpgemm::kernels::column_moments::total_kernel(TotalArgs)", False),
+    ("void mpgemm::kernels::gated_kernel<__half>(GatedArgs)", False),
+    ("void cudnn::batchnorm_fwtr_nhwc_semiPersist<__half, float>(cudnn::NhwcBatchNormFwdParams)", False),
+    ("void at::native::(anonymous namespace)::max_pool_forward_nhwc<c10::Half, int>(c10::Half const*)", False),
+])
+def test_products_are_the_convolution_and_gemm_kernels(name, product):
+    label = step_profile.category(name, "forward")
+    assert step_profile.is_product(name, label) is product
 
 
 def test_short_names_drop_parameters_not_template_arguments():
