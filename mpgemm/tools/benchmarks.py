@@ -127,7 +127,8 @@ DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2"
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
     "linear": [("mlp", (64, 256, 128)), ("mlp-block", (64, 32, 128)), ("gated-mlp", (64, 32, 96))],
-    "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8)), ("depthwise", (2, 16, 16, 3, 1, 1, 8, 16))],
+    # A ConvNeXt-T-like depthwise case, so that the CPU run checks a bias too.
+    "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8)), ("convnext_t", (2, 16, 16, 3, 1, 1, 8, 16))],
     "ceiling": [("mma.sync", (1, 10))],
 }
 

@@ -13,7 +13,9 @@ own thread, land where they were asked for. Then:
   optimizer phase (unscaling, the update, the master copies) -> "optimizer";
   copies and fills; a kernel whose name says mpgemm -> "mpgemm"; attention
   (flash or fused SDPA) -> "attention"; normalization (cuDNN's batch norms
-  too); cuDNN's and cuBLAS's convolution and GEMM kernels -> "cudnn/cublas";
+  too); pooling -> "elementwise" (torch names its channels_last kernels
+  *_nhwc, as cuDNN's are); cuDNN's and cuBLAS's convolution and GEMM kernels
+  (and their helpers) -> "cudnn/cublas";
   elementwise and reductions; anything else -> "other". "idle" is the step's time (between the GPU
   synchronizations that bracket it) that no device event covers.
 - the products by phase: the time of the convolution and GEMM kernels
@@ -60,12 +62,12 @@ NAME_RULES = (
 )
 
 
-# A product's kernel, by the last part of its name (mpgemm's all sit in
-# namespace mpgemm, whose name says gemm), among the kinds "mpgemm" and
-# "cudnn/cublas": batch norm's and the statistics' kernels are not.
-PRODUCT_KINDS = ("mpgemm", "cudnn/cublas")
-PRODUCT_NAME = re.compile(r"gemm|conv|fold|fprop|dgrad|wgrad|xmma|nvjet|cutlass|implicit|splitk|depthwise|"
-                          r"padded_copy")
+# A product's kernel: every one of the kind "cudnn/cublas" (the rules
+# before it take batch norm, attention and pooling), and of mpgemm's those
+# whose function's own name (not its namespace, mpgemm, which says gemm)
+# says so: the GEMMs, convolutions, folds, split-K reductions and padded
+# copies, not batch norm's, the statistics' or the gating's kernels.
+MPGEMM_PRODUCT_NAME = re.compile(r"gemm|conv|fold|fprop|dgrad|wgrad|splitk|row_sums_reduce|depthwise|padded_copy")
 PRODUCT_PHASES = ("forward", "backward")
 
 
@@ -87,8 +89,10 @@ def category(name, phase, kind="kernel"):
 def is_product(name, label):
     """Whether a kernel of kind `label` computes (or feeds) a convolution or
     GEMM; name: the kernel's full name."""
-    base = short_name(name, width=len(name)).split("<")[0].rsplit("::", 1)[-1].lower()
-    return label in PRODUCT_KINDS and PRODUCT_NAME.search(base) is not None and "norm" not in base
+    if label == "cudnn/cublas":
+        return True
+    function = short_name(name, width=len(name)).split("<")[0].rsplit("::", 1)[-1].lower()
+    return label == "mpgemm" and MPGEMM_PRODUCT_NAME.search(function) is not None
 
 
 def short_name(name, width=80):

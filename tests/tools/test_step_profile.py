@@ -108,6 +108,13 @@ def test_categories(name, phase, kind, expected):
     ("void mpgemm::kernels::splitk_reduce_kernel(float*)", True),
     ("sm90_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64", True),
     ("nvjet_sm90_hsh_128x128_64x6_2x1_v_bz_splitK_NTT", True),
+    # cuBLAS's and cuDNN's kernels whose own names do not say what they compute, and their helpers.
+    ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_relu_f16_256x128_32x3_nn_align8>(Params)", True),
+    ("void xmma_cudnn::gemm::kernel<xmma_cudnn::implicit_gemm::fprop::Kernel_traits<>>(Params)", True),
+    ("void gemv2T_kernel_val<int, int, float, float, float, 128, 16>(Params)", True),
+    ("void cask__5x_cudnn::computeOffsetsKernel<false, false>(cask__5x_cudnn::ComputeOffsetsParams)", True),
+    ("void nchwToNhwcKernel<__half, __half, float, false, true>(int, int, int, int, __half const*)", True),
+    ("void mpgemm::kernels::row_sums_reduce_kernel(float*, float const*, long, int)", True),
     # Batch norm's and the statistics' kernels sit in mpgemm's namespace but compute no product.
     ("void mpgemm::kernels::batch_norm::sums_kernel<__half, 8>(mpgemm::kernels::batch_norm::SumsArgs)", False),
     ("void mpgemm::kernels::column_moments::total_kernel(TotalArgs)", False),
