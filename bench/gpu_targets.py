@@ -187,7 +187,7 @@ def _batch_norm_passes(name, shape):
 def _loss_scaling():
     """Loss scaling's two kernels: the unscale pass over gradients of three
     types, one of them non-finite, and the scale's update from its flag (the
-    opt-in one-thread kernel)."""
+    one-thread kernel, the default)."""
     grads = [torch.randn(70000, device="cuda").half(), torch.randn(33, 5, device="cuda"),
              torch.randn(1000, device="cuda").bfloat16()]
     grads[1][3, 2] = float("inf")
@@ -195,9 +195,7 @@ def _loss_scaling():
     found_inf, inv_scale = torch.zeros((), device="cuda"), torch.full((), 1 / 1024, device="cuda")
     torch.ops.mpgemm.unscale_grads_(grads, outs, found_inf, inv_scale)
     scale, counters = torch.full((), 1024.0, device="cuda"), torch.zeros(4, dtype=torch.int64, device="cuda")
-    os.environ["MPGEMM_LOSS_SCALE_KERNEL"] = "1"  # the opt-in kernel (the default is torch's tensor ops)
     torch.ops.mpgemm.update_loss_scale_(scale, counters, found_inf, 2.0, 0.5, 100, 1.0, 1, True)
-    os.environ.pop("MPGEMM_LOSS_SCALE_KERNEL")
     torch.cuda.synchronize()
     finite = [0, 2]
     _check("unscale", torch.cat([outs[i].flatten() for i in finite]),

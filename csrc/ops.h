@@ -190,9 +190,10 @@ void check_update_loss_scale_args(const at::Tensor& scale, const at::Tensor& cou
 // `name` is "1", false where it is "0", `default_on` where it is unset or
 // empty; any other value is refused (a ValueError).
 bool environment_switch(const char* name, bool default_on = false);
-// MPGEMM_LOSS_SCALE_KERNEL: "1" picks the one-thread kernel's function
-// (kernels/amp/loss_scale.h), unset or "0" a few tensor ops (any device).
-inline bool loss_scale_kernel_enabled() { return environment_switch("MPGEMM_LOSS_SCALE_KERNEL"); }
+// MPGEMM_LOSS_SCALE_KERNEL: unset or "1" runs the one-thread kernel's function
+// (kernels/amp/loss_scale.h), "0" a few tensor ops (any device), the way
+// before the kernel passed the GPU tests (H200, 2026-11-29).
+inline bool loss_scale_kernel_enabled() { return environment_switch("MPGEMM_LOSS_SCALE_KERNEL", true); }
 void update_loss_scale_with_tensor_ops(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,
                                        const kernels::LossScaleRule& rule);
 void update_loss_scale_cpu(at::Tensor& scale, at::Tensor& counters, const at::Tensor& found_inf,

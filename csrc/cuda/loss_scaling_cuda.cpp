@@ -1,8 +1,8 @@
 // CUDA launchers of loss scaling's ops, on the current stream, with no host
 // synchronization: unscale_grads_ as one chunk table and one kernel launch;
-// update_loss_scale_ as torch's tensor ops by default, or with
-// MPGEMM_LOSS_SCALE_KERNEL=1 one thread of its own kernel (opt-in until it
-// has passed the GPU tests).
+// update_loss_scale_ as one thread of its own kernel (it passed the GPU
+// tests and sanitizers on an H200 at fe39419), or with
+// MPGEMM_LOSS_SCALE_KERNEL=0 as torch's tensor ops.
 #include <cstring>
 #include <mutex>
 #include <vector>

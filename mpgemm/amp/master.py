@@ -7,7 +7,7 @@ import weakref
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from .master_grads import GradientLink, unscale_target
+from .master_grads import link_gradient, unscale_target
 
 FLOAT = torch.float32
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -77,11 +77,13 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
     as they are. After each step the masters are rounded back into the 16-bit
     model.
 
-    Gradients: each 16-bit gradient is added into its master's fp32 gradient as
-    backward produces it (:mod:`mpgemm.amp.master_grads`), so accumulation over
-    micro-batches sums in fp32; the 16-bit parameter's ``.grad`` then stands for
-    the master's, and ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)``
-    clips what this optimizer steps with, as does :meth:`clip_grad_norm_`.
+    Gradients: each 16-bit parameter's gradient is summed in fp32 as backward
+    produces it (:mod:`mpgemm.amp.master_grads`), so accumulation over
+    micro-batches sums in fp32; the 16-bit parameter's ``.grad`` is (or, under
+    torch.distributed, stands for) its master's, and
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`` clips what this
+    optimizer steps with, as does :meth:`clip_grad_norm_`. Read the masters'
+    gradients through :meth:`master_params`, which brings them up to date.
     :meth:`unscale_grads_` multiplies them by 1/scale and flags inf/NaN in one
     pass; ``mpgemm.amp.LossScaler`` calls it, and without a scaler :meth:`step`
     calls it with a scale of 1.
@@ -145,7 +147,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
             _ModelStateHooks.attach(model, self)
 
     def _link_gradients(self):
-        self._links = [GradientLink(model, master) for model, master in self._pairs if model is not master]
+        self._links = [link_gradient(model, master) for model, master in self._pairs if model is not master]
         self._link_of = {id(link.param): link for link in self._links}
         self._record_versions()
 
@@ -185,6 +187,13 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         return [model for model, _ in self._pairs]
 
     def master_params(self):
+        """The tensors the inner optimizer steps, their gradients up to date:
+        tied to the model's until the next step (or skipped step) lets go of
+        them, or the optimizer's ``zero_grad``."""
+        self._flush_grads()
+        return self._masters()
+
+    def _masters(self):
         return [master for _, master in self._pairs]
 
     def zero_grad(self, set_to_none=True):
@@ -202,12 +211,19 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         for link in self._links:
             link.flush()
 
+    def untie_grads(self):
+        """The masters let go of the model's gradients after a step or a
+        skipped one, so that ``model.zero_grad()`` frees them before the next
+        backward (mpgemm.amp.master_grads)."""
+        for link in self._links:
+            link.untie()
+
     def unscale_grads_(self, inv_scale, found_inf):
         """Multiplies every master gradient by inv_scale in place, in one pass,
         and sets found_inf (fp32, one element) to 1 on any inf/NaN. No host
         synchronization."""
         self._flush_grads()
-        grads = [unscale_target(master) for master in self.master_params() if master.grad is not None]
+        grads = [unscale_target(master) for master in self._masters() if master.grad is not None]
         torch.ops.mpgemm.unscale_grads_(grads, grads, found_inf, inv_scale)
         self._grads_unscaled = True
 
@@ -216,7 +232,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         most max_norm, as ``torch.nn.utils.clip_grad_norm_`` does, and returns
         their total norm. Call it after ``scaler.unscale_(optimizer)``."""
         self._flush_grads()
-        return torch.nn.utils.clip_grad_norm_(self.master_params(), max_norm, norm_type)
+        return torch.nn.utils.clip_grad_norm_(self._masters(), max_norm, norm_type)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -225,6 +241,8 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         if not self._grads_unscaled:
             device = self._pairs[0][1].device if self._pairs else "cpu"
             self.unscale_grads_(torch.ones(1, device=device), torch.zeros(1, device=device))
+        else:
+            self._flush_grads()  # a gradient replaced since the unscale
         for hook in list(self._optimizer_step_pre_hooks.values()):
             hook(self, (), {})
         if self._first_step or (self._links and all(link.master.grad is None for link in self._links)):
@@ -237,6 +255,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         finally:
             self._stepping = False
         self.copy_masters_to_model()
+        self.untie_grads()
         self._grads_unscaled = False
         self._masters_loaded = False
         for hook in list(self._optimizer_step_post_hooks.values()):
@@ -274,7 +293,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         self._record_versions()
 
     def state_dict(self):
-        return {"optimizer": self.optimizer.state_dict(), "masters": [m.detach().clone() for m in self.master_params()]}
+        return {"optimizer": self.optimizer.state_dict(), "masters": [m.detach().clone() for m in self._masters()]}
 
     @torch.no_grad()
     def load_state_dict(self, state_dict):
@@ -282,12 +301,12 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         if len(masters) != len(self._pairs):
             raise ValueError(f"mpgemm.amp.MasterWeightOptimizer: the state holds {len(masters)} master weights, "
                              f"this optimizer has {len(self._pairs)}")
-        for master, saved in zip(self.master_params(), masters):
+        for master, saved in zip(self._masters(), masters):
             if master.shape != saved.shape:
                 raise ValueError(f"mpgemm.amp.MasterWeightOptimizer: a saved master weight has shape "
                                  f"{tuple(saved.shape)}, this optimizer's has {tuple(master.shape)}")
         self.optimizer.load_state_dict(state_dict["optimizer"])
-        for master, saved in zip(self.master_params(), masters):
+        for master, saved in zip(self._masters(), masters):
             master.copy_(saved)
         self.copy_masters_to_model()
         self._masters_loaded = True
@@ -339,7 +358,7 @@ class _ModelStateHooks:
         self._optimizer, self._pending = (lambda: None), {}
 
     def _linked(self, module):
-        """(name, parameter, its GradientLink) for module's parameters with masters."""
+        """(name, parameter, its gradient link) for module's parameters with masters."""
         optimizer = self._optimizer()
         if optimizer is None:
             return []

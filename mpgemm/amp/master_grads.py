@@ -1,20 +1,28 @@
-"""fp32 gradient accumulation on the master weights.
+"""fp32 gradients for 16-bit parameters with fp32 masters.
 
-A 16-bit (fp16 or bf16) parameter's gradient is moved into its fp32 master
-as backward produces it: a post-accumulate-grad hook adds it to
-``master.grad`` in fp32 and frees it. Micro-batches of gradient accumulation then sum in fp32, where scaled
-fp16 sums would overflow, and no 16-bit gradient outlives its backward.
+A 16-bit (fp16 or bf16) parameter's gradient is summed in fp32, so that the
+micro-batches of gradient accumulation add in fp32 where scaled fp16 sums
+would overflow, and no 16-bit gradient outlives the backward that made it.
+The link that does so is chosen when the optimizer is built
+(:func:`link_gradient`):
 
-The parameter's ``.grad`` then holds a :class:`MasterGrad`, a stand-in with no
-storage through which Python code reads and writes the master's gradient: the
-torch.amp recipe ``clip_grad_norm_(model.parameters(), ...)`` clips what the
-optimizer steps with, and ``print(p.grad)`` shows it. The stand-in also says
-that the master's gradient is current: code that clears ``p.grad``
-(``model.zero_grad()``) clears the master's with it.
+- :class:`SharedGradient`, on one process: the parameter's ``grad_dtype``
+  is fp32, so torch's autograd engine casts each incoming 16-bit gradient to
+  fp32 and its AccumulateGrad sums it into ``param.grad``, in C++, with no
+  hook per parameter. ``param.grad`` is then the fp32 gradient, and the
+  master's ``.grad`` is the same tensor, tied at each flush (the optimizer's
+  unscale, clip, step and ``master_params()``): the torch.amp recipe
+  ``clip_grad_norm_(model.parameters(), ...)``, ``p.grad *= c``,
+  ``print(p.grad)`` and ``model.zero_grad()`` act on what the optimizer
+  steps with.
+- :class:`HookedGradient`, where torch.distributed has a process group:
+  DistributedDataParallel reduces ``p.grad`` in the parameter's dtype (its
+  buckets refuse an fp32 gradient on a 16-bit parameter), so the 16-bit
+  gradients stay on the parameters until the optimizer flushes them (at
+  unscale) into the master's fp32 gradient, and hooks on each parameter keep
+  ``param.grad`` standing for the master's (:class:`MasterGrad`).
 
-Under torch.distributed (world size > 1) the 16-bit gradients stay on the
-parameters until the optimizer flushes them (at unscale), because
-DistributedDataParallel reduces ``p.grad`` after this hook would have run.
+So torch.distributed is initialized before ``prepare()``.
 """
 
 import weakref
@@ -32,6 +40,12 @@ FLOAT = torch.float32
 
 def distributed():
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def process_group_up():
+    """Whether torch.distributed has a process group, of any size (DDP wraps
+    a model under one process too)."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def unscale_target(param):
@@ -66,7 +80,7 @@ def _resolve(obj):
 
 class MasterGrad(torch.Tensor):
     """The ``.grad`` of a 16-bit parameter whose gradient lives on its fp32
-    master: every torch function and tensor method applied to it acts on
+    master (:class:`HookedGradient`'s): every torch function and tensor method applied to it acts on
     ``master.grad`` (norms, in-place scaling, printing), so what Python code
     reads and clips is what the optimizer steps with."""
 
@@ -90,8 +104,87 @@ class MasterGrad(torch.Tensor):
         return result
 
 
-class GradientLink:
-    """Moves the gradient of one 16-bit parameter into its fp32 master.
+def link_gradient(param, master):
+    """The link that sums param's gradients into master's fp32 gradient, as
+    the process runs now (the module's docstring)."""
+    return HookedGradient(param, master) if process_group_up() else SharedGradient(param, master)
+
+
+# id(16-bit parameter) -> (its grad_dtype before any link, the weak references
+# of the SharedGradients that hold it): the last of them to go hands the
+# parameter back. (Each link's finalizer keeps its parameter, so no id is
+# reused while its entry lives.)
+_SHARED_BY = {}
+
+
+class SharedGradient:
+    """One 16-bit parameter's fp32 gradient, shared with its master.
+
+    ``param.grad`` is the truth: a flush ties ``master.grad`` to it (the same
+    tensor, or None), except where the master's was set since the last tie
+    while the parameter's was not (code that clears the gradients through
+    the optimizer's param groups), which the parameter then takes. After a
+    step the master lets go of it (:meth:`untie`), so that ``model.zero_grad()``
+    frees it before the next backward, as torch.amp's frees its own.
+    """
+
+    def __init__(self, param, master):
+        self.param, self.master = param, master
+        grad = param.grad
+        self._tied = None  # a weak reference to the tensor last tied, or None
+        ref = weakref.ref(self)
+        _SHARED_BY.setdefault(id(param), (param.grad_dtype, set()))[1].add(ref)
+        if param.grad_dtype != FLOAT:
+            if grad is not None and grad.dtype != FLOAT:
+                param.grad = None  # torch changes grad_dtype only where no gradient of another dtype is kept
+            param.grad_dtype = FLOAT
+            if grad is not None and grad.dtype != FLOAT:
+                param.grad = grad.to(FLOAT)
+        weakref.finalize(self, _hand_back, param, ref).atexit = False
+
+    def flush(self):
+        """Ties the master's gradient to the parameter's."""
+        grad, master_grad = self.param.grad, self.master.grad
+        if grad is master_grad:
+            pass
+        elif self._tied is not None and self._tied() is grad:
+            self.param.grad = grad = master_grad  # the master's was set since the tie
+        else:
+            self.master.grad = grad
+        self._tied = None if grad is None else weakref.ref(grad)
+
+    def untie(self):
+        """The master lets go of the gradient; the parameter keeps it."""
+        self.master.grad, self._tied = None, None
+
+    def zero_grad(self, set_to_none):
+        if set_to_none:
+            self.param.grad = None
+            self.untie()
+            return
+        self.flush()
+        if self.param.grad is not None:
+            self.param.grad.zero_()
+
+
+def _hand_back(param, ref):
+    """The parameter of the last of its links to go gets back the grad_dtype
+    it had, and its gradient in that dtype."""
+    grad_dtype, links = _SHARED_BY[id(param)]
+    links.discard(ref)
+    if links:
+        return
+    del _SHARED_BY[id(param)]
+    grad = param.grad
+    param.grad = None
+    param.grad_dtype = grad_dtype
+    if grad is not None:
+        param.grad = grad if grad_dtype is None else grad.to(grad_dtype)
+
+
+class HookedGradient:
+    """Moves the gradient of one 16-bit parameter into its fp32 master, under
+    torch.distributed.
 
     Invariant: the master's gradient is current while ``param.grad`` is the
     link's MasterGrad; a real tensor in ``param.grad`` (kept for DDP, or set by
@@ -148,7 +241,7 @@ class GradientLink:
             self._continues = False
 
     def _after_accumulate(self, param):
-        if not distributed():
+        if not process_group_up():  # torch.distributed ended since: no DDP reduces the gradient
             self.flush()
 
     def _absorb(self, grad):
@@ -173,6 +266,9 @@ class GradientLink:
             if self._hooked:  # without hooks, AccumulateGrad would add into the stand-in
                 self.param.grad = self.proxy
         self._continues = False
+
+    def untie(self):
+        pass  # the master's gradient is the only one: the parameter's is a stand-in
 
     def zero_grad(self, set_to_none):
         self.flush()

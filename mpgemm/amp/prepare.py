@@ -272,7 +272,7 @@ def prepare(model, optimizer, *, dtype=HALF, keep_fp32=(), include=(), **scaler_
     optimizer = MasterWeightOptimizer(optimizer, model)
     register_16_bit_params(sixteen_bit)
     with torch.no_grad():
-        for model_param, master in zip(optimizer.model_params(), optimizer.master_params()):
+        for model_param, master in zip(optimizer.model_params(), optimizer._masters()):
             if master is not model_param and id(model_param) in fp32_values:
                 master.copy_(fp32_values[id(model_param)])
     scaler_options.setdefault("enabled", dtype == HALF)

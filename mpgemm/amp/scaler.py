@@ -154,8 +154,9 @@ class LossScaler:
         """Divides the optimizer's gradients by the scale and records inf/NaN.
 
         With a :class:`MasterWeightOptimizer` the unscaled gradients are the
-        masters' (the fp16 model's stay scaled): clip
-        ``optimizer.master_params()``, not ``model.parameters()``.
+        masters', which the 16-bit model's ``.grad`` are (or stand for), so
+        clipping ``model.parameters()`` or ``optimizer.master_params()`` clips
+        the same.
         """
         if not self._enabled:
             return
@@ -207,6 +208,8 @@ class LossScaler:
                 del inner.grad_scale, inner.found_inf
         # The one host synchronization of a step on any other optimizer.
         if state["found_inf"].item() != 0.0:
+            if isinstance(optimizer, MasterWeightOptimizer):
+                optimizer.untie_grads()  # as its step would have
             return None
         return optimizer.step(*args, **kwargs)
 

@@ -14,13 +14,23 @@ import torch.nn.functional as F
 
 import mpgemm
 from mpgemm.amp import LossScaler, MasterWeightOptimizer
-from mpgemm.amp.master_grads import MasterGrad
+from mpgemm.amp.master_grads import HookedGradient, MasterGrad, SharedGradient
 
 
 def mlp(seed=0):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
                                torch.nn.Linear(32, 5))
+
+
+@pytest.fixture(params=["one process", "distributed"])
+def link(request, monkeypatch):
+    """The way master gradients are linked (mpgemm.amp.master_grads): on one
+    process, or as under torch.distributed (chosen when the optimizer is
+    built), whose 16-bit gradients wait for the optimizer's flush."""
+    if request.param == "distributed":
+        monkeypatch.setattr(mpgemm.amp.master_grads, "process_group_up", lambda: True)
+    return request.param
 
 
 def batch(seed=1, n=16, scale=1.0):
@@ -59,20 +69,86 @@ def test_clipping_clips_what_the_optimizer_steps_with(recipe):
         torch.testing.assert_close(master, want, atol=2e-3, rtol=2e-2)
 
 
-def test_model_gradient_stands_for_the_master_gradient():
+def prepared_backward(link_type):
+    """A prepared mlp after one backward, its gradient links of link_type."""
     model = mlp()
     model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
                                                   init_scale=8.0)
+    assert all(isinstance(link, link_type) for link in optimizer._links)
     x, y = batch()
     scaler.scale(F.cross_entropy(model(x), y)).backward()
+    return model, optimizer, scaler
+
+
+def test_model_gradient_is_the_master_gradient():
+    model, optimizer, scaler = prepared_backward(SharedGradient)
+    grad = model[0].weight.grad
+    # Summed in fp32 by torch's own accumulation: no 16-bit gradient is kept, no hook runs.
+    assert type(grad) is torch.Tensor and grad.dtype == torch.float32
+    assert not model[0].weight._backward_hooks and not model[0].weight._post_accumulate_grad_hooks
+    master = optimizer.master_params()[0]
+    assert master.grad is grad
+    scaler.unscale_(optimizer)
+    assert model[0].weight.grad is grad and master.grad is grad
+    scaler.step(optimizer)
+    assert master.grad is None and model[0].weight.grad is grad  # the master lets go: model.zero_grad() frees it
+    assert optimizer.master_params()[0].grad is grad  # and reading it through the optimizer ties it again
+
+
+def test_model_gradient_stands_for_the_master_gradient_under_torch_distributed(monkeypatch):
+    monkeypatch.setattr(mpgemm.amp.master_grads, "process_group_up", lambda: True)
+    model, optimizer, scaler = prepared_backward(HookedGradient)
+    assert model[0].weight.grad.dtype == torch.float16  # DDP reduces it as it is
+    master = optimizer.master_params()[0]
     grad = model[0].weight.grad
     assert isinstance(grad, MasterGrad)
     with torch._C.DisableTorchFunctionSubclass():
         assert grad.untyped_storage().nbytes() == 2  # the fp16 gradient is freed
-    master = optimizer.master_params()[0]
     assert torch.equal(grad * 1, master.grad) and master.grad.dtype == torch.float32
     scaler.unscale_(optimizer)
     assert torch.equal(grad.norm(), master.grad.norm())
+
+
+def test_the_master_lets_go_after_a_step_and_a_skipped_step():
+    """So that model.zero_grad() frees the gradients before the next
+    backward, also where the step was skipped (an overflow, decided on the
+    host for plain SGD)."""
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                                  init_scale=2.0**15)
+    x, y = batch()
+    for overflow in (False, True):
+        loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss * (float("inf") if overflow else 1.0)).backward()
+        scaler.step(optimizer)
+        assert scaler.last_step_skipped is False  # update() not yet run
+        scaler.update()
+        assert scaler.last_step_skipped is overflow
+        masters = optimizer._masters()
+        assert all(m.grad is None for m, (p, _) in zip(masters, optimizer._pairs) if p.dtype == torch.float16)
+        model.zero_grad()
+
+
+def test_a_gradient_replaced_after_unscale_is_the_one_stepped():
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=1.0))
+    x, y = batch()
+    scaler.scale(F.cross_entropy(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    before = optimizer.master_params()[0].detach().clone()
+    model[0].weight.grad = torch.full_like(model[0].weight.grad, 0.25)  # a new tensor, not an in-place change
+    scaler.step(optimizer)
+    assert torch.equal(optimizer.master_params()[0], before - 0.25)
+
+
+def test_a_16_bit_gradient_set_by_hand_is_refused_by_torch():
+    """torch refuses a gradient of another dtype than grad_dtype, naming both."""
+    model = torch.nn.Linear(4, 2).half()
+    optimizer = MasterWeightOptimizer(torch.optim.SGD(model.parameters(), lr=1.0))
+    with pytest.raises(RuntimeError, match="dtype 'c10::Half' to a tensor with grad_dtype 'Float'"):
+        model.weight.grad = torch.ones(2, 4, dtype=torch.float16)
+    del optimizer
+    model.weight.grad = torch.ones(2, 4, dtype=torch.float16)  # a discarded optimizer hands the parameter back
 
 
 # 2. Loading weights after prepare()
@@ -178,7 +254,7 @@ def test_model_zero_grad_clears_the_master_gradients_kept_for_ddp(monkeypatch):
     until the optimizer flushes them: after a flushed backward and one more
     (accumulating), a model.zero_grad() still leaves the next backward's
     gradients alone in the masters."""
-    monkeypatch.setattr(mpgemm.amp.master_grads, "distributed", lambda: True)
+    monkeypatch.setattr(mpgemm.amp.master_grads, "process_group_up", lambda: True)
     x, y = batch()
     runs = []
     for clear_between in (True, None):
@@ -196,7 +272,7 @@ def test_model_zero_grad_clears_the_master_gradients_kept_for_ddp(monkeypatch):
         assert torch.equal(a, b)
 
 
-def test_torch_autograd_grad_leaves_the_gradients_alone():
+def test_torch_autograd_grad_leaves_the_gradients_alone(link):
     model = mlp()
     model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     x, y = batch()
@@ -204,7 +280,10 @@ def test_torch_autograd_grad_leaves_the_gradients_alone():
     before = optimizer.master_params()[0].grad.clone()
     torch.autograd.grad(F.cross_entropy(model(x), y), [model[0].weight])
     assert torch.equal(optimizer.master_params()[0].grad, before)
-    assert isinstance(model[0].weight.grad, MasterGrad)
+    if link == "distributed":
+        assert isinstance(model[0].weight.grad, MasterGrad)
+    else:
+        assert model[0].weight.grad is optimizer.master_params()[0].grad
 
 
 class GradientOnFirstCallOnly(torch.autograd.Function):
@@ -237,15 +316,28 @@ def test_a_micro_batch_without_gradient_keeps_the_accumulated_one():
     torch.testing.assert_close(run(True), run(False), atol=1e-3, rtol=1e-3)
 
 
-def test_in_place_arithmetic_on_the_model_gradient_acts_on_the_master():
+def test_in_place_arithmetic_on_the_model_gradient_acts_on_the_master(link):
     model = mlp()
     model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     x, y = batch()
     scaler.scale(F.cross_entropy(model(x), y)).backward()
     before = optimizer.master_params()[0].grad.clone()
+    grad = model[0].weight.grad
     model[0].weight.grad *= 0.5
-    assert isinstance(model[0].weight.grad, MasterGrad)
+    assert model[0].weight.grad is grad  # still the master's (or its stand-in)
     assert torch.equal(optimizer.master_params()[0].grad, before * 0.5)
+
+
+def test_gradients_cleared_through_the_optimizers_param_groups_stay_cleared():
+    model = mlp()
+    model, optimizer, scaler = mpgemm.amp.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = batch()
+    scaler.scale(F.cross_entropy(model(x), y)).backward()
+    optimizer.master_params()
+    for master in optimizer.param_groups[0]["params"]:
+        master.grad = None
+    assert all(m.grad is None for m in optimizer.master_params())
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_unfrozen_parameters_and_partial_optimizers():
@@ -283,6 +375,25 @@ def test_a_discarded_optimizer_leaves_no_hooks_running():
     second = MasterWeightOptimizer(torch.optim.SGD(layer.parameters(), lr=0.1))
     layer(torch.randn(2, 16).half()).float().sum().backward()
     assert second.master_params()[0].grad is not None
+    # An optimizer replaced by a new one over the same parameters (built
+    # before the old one goes) leaves the new one's link in place.
+    second = MasterWeightOptimizer(torch.optim.SGD(layer.parameters(), lr=0.1))
+    gc.collect()
+    second.zero_grad()
+    layer(torch.randn(2, 16).half()).float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and second.master_params()[0].grad is layer.weight.grad
+    # A second optimizer over the same parameters, dropped while the first
+    # trains on, leaves the first one's link in place.
+    third = MasterWeightOptimizer(torch.optim.SGD(layer.parameters(), lr=0.1))
+    del third
+    gc.collect()
+    second.zero_grad()
+    layer(torch.randn(2, 16).half()).float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and second.master_params()[0].grad is layer.weight.grad
+    second.step()
+    del second
+    gc.collect()
+    assert layer.weight.grad.dtype == torch.float16 and layer.weight.grad_dtype == torch.float16  # handed back
 
 
 # 4. Float inputs that are not activations; 6. norm layers and buffers
@@ -505,7 +616,7 @@ def test_master_optimizer_copies_follow_their_own_parameters():
     model = torch.nn.Linear(4, 2).half()
     optimizer = MasterWeightOptimizer(torch.optim.SGD(model.parameters(), lr=1.0))
     clone = copy.deepcopy(optimizer)
-    clone.model_params()[0].grad = torch.ones(2, 4, dtype=torch.float16)
+    clone.model_params()[0].grad = torch.ones(2, 4)  # a 16-bit parameter with a master takes fp32 gradients
     clone.step()
     assert torch.equal(clone.master_params()[0], optimizer.master_params()[0] - 1)
     assert model.weight.grad is None
