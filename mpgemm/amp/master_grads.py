@@ -22,7 +22,7 @@ The link that does so is chosen when the optimizer is built
   unscale) into the master's fp32 gradient, and hooks on each parameter keep
   ``param.grad`` standing for the master's (:class:`MasterGrad`).
 
-So torch.distributed is initialized before ``prepare()``.
+So initialize torch.distributed before ``prepare()``.
 """
 
 import weakref
@@ -80,9 +80,10 @@ def _resolve(obj):
 
 class MasterGrad(torch.Tensor):
     """The ``.grad`` of a 16-bit parameter whose gradient lives on its fp32
-    master (:class:`HookedGradient`'s): every torch function and tensor method applied to it acts on
-    ``master.grad`` (norms, in-place scaling, printing), so what Python code
-    reads and clips is what the optimizer steps with."""
+    master (a :class:`HookedGradient`'s): every torch function and tensor
+    method applied to it acts on ``master.grad`` (norms, in-place scaling,
+    printing), so what Python code reads and clips is what the optimizer
+    steps with."""
 
     @staticmethod
     def __new__(cls, param, master):
@@ -130,11 +131,11 @@ class SharedGradient:
 
     def __init__(self, param, master):
         self.param, self.master = param, master
-        grad = param.grad
         self._tied = None  # a weak reference to the tensor last tied, or None
         ref = weakref.ref(self)
         _SHARED_BY.setdefault(id(param), (param.grad_dtype, set()))[1].add(ref)
         if param.grad_dtype != FLOAT:
+            grad = param.grad
             if grad is not None and grad.dtype != FLOAT:
                 param.grad = None  # torch changes grad_dtype only where no gradient of another dtype is kept
             param.grad_dtype = FLOAT
@@ -183,8 +184,8 @@ def _hand_back(param, ref):
 
 
 class HookedGradient:
-    """Moves the gradient of one 16-bit parameter into its fp32 master, under
-    torch.distributed.
+    """Moves the gradient of one 16-bit parameter into its fp32 master, where
+    torch.distributed has a process group.
 
     Invariant: the master's gradient is current while ``param.grad`` is the
     link's MasterGrad; a real tensor in ``param.grad`` (kept for DDP, or set by
