@@ -343,7 +343,31 @@ def wgmma_speed_step(raw, result):
     # The small GEMM after each predecessor (wgmma_check.predecessors), as its log line says it.
     after = [line for line in _log_tail(raw, result, lines=1000) if line.startswith("a small Hopper GEMM")]
     lines += [""] + after if after else []
+    training = training_sweep_line(report.get("training", []) if report else [])
+    lines += ["", training] if training else []
     return headline, lines, {"geomean_vs_cublas": geomean}
+
+
+def _geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def training_sweep_line(rows):
+    """The training sweep against cuBLAS: the default's geomean over every
+    GEMM, and over those where stream-K is planned (MPGEMM_STREAM_K=1) the
+    default's, split-K's where it splits them, and stream-K's; "" without
+    rows."""
+    if not rows:
+        return ""
+    line = f"training sweep: default {_geomean([r['default_vs_cublas'] for r in rows]):.2f}x over {len(rows)} GEMMs"
+    streamed = [r for r in rows if "wgmma_streamk_vs_cublas" in r]
+    if streamed:
+        split = [r["wgmma_splitk_vs_cublas"] for r in streamed if "wgmma_splitk_vs_cublas" in r]
+        line += (f"; where stream-K is planned ({len(streamed)}): default "
+                 f"{_geomean([r['default_vs_cublas'] for r in streamed]):.2f}x, "
+                 + (f"split-K {_geomean(split):.2f}x (over {len(split)}), " if split else "")
+                 + f"stream-K {_geomean([r['wgmma_streamk_vs_cublas'] for r in streamed]):.2f}x")
+    return line
 
 
 SUMMARIZERS = {

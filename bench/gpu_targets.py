@@ -210,7 +210,7 @@ def _loss_scaling():
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
-    one on padded copies of odd-pitched operands, one that stores GELU's
+    stream-K's, one on padded copies of odd-pitched operands, one that stores GELU's
     pre-activation too, those that sum A's rows, whole K on each tile and
     split, and the
     one that multiplies by an activation's derivative), and
@@ -234,6 +234,11 @@ def sanitize():
         os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1"
         _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_WGMMA_SPLIT_K")
+        # Stream-K on the Hopper block (opt-in): the same two tiles' 65 slices in 32 runs of 4 or 5, each tile
+        # split over 16 or 17 of them, summed from their slots by the block that ends it.
+        os.environ["MPGEMM_STREAM_K"] = "1"
+        _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu")
+        os.environ.pop("MPGEMM_STREAM_K")
         # Operands of odd pitches on copies at aligned ones (opt-in), the wide tile forced.
         os.environ["MPGEMM_PADDED_OPERANDS"] = "1"
         _gemm_on("wgmma", 301, 259, 131, bias=True, activation="gelu")

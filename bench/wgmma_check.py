@@ -16,16 +16,18 @@ benchmarks' separator before each timed call makes the same for every
 call), and ends with the training sweep (mpgemm.tools.models.training_gemms:
 each linear of GPT-2 small's to Llama-7B's blocks at 2048 and 16384 tokens,
 forward, dgrad and wgrad with their real layouts, fp16): the default path
-(and split-K on the Hopper block where it would split) beside cuBLAS, with
+(and split-K on the Hopper block where it would split, stream-K where it
+would be planned) beside cuBLAS, with
 the geomean and the lowest of the default's ratios.
 
 Needs an sm_90 GPU and an extension built with 9.0 in TORCH_CUDA_ARCH_LIST.
 The correctness cases force each Hopper kernel (MPGEMM_GEMM_PATH=wgmma,
 wgmma_2x1, wgmma_pingpong, wgmma_n128, wgmma_n64), also where the heuristic
 would split K on WMMA tiles instead, and split-K on the Hopper block
-(MPGEMM_WGMMA_SPLIT_K=1, opt-in) on shapes its cost model splits; the speed
-table times it (`wgmma_splitk`) beside the rest where it applies (at least
-128 rows, more than 128 columns), and odd sizes on the Hopper kernel through
+(MPGEMM_WGMMA_SPLIT_K=1, opt-in) on shapes its cost model splits, and
+stream-K (MPGEMM_STREAM_K=1, opt-in) where its model plans it; the speed
+table times them (`wgmma_splitk`, `wgmma_streamk`) beside the rest where
+they apply (at least 128 rows, more than 128 columns), and odd sizes on the Hopper kernel through
 aligned copies of their operands (`wgmma_padded`, MPGEMM_PADDED_OPERANDS=1)
 beside the WMMA path they take without.
 Exit status 1 if any case is wrong, or does not run on the kernel forced."""
@@ -56,16 +58,20 @@ SHAPES = [(1, 128, 256, 64), (1, 64, 64, 16), (1, 136, 264, 72), (1, 1000, 1000,
 # Single matrices whose K the split cost model splits on the 128 x 256 tile
 # (13 ways, 4 ways), run with MPGEMM_WGMMA_SPLIT_K=1.
 SPLIT_SHAPES = [(1, 128, 264, 4104), (1, 1000, 1000, 8200)]
+# Single matrices that run stream-K with MPGEMM_STREAM_K=1: two tiles over
+# 32 runs, 32 ragged tiles over a device's blocks.
+STREAM_K_SHAPES = [(1, 128, 264, 4104), (1, 1000, 1000, 8200)]
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 
 
-def use_path(path, split_k=False, padded=False):
+def use_path(path, split_k=False, padded=False, stream_k=False):
     """Forces MPGEMM_GEMM_PATH=path, split-K on the Hopper block where
-    split_k, and odd-pitched operands onto it through aligned copies where
-    padded."""
+    split_k, odd-pitched operands onto it through aligned copies where
+    padded, and stream-K where stream_k."""
     os.environ["MPGEMM_GEMM_PATH"] = path
     os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1" if split_k else "0"
     os.environ["MPGEMM_PADDED_OPERANDS"] = "1" if padded else "0"
+    os.environ["MPGEMM_STREAM_K"] = "1" if stream_k else "0"
 
 
 def operand(batch, rows, cols, layout, dtype):
@@ -76,8 +82,8 @@ def operand(batch, rows, cols, layout, dtype):
     return torch.randn(*lead, cols, rows, device="cuda").to(dtype).transpose(-1, -2)
 
 
-def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path, split_k=False):
-    use_path(path, split_k)
+def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path, split_k=False, stream_k=False):
+    use_path(path, split_k, stream_k=stream_k)
     a = operand(batch, m, k, layouts[0], dtype)
     # A batch multiplies a batch of B when B is column-major, one broadcast B otherwise.
     b = operand(batch if layouts[1] == "col" else 1, k, n, layouts[1], dtype)
@@ -99,25 +105,29 @@ def check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path
     return {"batch": batch, "m": m, "n": n, "k": k, "layouts": "".join(l[0] for l in layouts),
             "dtype": str(dtype).removeprefix("torch."), "out": str(out_dtype).removeprefix("torch."),
             "bias": bias, "activation": activation, "config": plan.config, "rel_err": err,
-            "split_k": plan.split_k, "unwritten": unwritten,
-            "ok": unwritten == 0 and err < tol and plan.config == path and (plan.split_k > 1) == split_k}
+            "split_k": plan.split_k, "stream_k_blocks": plan.stream_k_blocks, "unwritten": unwritten,
+            "ok": unwritten == 0 and err < tol and plan.config == path and (plan.split_k > 1) == split_k
+            and (plan.stream_k_blocks > 0) == stream_k}
 
 
 def correctness():
     results = []
-    cases = [(shape, path, False) for shape in SHAPES for path in HOPPER_PATHS]
-    cases += [(shape, "wgmma", True) for shape in SPLIT_SHAPES]
-    for i, ((batch, m, n, k), path, split_k) in enumerate(cases):
+    cases = [(shape, path, False, False) for shape in SHAPES for path in HOPPER_PATHS]
+    cases += [(shape, "wgmma", True, False) for shape in SPLIT_SHAPES]
+    cases += [(shape, "wgmma", False, True) for shape in STREAM_K_SHAPES]
+    for i, ((batch, m, n, k), path, split_k, stream_k) in enumerate(cases):
         for layouts in LAYOUTS:
             for dtype in (torch.float16, torch.bfloat16):
                 out_dtype = dtype if (i + len(results) // 2) % 3 == 0 else torch.float32
                 bias = i % 2 == 0
                 activation = [None, "relu", "gelu"][i % 3]
-                results.append(check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path, split_k))
+                results.append(check_case(batch, m, n, k, layouts, dtype, out_dtype, bias, activation, path, split_k,
+                                          stream_k))
                 r = results[-1]
                 print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['batch']}x{m}x{n}x{k} {r['layouts']} {r['dtype']}->{r['out']} "
                       f"bias={bias} act={activation} config={r['config']} split_k={r['split_k']} "
-                      f"rel_err={r['rel_err']:.2e} unwritten={r['unwritten']}", flush=True)
+                      f"stream_k_blocks={r['stream_k_blocks']} rel_err={r['rel_err']:.2e} "
+                      f"unwritten={r['unwritten']}", flush=True)
     return results
 
 
@@ -175,9 +185,9 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
             use_path("wgmma")
             return mpgemm.gemm(a, b, out=d_direct)
 
-        def forced(path, split_k=False, padded=False):
+        def forced(path, split_k=False, padded=False, stream_k=False):
             def run(a, b):
-                use_path(path, split_k, padded)
+                use_path(path, split_k, padded, stream_k)
                 return mpgemm.gemm(a, b)
             return run
 
@@ -193,6 +203,9 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
                 fns.update({path: forced(path) for path in NARROW_PATHS})
             if m >= 128 and n > NARROW_COLUMNS:
                 fns["wgmma_splitk"] = forced("wgmma", split_k=True)
+                use_path("wgmma", stream_k=True)
+                if mpgemm.gemm_plan(m, n, k).stream_k_blocks:
+                    fns["wgmma_streamk"] = forced("wgmma", stream_k=True)
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
                "layouts": "".join(layout[0] for layout in layouts)}
         rows.append(timed_row(row, {**fns, "cublas": cublas}, sets, clock))
@@ -209,9 +222,9 @@ def training_speed():
     for label, (m, n, k), layouts in training_gemms():
         sets = input_sets(m, n, k, layouts, torch.float16)
 
-        def with_path(split_k):
+        def with_path(split_k, stream_k=False):
             def run(a, b):
-                use_path("auto", split_k)
+                use_path("auto", split_k, stream_k=stream_k)
                 return mpgemm.gemm(a, b)
             return run
 
@@ -219,12 +232,17 @@ def training_speed():
         plan = mpgemm.gemm_plan(m, n, k)
         use_path("auto", split_k=True)
         split_plan = mpgemm.gemm_plan(m, n, k)
+        use_path("auto", stream_k=True)
+        stream_k_plan = mpgemm.gemm_plan(m, n, k)
         fns = {"default": with_path(False), "cublas": lambda a, b: torch.mm(a, b, out_dtype=torch.float32)}
         if split_plan != plan:
             fns["wgmma_splitk"] = with_path(True)
+        if stream_k_plan.stream_k_blocks:
+            fns["wgmma_streamk"] = with_path(False, stream_k=True)
         row = {"gemm": label, "m": m, "n": n, "k": k, "layouts": "".join(layout[0] for layout in layouts),
                "dtype": "float16", "config": plan.config, "split_k": plan.split_k,
-               "splitk_config": split_plan.config, "splitk_split_k": split_plan.split_k}
+               "splitk_config": split_plan.config, "splitk_split_k": split_plan.split_k,
+               "stream_k_blocks": stream_k_plan.stream_k_blocks}
         rows.append(timed_row(row, fns, sets, clock))
     use_path("wgmma")
     ratios = [row["default_vs_cublas"] for row in rows]

@@ -30,10 +30,10 @@ PyObject* config_dict(const TileConfigInfo& c) {
 }
 
 PyObject* plan_dict(const GemmPlan& plan, const GemmShape& shape) {
-  return Py_BuildValue("{s:s,s:i,s:i,s:O,s:O,s:K}", "config", kernels::tile_config(plan.config).name, "split_k",
+  return Py_BuildValue("{s:s,s:i,s:i,s:O,s:O,s:i,s:K}", "config", kernels::tile_config(plan.config).name, "split_k",
                        plan.split_k, "raster_group", plan.raster_group, "tuned", plan.tuned ? Py_True : Py_False,
-                       "padded_operands", plan.padded ? Py_True : Py_False, "workspace_bytes",
-                       static_cast<unsigned long long>(kernels::workspace_bytes(shape, plan)));
+                       "padded_operands", plan.padded ? Py_True : Py_False, "stream_k_blocks", plan.stream_k_blocks,
+                       "workspace_bytes", static_cast<unsigned long long>(kernels::workspace_bytes(shape, plan)));
 }
 
 // (batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch);

@@ -16,7 +16,9 @@ tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 / tiles) parts, so its partials hold at most 1.5 x multiprocessors tiles of
 fp32 (a tuned plan at most 16 x M x N x 4 bytes; on the Hopper block,
 ``MPGEMM_WGMMA_SPLIT_K=1``, as its cost model says, at most 16 ways and
-4 x multiprocessors tiles plus one split's); wgrad splits as a cost
+4 x multiprocessors tiles plus one split's; stream-K,
+``MPGEMM_STREAM_K=1``, a 128 x 256 fp32 tile per block of the grid, at most
+one per multiprocessor, 16.5 MiB on 132); wgrad splits as a cost
 model of its mainloop and partials' traffic says is fastest, its partials at
 most 4 x multiprocessors + its own tiles. These counters say how much a run took.
 """

@@ -32,10 +32,14 @@ class GemmPlan:
     rows (of cluster tiles); `tuned` says the choice came from the tuning
     cache; `padded_operands`, that a Hopper plan runs on copies of operands
     the copy engine cannot describe as they lie, their rows or columns
-    moved to 16-byte aligned pitches (MPGEMM_PADDED_OPERANDS=1).
-    `workspace_bytes`: the device memory the launch takes beyond its
-    output (those copies; split-K's fp32 partial sums, split_k x M x N x 4
-    bytes), from torch's caching allocator for the call."""
+    moved to 16-byte aligned pitches (MPGEMM_PADDED_OPERANDS=1);
+    `stream_k_blocks`, where not 0, that the 128 x 256 Hopper tile runs
+    stream-K on that many blocks, each an equal run of all the tiles' K
+    slices, a tile split between runs summed by the block that ends it
+    (MPGEMM_STREAM_K=1). `workspace_bytes`: the device memory the launch
+    takes beyond its output (those copies; split-K's fp32 partial sums,
+    split_k x M x N x 4 bytes; stream-K's, a 128 x 256 fp32 tile a block,
+    and its flags), from torch's caching allocator for the call."""
 
     config: str
     block_m: int
@@ -51,6 +55,7 @@ class GemmPlan:
     tuned: bool
     padded_operands: bool
     workspace_bytes: int
+    stream_k_blocks: int = 0
 
 
 def tile_configs():
@@ -110,7 +115,8 @@ def _as_plan(entry, load_width):
                     cluster_m=config["cluster_m"],
                     smem_bytes=config["smem_bytes"],
                     split_k=entry["split_k"], raster_group=entry["raster_group"], tuned=entry["tuned"],
-                    padded_operands=entry["padded_operands"], workspace_bytes=entry["workspace_bytes"])
+                    padded_operands=entry["padded_operands"], workspace_bytes=entry["workspace_bytes"],
+                    stream_k_blocks=entry["stream_k_blocks"])
 
 
 def operand_load_width(t):
@@ -141,7 +147,11 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     holding 9.0). With MPGEMM_WGMMA_SPLIT_K=1 (opt-in until its GPU run), a
     single matrix whose K the split cost model splits on the 128 x 256 tile
     runs "wgmma" with that `split_k` (at most 16), the splits' fp32 sums
-    reduced in split order. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
+    reduced in split order. With MPGEMM_STREAM_K=1 (opt-in too), ahead of
+    that, a single matrix of at least 128 rows and more than 128 columns
+    whose 128 x 256 tiles fill the multiprocessors poorly runs "wgmma" as
+    stream-K (`stream_k_blocks`: each block an equal run of the tiles' K
+    slices) where its cost model says so. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
     operands of a narrower width take the Hopper kernels on copies at
     16-byte aligned pitches (`padded_operands`) where the copies' bytes cost
     less than the Hopper path saves (at least 350 FLOP per byte copied), or

@@ -206,6 +206,26 @@ def test_split_k_kernels_are_the_unsplit_block_with_its_copies_offset(hopper_ker
         assert abs(len(split_ops) - len(unsplit_ops)) < 64, f"{len(split_ops)} against {len(unsplit_ops)}"
 
 
+STREAM_K_KERNEL = "wgmma_stream_k_gemm_kernel"
+
+
+def test_stream_k_kernels_are_the_whole_k_block_with_its_fix_up(hopper_kernels, machine_code):
+    """The Hopper GEMM's stream-K kernels (opt-in, MPGEMM_STREAM_K=1): two
+    input types by four layouts, on the 128 x 256 tile alone, each the block
+    its whole-K kernel runs (the same HGMMA, copies and strip stores, no
+    spills) and the fix-up after its mainloop: a consumer's 64 x 256 sums
+    written to its slot, and another block's read back, 16 bytes at a time
+    through L2 (32 of each), its flag raised by one release add (a GPU-wide
+    fence before it) and waited for by acquire loads, which drop L1's lines."""
+    for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, STREAM_K_KERNEL, 8, "",
+                                       ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64")):
+        assert sass.count_opcodes(ops, "STG.E.128.STRONG.GPU") == 32, "the slot written"
+        assert sass.count_opcodes(ops, "LDG.E.128.STRONG.GPU") == 32, "a slot read back"
+        assert sass.count_opcodes(ops, "REDG.E.ADD.S32.STRONG.GPU") == 1, "the flag raised"
+        assert sass.count_opcodes(ops, "MEMBAR.ALL.GPU") >= 1, "the slot's writes ordered before the flag"
+        assert sass.count_opcodes(ops, "LDG.E.STRONG.GPU") == 1 and sass.count_opcodes(ops, "CCTL.IVALL") >= 1
+
+
 PRE_ACTIVATION_KERNEL = "wgmma_pre_activation_gemm_kernel"
 
 

@@ -216,7 +216,7 @@ HOPPER_MIN_COPIED_OUT_CASES = 2
 # (`hopper_cases ... pinned`). A bug in code the
 # kernels share (the epilogue) reaches the planted kernel alike.
 HOPPER_MUTATED_FILES = ["sm90/block.cuh", "sm90/gemm_kernel.cuh", "sm90/producer.cuh", "sm90/mainloop.cuh", "sm90/epilogue.cuh",
-                        "sm90/launch_kernel.cuh", "sm90/pipeline.cuh"]
+                        "sm90/launch_kernel.cuh", "sm90/pipeline.cuh", "sm90/stream_k.cuh"]
 HOPPER_MUTATIONS = {
     "consumer waits on the wrong parity": (
         ("mbarrier_wait(&shared.full[pipe.stage], pipe.phase)",
@@ -297,6 +297,17 @@ HOPPER_MUTATIONS = {
         ("int(tile.batch) * slices, slices, rank, pipe)",
          "(PLANTED ? 0 : int(tile.batch) * slices), slices, rank, pipe)"),
         (False, False), "FAILED", "WgmmaTile"),
+    # Stream-K: the block that ends a tile adding every earlier run's slot
+    # but the nearest; each block leaving its sums in the next block's slot
+    # (read back poisoned, or overwriting another's).
+    "stream-K's tile summed without its nearest slot": (
+        ("for (int peer = int(blockIdx.x) - 1; peer >= unit.first_peer; --peer)",
+         "for (int peer = int(blockIdx.x) - 1 - (PLANTED ? 1 : 0); peer >= unit.first_peer; --peer)"),
+        (False, False), "FAILED", "WgmmaTile"),
+    "stream-K's sums left in another block's slot": (
+        ("float4* mine = slot(blockIdx.x, consumer) + thread;",
+         "float4* mine = slot(int(blockIdx.x) + (PLANTED ? 1 : 0), consumer) + thread;"),
+        (False, False), "FAILED", "WgmmaTile"),
     # The pre-activation kernel storing GELU's (or ReLU's) output where its
     # input belongs: the sums activated before the pre-activation's store.
     "pre-activation stored after the activation": (
@@ -335,7 +346,10 @@ HOPPER_MUTATIONS = {
 # The GEMM cases a planted bug's run takes where fewer than every one show
 # it: the cluster occupancy's check follows the cases and asks on devices of
 # its own, so one case will do.
-HOPPER_MUTANT_CASES = {"cluster occupancy asked on every launch": 1}
+HOPPER_MUTANT_CASES = {"cluster occupancy asked on every launch": 1,
+                       # The stream-K cases run after the GEMM cases.
+                       "stream-K's tile summed without its nearest slot": 1,
+                       "stream-K's sums left in another block's slot": 1}
 # Planted bugs in the Hopper convolution: the file and text, the timing,
 # what the simulation must say, and the pass whose kernel carries it
 # (STAGED_ROWS: dgrad's that stages a strided phase's rows; DGRAD_PHASES:
@@ -908,6 +922,10 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay
     assert "cluster occupancy asked once per device and kernel: ok" in output, replay
+    # Stream-K: four cases whose tiles span 2 to 6 runs, each split tile's
+    # slots added by the block that ends it (at least 13 over the four).
+    stream_k = re.search(r"stream-K on the wide tile: ok \(4 cases, (\d+) slots added\)", output)
+    assert stream_k and int(stream_k.group(1)) >= 13, replay
 
 
 @pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS, ids=HOPPER_RUN_IDS)

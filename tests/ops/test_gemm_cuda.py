@@ -7,8 +7,9 @@ consumers take tiles in turn; wgmma_n128 and wgmma_n64: on blocks alone over
 the narrow tiles, 128 x 128 and 128 x 64; wmma: never), outputs of at
 most 128 columns on the narrow tiles the heuristic picks by default, and
 without them (MPGEMM_NARROW_TILES=0), and few tiles with long K split on
-the Hopper block (MPGEMM_WGMMA_SPLIT_K=1), and operands of odd pitches on
-the Hopper kernels through aligned copies (MPGEMM_PADDED_OPERANDS=1).
+the Hopper block (MPGEMM_WGMMA_SPLIT_K=1) or run as stream-K
+(MPGEMM_STREAM_K=1), and operands of odd pitches on the Hopper kernels
+through aligned copies (MPGEMM_PADDED_OPERANDS=1).
 
 Outputs are poisoned with NaN before every launch so an unwritten element
 cannot pass."""
@@ -288,33 +289,46 @@ def test_every_candidate_plan_matches_cublas():
         mpgemm._C.clear_tuned_gemm_plans()
 
 
+# The Hopper block's two ways of sharing a tile's K between blocks: the
+# switch, the kernel that runs, and whether a reduction kernel follows.
+K_SHARED = {"split-K": ("MPGEMM_WGMMA_SPLIT_K", "wgmma_splitk_gemm_kernel", True),
+            "stream-K": ("MPGEMM_STREAM_K", "wgmma_stream_k_gemm_kernel", False)}
+
+
 @needs_hopper_path
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m, n, k, a_layout, b_layout", [(128, 4096, 4096, "row", "col"),
-                                                          (1024, 1024, 16384, "col", "row"),
-                                                          (1000, 264, 8200, "row", "row"),
-                                                          (304, 600, 3000, "col", "col")])
-def test_split_k_on_the_hopper_block(m, n, k, a_layout, b_layout, dtype, monkeypatch):
-    """MPGEMM_WGMMA_SPLIT_K=1 (opt-in): outputs of few 128 x 256 tiles with
-    long K split K on the Hopper block, the splits' fp32 sums reduced in
-    split order: the split-K kernel and the reduction run, the partial sums
-    take the plan's workspace, the result matches cuBLAS (bias and GELU
-    applied once, after the sum) and is bitwise the same on a second run."""
+@pytest.mark.parametrize("way, m, n, k, a_layout, b_layout", [
+    ("split-K", 128, 4096, 4096, "row", "col"), ("split-K", 1024, 1024, 16384, "col", "row"),
+    ("split-K", 1000, 264, 8200, "row", "row"), ("split-K", 304, 600, 3000, "col", "col"),
+    ("stream-K", 768, 768, 16384, "col", "row"), ("stream-K", 2048, 2304, 768, "row", "col"),
+    ("stream-K", 2048, 768, 3072, "row", "row"), ("stream-K", 1000, 600, 5000, "col", "col")])
+def test_k_shared_between_blocks_on_the_hopper_block(way, m, n, k, a_layout, b_layout, dtype, monkeypatch):
+    """Outputs of few 128 x 256 tiles, opt-in each: MPGEMM_WGMMA_SPLIT_K=1
+    splits K on the Hopper block, the splits' fp32 sums reduced in split
+    order by a kernel of their own; MPGEMM_STREAM_K=1 (GPT-2 small's
+    attention wgrad at 16k tokens, its qkv forward and MLP dgrad at 2k, a
+    ragged one) gives each block an equal run of the tiles' K slices, a tile
+    split between runs summed by the block that ends it, no reduction
+    kernel. Either way: its kernel runs, its partial sums take the plan's
+    workspace, the result matches cuBLAS (bias and GELU applied once, after
+    the sum) and is bitwise the same on a second run."""
+    switch, kernel, reduced = K_SHARED[way]
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
-    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+    for name, _, _ in K_SHARED.values():
+        monkeypatch.setenv(name, "1" if name == switch else "0")
     a = operand((m, k), a_layout, dtype)
     b = operand((k, n), b_layout, dtype)
     bias = torch.randn(n, device="cuda")
     plan = mpgemm.gemm_plan(m, n, k)
-    assert plan.config == "wgmma" and plan.split_k > 1, plan
+    assert plan.config == "wgmma" and (plan.split_k > 1 if reduced else plan.stream_k_blocks > 0), plan
     for out_dtype in (torch.float32, dtype):
         mpgemm.reset_workspace_stats()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             out = poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
             torch.cuda.synchronize()
         names = [event.name for event in prof.events()]
-        assert any("wgmma_splitk_gemm_kernel" in name for name in names), names
-        assert any("splitk_reduce" in name for name in names), names
+        assert any(kernel in name for name in names), names
+        assert any("splitk_reduce" in name for name in names) == reduced, names
         assert mpgemm.workspace_stats()["largest_bytes"] == plan.workspace_bytes
         assert not out.isnan().any()
         cublas = torch.nn.functional.gelu(cublas_gemm(a, b) + bias)

@@ -394,6 +394,29 @@ def test_no_workspace_on_the_cpu_backend():
     assert mpgemm.workspace_stats() == {"calls": 0, "bytes": 0, "largest_bytes": 0}
 
 
+def switched_plans(monkeypatch, switch, m, n, k):
+    """The plans of (m, n, k) on an H100 with `switch` unset (the same with
+    it "0", asserted) and with it "1"."""
+    monkeypatch.delenv(switch, raising=False)
+    off = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    monkeypatch.setenv(switch, "0")
+    assert mpgemm.gemm_plan(m, n, k, device_limits=H100) == off
+    monkeypatch.setenv(switch, "1")
+    return off, mpgemm.gemm_plan(m, n, k, device_limits=H100)
+
+
+def forced_plans(monkeypatch, m, n, k):
+    """The plans of (m, n, k) with the wide Hopper tile forced (one matrix,
+    and a batch of two) and ping-pong forced on an H100, and the default's on
+    an A100."""
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
+    plans = [mpgemm.gemm_plan(m, n, k, device_limits=H100), mpgemm.gemm_plan(m, n, k, batch=2, device_limits=H100)]
+    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma_pingpong")
+    plans.append(mpgemm.gemm_plan(m, n, k, device_limits=H100))
+    monkeypatch.delenv("MPGEMM_GEMM_PATH")
+    return plans + [mpgemm.gemm_plan(m, n, k, device_limits=A100)]
+
+
 @pytest.mark.parametrize("m, n, k, split_k", [
     (1024, 1024, 16384, 4), (128, 4096, 4096, 5), (300, 600, 3000, 8), (128, 264, 4104, 13),
     (64, 64, 16384, None), (16, 4096, 4096, None), (4096, 128, 4096, None), (127, 4096, 4096, None),
@@ -406,26 +429,17 @@ def test_split_k_on_the_hopper_block_where_the_cost_model_splits(m, n, k, split_
     or shorter outputs, and products the model leaves whole, keep their
     plans. Unset or "0": no Hopper plan splits."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
-    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
-    unsplit = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    unsplit, plan = switched_plans(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", m, n, k)
     assert not (unsplit.config.startswith("wgmma") and unsplit.split_k > 1)
-    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "0")
-    assert mpgemm.gemm_plan(m, n, k, device_limits=H100) == unsplit
-    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
-    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
     if split_k is None:
         assert plan == unsplit
     else:
         assert (plan.config, plan.split_k, plan.cluster_m) == ("wgmma", split_k, 1)
         assert plan.workspace_bytes == split_k * m * n * 4
     # Forced onto the wide tile, it splits alike; a batch, another Hopper kernel forced, or another arch never.
-    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
-    assert mpgemm.gemm_plan(m, n, k, device_limits=H100).split_k == (split_k or 1)
-    assert mpgemm.gemm_plan(m, n, k, batch=2, device_limits=H100).split_k == 1
-    monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma_pingpong")
-    assert mpgemm.gemm_plan(m, n, k, device_limits=H100).split_k == 1
-    monkeypatch.delenv("MPGEMM_GEMM_PATH")
-    assert not mpgemm.gemm_plan(m, n, k, device_limits=A100).config.startswith("wgmma")
+    forced, batch, ping_pong, a100 = forced_plans(monkeypatch, m, n, k)
+    assert (forced.split_k, batch.split_k, ping_pong.split_k) == (split_k or 1, 1, 1)
+    assert not a100.config.startswith("wgmma")
 
 
 def test_split_k_on_the_hopper_block_is_a_tuning_candidate_only_when_switched_on(monkeypatch):
@@ -448,6 +462,67 @@ def test_split_k_on_the_hopper_block_is_a_tuning_candidate_only_when_switched_on
 def test_a_bad_split_switch_is_named(monkeypatch):
     monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "yes")
     with pytest.raises(ValueError, match="MPGEMM_WGMMA_SPLIT_K must be '0' or '1', got 'yes'"):
+        mpgemm.gemm_plan(64, 64, 64, device_limits=A100)
+
+
+# (m, n, k): stream-K's blocks on an H100's 132 multiprocessors, or None
+# where whole K costs as little by the model (plan/gemm_plan.h).
+STREAM_K_SHAPES = [
+    (768, 768, 16384, 132),   # GPT-2 small's attention wgrad at 16k tokens: 18 tiles
+    (3072, 768, 16384, 132),  # its MLP wgrads: 72 tiles, one wave of 55%
+    (2048, 2304, 768, 132),   # its qkv forward at 2k tokens: 144 tiles, a second wave of 12
+    (2048, 768, 3072, 132),   # its MLP down-projection at 2k tokens: 48 tiles
+    (1024, 1024, 1024, 128),  # 32 tiles of 16 slices: 512 slices, 4 a block
+    (4096, 4096, 4096, None),  # 512 tiles: 3.9 waves
+    (16384, 768, 768, None),  # 384 tiles: 2.9 waves
+    (2048, 768, 768, None),   # 48 tiles of 12 slices: runs of 5 and their fix-ups cost what the second wave saves
+    (4096, 128, 4096, None),  # narrow: the 128 x 64 tile
+    (64, 64, 16384, None),    # WMMA's split
+    (127, 4096, 4096, None),  # fewer rows than a tile: ping-pong
+]
+
+
+@pytest.mark.parametrize("m, n, k, blocks", STREAM_K_SHAPES)
+def test_stream_k_where_its_model_says_it_is_faster(m, n, k, blocks, monkeypatch):
+    """MPGEMM_STREAM_K=1 (opt-in until its GPU run): a single matrix of at
+    least 128 rows and more than 128 columns runs the 128 x 256 tile's
+    stream-K kernel on min(multiprocessors, slices / 4) blocks where the
+    cost model says so, whatever rules 0 to 3 chose (ping-pong, WMMA's
+    split); the workspace holds a 128 x 256 fp32 tile a block and two flags.
+    Unset or "0": no plan is stream-K. Under MPGEMM_GEMM_PATH=wgmma alike; a
+    batch, another Hopper kernel forced, or another arch never."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
+    whole, plan = switched_plans(monkeypatch, "MPGEMM_STREAM_K", m, n, k)
+    assert whole.stream_k_blocks == 0
+    if blocks is None:
+        assert plan == whole
+    else:
+        assert (plan.config, plan.split_k, plan.stream_k_blocks) == ("wgmma", 1, blocks)
+        assert plan.workspace_bytes == blocks * 128 * 256 * 4 + -(-blocks * 2 * 4 // 16) * 16
+        # It comes before the split's cost model.
+        monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+        assert mpgemm.gemm_plan(m, n, k, device_limits=H100) == plan
+    forced, batch, ping_pong, a100 = forced_plans(monkeypatch, m, n, k)
+    assert [p.stream_k_blocks for p in (forced, batch, ping_pong, a100)] == [blocks or 0, 0, 0, 0]
+
+
+def test_stream_k_blocks_follow_the_multiprocessors(monkeypatch):
+    """The blocks are the device's multiprocessors, fewer where the slices
+    would give a block under 4; a problem of one tile's few slices, or too
+    few for two runs, stays whole."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.setenv("MPGEMM_STREAM_K", "1")
+    h200_like = dict(H100, multiprocessors=114)
+    assert mpgemm.gemm_plan(768, 768, 16384, device_limits=h200_like).stream_k_blocks == 114
+    # One tile of 24 slices on 11 multiprocessors: 6 runs of 4.
+    assert mpgemm.gemm_plan(128, 256, 24 * 64, device_limits=dict(H100, multiprocessors=11)).stream_k_blocks == 6
+    assert mpgemm.gemm_plan(128, 256, 7 * 64, device_limits=H100).stream_k_blocks == 0
+
+
+def test_a_bad_stream_k_switch_is_named(monkeypatch):
+    monkeypatch.setenv("MPGEMM_STREAM_K", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_STREAM_K must be '0' or '1', got 'yes'"):
         mpgemm.gemm_plan(64, 64, 64, device_limits=A100)
 
 

@@ -229,6 +229,19 @@ def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
     assert "over 1 shapes" in headline and data["geomean_vs_cublas"]["wgmma_pingpong"] == 1.0
 
 
+def test_wgmma_speed_summary_sets_stream_k_beside_the_default_on_the_training_sweep(tmp_path):
+    """The training sweep's line: the default's geomean over every GEMM, and
+    where stream-K was timed the default's, split-K's and stream-K's."""
+    rows = [{"gemm": "a", "default_vs_cublas": 0.5, "wgmma_splitk_vs_cublas": 0.8, "wgmma_streamk_vs_cublas": 0.9},
+            {"gemm": "b", "default_vs_cublas": 0.8, "wgmma_streamk_vs_cublas": 1.0},
+            {"gemm": "c", "default_vs_cublas": 1.0}]
+    (tmp_path / "wgmma_speed.json").write_text(json.dumps({"speed": [_wgmma_row(1024, wgmma=1.0)], "training": rows}))
+    _, lines, _ = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
+    assert lines[-1] == ("training sweep: default 0.74x over 3 GEMMs; where stream-K is planned (2): default 0.63x, "
+                         "split-K 0.80x (over 1), stream-K 0.95x")
+    assert gpu_check_summary.training_sweep_line([]) == ""
+
+
 def test_make_gpu_bundle_records_the_commit(tmp_path):
     repo = tmp_path / "repo"
     for path in ("Makefile", ".gitignore", "mpgemm/tools/provenance.py"):
@@ -306,8 +319,8 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # kernels, 3 with MPGEMM_BATCH_NORM_LOADS_AHEAD=1), 4 of the gated MLP's
     # passes twice (the product, the gate's and the up projection's gradients, the product again), 2 of the
     # WMMA fprop's epilogue statistics (y and the statistics), loss scaling's 2 (the unscale pass, the
-    # scale's update); on sm_90 2 of the Hopper fprop's epilogue statistics, 7 Hopper GEMMs (blocks alone, pairs, ping-pong,
-    # both narrow tiles, split-K, padded operands), 2 checks of one that stores its pre-activation too (y and
+    # scale's update); on sm_90 2 of the Hopper fprop's epilogue statistics, 8 Hopper GEMMs (blocks alone, pairs, ping-pong,
+    # both narrow tiles, split-K, stream-K, padded operands), 2 checks of one that stores its pre-activation too (y and
     # the pre-activation), 2 checks of each of the 6 that sum A's rows too (D and the row sums: whole K on each
     # of the 5 tiles, split-K on the wide one), 3 of the one
     # that multiplies by an activation's derivative (GELU's, its tanh form's, ReLU's) and 3 passes
@@ -315,7 +328,7 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # (5 on the wide tile, a first layer's folded taps twice among them, x folded a thread per element and in
     # 16-byte chunks; 3 on the narrow tiles; 4 with staged rows, 2 of them on narrow tiles; 2 with a strided
     # dgrad's phases in one launch, one on a narrow tile; 1 whose wgrad runs on the 64-row tile).
-    hopper = 2 + 7 + 2 + 2 * 6 + 3 + 3 * 15 if torch.cuda.get_device_capability() == (9, 0) else 0
+    hopper = 2 + 8 + 2 + 2 * 6 + 3 + 3 * 15 if torch.cuda.get_device_capability() == (9, 0) else 0
     assert sanitize.stdout.count("relative error") == 2 + 3 * 5 + 4 * 5 + 4 * 2 + 2 + 2 + hopper
     if hopper:
         tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)

@@ -1,6 +1,6 @@
 // Host-side dispatch of the GEMM: the problem's shape and plan (plan/), the
 // copies of a padded plan's operands, then the launch of the plan's tile (the
-// WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K ones included)
+// WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K and stream-K ones included)
 // and, for split-K, of the reduction; where the pre-activation is asked for
 // and no epilogue stores it, the product again; where A's row sums are, the
 // plan's Hopper kernel that sums them; where an activation's derivative
@@ -8,6 +8,7 @@
 // split-K's reduction, or the pass that does it after the product.
 #include <climits>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "common/launch_utils.h"
@@ -125,16 +126,19 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   // it runs the Hopper path's sm_90a code, launch_wgmma_gemm's).
   const int any_arch = is_wgmma(plan.config) ? 90 : INT_MAX;
   const DeviceLimits any_device{INT_MAX, INT_MAX, any_arch};
+  const bool stream_k = plan.stream_k_blocks > 0;
   if (!admissible(shape, any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
-      plan.padded != (is_wgmma(plan.config) && !shape.wgmma) ||
-      ((plan.split_k > 1 || plan.padded) && (workspace == nullptr || !aligned16(workspace))))
+      plan.padded != (is_wgmma(plan.config) && !shape.wgmma) || plan.stream_k_blocks < 0 ||
+      (stream_k && (plan.config != TileConfigId::kWgmma || plan.split_k != 1 || p.batch != 1)) ||
+      ((plan.split_k > 1 || plan.padded || stream_k) && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
   const size_t row_sum_bytes = row_sum_partial_bytes(p, launch);
   if (p.a_row_sums != nullptr && launch.workspace_bytes < workspace_bytes(shape, plan) + row_sum_bytes)
     return cudaErrorInvalidValue;
   // The problem as the kernels run it: a padded plan's on copies of the
   // operands the shape marks, made at the workspace's start; split-K's
-  // partial sums after them (plan/gemm_plan.h's workspace_bytes).
+  // partial sums, or stream-K's slots, after them (plan/gemm_plan.h's
+  // workspace_bytes).
   GemmParams run = p;
   auto* free_workspace = static_cast<unsigned char*>(workspace);
   auto* partials = reinterpret_cast<float*>(free_workspace + padded_copy_bytes(shape, plan));
@@ -179,6 +183,11 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
               if (work.split_k > 1)
                 return launch_wgmma_splitk_gemm<Tile>(q, work.raster_group, work.split_k, work.partials, a_k_major,
                                                       b_k_major, stream);
+            }
+            if constexpr (std::is_same_v<Tile, WgmmaTile>) {
+              if (stream_k)
+                return launch_wgmma_stream_k_gemm<Tile>(q, work.raster_group, plan.stream_k_blocks, work.partials,
+                                                        a_k_major, b_k_major, stream);
             }
             return launch_wgmma_gemm<Tile>(q, work.raster_group, a_k_major, b_k_major, stream);
           } else {

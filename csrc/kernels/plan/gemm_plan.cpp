@@ -125,6 +125,30 @@ bool wgmma_split_k_enabled() { return switch_on("MPGEMM_WGMMA_SPLIT_K", false); 
 
 bool m64_tile_enabled() { return switch_on("MPGEMM_M64_TILE", false); }
 
+bool stream_k_enabled() { return switch_on("MPGEMM_STREAM_K", false); }
+
+int stream_k_blocks(const GemmShape& s, const DeviceLimits& d) {
+  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
+  const int64_t tile_count = tiles(wide, s), tile_slices = slices(wide, s.k), total = tile_count * tile_slices;
+  const int64_t blocks = std::min<int64_t>(d.multiprocessors, total / kMinStreamKSlices);
+  if (s.batch != 1 || tile_count < 1 || blocks <= 1) return 0;
+  const int64_t run = ceil_div(total, blocks);
+  // The most slots a block that ends a tile reads back: the other runs that hold the tile's slices.
+  const int64_t slots_read = ceil_div(tile_slices, run);
+  const double stream_k = double(run + kStreamKFixUpSlices * std::min<int64_t>(slots_read, blocks - 1));
+  const double whole_k = double(ceil_div(tile_count, int64_t(d.multiprocessors)) * tile_slices);
+  return stream_k < kStreamKMaxCost * whole_k ? int(blocks) : 0;
+}
+
+size_t stream_k_partial_bytes(int blocks) {
+  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
+  return size_t(blocks) * size_t(wide.block_m) * size_t(wide.block_n) * sizeof(float);
+}
+
+size_t stream_k_flag_bytes(int blocks) {
+  return size_t(round_up(int64_t(blocks) * WgmmaBlockConfig::kConsumers * int64_t(sizeof(int)), 16));
+}
+
 bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int split_k) {
   if (int(id) < 0 || id >= TileConfigId::kCount || !has_gemm_kernels(id) || split_k < 1 || split_k > kMaxSplitK)
     return false;
@@ -250,13 +274,20 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   GemmShape s = shape;
   if (!pad) s.a_copies = s.b_copies = 0;
   const GemmPlan plan = unsplit_hopper_or_wmma_plan(s, d);
-  // Asked on every plan, so that a bad MPGEMM_WGMMA_SPLIT_K is refused whatever the shape.
-  const bool split_enabled = wgmma_split_k_enabled();
+  // Asked on every plan, so that a bad MPGEMM_WGMMA_SPLIT_K or MPGEMM_STREAM_K is refused whatever the shape.
+  const bool split_enabled = wgmma_split_k_enabled(), stream_k = stream_k_enabled();
   const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
   const bool wide_rows_filled = s.m >= wide.block_m && s.n > tile_config(TileConfigId::kWgmmaN128).block_n;
-  if (!split_enabled || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) ||
+  if ((!split_enabled && !stream_k) || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) ||
       !wide_rows_filled || !fits_device(wide, s, d))
     return plan;
+  if (stream_k)
+    if (const int blocks = stream_k_blocks(s, d); blocks > 0) {
+      GemmPlan streamed = make_plan(TileConfigId::kWgmma, s, 1, false);
+      streamed.stream_k_blocks = blocks;
+      return streamed;
+    }
+  if (!split_enabled) return plan;
   const int splits = wgmma_split(s, d);
   return splits > 1 ? make_plan(TileConfigId::kWgmma, s, splits, false) : plan;
 }
@@ -303,7 +334,10 @@ size_t padded_copy_bytes(const GemmShape& s, const GemmPlan& plan) {
 }
 
 size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {
-  return padded_copy_bytes(s, plan) +
+  const size_t stream_k = plan.stream_k_blocks > 0
+                              ? stream_k_partial_bytes(plan.stream_k_blocks) + stream_k_flag_bytes(plan.stream_k_blocks)
+                              : 0;
+  return padded_copy_bytes(s, plan) + stream_k +
          (plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0);
 }
 

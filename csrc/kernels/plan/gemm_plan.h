@@ -162,6 +162,32 @@ inline constexpr bool kHasSplitKernels = has_split_kernels(Tile::kId);
 // wgrad too).
 inline constexpr int kMaxSplitK = 16;
 inline constexpr int kMinSlicesPerSplit = 4;
+// Whether the plans of the GEMM may run WgmmaTile's stream-K kernel
+// (GemmPlan::stream_k_blocks) where stream_k_blocks (below) says it is
+// faster: only where MPGEMM_STREAM_K is "1" until its kernels have passed
+// the GPU tests (unset, "" or "0": no; throws std::invalid_argument for any
+// other value).
+bool stream_k_enabled();
+// Stream-K's cost model, in slices' time on one multiprocessor (unfitted:
+// bench/NOTES.md, "Stream-K on the Hopper block"): whole K takes
+// ceil(tiles / multiprocessors) waves of a tile's slices each; stream-K the
+// longest run, ceil(tiles x slices / blocks), plus kStreamKFixUpSlices for
+// each slot the block that ends a tile reads back (its 128 KB from L2,
+// against a slice's 4.2 MFLOP), on min(multiprocessors, tiles x slices /
+// kMinStreamKSlices) blocks. It is planned where that is under
+// kStreamKMaxCost of whole K's.
+inline constexpr int kMinStreamKSlices = 4;
+inline constexpr int kStreamKFixUpSlices = 2;
+inline constexpr double kStreamKMaxCost = 0.9;
+// The blocks of a stream-K plan for `shape` on `device` (a single matrix on
+// WgmmaTile) by that model; 0 where whole K costs as little.
+int stream_k_blocks(const GemmShape& shape, const DeviceLimits& device);
+// A stream-K plan's workspace of `blocks` slots: the partial sums
+// (a WgmmaTile tile of floats a block), then the flags (one per consumer
+// of each block, 16-byte rounded).
+size_t stream_k_partial_bytes(int blocks);
+size_t stream_k_flag_bytes(int blocks);
+
 // Tiles walk in groups of at most this many tile rows (TileScheduler).
 inline constexpr int kMaxRasterGroup = 8;
 
@@ -171,6 +197,10 @@ struct GemmPlan {
   int raster_group = 1;  // tile rows per group of the tile order
   bool tuned = false;    // taken from the tuned table, not the heuristic
   bool padded = false;   // a Hopper plan on copies of the operands the shape marks (a_copies, b_copies)
+  // A stream-K plan's blocks (WgmmaTile, whole K, sm90/stream_k.cuh: each
+  // block an equal run of the tiles' K slices), each a slot of partial sums
+  // in the workspace; 0: not stream-K.
+  int stream_k_blocks = 0;
 };
 
 // The heuristic (see gemm_plan.cpp), overridden by a tuned entry for this
@@ -185,7 +215,8 @@ std::vector<GemmPlan> candidate_plans(const GemmShape& shape, const DeviceLimits
 // The device workspace a plan needs: a padded plan's copies of A and then
 // of B (each its shape's copies x its rows and columns rounded up to 8
 // elements, 16-bit, rounded up to 256 bytes), then a split-K plan's fp32
-// partial sums (split_k x m x n floats); 0 for neither.
+// partial sums (split_k x m x n floats) or a stream-K plan's slots and
+// flags (stream_k_partial_bytes and stream_k_flag_bytes); 0 for none.
 size_t workspace_bytes(const GemmShape& shape, const GemmPlan& plan);
 // Of those, the padded copies' (where the partial sums begin).
 size_t padded_copy_bytes(const GemmShape& shape, const GemmPlan& plan);

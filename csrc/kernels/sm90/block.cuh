@@ -3,7 +3,9 @@
 //
 // Work: a persistent grid walks the tiles of every matrix of the batch in
 // grouped order (sm90/tile_scheduler.cuh), or a strided dgrad's phases one
-// after another, each its own GEMM with its own K. With Tile::kClusterM = 2
+// after another, each its own GEMM with its own K, or (stream-K,
+// sm90/stream_k.cuh) equal runs of all the tiles' K slices, a tile split
+// between runs summed by the block that ends it. With Tile::kClusterM = 2
 // blocks run in pairs, a pair taking two tiles stacked along M that read the
 // same columns of B.
 // Block: three warpgroups with split roles (warp specialization). Warpgroup 0
@@ -47,6 +49,7 @@
 #include "sm90/params.h"
 #include "sm90/pipeline.cuh"
 #include "sm90/producer.cuh"
+#include "sm90/stream_k.cuh"
 #include "sm90/tile_scheduler.cuh"
 
 namespace mpgemm::kernels::sm90 {
@@ -114,7 +117,8 @@ __device__ __forceinline__ void fill_ones(uint32_t ones) {
 
 // One block of a Hopper kernel: D = activation(the tiles' products + bias) over
 // the tiles `work` names (sm90/tile_scheduler.cuh: UniformTiles, or a strided
-// dgrad's DgradPhaseTiles), each tile's K slices' copies issued by
+// dgrad's DgradPhaseTiles; sm90/stream_k.cuh's StreamKTiles, whose units are
+// runs of a tile's K slices, fixed up before they are stored), each tile's K slices' copies issued by
 // load(shared, tile, k_slices, rank, pipe) into the ring from pipe on
 // (leaving pipe past them), its D stored as work.gemm(tile) and
 // work.output(tile) describe it (through d_map where that says so), and what
@@ -126,10 +130,11 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
                                                  const CUtensorMap* z_map = nullptr) {
 #if MPGEMM_SM90A
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  using Scheduler = PersistentTileScheduler<Tile>;
   static_assert(kFitsFromAnyStart<Smem>, "the launch's shared memory must hold the ring from any 16-byte start");
   static_assert(!Work::kSlicesVary || (!Tile::kPingPong && kExtras == kBlockStagedRows),
                 "tiles of different K on cooperative consumers, storing strided rows only");
+  static_assert(!Work::kStreamK || (!Tile::kPingPong && kExtras == kBlockPlain),
+                "stream-K on cooperative consumers, storing D alone");
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
   const uintptr_t start = reinterpret_cast<uintptr_t>(block_shared_memory());
   Smem& shared = *reinterpret_cast<Smem*>((start + kSwizzleAtomBytes - 1) & ~uintptr_t(kSwizzleAtomBytes - 1));
@@ -154,15 +159,19 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
   if constexpr (Tile::kClusterM == 1) __syncthreads();
   else cluster_sync();
 
+  // A stream-K block walks the units of its own run (count() of them) in
+  // order; a block of the others, every step()-th of the grid's tiles.
+  using Scheduler = PersistentTileScheduler<Tile>;
   const int64_t tiles = work.count();
-  const int64_t first_tile = Scheduler::first(), tile_step = Scheduler::step();
+  const int64_t first_tile = Work::kStreamK ? 0 : Scheduler::first();
+  const int64_t tile_step = Work::kStreamK ? 1 : Scheduler::step();
   TilePipeline<Tile> pipe;
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
     if (thread != 0) return;
     for (int64_t t = first_tile; t < tiles; t += tile_step) {
-      const BatchTile tile = work.tile(t, rank);
+      const auto tile = work.tile(t, rank);
       load(shared, tile, work.slices(tile), rank, pipe);
     }
     wait_for_hand_backs<Tile>(shared, pipe);
@@ -191,7 +200,7 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
   float acc[Tile::kAccumulators];
   OutputStaging staging{shared.out[consumer]};
   for (int64_t t = consumer_first; t < tiles; t += consumer_step) {
-    const BatchTile tile = work.tile(t, rank);
+    const auto tile = work.tile(t, rank);
     const int k_slices = work.slices(tile);
     if constexpr (Tile::kPingPong)
       if (t != first_tile) named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
@@ -214,6 +223,9 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
         if (t + tile_step < tiles) named_barrier_arrive(kTurnBarrier + next_consumer, kTurnThreads);
       finish_tile<Tile>(shared, reading, thread);
     }
+    // Stream-K: a tile another block ends goes to this block's slot, not to D.
+    if constexpr (Work::kStreamK)
+      if (!work.fix_up(acc, tile, consumer, thread)) continue;
     if constexpr (Tile::kPingPong) pipe.advance(k_slices);
     const GemmParams& p = work.gemm(tile);
     const int64_t row0 = tile.origin.m0 + row_block * Config::kInstrM;

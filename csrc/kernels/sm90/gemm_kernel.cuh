@@ -3,7 +3,8 @@
 // copy engine (TMA), on the block of sm90/block.cuh whose producer copies
 // 64-deep K slices of A's rows and B's columns (sm90/producer.cuh); the
 // same block splitting K, where the output's tiles are too few to fill the
-// device; the same block storing the activation's input beside D, for a
+// device, or giving each block an equal run of every tile's K slices
+// (stream-K); the same block storing the activation's input beside D, for a
 // backward that needs it; multiplying the sums by an activation's derivative
 // (an MLP's dgrad: GELU's backward in its epilogue); and, whole or split,
 // summing A's rows too (a wgrad whose A is dZ^T: the bias's gradient from the
@@ -16,6 +17,7 @@
 #include "sm90/block.cuh"
 #include "sm90/params.h"
 #include "sm90/producer.cuh"
+#include "sm90/stream_k.cuh"
 
 namespace mpgemm::kernels::sm90 {
 
@@ -78,6 +80,24 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                       const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                                       const WgmmaSchedule schedule) {
   whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockActivationGrad>(a_map, b_map, d_map, p, schedule, nullptr);
+}
+
+// Stream-K on the same block (sm90/stream_k.cuh), for outputs whose tiles
+// fill the device's multiprocessors poorly: each block an equal run of the
+// tiles' K slices, a tile split between runs summed from `workspace` by the
+// block that ends it, then stored as the whole-K kernel stores it (bias and
+// activation included), a single matrix.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_stream_k_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                               const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                               const WgmmaSchedule schedule, const StreamKWorkspace workspace) {
+  const int k_slices = static_cast<int>((p.k + Config::kBlockK - 1) / Config::kBlockK);
+  const auto load = [&](auto& shared, const StreamKUnit& unit, int slices, int rank, TilePipeline<Tile>& pipe) {
+    load_tile<Tile>(shared, &a_map, &b_map, unit.origin, 0, 0, unit.first_slice, slices, rank, pipe);
+  };
+  wgmma_block_over<Element, Tile, AKMajor, BKMajor>(StreamKTiles<Tile>{p, schedule, k_slices, workspace}, &d_map,
+                                                    load);
 }
 
 // Split-K on the same block, for outputs of too few tiles to fill the

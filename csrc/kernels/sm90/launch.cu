@@ -126,6 +126,27 @@ cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, fl
                                                                           schedule, stream);
 }
 
+// The stream-K kernel's launch: the slots' flags zeroed on the stream, then
+// the kernel on the slots before them (plan/gemm_plan.h's
+// stream_k_workspace_bytes).
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_stream_k(const GemmParams& p, int raster_group, int blocks, void* workspace,
+                            cudaStream_t stream) {
+  CUtensorMap a_map, b_map, d_map{};
+  if (const cudaError_t err = operand_maps<Tile, AKMajor, BKMajor>(&a_map, &b_map, p); err != cudaSuccess) return err;
+  sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
+  schedule.raster_group = raster_group;
+  sm90::StreamKWorkspace slots;
+  slots.partials = static_cast<float*>(workspace);
+  slots.flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + stream_k_partial_bytes(blocks));
+  slots.blocks = blocks;
+  if (const cudaError_t err = cudaMemsetAsync(slots.flags, 0, stream_k_flag_bytes(blocks), stream);
+      err != cudaSuccess)
+    return err;
+  return sm90::launch_wgmma_stream_k_kernel<Element, Tile, AKMajor, BKMajor>(a_map, b_map, d_map, p, schedule, slots,
+                                                                             stream);
+}
+
 // Runs launch_layouts<E, AKMajor, BKMajor>() for the input type and layouts given.
 template <class Launch>
 cudaError_t on_layouts(ElementType ab_type, bool a_k_major, bool b_k_major, const Launch& launch_layouts) {
@@ -209,6 +230,20 @@ cudaError_t launch_wgmma_splitk_gemm(const GemmParams& p, int raster_group, int 
   });
 }
 
+template <class Tile>
+cudaError_t launch_wgmma_stream_k_gemm(const GemmParams& p, int raster_group, int blocks, void* workspace,
+                                       bool a_k_major, bool b_k_major, cudaStream_t stream) {
+  static_assert(std::is_same_v<Tile, WgmmaTile>, "stream-K kernels on the 128 x 256 tile of blocks alone");
+  if (p.batch != 1 || blocks < 1 || workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
+  if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || raster_group < 1) return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
+  return on_layouts(p.ab_type, a_k_major, b_k_major, [&](auto element, auto a_k, auto b_k) {
+    using E = typename decltype(element)::type;
+    return launch_stream_k<E, Tile, decltype(a_k)::value, decltype(b_k)::value>(p, raster_group, blocks, workspace,
+                                                                                 stream);
+  });
+}
+
 template cudaError_t launch_wgmma_gemm<WgmmaTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaPairTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaPingPongTile>(const GemmParams&, int, bool, bool, cudaStream_t);
@@ -226,5 +261,8 @@ template cudaError_t launch_wgmma_row_sums_gemm<WgmmaN64Tile>(const GemmParams&,
                                                               cudaStream_t);
 template cudaError_t launch_wgmma_splitk_gemm<WgmmaTile>(const GemmParams&, int, int, float*, bool, bool,
                                                          cudaStream_t);
+
+template cudaError_t launch_wgmma_stream_k_gemm<WgmmaTile>(const GemmParams&, int, int, void*, bool, bool,
+                                                           cudaStream_t);
 
 }  // namespace mpgemm::kernels

@@ -39,6 +39,17 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
                                 cudaStream_t stream);
 
+// Launches the stream-K kernel of one input type, tile (WgmmaTile) and pair
+// of operand layouts (wgmma_stream_k_gemm_kernel) on tensor maps built for
+// it: `params` a single matrix, its partial sums' slots and flags in
+// `workspace` (the flags zeroed), a block a slot at most. Instantiated in
+// sm90/gemm_kernels_stream_k_<type>.cu, the four layouts' kernels a unit.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_wgmma_stream_k_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map,
+                                         const CUtensorMap& d_map, const GemmParams& params,
+                                         const WgmmaSchedule& schedule, const StreamKWorkspace& workspace,
+                                         cudaStream_t stream);
+
 // Launches the Hopper convolution kernel of one input type, tile and pass
 // (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and
 // `walk` its walk of K; StagedRows, dgrad's kernel that stores a phase's
@@ -102,6 +113,16 @@ cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& params, int rast
 template <class Tile>
 cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& params, int raster_group, int split_k, float* partials,
                                        float* row_sum_partials, cudaStream_t stream);
+
+// Enqueues `params` (a single matrix: batch 1) on the stream-K kernel of
+// the Hopper tile `Tile` (WgmmaTile only; sm90/stream_k.cuh): as many
+// blocks as run at once, at most `blocks`, each an equal run of the tiles'
+// K slices, their partial sums in `workspace` (stream_k_workspace_bytes(
+// blocks), 16-byte aligned; its flags zeroed here, on `stream`), D stored
+// as launch_wgmma_gemm stores it. Returns as launch_wgmma_gemm does.
+template <class Tile>
+cudaError_t launch_wgmma_stream_k_gemm(const GemmParams& params, int raster_group, int blocks, void* workspace,
+                                       bool a_k_major, bool b_k_major, cudaStream_t stream);
 
 // Enqueues the products of `params` (a single matrix each: batch 1) split
 // into `split_k` ranges of whole K slices on the split-K kernel of the Hopper

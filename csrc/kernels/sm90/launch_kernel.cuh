@@ -80,6 +80,19 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   }
 }
 
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+cudaError_t launch_wgmma_stream_k_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map,
+                                         const CUtensorMap& d_map, const GemmParams& p, const WgmmaSchedule& schedule,
+                                         const StreamKWorkspace& workspace, cudaStream_t stream) {
+  static PerDeviceFact resident_clusters;
+  // A block a run of at least one slice, and a slot each.
+  const int64_t slices = PersistentTileScheduler<Tile>::tiles(p) * ((p.k + Config::kBlockK - 1) / Config::kBlockK);
+  const int64_t runs = slices < workspace.blocks ? slices : workspace.blocks;
+  return launch_persistent<Element, Tile>(&wgmma_stream_k_gemm_kernel<Element, Tile, AKMajor, BKMajor>,
+                                          WgmmaSmem<Tile, AKMajor, BKMajor>::kBytes, runs, resident_clusters, stream,
+                                          a_map, b_map, d_map, p, schedule, workspace);
+}
+
 }  // namespace mpgemm::kernels::sm90
 
 // Instantiates the launch of one input type, Hopper tile and kind of GEMM
@@ -105,5 +118,15 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, false, GemmKernel::kActivationGrad)
 #define MPGEMM_WGMMA_ROW_SUMS_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kRowSums)
+#define MPGEMM_WGMMA_STREAM_K_LAUNCH_ONE(ELEMENT, TILE, A_K_MAJOR, B_K_MAJOR)                                  \
+  template cudaError_t                                                                                        \
+  mpgemm::kernels::sm90::launch_wgmma_stream_k_kernel<ELEMENT, mpgemm::kernels::TILE, A_K_MAJOR, B_K_MAJOR>(  \
+      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,          \
+      const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::StreamKWorkspace&, cudaStream_t);
+#define MPGEMM_WGMMA_STREAM_K_LAUNCH(ELEMENT, TILE)             \
+  MPGEMM_WGMMA_STREAM_K_LAUNCH_ONE(ELEMENT, TILE, true, true)   \
+  MPGEMM_WGMMA_STREAM_K_LAUNCH_ONE(ELEMENT, TILE, true, false)  \
+  MPGEMM_WGMMA_STREAM_K_LAUNCH_ONE(ELEMENT, TILE, false, true)  \
+  MPGEMM_WGMMA_STREAM_K_LAUNCH_ONE(ELEMENT, TILE, false, false)
 #define MPGEMM_WGMMA_SPLITK_ROW_SUMS_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, false, false, GemmKernel::kSplitKRowSums)

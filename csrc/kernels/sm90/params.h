@@ -34,6 +34,19 @@ struct WgmmaSchedule {
   int split_slices = 0;
 };
 
+// Where a stream-K launch's blocks leave their partial sums
+// (sm90/stream_k.cuh; the launcher zeroes the flags first): block b's slot
+// is a tile's kBlockM x kBlockN floats from partials + b * that, consumer
+// c's 64 rows of it in fragment order (float4 i of thread t at (c *
+// kAccumulators / 4 + i) * 128 + t: each warp stores 512 contiguous bytes);
+// flags[b * kConsumers + c] is raised to 1 once consumer c's part is
+// written. `blocks`: the slots, which bound the grid.
+struct StreamKWorkspace {
+  float* partials = nullptr;
+  int* flags = nullptr;
+  int blocks = 0;
+};
+
 // A convolution's implicit GEMM as its producer walks it
 // (sm90/conv_producer.cuh). fprop and dgrad: GEMM rows are output pixels
 // (image, p, q) of y (or of dx, or of one phase of dx), each tile's first one

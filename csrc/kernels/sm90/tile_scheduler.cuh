@@ -8,7 +8,8 @@
 // What a block's tiles are (sm90/block.cuh's `Work`): UniformTiles, those of
 // one GEMM (or a batch of them) over the same K slices each; DgradPhaseTiles,
 // those of a strided dgrad's phases one after the other, each phase a GEMM of
-// its own with its own K.
+// its own with its own K; sm90/stream_k.cuh's StreamKTiles, equal runs of
+// one GEMM's K slices.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +58,7 @@ struct PersistentTileScheduler {
 // convolution's pass).
 template <class Tile>
 struct UniformTiles {
-  static constexpr bool kSlicesVary = false;
+  static constexpr bool kSlicesVary = false, kStreamK = false;
   const GemmParams& p;
   const WgmmaSchedule& schedule;
   int k_slices;
@@ -80,7 +81,7 @@ struct UniformTiles {
 // first pixel of dx, a single matrix.
 template <class Tile>
 struct DgradPhaseTiles {
-  static constexpr bool kSlicesVary = true;
+  static constexpr bool kSlicesVary = true, kStreamK = false;
   static_assert(Tile::kClusterM == 1, "blocks alone");
   const DgradPhases& phases;
 

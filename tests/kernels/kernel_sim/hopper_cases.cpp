@@ -38,7 +38,9 @@
 //    in a poisoned buffer, and refused where a plan cannot sum them (K-major
 //    A, a batch); and on each other Hopper tile, forced and as the plan
 //    picks it (row_sums_on_every_tile), each case's launch its tile's row
-//    sums kernel's. Every pair and narrow case
+//    sums kernel's; stream-K (MPGEMM_STREAM_K=1) as the plan picks it on
+//    few multiprocessors, so that runs fall every way across tiles
+//    (stream_k_cases). Every pair and narrow case
 //    must run the kernel it asks for: its operands are ones the copy engine
 //    describes. Half
 //    the cases give D 16-byte aligned pitches, which the epilogue stores
@@ -57,7 +59,8 @@
 // the one Hopper kernel of each kind that a planted bug's build replaces
 // (hopper_planted.cpp; a convolution's: hopper_conv_planted.cpp); but the
 // whole-K row sums case, on the row sums kernel's layouts (its planted copy
-// too), and no split one, nor those on the other tiles.
+// too), and no split one, nor those on the other tiles; the stream-K cases
+// run there too.
 // Prints "layout: F/N mismatches", "gemm: F/N failed", "wgmma cases: N" (on
 // any Hopper kernel), "wgmma_2x1 cases: N", "wgmma_pingpong cases: N",
 // "wgmma_n128 cases: N", "wgmma_n64 cases: N", "wgmma split-K cases: N",
@@ -68,7 +71,8 @@
 // for the pre-activation: N", "wgmma cases summing A's rows: N", "wgmma
 // split-K cases summing A's rows: N", "gemm: F/N failed", "row sums refused
 // where the plan cannot sum them: ok", "row sums on every Hopper tile: ok
-// (wgmma_2x1 N, wgmma_pingpong N, wgmma_n128 N, wgmma_n64 N)" and "cluster
+// (wgmma_2x1 N, wgmma_pingpong N, wgmma_n128 N, wgmma_n64 N)", "stream-K on
+// the wide tile: ok (N cases, N slots added)" and "cluster
 // occupancy asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
 // "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
@@ -537,6 +541,60 @@ static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
   return bad;
 }
 
+// Stream-K (MPGEMM_STREAM_K=1) on the wide tile as the plan picks it, on
+// few multiprocessors so that every way a run can fall is met: one tile
+// over up to 6 runs (the block that ends it adds 5 slots), one over 3 to 5,
+// four tiles on 3 blocks (a run ending in one tile and starting in the
+// next) and two on 7; ragged edges, K remainders, every layout, fp16 and
+// bf16, D through the copy engine or from registers, with the bias and
+// activation gemm_case draws. The workspace is poisoned, its flags zeroed by
+// the launcher. Each case must match the reference, and every tile split
+// between runs must have been fixed up: counts the cases and the slots
+// added (grid_flag_waits); whether one failed.
+static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
+  struct StreamKCase {
+    int multiprocessors;
+    int64_t min_m, max_m, min_n, max_n, min_slices, max_slices;
+  };
+  const StreamKCase cases[] = {{11, 128, 128, 129, 256, 20, 24},
+                               {5, 128, 128, 129, 256, 12, 20},
+                               {3, 129, 256, 257, 512, 8, 16},
+                               {7, 129, 256, 129, 256, 16, 24}};
+  bool bad = false;
+  const uint64_t waits_before = sim::hopper::grid_flag_waits;
+  for (int i = 0; i < int(std::size(cases)); ++i) {
+    const StreamKCase& c = cases[i];
+    setenv("MPGEMM_STREAM_K", "1", 1);
+    setenv("MPGEMM_NARROW_TILES", "0", 1);
+    sim::use_multiprocessors(c.multiprocessors);
+    sim::GemmCaseSpec spec;
+    spec.aligned = 1, spec.copyable_operands = true, spec.d_copyable = sim::rnd(0, 1), spec.batch = 1;
+    spec.d_type = sim::GemmCaseSpec::OutputType::kOpsOwn;
+    spec.min_m = c.min_m, spec.max_m = c.max_m, spec.min_n = c.min_n, spec.max_n = c.max_n;
+    spec.min_k = (c.min_slices - 1) * 64 + 1, spec.max_k = c.max_slices * 64;
+    GemmPlan plan;
+    GemmShape shape;
+    const uint64_t waits = sim::hopper::grid_flag_waits;
+    bool case_bad = sim::gemm_case("stream-K", i, spec, &plan, &shape);
+    unsetenv("MPGEMM_STREAM_K");
+    unsetenv("MPGEMM_NARROW_TILES");
+    const int64_t tiles = (shape.m + 127) / 128 * ((shape.n + 255) / 256);
+    if (plan.config != TileConfigId::kWgmma || plan.stream_k_blocks == 0 ||
+        sim::hopper::grid_flag_waits == waits || sim::last_grid.x != unsigned(plan.stream_k_blocks)) {
+      printf("stream-K case %d FAILED: planned %s with %d stream-K blocks for %ld tiles on %d multiprocessors, a "
+             "grid of %u, %lu slots added\n",
+             i, tile_config(plan.config).name, plan.stream_k_blocks, long(tiles), c.multiprocessors,
+             sim::last_grid.x, (unsigned long)(sim::hopper::grid_flag_waits - waits));
+      case_bad = true;
+    }
+    ++cases_run;
+    bad |= case_bad;
+  }
+  // Each consumer waits for its own part of a slot.
+  slots_added = (sim::hopper::grid_flag_waits - waits_before) / WgmmaBlockConfig::kConsumers;
+  return bad;
+}
+
 // The pair kernels' launcher asks how many clusters fit once per device and
 // kernel, and sizes each grid by the current device's answer: one GEMM of
 // four 256 x 256 cluster tiles on wgmma_2x1, launched twice on a device of 7
@@ -682,6 +740,12 @@ int main(int argc, char** argv) {
          row_sums_tiles_bad ? "FAILED" : "ok", row_sums_on[int(TileConfigId::kWgmmaPair)],
          row_sums_on[int(TileConfigId::kWgmmaPingPong)], row_sums_on[int(TileConfigId::kWgmmaN128)],
          row_sums_on[int(TileConfigId::kWgmmaN64)]);
+  // Stream-K (in a pinned run too: the planted build holds its kernel on the pinned layouts).
+  int stream_k_run = 0;
+  uint64_t stream_k_slots = 0;
+  const bool stream_k_bad = cases > 0 && !(first_failure && failed) && stream_k_cases(stream_k_run, stream_k_slots);
+  printf("stream-K on the wide tile: %s (%d cases, %lu slots added)\n", stream_k_bad ? "FAILED" : "ok",
+         stream_k_run, (unsigned long)stream_k_slots);
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
   int walk_mismatches = 0;
@@ -738,7 +802,7 @@ int main(int argc, char** argv) {
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
-  return mismatches || failed || row_sums_bad || row_sums_tiles_bad || occupancy_bad || walk_mismatches ||
+  return mismatches || failed || row_sums_bad || row_sums_tiles_bad || stream_k_bad || occupancy_bad || walk_mismatches ||
          conv_failed || folded_failed || folds_bad || conv_gemm_failed || path_bad || staged_bad || far_taps_bad ||
          splits_bad || moments_bad || fresh_bad;
 }

@@ -437,6 +437,8 @@ inline void fence_proxy_async_shared() {
 }
 
 inline uint64_t stores_issued = 0;  // box stores since the run began
+// Waits on another block's flag since the run began (arch/grid_flags.cuh: stream-K's fix-ups).
+inline uint64_t grid_flag_waits = 0;
 
 inline void tma_store(const void* map, const void* src, int c0, int c1, int c2) {
   ++stores_issued;
