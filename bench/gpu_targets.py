@@ -58,15 +58,16 @@ def _check(name, out, ref):
         raise SystemExit(f"{name}: relative error {error:.3g} is not below {TOLERANCE}")
 
 
-def _gemm_on(path, m, n, k, **kwargs):
-    """One GEMM with MPGEMM_GEMM_PATH=path, checked against float64."""
+def _gemm_on(path, m, n, k, label="", **kwargs):
+    """One GEMM with MPGEMM_GEMM_PATH=path, checked against float64;
+    `label` names what else its line should say (a switch set)."""
     os.environ["MPGEMM_GEMM_PATH"] = path
     a, b = torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()
     bias = torch.randn(n, device="cuda") if kwargs.pop("bias", False) else None
     out = mpgemm.gemm(a, b, bias=bias, **kwargs)
     torch.cuda.synchronize()
     options = "".join(f", {key}={value}" for key, value in kwargs.items())
-    _check(f"gemm {m}x{n}x{k} on {path}{options}", out,
+    _check(f"gemm {m}x{n}x{k} on {path}{' ' + label if label else ''}{options}", out,
            reference_gemm(a, b, bias, kwargs.get("activation")))
 
 
@@ -237,7 +238,9 @@ def sanitize():
         # Stream-K on the Hopper block (opt-in): the same two tiles' 65 slices in 32 runs of 4 or 5, each tile
         # split over 16 or 17 of them, summed from their slots by the block that ends it.
         os.environ["MPGEMM_STREAM_K"] = "1"
-        _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu")
+        if not mpgemm.gemm_plan(128, 264, 4104).stream_k_blocks:
+            raise SystemExit("stream-K: the plan of 128x264x4104 is not stream-K")
+        _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu", label="stream-K")
         os.environ.pop("MPGEMM_STREAM_K")
         # Operands of odd pitches on copies at aligned ones (opt-in), the wide tile forced.
         os.environ["MPGEMM_PADDED_OPERANDS"] = "1"

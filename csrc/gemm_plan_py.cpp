@@ -114,19 +114,23 @@ PyObject* gemm_candidates(PyObject*, PyObject* args) {
   return list;
 }
 
-// (batch, m, n, k, config name, split_k)
+// (batch, m, n, k, config name, split_k[, stream_k])
 PyObject* set_tuned_gemm_plan(PyObject*, PyObject* args) {
   GemmShape shape;
   const char* name = nullptr;
-  int split_k = 1;
-  if (!PyArg_ParseTuple(args, "LLLLsi", &shape.batch, &shape.m, &shape.n, &shape.k, &name, &split_k)) return nullptr;
+  int split_k = 1, stream_k = 0;
+  if (!PyArg_ParseTuple(args, "LLLLsi|p", &shape.batch, &shape.m, &shape.n, &shape.k, &name, &split_k, &stream_k))
+    return nullptr;
   for (const TileConfigInfo& c : kernels::kTileConfigs)
     if (std::strcmp(c.name, name) == 0) {
       if (split_k < 1 || split_k > kernels::kMaxSplitK)
         return PyErr_Format(PyExc_ValueError, "split_k must be in [1, %d], got %d", kernels::kMaxSplitK, split_k);
       if (!kernels::has_gemm_kernels(c.id))
         return PyErr_Format(PyExc_ValueError, "config: the GEMM has no kernels on '%s' (a convolution's tile)", name);
-      kernels::set_tuned_plan(shape, c.id, split_k);
+      if (stream_k && (c.id != TileConfigId::kWgmma || split_k != 1))
+        return PyErr_Format(PyExc_ValueError, "stream_k: runs on 'wgmma' with split_k 1, got '%s' with %d", name,
+                            split_k);
+      kernels::set_tuned_plan(shape, c.id, split_k, stream_k != 0);
       Py_RETURN_NONE;
     }
   return PyErr_Format(PyExc_ValueError, "config: no tile configuration named '%s'", name);
@@ -160,7 +164,7 @@ PyMethodDef methods[] = {
      "gemm_plan(batch, m, n, k, load_width, multiprocessors, max_smem_per_block, arch) -> plan dict."},
     {"gemm_candidates", gemm_candidates, METH_VARARGS, "The plans a tuner should time, same arguments."},
     {"set_tuned_gemm_plan", set_tuned_gemm_plan, METH_VARARGS,
-     "set_tuned_gemm_plan(batch, m, n, k, config, split_k): overrides the heuristic for that shape."},
+     "set_tuned_gemm_plan(batch, m, n, k, config, split_k[, stream_k]): overrides the heuristic for that shape."},
     {"clear_tuned_gemm_plans", clear_tuned_gemm_plans, METH_NOARGS, "Forgets every tuned plan of this process."},
     {"operand_load_width", operand_load_width, METH_VARARGS,
      "operand_load_width(address, rows, cols, row_stride, col_stride, batch, batch_stride) -> 8, 4, 2 or 1."},

@@ -215,7 +215,8 @@ def tuning_cache_path(device_name, arch):
 
 def read_tuning(device_name, arch):
     """The cached entries of a device ([] without a cache file): dicts with
-    batch, m, n, k, config, split_k, time_ms."""
+    batch, m, n, k, config, split_k, time_ms, and stream_k where the plan
+    timed ran stream-K (MPGEMM_STREAM_K=1; an entry without it did not)."""
     path = tuning_cache_path(device_name, arch)
     if not os.path.exists(path):
         return []
@@ -253,7 +254,7 @@ def write_tuning(entries, device_name, arch):
 def install_tuning(entries):
     """Makes this process's GEMMs of these exact shapes use the tuned plans."""
     for e in entries:
-        _C.set_tuned_gemm_plan(e["batch"], e["m"], e["n"], e["k"], e["config"], e["split_k"])
+        _C.set_tuned_gemm_plan(e["batch"], e["m"], e["n"], e["k"], e["config"], e["split_k"], e.get("stream_k", False))
 
 
 def load_tuning(device=None, *, device_name=None, arch=None):

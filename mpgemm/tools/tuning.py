@@ -29,7 +29,7 @@ def gpu_time_fn(dtype=torch.float16, reps=10, warmup_ms=50.0):
         b = torch.randn(batch, k, n, device="cuda").to(dtype)
         if batch == 1:
             a, b = a[0], b[0]
-        _C.set_tuned_gemm_plan(batch, m, n, k, plan.config, plan.split_k)
+        _C.set_tuned_gemm_plan(batch, m, n, k, plan.config, plan.split_k, plan.stream_k_blocks > 0)
         timings = timing.time_interleaved({"gemm": lambda x, y: torch.ops.mpgemm.gemm(x, y)}, [(a, b)],
                                           clock=timing.CudaEventClock(), warmup_ms=warmup_ms, reps=reps)
         return timings["gemm"].median_ms
@@ -55,7 +55,7 @@ def tune_gemm(shapes, *, time_fn=None, device_name=None, arch=None, device_limit
             times = [(float(time_fn(shape, p)), p) for p in candidates]
             best_ms, best = min(times, key=lambda t: t[0])
             chosen.append({"batch": batch, "m": m, "n": n, "k": k, "config": best.config,
-                           "split_k": best.split_k, "time_ms": best_ms})
+                           "split_k": best.split_k, "stream_k": best.stream_k_blocks > 0, "time_ms": best_ms})
     finally:
         _C.clear_tuned_gemm_plans()  # the timing installed each candidate in turn
     gemm_plans.write_tuning(chosen, device_name, arch)

@@ -215,15 +215,26 @@ def test_stream_k_kernels_are_the_whole_k_block_with_its_fix_up(hopper_kernels, 
     its whole-K kernel runs (the same HGMMA, copies and strip stores, no
     spills) and the fix-up after its mainloop: a consumer's 64 x 256 sums
     written to its slot, and another block's read back, 16 bytes at a time
-    through L2 (32 of each), its flag raised by one release add (a GPU-wide
-    fence before it) and waited for by acquire loads, which drop L1's lines."""
+    through L2 (32 of each); the flag raised by one release add after the
+    warpgroup's barrier and a GPU-wide fence, and waited for by an acquire
+    load that drops L1's lines before the barrier that precedes the slot's
+    loads."""
     for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, STREAM_K_KERNEL, 8, "",
                                        ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64")):
         assert sass.count_opcodes(ops, "STG.E.128.STRONG.GPU") == 32, "the slot written"
         assert sass.count_opcodes(ops, "LDG.E.128.STRONG.GPU") == 32, "a slot read back"
         assert sass.count_opcodes(ops, "REDG.E.ADD.S32.STRONG.GPU") == 1, "the flag raised"
-        assert sass.count_opcodes(ops, "MEMBAR.ALL.GPU") >= 1, "the slot's writes ordered before the flag"
-        assert sass.count_opcodes(ops, "LDG.E.STRONG.GPU") == 1 and sass.count_opcodes(ops, "CCTL.IVALL") >= 1
+        assert sass.count_opcodes(ops, "LDG.E.STRONG.GPU") == 1, "the flag waited for"
+        at = {op: [i for i, o in enumerate(ops) if o == op] for op in (
+            "STG.E.128.STRONG.GPU", "LDG.E.128.STRONG.GPU", "REDG.E.ADD.S32.STRONG.GPU", "LDG.E.STRONG.GPU",
+            "MEMBAR.ALL.GPU", "CCTL.IVALL", "BAR.SYNC.DEFER_BLOCKING")}
+        bars, raised, seen = at["BAR.SYNC.DEFER_BLOCKING"], at["REDG.E.ADD.S32.STRONG.GPU"][0], at["LDG.E.STRONG.GPU"][0]
+        # Release: the warpgroup's stores, its barrier, a GPU-wide fence, then the flag.
+        met = max(i for i in bars if i < raised)
+        assert max(at["STG.E.128.STRONG.GPU"]) < met < max(i for i in at["MEMBAR.ALL.GPU"] if i < raised), "release"
+        # Acquire: the flag's load, L1 dropped, the barrier, then the slot's loads.
+        handed = min(i for i in bars if i > seen)
+        assert any(seen < i < handed for i in at["CCTL.IVALL"]) and handed < min(at["LDG.E.128.STRONG.GPU"]), "acquire"
 
 
 PRE_ACTIVATION_KERNEL = "wgmma_pre_activation_gemm_kernel"

@@ -429,6 +429,7 @@ def test_split_k_on_the_hopper_block_where_the_cost_model_splits(m, n, k, split_
     or shorter outputs, and products the model leaves whole, keep their
     plans. Unset or "0": no Hopper plan splits."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_STREAM_K", raising=False)
     unsplit, plan = switched_plans(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", m, n, k)
     assert not (unsplit.config.startswith("wgmma") and unsplit.split_k > 1)
     if split_k is None:
@@ -444,6 +445,7 @@ def test_split_k_on_the_hopper_block_where_the_cost_model_splits(m, n, k, split_
 
 def test_split_k_on_the_hopper_block_is_a_tuning_candidate_only_when_switched_on(monkeypatch):
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_STREAM_K", raising=False)
 
     def hopper_splits():
         return [p.split_k for p in mpgemm.plan.candidate_plans(1024, 1024, 16384, device_limits=H100)
@@ -509,15 +511,43 @@ def test_stream_k_where_its_model_says_it_is_faster(m, n, k, blocks, monkeypatch
 
 def test_stream_k_blocks_follow_the_multiprocessors(monkeypatch):
     """The blocks are the device's multiprocessors, fewer where the slices
-    would give a block under 4; a problem of one tile's few slices, or too
-    few for two runs, stays whole."""
+    would give a block under 4; slices too few for two runs of 4 stay whole."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     monkeypatch.setenv("MPGEMM_STREAM_K", "1")
-    h200_like = dict(H100, multiprocessors=114)
-    assert mpgemm.gemm_plan(768, 768, 16384, device_limits=h200_like).stream_k_blocks == 114
-    # One tile of 24 slices on 11 multiprocessors: 6 runs of 4.
+    h100_pcie = dict(H100, multiprocessors=114)
+    assert mpgemm.gemm_plan(768, 768, 16384, device_limits=h100_pcie).stream_k_blocks == 114
+    # One tile of 24 slices on 11 multiprocessors: 6 runs of 4; of 8 slices, 2.
     assert mpgemm.gemm_plan(128, 256, 24 * 64, device_limits=dict(H100, multiprocessors=11)).stream_k_blocks == 6
+    assert mpgemm.gemm_plan(128, 256, 8 * 64, device_limits=H100).stream_k_blocks == 2
     assert mpgemm.gemm_plan(128, 256, 7 * 64, device_limits=H100).stream_k_blocks == 0
+
+
+def test_stream_k_is_a_tuning_candidate_and_a_tuned_entry_only_when_switched_on(monkeypatch):
+    """With MPGEMM_STREAM_K=1 the heuristic's stream-K plan is among the
+    tuner's candidates beside whole K on the same tile, and a tuned entry
+    that ran stream-K plans it again (on this device's blocks); switched
+    off, neither."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
+
+    def wide_plans():
+        return sorted(p.stream_k_blocks for p in mpgemm.plan.candidate_plans(768, 768, 16384, device_limits=H100)
+                      if p.config == "wgmma" and p.split_k == 1)
+
+    monkeypatch.delenv("MPGEMM_STREAM_K", raising=False)
+    assert wide_plans() == [0]
+    gemm_plans.install_tuning([{"batch": 1, "m": 768, "n": 768, "k": 16384, "config": "wgmma", "split_k": 1,
+                                "stream_k": True}])
+    assert not mpgemm.gemm_plan(768, 768, 16384, device_limits=H100).tuned  # refused: switched off
+    monkeypatch.setenv("MPGEMM_STREAM_K", "1")
+    assert wide_plans() == [0, 132]
+    plan = mpgemm.gemm_plan(768, 768, 16384, device_limits=dict(H100, multiprocessors=114))
+    assert (plan.config, plan.stream_k_blocks, plan.tuned) == ("wgmma", 114, True)
+    # An entry that timed whole K keeps whole K, switched on or not.
+    gemm_plans.install_tuning([{"batch": 1, "m": 768, "n": 768, "k": 16384, "config": "wgmma", "split_k": 1}])
+    assert mpgemm.gemm_plan(768, 768, 16384, device_limits=H100).stream_k_blocks == 0
+    with pytest.raises(ValueError, match="stream_k: runs on 'wgmma' with split_k 1"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 768, 768, 16384, "wgmma", 2, True)
 
 
 def test_a_bad_stream_k_switch_is_named(monkeypatch):

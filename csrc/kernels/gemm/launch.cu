@@ -69,11 +69,24 @@ size_t row_sum_partial_bytes(const GemmParams& p, const GemmLaunch& launch) {
              : 0;
 }
 
-// The launch with its workspace: the plan's, and the partial row sums'.
+bool any_whole_k_epilogue_kernel(const GemmParams& p, const GemmLaunch& launch);
+
+// The launch with its workspace: the plan's, and the partial row sums'. A
+// stream-K plan whose product runs one of the whole-K kernels that store or
+// read beside D (any_whole_k_epilogue_kernel) is whole K, and takes no slots.
 GemmLaunch with_workspace(const GemmParams& p, const GemmShape& shape, const GemmPlan& plan) {
-  GemmLaunch launch{shape, plan, workspace_bytes(shape, plan)};
-  launch.workspace_bytes += row_sum_partial_bytes(p, launch);
+  GemmLaunch launch{shape, plan, 0};
+  if (launch.plan.stream_k_blocks > 0 && any_whole_k_epilogue_kernel(p, launch)) launch.plan.stream_k_blocks = 0;
+  launch.workspace_bytes = workspace_bytes(shape, launch.plan) + row_sum_partial_bytes(p, launch);
   return launch;
+}
+
+// Whether the plan's product runs the wide tile's whole-K kernel that
+// stores GELU's input, multiplies by an activation's derivative, or a Hopper
+// tile's that sums A's rows.
+bool any_whole_k_epilogue_kernel(const GemmParams& p, const GemmLaunch& launch) {
+  return pre_activation_from_epilogue(p, launch) || activation_grad_from_epilogue(p, launch) ||
+         (a_row_sums_from_mainloop(p, launch) && launch.plan.split_k == 1);
 }
 
 }  // namespace
@@ -133,8 +146,10 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
       ((plan.split_k > 1 || plan.padded || stream_k) && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
   const size_t row_sum_bytes = row_sum_partial_bytes(p, launch);
-  if (p.a_row_sums != nullptr && launch.workspace_bytes < workspace_bytes(shape, plan) + row_sum_bytes)
+  if ((p.a_row_sums != nullptr || stream_k) && launch.workspace_bytes < workspace_bytes(shape, plan) + row_sum_bytes)
     return cudaErrorInvalidValue;
+  // The plan_gemm calls leave stream-K out where a whole-K kernel with extras runs.
+  if (stream_k && any_whole_k_epilogue_kernel(p, launch)) return cudaErrorInvalidValue;
   // The problem as the kernels run it: a padded plan's on copies of the
   // operands the shape marks, made at the workspace's start; split-K's
   // partial sums, or stream-K's slots, after them (plan/gemm_plan.h's

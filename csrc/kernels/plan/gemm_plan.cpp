@@ -66,6 +66,7 @@ struct TunedKey {
 struct TunedValue {
   TileConfigId config;
   int split_k;
+  bool stream_k;
 };
 
 std::mutex tuned_mutex;
@@ -127,15 +128,21 @@ bool m64_tile_enabled() { return switch_on("MPGEMM_M64_TILE", false); }
 
 bool stream_k_enabled() { return switch_on("MPGEMM_STREAM_K", false); }
 
+int stream_k_grid(const GemmShape& s, const DeviceLimits& d) {
+  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
+  const int64_t blocks = std::min<int64_t>(d.multiprocessors, tiles(wide, s) * slices(wide, s.k) / kMinStreamKSlices);
+  return s.batch == 1 && blocks > 1 ? int(blocks) : 0;
+}
+
 int stream_k_blocks(const GemmShape& s, const DeviceLimits& d) {
   const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
   const int64_t tile_count = tiles(wide, s), tile_slices = slices(wide, s.k), total = tile_count * tile_slices;
-  const int64_t blocks = std::min<int64_t>(d.multiprocessors, total / kMinStreamKSlices);
-  if (s.batch != 1 || tile_count < 1 || blocks <= 1) return 0;
-  const int64_t run = ceil_div(total, blocks);
-  // The most slots a block that ends a tile reads back: the other runs that hold the tile's slices.
-  const int64_t slots_read = ceil_div(tile_slices, run);
-  const double stream_k = double(run + kStreamKFixUpSlices * std::min<int64_t>(slots_read, blocks - 1));
+  const int64_t blocks = stream_k_grid(s, d);
+  if (blocks == 0) return 0;
+  const int64_t run = ceil_div(total, blocks), shortest_run = total / blocks;
+  // The most slots a block that ends a tile reads back: the runs before its own that a tile can span.
+  const int64_t slots_read = std::min<int64_t>(ceil_div(tile_slices - 1, shortest_run), blocks - 1);
+  const double stream_k = double(run + kStreamKFixUpSlices * slots_read);
   const double whole_k = double(ceil_div(tile_count, int64_t(d.multiprocessors)) * tile_slices);
   return stream_k < kStreamKMaxCost * whole_k ? int(blocks) : 0;
 }
@@ -298,9 +305,17 @@ GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
     const auto it = tuned_plans.find({s.batch, s.m, s.n, s.k});
     // A Hopper entry, timed on operands read as they lie, does not hold
     // where they would be copied first: the heuristic weighs the copies.
+    // A stream-K entry holds where stream-K may run: on this device's blocks.
+    const int stream_k = it != tuned_plans.end() && it->second.stream_k && stream_k_enabled() &&
+                                 it->second.config == TileConfigId::kWgmma && it->second.split_k == 1
+                             ? stream_k_grid(s, d)
+                             : 0;
     if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k) &&
-        (s.wgmma || !is_wgmma(it->second.config)))
-      return make_plan(it->second.config, s, it->second.split_k, true);
+        (s.wgmma || !is_wgmma(it->second.config)) && (!it->second.stream_k || stream_k > 0)) {
+      GemmPlan tuned = make_plan(it->second.config, s, it->second.split_k, true);
+      tuned.stream_k_blocks = stream_k;
+      return tuned;
+    }
   }
   return heuristic_plan(s, d);
 }
@@ -319,7 +334,8 @@ std::vector<GemmPlan> candidate_plans(const GemmShape& s, const DeviceLimits& d)
   // The heuristic's split count need not be a power of two.
   const GemmPlan heuristic = heuristic_plan(s, d);
   const bool listed = std::any_of(plans.begin(), plans.end(), [&](const GemmPlan& p) {
-    return p.config == heuristic.config && p.split_k == heuristic.split_k;
+    return p.config == heuristic.config && p.split_k == heuristic.split_k &&
+           p.stream_k_blocks == heuristic.stream_k_blocks;
   });
   if (!listed) plans.push_back(heuristic);
   return plans;
@@ -341,9 +357,9 @@ size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {
          (plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0);
 }
 
-void set_tuned_plan(const GemmShape& s, TileConfigId config, int split_k) {
+void set_tuned_plan(const GemmShape& s, TileConfigId config, int split_k, bool stream_k) {
   std::lock_guard<std::mutex> lock(tuned_mutex);
-  tuned_plans[{s.batch, s.m, s.n, s.k}] = {config, split_k};
+  tuned_plans[{s.batch, s.m, s.n, s.k}] = {config, split_k, stream_k};
   any_tuned.store(true, std::memory_order_release);
 }
 

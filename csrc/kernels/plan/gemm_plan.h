@@ -172,15 +172,20 @@ bool stream_k_enabled();
 // bench/NOTES.md, "Stream-K on the Hopper block"): whole K takes
 // ceil(tiles / multiprocessors) waves of a tile's slices each; stream-K the
 // longest run, ceil(tiles x slices / blocks), plus kStreamKFixUpSlices for
-// each slot the block that ends a tile reads back (its 128 KB from L2,
+// each slot the block that ends a tile may read back (as many as the runs
+// after the first that a tile of S slices can span: ceil((S - 1) / the
+// shortest run); each 128 KB from L2,
 // against a slice's 4.2 MFLOP), on min(multiprocessors, tiles x slices /
 // kMinStreamKSlices) blocks. It is planned where that is under
 // kStreamKMaxCost of whole K's.
 inline constexpr int kMinStreamKSlices = 4;
 inline constexpr int kStreamKFixUpSlices = 2;
 inline constexpr double kStreamKMaxCost = 0.9;
-// The blocks of a stream-K plan for `shape` on `device` (a single matrix on
-// WgmmaTile) by that model; 0 where whole K costs as little.
+// The blocks a stream-K plan for `shape` on `device` (a single matrix on
+// WgmmaTile) runs on: min(multiprocessors, slices / kMinStreamKSlices), 0
+// where that is under 2.
+int stream_k_grid(const GemmShape& shape, const DeviceLimits& device);
+// Those blocks where the model above says stream-K is faster; else 0.
 int stream_k_blocks(const GemmShape& shape, const DeviceLimits& device);
 // A stream-K plan's workspace of `blocks` slots: the partial sums
 // (a WgmmaTile tile of floats a block), then the flags (one per consumer
@@ -221,8 +226,10 @@ size_t workspace_bytes(const GemmShape& shape, const GemmPlan& plan);
 // Of those, the padded copies' (where the partial sums begin).
 size_t padded_copy_bytes(const GemmShape& shape, const GemmPlan& plan);
 
-// The tuned table: (batch, m, n, k) -> config and split_k, for this process.
-void set_tuned_plan(const GemmShape& shape, TileConfigId config, int split_k);
+// The tuned table: (batch, m, n, k) -> config, split_k and whether it ran
+// stream-K (then on stream_k_grid's blocks, where stream_k_enabled()), for
+// this process.
+void set_tuned_plan(const GemmShape& shape, TileConfigId config, int split_k, bool stream_k = false);
 void clear_tuned_plans();
 
 }  // namespace mpgemm::kernels

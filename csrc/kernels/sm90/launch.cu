@@ -128,7 +128,7 @@ cudaError_t launch_splitk(const GemmParams& p, int raster_group, int split_k, fl
 
 // The stream-K kernel's launch: the slots' flags zeroed on the stream, then
 // the kernel on the slots before them (plan/gemm_plan.h's
-// stream_k_workspace_bytes).
+// stream_k_partial_bytes, then stream_k_flag_bytes).
 template <class Element, class Tile, bool AKMajor, bool BKMajor>
 cudaError_t launch_stream_k(const GemmParams& p, int raster_group, int blocks, void* workspace,
                             cudaStream_t stream) {

@@ -117,9 +117,10 @@ cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& params, int raster_grou
 // Enqueues `params` (a single matrix: batch 1) on the stream-K kernel of
 // the Hopper tile `Tile` (WgmmaTile only; sm90/stream_k.cuh): as many
 // blocks as run at once, at most `blocks`, each an equal run of the tiles'
-// K slices, their partial sums in `workspace` (stream_k_workspace_bytes(
-// blocks), 16-byte aligned; its flags zeroed here, on `stream`), D stored
-// as launch_wgmma_gemm stores it. Returns as launch_wgmma_gemm does.
+// K slices, their partial sums in `workspace` (plan/gemm_plan.h's
+// stream_k_partial_bytes(blocks), then stream_k_flag_bytes(blocks) of
+// flags, which are zeroed here on `stream`; 16-byte aligned), D stored as
+// launch_wgmma_gemm stores it. Returns as launch_wgmma_gemm does.
 template <class Tile>
 cudaError_t launch_wgmma_stream_k_gemm(const GemmParams& params, int raster_group, int blocks, void* workspace,
                                        bool a_k_major, bool b_k_major, cudaStream_t stream);

@@ -18,9 +18,10 @@
 // unit ends its tile, and its block stores it: first it adds, in order from
 // the nearest, the slots of the earlier blocks whose runs hold the tile's
 // earlier slices, each once its flag is up. So a block waits only on
-// blocks of lower index, each of which wrote its slot first thing: on a GPU
-// they were dispatched first and wait on nothing later; one block's
-// stores never wait on a block that has yet to start.
+// blocks of lower index, each of which wrote its slot first thing. The
+// GPU dispatches a grid's blocks in index order (what CUTLASS's stream-K
+// also relies on; the programming model does not promise it), so those
+// are running or done, and wait on nothing later.
 // Why this order: the result is the same sum in the same order on every run
 // of the same problem on the same device (the runs depend on the grid, the
 // device's multiprocessors), with no atomics on the data; and each slot is
@@ -56,6 +57,9 @@ struct StreamKUnit : BatchTile {
 
 template <class Tile>
 struct StreamKTiles {
+  // Units differ in their slices, but every one has some, so the
+  // accumulators need no zeroing; ping-pong, which assumes every tile's
+  // slices the same, is ruled out below.
   static constexpr bool kSlicesVary = false;
   static constexpr bool kStreamK = true;
   static_assert(!Tile::kPingPong && Tile::kClusterM == 1, "cooperative consumers on blocks alone");

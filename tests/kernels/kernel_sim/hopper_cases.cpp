@@ -550,16 +550,20 @@ static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
 // activation gemm_case draws. The workspace is poisoned, its flags zeroed by
 // the launcher. Each case must match the reference, and every tile split
 // between runs must have been fixed up: counts the cases and the slots
-// added (grid_flag_waits); whether one failed.
+// added (grid_flag_waits). Then the first case's shape asking for GELU's
+// input too, on K-major operands: the launch keeps the whole-K kernel that
+// stores it from its epilogue, with no slots. Whether one failed.
 static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
   struct StreamKCase {
     int multiprocessors;
     int64_t min_m, max_m, min_n, max_n, min_slices, max_slices;
+    bool pre_activation;  // the whole-K kernel that stores it, not stream-K
   };
-  const StreamKCase cases[] = {{11, 128, 128, 129, 256, 20, 24},
-                               {5, 128, 128, 129, 256, 12, 20},
-                               {3, 129, 256, 257, 512, 8, 16},
-                               {7, 129, 256, 129, 256, 16, 24}};
+  const StreamKCase cases[] = {{11, 128, 128, 129, 256, 20, 24, false},
+                               {5, 128, 128, 129, 256, 12, 20, false},
+                               {3, 129, 256, 257, 512, 8, 16, false},
+                               {7, 129, 256, 129, 256, 16, 24, false},
+                               {11, 128, 128, 129, 256, 20, 24, true}};
   bool bad = false;
   const uint64_t waits_before = sim::hopper::grid_flag_waits;
   for (int i = 0; i < int(std::size(cases)); ++i) {
@@ -572,6 +576,7 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
     spec.d_type = sim::GemmCaseSpec::OutputType::kOpsOwn;
     spec.min_m = c.min_m, spec.max_m = c.max_m, spec.min_n = c.min_n, spec.max_n = c.max_n;
     spec.min_k = (c.min_slices - 1) * 64 + 1, spec.max_k = c.max_slices * 64;
+    if (c.pre_activation) spec.pre_activation = true, spec.a_row_major = 1, spec.b_row_major = 0;
     GemmPlan plan;
     GemmShape shape;
     const uint64_t waits = sim::hopper::grid_flag_waits;
@@ -579,6 +584,17 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
     unsetenv("MPGEMM_STREAM_K");
     unsetenv("MPGEMM_NARROW_TILES");
     const int64_t tiles = (shape.m + 127) / 128 * ((shape.n + 255) / 256);
+    if (c.pre_activation) {
+      if (plan.config != TileConfigId::kWgmma || plan.stream_k_blocks != 0 || sim::hopper::grid_flag_waits != waits) {
+        printf("stream-K case %d FAILED: GELU's input from the epilogue planned %s with %d stream-K blocks, %lu "
+               "slots added\n",
+               i, tile_config(plan.config).name, plan.stream_k_blocks,
+               (unsigned long)(sim::hopper::grid_flag_waits - waits));
+        case_bad = true;
+      }
+      bad |= case_bad;
+      continue;
+    }
     if (plan.config != TileConfigId::kWgmma || plan.stream_k_blocks == 0 ||
         sim::hopper::grid_flag_waits == waits || sim::last_grid.x != unsigned(plan.stream_k_blocks)) {
       printf("stream-K case %d FAILED: planned %s with %d stream-K blocks for %ld tiles on %d multiprocessors, a "
