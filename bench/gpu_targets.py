@@ -306,6 +306,10 @@ def sanitize():
         os.environ["MPGEMM_CHUNKED_FOLD"] = "1"
         _conv_passes("Hopper folded taps in chunks", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
         os.environ["MPGEMM_CHUNKED_FOLD"] = "0"
+        # The same, x's fold gathered by the producer (MPGEMM_GATHERED_FOLD=1): no copy of x.
+        os.environ["MPGEMM_GATHERED_FOLD"] = "1"
+        _conv_passes("Hopper folded taps gathered", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
+        os.environ.pop("MPGEMM_GATHERED_FOLD")
         # The narrow tiles: fprop of 72 filters on 128 x 64 tiles (9 tiles of 128 x 128 would fill too few),
         # dgrad of 64 channels on them, wgrad (9 x 64 columns) on the wide tile; a 1x1 of 128 filters over
         # 16 x 32 x 32 pixels, fprop on 128 x 128 tiles (128 of them), dgrad and wgrad (64 columns) on 128 x 64.

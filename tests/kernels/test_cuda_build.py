@@ -31,7 +31,9 @@ ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) issue 4 rows' 16-byte loads in each
 row loop before any instruction reads one. The gated MLP's passes
 load and store 16 bytes at a time. x's fold in chunks (folded taps,
 MPGEMM_CHUNKED_FOLD=1) stores each thread's 8 channels with one 16-byte
-store.
+store. The folded taps' kernels whose producer gathers x's fold itself
+(MPGEMM_GATHERED_FOLD=1) are the convolution's block with no im2col copy,
+the producer's own loads and fenced shared stores, and its registers.
 """
 
 import re
@@ -504,3 +506,55 @@ def test_x_folded_in_chunks_stores_16_bytes_a_thread(cuda_build, machine_code):
         for name in folds:
             res = usage[arch].get(name, {})
             assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
+
+
+GATHERED_FOLD_KERNEL = "wgmma_gathered_fold_kernel"
+
+
+def test_gathered_folds_are_the_conv_block_with_a_producer_that_stores(cuda_build, machine_code):
+    """The kernels whose producer gathers x's fold itself
+    (MPGEMM_GATHERED_FOLD=1): fprop on each of the three tiles and wgrad on
+    those and the 64-row one, fp16 and bf16. The same Hopper block and
+    epilogue, the filters (wgrad: dy) by the copy engine's tiled loads and no
+    im2col load; x read by the producer's own 2-byte loads outside the
+    mainloop, the next group of rows' issued before the last group's
+    stores, which its threads store 4 bytes at a time, fence for the async
+    proxy and announce on the stage's mbarrier; the producer keeps 88
+    registers a thread and the consumers 208 (all of the block's 168 a
+    thread: a consumer asking for more would wait forever); no spills."""
+    if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
+        pytest.skip("the build has no sm_90a code")
+    code, usage = machine_code
+    kernels = {name: instructions for name, instructions in code["sm_90a"].items() if GATHERED_FOLD_KERNEL in name}
+    assert len(kernels) == 14, sorted(kernels)
+    assert sum("ConvPassE2E" in name for name in kernels) == 8, sorted(kernels)
+    assert sum(M64_KERNEL in name for name in kernels) == 2, sorted(kernels)
+    for name, instructions in kernels.items():
+        check_hopper_block(name, instructions)
+        opcodes = [i.opcode for i in instructions]
+        assert sass.count_opcodes(opcodes, "UTMALDG.4D.IM2COL") == 0, f"{name} copies an im2col box"
+        assert sass.count_opcodes(opcodes, "UTMALDG.3D") > 0, f"{name} lacks its tiled copies"
+        registers = {i.opcode.split(".")[1]: i.operands for i in instructions if i.opcode.startswith("USETMAXREG")}
+        assert "0x58" in registers.get("DEALLOC", "") and "0xd0" in registers.get("TRY_ALLOC", ""), registers
+        # The producer's code, from its register release to its last exit: a group of rows' 4-byte stores
+        # (fprop: 4 rows of one box; wgrad: 2 rows of each of the tile's boxes of 64 columns), two 2-byte
+        # loads of x for each, once before the loop and once in it for the next group, and no other global
+        # load; its stores fenced for the async proxy before it arrives on the stage's mbarrier.
+        start = next(i.address for i in instructions if i.opcode.startswith("USETMAXREG.DEALLOC"))
+        end = max(i.address for i in instructions if i.opcode == "EXIT")
+        producer = [i for i in instructions if start <= i.address <= end]
+        ops = [i.opcode for i in producer]
+        # (ptxas lays the producer's code after the consumers': none of their wgmmas or strip stores there.)
+        assert not any(op.startswith(("HGMMA", "UTMASTG", "STS.64")) for op in ops), f"{name}: code layout"
+        stores = sum(op == "STS" for op in ops)
+        assert stores == (4 if "ConvPassE0E" in name else 2 * tile_width(name) // 64), f"{name}: {stores} stores"
+        assert sass.count_opcodes(ops, "LDG.E.U16") == sass.count_opcodes(ops, "LDG") == 4 * stores, name
+        # Between the last shared store before each plain arrival and the arrival, a fence.
+        arrivals = [k for k, i in enumerate(producer) if i.opcode.startswith("SYNCS.ARRIVE.TRANS64.A1T0")]
+        assert arrivals, f"{name}: no arrival of the producer's threads"
+        for k in arrivals:
+            last_store = max((j for j in range(k) if producer[j].opcode == "STS"), default=-1)
+            assert last_store >= 0 and any(i.opcode == "FENCE.VIEW.ASYNC.S" for i in producer[last_store:k]), \
+                f"{name}: a gathered stage announced unfenced"
+        res = usage["sm_90a"].get(name, {})
+        assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"

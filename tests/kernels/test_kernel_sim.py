@@ -32,7 +32,8 @@ its phases in one launch (the default), and few-channel fprop and wgrad on
 copies with their taps folded into the channels (conv/folded_taps.h; x
 folded a thread per element, MPGEMM_CHUNKED_FOLD=0, or per 16 bytes, the
 default, both also
-checked on their own against the fold's definition), its im2col copies
+checked on their own against the fold's definition; or the fold gathered
+by the producer's threads, MPGEMM_GATHERED_FOLD=1), its im2col copies
 placed by the model of the PTX ISA's im2col mode, which is checked against
 the convolution's own windows.
 Ordinary shared-memory accesses between threads are checked against the
@@ -42,7 +43,8 @@ wrong pixels, wgrad's splits summing the same pixels, a stage handed back
 early, a narrow tile's filters copied in the wide tile's boxes, a staged
 strip read back before its warpgroup has met, one launch's tiles given to
 the phase before theirs or walking another phase's taps, its phases no
-tap reaches left out, and x's fold in chunks reading past x's last column
+tap reaches left out, x's fold in chunks reading past x's last column,
+and the gathered fold's stores left unfenced or read from the wrong run
 must be caught, and wgrad's split counts for ResNet-50 on 132
 multiprocessors must be the cost model's (plan/split_cost.h). See kernel_sim/hopper_cases.cpp and
 hopper_conv_cases.cpp."""
@@ -362,6 +364,7 @@ HOPPER_MUTANT_CASES = {"cluster occupancy asked on every launch": 1,
 # of the real one. Either runs convolutions alone.
 STAGED_ROWS = "staged rows"
 DGRAD_PHASES = "dgrad phases"
+GATHERED_FOLD = "gathered fold"
 CONV_MUTATIONS = {
     # The im2col box read at tap (s, r) instead of (r, s).
     "im2col box at the wrong filter offset": (
@@ -438,6 +441,17 @@ CONV_MUTATIONS = {
         ("    phases.launch[phases.count++] = dgrad_launch(c, phase_h, phase_w, g);",
          "    if (!PLANTED || g.k > 0) phases.launch[phases.count++] = dgrad_launch(c, phase_h, phase_w, g);"),
         (False, False), "FAILED", None),
+    # The producer's gathered folds (MPGEMM_GATHERED_FOLD=1): its threads'
+    # stores left unfenced for the wgmmas that read them (the async proxy),
+    # and every folded channel read from the first of its stride_h runs.
+    "the gathered fold's stores left unfenced": (
+        "sm90/conv_gather_producer.cuh",
+        ("  gather();\n  fence_proxy_async_shared();\n", "  gather();\n  if (!PLANTED) fence_proxy_async_shared();\n"),
+        (False, False), "without fence.proxy.async", GATHERED_FOLD),
+    "the gathered fold's channels all read from its first run": (
+        "sm90/conv_gather_producer.cuh",
+        ("r2 = tap / f.s,", "r2 = PLANTED ? 0 : tap / f.s,"),
+        (False, False), "FAILED", GATHERED_FOLD),
     # A narrow tile's filters copied in the wide tile's boxes: more bytes
     # than its stage announces, past its B tile.
     "filter boxes sized for the wide tile": (
@@ -753,6 +767,7 @@ def results(tmp_path_factory):
                     else os.path.join(planted_dir, CONV_UNIT))
             defines = (["-DPLANTED_STAGED_ROWS"] if planted_pass == STAGED_ROWS
                        else ["-DPLANTED_DGRAD_PHASES"] if planted_pass == DGRAD_PHASES
+                       else ["-DPLANTED_GATHERED_FOLD"] if planted_pass == GATHERED_FOLD
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
             conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
                                                    PLANTED_CXXFLAGS)[0]))
@@ -954,19 +969,20 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     assert "column moments on each tile: ok" in output, replay
     assert printed_count(output, "conv fprop cases with moments") >= 3, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
-    assert ("bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD and MPGEMM_M64_TILE "
-            "refused: ok") in output, \
-        replay
+    assert ("bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, MPGEMM_GATHERED_FOLD and "
+            "MPGEMM_M64_TILE refused: ok") in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
     assert "wgrad splits on 132 multiprocessors: ok" in output, replay
     # Few-channel fprop and wgrad on folded taps (conv/folded_taps.h), and
     # the random cases' own folds (their few channels, where the taps fold).
-    assert f"conv on folded taps: 0/{HOPPER_CONV_CASES // 6} failed" in output, replay
-    assert printed_count(output, "conv cases on folded taps") >= HOPPER_CONV_CASES // 6, replay
+    assert f"conv on folded taps: 0/{HOPPER_CONV_CASES // 5} failed" in output, replay
+    assert printed_count(output, "conv cases on folded taps") >= HOPPER_CONV_CASES // 5, replay
     assert printed_count(output, "conv wgrad cases on folded taps on wgmma_m64") > 0, replay
-    # x folded in 16-byte chunks (the default) in every other folded case of a pass, and both folds
-    # of x on their own against the fold's definition.
+    # x folded in 16-byte chunks (the default) in a third of the folded cases of a pass, gathered
+    # by the producer (MPGEMM_GATHERED_FOLD=1) in another third, and both folds of x on their own
+    # against the fold's definition.
     assert printed_count(output, "conv cases on folded taps in chunks") >= 2, replay
+    assert printed_count(output, "conv cases on folded taps gathered") >= 2, replay
     assert "x's folds by elements and in chunks: ok" in output, replay
     assert re.search(rf"conv as gemm: 0/{HOPPER_CONV_CASES // 3} failed \([1-9]\d* on the Hopper GEMM\)", output), \
         replay

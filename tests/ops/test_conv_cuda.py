@@ -21,7 +21,9 @@ allows) on its wide tile with dx's rows stored from registers
 (MPGEMM_NARROW_TILES=0, MPGEMM_STAGED_ROW_STORES=0), with that on the narrow
 tiles (MPGEMM_NARROW_TILES=1), and with =wmma (the WMMA kernels alone, the
 default of every other GPU). With MPGEMM_M64_TILE=1 (opt-in until these
-tests pass on a GPU), wgrad of at most 64 filters runs on the 64-row tile."""
+tests pass on a GPU), wgrad of at most 64 filters runs on the 64-row tile;
+with MPGEMM_GATHERED_FOLD=1 (opt-in too), the folded taps' producer gathers
+x's fold itself."""
 
 import re
 
@@ -300,6 +302,18 @@ def test_few_channels_fold_their_taps(monkeypatch, c, k, kernel, stride, padding
     assert {name for name in kernels_run(step) if "mpgemm" in name} == ran
 
 
+def checked_layer(c, k, kernel, stride, padding, size, batch, dtype):
+    """A layer's x, filters and dy, random (x channels_last, the filters a
+    leaf that requires its gradient), the layer checked first by compare on
+    the path the environment names."""
+    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
+    compare(x, weight, torch.randn(k, device="cuda"), stride, padding)
+    weight = weight.to(dtype).requires_grad_()
+    y_shape = F.conv2d(x.to("meta"), weight.to("meta"), None, stride, padding).shape
+    return x, weight, torch.randn(y_shape, device="cuda").to(dtype)
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch", FOLDED)
@@ -310,12 +324,7 @@ def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, ba
     dw are bitwise the fold a thread per element's ("0": that one)."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
     monkeypatch.setenv("MPGEMM_CHUNKED_FOLD", "1")
-    x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
-    weight = torch.randn(k, c, kernel, kernel, device="cuda") * (c * kernel * kernel) ** -0.5
-    compare(x, weight, torch.randn(k, device="cuda"), stride, padding)
-    weight = weight.to(dtype).requires_grad_()
-    y_shape = F.conv2d(x.to("meta"), weight.to("meta"), None, stride, padding).shape
-    dy = torch.randn(y_shape, device="cuda").to(dtype)
+    x, weight, dy = checked_layer(c, k, kernel, stride, padding, size, batch, dtype)
     results = {}
     for chunked in ("1", "0", None):
         set_environment(monkeypatch, "MPGEMM_CHUNKED_FOLD", chunked)
@@ -334,6 +343,53 @@ def test_x_folded_in_chunks(monkeypatch, c, k, kernel, stride, padding, size, ba
         assert sum("unfold_filter" in name for name in names) == 1, names
     for y, dw in results.values():
         assert torch.equal(y, results["1"][0]) and torch.equal(dw, results["1"][1])
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch", FOLDED)
+def test_x_fold_gathered_by_the_producer(monkeypatch, c, k, kernel, stride, padding, size, batch, dtype):
+    """MPGEMM_GATHERED_FOLD=1 (opt-in): fprop and wgrad on folded taps copy
+    no fold of x; the Hopper convolution's producer gathers it into each
+    stage itself (wgmma_gathered_fold_kernel), on the forced path and by
+    default, the 64-row tile's wgrad included where asked. Right against
+    cuDNN and float64, and y and dw bitwise those of x folded in chunks (the
+    same folded problem, tiles and sums: only where the stage's bytes come
+    from differs)."""
+    monkeypatch.setenv("MPGEMM_CONV_PATH", "wgmma")
+    monkeypatch.setenv("MPGEMM_GATHERED_FOLD", "1")
+    x, weight, dy = checked_layer(c, k, kernel, stride, padding, size, batch, dtype)
+    results = {}
+    for path, gathered, m64 in (("wgmma", "1", None), ("auto", "1", None), ("wgmma", "1", "1"),
+                                ("wgmma", None, None), ("wgmma", None, "1")):
+        monkeypatch.setenv("MPGEMM_CONV_PATH", path)
+        set_environment(monkeypatch, "MPGEMM_GATHERED_FOLD", gathered)
+        set_environment(monkeypatch, "MPGEMM_M64_TILE", m64)
+        weight.grad = None
+
+        def step():
+            y = mpgemm.conv2d(x, weight, None, stride, padding)
+            y.backward(dy)
+            results[path, gathered, m64] = (y.detach(), weight.grad)
+
+        with nan_filled_outputs():
+            names = launches(step)
+        gathering = [name for name in names if "wgmma_gathered_fold_kernel" in name]
+        if gathered:
+            assert len(gathering) == 2 and not any("fold_input" in name for name in names), names
+        else:
+            assert not gathering and sum("fold_input_chunks_kernel" in name for name in names) == 2, names
+        assert sum("unfold_filter" in name for name in names) == 1, names
+    for (path, gathered, m64), (y, dw) in results.items():
+        want = results["wgmma", None, m64]
+        assert torch.equal(y, want[0]) and torch.equal(dw, want[1]), (path, gathered, m64)
+
+
+def test_bad_gathered_fold_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_GATHERED_FOLD", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_GATHERED_FOLD must be '0' or '1', got 'yes'"):
+        mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))
 
 
 STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, padding, size in RESNET50 if stride > 1]

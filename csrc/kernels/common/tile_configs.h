@@ -86,9 +86,17 @@ struct WgmmaBlockConfig {
   static constexpr int kInstrM = 64, kInstrK = 16;
   static constexpr int kBlockK = 64;
   // Registers per thread after setmaxnreg: the producer gives up what the
-  // consumers' accumulators (up to 128: 64 x 256 fp32 over 128 threads) need
-  // (both within the 64K of the SM).
+  // consumers' accumulators (up to 128: 64 x 256 fp32 over 128 threads) need.
+  // setmaxnreg moves registers within the block's own allocation, what the
+  // launch gave each of its threads (kLaunchRegisters, 64K shared by the
+  // block's 384 threads in multiples of 8): a consumer asking for more than
+  // the others gave back would wait for them forever.
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  // Where the producer's threads gather an operand themselves
+  // (sm90/conv_gather_producer.cuh), each holds two groups of rows'
+  // loads in flight: more for the producer, what is left for the consumers.
+  static constexpr int kGatherProducerRegisters = 88, kGatherConsumerRegisters = 208;
   // Each consumer stages its output in kOutputBuffers strips of 64 rows by
   // 128 bytes (sm90/layout.h's OutputStrip), so that it writes one while the
   // copy engine stores the other.
@@ -96,8 +104,11 @@ struct WgmmaBlockConfig {
   // The shared memory a block may have (227 KB on sm_90), and the ring's
   // deepest: more stages than this hide no more of the copies' latency.
   static constexpr int kMaxSmemBytes = 227 * 1024, kMaxStages = 8;
-  static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * kWarpgroupThreads * kConsumers <= 65536,
-                "the register file holds every warpgroup");
+  static_assert(kProducerRegisters + kConsumerRegisters * kConsumers <= kLaunchRegisters * (kConsumers + 1),
+                "the block's allocation holds every warpgroup's");
+  static_assert(kGatherProducerRegisters + kGatherConsumerRegisters * kConsumers <=
+                    kLaunchRegisters * (kConsumers + 1),
+                "the block's allocation holds every warpgroup's");
 };
 
 // A Hopper tile: a block's tile and shared memory under one consumer

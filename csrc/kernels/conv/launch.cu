@@ -294,9 +294,10 @@ cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, const ConvTilePl
   return conv.copies_out ? launch_padded_copy(conv.copy_out, stream) : cudaSuccess;
 }
 
-// The folded problem (conv/folded_taps.h) in the workspace: the folded x,
-// then the folded filters (fprop) or their gradient (wgrad), then the
-// Hopper convolution's own workspace.
+// The folded problem (conv/folded_taps.h) in the workspace: the folded x
+// (none where the producer gathers it: `gathered`), then the folded filters
+// (fprop) or their gradient (wgrad), then the Hopper convolution's own
+// workspace.
 struct FoldedConv {
   Conv2dParams folded;
   void* x_folded;
@@ -304,12 +305,16 @@ struct FoldedConv {
   void* inner_workspace;
 };
 
-FoldedConv fold_taps(ConvPass pass, const Conv2dParams& p, void* workspace) {
+size_t folded_copy_bytes(ConvPass pass, const Conv2dParams& p, bool gathered) {
+  return (gathered ? 0 : folded_input_bytes(p)) + folded_filter_bytes(pass, p);
+}
+
+FoldedConv fold_taps(ConvPass pass, const Conv2dParams& p, void* workspace, bool gathered) {
   char* at = static_cast<char*>(workspace);
   FoldedConv conv;
-  conv.x_folded = at;
-  conv.w_folded = at == nullptr ? nullptr : at + folded_input_bytes(p);
-  conv.inner_workspace = at == nullptr ? nullptr : at + folded_input_bytes(p) + folded_filter_bytes(pass, p);
+  conv.x_folded = gathered ? nullptr : at;
+  conv.w_folded = at == nullptr ? nullptr : at + (gathered ? 0 : folded_input_bytes(p));
+  conv.inner_workspace = at == nullptr ? nullptr : at + folded_copy_bytes(pass, p, gathered);
   conv.folded = folded_problem(pass, p, conv.x_folded, conv.w_folded);
   return conv;
 }
@@ -317,14 +322,17 @@ FoldedConv fold_taps(ConvPass pass, const Conv2dParams& p, void* workspace) {
 cudaError_t launch_folded(ConvPass pass, const Conv2dParams& p, const Conv2dPlan& plan, void* workspace,
                           cudaStream_t stream) {
   if (!folds_taps(pass, p) || workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
-  const FoldedConv conv = fold_taps(pass, p, workspace);
-  if (const cudaError_t err = launch_fold_input(p, conv.x_folded, plan.chunked_fold, stream); err != cudaSuccess)
-    return err;
+  const FoldedConv conv = fold_taps(pass, p, workspace, plan.gathered_fold);
+  if (!plan.gathered_fold)
+    if (const cudaError_t err = launch_fold_input(p, conv.x_folded, plan.chunked_fold, stream); err != cudaSuccess)
+      return err;
   if (pass == ConvPass::kFprop)
     if (const cudaError_t err = launch_fold_filters(p, conv.w_folded, stream); err != cudaSuccess) return err;
-  if (const cudaError_t err = launch_wgmma_conv(pass, conv.folded, plan.wgmma, conv.inner_workspace, stream);
-      err != cudaSuccess)
-    return err;
+  const cudaError_t err =
+      plan.gathered_fold
+          ? launch_wgmma_gathered_fold(pass, p, conv.folded, plan.wgmma, conv.inner_workspace, stream)
+          : launch_wgmma_conv(pass, conv.folded, plan.wgmma, conv.inner_workspace, stream);
+  if (err != cudaSuccess) return err;
   return pass == ConvPass::kWgrad ? launch_unfold_filter_gradient(p, conv.w_folded, stream) : cudaSuccess;
 }
 
@@ -345,6 +353,8 @@ bool staged_row_stores() { return switch_on("MPGEMM_STAGED_ROW_STORES", true); }
 bool one_launch_dgrad() { return switch_on("MPGEMM_DGRAD_ONE_LAUNCH", true); }
 
 bool chunked_fold() { return switch_on("MPGEMM_CHUNKED_FOLD", true); }
+
+bool gathered_fold() { return switch_on("MPGEMM_GATHERED_FOLD", false); }
 
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
@@ -389,6 +399,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   Conv2dPlan plan;
   const ConvPath path = conv_path();
   const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad(), in_chunks = chunked_fold();
+  const bool gathered = gathered_fold();
   const bool m64_tile = m64_tile_enabled();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
@@ -409,13 +420,15 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   }
   const bool fold = path == ConvPath::kWgmma || (by_default && folded_taps_by_default(pass));
   if (fold && folds_taps(pass, p) && wgmma_available()) {
-    const Conv2dParams folded = fold_taps(pass, p, nullptr).folded;
+    const Conv2dParams folded = fold_taps(pass, p, nullptr, false).folded;
     if (wgmma_conv_takes(pass, folded)) {
       plan.path = Conv2dPlan::Path::kFoldedTaps;
       plan.wgmma = plan_wgmma_conv(pass, folded, false, false, m64_tile);
-      plan.chunked_fold = in_chunks;
-      plan.workspace_bytes = folded_input_bytes(p) + folded_filter_bytes(pass, p) + plan.wgmma.workspace_bytes;
-      if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(folded))
+      plan.gathered_fold = gathered && wgmma_gathers_fold(pass, p, folded);
+      plan.chunked_fold = in_chunks && !plan.gathered_fold;
+      plan.workspace_bytes = folded_copy_bytes(pass, p, plan.gathered_fold) + plan.wgmma.workspace_bytes;
+      // The gathering kernels write no moments.
+      if (pass == ConvPass::kFprop && !plan.gathered_fold && wgmma_conv_writes_moments(folded))
         plan.moment_rows = WgmmaBlockConfig::kInstrM;
       return plan;
     }

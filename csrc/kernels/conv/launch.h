@@ -50,6 +50,10 @@ struct Conv2dPlan {
   ConvTilePlan tiles;         // kImplicitGemm; kPadded: the padded problem's
   WgmmaConvPlan wgmma;        // kWgmma; kFoldedTaps: the folded problem's
   bool chunked_fold = false;  // kFoldedTaps: x folded a thread per 16 bytes (chunked_fold())
+  // kFoldedTaps: no copy of x, its fold gathered by the Hopper
+  // convolution's producer (gathered_fold(); sm90/conv_launch.h's
+  // launch_wgmma_gathered_fold).
+  bool gathered_fold = false;
   GemmLaunch gemm;            // kGemm
   // wgrad's split partial sums (of the implicit GEMM, the depthwise kernels,
   // the Hopper convolution or the GEMM's split-K), the padded copies and the
@@ -101,6 +105,13 @@ bool one_launch_dgrad();
 // yes; "0": no; throws std::invalid_argument for any other value.
 bool chunked_fold();
 
+// Whether fprop and wgrad on folded taps gather x's fold in the Hopper
+// convolution's producer (sm90/conv_producer.cuh) instead of copying it
+// first, where the path can (sm90/conv_launch.h's wgmma_gathers_fold):
+// opt-in until it passes the GPU tests. "1": yes; unset, "" or "0": no;
+// throws std::invalid_argument for any other value.
+bool gathered_fold();
+
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
 // the GEMM it is on NHWC activations and KC filters, reading every operand
 // in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
@@ -131,9 +142,10 @@ bool wgmma_conv_by_default(ConvPass pass, const Conv2dParams& params, bool narro
 bool folded_taps_by_default(ConvPass pass);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH,
-// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD or
-// MPGEMM_M64_TILE (conv_path, staged_row_stores, one_launch_dgrad,
-// chunked_fold, plan/gemm_plan.h's m64_tile_enabled), whatever the problem.
+// MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
+// MPGEMM_GATHERED_FOLD or MPGEMM_M64_TILE (conv_path, staged_row_stores,
+// one_launch_dgrad, chunked_fold, gathered_fold, plan/gemm_plan.h's
+// m64_tile_enabled), whatever the problem.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as

@@ -90,7 +90,11 @@ constexpr int kTurnBarrier = kStripBarriersEnd;
 // kBlockARowSums, A's row sums over K to p.a_row_sums (matrix `batch` of the
 // tile order at batch * m), from the mainloop (sm90/mainloop.cuh's RowSums);
 // kBlockActivationGrad, D the sums times the activation's derivative at
-// p.activation_input, in place of bias and activation (sm90/epilogue.cuh).
+// p.activation_input, in place of bias and activation (sm90/epilogue.cuh);
+// kBlockGatheringProducer, every thread of the producer's warpgroup runs
+// `load`, which gathers part of each stage itself
+// (sm90/conv_gather_producer.cuh: its `full` barriers then count
+// kGatheredStageArrivals, and the producer keeps more registers).
 // Flags, not a struct, as a template argument: the kernels build as C++17.
 enum BlockExtras : unsigned {
   kBlockPlain = 0,
@@ -99,6 +103,7 @@ enum BlockExtras : unsigned {
   kBlockPreActivation = 1u << 2,
   kBlockARowSums = 1u << 3,
   kBlockActivationGrad = 1u << 4,
+  kBlockGatheringProducer = 1u << 5,
 };
 
 // Fills the tile of ones that the a_row_sums kernels multiply A's rows by,
@@ -135,6 +140,9 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
                 "tiles of different K on cooperative consumers, storing strided rows only");
   static_assert(!Work::kStreamK || (!Tile::kPingPong && kExtras == kBlockPlain),
                 "stream-K on cooperative consumers, storing D alone");
+  constexpr bool kGathers = (kExtras & kBlockGatheringProducer) != 0;
+  static_assert(!kGathers || (kExtras == kBlockGatheringProducer && Tile::kClusterM == 1),
+                "a gathering producer on blocks alone, storing D alone");
   // Swizzled tiles start at 1024-byte boundaries; dynamic shared memory is only 16-byte aligned.
   const uintptr_t start = reinterpret_cast<uintptr_t>(block_shared_memory());
   Smem& shared = *reinterpret_cast<Smem*>((start + kSwizzleAtomBytes - 1) & ~uintptr_t(kSwizzleAtomBytes - 1));
@@ -150,7 +158,7 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
   }
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      mbarrier_init(&shared.full[s], 1);
+      mbarrier_init(&shared.full[s], kGathers ? kGatheredStageArrivals : 1);
       mbarrier_init(&shared.empty[s], Tile::kStageReaders * Tile::kClusterM);
     }
     fence_barrier_init();
@@ -168,8 +176,8 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
   TilePipeline<Tile> pipe;
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<Config::kProducerRegisters>();
-    if (thread != 0) return;
+    setmaxnreg_dec<kGathers ? Config::kGatherProducerRegisters : Config::kProducerRegisters>();
+    if (!kGathers && thread != 0) return;
     for (int64_t t = first_tile; t < tiles; t += tile_step) {
       const auto tile = work.tile(t, rank);
       load(shared, tile, work.slices(tile), rank, pipe);
@@ -178,7 +186,7 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
     return;
   }
 
-  setmaxnreg_inc<Config::kConsumerRegisters>();
+  setmaxnreg_inc<kGathers ? Config::kGatherConsumerRegisters : Config::kConsumerRegisters>();
   const int consumer = warpgroup - 1;
   // Cooperative: every tile of the block, this consumer's 64 rows of it.
   // Ping-pong: every other tile whole, from the block's tile `consumer` on;

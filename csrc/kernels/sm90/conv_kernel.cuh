@@ -14,7 +14,8 @@
 // dgrad) for one filter tap per box, with padding, stride and dilation in
 // the tensor map, so that no thread computes an activation's address, and
 // the gathered box lands in the swizzled layout wgmma reads, as a GEMM's
-// operand tile does.
+// operand tile does. (A few-channel layer's folded taps, where asked, are
+// gathered by the producer's threads instead: sm90/conv_gather_producer.cuh.)
 #pragma once
 
 #include <cuda.h>
@@ -22,6 +23,7 @@
 #include "common/gemm_params.h"
 #include "conv/params.h"
 #include "sm90/block.cuh"
+#include "sm90/conv_gather_producer.cuh"
 #include "sm90/conv_producer.cuh"
 #include "sm90/params.h"
 
@@ -103,6 +105,29 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                                const WgmmaSchedule schedule, const ConvWalk walk) {
   wgmma_conv_block<Element, Tile, ConvPass::kFprop, false, true>(a_map, b_map, d_map, p, schedule, walk);
+}
+
+// fprop or wgrad of a few-channel convolution on its folded taps
+// (conv/folded_taps.h), x's fold gathered by the producer's warpgroup into
+// each stage (sm90/conv_gather_producer.cuh) instead of copied beforehand: p, walk
+// and schedule those of the folded problem; `copied` its other operand's map
+// (fprop: the folded filters; wgrad: dy); x read through `folded`, its
+// output pixels `pixels` (N x P x Q).
+template <class Element, class Tile, ConvPass Pass>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_gathered_fold_kernel(const __grid_constant__ CUtensorMap copied, const __grid_constant__ CUtensorMap d_map,
+                               const GemmParams p, const WgmmaSchedule schedule, const ConvWalk walk,
+                               const FoldedX folded, const int pixels) {
+  static_assert(Pass != ConvPass::kDgrad, "dgrad does not fold");
+  const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
+    const int thread = int(threadIdx.x);  // of the producer's warpgroup, the block's first
+    if constexpr (Pass == ConvPass::kFprop)
+      load_gathered_fprop_tile<Tile>(shared, &copied, tile, walk, folded, pixels, thread, pipe);
+    else
+      load_gathered_wgrad_tile<Tile>(shared, &copied, tile, walk, folded, pixels, thread, pipe);
+  };
+  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>, kBlockGatheringProducer>(d_map, p, schedule,
+                                                                                              walk.k_slices, load);
 }
 
 }  // namespace mpgemm::kernels::sm90

@@ -391,6 +391,36 @@ cudaError_t launch_dgrad(const Conv2dParams& c, const WgmmaConvPlan& plan, cudaS
   return err;
 }
 
+// After wgrad's launch `l`: its splits summed in split order (deterministic),
+// and where its taps' columns are padded, dw copied out of them.
+cudaError_t finish_wgrad(const Conv2dParams& c, const ConvLaunch& l, const WgmmaConvPlan& plan, void* workspace,
+                         cudaStream_t stream) {
+  void* sum = wgrad_sum(c, plan.splits, workspace);
+  if (plan.splits > 1) {
+    GemmParams out = l.gemm;
+    out.batch = 1, out.d = sum, out.d_type = c.out_type;
+    if (const cudaError_t err = launch_splitk_reduce(out, static_cast<const float*>(workspace), plan.splits, stream);
+        err != cudaSuccess)
+      return err;
+  }
+  if (sum == c.out) return cudaSuccess;
+  // dw = each tap's first C columns.
+  const int64_t taps = c.r * c.s;
+  return launch_padded_copy(copy_between(sum, {1, c.k, taps, wgrad_tap_columns(c)}, c.out, {1, c.k, taps, c.c},
+                                         element_bytes(c.out_type)),
+                            stream);
+}
+
+// How the gathering producer reads `original`'s x as its fold (sm90/params.h).
+sm90::FoldedX folded_x(const Conv2dParams& p) {
+  sm90::FoldedX f;
+  f.x = p.x;
+  f.h = int(p.h), f.w = int(p.w), f.c = int(p.c), f.s = int(p.s);
+  f.stride_h = p.stride_h, f.stride_w = p.stride_w, f.pad_top = int(p.pad_top), f.pad_left = int(p.pad_left);
+  f.folded_channels = int(p.stride_h * p.s * p.c);
+  return f;
+}
+
 template <class Element, class Tile, ConvPass Pass>
 cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* workspace, cudaStream_t stream) {
   if constexpr (Pass == ConvPass::kFprop) {
@@ -400,22 +430,33 @@ cudaError_t launch_pass(const Conv2dParams& c, const WgmmaConvPlan& plan, void* 
   } else {
     const ConvLaunch l = wgrad_launch(c, plan.splits, workspace);
     if (const cudaError_t err = launch_one<Element, Tile, Pass>(c, l, stream); err != cudaSuccess) return err;
-    void* sum = wgrad_sum(c, plan.splits, workspace);
-    if (plan.splits > 1) {
-      // The sum of the splits, in split order (deterministic).
-      GemmParams out = l.gemm;
-      out.batch = 1, out.d = sum, out.d_type = c.out_type;
-      if (const cudaError_t err = launch_splitk_reduce(out, static_cast<const float*>(workspace), plan.splits, stream);
-          err != cudaSuccess)
-        return err;
-    }
-    if (sum == c.out) return cudaSuccess;
-    // dw = each tap's first C columns.
-    const int64_t taps = c.r * c.s;
-    return launch_padded_copy(copy_between(sum, {1, c.k, taps, wgrad_tap_columns(c)}, c.out, {1, c.k, taps, c.c},
-                                           element_bytes(c.out_type)),
-                              stream);
+    return finish_wgrad(c, l, plan, workspace, stream);
   }
+}
+
+// fprop or wgrad of the folded problem `c` (conv/folded_taps.h) whose x the
+// producer gathers from `original`'s (sm90/conv_kernel.cuh's
+// wgmma_gathered_fold_kernel), wgrad finished as launch_pass finishes it.
+template <class Element, class Tile, ConvPass Pass>
+cudaError_t launch_gathered_pass(const Conv2dParams& original, const Conv2dParams& c, const WgmmaConvPlan& plan,
+                                 void* workspace, cudaStream_t stream) {
+  static_assert(Pass != ConvPass::kDgrad, "dgrad does not fold");
+  const ConvLaunch l = Pass == ConvPass::kFprop ? fprop_launch(c) : wgrad_launch(c, plan.splits, workspace);
+  if (sm90::PersistentTileScheduler<Tile>::tiles(l.gemm) > 0) {
+    CUtensorMap copied, d_map{};
+    const cudaError_t mapped = Pass == ConvPass::kFprop
+                                   ? filter_map<Tile, Pass>(&copied, c)
+                                   : tiled_map(&copied, c.input_type, c.dy, c.k, c.n * c.p * c.q, 1,
+                                               Config::kBlockK, 1);
+    if (mapped != cudaSuccess) return mapped;
+    const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
+    if (const cudaError_t err = sm90::launch_wgmma_gathered_fold_kernel<Element, Tile, Pass>(
+            copied, d_map, l.gemm, schedule, l.walk, folded_x(original), int(c.n * c.p * c.q), stream);
+        err != cudaSuccess)
+      return err;
+  }
+  if constexpr (Pass == ConvPass::kWgrad) return finish_wgrad(c, l, plan, workspace, stream);
+  return cudaSuccess;
 }
 
 // Whether the im2col maps can describe every launch of the pass.
@@ -484,6 +525,35 @@ WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& p, bool staged_
   plan.splits = cheapest_split(split);
   plan.workspace_bytes = wgrad_partials_bytes(p, plan.splits) + wgrad_padded_bytes(p);
   return plan;
+}
+
+bool wgmma_gathers_fold(ConvPass pass, const Conv2dParams& original, const Conv2dParams& folded) {
+  return pass != ConvPass::kDgrad && wgmma_conv_takes(pass, folded) &&
+         original.groups == 1 && original.dilation_h == 1 && original.dilation_w == 1 &&
+         original.stride_h * original.s * original.c <= Config::kBlockK &&
+         original.n * original.h * original.w * original.c <= INT_MAX / 2;
+}
+
+cudaError_t launch_wgmma_gathered_fold(ConvPass pass, const Conv2dParams& original, const Conv2dParams& folded,
+                                       const WgmmaConvPlan& plan, void* workspace, cudaStream_t stream) {
+  if (!wgmma_gathers_fold(pass, original, folded) || plan.splits < 1 ||
+      (pass != ConvPass::kWgrad && plan.splits != 1) || folded.moments != nullptr)
+    return cudaErrorInvalidValue;
+  if (plan.workspace_bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
+  if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
+  return with_input_element(folded.input_type, [&](auto element) {
+    using Element = typename decltype(element)::type;
+    return with_tile(
+        WgradTiles{}, plan.tile,
+        [&](auto tile) {
+          using Tile = decltype(tile);
+          if (pass == ConvPass::kWgrad)
+            return launch_gathered_pass<Element, Tile, ConvPass::kWgrad>(original, folded, plan, workspace, stream);
+          if constexpr (std::is_same_v<Tile, WgmmaM64Tile>) return cudaErrorInvalidValue;  // wgrad's alone
+          else return launch_gathered_pass<Element, Tile, ConvPass::kFprop>(original, folded, plan, workspace, stream);
+        },
+        cudaErrorInvalidValue);
+  });
 }
 
 cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& p, const WgmmaConvPlan& plan, void* workspace,

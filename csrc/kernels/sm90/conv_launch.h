@@ -61,4 +61,22 @@ bool wgmma_conv_writes_moments(const Conv2dParams& params);
 cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& params, const WgmmaConvPlan& plan, void* workspace,
                               cudaStream_t stream);
 
+// Whether fprop or wgrad of `original`, a few-channel convolution whose
+// taps fold (conv/folded_taps.h), can run on its folded problem `folded`
+// with the producer gathering x's fold from `original`'s x itself
+// (sm90/conv_kernel.cuh's wgmma_gathered_fold_kernel): the path takes the
+// folded pass (wgmma_conv_takes: its sizes within 32 bits too), and x (any
+// alignment) has at most 2^30 - 1 elements, so that the producer's 32-bit
+// offsets of rows past x's last stay in range.
+bool wgmma_gathers_fold(ConvPass pass, const Conv2dParams& original, const Conv2dParams& folded);
+
+// Enqueues that pass on `stream` as `plan` (plan_wgmma_conv of the folded
+// pass) says, with `workspace` as launch_wgmma_conv's for the folded pass;
+// `folded` reads the folded filters (fprop) or writes the folded filter
+// gradient (wgrad), and its x is not read. Returns as launch_wgmma_conv
+// does; cudaErrorInvalidValue where folded.moments is set (the gathering
+// kernels write none).
+cudaError_t launch_wgmma_gathered_fold(ConvPass pass, const Conv2dParams& original, const Conv2dParams& folded,
+                                       const WgmmaConvPlan& plan, void* workspace, cudaStream_t stream);
+
 }  // namespace mpgemm::kernels

@@ -33,6 +33,18 @@ cudaError_t launch_wgmma_dgrad_phases_kernel(const CUtensorMap& w_map, const Dgr
                                           phases.first_tile[phases.count], resident_clusters, stream, w_map, phases);
 }
 
+template <class Element, class Tile, ConvPass Pass>
+cudaError_t launch_wgmma_gathered_fold_kernel(const CUtensorMap& copied, const CUtensorMap& d_map,
+                                              const GemmParams& p, const WgmmaSchedule& schedule,
+                                              const ConvWalk& walk, const FoldedX& folded, int pixels,
+                                              cudaStream_t stream) {
+  static PerDeviceFact resident_clusters;  // blocks alone: never asked
+  return launch_persistent<Element, Tile>(&wgmma_gathered_fold_kernel<Element, Tile, Pass>,
+                                          ConvSmem<Tile, Pass>::kBytes, PersistentTileScheduler<Tile>::tiles(p),
+                                          resident_clusters, stream, copied, d_map, p, schedule, walk, folded,
+                                          pixels);
+}
+
 }  // namespace mpgemm::kernels::sm90
 
 // Instantiates the launch of one tile's Hopper convolution kernels: each
@@ -52,6 +64,14 @@ cudaError_t launch_wgmma_dgrad_phases_kernel(const CUtensorMap& w_map, const Dgr
 #define MPGEMM_WGMMA_DGRAD_PHASES_LAUNCH(ELEMENT, TILE)                                          \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_dgrad_phases_kernel<ELEMENT, mpgemm::kernels::TILE>( \
       const CUtensorMap&, const mpgemm::kernels::sm90::DgradPhases&, cudaStream_t);
+// Instantiates the launch of one input type, tile and pass's kernel that
+// gathers folded taps itself (sm90/conv_kernels_gathered_fold.cu).
+#define MPGEMM_WGMMA_GATHERED_FOLD_LAUNCH(ELEMENT, TILE, PASS)                                                  \
+  template cudaError_t mpgemm::kernels::sm90::launch_wgmma_gathered_fold_kernel<                               \
+      ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS>(                                         \
+      const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,                               \
+      const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&,                      \
+      const mpgemm::kernels::sm90::FoldedX&, int, cudaStream_t);
 #define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                                \
   MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop, false)           \
   MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad, false)           \

@@ -1,6 +1,9 @@
 // The producer of a Hopper convolution block: one thread of warpgroup 0
 // issues each K slice's copies into a stage its readers have handed back,
-// the bytes completing on the stage's `full` mbarrier. The copy engine lays
+// the bytes completing on the stage's `full` mbarrier (or, for a
+// few-channel layer's folded taps where asked, every thread of the
+// warpgroup gathers x's part of the stage itself:
+// sm90/conv_gather_producer.cuh). The copy engine lays
 // every box out as the GEMM's swizzled tiles (sm90/layout.h), so the
 // consumers and the epilogue are the GEMM's. Per pass (sm90/params.h's
 // ConvWalk):

@@ -71,6 +71,19 @@ template <class Element, class Tile>
 cudaError_t launch_wgmma_dgrad_phases_kernel(const CUtensorMap& w_map, const DgradPhases& phases,
                                              cudaStream_t stream);
 
+// Launches the kernel that runs fprop or wgrad of a few-channel
+// convolution on its folded taps, x's fold gathered by the producer
+// (sm90/conv_kernel.cuh's wgmma_gathered_fold_kernel), of one input type,
+// tile and pass: `copied` the map of the operand the copy engine loads (the
+// folded filters, or dy), `params`, `schedule` and `walk` those of the
+// folded problem, `folded` where x is and how it folds, `pixels` the output
+// pixels. Instantiated in sm90/conv_kernels_gathered_fold.cu.
+template <class Element, class Tile, ConvPass Pass>
+cudaError_t launch_wgmma_gathered_fold_kernel(const CUtensorMap& copied, const CUtensorMap& d_map,
+                                              const GemmParams& params, const WgmmaSchedule& schedule,
+                                              const ConvWalk& walk, const FoldedX& folded, int pixels,
+                                              cudaStream_t stream);
+
 }  // namespace sm90
 
 // Whether the current device runs this build's Hopper kernels: an sm_90 GPU,

@@ -71,6 +71,21 @@ struct ConvWalk {
   int k_slices = 1;        // K slices per tile (wgrad: per split)
 };
 
+// x as a block that folds a few-channel convolution's taps itself reads
+// it (sm90/conv_gather_producer.cuh; conv/folded_taps.h's
+// fold, not written out): NHWC, 16-bit, h x w pixels of c channels, the
+// filters' s taps along a row, the original strides and padding. Folded
+// pixel (image, j, q) channel (r2 * s + t) * c + ch, for those below
+// folded_channels = stride_h * s * c, is x at row stride_h * j - pad_top +
+// r2, column stride_w * q - pad_left + t, channel ch (zero outside x); the
+// rest of the 64 are zeros.
+struct FoldedX {
+  const void* x = nullptr;
+  int h = 0, w = 0, c = 1, s = 1;
+  int stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
+  int folded_channels = 0;
+};
+
 // A strided dgrad's phases as one launch (sm90/conv_kernel.cuh's
 // wgmma_dgrad_phases_kernel): phase i is a GEMM of its own, its D (gemm[i]:
 // m rows of dx's pixels from d at the phase's first pixel), how its rows lie

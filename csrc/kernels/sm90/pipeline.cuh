@@ -45,6 +45,12 @@ constexpr uint32_t kOnesOffset = (sizeof(Smem) + kSwizzleAtomBytes - 1) / kSwizz
 template <class Smem>
 constexpr int kSmemBytesWithOnes = int(kOnesOffset<Smem>) + OnesTile::kBytes + (kSwizzleAtomBytes - 16);
 
+// A stage's `full` barrier counts one arrival, the producer thread's that
+// announces the copies' bytes; where the producer's warpgroup gathers part
+// of the stage itself (sm90/conv_gather_producer.cuh), that and one
+// more from each of its threads once its stores are fenced.
+constexpr int kGatheredStageArrivals = 1 + Config::kWarpgroupThreads;
+
 // The position in a ring of Stages stages: stage index and the parity of
 // the round through it.
 template <int Stages>

@@ -771,11 +771,12 @@ int main(int argc, char** argv) {
   ConvCaseCounts conv;
   for (int i = 0; i < conv_cases && !(first_failure && (failed || conv_failed)); ++i)
     conv_failed += hopper_conv_case(i, conv);
-  // Few-channel fprop and wgrad on folded taps, as many as the convolution cases' sixth.
+  // Few-channel fprop and wgrad on folded taps, as many as the convolution
+  // cases' fifth (30 cases: each of folded_conv_case's six kinds once).
   int folded_failed = 0;
-  for (int i = 0; i < conv_cases / 6 && !(first_failure && (failed || conv_failed)); ++i)
+  for (int i = 0; i < conv_cases / 5 && !(first_failure && (failed || conv_failed)); ++i)
     folded_failed += folded_conv_case(i, conv);
-  printf("conv on folded taps: %d/%d failed\n", folded_failed, conv_cases / 6);
+  printf("conv on folded taps: %d/%d failed\n", folded_failed, conv_cases / 5);
   // x's fold on its own, both ways, whatever the case counts (a planted fold bug's run has none).
   const bool folds_bad = !(first_failure && (failed || conv_failed)) && folds_of_x_wrong(kFoldGeometries);
   printf("x's folds by elements and in chunks: %s\n", folds_bad ? "FAILED" : "ok");
@@ -783,6 +784,7 @@ int main(int argc, char** argv) {
   const bool staged_bad = bad_conv_variable_accepted("MPGEMM_STAGED_ROW_STORES", "yes") ||
                           bad_conv_variable_accepted("MPGEMM_DGRAD_ONE_LAUNCH", "yes") ||
                           bad_conv_variable_accepted("MPGEMM_CHUNKED_FOLD", "yes") ||
+                          bad_conv_variable_accepted("MPGEMM_GATHERED_FOLD", "yes") ||
                           bad_conv_variable_accepted("MPGEMM_M64_TILE", "yes");
   const bool far_taps_bad = far_taps_wrong();
   const bool moments_bad = conv_cases > 0 && !(first_failure && conv_failed) && tile_moments_wrong(conv);
@@ -802,18 +804,19 @@ int main(int argc, char** argv) {
          "conv wgmma dgrad cases with their rows staged: %d\n"
          "conv wgmma dgrad cases with their phases in one launch: %d\n"
          "conv wgmma dgrad cases in one launch with a phase no tap reaches: %d\nconv cases on folded taps: %d\n"
-         "conv cases on folded taps in chunks: %d\nconv wgrad cases on folded taps on wgmma_m64: %d\n"
+         "conv cases on folded taps in chunks: %d\nconv cases on folded taps gathered: %d\n"
+         "conv wgrad cases on folded taps on wgmma_m64: %d\n"
          "conv fprop cases with moments: %d\n"
          "conv: %d/%d failed\n"
          "bad MPGEMM_CONV_PATH refused: %s\n"
-         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD and MPGEMM_M64_TILE "
-         "refused: %s\n"
+         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, MPGEMM_GATHERED_FOLD and "
+         "MPGEMM_M64_TILE refused: %s\n"
          "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n"
          "column moments on each tile: %s\n",
          conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.on_m64, conv.split_on_m64,
          conv.strided_dgrad,
          conv.unreached_phase, conv.staged_rows, conv.one_launch, conv.one_launch_unreached, conv.folded,
-         conv.folded_in_chunks, conv.folded_on_m64, conv.moments, conv_failed, conv_cases,
+         conv.folded_in_chunks, conv.folded_gathered, conv.folded_on_m64, conv.moments, conv_failed, conv_cases,
          path_bad ? "FAILED" : "ok", staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok",
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();

@@ -51,11 +51,12 @@
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
 //    must run on copies with their taps folded into the channels, x folded
 //    in 16-byte chunks (MPGEMM_CHUNKED_FOLD unset, the default; "0" in the
-//    rest) in every other case of a pass, its launch then a thread per
-//    chunk, wgrad in the others asking for the 64-row tile, which its
-//    folded problem must run on where it has more than 128 columns; and x's
-//    fold on its own, a thread per element and in chunks, against the
-//    fold's definition;
+//    rest) in every third case of a pass, its launch then a thread per
+//    chunk, wgrad in others asking for the 64-row tile, which its folded
+//    problem must run on where it has more than 128 columns, and every third
+//    gathered by the producer (MPGEMM_GATHERED_FOLD=1), with no copy of x
+//    nor its launch; and x's fold on its own, a thread per element and in
+//    chunks, against the fold's definition;
 //  - wgrad's split counts for ResNet-50 on 132 multiprocessors, on both
 //    convolutions, against the cost model's worked out apart;
 //  - fprop's column moments on each tile (tile_moments_wrong).
@@ -342,47 +343,69 @@ static int64_t folded_elements(const Geometry& g) {
 // A random few-channel problem (random_folding_geometry, its fold more than
 // one block's elements, so that a fold by elements and one in chunks launch
 // different numbers of threads), fprop or wgrad in turn, with the Hopper
-// convolution forced: it must run on folded taps, right, x folded in 16-byte
-// chunks where the case is odd-numbered among its pass's
-// (MPGEMM_CHUNKED_FOLD=1: the fold's launch then a thread per chunk), and
-// wgrad in the other cases asking for the 64-row tile (MPGEMM_M64_TILE=1)
-// on 3 folded taps or more (more than 128 columns), which the folded problem
-// must then run on (the others on the wide tile).
+// convolution forced: it must run on folded taps, right. Cases 0-3 of every
+// 6 copy x's fold first: in 16-byte chunks in cases 2 and 3
+// (MPGEMM_CHUNKED_FOLD unset, the default: the fold's launch then a thread
+// per chunk), a thread per element in 0 and 1 (MPGEMM_CHUNKED_FOLD=0), and
+// wgrad in case 1 asking for the 64-row tile (MPGEMM_M64_TILE=1) on 3
+// folded taps or more (more than 128 columns), which the folded problem
+// must then run on (the others on the wide tile). Cases 4 and 5 ask the
+// producer to gather the fold itself (MPGEMM_GATHERED_FOLD=1): no copy of x
+// in the workspace and no launch of its fold, one launch fewer than the
+// copying way's; case 4 at a row stride of 2 or more (more than one run of x
+// a folded pixel); case 5's wgrad asks for the 64-row tile one time in two.
+// fp16 where pinned (the planted kernels' type).
 // Whether it failed.
 bool folded_conv_case(int index, ConvCaseCounts& counts) {
   const auto pass = index % 2 == 0 ? ConvPass::kFprop : ConvPass::kWgrad;
-  const bool in_chunks = index / 2 % 2 == 1;
-  const bool m64 = pass == ConvPass::kWgrad && !in_chunks;
+  const int kind = index % 6;
+  const bool gathered = kind >= 4, in_chunks = kind == 2 || kind == 3;
+  const bool m64 = pass == ConvPass::kWgrad && (kind == 1 || (kind == 5 && rnd(0, 1) && !sim::pinned.on));
   // Those asking for the 64-row tile fold into 3 taps or more (more than 128 columns).
+  // Case 4's rows stride 2 or more, so that its folded pixels hold more than one run of x.
   Geometry g;
   do g = random_folding_geometry(pass);
-  while (folded_elements(g) <= 256 || (m64 && (g.r + g.stride_h - 1) / g.stride_h < 3));
-  const ElementType in = rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
+  while (folded_elements(g) <= 256 || (m64 && (g.r + g.stride_h - 1) / g.stride_h < 3) ||
+         (kind == 4 && g.stride_h < 2));
+  const ElementType in = rnd(0, 1) && !sim::pinned.on ? ElementType::kBFloat16 : ElementType::kFloat16;
   const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
   sim::use_multiprocessors(int(rnd(1, 3)));
-  if (!in_chunks) setenv("MPGEMM_CHUNKED_FOLD", "0", 1);  // in chunks: the default's
+  if (!in_chunks && !gathered) setenv("MPGEMM_CHUNKED_FOLD", "0", 1);  // in chunks: the default's
+  if (gathered) setenv("MPGEMM_GATHERED_FOLD", "1", 1);
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), true, false, false, true,
                                false, m64);
   unsetenv("MPGEMM_CHUNKED_FOLD");
+  unsetenv("MPGEMM_GATHERED_FOLD");
   const bool folded = run.plan.path == Conv2dPlan::Path::kFoldedTaps;
   const Conv2dParams folded_params = folded_problem(pass, run.params, nullptr, nullptr);
   const bool wide_fold = folded_params.r * folded_params.s * ((folded_params.c + 63) / 64 * 64) > 128;
   const TileConfigId tile = m64 && wide_fold ? TileConfigId::kWgmmaM64 : TileConfigId::kWgmma;
   counts.folded_on_m64 += folded && run.plan.wgmma.tile == TileConfigId::kWgmmaM64;
+  // The launches: x's fold unless gathered, the filters' fold (fprop), the
+  // convolution, its splits' sum (wgrad split) and the filter gradient's
+  // unfold (wgrad).
+  const uint64_t launches = uint64_t(!gathered) + 1 +
+                            (pass == ConvPass::kWgrad ? uint64_t(run.plan.wgmma.splits > 1) + 1 : 1);
   // The fold's threads, the first launch's: one per element of the folded x,
   // or one per 16 bytes, in blocks of 256 (at most 8192 of them: beyond
-  // the simulation's sizes).
+  // the simulation's sizes). Gathered, the workspace holds no copy of x.
   const int64_t fold_threads = run.launch_threads.empty() ? 0 : int64_t(run.launch_threads[0]);
-  const bool fold_width_right = fold_threads == (folded_elements(g) / (in_chunks ? 8 : 1) + 255) / 256 * 256;
+  const bool fold_right =
+      gathered ? run.plan.gathered_fold && !run.plan.chunked_fold && run.plan.moment_rows == 0 &&
+                     run.plan.workspace_bytes == folded_filter_bytes(pass, run.params) + run.plan.wgmma.workspace_bytes
+               : !run.plan.gathered_fold &&
+                     fold_threads == (folded_elements(g) / (in_chunks ? 8 : 1) + 255) / 256 * 256;
   counts.folded += folded;
   counts.folded_in_chunks += folded && in_chunks;
+  counts.folded_gathered += folded && gathered;
   counts.moments += run.moments;
-  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded || !fold_width_right ||
-                   run.plan.wgmma.tile != tile;
+  const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || !folded || !fold_right ||
+                   run.launches != launches || run.plan.wgmma.tile != tile;
   if (bad)
-    printf("folded conv case %d FAILED: %s, on folded taps: %d, x folded by %ld threads (in chunks: %d), tile %s "
-           "(expected %s)\n",
-           index, describe(pass, g, in, out, run).c_str(), int(folded), long(fold_threads), int(in_chunks),
+    printf("folded conv case %d FAILED: %s, on folded taps: %d, gathered: %d, x folded by %ld threads (in chunks: "
+           "%d), %lu launches (expected %lu), tile %s (expected %s)\n",
+           index, describe(pass, g, in, out, run).c_str(), int(folded), int(run.plan.gathered_fold),
+           long(fold_threads), int(in_chunks), (unsigned long)run.launches, (unsigned long)launches,
            tile_config(run.plan.wgmma.tile).name, tile_config(tile).name);
   return bad;
 }

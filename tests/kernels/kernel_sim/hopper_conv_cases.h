@@ -14,6 +14,7 @@ struct ConvCaseCounts {
   int split_on_m64 = 0;         // of those, that split the sum
   int folded = 0;               // on folded taps (conv/folded_taps.h)
   int folded_in_chunks = 0;     // of those, x folded in 16-byte chunks
+  int folded_gathered = 0;      // of those, x's fold gathered by the producer
   int folded_on_m64 = 0;        // of those, wgrad's on the 64-row tile
   int staged_rows = 0;          // strided dgrad's with their rows staged
   int one_launch = 0;           // of those, with their phases in one launch
@@ -28,8 +29,9 @@ int check_im2col_walk(int& mismatches);
 // launch_conv2d; whether it failed.
 bool hopper_conv_case(int index, ConvCaseCounts& counts);
 // One random few-channel fprop or wgrad (index % 2) with the Hopper
-// convolution forced, which must run on folded taps (x folded in 16-byte
-// chunks in every other case of a pass); whether it failed.
+// convolution forced, which must run on folded taps (x's fold copied a
+// thread per element, copied in 16-byte chunks, or gathered by the
+// producer, by index % 6); whether it failed.
 bool folded_conv_case(int index, ConvCaseCounts& counts);
 // x's fold, a thread per element and in 16-byte chunks, against its
 // definition on `geometries` random few-channel geometries; whether any
@@ -37,7 +39,7 @@ bool folded_conv_case(int index, ConvCaseCounts& counts);
 bool folds_of_x_wrong(int geometries);
 // Whether a bad value of `variable` (MPGEMM_CONV_PATH,
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
-// MPGEMM_M64_TILE) was accepted.
+// MPGEMM_GATHERED_FOLD, MPGEMM_M64_TILE) was accepted.
 bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();

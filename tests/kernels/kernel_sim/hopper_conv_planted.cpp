@@ -1,7 +1,8 @@
 // One Hopper convolution kernel from a copy of the kernels with a bug planted
 // in its producer, mainloop or epilogue (test_kernel_sim.py): PLANTED_PASS's,
 // or with PLANTED_STAGED_ROWS dgrad's that stages its rows, or with
-// PLANTED_DGRAD_PHASES dgrad's that runs its phases in one launch, fp16 inputs, the
+// PLANTED_DGRAD_PHASES dgrad's that runs its phases in one launch, or with
+// PLANTED_GATHERED_FOLD fprop's and wgrad's that gather folded taps, fp16 inputs, the
 // one `hopper_cases ... pinned` runs for that pass. Linked ahead of the
 // unplanted kernels, its definitions of the kernel and of every function it
 // shares with them are the ones the linker keeps, so that a planted build
@@ -12,6 +13,15 @@
 template void mpgemm::kernels::sm90::wgmma_dgrad_staged_rows_kernel<__half, mpgemm::kernels::WgmmaTile>(
     CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
     mpgemm::kernels::sm90::ConvWalk);
+#elif defined(PLANTED_GATHERED_FOLD)
+template void mpgemm::kernels::sm90::wgmma_gathered_fold_kernel<__half, mpgemm::kernels::WgmmaTile,
+                                                                mpgemm::kernels::ConvPass::kFprop>(
+    CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
+    mpgemm::kernels::sm90::ConvWalk, mpgemm::kernels::sm90::FoldedX, int);
+template void mpgemm::kernels::sm90::wgmma_gathered_fold_kernel<__half, mpgemm::kernels::WgmmaTile,
+                                                                mpgemm::kernels::ConvPass::kWgrad>(
+    CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
+    mpgemm::kernels::sm90::ConvWalk, mpgemm::kernels::sm90::FoldedX, int);
 #elif defined(PLANTED_DGRAD_PHASES)
 template void mpgemm::kernels::sm90::wgmma_dgrad_phases_kernel<__half, mpgemm::kernels::WgmmaTile>(
     CUtensorMap, mpgemm::kernels::sm90::DgradPhases);
