@@ -266,13 +266,16 @@ cudaError_t filter_map(CUtensorMap* map, const Conv2dParams& p) {
   return tiled_map(map, p.input_type, p.wt, p.c, p.r * p.s, p.k, 1, BTile::kBoxRows);
 }
 
+// wgrad's dy, its A: (K, N * P * Q, 1) in boxes of 64 filters by 64 pixels.
+cudaError_t wgrad_dy_map(CUtensorMap* map, const Conv2dParams& p) {
+  return tiled_map(map, p.input_type, p.dy, p.k, p.n * p.p * p.q, 1, Config::kBlockK, 1);
+}
+
 // The maps of a launch's two operands, for Tile's boxes.
 template <class Tile, ConvPass Pass>
 cudaError_t operand_maps(CUtensorMap* a_map, CUtensorMap* b_map, const Conv2dParams& p, const Im2colSource& g) {
   if constexpr (Pass == ConvPass::kWgrad) {
-    if (const cudaError_t err = tiled_map(a_map, p.input_type, p.dy, p.k, p.n * p.p * p.q, 1, Config::kBlockK, 1);
-        err != cudaSuccess)
-      return err;
+    if (const cudaError_t err = wgrad_dy_map(a_map, p); err != cudaSuccess) return err;
     return im2col_map(b_map, p, g, Config::kBlockK);
   } else {
     if (const cudaError_t err = im2col_map(a_map, p, g, Tile::kBlockM); err != cudaSuccess) return err;
@@ -444,10 +447,8 @@ cudaError_t launch_gathered_pass(const Conv2dParams& original, const Conv2dParam
   const ConvLaunch l = Pass == ConvPass::kFprop ? fprop_launch(c) : wgrad_launch(c, plan.splits, workspace);
   if (sm90::PersistentTileScheduler<Tile>::tiles(l.gemm) > 0) {
     CUtensorMap copied, d_map{};
-    const cudaError_t mapped = Pass == ConvPass::kFprop
-                                   ? filter_map<Tile, Pass>(&copied, c)
-                                   : tiled_map(&copied, c.input_type, c.dy, c.k, c.n * c.p * c.q, 1,
-                                               Config::kBlockK, 1);
+    const cudaError_t mapped =
+        Pass == ConvPass::kFprop ? filter_map<Tile, Pass>(&copied, c) : wgrad_dy_map(&copied, c);
     if (mapped != cudaSuccess) return mapped;
     const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
     if (const cudaError_t err = sm90::launch_wgmma_gathered_fold_kernel<Element, Tile, Pass>(
