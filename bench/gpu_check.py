@@ -125,7 +125,9 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # act kernels and the peak memory show what that costs and saves), and once
 # more, profiled, with batch norm's sums and input gradient loading rows
 # ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the epilogue statistics,
-# MPGEMM_EPILOGUE_STATS=1, measured slower at fe39419, are left out);
+# MPGEMM_EPILOGUE_STATS=1, measured slower at fe39419, are left out), and
+# once more, profiled, with the stem's max pool in its chain's pass
+# (MPGEMM_FUSED_MAX_POOL=1: torch's pool kernels gone from the profile);
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
 # more with GELU's derivative in the dgrad's epilogue
 # (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
@@ -139,6 +141,9 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          f"MPGEMM_BATCH_NORM_LOADS_AHEAD=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
          "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_fused_loads_ahead.json || rc=1; "
+         f"MPGEMM_FUSED_MAX_POOL=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
+         "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
+         "--json {raw}/train_resnet50_fused_max_pool.json || rc=1; "
          f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'fp32,torch.amp,mpgemm,torch.amp bf16,mpgemm bf16,mpgemm fused' --profile --no-search "
          "--time-limit 50 --json {raw}/train_gpt2-block.json || rc=1; "

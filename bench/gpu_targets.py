@@ -18,7 +18,8 @@ bench/gpu_check.py:
       16 bytes), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
       forward and backward (16-byte runs and one-element ones), also with
-      MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the gated
+      MPGEMM_BATCH_NORM_LOADS_AHEAD=1, and with a stem's max pool in its
+      pass (MPGEMM_FUSED_MAX_POOL's kernels); the gated
       MLP's two passes (likewise); every result is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mpgemm  # noqa: E402
-from mpgemm.fusion import batch_norm_act  # noqa: E402
+from mpgemm.fusion import batch_norm_act, batch_norm_relu_max_pool  # noqa: E402
 from mpgemm.testing import activation_grad_reference, gated_reference, reference_gemm, relative_error  # noqa: E402
 from mpgemm.tools import gpu_state, timing  # noqa: E402
 
@@ -185,6 +186,29 @@ def _batch_norm_passes(name, shape):
         _check(f"batch norm {name} {pass_name}", got, ref)
 
 
+def _fused_max_pool_passes(name, shape):
+    """A stem's batch norm, ReLU and max pool in one pass forward and its
+    gather backward (MPGEMM_FUSED_MAX_POOL's kernels), against float64: the
+    forward against torch's ops on y, backward through torch's pool of the
+    chain's own 16-bit output (whose ties decide where each gradient goes)."""
+    bn, pool = torch.nn.BatchNorm2d(shape[1]).cuda(), torch.nn.MaxPool2d(3, 2, 1)
+    y = torch.randn(*shape, device="cuda").half().to(memory_format=torch.channels_last).requires_grad_()
+    out = batch_norm_relu_max_pool(y, bn, pool)
+    grad = torch.randn_like(out)
+    (gy,) = torch.autograd.grad(out, (y,), grad)
+    torch.cuda.synchronize()
+    y64 = y.detach().double().cpu().requires_grad_()
+    normalized64 = F.batch_norm(y64, None, None, training=True)
+    out64 = pool(torch.relu(normalized64.detach()))
+    chain = torch.ops.mpgemm.batch_norm_act(y.detach(), bn.weight, bn.bias, None, None, None, True, 0.1, bn.eps,
+                                            True)[0]
+    taken = chain.detach().double().cpu().requires_grad_()
+    (dz64,) = torch.autograd.grad(pool(taken), (taken,), grad.double().cpu())
+    (gy64,) = torch.autograd.grad(normalized64, (y64,), torch.where(taken > 0, dz64, 0))
+    for pass_name, got, ref in (("forward", out, out64), ("dgrad", gy, gy64)):
+        _check(f"fused max pool {name} {pass_name}", got, ref)
+
+
 def _loss_scaling():
     """Loss scaling's two kernels: the unscale pass over gradients of three
     types, one of them non-finite, and the scale's update from its flag (the
@@ -278,6 +302,9 @@ def sanitize():
         _batch_norm_passes("loads ahead 37 channels", (3, 37, 9, 9))
     finally:
         os.environ.pop("MPGEMM_BATCH_NORM_LOADS_AHEAD")
+    # The stem's max pool fused into its chain: 16-byte runs (ResNet's 64 channels), one element a thread (37).
+    _fused_max_pool_passes("64 channels", (8, 64, 56, 56))
+    _fused_max_pool_passes("37 channels", (3, 37, 15, 17))
     # The gated MLP's passes: 16-byte runs over 65 blocks' threads and a tail of 5; one element a thread.
     _gated_passes("16-byte runs", 8 * 256 * 65 + 5, 0, torch.float16, "silu")
     _gated_passes("off 16 bytes", 3001, 1, torch.float16, "gelu_tanh")

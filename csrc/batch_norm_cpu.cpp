@@ -7,10 +7,13 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/max_pool2d_with_indices.h>
 #include <ATen/ops/pow.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
+
+#include <algorithm>
 
 #include "ops.h"
 
@@ -95,6 +98,51 @@ BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
   const at::Tensor bits = a.relu && batch_norm_relu_mask_shape(y) ? relu_bits(out)
                                                                    : at::empty({0}, y.options().dtype(at::kByte));
   return {out, mean, invstd, scale, shift, bits};
+}
+
+BatchNormForwardResult batch_norm_relu_max_pool_cpu(const BatchNormForward& a, const MaxPoolArgs& pool) {
+  const auto [out, mean, invstd, scale, shift, bits] = batch_norm_act_cpu(a);
+  // torch's pool of the chain's output: the first maximum, the last NaN, as the kernel keeps them.
+  const auto [pooled, indices] = at::max_pool2d_with_indices(out, pool.kernel, pool.stride, pool.padding,
+                                                            pool.dilation, pool.ceil_mode);
+  // Each maximum's flat index (h * W + w) as its tap in its window.
+  const int64_t width = out.size(3);
+  const auto origin = [&](int d, int64_t outputs, std::vector<int64_t> shape) {
+    return at::arange(outputs, indices.options()).mul(pool.stride[d]).sub(pool.padding[d]).view(shape);
+  };
+  const at::Tensor row = indices.div(width, "floor").sub(origin(0, pooled.size(2), {1, 1, -1, 1}))
+                             .div(pool.dilation[0], "floor");
+  const at::Tensor column = indices.remainder(width).sub(origin(1, pooled.size(3), {1, 1, 1, -1}))
+                                .div(pool.dilation[1], "floor");
+  const at::Tensor taps = row.mul(pool.kernel[1]).add(column).add(pooled.gt(0).to(at::kLong).mul(128));
+  return {in_format_of(a.y, pooled), mean, invstd, scale, shift,
+          taps.to(at::kByte).contiguous(at::MemoryFormat::ChannelsLast)};
+}
+
+at::Tensor max_pool_window_backward_cpu(const at::Tensor& grad_out, const at::Tensor& window,
+                                        kernels::MaxPoolWindow w) {
+  // Each tap's windows add their gradient where their byte names the tap,
+  // into a padded input's sums: the taps from the last to the first give
+  // each input element its windows by row, then column (torch's order), in
+  // fp32 as the kernel adds them.
+  const at::Tensor g = grad_out.to(at::kFloat);
+  const int64_t rows = std::max<int64_t>(int64_t(w.out_height - 1) * w.stride_h + int64_t(w.kernel_h - 1) *
+                                             w.dilation_h + 1, int64_t(w.pad_h) + w.height);
+  const int64_t columns = std::max<int64_t>(int64_t(w.out_width - 1) * w.stride_w + int64_t(w.kernel_w - 1) *
+                                                w.dilation_w + 1, int64_t(w.pad_w) + w.width);
+  at::Tensor sums = at::zeros({g.size(0), g.size(1), rows, columns}, g.options());
+  const at::Tensor zero = at::zeros({}, g.options());
+  for (int i = w.kernel_h - 1; i >= 0; --i)
+    for (int j = w.kernel_w - 1; j >= 0; --j) {
+      const int64_t top = int64_t(i) * w.dilation_h, left = int64_t(j) * w.dilation_w;
+      sums.slice(2, top, top + int64_t(w.out_height - 1) * w.stride_h + 1, w.stride_h)
+          .slice(3, left, left + int64_t(w.out_width - 1) * w.stride_w + 1, w.stride_w)
+          .add_(at::where(window.eq(128 | (i * w.kernel_w + j)), g, zero));
+    }
+  return sums.slice(2, w.pad_h, w.pad_h + w.height)
+      .slice(3, w.pad_w, w.pad_w + w.width)
+      .to(grad_out.scalar_type())
+      .contiguous(at::MemoryFormat::ChannelsLast);
 }
 
 at::Tensor batch_norm_apply_cpu(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu) {

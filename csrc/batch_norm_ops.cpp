@@ -5,6 +5,9 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <climits>
+
 #include "ops.h"
 
 namespace mpgemm {
@@ -20,11 +23,11 @@ std::vector<NamedTensor> given(std::initializer_list<std::pair<const OptionalTen
   return present;
 }
 
-BatchNormForward check_forward(const at::Tensor& y, const OptionalTensor& weight, const OptionalTensor& bias,
-                               const OptionalTensor& residual, const OptionalTensor& running_mean,
-                               const OptionalTensor& running_var, bool batch_stats, double momentum, double eps,
-                               bool relu, const OptionalTensor& batch_mean_var) {
-  constexpr const char* op = "mpgemm.batch_norm_act";
+BatchNormForward check_forward(const char* op, const at::Tensor& y, const OptionalTensor& weight,
+                               const OptionalTensor& bias, const OptionalTensor& residual,
+                               const OptionalTensor& running_mean, const OptionalTensor& running_var,
+                               bool batch_stats, double momentum, double eps, bool relu,
+                               const OptionalTensor& batch_mean_var) {
   check_batch_norm_args(op, y, {}, given({{&residual, "residual"}}));
   for (const NamedTensor& t : given({{&weight, "weight"}, {&bias, "bias"}, {&running_mean, "running_mean"},
                                      {&running_var, "running_var"}}))
@@ -53,8 +56,95 @@ BatchNormForwardResult batch_norm_act(const at::Tensor& y, const OptionalTensor&
                                       const OptionalTensor& residual, const OptionalTensor& running_mean,
                                       const OptionalTensor& running_var, bool batch_stats, double momentum,
                                       double eps, bool relu, const OptionalTensor& batch_mean_var) {
-  return Impl(check_forward(y, weight, bias, residual, running_mean, running_var, batch_stats, momentum, eps, relu,
-                            batch_mean_var));
+  return Impl(check_forward("mpgemm.batch_norm_act", y, weight, bias, residual, running_mean, running_var,
+                            batch_stats, momentum, eps, relu, batch_mean_var));
+}
+
+// torch's checks of a MaxPool2d window (named as its arguments), and the
+// fused pool's limits (kernels::max_pool_window_fits).
+MaxPoolArgs check_pool(const char* op, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  for (int d = 0; d < 2; ++d) {
+    TORCH_CHECK_VALUE(kernel_size[d] > 0, op, ": expected kernel_size > 0, got ", kernel_size);
+    TORCH_CHECK_VALUE(stride[d] > 0, op, ": expected stride > 0, got ", stride);
+    TORCH_CHECK_VALUE(dilation[d] > 0, op, ": expected dilation > 0, got ", dilation);
+    TORCH_CHECK_VALUE(padding[d] >= 0, op, ": expected padding >= 0, got ", padding);
+  }
+  TORCH_CHECK_VALUE(kernel_size[0] <= kernels::kMaxPoolTaps && kernel_size[1] <= kernels::kMaxPoolTaps &&
+                        kernel_size[0] * kernel_size[1] <= kernels::kMaxPoolTaps,
+                    op, ": expected at most ", kernels::kMaxPoolTaps,
+                    " taps in the window (a byte names the maximum's), got kernel_size ", kernel_size);
+  for (const c10::IntArrayRef steps : {stride, padding, dilation})
+    TORCH_CHECK_VALUE(steps[0] <= kernels::kMaxPoolStep && steps[1] <= kernels::kMaxPoolStep, op,
+                      ": expected stride, padding and dilation at most ", kernels::kMaxPoolStep, ", got stride ",
+                      stride, ", padding ", padding, ", dilation ", dilation);
+  MaxPoolArgs pool;
+  pool.ceil_mode = ceil_mode;
+  for (int d = 0; d < 2; ++d) {
+    TORCH_CHECK_VALUE(padding[d] <= kernel_size[d] / 2, op,
+                      ": expected padding at most half of kernel_size (as torch's max pool), got padding ", padding,
+                      " for kernel_size ", kernel_size);
+    pool.kernel[d] = kernel_size[d], pool.stride[d] = stride[d], pool.padding[d] = padding[d];
+    pool.dilation[d] = dilation[d];
+  }
+  return pool;
+}
+
+// The window over y's (or the input's) pixels, checked against the kernels' limits.
+kernels::MaxPoolWindow checked_window(const char* op, const MaxPoolArgs& pool, int64_t batch, int64_t channels,
+                                      int64_t height, int64_t width) {
+  const kernels::MaxPoolWindow window = max_pool_window(pool, batch, height, width);
+  TORCH_CHECK_VALUE(window.out_height > 0 && window.out_width > 0, op, ": the pooled output of a ", height, " x ",
+                    width, " input would be empty (", window.out_height, " x ", window.out_width, ")");
+  TORCH_CHECK_VALUE(kernels::max_pool_window_fits(window, channels), op,
+                    ": expected an image (and its pooled image) of at most INT_MAX elements, got ", channels, " x ",
+                    height, " x ", width);
+  return window;
+}
+
+template <BatchNormForwardResult (*Impl)(const BatchNormForward&, const MaxPoolArgs&)>
+BatchNormForwardResult batch_norm_relu_max_pool(const at::Tensor& y, const OptionalTensor& weight,
+                                                const OptionalTensor& bias, const OptionalTensor& running_mean,
+                                                const OptionalTensor& running_var, bool batch_stats,
+                                                double momentum, double eps, c10::IntArrayRef kernel_size,
+                                                c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                c10::IntArrayRef dilation, bool ceil_mode,
+                                                const OptionalTensor& batch_mean_var) {
+  constexpr const char* op = "mpgemm.batch_norm_relu_max_pool";
+  const BatchNormForward args = check_forward(op, y, weight, bias, std::nullopt, running_mean, running_var,
+                                              batch_stats, momentum, eps, /*relu=*/true, batch_mean_var);
+  const MaxPoolArgs pool = check_pool(op, kernel_size, stride, padding, dilation, ceil_mode);
+  checked_window(op, pool, y.size(0), y.size(1), y.size(2), y.size(3));
+  return Impl(args, pool);
+}
+
+template <at::Tensor (*Impl)(const at::Tensor&, const at::Tensor&, kernels::MaxPoolWindow)>
+at::Tensor max_pool_window_backward(const at::Tensor& grad_out, const at::Tensor& window,
+                                    c10::IntArrayRef input_size, c10::IntArrayRef kernel_size,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool ceil_mode) {
+  constexpr const char* op = "mpgemm.max_pool_window_backward";
+  TORCH_CHECK_VALUE(grad_out.dim() == 4, op, ": expected a 4-D grad_out (N, C, H, W), got ", grad_out.dim(), "-D");
+  TORCH_CHECK_TYPE(grad_out.scalar_type() == at::kFloat || grad_out.scalar_type() == at::kHalf ||
+                       grad_out.scalar_type() == at::kBFloat16,
+                   op, ": expected grad_out to be torch.float32, torch.float16 or torch.bfloat16, got ",
+                   grad_out.scalar_type());
+  TORCH_CHECK_TYPE(window.scalar_type() == at::kByte, op, ": expected window to be torch.uint8, got ",
+                   window.scalar_type());
+  TORCH_CHECK_VALUE(window.sizes() == grad_out.sizes(), op, ": expected window of grad_out's shape ",
+                    grad_out.sizes(), ", got ", window.sizes());
+  TORCH_CHECK_VALUE(window.device() == grad_out.device(), op, ": expected window on grad_out's device (",
+                    grad_out.device(), "), got ", window.device());
+  TORCH_CHECK_VALUE(input_size.size() == 2 && input_size[0] > 0 && input_size[1] > 0, op,
+                    ": expected input_size (height, width) > 0, got ", input_size);
+  const MaxPoolArgs pool = check_pool(op, kernel_size, stride, padding, dilation, ceil_mode);
+  const kernels::MaxPoolWindow window_of =
+      checked_window(op, pool, grad_out.size(0), grad_out.size(1), input_size[0], input_size[1]);
+  TORCH_CHECK_VALUE(window_of.out_height == grad_out.size(2) && window_of.out_width == grad_out.size(3), op,
+                    ": expected grad_out of ", window_of.out_height, " x ", window_of.out_width,
+                    " pixels (the window over input_size ", input_size, "), got ", grad_out.size(2), " x ",
+                    grad_out.size(3));
+  return Impl(grad_out, window, window_of);
 }
 
 template <BatchNormBackwardResult (*Impl)(const BatchNormBackward&)>
@@ -99,6 +189,22 @@ BatchNormForwardResult batch_norm_act_meta(const BatchNormForward& a) {
           at::empty_symint({bytes}, a.y.options().dtype(at::kByte))};
 }
 
+BatchNormForwardResult batch_norm_relu_max_pool_meta(const BatchNormForward& a, const MaxPoolArgs& pool) {
+  const kernels::MaxPoolWindow w = max_pool_window(pool, a.y.size(0), a.y.size(2), a.y.size(3));
+  const auto pooled = [&](at::ScalarType type) {
+    return at::empty({w.batch, a.y.size(1), w.out_height, w.out_width},
+                     a.y.options().dtype(type).memory_format(at::MemoryFormat::ChannelsLast));
+  };
+  at::Tensor out = pooled(a.y.scalar_type());
+  return {out.contiguous(a.y.suggest_memory_format()), per_channel(a.y), per_channel(a.y), per_channel(a.y),
+          per_channel(a.y), pooled(at::kByte)};
+}
+
+at::Tensor max_pool_window_backward_meta(const at::Tensor& grad_out, const at::Tensor&, kernels::MaxPoolWindow w) {
+  return at::empty({grad_out.size(0), grad_out.size(1), w.height, w.width},
+                   grad_out.options().memory_format(at::MemoryFormat::ChannelsLast));
+}
+
 at::Tensor batch_norm_apply_meta(const at::Tensor& y, const at::Tensor&, const at::Tensor&, bool) { return like_y(y); }
 
 BatchNormBackwardResult batch_norm_act_backward_meta(const BatchNormBackward& a) {
@@ -110,6 +216,27 @@ BatchNormBackwardResult batch_norm_act_backward_meta(const BatchNormBackward& a)
 
 }  // namespace
 
+kernels::MaxPoolWindow max_pool_window(const MaxPoolArgs& pool, int64_t batch, int64_t height, int64_t width) {
+  // torch's pooling_output_shape: floor or ceil, and with ceil_mode no
+  // window that starts in the right or bottom padding.
+  const auto outputs = [&](int64_t size, int d) {
+    const int64_t span = size + 2 * pool.padding[d] - pool.dilation[d] * (pool.kernel[d] - 1) - 1 +
+                         (pool.ceil_mode ? pool.stride[d] - 1 : 0);
+    int64_t out = (span >= 0 ? span / pool.stride[d] : -((-span + pool.stride[d] - 1) / pool.stride[d])) + 1;
+    if (pool.ceil_mode && (out - 1) * pool.stride[d] >= size + pool.padding[d]) --out;
+    return out;
+  };
+  kernels::MaxPoolWindow w;
+  const auto narrow = [](int64_t v) { return int(std::min<int64_t>(v, INT_MAX)); };
+  w.batch = narrow(batch), w.height = narrow(height), w.width = narrow(width);
+  w.out_height = narrow(outputs(height, 0)), w.out_width = narrow(outputs(width, 1));
+  w.kernel_h = int(pool.kernel[0]), w.kernel_w = int(pool.kernel[1]);
+  w.stride_h = narrow(pool.stride[0]), w.stride_w = narrow(pool.stride[1]);
+  w.pad_h = narrow(pool.padding[0]), w.pad_w = narrow(pool.padding[1]);
+  w.dilation_h = narrow(pool.dilation[0]), w.dilation_w = narrow(pool.dilation[1]);
+  return w;
+}
+
 bool batch_norm_relu_mask_shape(const at::Tensor& y) {
   return (y.scalar_type() == at::kHalf || y.scalar_type() == at::kBFloat16) && y.sym_size(1) % 8 == 0;
 }
@@ -118,12 +245,16 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cpu>);
   m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_cpu>);
   m.impl("batch_norm_apply", &batch_norm_apply<batch_norm_apply_cpu>);
+  m.impl("batch_norm_relu_max_pool", &batch_norm_relu_max_pool<batch_norm_relu_max_pool_cpu>);
+  m.impl("max_pool_window_backward", &max_pool_window_backward<max_pool_window_backward_cpu>);
 }
 
 TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_meta>);
   m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_meta>);
   m.impl("batch_norm_apply", &batch_norm_apply<batch_norm_apply_meta>);
+  m.impl("batch_norm_relu_max_pool", &batch_norm_relu_max_pool<batch_norm_relu_max_pool_meta>);
+  m.impl("max_pool_window_backward", &max_pool_window_backward<max_pool_window_backward_meta>);
 }
 
 #ifdef MPGEMM_WITH_CUDA
@@ -131,6 +262,8 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("batch_norm_act", &batch_norm_act<batch_norm_act_cuda>);
   m.impl("batch_norm_act_backward", &batch_norm_act_backward<batch_norm_act_backward_cuda>);
   m.impl("batch_norm_apply", &batch_norm_apply<batch_norm_apply_cuda>);
+  m.impl("batch_norm_relu_max_pool", &batch_norm_relu_max_pool<batch_norm_relu_max_pool_cuda>);
+  m.impl("max_pool_window_backward", &max_pool_window_backward<max_pool_window_backward_cuda>);
 }
 #endif
 

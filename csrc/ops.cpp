@@ -369,6 +369,22 @@ TORCH_LIBRARY(mpgemm, m) {
   // for bit (a fused chain's output recomputed in backward). Not
   // differentiable.
   m.def("batch_norm_apply(Tensor y, Tensor scale, Tensor shift, bool relu) -> Tensor");
+  // batch_norm_act with its ReLU and then a max pool (torch's MaxPool2d
+  // window; at most 128 taps) in its one elementwise pass: out is the
+  // pooled output; window (uint8, out's shape, channels_last) names each
+  // element's maximum, its tap in the window (row * kernel_w + column), | 128
+  // where the ReLU passed it. The chain's output itself is never made.
+  // max_pool_window_backward is the pool's and the ReLU's gradient from it
+  // (y's shape: input_size; channels_last), summed in fp32 in torch's order;
+  // batch_norm_act_backward takes it with no ReLU.
+  m.def(
+      "batch_norm_relu_max_pool(Tensor y, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, "
+      "Tensor(b!)? running_var, bool batch_stats, float momentum, float eps, int[2] kernel_size, int[2] stride, "
+      "int[2] padding, int[2] dilation, bool ceil_mode, Tensor? batch_mean_var=None) -> (Tensor out, "
+      "Tensor mean, Tensor invstd, Tensor scale, Tensor shift, Tensor window)");
+  m.def(
+      "max_pool_window_backward(Tensor grad_out, Tensor window, int[2] input_size, int[2] kernel_size, "
+      "int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode) -> Tensor");
   // The cuBLAS baseline of benchmarks and checks (2-D, CUDA builds only).
   m.def("_cublas_gemm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor");
   // The mma.sync ceiling of benchmarks: Tensor Core instructions from registers

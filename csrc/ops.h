@@ -15,6 +15,7 @@
 #include "amp/loss_scale.h"
 #include "common/gemm_params.h"
 #include "gated/gated_math.h"
+#include "norm/max_pool_window.h"
 
 namespace mpgemm {
 
@@ -250,6 +251,28 @@ BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& ar
 // batch_norm_apply's backends: y, scale and shift checked.
 at::Tensor batch_norm_apply_cpu(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu);
 at::Tensor batch_norm_apply_cuda(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu);
+
+// A max pool fused into batch norm and ReLU (batch_norm_relu_max_pool):
+// torch's MaxPool2d window, checked as torch checks it (positive kernel,
+// stride and dilation; padding at most half the kernel; a non-empty
+// output), with at most kernels::kMaxPoolTaps taps.
+struct MaxPoolArgs {
+  std::array<int64_t, 2> kernel, stride, padding, dilation;
+  bool ceil_mode = false;
+};
+// The window over an input of height x width (N images): its output size
+// as torch's pool computes it.
+kernels::MaxPoolWindow max_pool_window(const MaxPoolArgs& pool, int64_t batch, int64_t height, int64_t width);
+// out, mean, invstd, scale, shift, window (uint8, out's shape, channels_last:
+// each element's tap | 0x80 where the ReLU passed)
+BatchNormForwardResult batch_norm_relu_max_pool_cpu(const BatchNormForward& args, const MaxPoolArgs& pool);
+BatchNormForwardResult batch_norm_relu_max_pool_cuda(const BatchNormForward& args, const MaxPoolArgs& pool);
+// The pool's and ReLU's gradient before batch norm's, in grad_out's dtype,
+// (N, C, height, width), channels_last.
+at::Tensor max_pool_window_backward_cpu(const at::Tensor& grad_out, const at::Tensor& window,
+                                        kernels::MaxPoolWindow pool);
+at::Tensor max_pool_window_backward_cuda(const at::Tensor& grad_out, const at::Tensor& window,
+                                         kernels::MaxPoolWindow pool);
 
 // cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F) on 2-D fp16 or bf16 operands: the baseline.
 at::Tensor cublas_gemm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);

@@ -47,23 +47,57 @@ std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
 // kernels pass the GPU tests.
 bool loads_ahead() { return environment_switch("MPGEMM_BATCH_NORM_LOADS_AHEAD"); }
 
+// The forward's per-channel vectors for the kernels: the results (mean,
+// invstd, scale, shift), and contiguous copies of the parameters and
+// running statistics where they are strided (the kernels update the
+// running ones in place: copied back by finish()).
+struct ForwardChannels {
+  at::Tensor mean, invstd, scale, shift;
+  std::optional<at::Tensor> weight, bias, running_mean, running_var;
+  kernels::BatchNormChannels channels;
+
+  explicit ForwardChannels(const BatchNormForward& a)
+      : mean(at::empty({a.y.size(1)}, a.y.options().dtype(at::kFloat))),
+        invstd(at::empty_like(mean)),
+        scale(at::empty_like(mean)),
+        shift(at::empty_like(mean)),
+        weight(contiguous(a.weight)),
+        bias(contiguous(a.bias)),
+        running_mean(contiguous(a.running_mean)),
+        running_var(contiguous(a.running_var)) {
+    channels.weight = floats_or_null(weight);
+    channels.bias = floats_or_null(bias);
+    channels.running_mean = running_mean ? floats(*running_mean) : nullptr;
+    channels.running_var = running_var ? floats(*running_var) : nullptr;
+    channels.momentum = float(a.momentum);
+    channels.eps = a.eps;
+    channels.mean = floats(mean), channels.invstd = floats(invstd), channels.scale = floats(scale);
+    channels.shift = floats(shift);
+  }
+
+  // torch's statistics of nothing.
+  void fill_nan() { mean.fill_(NAN), invstd.fill_(NAN), scale.fill_(NAN), shift.fill_(NAN); }
+
+  void finish(const BatchNormForward& a) {
+    if (running_mean && !running_mean->is_same(*a.running_mean)) a.running_mean->copy_(*running_mean);
+    if (running_var && !running_var->is_same(*a.running_var)) a.running_var->copy_(*running_var);
+  }
+};
+
 }  // namespace
 
 BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
   const c10::cuda::CUDAGuard device_guard(a.y.device());
   at::Tensor y = nhwc(a.y);
   const auto shape = shape_of(a.y);
-  const auto options = a.y.options().dtype(at::kFloat);
-  at::Tensor mean = at::empty({shape.channels}, options), invstd = at::empty_like(mean), scale = at::empty_like(mean),
-             shift = at::empty_like(mean);
+  ForwardChannels ch(a);
   at::Tensor out = at::empty_like(y);
   const bool bits = a.relu && batch_norm_relu_mask_shape(a.y);
   at::Tensor relu_mask = at::empty({bits ? y.numel() / 8 : 0}, a.y.options().dtype(at::kByte));
-  if (shape.rows == 0 && a.batch_stats) {  // torch's statistics of nothing
-    mean.fill_(NAN), invstd.fill_(NAN), scale.fill_(NAN), shift.fill_(NAN);
-    return {in_format_of(a.y, out), mean, invstd, scale, shift, relu_mask};
+  if (shape.rows == 0 && a.batch_stats) {
+    ch.fill_nan();
+    return {in_format_of(a.y, out), ch.mean, ch.invstd, ch.scale, ch.shift, relu_mask};
   }
-  const std::optional<at::Tensor> weight = contiguous(a.weight), bias = contiguous(a.bias);
   std::optional<at::Tensor> residual = a.residual ? std::optional(nhwc(*a.residual)) : std::nullopt;
   // The bits are written by the 16-byte runs: a view that starts off a
   // 16-byte boundary is copied (torch's allocations are aligned).
@@ -71,28 +105,53 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
     y = y.clone(at::MemoryFormat::ChannelsLast);
     if (residual) residual = residual->clone(at::MemoryFormat::ChannelsLast);
   }
-  // The kernels update the running statistics in place: a strided one goes
-  // through a contiguous copy, copied back.
-  std::optional<at::Tensor> running_mean = contiguous(a.running_mean), running_var = contiguous(a.running_var);
-  kernels::BatchNormChannels channels;
-  channels.weight = floats_or_null(weight);
-  channels.bias = floats_or_null(bias);
-  channels.running_mean = running_mean ? floats(*running_mean) : nullptr;
-  channels.running_var = running_var ? floats(*running_var) : nullptr;
-  channels.momentum = float(a.momentum);
-  channels.eps = a.eps;
-  channels.mean = floats(mean), channels.invstd = floats(invstd), channels.scale = floats(scale);
-  channels.shift = floats(shift);
   const at::Tensor workspace = workspace_for(shape, a.y);
   const std::optional<at::Tensor> batch_mean_var = contiguous(a.batch_mean_var);
   C10_CUDA_CHECK(kernels::launch_batch_norm_forward(
       shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr, a.relu, a.batch_stats,
-      batch_mean_var ? floats(*batch_mean_var) : nullptr, channels,
+      batch_mean_var ? floats(*batch_mean_var) : nullptr, ch.channels,
       static_cast<float*>(workspace.data_ptr()), out.data_ptr(), bits ? relu_mask.data_ptr<uint8_t>() : nullptr,
       loads_ahead(), stream_of(a.y)));
-  if (running_mean && !running_mean->is_same(*a.running_mean)) a.running_mean->copy_(*running_mean);
-  if (running_var && !running_var->is_same(*a.running_var)) a.running_var->copy_(*running_var);
-  return {in_format_of(a.y, out), mean, invstd, scale, shift, relu_mask};
+  ch.finish(a);
+  return {in_format_of(a.y, out), ch.mean, ch.invstd, ch.scale, ch.shift, relu_mask};
+}
+
+BatchNormForwardResult batch_norm_relu_max_pool_cuda(const BatchNormForward& a, const MaxPoolArgs& pool) {
+  const c10::cuda::CUDAGuard device_guard(a.y.device());
+  const at::Tensor y = nhwc(a.y);
+  const auto shape = shape_of(a.y);
+  const kernels::MaxPoolWindow window = max_pool_window(pool, y.size(0), y.size(2), y.size(3));
+  ForwardChannels ch(a);
+  const auto pooled = [&](at::ScalarType type) {
+    return at::empty({y.size(0), y.size(1), window.out_height, window.out_width},
+                     y.options().dtype(type).memory_format(at::MemoryFormat::ChannelsLast));
+  };
+  at::Tensor out = pooled(y.scalar_type()), taps = pooled(at::kByte);
+  if (shape.rows == 0 && a.batch_stats) {
+    ch.fill_nan();
+    return {in_format_of(a.y, out), ch.mean, ch.invstd, ch.scale, ch.shift, taps};
+  }
+  const at::Tensor workspace = workspace_for(shape, a.y);
+  const std::optional<at::Tensor> batch_mean_var = contiguous(a.batch_mean_var);
+  C10_CUDA_CHECK(kernels::launch_batch_norm_relu_max_pool(
+      shape, y.data_ptr(), a.batch_stats, batch_mean_var ? floats(*batch_mean_var) : nullptr, ch.channels,
+      static_cast<float*>(workspace.data_ptr()), window, out.data_ptr(), taps.data_ptr<uint8_t>(), loads_ahead(),
+      stream_of(a.y)));
+  ch.finish(a);
+  return {in_format_of(a.y, out), ch.mean, ch.invstd, ch.scale, ch.shift, taps};
+}
+
+at::Tensor max_pool_window_backward_cuda(const at::Tensor& grad_out, const at::Tensor& window,
+                                         kernels::MaxPoolWindow pool) {
+  const c10::cuda::CUDAGuard device_guard(grad_out.device());
+  const at::Tensor grad = nhwc(grad_out), taps = nhwc(window);
+  at::Tensor grad_input = at::empty({grad.size(0), grad.size(1), pool.height, pool.width},
+                                    grad.options().memory_format(at::MemoryFormat::ChannelsLast));
+  const kernels::BatchNormShape shape{int64_t(pool.batch) * pool.height * pool.width, grad.size(1),
+                                      element_type(grad.scalar_type())};
+  C10_CUDA_CHECK(kernels::launch_max_pool_grad(shape, pool, grad.data_ptr(), taps.data_ptr<uint8_t>(),
+                                               grad_input.data_ptr(), stream_of(grad_out)));
+  return grad_input;
 }
 
 at::Tensor batch_norm_apply_cuda(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift, bool relu) {

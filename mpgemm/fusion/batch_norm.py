@@ -12,10 +12,16 @@ the chain ends in a ReLU, its mask as bits (16-bit y, channels a multiple of
 8) or else its output (which the next convolution saves anyway). With
 ``recipe=True`` it also says how to make its output again from what it keeps
 (recompute.py: the next convolution then need not keep it).
+
+:func:`batch_norm_relu_max_pool` is ``max_pool(relu(batch_norm(y)))`` (a
+ResNet's stem) in the same one pass: the chain's output is never made, and
+backward keeps y, the statistics and a byte per pooled element naming its
+maximum in the window, where torch's pool keeps its input and int64 indices.
 """
 
 import torch
 from torch.autograd.function import once_differentiable
+from torch.nn.modules.utils import _pair
 
 from .recompute import Recipe
 
@@ -60,6 +66,86 @@ class _BatchNormAct(torch.autograd.Function):
                 None, None, None, None, None, None, None)
 
 
+class _BatchNormReluMaxPool(torch.autograd.Function):
+    """max_pool(relu(y * scale + shift)): one op forward; backward the
+    pool's and ReLU's gradient from the window bytes, then batch norm's."""
+
+    @staticmethod
+    def forward(ctx, y, weight, bias, running_mean, running_var, batch_stats, momentum, eps, batch_mean_var, window):
+        out, mean, invstd, scale, _shift, taps = ops.batch_norm_relu_max_pool(
+            y, weight, bias, running_mean, running_var, batch_stats, momentum, eps, *window, batch_mean_var)
+        ctx.batch_stats, ctx.window = batch_stats, window
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (weight, bias))
+        ctx.save_for_backward(y, taps, mean, invstd, scale)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        y, taps, mean, invstd, scale = ctx.saved_tensors
+        need_y, need_weight, need_bias = ctx.needs_input_grad[:3]
+        dz = ops.max_pool_window_backward(grad_out, taps, list(y.shape[2:]), *ctx.window)
+        grad_y, sum_dz, sum_dz_xhat, _ = ops.batch_norm_act_backward(
+            dz, None, None, y, mean, invstd, scale, ctx.batch_stats, [need_y, need_weight or need_bias, False])
+        weight_dtype, bias_dtype = ctx.dtypes
+        return (grad_y if need_y else None,
+                sum_dz_xhat.to(weight_dtype) if need_weight else None,
+                sum_dz.to(bias_dtype) if need_bias else None,
+                None, None, None, None, None, None, None)
+
+
+def max_pool_window(pool):
+    """A MaxPool2d's (kernel_size, stride, padding, dilation, ceil_mode) as
+    the fused ops take them (stride None: the kernel's), or None where they
+    cannot: indices returned, or more taps than a window byte names."""
+    kernel = _pair(pool.kernel_size)
+    window = (list(kernel), list(_pair(pool.stride if pool.stride is not None else pool.kernel_size)),
+              list(_pair(pool.padding)), list(_pair(pool.dilation)), bool(pool.ceil_mode))
+    fits = all(isinstance(v, int) and v <= MAX_POOL_STEP for part in window[1:4] for v in part)
+    if pool.return_indices or kernel[0] * kernel[1] > MAX_POOL_TAPS or not fits:
+        return None
+    return window
+
+
+MAX_POOL_TAPS = 128  # a window byte names a tap in 7 bits (kernels/norm/max_pool_window.h)
+MAX_POOL_STEP = 65535
+
+
+def _batch_norm_factors(bn, y):
+    """torch's _BatchNorm.forward up to its call: (momentum factor, batch
+    statistics or not, running mean, running var), num_batches_tracked
+    counted as torch counts it."""
+    if y.dim() != 4:
+        raise ValueError(f"expected 4D input (got {y.dim()}D input)")
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
+    running_mean = bn.running_mean if not bn.training or bn.track_running_stats else None
+    running_var = bn.running_var if not bn.training or bn.track_running_stats else None
+    if use_batch_stats and y.numel() // max(y.shape[1], 1) <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {y.shape}")
+    return factor, use_batch_stats, running_mean, running_var
+
+
+def batch_norm_relu_max_pool(y, bn, pool, batch_mean_var=None):
+    """``pool(relu(bn(y)))`` for a ``BatchNorm2d`` bn and a ``MaxPool2d``
+    pool that :func:`max_pool_window` takes, in one pass forward, with
+    torch's effect on bn's running statistics and ``num_batches_tracked``
+    and the bits of torch's pool of :func:`batch_norm_act`'s output (its
+    first maximum, its last NaN; backward sums each input's windows in
+    torch's order). y is 4-D, fp32, fp16 or bf16; the result has its dtype
+    and memory format. batch_mean_var as for :func:`batch_norm_act`."""
+    window = max_pool_window(pool)
+    if window is None:
+        raise ValueError("batch_norm_relu_max_pool: expected a max pool without return_indices, with at most "
+                         f"{MAX_POOL_TAPS} taps and steps of at most {MAX_POOL_STEP}, got {pool}")
+    factor, use_batch_stats, running_mean, running_var = _batch_norm_factors(bn, y)
+    return _BatchNormReluMaxPool.apply(y, bn.weight, bn.bias, running_mean, running_var, use_batch_stats, factor,
+                                       bn.eps, batch_mean_var if use_batch_stats else None, window)
+
+
 def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None, *, recipe=False):
     """``relu(bn(y) + residual)`` (each part optional) for a ``BatchNorm2d``
     bn, as torch's forward computes it and with the same effect on bn's
@@ -73,18 +159,7 @@ def batch_norm_act(y, bn, residual=None, relu=False, batch_mean_var=None, *, rec
     recipe=True (without a residual): returns (out, a
     :class:`~mpgemm.fusion.recompute.Recipe` that makes out again from what
     backward keeps, or None where backward keeps nothing or keeps out)."""
-    if y.dim() != 4:
-        raise ValueError(f"expected 4D input (got {y.dim()}D input)")
-    # torch's _BatchNorm.forward, step by step.
-    factor = 0.0 if bn.momentum is None else bn.momentum
-    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
-        bn.num_batches_tracked.add_(1)
-        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
-    use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
-    running_mean = bn.running_mean if not bn.training or bn.track_running_stats else None
-    running_var = bn.running_var if not bn.training or bn.track_running_stats else None
-    if use_batch_stats and y.numel() // max(y.shape[1], 1) <= 1:
-        raise ValueError(f"Expected more than 1 value per channel when training, got input size {y.shape}")
+    factor, use_batch_stats, running_mean, running_var = _batch_norm_factors(bn, y)
     if recipe and residual is not None:
         raise ValueError("batch_norm_act: a recipe makes out again from y alone, so expected no residual")
     out, scale, shift, keeps_out = _BatchNormAct.apply(y, bn.weight, bn.bias, residual, running_mean, running_var,

@@ -3,7 +3,9 @@ module's traced forward (graph.py), and rewriting each into one call of
 :func:`run_chain`. A chain without a residual whose output goes to the next
 chain's convolution alone, or to a max pool alone (a ResNet's stem), hands
 it the recipe of its output, which that call then saves in the output's
-place (recompute.py).
+place (recompute.py); with MPGEMM_FUSED_MAX_POOL=1 a chain ending in a ReLU
+takes such a max pool into its own pass instead (batch_norm.py's
+batch_norm_relu_max_pool).
 
 A chain is fused only where the trace proves it safe: the convolution's
 output goes to the batch norm alone, the batch norm's (and the add's) to the
@@ -20,7 +22,7 @@ import torch
 
 from .. import nn
 from . import recompute
-from .batch_norm import batch_norm_act
+from .batch_norm import batch_norm_act, batch_norm_relu_max_pool, max_pool_window
 from .graph import global_hooks, hooked, is_plain, is_relu, module_calls, module_of, past, single_user
 
 FLOAT = torch.float32
@@ -37,6 +39,7 @@ class ConvChain:
     relu: bool = False
     output_recomputable: bool = False  # by the next chain's convolution or a max pool, in backward
     pool: str = ""  # the max pool that alone takes the output, if one does
+    pool_fused: bool = False  # that pool runs in the chain's pass (fused_max_pool_enabled, a ReLU, a window it takes)
 
     def label(self, prefix=""):
         return f"{prefix}{self.conv} -> {prefix}{self.bn}"
@@ -48,7 +51,7 @@ class ConvChain:
     def report(self, module, prefix=""):
         return {"kind": "batch_norm", "conv": prefix + self.conv, "bn": prefix + self.bn,
                 "residual": self.residual, "relu": self.relu, "output_recomputable": self.output_recomputable,
-                "fused": True}
+                "max_pool": prefix + self.pool if self.pool_fused else None, "fused": True}
 
 
 def is_fusable_batch_norm(module):
@@ -77,6 +80,16 @@ def epilogue_stats_enabled():
     return value == "1"
 
 
+def fused_max_pool_enabled():
+    """Whether fuse() takes a chain's max pool into its pass
+    (MPGEMM_FUSED_MAX_POOL=1, opt-in until its kernels have passed the GPU
+    tests) or leaves it to torch ("0" or unset)."""
+    value = os.environ.get("MPGEMM_FUSED_MAX_POOL", "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"MPGEMM_FUSED_MAX_POOL must be '0' or '1', got {value!r}")
+    return value == "1"
+
+
 def _conv_with_stats(conv, bn, x):
     """conv(x), its hooks run, and where the chain may take them (an
     mpgemm Conv2d, batch statistics normalizing, epilogue_stats_enabled),
@@ -99,7 +112,7 @@ def _conv_with_stats(conv, bn, x):
     return y, stats if forward_y is y and y._version == version else None
 
 
-def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=False):
+def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=False, pool=None):
     """The chain's forward: the convolution as its module computes it (its
     hooks run), then batch norm, the residual add and the ReLU in mpgemm's
     passes, with batch statistics from the convolution's epilogue where
@@ -108,10 +121,17 @@ def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=F
     shape or type). x_recipe: how the chain before made its output (x,
     or x past Identity modules), which the convolution then saves in that
     output's place; recipe=True: returns (out, its recipe, or None where
-    there is none)."""
+    there is none). pool: a max pool after the ReLU, run in the same pass
+    where it can be (no hook on it), else called on the output."""
     with recompute.saved_as_recipe(x_recipe):
         y, batch_mean_var = _conv_with_stats(conv, bn, x)
-    if _fused_now(bn, y, residual):
+    fused = _fused_now(bn, y, residual)
+    if pool is not None:
+        if fused and relu and not hooked(pool, y.dtype) and max_pool_window(pool) is not None:
+            return batch_norm_relu_max_pool(y, bn, pool, batch_mean_var)
+        return pool(batch_norm_act(y, bn, None, relu, batch_mean_var) if fused else torch.relu(bn(y)) if relu
+                    else bn(y))
+    if fused:
         return batch_norm_act(y, bn, residual, relu, batch_mean_var, recipe=recipe)
     out = bn(y)
     if residual is not None:
@@ -204,6 +224,9 @@ def find_chains(root, graph):
         if (not chain.residual and pool is not None and is_plain(module_of(root, pool), torch.nn.MaxPool2d)
                 and len(pool.args) == 1 and not pool.kwargs):
             chain.pool = pool.target
+            pool_module = module_of(root, pool)
+            # Whether the chain could take the pool (rewrite() does where fused_max_pool_enabled).
+            chain.pool_fused = chain.relu and not hooked(pool_module) and max_pool_window(pool_module) is not None
         found.append((chain, node, replaced, residual, _identities_before(root, node)))
     return found, refused
 
@@ -240,9 +263,11 @@ def _with_recipe(graph, fused, chain, user):
 def rewrite(graph, found):
     """Replaces each found chain's nodes by one run_chain call; where
     recompute_enabled, a chain whose output the next chain's convolution
-    or a max pool alone takes hands that call its recipe."""
+    or a max pool alone takes hands that call its recipe; where
+    fused_max_pool_enabled, a chain that find_chains found able to take
+    its pool takes it into its call instead."""
     chain_of = {}  # run_chain node: its chain
-    recomputing = recompute.recompute_enabled()
+    recomputing, fusing_pools = recompute.recompute_enabled(), fused_max_pool_enabled()
     for chain, conv_node, replaced, residual, identities in found:
         last = replaced[-1]
         source, taker = conv_node.args[0], conv_node
@@ -264,7 +289,17 @@ def rewrite(graph, found):
         if not conv_node.users:
             graph.erase_node(conv_node)
         pool = single_user(fused)
-        if recomputing and chain.pool and pool is not None and pool.op == "call_module" and pool.target == chain.pool:
+        chain.pool_fused = chain.pool_fused and fusing_pools
+        if not (chain.pool and pool is not None and pool.op == "call_module" and pool.target == chain.pool):
+            chain.pool_fused = False
+            continue
+        if chain.pool_fused:
+            with graph.inserting_before(fused):
+                fused.kwargs = {**fused.kwargs, "pool": graph.get_attr(pool.target)}
+            pool.replace_all_uses_with(fused)
+            graph.erase_node(pool)
+            chain.pool_fused = True
+        elif recomputing:
             out, recipe = _with_recipe(graph, fused, chain, pool)
             with graph.inserting_before(pool):
                 pooled = graph.call_function(pool_with_recipe, (graph.get_attr(pool.target), out, recipe))

@@ -27,16 +27,18 @@ CONSUMERS = ("3", "4.conv2", "5.conv2", "6.conv2", "6.conv3")
 SWITCH = "MPGEMM_RECOMPUTE_CHAIN_OUTPUTS"
 
 
-def prepared_and_fused(base, x, dtype, recomputing, monkeypatch):
-    """A copy of base under prepare(dtype), fused on x with the switch as given."""
+def prepared_and_fused(base, x, dtype, on, monkeypatch, switch=SWITCH):
+    """A copy of base under prepare(dtype), fused on x with `switch` on or
+    off as given (None: unset)."""
     model = copy.deepcopy(base)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     model, optimizer, scaler = mpgemm.amp.prepare(model, optimizer, dtype=dtype, init_scale=2.0**10)
-    monkeypatch.setenv(SWITCH, "1" if recomputing else "0")
+    if on is not None:
+        monkeypatch.setenv(switch, "1" if on else "0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mpgemm.fuse(model, x.to(dtype))
-    monkeypatch.delenv(SWITCH)
+    monkeypatch.delenv(switch, raising=False)
     return model, optimizer, scaler
 
 

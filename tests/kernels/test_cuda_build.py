@@ -397,13 +397,18 @@ def test_batch_norm_passes_move_16_bytes_and_round_each_step(cuda_build, machine
         kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
                    if "batch_norm" in name}
         # The sums, act and grad_input for three element types, each in 16-byte runs and one element at a
-        # time, and the loads-ahead sums and input gradient likewise; the finish for each type.
-        assert len(kernels) == 5 * 6 + 3, (arch, sorted(kernels))
+        # time, the loads-ahead sums and input gradient likewise, and the fused max pool's pass and gradient
+        # (norm/max_pool_kernels.cuh); the finish for each type.
+        assert len(kernels) == 7 * 6 + 3, (arch, sorted(kernels))
         for name, ops in kernels.items():
             wide = "Li8E" in name or "Li4E" in name
-            stored = "act_kernel" in name or "grad_input" in name  # the elementwise passes' outputs
+            # The elementwise passes' outputs.
+            stored = any(k in name for k in ("act_kernel", "grad_input", "act_max_pool", "max_pool_grad"))
             assert (sum(o.startswith("LDG.E.128") for o in ops) > 0) == wide, f"{arch} {name}: LDG.E.128"
             assert (sum(o.startswith("STG.E.128") for o in ops) > 0) == (wide and stored), f"{arch} {name}: STG"
+            if wide and "Li8E" in name and "max_pool" in name:  # 8 window bytes a run, in one access
+                window = "STG.E.64" if "act_max_pool" in name else "LDG.E.64"
+                assert any(o.startswith(window) for o in ops), f"{arch} {name}: {window}"
             if "finish" not in name:
                 assert sass.count_opcodes(ops, "FFMA") == 0, f"{arch} {name}: a step contracted into an FMA"
             res = usage[arch].get(name, {})

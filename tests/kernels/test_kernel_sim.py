@@ -152,9 +152,12 @@ WMMA_MUTATIONS = {
 # the last row of each group fetched ahead fetched but never used (its sums
 # and input gradient left out), and the ReLU's byte of bits read unshifted
 # (wrong wherever a run's bits do not start the byte: fp32 runs of 4 and
-# runs of one).
+# runs of one); in the stem's fused max pool (norm/max_pool_kernels.cuh),
+# ties won by the window's last tap instead of its first, and each input
+# pixel's last covering window (by row and by column) left out of its
+# gradient.
 BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/batch_norm_ahead_kernels.cuh", "norm/column_moments.cu",
-                    "gated/gated.cu"]
+                    "norm/max_pool_kernels.cuh", "gated/gated.cu"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
@@ -168,6 +171,11 @@ BATCH_NORM_MUTATIONS = {
                                         "if (r + j * step < w.end && !(PLANTED && j == kRowsAhead - 1)) use("),
     "the ReLU's bits read unshifted": ("const unsigned run_bits = g.bits >> (i % 8);",
                                        "const unsigned run_bits = g.bits >> (PLANTED ? 0 : i % 8);"),
+    "the fused pool's ties won by the last tap": ("if (z > best[e] || isnan(z))",
+                                                  "if (z > best[e] || (PLANTED && z == best[e]) || isnan(z))"),
+    "the pool's gradient missing each pixel's last window": (
+        "last = last < outputs - 1 ? last : outputs - 1;",
+        "last = (last < outputs - 1 ? last : outputs - 1) - PLANTED;"),
 }
 # In the gated MLP's passes (gated/gated.cu), built with the batch norm's
 # planted units and failing the gated cases (run as many): the threads of

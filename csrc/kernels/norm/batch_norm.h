@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "common/gemm_params.h"
+#include "norm/max_pool_window.h"
 
 namespace mpgemm::kernels {
 
@@ -66,6 +67,24 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
 // instead of keeping it (mpgemm/fusion/recompute.py).
 cudaError_t launch_batch_norm_apply(BatchNormShape shape, const void* y, const float* scale, const float* shift,
                                     bool relu, void* out, cudaStream_t stream);
+
+// The forward with the pool: the statistics as launch_batch_norm_forward
+// computes them, then out = the max over each window of relu(y * scale[c] +
+// shift[c]) rounded to the element type, the first maximum (the last NaN)
+// as torch's pool keeps it; window: a byte per element of out, the tap's
+// number in its window (row * kernel_w + column) | 0x80 where the maximum
+// is above zero (the ReLU passed). The chain's output is not written.
+cudaError_t launch_batch_norm_relu_max_pool(BatchNormShape shape, const void* y, bool batch_stats,
+                                            const float* batch_mean_var, const BatchNormChannels& channels,
+                                            float* workspace, MaxPoolWindow pool, void* out, uint8_t* window,
+                                            bool loads_ahead, cudaStream_t stream);
+
+// Its backward before batch norm's: grad_input (the pool's input's shape,
+// `shape`) = for each element, the sum over the windows whose byte names it
+// with the ReLU passed of grad_out there, in fp32, windows by row then
+// column (torch's order), rounded once; zero where none does.
+cudaError_t launch_max_pool_grad(BatchNormShape shape, MaxPoolWindow pool, const void* grad_out,
+                                 const uint8_t* window, void* grad_input, cudaStream_t stream);
 
 // Whether the forward writes the ReLU's mask as bits for these tensors (y,
 // residual, out): 16-bit elements in 16-byte runs (a byte a thread), the

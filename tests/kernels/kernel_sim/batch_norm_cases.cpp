@@ -249,6 +249,89 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   }
 }
 
+// The stem's max pool fused into the forward (launch_batch_norm_relu_max_pool)
+// and its gather backward (launch_max_pool_grad) over a random window
+// (kernel 1-4, stride 1-3, dilation 1-2, padding up to half the kernel,
+// ceil_mode), y of few distinct values so that windows tie (the first
+// maximum must win) and, one case in three, a NaN or two (the last must).
+void max_pool_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+  const int64_t channels = shape.channels;
+  MaxPoolWindow w;
+  int64_t out_h = 0, out_w = 0;
+  const auto outputs = [](int64_t size, int k, int s, int pad, int d, bool ceil) {
+    const int64_t span = size + 2 * pad - d * (k - 1) - 1 + (ceil ? s - 1 : 0);
+    int64_t out = (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
+    if (ceil && (out - 1) * s >= size + pad) --out;
+    return out;
+  };
+  do {
+    w.batch = int(rnd(1, 3)), w.height = int(rnd(1, 11)), w.width = int(rnd(1, 11));
+    w.kernel_h = int(rnd(1, 4)), w.kernel_w = int(rnd(1, 4)), w.stride_h = int(rnd(1, 3)), w.stride_w = int(rnd(1, 3));
+    w.dilation_h = int(rnd(1, 2)), w.dilation_w = int(rnd(1, 2));
+    w.pad_h = int(rnd(0, w.kernel_h / 2)), w.pad_w = int(rnd(0, w.kernel_w / 2));
+    const bool ceil = rnd(0, 1);
+    out_h = outputs(w.height, w.kernel_h, w.stride_h, w.pad_h, w.dilation_h, ceil);
+    out_w = outputs(w.width, w.kernel_w, w.stride_w, w.pad_w, w.dilation_w, ceil);
+  } while (out_h <= 0 || out_w <= 0);
+  w.out_height = int(out_h), w.out_width = int(out_w);
+  BatchNormShape in = shape, pooled = shape;
+  in.rows = int64_t(w.batch) * w.height * w.width;
+  pooled.rows = int64_t(w.batch) * out_h * out_w;
+  const int64_t n = in.rows * channels, m = pooled.rows * channels;
+  Matrix y(shape.type, n, false), out(shape.type, m, rnd(0, 4) == 0);
+  for (int64_t i = 0; i < n; ++i) set(y.data(), shape.type, i, rnd(-3, 3) / 4.0f);
+  for (int nans = rnd(0, 2) == 0 ? int(rnd(1, 2)) : 0; nans > 0; --nans) set(y.data(), shape.type, rnd(0, n - 1), NAN);
+  const std::vector<float> weight = eighths(channels, -16, 16), bias = eighths(channels, -16, 16);
+  std::vector<float> running_mean = eighths(channels, -8, 8), running_var = eighths(channels, 1, 16);
+  std::vector<float> mean(channels, NAN), invstd(channels, NAN), scale(channels, NAN), shift(channels, NAN);
+  BatchNormChannels ch;
+  ch.weight = weight.data(), ch.bias = bias.data();
+  ch.running_mean = running_mean.data(), ch.running_var = running_var.data();
+  ch.eps = 1e-5;
+  ch.mean = mean.data(), ch.invstd = invstd.data(), ch.scale = scale.data(), ch.shift = shift.data();
+  const bool batch_stats = rnd(0, 1);
+  Buffer workspace(batch_norm_workspace_floats(in) * sizeof(float));
+  std::vector<uint8_t> window(m + 1, 0xa5);
+  err = launch_batch_norm_relu_max_pool(in, y.data(), batch_stats, nullptr, ch, reinterpret_cast<float*>(workspace.p),
+                                        w, out.data(), window.data(), false, nullptr);
+  const auto at = [&](int64_t image, int64_t row, int64_t column, int64_t rows, int64_t columns) {
+    return ((image * rows + row) * columns + column) * channels;
+  };
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t c = i % channels, pixel = i / channels;
+    const int64_t ow = pixel % out_w, oh = pixel / out_w % out_h, image = pixel / (out_w * out_h);
+    float best = -INFINITY;
+    int tap = 0;
+    for (int r = 0; r < w.kernel_h; ++r)
+      for (int q = 0; q < w.kernel_w; ++q) {
+        const int64_t h = oh * w.stride_h - w.pad_h + r * w.dilation_h, x = ow * w.stride_w - w.pad_w + q * w.dilation_w;
+        if (h < 0 || h >= w.height || x < 0 || x >= w.width) continue;
+        float z = y[at(image, h, x, w.height, w.width) + c] * scale[c] + shift[c];
+        if (z < 0) z = 0;
+        z = sim::rounded(z, shape.type);
+        if (z > best || std::isnan(z)) best = z, tap = r * w.kernel_w + q;
+      }
+    check("pooled out", i, out[i], best);
+    check("window", i, window[i], float(tap | (best > 0 ? 0x80 : 0)));
+  }
+  check("window past the end", m, window[m], 0xa5);
+  // Backward from the forward's bytes, one gradient in two where they let it
+  // through; the sums are exact (eighths).
+  Matrix grad_out(shape.type, m, false), grad_in(shape.type, n, rnd(0, 4) == 0);
+  grad_out.fill(-16, 16);
+  if (err == cudaSuccess) err = launch_max_pool_grad(in, w, grad_out.data(), window.data(), grad_in.data(), nullptr);
+  std::vector<float> want(n, 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    if (!(window[i] & 0x80)) continue;
+    const int64_t c = i % channels, pixel = i / channels, tap = window[i] & 0x7f;
+    const int64_t ow = pixel % out_w, oh = pixel / out_w % out_h, image = pixel / (out_w * out_h);
+    const int64_t h = oh * w.stride_h - w.pad_h + tap / w.kernel_w * w.dilation_h;
+    const int64_t x = ow * w.stride_w - w.pad_w + tap % w.kernel_w * w.dilation_w;
+    want[at(image, h, x, w.height, w.width) + c] += grad_out[i];
+  }
+  for (int64_t i = 0; i < n; ++i) check("pool's grad_input", i, grad_in[i], sim::rounded(want[i], shape.type));
+}
+
 }  // namespace
 
 bool batch_norm_case(int index) {
@@ -259,14 +342,16 @@ bool batch_norm_case(int index) {
   // Rows > 128: several row blocks; wide rows: at least 4 a thread.
   shape.rows = wide ? rnd(64, 160) : rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);
   Checker check;
-  cudaError_t forward_err, backward_err, moments_err;
+  cudaError_t forward_err, backward_err, moments_err, pool_err;
   forward_case(shape, ahead, check, forward_err);
   backward_case(shape, ahead, index % 4 == 1, check, backward_err);
   moments_case(shape, check, moments_err);
-  check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess;
+  max_pool_case(shape, check, pool_err);
+  check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess ||
+               pool_err != cudaSuccess;
   if (check.bad)
-    printf("batch norm case %d FAILED: errors %d %d %d, rows=%ld channels=%ld type=%d loads ahead=%d\n", index,
-           int(forward_err), int(backward_err), int(moments_err), long(shape.rows), long(shape.channels),
-           int(shape.type), int(ahead));
+    printf("batch norm case %d FAILED: errors %d %d %d %d, rows=%ld channels=%ld type=%d loads ahead=%d\n", index,
+           int(forward_err), int(backward_err), int(moments_err), int(pool_err), long(shape.rows),
+           long(shape.channels), int(shape.type), int(ahead));
   return check.bad;
 }

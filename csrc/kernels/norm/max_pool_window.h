@@ -1,0 +1,38 @@
+// A max pool over a chain's ReLU'd output (a ResNet's stem), fused into
+// batch norm's forward (norm/batch_norm.h): torch's MaxPool2d window over
+// batch x height x width pixels of channels-innermost rows; the output size
+// (from ceil_mode) is the caller's. Plain C++: the ops' checks read it on
+// every backend.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+namespace mpgemm::kernels {
+
+struct MaxPoolWindow {
+  int batch = 0, height = 0, width = 0, out_height = 0, out_width = 0;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+};
+
+// A window byte holds its tap's number in 7 bits.
+constexpr int kMaxPoolTaps = 128;
+
+// Window bytes' steps are at most this (their products with a tap or a
+// pooled row's index then stay within an int).
+constexpr int kMaxPoolStep = 65535;
+
+// Whether the fused pool takes this window over these channels: at most
+// kMaxPoolTaps taps, stride, padding and dilation at most kMaxPoolStep, and
+// an image of the input and of the output at most INT_MAX elements (the
+// kernels index an image's elements in 32 bits and launch whole images at
+// a time).
+inline bool max_pool_window_fits(MaxPoolWindow pool, int64_t channels) {
+  const auto step = [](int v, int least) { return v >= least && v <= kMaxPoolStep; };
+  return pool.kernel_h > 0 && pool.kernel_w > 0 && int64_t(pool.kernel_h) * pool.kernel_w <= kMaxPoolTaps &&
+         step(pool.stride_h, 1) && step(pool.stride_w, 1) && step(pool.dilation_h, 1) && step(pool.dilation_w, 1) &&
+         step(pool.pad_h, 0) && step(pool.pad_w, 0) && int64_t(pool.height) * pool.width * channels <= INT_MAX &&
+         int64_t(pool.out_height) * pool.out_width * channels <= INT_MAX;
+}
+
+}  // namespace mpgemm::kernels
