@@ -114,7 +114,9 @@ BatchNormForwardResult batch_norm_relu_max_pool_cpu(const BatchNormForward& a, c
                              .div(pool.dilation[0], "floor");
   const at::Tensor column = indices.remainder(width).sub(origin(1, pooled.size(3), {1, 1, 1, -1}))
                                 .div(pool.dilation[1], "floor");
-  const at::Tensor taps = row.mul(pool.kernel[1]).add(column).add(pooled.gt(0).to(at::kLong).mul(128));
+  // A window no tap of which is inside the input (a dilated one) holds -inf: tap 0, the kernel's.
+  const at::Tensor taps = at::where(pooled.isneginf(), 0, row.mul(pool.kernel[1]).add(column))
+                              .add(pooled.gt(0).to(at::kLong).mul(128));
   return {in_format_of(a.y, pooled), mean, invstd, scale, shift,
           taps.to(at::kByte).contiguous(at::MemoryFormat::ChannelsLast)};
 }

@@ -90,10 +90,18 @@ MaxPoolArgs check_pool(const char* op, c10::IntArrayRef kernel_size, c10::IntArr
   return pool;
 }
 
-// The window over y's (or the input's) pixels, checked against the kernels' limits.
-kernels::MaxPoolWindow checked_window(const char* op, const MaxPoolArgs& pool, int64_t batch, int64_t channels,
-                                      int64_t height, int64_t width) {
-  const kernels::MaxPoolWindow window = max_pool_window(pool, batch, height, width);
+// A size the window's arithmetic needs as a number: symbolic ones (under
+// torch.compile) are specialized.
+int64_t concrete(const c10::SymInt& size) { return size.guard_int(__FILE__, __LINE__); }
+
+// The window over a batch of height x width pixels, checked against the
+// kernels' limits; a symbolic batch stays symbolic (the window's own batch
+// is then a placeholder: only the backends, on real tensors, launch it).
+kernels::MaxPoolWindow checked_window(const char* op, const MaxPoolArgs& pool, const c10::SymInt& batch,
+                                      int64_t channels, int64_t height, int64_t width) {
+  const std::optional<int64_t> images = batch.maybe_as_int();
+  TORCH_CHECK_VALUE(!images || *images <= INT_MAX, op, ": expected at most INT_MAX images, got ", *images);
+  const kernels::MaxPoolWindow window = max_pool_window(pool, images.value_or(1), height, width);
   TORCH_CHECK_VALUE(window.out_height > 0 && window.out_width > 0, op, ": the pooled output of a ", height, " x ",
                     width, " input would be empty (", window.out_height, " x ", window.out_width, ")");
   TORCH_CHECK_VALUE(kernels::max_pool_window_fits(window, channels), op,
@@ -114,7 +122,7 @@ BatchNormForwardResult batch_norm_relu_max_pool(const at::Tensor& y, const Optio
   const BatchNormForward args = check_forward(op, y, weight, bias, std::nullopt, running_mean, running_var,
                                               batch_stats, momentum, eps, /*relu=*/true, batch_mean_var);
   const MaxPoolArgs pool = check_pool(op, kernel_size, stride, padding, dilation, ceil_mode);
-  checked_window(op, pool, y.size(0), y.size(1), y.size(2), y.size(3));
+  checked_window(op, pool, y.sym_size(0), concrete(y.sym_size(1)), concrete(y.sym_size(2)), concrete(y.sym_size(3)));
   return Impl(args, pool);
 }
 
@@ -131,19 +139,20 @@ at::Tensor max_pool_window_backward(const at::Tensor& grad_out, const at::Tensor
                    grad_out.scalar_type());
   TORCH_CHECK_TYPE(window.scalar_type() == at::kByte, op, ": expected window to be torch.uint8, got ",
                    window.scalar_type());
-  TORCH_CHECK_VALUE(window.sizes() == grad_out.sizes(), op, ": expected window of grad_out's shape ",
-                    grad_out.sizes(), ", got ", window.sizes());
+  TORCH_CHECK_VALUE(window.sym_sizes() == grad_out.sym_sizes(), op, ": expected window of grad_out's shape ",
+                    grad_out.sym_sizes(), ", got ", window.sym_sizes());
   TORCH_CHECK_VALUE(window.device() == grad_out.device(), op, ": expected window on grad_out's device (",
                     grad_out.device(), "), got ", window.device());
   TORCH_CHECK_VALUE(input_size.size() == 2 && input_size[0] > 0 && input_size[1] > 0, op,
                     ": expected input_size (height, width) > 0, got ", input_size);
   const MaxPoolArgs pool = check_pool(op, kernel_size, stride, padding, dilation, ceil_mode);
-  const kernels::MaxPoolWindow window_of =
-      checked_window(op, pool, grad_out.size(0), grad_out.size(1), input_size[0], input_size[1]);
-  TORCH_CHECK_VALUE(window_of.out_height == grad_out.size(2) && window_of.out_width == grad_out.size(3), op,
-                    ": expected grad_out of ", window_of.out_height, " x ", window_of.out_width,
-                    " pixels (the window over input_size ", input_size, "), got ", grad_out.size(2), " x ",
-                    grad_out.size(3));
+  const kernels::MaxPoolWindow window_of = checked_window(op, pool, grad_out.sym_size(0),
+                                                          concrete(grad_out.sym_size(1)), input_size[0],
+                                                          input_size[1]);
+  const int64_t height = concrete(grad_out.sym_size(2)), width = concrete(grad_out.sym_size(3));
+  TORCH_CHECK_VALUE(window_of.out_height == height && window_of.out_width == width, op, ": expected grad_out of ",
+                    window_of.out_height, " x ", window_of.out_width, " pixels (the window over input_size ",
+                    input_size, "), got ", height, " x ", width);
   return Impl(grad_out, window, window_of);
 }
 
@@ -190,10 +199,10 @@ BatchNormForwardResult batch_norm_act_meta(const BatchNormForward& a) {
 }
 
 BatchNormForwardResult batch_norm_relu_max_pool_meta(const BatchNormForward& a, const MaxPoolArgs& pool) {
-  const kernels::MaxPoolWindow w = max_pool_window(pool, a.y.size(0), a.y.size(2), a.y.size(3));
+  const kernels::MaxPoolWindow w = max_pool_window(pool, 1, concrete(a.y.sym_size(2)), concrete(a.y.sym_size(3)));
   const auto pooled = [&](at::ScalarType type) {
-    return at::empty({w.batch, a.y.size(1), w.out_height, w.out_width},
-                     a.y.options().dtype(type).memory_format(at::MemoryFormat::ChannelsLast));
+    return at::empty_symint({a.y.sym_size(0), a.y.sym_size(1), w.out_height, w.out_width},
+                            a.y.options().dtype(type).memory_format(at::MemoryFormat::ChannelsLast));
   };
   at::Tensor out = pooled(a.y.scalar_type());
   return {out.contiguous(a.y.suggest_memory_format()), per_channel(a.y), per_channel(a.y), per_channel(a.y),
@@ -201,8 +210,8 @@ BatchNormForwardResult batch_norm_relu_max_pool_meta(const BatchNormForward& a, 
 }
 
 at::Tensor max_pool_window_backward_meta(const at::Tensor& grad_out, const at::Tensor&, kernels::MaxPoolWindow w) {
-  return at::empty({grad_out.size(0), grad_out.size(1), w.height, w.width},
-                   grad_out.options().memory_format(at::MemoryFormat::ChannelsLast));
+  return at::empty_symint({grad_out.sym_size(0), grad_out.sym_size(1), w.height, w.width},
+                          grad_out.options().memory_format(at::MemoryFormat::ChannelsLast));
 }
 
 at::Tensor batch_norm_apply_meta(const at::Tensor& y, const at::Tensor&, const at::Tensor&, bool) { return like_y(y); }

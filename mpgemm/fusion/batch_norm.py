@@ -94,21 +94,30 @@ class _BatchNormReluMaxPool(torch.autograd.Function):
                 None, None, None, None, None, None, None)
 
 
-def max_pool_window(pool):
+MAX_POOL_TAPS = 128  # a window byte names a tap in 7 bits (kernels/norm/max_pool_window.h)
+MAX_POOL_STEP = 65535
+INT_MAX = 2**31 - 1
+
+
+def max_pool_window(pool, y=None):
     """A MaxPool2d's (kernel_size, stride, padding, dilation, ceil_mode) as
     the fused ops take them (stride None: the kernel's), or None where they
-    cannot: indices returned, or more taps than a window byte names."""
+    cannot: indices returned, more taps than a window byte names, steps past
+    MAX_POOL_STEP, or (given the input y) an image or batch past the
+    kernels' 32-bit indexing (kernels::max_pool_window_fits, with room for
+    the padding and the output's size)."""
     kernel = _pair(pool.kernel_size)
     window = (list(kernel), list(_pair(pool.stride if pool.stride is not None else pool.kernel_size)),
               list(_pair(pool.padding)), list(_pair(pool.dilation)), bool(pool.ceil_mode))
     fits = all(isinstance(v, int) and v <= MAX_POOL_STEP for part in window[1:4] for v in part)
     if pool.return_indices or kernel[0] * kernel[1] > MAX_POOL_TAPS or not fits:
         return None
+    if y is not None:
+        n, c, h, w = y.shape
+        reach = MAX_POOL_TAPS * MAX_POOL_STEP + 3 * MAX_POOL_STEP  # a window's extent, padding and stride at most
+        if n > INT_MAX or (h + 2) * (w + 2) * c > INT_MAX or max(h, w) + reach > INT_MAX:
+            return None
     return window
-
-
-MAX_POOL_TAPS = 128  # a window byte names a tap in 7 bits (kernels/norm/max_pool_window.h)
-MAX_POOL_STEP = 65535
 
 
 def _batch_norm_factors(bn, y):
@@ -137,10 +146,13 @@ def batch_norm_relu_max_pool(y, bn, pool, batch_mean_var=None):
     first maximum, its last NaN; backward sums each input's windows in
     torch's order). y is 4-D, fp32, fp16 or bf16; the result has its dtype
     and memory format. batch_mean_var as for :func:`batch_norm_act`."""
-    window = max_pool_window(pool)
+    if y.dim() != 4:
+        raise ValueError(f"expected 4D input (got {y.dim()}D input)")
+    window = max_pool_window(pool, y)
     if window is None:
         raise ValueError("batch_norm_relu_max_pool: expected a max pool without return_indices, with at most "
-                         f"{MAX_POOL_TAPS} taps and steps of at most {MAX_POOL_STEP}, got {pool}")
+                         f"{MAX_POOL_TAPS} taps and steps of at most {MAX_POOL_STEP}, over images of at most "
+                         f"2^31 - 1 elements, got {pool} over {tuple(y.shape)}")
     factor, use_batch_stats, running_mean, running_var = _batch_norm_factors(bn, y)
     return _BatchNormReluMaxPool.apply(y, bn.weight, bn.bias, running_mean, running_var, use_batch_stats, factor,
                                        bn.eps, batch_mean_var if use_batch_stats else None, window)

@@ -123,11 +123,13 @@ def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=F
     output's place; recipe=True: returns (out, its recipe, or None where
     there is none). pool: a max pool after the ReLU, run in the same pass
     where it can be (no hook on it), else called on the output."""
+    if pool is not None and (recipe or residual is not None):
+        raise ValueError("run_chain: a chain that ends in a max pool takes no residual and gives no recipe")
     with recompute.saved_as_recipe(x_recipe):
         y, batch_mean_var = _conv_with_stats(conv, bn, x)
     fused = _fused_now(bn, y, residual)
     if pool is not None:
-        if fused and relu and not hooked(pool, y.dtype) and max_pool_window(pool) is not None:
+        if fused and relu and not hooked(pool, y.dtype) and max_pool_window(pool, y) is not None:
             return batch_norm_relu_max_pool(y, bn, pool, batch_mean_var)
         return pool(batch_norm_act(y, bn, None, relu, batch_mean_var) if fused else torch.relu(bn(y)) if relu
                     else bn(y))
@@ -298,7 +300,7 @@ def rewrite(graph, found):
                 fused.kwargs = {**fused.kwargs, "pool": graph.get_attr(pool.target)}
             pool.replace_all_uses_with(fused)
             graph.erase_node(pool)
-            chain.pool_fused = True
+            del chain_of[fused]  # its output, pooled, has no recipe to hand the next chain
         elif recomputing:
             out, recipe = _with_recipe(graph, fused, chain, pool)
             with graph.inserting_before(pool):

@@ -9,6 +9,7 @@ import torch
 
 import mpgemm
 from mpgemm.fusion import fusion_report
+from support import assert_compiled_fused_trains_as_unfused
 from test_fuse import DEVICES, TimmBottleneck, tiny_resnet
 from test_recompute import batches, train_both
 from test_recompute import prepared_and_fused as fused_with_switch
@@ -112,8 +113,8 @@ def test_hooks_on_the_pool_leave_it_to_torch(monkeypatch):
     assert torch.equal(fused(x.half()), plain(x.half())) and calls == [2]
 
 
-@pytest.mark.parametrize("pool", [torch.nn.MaxPool2d((12, 11), 1, 0), torch.nn.AvgPool2d(3, 2, 1)],
-                         ids=["more taps than a byte names", "not a max pool"])
+@pytest.mark.parametrize("pool", [torch.nn.MaxPool2d((12, 11), 1, 0), torch.nn.MaxPool2d(2, 70000)],
+                         ids=["more taps than a byte names", "a stride past 65535"])
 def test_pools_it_cannot_take_stay_with_torch(pool, monkeypatch):
     x = batches("cpu", 1, batch=2)[0]
     x = torch.nn.functional.interpolate(x, size=(16, 16)).contiguous(memory_format=torch.channels_last)
@@ -121,6 +122,44 @@ def test_pools_it_cannot_take_stay_with_torch(pool, monkeypatch):
     runs = [prepared_and_fused(base, x, torch.float16, on, monkeypatch) for on in (True, False)]
     assert not any(pools_fused(runs[0][0]).values())
     assert torch.equal(runs[0][0](x.half()), runs[1][0](x.half()))
+
+
+def stem_then_chain():
+    """A stem whose pooled output goes to one convolution alone (VGG-BN's
+    pattern), whose chain would otherwise take the stem's recipe."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU()).to(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("recomputing", [True, False])
+def test_a_pooled_output_taken_by_one_chain_alone(recomputing, monkeypatch):
+    base, data = stem_then_chain(), batches("cpu", 2)
+    monkeypatch.setenv("MPGEMM_RECOMPUTE_CHAIN_OUTPUTS", "1" if recomputing else "0")
+    runs = [prepared_and_fused(base, data[0], torch.float16, on, monkeypatch) for on in (True, False)]
+    report = {r["conv"]: r for r in fusion_report(runs[0][0])}
+    assert report["0"]["max_pool"] == "3" and not report["0"]["output_recomputable"]
+    # Windows that overlap: torch's CPU pool adds the gradients in 16 bits, so one step, outputs bit for bit.
+    outs = [model(data[0].half()) for model, _, _ in runs]
+    assert torch.equal(*outs)
+    for out in outs:
+        out.float().square().mean().backward()
+    for p, q in zip(runs[0][0].parameters(), runs[1][0].parameters()):
+        torch.testing.assert_close(p.grad.float(), q.grad.float(), rtol=2e-2, atol=2e-3)
+
+
+def test_in_eval_the_running_statistics_normalize(monkeypatch):
+    base, data = model_with_pool("cpu", APART), batches("cpu", 2)
+    runs = [prepared_and_fused(base, data[0], torch.float16, on, monkeypatch) for on in (True, False)]
+    train_both(runs, data, torch.float16)  # running statistics that are not the initial ones
+    outs = []
+    for model, _, _ in runs:
+        model.eval()
+        with torch.no_grad():
+            outs.append(model(data[1].half()))
+    assert torch.equal(*outs)
 
 
 def test_a_chain_without_a_relu_keeps_torchs_pool(monkeypatch):
@@ -135,3 +174,11 @@ def test_a_bad_switch_is_named(monkeypatch):
     monkeypatch.setenv(SWITCH, "yes")
     with pytest.raises(ValueError, match=r"MPGEMM_FUSED_MAX_POOL must be '0' or '1', got 'yes'"):
         mpgemm.fuse(model_with_pool("cpu"), batches("cpu", 1)[0])
+
+
+def test_torch_compile_trains_the_fused_pool(monkeypatch):
+    monkeypatch.setenv(SWITCH, "1")
+    torch.manual_seed(0)
+    assert_compiled_fused_trains_as_unfused(mpgemm.convert(model_with_pool("cpu")),
+                                            torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last),
+                                            "mpgemm.batch_norm_relu_max_pool", 1e-4, 1e-5)

@@ -19,10 +19,11 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 ops = torch.ops.mpgemm
 MOMENTUM, EPS = 0.1, 1e-5
 # (kernel_size, stride, padding, dilation, ceil_mode): ResNet's stem, windows that do not overlap, a
-# dilated one, ceil_mode's partial last windows, and an asymmetric one.
+# dilated one, ceil_mode's partial last windows, an asymmetric one, and ceil_mode's window that would start
+# in the padding (dropped: 9 rows give 5, not 6).
 WINDOWS = [([3, 3], [2, 2], [1, 1], [1, 1], False), ([2, 2], [2, 2], [0, 0], [1, 1], False),
            ([3, 3], [1, 1], [1, 1], [2, 2], False), ([3, 3], [2, 2], [0, 0], [1, 1], True),
-           ([3, 2], [2, 1], [1, 0], [1, 2], True)]
+           ([3, 2], [2, 1], [1, 0], [1, 2], True), ([2, 2], [2, 2], [1, 1], [1, 1], True)]
 
 
 def chain_inputs(shape, dtype, device, channels_last=True, nans=0):
@@ -39,6 +40,32 @@ def chain_inputs(shape, dtype, device, channels_last=True, nans=0):
 def torch_pool(out, window):
     kernel, stride, padding, dilation, ceil_mode = window
     return F.max_pool2d_with_indices(out, kernel, stride, padding, dilation, ceil_mode)
+
+
+def assert_bytes_name_the_first_maximum(taps, out, full, window):
+    """Each window byte, read on its own: the tap it names holds the pooled
+    value (the last NaN where there is one, else the first maximum: no
+    earlier tap as large), its top bit set where that value is above zero."""
+    kernel, stride, padding, dilation, _ = window
+    n, c, h, w = full.shape
+    rows, columns = out.shape[2:]
+    reach = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip((rows, columns), stride, kernel, dilation)]
+    padded = F.pad(full.double(), (padding[1], max(0, reach[1] - padding[1] - w),
+                                   padding[0], max(0, reach[0] - padding[0] - h)), value=float("-inf"))
+    values = F.unfold(padded, kernel, dilation=dilation, stride=stride)
+    values = values.view(n, c, kernel[0] * kernel[1], -1)
+    extent = [(p - (k - 1) * d - 1) // s + 1 for p, k, d, s in zip(padded.shape[2:], kernel, dilation, stride)]
+    values = values.view(n, c, -1, *extent)[..., :rows, :columns]
+    tap = (taps & 127).long().unsqueeze(2)
+    chosen = values.gather(2, tap).squeeze(2)
+    assert torch.equal(chosen.nan_to_num(-1), out.double().nan_to_num(-1))
+    order = torch.arange(values.shape[2], device=values.device).view(1, 1, -1, 1, 1)
+    before, after = order < tap, order > tap
+    nan = chosen.isnan().unsqueeze(2)
+    assert not ((values >= chosen.unsqueeze(2)) & before & ~nan).any()  # the first maximum
+    assert not (values.isnan() & after & nan).any()  # the last NaN
+    assert not (values.isnan() & ~nan).any(dim=2).logical_and(~chosen.isnan()).any()  # NaN wins
+    assert torch.equal(taps >= 128, out > 0)
 
 
 def taps_of(indices, pooled, window, width):
@@ -69,6 +96,7 @@ def test_forward_is_torchs_pool_of_the_chains_output(device, dtype):
         assert taps.dtype == torch.uint8 and taps.shape == out.shape
         assert taps.is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(taps, taps_of(indices, pooled, window, y.shape[3])), window
+        assert_bytes_name_the_first_maximum(taps, out, full, window)
         for got, want in zip([mean, invstd, scale, shift, *running], statistics + running_after):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)  # NaN where a channel holds one
 
@@ -113,6 +141,7 @@ def test_cuda_gives_torchs_bits_and_the_cpu_backends(dtype):
         pooled, indices = torch_pool(full, window)
         assert torch.equal(out.nan_to_num(-1), pooled.nan_to_num(-1))
         assert torch.equal(taps, taps_of(indices, pooled, window, shape[3]))
+        assert_bytes_name_the_first_maximum(taps, out, full, window)
         grad_out = torch.randn_like(out)
         if skewed:
             flat = torch.empty(grad_out.numel() + 1, dtype=dtype, device="cuda")[1:]
@@ -199,3 +228,23 @@ def test_opcheck(device):
     ]
     for op, args in samples:
         torch.library.opcheck(op, args)
+
+
+def test_compiles_with_a_dynamic_batch():
+    # The fake kernels keep the batch symbolic (the window's sizes are specialized): three batches, one graph.
+    from mpgemm.fusion import batch_norm_relu_max_pool
+
+    bn, pool = torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(3, 2, 1)
+    frames = []
+
+    def backend(graph_module, example_inputs):
+        frames.append(graph_module)
+        return graph_module.forward
+
+    compiled = torch.compile(lambda y: batch_norm_relu_max_pool(y, bn, pool), backend=backend, dynamic=True,
+                             fullgraph=True)
+    for n in (2, 3, 5):
+        y = chain_inputs((n, 8, 9, 9), torch.float16, "cpu")[0]
+        with torch.no_grad():
+            assert torch.equal(compiled(y), batch_norm_relu_max_pool(y, bn, pool))
+    assert len(frames) == 1

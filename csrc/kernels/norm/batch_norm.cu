@@ -7,10 +7,8 @@
 // loads_ahead, the sums and backward's elementwise pass are
 // norm/batch_norm_ahead_kernels.cuh's (the same results, bit for bit).
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <initializer_list>
-#include <type_traits>
 
 #include "common/element_traits.cuh"
 #include "norm/batch_norm.h"
@@ -29,7 +27,6 @@ constexpr int64_t kMinRowsPerBlock = 128;
 // About this many blocks of the sums in all: several waves on any GPU.
 constexpr int64_t kSumsBlocks = 2048;
 constexpr int64_t kMaxBlocks = 65535;
-constexpr int64_t kMaxInt = INT_MAX;
 
 // Channels in a 16-byte run of the element type.
 int64_t widest_run(BatchNormShape shape) { return shape.type == ElementType::kFloat32 ? 4 : 8; }
@@ -133,12 +130,6 @@ struct MaxPoolGrad {
 
 bool empty(BatchNormShape shape) { return shape.rows <= 0 || shape.channels <= 0; }
 
-// p + elements of the shape's type.
-template <class P>
-P* element_offset(BatchNormShape shape, P* p, int64_t elements) {
-  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  return reinterpret_cast<Byte*>(p) + elements * (shape.type == ElementType::kFloat32 ? 4 : 2);
-}
 
 // The forward's statistics into `channels`: the sums of y and their finish,
 // or the finish alone from given or running statistics.
@@ -156,28 +147,22 @@ cudaError_t launch_statistics(BatchNormShape shape, const void* y, bool batch_st
   return launch_sums_and_finish(shape, sums, finish, loads_ahead, stream);
 }
 
-// Launches kernel(args) over whole images of the pool, as many at a time as
-// keep `per_image` elements an image within an int: args_for(first image,
-// images) gives each launch's arguments.
-// Vector runs where the window's bytes, 4 or 8 a run, are aligned to them too.
-template <template <class, int> class Kernel, class ArgsFor>
-cudaError_t launch_by_images(BatchNormShape shape, MaxPoolWindow pool, int64_t per_image, const uint8_t* window,
-                             std::initializer_list<const void*> pointers, ArgsFor&& args_for, cudaStream_t stream) {
-  const int64_t images_at_once = per_image > 0 ? std::max<int64_t>(1, kMaxInt / per_image) : pool.batch;
+// kernel(args) over the pool's images (the grid's y) and each image's runs
+// of channels (its x), 16-byte runs where the tensors and the window's
+// bytes, 4 or 8 a run, are aligned to them.
+template <template <class, int> class Kernel, class Args>
+cudaError_t launch_pool_kernel(BatchNormShape shape, int64_t image_pixels, int batch, const uint8_t* window,
+                               std::initializer_list<const void*> pointers, Args args, cudaStream_t stream) {
   return visit_type(shape.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kWide = 16 / sizeof(T);
     const bool wide = vectorized<T>(shape, pointers) && reinterpret_cast<uintptr_t>(window) % 8 == 0;
-    for (int64_t first = 0; first < pool.batch; first += images_at_once) {
-      const int64_t images = std::min<int64_t>(images_at_once, pool.batch - first);
-      const int64_t items = images * per_image / (wide ? kWide : 1);
-      const dim3 grid(unsigned(std::min<int64_t>((items + kThreads - 1) / kThreads, kMaxBlocks)));
-      const auto args = args_for(first, int(images));
-      const cudaError_t err = wide ? launch(Kernel<T, kWide>::run, grid, 0, args, stream)
-                                   : launch(Kernel<T, 1>::run, grid, 0, args, stream);
-      if (err != cudaSuccess) return err;
-    }
-    return cudaSuccess;
+    const int64_t runs = image_pixels * (wide ? shape.channels / kWide : shape.channels);
+    if (runs == 0) return cudaSuccess;
+    const dim3 grid(unsigned(std::min<int64_t>((runs + kThreads - 1) / kThreads, kMaxBlocks)),
+                    unsigned(std::min<int64_t>(batch, kMaxBlocks)));
+    return wide ? launch(Kernel<T, kWide>::run, grid, 0, args, stream)
+                : launch(Kernel<T, 1>::run, grid, 0, args, stream);
   });
 }
 
@@ -230,18 +215,9 @@ cudaError_t launch_batch_norm_relu_max_pool(BatchNormShape shape, const void* y,
           launch_statistics(shape, y, batch_stats, batch_mean_var, channels, workspace, loads_ahead, stream);
       err != cudaSuccess)
     return err;
-  const int64_t in_image = int64_t(pool.height) * pool.width * shape.channels;
-  const int64_t out_image = int64_t(pool.out_height) * pool.out_width * shape.channels;
-  return launch_by_images<ActMaxPool>(
-      shape, pool, out_image, window, {y, out, channels.scale, channels.shift},
-      [&](int64_t first, int images) {
-        MaxPoolWindow part = pool;
-        part.batch = images;
-        return batch_norm::ActMaxPoolArgs{shape, part, element_offset(shape, y, first * in_image), channels.scale,
-                                          channels.shift, element_offset(shape, out, first * out_image),
-                                          window + first * out_image};
-      },
-      stream);
+  const batch_norm::ActMaxPoolArgs args{shape, pool, y, channels.scale, channels.shift, out, window};
+  return launch_pool_kernel<ActMaxPool>(shape, int64_t(pool.out_height) * pool.out_width, pool.batch, window,
+                                        {y, out, channels.scale, channels.shift}, args, stream);
 }
 
 cudaError_t launch_max_pool_grad(BatchNormShape shape, MaxPoolWindow pool, const void* grad_out,
@@ -249,18 +225,9 @@ cudaError_t launch_max_pool_grad(BatchNormShape shape, MaxPoolWindow pool, const
   if (empty(shape)) return cudaSuccess;
   if (!max_pool_window_fits(pool, shape.channels) || int64_t(pool.batch) * pool.height * pool.width != shape.rows)
     return cudaErrorInvalidValue;
-  const int64_t in_image = int64_t(pool.height) * pool.width * shape.channels;
-  const int64_t out_image = int64_t(pool.out_height) * pool.out_width * shape.channels;
-  return launch_by_images<MaxPoolGrad>(
-      shape, pool, in_image, window, {grad_out, grad_input},
-      [&](int64_t first, int images) {
-        MaxPoolWindow part = pool;
-        part.batch = images;
-        return batch_norm::MaxPoolGradArgs{shape, part, element_offset(shape, grad_out, first * out_image),
-                                           window + first * out_image,
-                                           element_offset(shape, grad_input, first * in_image)};
-      },
-      stream);
+  const batch_norm::MaxPoolGradArgs args{shape, pool, grad_out, window, grad_input};
+  return launch_pool_kernel<MaxPoolGrad>(shape, int64_t(pool.height) * pool.width, pool.batch, window,
+                                         {grad_out, grad_input}, args, stream);
 }
 
 cudaError_t launch_batch_norm_apply(BatchNormShape shape, const void* y, const float* scale, const float* shift,

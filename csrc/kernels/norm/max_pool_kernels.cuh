@@ -1,7 +1,9 @@
 // A max pool fused into the elementwise pass of a chain's batch norm and
 // ReLU (a ResNet's stem: conv -> batch norm -> ReLU -> max pool), over
 // channels-innermost activations, every tensor of one element type T, the
-// per-channel vectors fp32. The launches are in norm/batch_norm.cu.
+// per-channel vectors fp32. The launches are in norm/batch_norm.cu: the
+// grid's y walks the images, its x an image's pixels and runs of channels,
+// so that an image's indices stay 32-bit whatever the batch.
 //
 // act_max_pool_kernel - a thread per pooled pixel and kWidth channels (16
 //                 bytes where the channel count and pointers allow; a
@@ -59,19 +61,21 @@ struct MaxPoolGradArgs {
   void* grad_input;
 };
 
-// kWidth window bytes at window[i]: one 8-byte (or 4-byte) access where
-// kWidth fills it (the caller keeps it aligned).
+// A run's kWidth window bytes as one 8-byte (or 4-byte) word, where kWidth
+// is 8 (or 4): one access (the caller keeps it aligned).
+template <int kWidth>
+union WindowRun {
+  std::conditional_t<kWidth == 8, uint2, uint32_t> word;
+  uint8_t b[kWidth];
+};
+
 template <int kWidth>
 __device__ __forceinline__ void store_window(uint8_t* window, int64_t i, const uint8_t (&bytes)[kWidth]) {
   if constexpr (kWidth == 8 || kWidth == 4) {
-    using Word = typename std::conditional<kWidth == 8, uint2, uint32_t>::type;
-    union {
-      Word word;
-      uint8_t b[kWidth];
-    } u;
+    WindowRun<kWidth> run;
 #pragma unroll
-    for (int e = 0; e < kWidth; ++e) u.b[e] = bytes[e];
-    *reinterpret_cast<Word*>(window + i) = u.word;
+    for (int e = 0; e < kWidth; ++e) run.b[e] = bytes[e];
+    *reinterpret_cast<decltype(run.word)*>(window + i) = run.word;
   } else {
 #pragma unroll
     for (int e = 0; e < kWidth; ++e) window[i + e] = bytes[e];
@@ -81,14 +85,10 @@ __device__ __forceinline__ void store_window(uint8_t* window, int64_t i, const u
 template <int kWidth>
 __device__ __forceinline__ void load_window(const uint8_t* window, int64_t i, uint8_t (&bytes)[kWidth]) {
   if constexpr (kWidth == 8 || kWidth == 4) {
-    using Word = typename std::conditional<kWidth == 8, uint2, uint32_t>::type;
-    union {
-      Word word;
-      uint8_t b[kWidth];
-    } u;
-    u.word = *reinterpret_cast<const Word*>(window + i);
+    WindowRun<kWidth> run;
+    run.word = *reinterpret_cast<const decltype(run.word)*>(window + i);
 #pragma unroll
-    for (int e = 0; e < kWidth; ++e) bytes[e] = u.b[e];
+    for (int e = 0; e < kWidth; ++e) bytes[e] = run.b[e];
   } else {
 #pragma unroll
     for (int e = 0; e < kWidth; ++e) bytes[e] = window[i + e];
@@ -96,15 +96,20 @@ __device__ __forceinline__ void load_window(const uint8_t* window, int64_t i, ui
 }
 
 // Calls f(pixel, n, row, column, c) for each pixel of batch x rows x
-// columns and each run of kWidth of its channels (c the first), a thread a
-// run: a warp's threads take a pixel's consecutive runs. The launcher keeps
-// batch * rows * columns * channels within an int.
+// columns (pixel: its index in the batch) and each run of kWidth of its
+// channels (c the first), a thread a run: the grid's y takes images, its x
+// an image's runs, a warp's threads a pixel's consecutive runs. An image's
+// elements fit an int (max_pool_window_fits), so only the counter steps in
+// 64 bits.
 template <int kWidth, class F>
 __device__ __forceinline__ void for_each_pixel_run(int batch, int rows, int columns, int channels, F&& f) {
-  const int groups = channels / kWidth, items = batch * rows * columns * groups;
-  for (int item = blockIdx.x * kThreads + threadIdx.x; item < items; item += gridDim.x * kThreads) {
-    const int pixel = item / groups;
-    f(pixel, pixel / (rows * columns), pixel / columns % rows, pixel % columns, item % groups * kWidth);
+  const int groups = channels / kWidth;
+  const int64_t items = int64_t(rows) * columns * groups;
+  for (int n = blockIdx.y; n < batch; n += gridDim.y) {
+    for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < items; i += int64_t(gridDim.x) * kThreads) {
+      const int item = int(i), pixel = item / groups;
+      f(int64_t(n) * rows * columns + pixel, n, pixel / columns, pixel % columns, item % groups * kWidth);
+    }
   }
 }
 
@@ -112,7 +117,7 @@ template <class T, int kWidth>
 __global__ void __launch_bounds__(kThreads) act_max_pool_kernel(ActMaxPoolArgs a) {
   const MaxPoolWindow& p = a.pool;
   const int channels = int(a.shape.channels);
-  for_each_pixel_run<kWidth>(p.batch, p.out_height, p.out_width, channels, [&](int pixel, int n, int oh, int ow,
+  for_each_pixel_run<kWidth>(p.batch, p.out_height, p.out_width, channels, [&](int64_t pixel, int n, int oh, int ow,
                                                                                 int c) {
     float scale[kWidth], shift[kWidth], best[kWidth];
     uint8_t tap[kWidth] = {};
@@ -127,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) act_max_pool_kernel(ActMaxPoolArgs a
         const int w = ow * p.stride_w - p.pad_w + j * p.dilation_w;
         if (w < 0 || w >= p.width) continue;
         float v[kWidth];
-        load<T, kWidth>(a.y, (int64_t(n * p.height + h) * p.width + w) * channels + c, v);
+        load<T, kWidth>(a.y, ((int64_t(n) * p.height + h) * p.width + w) * channels + c, v);
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
           // The chain's output as act_kernel rounds and stores it, then torch's comparison.
@@ -140,8 +145,8 @@ __global__ void __launch_bounds__(kThreads) act_max_pool_kernel(ActMaxPoolArgs a
     }
 #pragma unroll
     for (int e = 0; e < kWidth; ++e) tap[e] |= best[e] > 0.0f ? kReluPassedBit : 0u;
-    store<T, kWidth>(a.out, int64_t(pixel) * channels + c, best);
-    store_window<kWidth>(a.window, int64_t(pixel) * channels + c, tap);
+    store<T, kWidth>(a.out, pixel * channels + c, best);
+    store_window<kWidth>(a.window, pixel * channels + c, tap);
   });
 }
 
@@ -159,7 +164,7 @@ template <class T, int kWidth>
 __global__ void __launch_bounds__(kThreads) max_pool_grad_kernel(MaxPoolGradArgs a) {
   const MaxPoolWindow& p = a.pool;
   const int channels = int(a.shape.channels);
-  for_each_pixel_run<kWidth>(p.batch, p.height, p.width, channels, [&](int pixel, int n, int h, int w, int c) {
+  for_each_pixel_run<kWidth>(p.batch, p.height, p.width, channels, [&](int64_t pixel, int n, int h, int w, int c) {
     int oh_first, oh_last, ow_first, ow_last;
     covering(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h, p.out_height, oh_first, oh_last);
     covering(w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w, p.out_width, ow_first, ow_last);
@@ -172,7 +177,7 @@ __global__ void __launch_bounds__(kThreads) max_pool_grad_kernel(MaxPoolGradArgs
         const int column_offset = w + p.pad_w - ow * p.stride_w;
         if (column_offset % p.dilation_w != 0) continue;
         const unsigned mine = kReluPassedBit | unsigned(row_tap + column_offset / p.dilation_w);
-        const int64_t at = (int64_t(n * p.out_height + oh) * p.out_width + ow) * channels + c;
+        const int64_t at = ((int64_t(n) * p.out_height + oh) * p.out_width + ow) * channels + c;
         uint8_t bytes[kWidth];
         load_window<kWidth>(a.window, at, bytes);
         float g[kWidth];
@@ -182,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) max_pool_grad_kernel(MaxPoolGradArgs
           if (bytes[e] == mine) sum[e] = __fadd_rn(sum[e], g[e]);
       }
     }
-    store<T, kWidth>(a.grad_input, int64_t(pixel) * channels + c, sum);
+    store<T, kWidth>(a.grad_input, pixel * channels + c, sum);
   });
 }
 

@@ -23,15 +23,21 @@ constexpr int kMaxPoolTaps = 128;
 constexpr int kMaxPoolStep = 65535;
 
 // Whether the fused pool takes this window over these channels: at most
-// kMaxPoolTaps taps, stride, padding and dilation at most kMaxPoolStep, and
-// an image of the input and of the output at most INT_MAX elements (the
-// kernels index an image's elements in 32 bits and launch whole images at
-// a time).
+// kMaxPoolTaps taps; stride, padding and dilation at most kMaxPoolStep; an
+// image of the input and of the output at most INT_MAX elements, and every
+// row or column a window reaches, padding and stride included, within an
+// int (the kernels index an image's elements and coordinates in 32 bits).
 inline bool max_pool_window_fits(MaxPoolWindow pool, int64_t channels) {
   const auto step = [](int v, int least) { return v >= least && v <= kMaxPoolStep; };
+  const auto reach = [](int64_t size, int kernel, int stride, int pad, int dilation) {
+    return size + 2 * int64_t(pad) + stride + int64_t(kernel - 1) * dilation <= INT_MAX;
+  };
   return pool.kernel_h > 0 && pool.kernel_w > 0 && int64_t(pool.kernel_h) * pool.kernel_w <= kMaxPoolTaps &&
          step(pool.stride_h, 1) && step(pool.stride_w, 1) && step(pool.dilation_h, 1) && step(pool.dilation_w, 1) &&
-         step(pool.pad_h, 0) && step(pool.pad_w, 0) && int64_t(pool.height) * pool.width * channels <= INT_MAX &&
+         step(pool.pad_h, 0) && step(pool.pad_w, 0) &&
+         reach(pool.height, pool.kernel_h, pool.stride_h, pool.pad_h, pool.dilation_h) &&
+         reach(pool.width, pool.kernel_w, pool.stride_w, pool.pad_w, pool.dilation_w) &&
+         int64_t(pool.height) * pool.width * channels <= INT_MAX &&
          int64_t(pool.out_height) * pool.out_width * channels <= INT_MAX;
 }
 
