@@ -64,6 +64,9 @@ BatchNormForwardResult batch_norm_act(const at::Tensor& y, const OptionalTensor&
 // fused pool's limits (kernels::max_pool_window_fits).
 MaxPoolArgs check_pool(const char* op, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  for (const auto& [values, name] : {std::pair{kernel_size, "kernel_size"}, std::pair{stride, "stride"},
+                                     std::pair{padding, "padding"}, std::pair{dilation, "dilation"}})
+    TORCH_CHECK_VALUE(values.size() == 2, op, ": expected ", name, " of 2 values (height, width), got ", values);
   for (int d = 0; d < 2; ++d) {
     TORCH_CHECK_VALUE(kernel_size[d] > 0, op, ": expected kernel_size > 0, got ", kernel_size);
     TORCH_CHECK_VALUE(stride[d] > 0, op, ": expected stride > 0, got ", stride);
@@ -143,9 +146,9 @@ at::Tensor max_pool_window_backward(const at::Tensor& grad_out, const at::Tensor
                     grad_out.sym_sizes(), ", got ", window.sym_sizes());
   TORCH_CHECK_VALUE(window.device() == grad_out.device(), op, ": expected window on grad_out's device (",
                     grad_out.device(), "), got ", window.device());
+  const MaxPoolArgs pool = check_pool(op, kernel_size, stride, padding, dilation, ceil_mode);
   TORCH_CHECK_VALUE(input_size.size() == 2 && input_size[0] > 0 && input_size[1] > 0, op,
                     ": expected input_size (height, width) > 0, got ", input_size);
-  const MaxPoolArgs pool = check_pool(op, kernel_size, stride, padding, dilation, ceil_mode);
   const kernels::MaxPoolWindow window_of = checked_window(op, pool, grad_out.sym_size(0),
                                                           concrete(grad_out.sym_size(1)), input_size[0],
                                                           input_size[1]);

@@ -21,7 +21,6 @@ maximum in the window, where torch's pool keeps its input and int64 indices.
 
 import torch
 from torch.autograd.function import once_differentiable
-from torch.nn.modules.utils import _pair
 
 from .recompute import Recipe
 
@@ -99,18 +98,30 @@ MAX_POOL_STEP = 65535
 INT_MAX = 2**31 - 1
 
 
+def _pair_of(value):
+    """A pool's argument as torch reads it: an int, or a sequence of one
+    (both dimensions) or two; [] where empty (a stride: the kernel's), None
+    where neither."""
+    if value is None or isinstance(value, int):
+        return [] if value is None else [value, value]
+    value = list(value)
+    return value * 2 if len(value) == 1 else value if len(value) in (0, 2) else None
+
+
 def max_pool_window(pool, y=None):
     """A MaxPool2d's (kernel_size, stride, padding, dilation, ceil_mode) as
-    the fused ops take them (stride None: the kernel's), or None where they
-    cannot: indices returned, more taps than a window byte names, steps past
+    the fused ops take them (stride None or empty: the kernel's), or None
+    where they cannot: indices returned, an argument of neither one nor two
+    ints, more taps than a window byte names, steps past
     MAX_POOL_STEP, or (given the input y) an image or batch past the
     kernels' 32-bit indexing (kernels::max_pool_window_fits, with room for
     the padding and the output's size)."""
-    kernel = _pair(pool.kernel_size)
-    window = (list(kernel), list(_pair(pool.stride if pool.stride is not None else pool.kernel_size)),
-              list(_pair(pool.padding)), list(_pair(pool.dilation)), bool(pool.ceil_mode))
-    fits = all(isinstance(v, int) and v <= MAX_POOL_STEP for part in window[1:4] for v in part)
-    if pool.return_indices or kernel[0] * kernel[1] > MAX_POOL_TAPS or not fits:
+    kernel, stride = _pair_of(pool.kernel_size), _pair_of(pool.stride)
+    window = (kernel, kernel if stride == [] else stride, _pair_of(pool.padding), _pair_of(pool.dilation),
+              bool(pool.ceil_mode))
+    if pool.return_indices or not all(window[:4]) or not all(isinstance(v, int) for v in sum(window[:4], [])):
+        return None
+    if kernel[0] * kernel[1] > MAX_POOL_TAPS or max(sum(window[1:4], [])) > MAX_POOL_STEP:
         return None
     if y is not None:
         n, c, h, w = y.shape

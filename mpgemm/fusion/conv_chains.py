@@ -201,7 +201,7 @@ def find_chains(root, graph):
         if hooked(module_of(root, bn_node)):
             refused.append((chain, "a hook on the batch norm"))
             continue
-        skipped, replaced = [], [bn_node]
+        skipped, replaced, residual = [], [bn_node], None
         end = past(root, bn_node, _is_identity, skipped)
         user = single_user(end)
         if user is not None and (residual := _residual_of(user, end)) is not None:

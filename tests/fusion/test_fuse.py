@@ -375,3 +375,27 @@ def test_a_relu_subclass_with_its_own_forward_stays_after_the_chain():
     assert [(r["fused"], r["relu"]) for r in fusion_report(model)] == [(True, False)]
     x = torch.randn(2, 3, 4, 4)
     torch.testing.assert_close(model(x), reference(x))
+
+
+class ResidualThenSharedNorm(torch.nn.Module):
+    """A chain with a residual add, then a chain whose batch norm's output is
+    used twice (no step after it joins): the second takes no residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(6, 6, 3, padding=1, bias=False), torch.nn.BatchNorm2d(6)
+        self.conv2, self.bn2 = torch.nn.Conv2d(6, 6, 1, bias=False), torch.nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)) + x)
+        t = self.bn2(self.conv2(x))
+        return torch.relu(t) * t
+
+
+def test_a_chain_after_a_residual_chain_takes_no_residual_of_its_own():
+    torch.manual_seed(0)
+    model = mpgemm.convert(ResidualThenSharedNorm())
+    x = torch.randn(2, 6, 5, 5)
+    fused = fused_copy(model, x)
+    assert [r["residual"] for r in fusion_report(fused)] == [True, False]
+    torch.testing.assert_close(fused(x), model(x), rtol=1e-5, atol=1e-5)

@@ -162,6 +162,14 @@ def test_in_eval_the_running_statistics_normalize(monkeypatch):
     assert torch.equal(*outs)
 
 
+def test_arguments_of_one_value_and_an_empty_stride_as_torch_reads_them(monkeypatch):
+    # [3] is 3 x 3, stride [] the kernel's: windows that do not overlap, so the same bits on the CPU.
+    base, data = model_with_pool("cpu", torch.nn.MaxPool2d([3], [], [1])), batches("cpu", 2)
+    runs = [prepared_and_fused(base, data[0], torch.float16, on, monkeypatch) for on in (True, False)]
+    assert pools_fused(runs[0][0])["0"] == "3"
+    train_both(runs, data, torch.float16)
+
+
 def test_a_chain_without_a_relu_keeps_torchs_pool(monkeypatch):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),

@@ -167,6 +167,22 @@ def test_cuda_gives_torchs_bits_and_the_cpu_backends(dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_window_with_no_tap_inside_the_input(device):
+    # Kernel 2, padding 1, dilation 3 over 2 columns: each window's taps fall at -1 and 2. torch gives -inf
+    # there (its backward would write through the index it keeps); the byte is 0 on every backend, and no
+    # gradient reaches the input.
+    window = ([1, 2], [1, 2], [0, 1], [1, 3], False)
+    y, weight, bias = chain_inputs((2, 8, 3, 2), torch.float16, device)
+    out, *_, taps = ops.batch_norm_relu_max_pool(y, weight, bias, None, None, True, MOMENTUM, EPS, *window)
+    full = ops.batch_norm_act(y, weight, bias, None, None, None, True, MOMENTUM, EPS, True)[0]
+    assert torch.equal(out, torch_pool(full, window)[0]) and out.isneginf().all()
+    assert torch.equal(taps, torch.zeros_like(taps))
+    with nan_filled_outputs():
+        grad = ops.max_pool_window_backward(torch.ones_like(out), taps, [3, 2], *window)
+    assert torch.equal(grad, torch.zeros_like(y))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_empty_batch_and_running_statistics(device):
     y = torch.empty(0, 8, 6, 6, device=device)
     out, mean, *_, taps = ops.batch_norm_relu_max_pool(y, None, None, None, None, True, MOMENTUM, EPS, *WINDOWS[0])
@@ -199,6 +215,10 @@ def test_bad_windows_are_named():
         forward(kernel=(9, 9), stride=(1, 1), padding=(0, 0))
     with pytest.raises(ValueError, match=r"expected y to be 4-D"):
         forward(y=y[0])
+    with pytest.raises(ValueError, match=r"expected stride of 2 values \(height, width\), got \[\]"):
+        forward(stride=[])
+    with pytest.raises(ValueError, match=r"expected kernel_size of 2 values \(height, width\), got \[3, 3, 3\]"):
+        forward(kernel=[3, 3, 3])
     g, taps = torch.randn(2, 3, 4, 4), torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
     window = WINDOWS[0]
     with pytest.raises(TypeError, match=r"max_pool_window_backward: expected window to be torch.uint8"):

@@ -130,7 +130,6 @@ struct MaxPoolGrad {
 
 bool empty(BatchNormShape shape) { return shape.rows <= 0 || shape.channels <= 0; }
 
-
 // The forward's statistics into `channels`: the sums of y and their finish,
 // or the finish alone from given or running statistics.
 cudaError_t launch_statistics(BatchNormShape shape, const void* y, bool batch_stats, const float* batch_mean_var,

@@ -99,16 +99,18 @@ __device__ __forceinline__ void load_window(const uint8_t* window, int64_t i, ui
 // columns (pixel: its index in the batch) and each run of kWidth of its
 // channels (c the first), a thread a run: the grid's y takes images, its x
 // an image's runs, a warp's threads a pixel's consecutive runs. An image's
-// elements fit an int (max_pool_window_fits), so only the counter steps in
-// 64 bits.
+// elements fit an int (max_pool_window_fits) and the grid's strides are
+// under 2^24, so the counters are unsigned 32-bit and never wrap (64-bit
+// ones would make the compiler divide in 64 bits for the trip count).
 template <int kWidth, class F>
 __device__ __forceinline__ void for_each_pixel_run(int batch, int rows, int columns, int channels, F&& f) {
   const int groups = channels / kWidth;
-  const int64_t items = int64_t(rows) * columns * groups;
-  for (int n = blockIdx.y; n < batch; n += gridDim.y) {
-    for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < items; i += int64_t(gridDim.x) * kThreads) {
-      const int item = int(i), pixel = item / groups;
-      f(int64_t(n) * rows * columns + pixel, n, pixel / columns, pixel % columns, item % groups * kWidth);
+  const unsigned items = unsigned(rows * columns * groups);
+  for (unsigned n = blockIdx.y; n < unsigned(batch); n += gridDim.y) {
+    for (unsigned item = blockIdx.x * kThreads + threadIdx.x; item < items; item += gridDim.x * kThreads) {
+      const int pixel = int(item) / groups;
+      f(int64_t(n) * rows * columns + pixel, int64_t(n), pixel / columns, pixel % columns,
+        int(item) % groups * kWidth);
     }
   }
 }
@@ -117,8 +119,7 @@ template <class T, int kWidth>
 __global__ void __launch_bounds__(kThreads) act_max_pool_kernel(ActMaxPoolArgs a) {
   const MaxPoolWindow& p = a.pool;
   const int channels = int(a.shape.channels);
-  for_each_pixel_run<kWidth>(p.batch, p.out_height, p.out_width, channels, [&](int64_t pixel, int n, int oh, int ow,
-                                                                                int c) {
+  const auto pool_pixel = [&](int64_t pixel, int64_t n, int oh, int ow, int c) {
     float scale[kWidth], shift[kWidth], best[kWidth];
     uint8_t tap[kWidth] = {};
     load_channels<kWidth>(a.scale, c, scale);
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) act_max_pool_kernel(ActMaxPoolArgs a
         const int w = ow * p.stride_w - p.pad_w + j * p.dilation_w;
         if (w < 0 || w >= p.width) continue;
         float v[kWidth];
-        load<T, kWidth>(a.y, ((int64_t(n) * p.height + h) * p.width + w) * channels + c, v);
+        load<T, kWidth>(a.y, ((n * p.height + h) * p.width + w) * channels + c, v);
 #pragma unroll
         for (int e = 0; e < kWidth; ++e) {
           // The chain's output as act_kernel rounds and stores it, then torch's comparison.
@@ -147,7 +148,8 @@ __global__ void __launch_bounds__(kThreads) act_max_pool_kernel(ActMaxPoolArgs a
     for (int e = 0; e < kWidth; ++e) tap[e] |= best[e] > 0.0f ? kReluPassedBit : 0u;
     store<T, kWidth>(a.out, pixel * channels + c, best);
     store_window<kWidth>(a.window, pixel * channels + c, tap);
-  });
+  };
+  for_each_pixel_run<kWidth>(p.batch, p.out_height, p.out_width, channels, pool_pixel);
 }
 
 // The pooled rows (or columns) whose windows reach input row x: o with
@@ -164,7 +166,7 @@ template <class T, int kWidth>
 __global__ void __launch_bounds__(kThreads) max_pool_grad_kernel(MaxPoolGradArgs a) {
   const MaxPoolWindow& p = a.pool;
   const int channels = int(a.shape.channels);
-  for_each_pixel_run<kWidth>(p.batch, p.height, p.width, channels, [&](int64_t pixel, int n, int h, int w, int c) {
+  const auto gather_pixel = [&](int64_t pixel, int64_t n, int h, int w, int c) {
     int oh_first, oh_last, ow_first, ow_last;
     covering(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h, p.out_height, oh_first, oh_last);
     covering(w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w, p.out_width, ow_first, ow_last);
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) max_pool_grad_kernel(MaxPoolGradArgs
         const int column_offset = w + p.pad_w - ow * p.stride_w;
         if (column_offset % p.dilation_w != 0) continue;
         const unsigned mine = kReluPassedBit | unsigned(row_tap + column_offset / p.dilation_w);
-        const int64_t at = ((int64_t(n) * p.out_height + oh) * p.out_width + ow) * channels + c;
+        const int64_t at = ((n * p.out_height + oh) * p.out_width + ow) * channels + c;
         uint8_t bytes[kWidth];
         load_window<kWidth>(a.window, at, bytes);
         float g[kWidth];
@@ -188,7 +190,8 @@ __global__ void __launch_bounds__(kThreads) max_pool_grad_kernel(MaxPoolGradArgs
       }
     }
     store<T, kWidth>(a.grad_input, pixel * channels + c, sum);
-  });
+  };
+  for_each_pixel_run<kWidth>(p.batch, p.height, p.width, channels, gather_pixel);
 }
 
 }  // namespace mpgemm::kernels::batch_norm
