@@ -14,6 +14,7 @@
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
+#include <array>
 
 #include "ops.h"
 
@@ -65,9 +66,9 @@ void update(at::Tensor& running, const at::Tensor& batch, double momentum) {
   running.copy_(batch.mul(m).add(running.to(at::kFloat).mul(1.0f - m)));
 }
 
-}  // namespace
-
-BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
+// The forward's per-channel results (mean, invstd, scale, shift), the
+// running statistics updated where batch statistics normalize.
+std::array<at::Tensor, 4> forward_channels(const BatchNormForward& a) {
   const at::Tensor& y = a.y;
   at::Tensor mean, var;  // var in fp64
   if (a.batch_stats) {
@@ -93,15 +94,22 @@ BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
   const at::Tensor invstd = (var + a.eps).rsqrt().to(at::kFloat);
   const at::Tensor scale = a.weight ? a.weight->to(at::kFloat).mul(invstd) : invstd.clone();  // no alias
   const at::Tensor beta = a.bias ? a.bias->to(at::kFloat) : at::zeros_like(mean);
-  const at::Tensor shift = beta.sub(mean.mul(scale));
-  const at::Tensor out = act(y, scale, shift, a.residual, a.relu);
-  const at::Tensor bits = a.relu && batch_norm_relu_mask_shape(y) ? relu_bits(out)
-                                                                   : at::empty({0}, y.options().dtype(at::kByte));
+  return {mean, invstd, scale, beta.sub(mean.mul(scale))};
+}
+
+}  // namespace
+
+BatchNormForwardResult batch_norm_act_cpu(const BatchNormForward& a) {
+  const auto [mean, invstd, scale, shift] = forward_channels(a);
+  const at::Tensor out = act(a.y, scale, shift, a.residual, a.relu);
+  const at::Tensor bits = a.relu && batch_norm_relu_mask_shape(a.y) ? relu_bits(out)
+                                                                     : at::empty({0}, a.y.options().dtype(at::kByte));
   return {out, mean, invstd, scale, shift, bits};
 }
 
 BatchNormForwardResult batch_norm_relu_max_pool_cpu(const BatchNormForward& a, const MaxPoolArgs& pool) {
-  const auto [out, mean, invstd, scale, shift, bits] = batch_norm_act_cpu(a);
+  const auto [mean, invstd, scale, shift] = forward_channels(a);
+  const at::Tensor out = act(a.y, scale, shift, std::nullopt, /*relu=*/true);
   // torch's pool of the chain's output: the first maximum, the last NaN, as the kernel keeps them.
   const auto [pooled, indices] = at::max_pool2d_with_indices(out, pool.kernel, pool.stride, pool.padding,
                                                             pool.dilation, pool.ceil_mode);
