@@ -25,17 +25,23 @@ The link that does so is chosen when the optimizer is built
 So initialize torch.distributed before ``prepare()``.
 """
 
+import sys
 import weakref
 
 import torch
 import torch.distributed as dist
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # a torch built without torch.distributed
-    DTensor = ()
-
 FLOAT = torch.float32
+
+
+def is_dtensor(tensor):
+    """Whether `tensor` is a DTensor (FSDP2's sharded parameters and
+    gradients). A DTensor exists only once torch.distributed.tensor is
+    imported, so the check imports nothing: importing it here would cost
+    every `import mpgemm` about 4 s (sympy, through torch's symbolic
+    shapes), twice what importing mpgemm costs without it."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(tensor, module.DTensor)
 
 
 def distributed():
@@ -53,7 +59,7 @@ def unscale_target(param):
     shard of a sharded gradient (FSDP2's), or a sparse gradient's values
     (fp16 ones coalesced first, so that the inf check sees the sums, as
     GradScaler does)."""
-    if isinstance(param.grad, DTensor):
+    if is_dtensor(param.grad):
         with torch.no_grad():
             return param.grad.to_local()
     if not param.grad.is_sparse:

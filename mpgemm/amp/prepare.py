@@ -7,7 +7,7 @@ import torch
 
 from ..convert import convert, converted_class, module_selector
 from .master import MasterWeightOptimizer, register_16_bit_params
-from .master_grads import DTensor
+from .master_grads import is_dtensor
 from .norms import is_norm_layer, take_16_bit_input
 from .scaler import LossScaler
 
@@ -115,7 +115,7 @@ def _check(model, optimizer):
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"mpgemm.amp.prepare: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
     params = list(model.parameters())
-    if any(isinstance(p, DTensor) for p in params):
+    if any(is_dtensor(p) for p in params):
         raise TypeError("mpgemm.amp.prepare: the model's parameters are sharded (fully_shard or DTensor). FSDP2 keeps "
                         "the fp32 parameters and computes in 16 bits itself: call mpgemm.convert(model) before "
                         "fully_shard(model, mp_policy=MixedPrecisionPolicy(...)) and leave prepare() out "

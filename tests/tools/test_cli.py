@@ -53,10 +53,16 @@ def test_verify_refuses_cuda_without_a_gpu(capsys):
 
 
 def test_module_entry_point():
-    proc = subprocess.run([sys.executable, "-m", "mpgemm", "verify", "--device", "cpu"], capture_output=True,
-                          text=True)
+    # -X importtime lists every module the run imports, on stderr.
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "mpgemm", "verify", "--device", "cpu"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "passed, 0 failed" in proc.stdout
+    # torch.distributed.tensor (and sympy through it) doubled the time of
+    # `import mpgemm`: mpgemm asks for DTensor only once something else has
+    # imported it (mpgemm.amp.master_grads.is_dtensor).
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "mpgemm" in imported and "torch.distributed.tensor" not in imported
 
 
 @pytest.mark.parametrize("argv", [["demo", "--steps", "0"], ["bench", "--reps", "0"], ["demo", "--batch-sizes", "-4"]])
