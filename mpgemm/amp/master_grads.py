@@ -40,8 +40,9 @@ def is_dtensor(tensor):
     imported, so the check imports nothing: importing it here would cost
     every `import mpgemm` about 4 s (sympy, through torch's symbolic
     shapes), twice what importing mpgemm costs without it."""
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(tensor, module.DTensor)
+    # (getattr: the module may be in sys.modules while another thread is still importing it.)
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return dtensor is not None and isinstance(tensor, dtensor)
 
 
 def distributed():
