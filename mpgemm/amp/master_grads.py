@@ -37,9 +37,9 @@ FLOAT = torch.float32
 def is_dtensor(tensor):
     """Whether `tensor` is a DTensor (FSDP2's sharded parameters and
     gradients). A DTensor exists only once torch.distributed.tensor is
-    imported, so the check imports nothing: importing it here would cost
-    every `import mpgemm` about 4 s (sympy, through torch's symbolic
-    shapes), twice what importing mpgemm costs without it."""
+    imported, so the check imports nothing: importing it here would add
+    about 4 s to every `import mpgemm` (sympy, through torch's symbolic
+    shapes), nearly doubling it."""
     # (getattr: the module may be in sys.modules while another thread is still importing it.)
     dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
     return dtensor is not None and isinstance(tensor, dtensor)

@@ -58,7 +58,7 @@ def test_module_entry_point():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "passed, 0 failed" in proc.stdout
-    # torch.distributed.tensor, and sympy through it, doubled the time of
+    # torch.distributed.tensor, and sympy through it, nearly doubled the time of
     # `import mpgemm`: mpgemm asks for DTensor only once something else has
     # imported it (mpgemm.amp.master_grads.is_dtensor). Any module of the
     # package counts, under its old name too, as does sympy by any path.
