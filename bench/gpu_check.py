@@ -124,9 +124,11 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # recomputed in backward, the default since 9eef563: the profile's backward
 # act kernels and the peak memory show what that costs and saves), and once
 # more, profiled, with batch norm's sums and input gradient loading rows
-# ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1; the epilogue statistics,
-# MPGEMM_EPILOGUE_STATS=1, measured slower at fe39419, are left out), and
-# once more, profiled, with the stem's max pool in its chain's pass
+# ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1), and once more, profiled, with
+# the statistics from the convolution's epilogue (MPGEMM_EPILOGUE_STATS=1:
+# 0.93x at fe39419, its strips' moments since summed without waiting on
+# each load; bench/NOTES.md), and once more, profiled, with the stem's max
+# pool in its chain's pass
 # (MPGEMM_FUSED_MAX_POOL=1: torch's pool kernels gone from the profile);
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
 # more with GELU's derivative in the dgrad's epilogue
@@ -137,16 +139,19 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
          "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
          f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
-         "--profile --no-search --time-limit 40 --json {raw}/train_resnet50_fused.json || rc=1; "
+         "--profile --no-search --time-limit 30 --json {raw}/train_resnet50_fused.json || rc=1; "
          f"MPGEMM_BATCH_NORM_LOADS_AHEAD=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
          "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_fused_loads_ahead.json || rc=1; "
+         f"MPGEMM_EPILOGUE_STATS=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
+         "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
+         "--json {raw}/train_resnet50_fused_epilogue_stats.json || rc=1; "
          f"MPGEMM_FUSED_MAX_POOL=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
          "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_fused_max_pool.json || rc=1; "
          f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'fp32,torch.amp,mpgemm,torch.amp bf16,mpgemm bf16,mpgemm fused' --profile --no-search "
-         "--time-limit 50 --json {raw}/train_gpt2-block.json || rc=1; "
+         "--time-limit 40 --json {raw}/train_gpt2-block.json || rc=1; "
          f"MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
          "--json {raw}/train_gpt2-block_fused_activation_grad.json || rc=1; "
@@ -228,7 +233,7 @@ STEPS = (
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with batch norm's loads ahead "
-         "(profiled) and GELU's derivative in the dgrad epilogue too; a Llama block at batch 32, fused, with its "
+         "and with the epilogue's statistics (profiled) and GELU's derivative in the dgrad epilogue too; a Llama block at batch 32, fused, with its "
          "gating's passes and torch's; on "
          "sm_90 ResNet-50 with the Hopper convolution"),
 )

@@ -23,7 +23,8 @@ a strided dgrad's phases in one launch, store no strip through the copy
 engine but read each back with 16-byte shared loads (LDS.128) and store it
 with 16-byte global stores (STG.E.128), four of each a strip.
 The fprop kernels that write column moments for batch norm combine lanes
-with shuffles and no atomics (the Hopper ones read their strips back).
+with shuffles and no atomics (the Hopper ones read their strips back, a
+whole strip's loads issued before any is summed).
 The fused batch norm's kernels (mpgemm.fuse) load 16 bytes at a time in
 their 16-byte variants (the elementwise ones store so too) and round every
 step on its own (no FFMA), as the CPU backend does; those that load rows
@@ -379,6 +380,17 @@ def test_column_moments_come_from_shuffles_in_a_fixed_order(cuda_build, machine_
             assert sass.count_opcodes(opcodes, "LDS") > 0, f"{name} does not read its strips back"
 
 
+def test_column_moments_of_a_whole_strip_load_before_summing(hopper_conv_kernels):
+    """The Hopper fprop kernels that write column moments read a whole strip's
+    16 words a lane back with loads issued before any is summed
+    (sm90/epilogue.cuh's strip_column_moments: 11 in a row, then the rest as
+    registers free up; at fe39419 each load was waited on in turn, 1)."""
+    moments = {name: code for name, code in hopper_conv_kernels.items() if MOMENTS_KERNEL in name}
+    assert len(moments) == 6, sorted(moments)
+    for name, code in moments.items():
+        assert shared_loads_before_first_use(code) >= 8, name
+
+
 def test_hopper_kernels_neither_spill_nor_serialize(cuda_build, machine_code, hopper_kernels, hopper_conv_kernels):
     usage = machine_code[1]["sm_90a"]
     for name in [*hopper_kernels, *hopper_conv_kernels]:
@@ -457,6 +469,28 @@ def loads_before_first_use(body):
             first = int(written.group(1))
             loaded -= set(range(first, first + (2 if ".WIDE" in i.opcode or ".64" in i.opcode else 1)))
     return wide_loads, first_use is None or last_load < first_use
+
+
+def shared_loads_before_first_use(instructions):
+    """The most 4-byte shared-memory loads (LDS) issued in a row before any
+    instruction reads a register one of them wrote."""
+    most = run = 0
+    pending = set()
+    for i in instructions:
+        registers = [int(r) for r in SASS_REGISTER.findall(i.operands)]
+        if i.opcode == "LDS":
+            run += 1
+            most = max(most, run)
+            pending.add(registers[0])
+            continue
+        written = WRITTEN_REGISTER.match(i.operands.split(",")[0].strip())
+        if i.opcode.split(".")[0] in STORES:
+            written = None
+        if pending & set(registers[1:] if written else registers):
+            run, pending = 0, set()
+        elif written:
+            pending.discard(int(written.group(1)))
+    return most
 
 
 def test_batch_norm_loads_ahead_issue_four_rows_before_using_one(cuda_build, machine_code):

@@ -363,7 +363,8 @@ HOPPER_MUTANT_CASES = {"cluster occupancy asked on every launch": 1,
 # Planted bugs in the Hopper convolution: the file and text, the timing,
 # what the simulation must say, and the pass whose kernel carries it
 # (STAGED_ROWS: dgrad's that stages a strided phase's rows; DGRAD_PHASES:
-# dgrad's that runs a strided dgrad's phases in one launch). The bugs of a
+# dgrad's that runs a strided dgrad's phases in one launch; kFprop: fprop's,
+# and the one that also writes column moments). The bugs of a
 # kernel (its producer, mainloop or epilogue) are built as the GEMM's are,
 # one build for a pass's: the one fp16 kernel of that pass from the planted
 # copy (kernel_sim/hopper_conv_planted.cpp), linked ahead of the real ones,
@@ -418,6 +419,13 @@ CONV_MUTATIONS = {
         ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;",
          "const int first_pixel = PLANTED ? 0 : int(tile.batch) * walk.k_slices * Config::kBlockK;"),
         (False, False), "FAILED", "kWgrad"),
+    # fprop's epilogue moments of a whole strip read with one swizzle for all
+    # of a lane's rows (MPGEMM_EPILOGUE_STATS: the strip's loads issued
+    # together, rows 4 apart alternating between two swizzles): the odd
+    # ones read another column's values.
+    "a whole strip's moments read with one swizzle": (
+        "sm90/epilogue.cuh", ("ld_shared_4(at[i % 2] +", "ld_shared_4(at[PLANTED ? 0 : i % 2] +"), (False, False),
+        "FAILED", "kFprop"),
     # A strided dgrad's staged strip read back before the warpgroup has met
     # after writing it (MPGEMM_STAGED_ROW_STORES=1): the simulation orders
     # ordinary shared-memory accesses between threads by named barriers.
@@ -777,6 +785,8 @@ def results(tmp_path_factory):
                        else ["-DPLANTED_DGRAD_PHASES"] if planted_pass == DGRAD_PHASES
                        else ["-DPLANTED_GATHERED_FOLD"] if planted_pass == GATHERED_FOLD
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
+            # fprop's build plants its column moments' kernel too.
+            defines += ["-DPLANTED_FPROP_MOMENTS"] if planted_pass == "kFprop" else []
             conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
                                                    PLANTED_CXXFLAGS)[0]))
         launch_bugs = list(enumerate(GEMM_LAUNCH_MUTATIONS))

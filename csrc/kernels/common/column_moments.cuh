@@ -47,13 +47,16 @@ struct ShiftedSums {
 
 // The moments of the lanes whose bits under `mask` differ (lane ^ m for the
 // m in mask, powers of two), combined in lane order: every such lane ends
-// with the same result.
-template <unsigned kMask>
+// with the same result. kSameCounts: every such lane holds as many values
+// (the caller knows), so the count is not exchanged, and where it is a
+// constant, the combinations' divisions by it fold to constants.
+template <unsigned kMask, bool kSameCounts = false>
 __device__ __forceinline__ ColumnMoments combine_across_lanes(ColumnMoments m, int lane) {
 #pragma unroll
   for (unsigned bit = 1; bit < 32; bit *= 2) {
     if ((kMask & bit) == 0) continue;
-    const ColumnMoments other{__shfl_xor_sync(0xffffffffu, m.count, bit), __shfl_xor_sync(0xffffffffu, m.mean, bit),
+    const float count = kSameCounts ? m.count : __shfl_xor_sync(0xffffffffu, m.count, bit);
+    const ColumnMoments other{count, __shfl_xor_sync(0xffffffffu, m.mean, bit),
                               __shfl_xor_sync(0xffffffffu, m.m2, bit)};
     m = (unsigned(lane) & bit) ? combine_moments(other, m) : combine_moments(m, other);
   }

@@ -240,6 +240,18 @@ __device__ __forceinline__ void write_strip(const float (&acc)[Registers], uint3
   }
 }
 
+// Adds one 4-byte word of a strip (kPerWord elements of Out) to a lane's sums.
+template <class Out, int kPerWord>
+__device__ __forceinline__ void add_strip_word(ShiftedSums (&sums)[kPerWord], uint32_t raw) {
+  if constexpr (kPerWord == 1) {
+    sums[0].add(*reinterpret_cast<const float*>(&raw));
+  } else {
+    const Out* pair = reinterpret_cast<const Out*>(&raw);
+#pragma unroll
+    for (int e = 0; e < kPerWord; ++e) sums[e].add(ElementTraits<Out>::to_float(pair[e]));
+  }
+}
+
 // The moments of a strip's columns (64 rows from row0, columns from
 // strip_col0 of D), as written to the buffer at `buffer`: warp w takes the
 // strip's w-th quarter of 32 bytes, lane 4 * word + group the word-th 4-byte
@@ -247,33 +259,48 @@ __device__ __forceinline__ void write_strip(const float (&acc)[Registers], uint3
 // lane order (two shuffles), and the first writes block row0 / 64's moments
 // of the word's columns to p.column_moments. Two lanes of a warp read each
 // bank at once (rows four apart share a swizzle).
+// A whole strip (every row block but D's last) issues its 16 loads a lane
+// before the first sum, and its lanes' counts are constants: the loop below
+// waits on each load in turn and divides by counts it reads, about 570
+// instructions a thread a strip against about 300 (bench/NOTES.md,
+// "Epilogue statistics without waiting on each load"). Both ways add the
+// same values in the same order: the same bits.
 template <class Out>
 __device__ __forceinline__ void strip_column_moments(uint32_t buffer, const GemmParams& p, int64_t row0,
                                                      int64_t strip_col0, int thread) {
   constexpr int kPerWord = 4 / int(sizeof(Out)), kRows = Config::kInstrM, kGroups = 4;
+  constexpr int kLaneRows = kRows / kGroups;
   const int lane = thread % 32, warp = thread / 32, word = lane / kGroups, group = lane % kGroups;
   const int byte = warp * 32 + word * 4;
   const int64_t col = strip_col0 + byte / int(sizeof(Out));
   const int64_t rows_left = p.m - row0;
+  const int64_t blocks = (p.m + kRows - 1) / kRows;
+  const auto store = [&](const ColumnMoments& m, int e) {
+    if (group == 0 && col + e < p.n) store_moments(p.column_moments, blocks, p.d_row_stride, row0 / kRows, col + e, m);
+  };
   ShiftedSums sums[kPerWord];
+  if (rows_left >= kRows) {  // the same for the whole warpgroup
+    // Rows group + 4i: the swizzle repeats every 8 rows (an atom), so two offsets serve all 16.
+    static_assert(2 * kGroups == kSwizzleAtomBytes / kSwizzleBytes, "a lane's rows alternate between two swizzles");
+    const uint32_t at[2] = {buffer + swizzle128_offset(uint32_t(group), uint32_t(byte)),
+                            buffer + swizzle128_offset(uint32_t(group + kGroups), uint32_t(byte))};
+    uint32_t raw[kLaneRows];
+#pragma unroll
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = ld_shared_4(at[i % 2] + uint32_t(i / 2 * kSwizzleAtomBytes));
+#pragma unroll
+    for (int i = 0; i < kLaneRows; ++i) add_strip_word<Out>(sums, raw[i]);
+#pragma unroll
+    for (int e = 0; e < kPerWord; ++e)
+      store(combine_across_lanes<kGroups - 1, /*kSameCounts=*/true>(sums[e].moments(), lane), e);
+    return;
+  }
 #pragma unroll 4
   for (int r = group; r < kRows; r += kGroups) {
     if (r >= rows_left) break;
-    const uint32_t raw = ld_shared_4(buffer + swizzle128_offset(uint32_t(r), uint32_t(byte)));
-    if constexpr (kPerWord == 1) {
-      sums[0].add(*reinterpret_cast<const float*>(&raw));
-    } else {
-      const Out* pair = reinterpret_cast<const Out*>(&raw);
-#pragma unroll
-      for (int e = 0; e < kPerWord; ++e) sums[e].add(ElementTraits<Out>::to_float(pair[e]));
-    }
+    add_strip_word<Out>(sums, ld_shared_4(buffer + swizzle128_offset(uint32_t(r), uint32_t(byte))));
   }
-  const int64_t blocks = (p.m + kRows - 1) / kRows;
 #pragma unroll
-  for (int e = 0; e < kPerWord; ++e) {
-    const ColumnMoments m = combine_across_lanes<kGroups - 1>(sums[e].moments(), lane);
-    if (group == 0 && col + e < p.n) store_moments(p.column_moments, blocks, p.d_row_stride, row0 / kRows, col + e, m);
-  }
+  for (int e = 0; e < kPerWord; ++e) store(combine_across_lanes<kGroups - 1>(sums[e].moments(), lane), e);
 }
 
 // Stores the consumer's 64 x 2 * Registers accumulators (rows from row0, columns from

@@ -30,4 +30,9 @@ template void mpgemm::kernels::sm90::wgmma_conv_kernel<__half, mpgemm::kernels::
                                                        mpgemm::kernels::ConvPass::PLANTED_PASS>(
     CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
     mpgemm::kernels::sm90::ConvWalk);
+#if defined(PLANTED_FPROP_MOMENTS)  // fprop's build: its kernel that also writes column moments
+template void mpgemm::kernels::sm90::wgmma_fprop_moments_kernel<__half, mpgemm::kernels::WgmmaTile>(
+    CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
+    mpgemm::kernels::sm90::ConvWalk);
+#endif
 #endif
