@@ -419,11 +419,11 @@ CONV_MUTATIONS = {
         ("const int first_pixel = int(tile.batch) * walk.k_slices * Config::kBlockK;",
          "const int first_pixel = PLANTED ? 0 : int(tile.batch) * walk.k_slices * Config::kBlockK;"),
         (False, False), "FAILED", "kWgrad"),
-    # fprop's epilogue moments of a whole strip read with one swizzle for all
-    # of a lane's rows (MPGEMM_EPILOGUE_STATS: the strip's loads issued
-    # together, rows 4 apart alternating between two swizzles): the odd
-    # ones read another column's values.
-    "a whole strip's moments read with one swizzle": (
+    # fprop's epilogue moments of a whole strip (MPGEMM_EPILOGUE_STATS: the
+    # strip's loads issued together from two offsets, a lane's rows 4 apart
+    # alternating between two swizzles) with every load at the first offset:
+    # rows group + 8k summed twice, rows group + 4 + 8k never.
+    "a whole strip's moments summing half its rows twice": (
         "sm90/epilogue.cuh", ("ld_shared_4(at[i % 2] +", "ld_shared_4(at[PLANTED ? 0 : i % 2] +"), (False, False),
         "FAILED", "kFprop"),
     # A strided dgrad's staged strip read back before the warpgroup has met

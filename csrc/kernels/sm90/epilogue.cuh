@@ -258,7 +258,7 @@ __device__ __forceinline__ void add_strip_word(ShiftedSums (&sums)[kPerWord], ui
 // word of it and rows group, group + 4, ...; the 4 lanes of a word combine in
 // lane order (two shuffles), and the first writes block row0 / 64's moments
 // of the word's columns to p.column_moments. Two lanes of a warp read each
-// bank at once (rows four apart share a swizzle).
+// bank at once (a load's 4 rows and 2 chunks land on 4 swizzled chunks).
 // A whole strip (every row block but D's last) issues its 16 loads a lane
 // before the first sum, and its lanes' counts are constants: the loop below
 // waits on each load in turn and divides by counts it reads, about 570
