@@ -233,9 +233,9 @@ STEPS = (
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with batch norm's loads ahead "
-         "and with the epilogue's statistics (profiled) and GELU's derivative in the dgrad epilogue too; a Llama block at batch 32, fused, with its "
-         "gating's passes and torch's; on "
-         "sm_90 ResNet-50 with the Hopper convolution"),
+         "and with the epilogue's statistics (profiled) and GELU's derivative in the dgrad epilogue too; a Llama "
+         "block at batch 32, fused, with its gating's passes and torch's; on sm_90 ResNet-50 with the Hopper "
+         "convolution"),
 )
 PARTS = (1, 2, 3, 4)
 
