@@ -61,7 +61,8 @@ NCU_METRICS = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_
                "lts__t_bytes.sum.per_second", "lts__throughput.avg.pct_of_peak_sustained_elapsed",
                "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second")
 GEMM_SHAPES = "1024x1024x1024,4096x4096x4096,8192x8192x8192,4095x4097x4093"
-MLP_SHAPES = "16384x16384x4096,16384x4096x16384,16384x2304x768,mlp-block:16384x768x3072,gated-mlp:8192x4096x11008"
+MLP_SHAPES = ("16384x16384x4096,16384x4096x16384,16384x2304x768,mlp-block:16384x768x3072,mlp-dgrad:16384x768x3072,"
+              "gated-mlp:8192x4096x11008")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +199,9 @@ STEPS = (
          "the mma.sync ceiling, 1 and 2 blocks per SM"),
     Step("mlp", 1, 30, 10, f"{PY} -m mpgemm bench linear --shapes {MLP_SHAPES} --json {{raw}}/mlp.json",
          "fused linear+GELU (GPT-2 small's qkv width among them, whose wgrad runs ping-pong), GPT-2 small's MLP "
-         "block (mpgemm.mlp) at 16384 tokens and Llama-7B's gated MLP "
-         "(mpgemm.gated_mlp) at 8192, vs torch, fwd and fwd+bwd, fp16 and bf16"),
+         "block (mpgemm.mlp; its two epilogue switches each alone and together) at 16384 tokens and its dgrad "
+         "with GELU's derivative (a pass, the epilogue on blocks alone and on ping-pong pairs), and Llama-7B's "
+         "gated MLP (mpgemm.gated_mlp) at 8192, vs torch, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: the bf16 cases take as long again, outside the measure part.
     Step("conv", 1, 120, 45, CONV,
          "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "

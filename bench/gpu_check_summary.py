@@ -155,7 +155,11 @@ def bench_step(name):
                                                    [(f"mpgemm mlp{t} {p}", f"torch unfused{t} {p}")
                                                     for t, p in passes] +
                                                    [(f"mpgemm mlp {fused}{t} fwd+bwd", f"torch unfused{t} fwd+bwd")
-                                                    for fused in ("saved-z+dgelu", "saved-z+dgelu+dbias")
+                                                    for fused in ("saved-z", "dgelu", "saved-z+dgelu",
+                                                                  "saved-z+dgelu+dbias")
+                                                    for t in BF16_TAGS] +
+                                                   [(f"mpgemm {impl}{t}", f"torch mm+gelu_backward{t}")
+                                                    for impl in ("gemm+gelu_backward", "dgelu", "dgelu pingpong")
                                                     for t in BF16_TAGS] +
                                                    [(f"mpgemm gated_mlp{t} {p}", f"torch unfused{t} {p}")
                                                     for t, p in passes] +

@@ -121,9 +121,9 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     gives the hidden activation's (``dY @ w2``), multiplied by the
     activation's derivative before it is rounded, so that GELU's (or
     ReLU's) backward is no pass over memory of its own (on sm_90 in the
-    Hopper GEMM's epilogue, where its 128x256 tile takes the product;
-    elsewhere a pass after it, the bytes of torch's; opt-in until that
-    kernel has passed the GPU tests); unset or "0", that product and
+    Hopper GEMM's epilogue, where its 128x256 tile or its ping-pong pairs
+    take the product; elsewhere a pass after it, the bytes of torch's;
+    opt-in until those kernels have passed the GPU tests); unset or "0", that product and
     torch's ``gelu_backward`` (``threshold_backward``) run apart.
     :func:`mpgemm.fuse` runs a model's linear -> activation -> linear
     blocks as this op. Under ``torch.autocast`` every floating-point

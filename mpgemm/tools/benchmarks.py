@@ -86,7 +86,7 @@ def gpu_suites(quick=False):
         return {
             "gemm": [("square", (1024, 1024, 1024)), ("square", (4096, 4096, 4096)), ("odd", (4095, 4097, 4093))],
             "linear": [("mlp", (4096, 16384, 4096)), ("mlp-block", (8192, 768, 3072)),
-                       ("gated-mlp", (8192, 2048, 5632))],
+                       ("mlp-dgrad", (8192, 768, 3072)), ("gated-mlp", (8192, 2048, 5632))],
             "conv": [("resnet50", (32,) + layer) for layer in resnet50[1:4]] + DEPTHWISE[:1],
             "ceiling": [("mma.sync", (1, 20000))],
         }
@@ -96,7 +96,8 @@ def gpu_suites(quick=False):
         + [(label, (m, n, k, "".join(layout[0] for layout in layouts)))
            for label, (m, n, k), layouts in models.training_gemms(TRAINING_SUITE_WIDTHS, (8192,))],
         "linear": [("mlp", (t, o, i)) for t in (2048, 8192, 16384) for (i, o) in ((4096, 16384), (16384, 4096))]
-        + [("mlp-block", (t, d, f)) for t in (8192, 16384) for (d, f) in ((768, 3072), (1024, 4096))]
+        + [(case, (t, d, f)) for case in ("mlp-block", "mlp-dgrad") for t in (8192, 16384)
+           for (d, f) in ((768, 3072), (1024, 4096))]
         + [("gated-mlp", (8192, d, f)) for d, f in ((2048, 5632), (4096, 11008))],
         "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE,
         "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
@@ -126,7 +127,8 @@ DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2"
 
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
-    "linear": [("mlp", (64, 256, 128)), ("mlp-block", (64, 32, 128)), ("gated-mlp", (64, 32, 96))],
+    "linear": [("mlp", (64, 256, 128)), ("mlp-block", (64, 32, 128)), ("mlp-dgrad", (64, 32, 128)),
+               ("gated-mlp", (64, 32, 96))],
     # A ConvNeXt-T-like depthwise case, so that the CPU run checks a bias too.
     "conv": [("resnet50", (2, 16, 16, 3, 1, 1, 8)), ("convnext_t", (2, 16, 16, 3, 1, 1, 8, 16))],
     "ceiling": [("mma.sync", (1, 10))],
@@ -171,8 +173,8 @@ def _tag(dtype):
 def parse_shapes(text):
     """"4096x4096x4096,1024x512x256" -> [(4096, 4096, 4096), (1024, 512, 256)]; an
     item that names a case the suite builds apart, "mlp-block:16384x768x3072"
-    (tokens x d_model x d_ff; "gated-mlp:" likewise), -> ("mlp-block",
-    (16384, 768, 3072))."""
+    (tokens x d_model x d_ff; "mlp-dgrad:" and "gated-mlp:" likewise), ->
+    ("mlp-block", (16384, 768, 3072))."""
     labels = {case for _, case in CASE_BUILDERS_BY_CASE}
     shapes = []
     for item in filter(None, (s.strip() for s in text.split(","))):
@@ -344,11 +346,11 @@ def _mlp_block_case(shape, device, dtype):
     form, mpgemm's), linear, against torch's three ops. mpgemm.mlp as it
     runs by default (torch's products and passes: GELU's input kept from
     the first linear, torch's gelu and gelu_backward), with GELU's input
-    from the first product's epilogue and its derivative in the dgrad's
-    epilogue
-    (MPGEMM_EPILOGUE_PRE_ACTIVATION=1, MPGEMM_EPILOGUE_ACTIVATION_GRAD=1:
-    "saved-z+dgelu"), and with the biases' gradients summed by the weights'
-    products too ("+dbias")."""
+    from the first product's epilogue (MPGEMM_EPILOGUE_PRE_ACTIVATION=1:
+    "saved-z"), with its derivative in the dgrad's epilogue
+    (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1: "dgelu"), with both
+    ("saved-z+dgelu"), and with the biases' gradients summed by the weights'
+    products too ("+dbias"): each switch timed alone and together."""
     t, d, f = shape
 
     def make():
@@ -366,11 +368,50 @@ def _mlp_block_case(shape, device, dtype):
 
     impls = _forward_and_backward(mlp, lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2),
                                   2 * product, 6 * product, f"mpgemm mlp{_tag(dtype)}", baseline)
-    fused = {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1", "MPGEMM_EPILOGUE_ACTIVATION_GRAD": "1"}
-    for name, variables in (("saved-z+dgelu", fused), ("saved-z+dgelu+dbias", {**fused, "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
+    saved_z, dgelu = {"MPGEMM_EPILOGUE_PRE_ACTIVATION": "1"}, {"MPGEMM_EPILOGUE_ACTIVATION_GRAD": "1"}
+    fused = {**saved_z, **dgelu}
+    for name, variables in (("saved-z", saved_z), ("dgelu", dgelu), ("saved-z+dgelu", fused),
+                            ("saved-z+dgelu+dbias", {**fused, "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
         impls[f"mpgemm mlp {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
             _fwd_bwd(mlp, 6 * product, variables), baseline=f"{baseline} fwd+bwd")
     return make, dtype.itemsize * (t * d * 2 + 2 * d * f + t * f), impls
+
+
+def _mlp_dgrad_case(shape, device, dtype):
+    """The product of a transformer MLP's backward that meets GELU's, (tokens,
+    d_model, d_ff): the second linear's dgrad, dH = dY @ W2 (W2 row-major,
+    d_model x d_ff, as nn.Linear keeps it), then GELU's derivative at its
+    input Z, dZ = dH * gelu'(Z); torch's mm and gelu_backward against
+    mpgemm.gemm and the same pass (what mpgemm.mlp runs by default),
+    mpgemm's product with the derivative in its epilogue on the plan's tile
+    ("dgelu": what MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 runs, on blocks alone
+    at these sizes), and on ping-pong pairs, whose consumers multiply one
+    tile while the other's wgmmas run ("dgelu pingpong":
+    MPGEMM_GEMM_PATH=wgmma_pingpong around it alone)."""
+    t, d, f = shape
+
+    def make():
+        grad_y = torch.randn(t, d, device=device).to(dtype)
+        w2 = (torch.randn(d, f, device=device) / f**0.5).to(dtype)
+        return grad_y, w2, torch.randn(t, f, device=device).to(dtype)
+
+    product = 2.0 * t * d * f
+    baseline = f"torch mm+gelu_backward{_tag(dtype)}"
+
+    def epilogue(variables):
+        def run(grad_y, w2, z):
+            with environment(variables):
+                return torch.ops.mpgemm._gemm_activation_grad(grad_y, w2, z, activation="gelu")
+
+        return _direct(run, product, baseline)
+
+    impls = {baseline: _direct(lambda grad_y, w2, z: torch.ops.aten.gelu_backward(grad_y @ w2, z), product),
+             f"mpgemm gemm+gelu_backward{_tag(dtype)}": _direct(
+                 lambda grad_y, w2, z: torch.ops.aten.gelu_backward(ops.gemm(grad_y, w2, out_dtype=dtype), z),
+                 product, baseline),
+             f"mpgemm dgelu{_tag(dtype)}": epilogue({}),
+             f"mpgemm dgelu pingpong{_tag(dtype)}": epilogue({"MPGEMM_GEMM_PATH": "wgmma_pingpong"})}
+    return make, dtype.itemsize * (t * d + d * f + t * f), impls
 
 
 def _gated_mlp_case(shape, device, dtype):
@@ -579,7 +620,8 @@ def ceiling_flops(blocks, iterations):
 
 CASE_BUILDERS = {"gemm": _gemm_case, "linear": _linear_case, "conv": _conv_case, "ceiling": _ceiling_case}
 # Cases that a suite builds apart from its others, by (suite, case).
-CASE_BUILDERS_BY_CASE = {("linear", "mlp-block"): _mlp_block_case, ("linear", "gated-mlp"): _gated_mlp_case}
+CASE_BUILDERS_BY_CASE = {("linear", "mlp-block"): _mlp_block_case, ("linear", "mlp-dgrad"): _mlp_dgrad_case,
+                         ("linear", "gated-mlp"): _gated_mlp_case}
 
 
 def check_results(impls, inputs):

@@ -173,15 +173,19 @@ def renamed(name, kernel, other):
     return name.replace(f"{len(kernel)}{kernel}", f"{len(other)}{other}")
 
 
-def check_beside_whole_k(machine_code, hopper_kernels, kernel, count, layouts, opcodes, outputs=1):
-    """The `count` Hopper kernels named `kernel` (two input types, on the
-    128 x 256 tile alone, on `layouts`, e.g. "ELb1ELb0E": A K-major, B not),
-    each the block (check_hopper_block, its strips stored `outputs` times)
-    with no spills and as many of `opcodes` as the whole-K kernel of the same
-    template arguments. Returns [(its instructions, the whole-K kernel's)]."""
+def check_beside_whole_k(machine_code, hopper_kernels, kernel, count, layouts, opcodes, outputs=1,
+                         tiles=("9WgmmaTile",)):
+    """The `count` Hopper kernels named `kernel` (two input types, on each of
+    `tiles`, by default the 128 x 256 tile alone, on `layouts`, e.g.
+    "ELb1ELb0E": A K-major, B not), each the block (check_hopper_block, its
+    strips stored `outputs` times) with no spills and as many of `opcodes` as
+    the whole-K kernel of the same template arguments. Returns [(its
+    instructions, the whole-K kernel's)]."""
     code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
     kernels = {name: instructions for name, instructions in code.items() if kernel in name}
-    assert len(kernels) == count and all(f"9WgmmaTile{layouts}" in name for name in kernels), sorted(kernels)
+    assert len(kernels) == count, sorted(kernels)
+    for tile in tiles:
+        assert sum(f"{tile}{layouts}" in name for name in kernels) == count // len(tiles), (tile, sorted(kernels))
     pairs = []
     for name, instructions in kernels.items():
         check_hopper_block(name, instructions, outputs=outputs)
@@ -255,16 +259,42 @@ def test_pre_activation_kernels_store_twice_from_the_unsplit_block(hopper_kernel
 ACTIVATION_GRAD_KERNEL = "wgmma_activation_grad_gemm_kernel"
 
 
+# The activation derivative's tiles: blocks alone, and pairs whose consumers take tiles in turn.
+ACTIVATION_GRAD_TILES = ("9WgmmaTile", "17WgmmaPingPongTile")
+
+
 def test_activation_grad_kernels_read_z_in_the_unsplit_blocks_epilogue(hopper_kernels, machine_code):
     """The Hopper GEMM kernels that multiply D by an activation's derivative
     (opt-in, MPGEMM_EPILOGUE_ACTIVATION_GRAD=1): two input types, a K-major A
-    and an MN-major B (an MLP's dgrad), on the 128 x 256 tile alone, each the
-    block of its whole-K kernel (the same HGMMA, copies and strip stores)
-    whose epilogue loads Z from global memory and takes GELU's exponential,
-    and no spills."""
-    for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, ACTIVATION_GRAD_KERNEL, 2, "ELb1ELb0E",
-                                       ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64", "UTMASTG")):
+    and an MN-major B (an MLP's dgrad), on the 128 x 256 tile of blocks alone
+    and on ping-pong pairs, each the block of its whole-K kernel (the same
+    HGMMA, copies and strip stores) whose epilogue loads Z from global memory
+    and takes GELU's exponential, and no spills."""
+    for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, ACTIVATION_GRAD_KERNEL, 4, "ELb1ELb0E",
+                                       ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64", "UTMASTG"),
+                                       tiles=ACTIVATION_GRAD_TILES):
         assert sass.count_opcodes(ops, "LDG") > 0 and sass.count_opcodes(ops, "MUFU.EX2") > 0
+
+
+def test_activation_grad_epilogue_loads_z_before_using_it(machine_code):
+    """The activation derivative's epilogue (sm90/epilogue.cuh's
+    multiply_by_activation_grad) issues a thread's loads of Z ahead of the
+    derivatives, so that a tile waits on global memory twice: inside D, its
+    64 words (a consumer's 64 x 256 tile) in two runs of 32; at D's edges,
+    its 128 elements in runs of at least 8 (nvcc 13.2: 64 and 64 on blocks
+    alone, 48, 16, 50 and 14 on ping-pong pairs). At fe39419 every load was
+    waited on before the next was issued: runs of 1, 64 round trips a
+    tile."""
+    code = machine_code[0].get("sm_90a")
+    if code is None:
+        pytest.skip("the build has no sm_90a code")
+    kernels = {name: instructions for name, instructions in code.items() if ACTIVATION_GRAD_KERNEL in name}
+    assert len(kernels) == 2 * len(ACTIVATION_GRAD_TILES), sorted(kernels)
+    for name, instructions in kernels.items():
+        words, elements = ([run for run in load_runs(instructions, load) if run]
+                           for load in ("LDG.E", "LDG.E.U16"))
+        assert words == [32, 32], f"{name}: {words}"
+        assert sum(elements) == 128 and min(elements) >= 8, f"{name}: {elements}"
 
 
 ROW_SUMS_KERNELS = {"wgmma_row_sums_gemm_kernel": GEMM_KERNEL, "wgmma_splitk_row_sums_gemm_kernel": SPLIT_K_KERNEL}
@@ -389,7 +419,7 @@ def test_column_moments_of_a_whole_strip_load_before_summing(hopper_conv_kernels
     moments = {name: code for name, code in hopper_conv_kernels.items() if MOMENTS_KERNEL in name}
     assert len(moments) == 6, sorted(moments)
     for name, code in moments.items():
-        runs = shared_load_runs(code)
+        runs = load_runs(code)
         assert sum(run >= 8 for run in runs) >= 2, f"{name}: {runs}"
 
 
@@ -473,13 +503,14 @@ def loads_before_first_use(body):
     return wide_loads, first_use is None or last_load < first_use
 
 
-def shared_load_runs(instructions):
-    """How many 4-byte shared-memory loads (LDS) each run issues before an
-    instruction reads a register one of them wrote, in the code's order."""
+def load_runs(instructions, load="LDS"):
+    """How many loads of opcode `load` (by default 4-byte shared-memory
+    loads) each run issues before an instruction reads a register one of
+    them wrote, in the code's order."""
     runs, run, pending = [], 0, set()
     for i in instructions:
         registers = [int(r) for r in SASS_REGISTER.findall(i.operands)]
-        if i.opcode == "LDS":
+        if i.opcode == load:
             run += 1
             pending.add(registers[0])
             continue

@@ -334,6 +334,14 @@ HOPPER_MUTATIONS = {
          "  if (WithActivationGrad && !PLANTED) multiply_by_activation_grad<Element>(acc, p, s, batch, row0, col0, thread);\n"
          "  else add_bias(acc, p, col0, thread);\n"),
         (False, False), "FAILED", "WgmmaTile"),
+    # Its words of Z loaded ahead for a whole tile's width (no checks), each
+    # thread's two rows swapped: wrong only where a thread's rows and the
+    # tile's columns all lie inside D, which the derivative's cases on a
+    # tile of D's whole width reach.
+    "a whole tile's words of Z taken from the other row": (
+        ("words[g][h] = *reinterpret_cast<const uint32_t*>(z[h] + 8 * (g0 + g));",
+         "words[g][h] = *reinterpret_cast<const uint32_t*>(z[h ^ PLANTED] + 8 * (g0 + g));"),
+        (False, False), "FAILED", "WgmmaTile"),
     # The row sums kernel's tile of ones written without fence.proxy.async:
     # its wgmmas (the async proxy) may read what the threads wrote before it.
     "tile of ones read by wgmma without fence.proxy.async": (
@@ -947,9 +955,12 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert ("row sums on every Hopper tile: ok (wgmma_2x1 1, wgmma_pingpong 2, wgmma_n128 1, wgmma_n64 2)"
             in output), replay
     # D times an activation's derivative (an MLP's dgrad): from the wide
-    # tile's epilogue, Z read in pairs and an element at a time, and after
-    # the product: split-K's reduction, or a pass over D.
+    # tile's epilogue, Z read in pairs and an element at a time, and from
+    # ping-pong pairs'; and after the product: split-K's reduction, or a
+    # pass over D.
     assert printed_count(output, "wgmma cases multiplying by the activation's derivative in the epilogue") >= 2, replay
+    assert printed_count(output, "wgmma_pingpong cases multiplying by the activation's derivative in the epilogue") \
+        >= 1, replay
     assert printed_count(output, "cases multiplying by the activation's derivative after the product") >= 2, replay
     copied_out = printed_count(output, "wgmma cases storing through the copy engine")
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay

@@ -544,32 +544,39 @@ def poisoned_activation_grad(a, b, z, activation):
     return out, kernels_of(lambda: torch.ops.mpgemm._gemm_activation_grad(a, b, z, activation=activation))
 
 
+# The kernels (parts of one name) that an activation derivative's product runs.
+BLOCKS_ALONE_EPILOGUE = ("wgmma_activation_grad_gemm_kernel", "WgmmaTile,")
+PING_PONG_EPILOGUE = ("wgmma_activation_grad_gemm_kernel", "WgmmaPingPongTile,")
+PASS_AFTER = ("activation_grad_pass_kernel",)
+
+
 @needs_hopper_path
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
 @pytest.mark.parametrize("m, n, k, path, kernel", [
-    (4096, 3072, 768, None, "wgmma_activation_grad_gemm_kernel"),   # GPT-2 small's MLP dgrad
-    (1100, 2056, 264, None, "wgmma_activation_grad_gemm_kernel"),   # partial tiles
-    (1100, 2056, 264, "odd z", "wgmma_activation_grad_gemm_kernel"),  # Z's pairs misaligned: read one at a time
-    (1000, 1032, 264, None, "activation_grad_pass_kernel"),         # ping-pong's plan, then the pass
-    (4096, 3072, 768, "wmma", "activation_grad_pass_kernel"),       # the WMMA tiles' product, then the pass
-    (8192, 64, 1024, None, "activation_grad_pass_kernel")])         # a narrow tile's plan, then the pass
+    (4096, 3072, 768, None, BLOCKS_ALONE_EPILOGUE),          # GPT-2 small's MLP dgrad
+    (1100, 2056, 264, None, BLOCKS_ALONE_EPILOGUE),          # partial tiles
+    (1100, 2056, 264, "odd z", BLOCKS_ALONE_EPILOGUE),       # Z's pairs misaligned: read one at a time
+    (1000, 1032, 264, None, PING_PONG_EPILOGUE),             # ping-pong's plan (few tiles), partial tiles
+    (4096, 3072, 768, "wgmma_pingpong", PING_PONG_EPILOGUE),  # ping-pong forced on GPT-2 small's
+    (4096, 3072, 768, "wmma", PASS_AFTER),                   # the WMMA tiles' product, then the pass
+    (8192, 64, 1024, None, PASS_AFTER)])                     # a narrow tile's plan, then the pass
 def test_activation_grad_from_the_hopper_epilogue(m, n, k, path, kernel, activation, dtype, monkeypatch):
     """An MLP's dgrad times the activation's derivative at Z (the op that
     MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 has mlp's backward run): dY (row-major)
-    times W2 (row-major) on the wide tile's whole K multiplies in its
-    epilogue, Z read in pairs or (its base 2 bytes off) one at a time; other
-    plans store the product and a pass multiplies it. The output, in memory
-    that held NaN, matches float64 and torch's own backward of the fp32
-    product, and is the same bits again."""
+    times W2 (row-major) on a whole-K plan of the wide tile or of ping-pong
+    pairs multiplies in its epilogue, Z read in pairs or (its base 2 bytes
+    off) one at a time; other plans store the product and a pass multiplies
+    it. The output, in memory that held NaN, matches float64 and torch's own
+    backward of the fp32 product, and is the same bits again."""
     for name in ("MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES"):
         monkeypatch.delenv(name, raising=False)
-    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path if path == "wmma" else None)
+    set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path if path in ("wmma", "wgmma_pingpong") else None)
     a, b = operand((m, k), "row", dtype), operand((k, n), "row", dtype)
     z = (torch.randn(m * n + 1, device="cuda") * 2).to(dtype)
     z = z[1:].view(m, n) if path == "odd z" else z[:-1].view(m, n)
     out, ran = poisoned_activation_grad(a, b, z, activation)
-    assert any(kernel in name for name in ran), ran
+    assert any(all(part in name for part in kernel) for name in ran), ran
     assert not any("at::native" in name for name in ran), ran
     assert not out.isnan().any()
     assert relative_error(out, activation_grad_reference(a, b, z, activation)) < tolerance(dtype)

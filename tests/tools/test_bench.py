@@ -73,8 +73,13 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                     "mpgemm fused saved-z+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp bf16 fwd": "torch unfused bf16 fwd",
                     "mpgemm mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm mlp saved-z bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm mlp dgelu bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp saved-z+dgelu bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm gemm+gelu_backward bf16": "torch mm+gelu_backward bf16",
+                    "mpgemm dgelu bf16": "torch mm+gelu_backward bf16",
+                    "mpgemm dgelu pingpong bf16": "torch mm+gelu_backward bf16",
                     "mpgemm gated_mlp bf16 fwd": "torch unfused bf16 fwd",
                     "mpgemm gated_mlp bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm gated_mlp torch gating bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
@@ -205,20 +210,42 @@ def test_a_broken_ceiling_kernel_fails_its_check(monkeypatch):
 def test_mlp_block_flops_count_the_products_each_impl_runs(dtype):
     """The MLP block's impls: two products forward, four backward (torch's
     and with GELU's input saved), one more where mpgemm.mlp computes GELU's
-    input again; each saved-z+dgelu row runs the derivative's product."""
+    input again; each row with dgelu runs the derivative's product, the
+    others not."""
     t, d, f = shape = (64, 32, 128)
     make, bytes_per_set, impls = benchmarks.CASE_BUILDERS_BY_CASE[("linear", "mlp-block")](shape, CPU, dtype)
     inputs = make()
     assert [tuple(x.shape) for x in inputs] == [(t, d), (f, d), (f,), (d, f), (d,), (t, d)]
     assert bytes_per_set == sum(x.numel() * x.element_size() for x in (inputs[0], inputs[1], inputs[3], inputs[5])) \
         + t * f * dtype.itemsize
-    with MpgemmCalls() as calls:
-        impls[f"mpgemm mlp saved-z+dgelu{benchmarks._tag(dtype)} fwd+bwd"].run(*inputs)
-    assert "_gemm_activation_grad" in calls.ops
     for name, impl in impls.items():
+        with MpgemmCalls() as calls:
+            impl.run(*inputs)
+        assert ("_gemm_activation_grad" in calls.ops) == ("dgelu" in name), name
         with CountProducts() as counter:
             impl.run(*inputs)
         assert counter.count and impl.flops == counter.count * 2.0 * t * d * f, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mlp_dgrad_impls_run_one_product_and_the_derivative_as_named(dtype):
+    """The MLP dgrad's impls: one product each; torch's mm and
+    gelu_backward, mpgemm.gemm and the same pass, and (the dgelu rows)
+    mpgemm's product with the derivative, no pass of torch's."""
+    t, d, f = shape = (64, 32, 128)
+    make, bytes_per_set, impls = benchmarks.CASE_BUILDERS_BY_CASE[("linear", "mlp-dgrad")](shape, CPU, dtype)
+    inputs = make()
+    assert [tuple(x.shape) for x in inputs] == [(t, d), (d, f), (t, f)]
+    assert bytes_per_set == sum(x.numel() * x.element_size() for x in inputs)
+    assert len(impls) == 4
+    for name, impl in impls.items():
+        with MpgemmCalls() as calls:
+            assert impl.run(*inputs).dtype == dtype, name  # dH in the inputs' type, as mpgemm.mlp makes it
+        mpgemm_ops = ["_gemm_activation_grad"] if "dgelu" in name else ["gemm"] if name.startswith("mpgemm") else []
+        assert calls.ops == mpgemm_ops and ("gelu_backward" in calls.aten) == ("dgelu" not in name), name
+        with CountProducts() as counter:
+            impl.run(*inputs)
+        assert counter.count == 1 and impl.flops == 2.0 * t * d * f, name
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -257,7 +284,7 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
     assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
-    assert len(rows) == 17 and all(" bf16 fwd" in row for row in rows)
+    assert len(rows) == 23 and all(" bf16" in row for row in rows)
     assert any("mpgemm fused recomputed-z bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm fused saved-z+dbias bf16 fwd+bwd" in row for row in rows)

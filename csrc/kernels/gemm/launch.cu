@@ -111,8 +111,9 @@ bool pre_activation_from_epilogue(const GemmParams& p, const GemmLaunch& launch)
 }
 
 bool activation_grad_from_epilogue(const GemmParams& p, const GemmLaunch& launch) {
-  return p.activation_input != nullptr && launch.plan.config == TileConfigId::kWgmma && launch.plan.split_k == 1 &&
-         p.d_type == p.ab_type && a_is_k_major(p) && !b_is_k_major(p);
+  const TileConfigId tile = launch.plan.config;
+  return p.activation_input != nullptr && (tile == TileConfigId::kWgmma || tile == TileConfigId::kWgmmaPingPong) &&
+         launch.plan.split_k == 1 && p.d_type == p.ab_type && a_is_k_major(p) && !b_is_k_major(p);
 }
 
 bool a_row_sums_from_mainloop(const GemmParams& p, const GemmLaunch& launch) {
@@ -168,7 +169,9 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   const GemmGrid work{plan.raster_group, plan.split_k, partials};
   if (pre_activation_from_epilogue(p, launch)) return launch_wgmma_pre_activation_gemm(run, work.raster_group, stream);
   if (activation_grad_from_epilogue(p, launch))
-    return launch_wgmma_activation_grad_gemm(run, work.raster_group, stream);
+    return plan.config == TileConfigId::kWgmmaPingPong
+               ? launch_wgmma_activation_grad_gemm<WgmmaPingPongTile>(run, work.raster_group, stream)
+               : launch_wgmma_activation_grad_gemm<WgmmaTile>(run, work.raster_group, stream);
   if (p.a_row_sums != nullptr) {
     // The row sums' partials after split-K's (stored a float at a time).
     float* row_sum_partials = plan.split_k > 1 ? partials + plan.split_k * p.m * p.n : nullptr;

@@ -37,10 +37,13 @@ bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& la
 
 // Whether launch_gemm multiplies A @ B by the activation's derivative at
 // `params.activation_input` (common/gemm_params.h) in the GEMM's own
-// epilogue: WgmmaTile's whole-K plan on a K-major A and an MN-major B (an
-// MLP's dgrad, dH = dY @ W2 with W2 row-major), D of the inputs' type,
-// rounding once. Elsewhere split-K's reduction multiplies the partial sums
-// (rounding once), or a pass multiplies D in place after the plan's product
+// epilogue: a whole-K plan of WgmmaTile or WgmmaPingPongTile (whose
+// consumers multiply one tile while the other's wgmmas run:
+// MPGEMM_GEMM_PATH=wgmma_pingpong, or the heuristic's for few tiles) on a
+// K-major A and an MN-major B (an MLP's dgrad, dH = dY @ W2 with W2
+// row-major), D of the inputs' type, rounding once. Elsewhere split-K's
+// reduction multiplies the partial sums (rounding once), or a pass
+// multiplies D in place after the plan's product
 // (gemm/splitk_reduce.h: rounding twice, the bytes of torch's gelu_backward
 // pass). Either way a single matrix (batch 1) with no bias, no
 // pre-activation and no row sums.

@@ -94,17 +94,28 @@ __device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSc
 // columns from col0 of matrix `batch` of D) by p.activation's derivative at
 // the activation's input Z (p.activation_input: Element, laid out as D), in
 // place (common/epilogue_math.h's apply_activation_grad). Each thread reads
-// Z where it holds D's elements: two elements a load where the schedule
-// stores D in pairs (the launcher checks that Z's base allows them too) and
-// its rows and columns lie inside D, else one at a time, none past D. The
-// activation is dispatched once, outside the unrolled loop. The addressing
-// is store_tile's, written again: the two sharing one helper changed the
+// Z where it holds D's elements: two elements a 4-byte word where the
+// schedule stores D in pairs (the launcher checks that Z's base allows them
+// too) and its rows and columns lie inside D, else one at a time, none past
+// D (zero bits there). A thread's words come in runs of 32 (two on the 64 x
+// 256 tile), each loaded before the first of them is used, so that a tile
+// waits on global memory twice (loaded between the derivatives, each word
+// was waited for in turn: 64 round trips a tile; bench/NOTES.md, "Z's
+// loads ahead of the derivative"). A run's 32 registers fit beside the
+// consumer's 128 accumulators and the block's own state; all 64 at once
+// spill in the ping-pong pair's kernel (nvcc 13.2, sm_90a). The activation
+// is dispatched once a run, outside its unrolled loop. The addressing is
+// store_tile's, written again: the two sharing one helper changed the
 // default kernels' machine code (nvcc 13.0, sm_90a), which their GPU proof
 // holds for.
 template <class Element, int Registers>
 __device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registers], const GemmParams& p,
                                                             const WgmmaSchedule& s, int64_t batch, int64_t row0,
                                                             int64_t col0, int thread) {
+  static_assert(sizeof(Element) == 2, "Z's pairs are 4-byte words");
+  constexpr int kGroups = Registers / 4;  // column pairs 8 apart, in each of a thread's two rows
+  constexpr int kGroupsAhead = 16;        // a run's: 32 words
+  static_assert(kGroups % kGroupsAhead == 0, "whole runs");
   const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
   const int64_t col = col0 + accumulator_col(thread, 0);
   const Element* z[2];
@@ -112,34 +123,48 @@ __device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registe
   for (int h = 0; h < 2; ++h)
     z[h] = static_cast<const Element*>(p.activation_input) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) +
            col;
-  const bool inside = s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n;
-  const auto apply = [&](auto activation) {
-    constexpr Activation kActivation = decltype(activation)::value;
+  const bool inside = s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n;  // no checks
 #pragma unroll
-    for (int r = 0; r < Registers; r += 4) {
-      const int64_t c = col + 8 * (r / 4);
+  for (int g0 = 0; g0 < kGroups; g0 += kGroupsAhead) {
+    // words[g][h]: Z at row h's columns col + 8 (g0 + g) and the next, the first in the low half.
+    uint32_t words[kGroupsAhead][2];
+    if (inside) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float z0 = 0.0f, z1 = 0.0f;
-        const Element* at = z[h] + 8 * (r / 4);
-        if (inside) {
-          const uint32_t word = *reinterpret_cast<const uint32_t*>(at);
-          const Element* pair = reinterpret_cast<const Element*>(&word);
-          z0 = ElementTraits<Element>::to_float(pair[0]), z1 = ElementTraits<Element>::to_float(pair[1]);
-        } else if (rows[h] < p.m && c < p.n) {
-          z0 = ElementTraits<Element>::to_float(at[0]);
-          if (c + 1 < p.n) z1 = ElementTraits<Element>::to_float(at[1]);
+      for (int g = 0; g < kGroupsAhead; ++g)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) words[g][h] = *reinterpret_cast<const uint32_t*>(z[h] + 8 * (g0 + g));
+    } else {
+#pragma unroll
+      for (int g = 0; g < kGroupsAhead; ++g) {
+        const int64_t c = col + 8 * (g0 + g);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint16_t* at = reinterpret_cast<const uint16_t*>(z[h] + 8 * (g0 + g));
+          const uint32_t lo = rows[h] < p.m && c < p.n ? at[0] : 0u;
+          const uint32_t hi = rows[h] < p.m && c + 1 < p.n ? at[1] : 0u;
+          words[g][h] = lo | hi << 16;
         }
-        acc[r + 2 * h] = apply_activation_grad(kActivation, acc[r + 2 * h], z0);
-        acc[r + 2 * h + 1] = apply_activation_grad(kActivation, acc[r + 2 * h + 1], z1);
       }
     }
-  };
-  switch (p.activation) {
-    case Activation::kRelu: return apply(std::integral_constant<Activation, Activation::kRelu>{});
-    case Activation::kGelu: return apply(std::integral_constant<Activation, Activation::kGelu>{});
-    case Activation::kGeluTanh: return apply(std::integral_constant<Activation, Activation::kGeluTanh>{});
-    default: return;
+    const auto apply = [&](auto activation) {
+      constexpr Activation kActivation = decltype(activation)::value;
+#pragma unroll
+      for (int g = 0; g < kGroupsAhead; ++g)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const Element* pair = reinterpret_cast<const Element*>(&words[g][h]);
+          float& a0 = acc[4 * (g0 + g) + 2 * h];
+          float& a1 = acc[4 * (g0 + g) + 2 * h + 1];
+          a0 = apply_activation_grad(kActivation, a0, ElementTraits<Element>::to_float(pair[0]));
+          a1 = apply_activation_grad(kActivation, a1, ElementTraits<Element>::to_float(pair[1]));
+        }
+    };
+    switch (p.activation) {
+      case Activation::kRelu: apply(std::integral_constant<Activation, Activation::kRelu>{}); break;
+      case Activation::kGelu: apply(std::integral_constant<Activation, Activation::kGelu>{}); break;
+      case Activation::kGeluTanh: apply(std::integral_constant<Activation, Activation::kGeluTanh>{}); break;
+      default: return;
+    }
   }
 }
 

@@ -184,14 +184,17 @@ cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& p, int raster_gro
   });
 }
 
+template <class Tile>
 cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& p, int raster_group, cudaStream_t stream) {
+  static_assert(std::is_same_v<Tile, WgmmaTile> || std::is_same_v<Tile, WgmmaPingPongTile>,
+                "the activation derivative's kernels: blocks alone, and pairs with ping-pong consumers");
   if (p.activation_input == nullptr || p.bias != nullptr || p.d_type != p.ab_type || p.k < 1 || p.m > INT_MAX ||
       p.n > INT_MAX || p.k > INT_MAX || p.batch > INT_MAX || raster_group < 1)
     return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
     using E = typename decltype(element)::type;
-    return launch<E, WgmmaTile, true, false, sm90::GemmKernel::kActivationGrad>(p, raster_group, stream);
+    return launch<E, Tile, true, false, sm90::GemmKernel::kActivationGrad>(p, raster_group, stream);
   });
 }
 
@@ -249,6 +252,8 @@ template cudaError_t launch_wgmma_gemm<WgmmaPairTile>(const GemmParams&, int, bo
 template cudaError_t launch_wgmma_gemm<WgmmaPingPongTile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaN128Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
 template cudaError_t launch_wgmma_gemm<WgmmaN64Tile>(const GemmParams&, int, bool, bool, cudaStream_t);
+template cudaError_t launch_wgmma_activation_grad_gemm<WgmmaTile>(const GemmParams&, int, cudaStream_t);
+template cudaError_t launch_wgmma_activation_grad_gemm<WgmmaPingPongTile>(const GemmParams&, int, cudaStream_t);
 template cudaError_t launch_wgmma_row_sums_gemm<WgmmaTile>(const GemmParams&, int, int, float*, float*,
                                                            cudaStream_t);
 template cudaError_t launch_wgmma_row_sums_gemm<WgmmaPairTile>(const GemmParams&, int, int, float*, float*,

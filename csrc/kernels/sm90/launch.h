@@ -29,11 +29,11 @@ enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSu
 // the four layouts' kernels a unit, so that a build compiles them in
 // parallel; the whole-K row sums' kernel of every tile beside them, on
 // MN-major operands only (linear's wgrad, dW = dZ^T @ X); the split-K
-// kernels (the row sums' among them), the pre-activation's and the
-// activation derivative's, WgmmaTile's alone, beside its others (the
-// cooperative units): the pre-activation's on K-major operands only
-// (nn.Linear's forward), the activation derivative's on a K-major A and an
-// MN-major B only (an MLP's dgrad, dH = dY @ W2, W2 row-major).
+// kernels (the row sums' among them) and the pre-activation's, WgmmaTile's
+// alone, beside its others (the cooperative units): the pre-activation's on
+// K-major operands only (nn.Linear's forward); the activation derivative's,
+// WgmmaTile's and WgmmaPingPongTile's, on a K-major A and an MN-major B only
+// (an MLP's dgrad, dH = dY @ W2, W2 row-major).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
@@ -111,9 +111,12 @@ cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a
 cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
 
 // Enqueues `params`, whose activation_input is set (laid out as D, of the
-// inputs' type, as D is; no bias), on WgmmaTile's kernel that multiplies the
-// sums by the activation's derivative there, on a K-major A (row-major) and
-// an MN-major B (row-major), whole K. Returns as launch_wgmma_gemm does.
+// inputs' type, as D is; no bias), on the kernel of `Tile` (WgmmaTile, or
+// WgmmaPingPongTile, whose consumers multiply one tile while the other's
+// wgmmas run) that multiplies the sums by the activation's derivative
+// there, on a K-major A (row-major) and an MN-major B (row-major), whole K.
+// Returns as launch_wgmma_gemm does.
+template <class Tile>
 cudaError_t launch_wgmma_activation_grad_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
 
 // Enqueues `params`, whose a_row_sums is set (batch 1), on the kernel of the

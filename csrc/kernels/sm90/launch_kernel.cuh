@@ -50,8 +50,9 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 const CUtensorMap& z_map, const GemmParams& p, const WgmmaSchedule& schedule,
                                 cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
-  static_assert(Kind == GemmKernel::kWholeK || Kind == GemmKernel::kRowSums || Tile::kClusterM == 1,
-                "the split-K, pre-activation and activation's derivative kernels run blocks alone");
+  static_assert(Kind == GemmKernel::kWholeK || Kind == GemmKernel::kRowSums || Kind == GemmKernel::kActivationGrad ||
+                    Tile::kClusterM == 1,
+                "the split-K and pre-activation kernels run blocks alone");
   // The row sums' kernels hold a tile of ones past the ring.
   constexpr bool kRowSums = Kind == GemmKernel::kRowSums || Kind == GemmKernel::kSplitKRowSums;
   constexpr int kSmemBytes = kRowSums ? kSmemBytesWithOnes<Smem> : Smem::kBytes;

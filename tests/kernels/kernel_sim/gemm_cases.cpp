@@ -117,8 +117,9 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   Buffer z(spec.pre_activation ? d.size : 1);
   if (spec.pre_activation) p.pre_activation = z.p + esize * d_offset;
   // The activation's input, laid out as D, of the inputs' type: its base as far into its buffer, or (one case
-  // in two) an element further, so that Z's pairs may be misaligned where D's are not.
-  const int64_t z_offset = d_offset + (spec.activation_grad ? rnd(0, 1) : 0);
+  // in two, unless the spec aligns it) an element further, so that Z's pairs may be misaligned where D's are not.
+  const int64_t z_shift = spec.activation_grad ? rnd(0, 1) : 0;
+  const int64_t z_offset = d_offset + (spec.activation_input_aligned ? 0 : z_shift);
   Buffer activation_input(spec.activation_grad ? 2 * (d.size / esize + 1) : 1);
   if (spec.activation_grad) {
     p.activation_input = activation_input.p + 2 * z_offset;

@@ -48,6 +48,9 @@ struct GemmCaseSpec {
   // the inputs' type; zeros among it), with no bias, a single matrix, D of
   // the inputs' type.
   bool activation_grad = false;
+  // Z's base as far into its buffer as D's (its pairs aligned where D's
+  // are); false puts it an element further in one case of two.
+  bool activation_input_aligned = false;
   // Asks the launcher for A's row sums too (GemmParams::a_row_sums, in a
   // poisoned buffer with room past m) and checks them; batch 1 unless set.
   bool a_row_sums = false;

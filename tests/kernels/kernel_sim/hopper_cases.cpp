@@ -267,7 +267,7 @@ struct GemmCaseCounts {
   int on_wgmma = 0, on_pairs = 0, on_ping_pong = 0, on_n128 = 0, on_n64 = 0, copied_out = 0, split = 0, padded = 0;
   int pre_activation_from_epilogue = 0, pre_activation_from_registers = 0, pre_activation_again = 0;
   int row_sums = 0, row_sums_split = 0;
-  int activation_grad_from_epilogue = 0, activation_grad_after = 0;
+  int activation_grad_from_epilogue = 0, activation_grad_from_ping_pong = 0, activation_grad_after = 0;
 };
 
 // A random problem on the launcher's plan for an sm_90 device, or a Hopper
@@ -304,13 +304,22 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   const bool row_sums = index % 16 == 11, row_sums_split = index % 16 == 10 && !sim::pinned.on;
   // D = (A @ B) * activation'(Z): from the wide tile's epilogue forced in one
   // case of sixteen (index 7), on a K-major A and an MN-major B (an MLP's
-  // dgrad), every other one with D's (and Z's) base 1 to 3 elements past 16
-  // bytes, so that D is stored from registers (and where odd, Z read an
-  // element at a time, as where Z alone is off by one, which gemm_case draws
-  // in one case of two); and after the product: by split-K's reduction (a
-  // split case, index 8 of 32) or a pass over D (a narrow case, index 4: the
-  // first, so that a planted run that leaves the pass out stops early).
+  // dgrad): at index 7 of 32 on a tile of D's whole width beside a partial
+  // one, with Z aligned as D (always where pinned, else in one case of two;
+  // in the other Z is an element off, which the launcher must have read an
+  // element at a time), so that the first consumer's threads load Z's words with no
+  // checks; at index 23 with D's (and Z's) base 1 to 3 elements
+  // past 16 bytes, so that D is stored from registers (and where odd, Z read
+  // an element at a time, as where Z alone is off by one, which gemm_case
+  // draws in one case of two there); from the epilogue of ping-pong pairs
+  // (index 5 of 32: four tiles or more, Z aligned as D; not where pinned: a
+  // planted build holds the whole-K kernel alone, and that case is the
+  // planted ping-pong bugs' strongest); and after the
+  // product: by split-K's reduction (a split case, index 8 of 32) or a pass
+  // over D (a narrow case, index 4: the first, so that a planted run that
+  // leaves the pass out stops early).
   const bool activation_grad_epilogue = index % 16 == 7, activation_grad_misaligned = index % 32 == 23;
+  const bool activation_grad_ping_pong = index % 32 == 5 && !sim::pinned.on;
   const bool activation_grad_after = index % 32 == 8 || index % 32 == 4;
   const int narrow_kind = index / 8 % 3;  // 0: wgmma_n128, 1: wgmma_n64, 2: the default's pick
   const bool tall = paired && index % 16 >= 9;
@@ -349,8 +358,9 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   spec.d_copyable = (forced && !pre_activation_from_registers && !activation_grad_misaligned) ||
                     (paired ? index / 8 : index / 4) % 2 == 0;
   spec.d_misaligned = pre_activation_from_registers || activation_grad_misaligned;
-  spec.activation_grad = activation_grad_epilogue || activation_grad_after;
-  if (activation_grad_epilogue) spec.a_row_major = 1, spec.b_row_major = 1, spec.aligned = 1;
+  spec.activation_grad = activation_grad_epilogue || activation_grad_after || activation_grad_ping_pong;
+  if (activation_grad_epilogue || activation_grad_ping_pong) spec.a_row_major = 1, spec.b_row_major = 1, spec.aligned = 1;
+  spec.activation_input_aligned = activation_grad_ping_pong;
   spec.pre_activation = pre_activation_epilogue || pre_activation_again;
   if (pre_activation_epilogue) spec.a_row_major = 1, spec.b_row_major = 0, spec.aligned = 1;
   spec.a_row_sums = row_sums || row_sums_split;
@@ -370,6 +380,11 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // least 3 (each output buffer written again while a store may read it) in every other forced case.
   if (forced) spec.max_m = 128, spec.max_n = 256, spec.min_k = 64, spec.max_k = 640;
   if (forced && index % 8 == 3) spec.min_n = 129;
+  // The derivative's epilogue on whole tiles (above): 65 to 128 rows, 256 to 300 columns.
+  if (activation_grad_epilogue && !activation_grad_misaligned) {
+    spec.min_m = 65, spec.min_n = 256, spec.max_n = 300, spec.max_k = 200;
+    spec.activation_input_aligned = sim::pinned.on || sim::rnd(0, 1);
+  }
   if (paired) spec.min_k = 300, spec.max_k = 520;  // K that wraps the ring within each tile
   if (ping_pong && !tall && !short_ping_pong) spec.min_m = 129, spec.min_n = 257;  // four tiles or more
   if (short_ping_pong) spec.max_m = 128, spec.max_n = 512, spec.min_k = 65, spec.max_k = 256, spec.batch = 1;
@@ -388,7 +403,7 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   if (split || padded_split || row_sums_split) spec.min_k = 15 * 64 + 1, spec.max_k = 17 * 64, spec.batch = 1;
   GemmPlan plan;
   GemmShape shape;
-  const uint64_t stores_before = sim::hopper::stores_issued;
+  const uint64_t stores_before = sim::hopper::stores_issued, launches_before = sim::launches;
   const char* kind = refused      ? "refused"
                      : narrow     ? "narrow"
                      : split      ? "split-K"
@@ -454,6 +469,9 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
       pre_activation_epilogue && from_epilogue && sim::hopper::stores_issued == stores_before;
   counts.pre_activation_again += pre_activation_again && is_wgmma(plan.config) && !from_epilogue;
   counts.activation_grad_from_epilogue += activation_grad_epilogue && from_epilogue;
+  // One launch: the product with the derivative in its epilogue, no pass after it.
+  counts.activation_grad_from_ping_pong += activation_grad_ping_pong && plan.config == TileConfigId::kWgmmaPingPong &&
+                                           sim::launches - launches_before == 1;
   counts.activation_grad_after += activation_grad_after && !from_epilogue;
   if (activation_grad_epilogue && shape.k > 0 && !from_epilogue) {
     printf("activation grad case %d FAILED: the launcher planned %s with split_k=%d, expected wgmma whole K\n",
@@ -729,11 +747,12 @@ int main(int argc, char** argv) {
          "wgmma cases running the product again for the pre-activation: %d\n"
          "wgmma cases summing A's rows: %d\nwgmma split-K cases summing A's rows: %d\n"
          "wgmma cases multiplying by the activation's derivative in the epilogue: %d\n"
+         "wgmma_pingpong cases multiplying by the activation's derivative in the epilogue: %d\n"
          "cases multiplying by the activation's derivative after the product: %d\ngemm: %d/%d failed\n",
          gemm.on_wgmma, gemm.on_pairs, gemm.on_ping_pong, gemm.on_n128, gemm.on_n64, gemm.split, gemm.padded,
          gemm.copied_out, gemm.pre_activation_from_epilogue, gemm.pre_activation_from_registers,
          gemm.pre_activation_again, gemm.row_sums, gemm.row_sums_split, gemm.activation_grad_from_epilogue,
-         gemm.activation_grad_after, failed, cases);
+         gemm.activation_grad_from_ping_pong, gemm.activation_grad_after, failed, cases);
   // A's row sums asked of plans that cannot sum them: K-major A on the wide
   // tile, and a batch of two, each refused with D and the sums untouched.
   bool row_sums_bad = false;
