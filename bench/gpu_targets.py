@@ -103,17 +103,19 @@ def _row_sums_gemm(m, n, k, split, path="wgmma"):
     _check(f"{name}, the row sums", sums, dz.double().sum(0).cpu())
 
 
-def _activation_grad_gemm(m, n, k, activation):
+def _activation_grad_gemm(m, n, k, activation, path="wgmma"):
     """An MLP's dgrad times its activation's derivative (the op
     MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 runs): dY (row-major) times W2
-    (row-major) on the wide Hopper tile forced (blocks alone, whole K: the
-    kernel whose epilogue reads Z); checked against float64."""
-    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    (row-major) on the Hopper tile `path` forces, whole K (the wide tile of
+    blocks alone, or ping-pong pairs: the kernels whose epilogue reads Z);
+    checked against float64."""
+    os.environ["MPGEMM_GEMM_PATH"] = path
     dy, w2 = torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()
     z = torch.randn(m, n, device="cuda").half()
     out = torch.ops.mpgemm._gemm_activation_grad(dy, w2, z, activation=activation)
     torch.cuda.synchronize()
-    _check(f"activation grad GEMM {m}x{n}x{k} ({activation})", out, activation_grad_reference(dy, w2, z, activation))
+    _check(f"activation grad GEMM {m}x{n}x{k} ({activation}) on {path}", out,
+           activation_grad_reference(dy, w2, z, activation))
 
 
 def _conv_passes(name, x_shape, w_shape, **conv_args):
@@ -277,10 +279,11 @@ def sanitize():
             _row_sums_gemm(304, 1032, 264, split=False, path=path)
         _row_sums_gemm(128, 264, 4104, split=True)
         # Whole K on 3 x 5 tiles, the last row and column ragged, Z read in pairs (with 1030 columns, D's
-        # pitch not 16-byte: stored from registers); each derivative.
+        # pitch not 16-byte: stored from registers); each derivative; and on ping-pong pairs.
         _activation_grad_gemm(304, 1032, 264, "gelu")
         _activation_grad_gemm(304, 1032, 264, "gelu_tanh")
         _activation_grad_gemm(300, 1030, 264, "relu")
+        _activation_grad_gemm(304, 1032, 264, "gelu_tanh", path="wgmma_pingpong")
     os.environ.pop("MPGEMM_GEMM_PATH")
     # 196 tiles of 128x128 for fprop and dgrad: the large tile, as on ResNet-50's layers.
     _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)
