@@ -307,17 +307,17 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // dgrad): at index 7 of 32 on a tile of D's whole width beside a partial
   // one, with Z aligned as D (always where pinned, else in one case of two;
   // in the other Z is an element off, which the launcher must have read an
-  // element at a time), so that the first consumer's threads load Z's words with no
-  // checks; at index 23 with D's (and Z's) base 1 to 3 elements
-  // past 16 bytes, so that D is stored from registers (and where odd, Z read
-  // an element at a time, as where Z alone is off by one, which gemm_case
-  // draws in one case of two there); from the epilogue of ping-pong pairs
-  // (index 5 of 32: four tiles or more, Z aligned as D; not where pinned: a
-  // planted build holds the whole-K kernel alone, and that case is the
-  // planted ping-pong bugs' strongest); and after the
-  // product: by split-K's reduction (a split case, index 8 of 32) or a pass
-  // over D (a narrow case, index 4: the first, so that a planted run that
-  // leaves the pass out stops early).
+  // element at a time), so that the first consumer's threads load Z's words
+  // with no checks; at index 23 with D's (and Z's) base 1 to 3 elements past
+  // 16 bytes, so that D is stored from registers (and where odd, Z read an
+  // element at a time, as where Z alone is off by one, which gemm_case draws
+  // in one case of two there); from the epilogue of ping-pong pairs (index 5
+  // of 32: four tiles or more, Z aligned as D; not where pinned: a planted
+  // build holds the whole-K kernel alone, and that case is the planted
+  // ping-pong bugs' strongest); and after the product: by split-K's
+  // reduction (a split case, index 8 of 32) or a pass over D (a narrow case,
+  // index 4: the first, so that a planted run that leaves the pass out stops
+  // early).
   const bool activation_grad_epilogue = index % 16 == 7, activation_grad_misaligned = index % 32 == 23;
   const bool activation_grad_ping_pong = index % 32 == 5 && !sim::pinned.on;
   const bool activation_grad_after = index % 32 == 8 || index % 32 == 4;
@@ -359,7 +359,8 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
                     (paired ? index / 8 : index / 4) % 2 == 0;
   spec.d_misaligned = pre_activation_from_registers || activation_grad_misaligned;
   spec.activation_grad = activation_grad_epilogue || activation_grad_after || activation_grad_ping_pong;
-  if (activation_grad_epilogue || activation_grad_ping_pong) spec.a_row_major = 1, spec.b_row_major = 1, spec.aligned = 1;
+  if (activation_grad_epilogue || activation_grad_ping_pong)
+    spec.a_row_major = 1, spec.b_row_major = 1, spec.aligned = 1;
   spec.activation_input_aligned = activation_grad_ping_pong;
   spec.pre_activation = pre_activation_epilogue || pre_activation_again;
   if (pre_activation_epilogue) spec.a_row_major = 1, spec.b_row_major = 0, spec.aligned = 1;
