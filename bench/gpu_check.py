@@ -168,9 +168,11 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
 # The host side: each op's time per call on tiny tensors and a small MLP's
 # training step beside torch's, then the GPT-2 block at batch 8, where the
 # host's time per step decides the speed (fused too: its MLP one op of
-# three), and the Llama block likewise (its gated MLP one op of five).
+# three; and both steps captured in a CUDA graph, where the host's time per
+# op is gone), and the Llama block likewise (its gated MLP one op of five).
 HOST = (f"rc=0; {PY} -m mpgemm bench host --json {{raw}}/host.json || rc=1; "
-        f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 --ways 'torch.amp,mpgemm,mpgemm fused' "
+        f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 "
+        "--ways 'torch.amp,mpgemm,mpgemm fused,torch.amp captured,mpgemm captured' "
         "--no-search --time-limit 25 --json {raw}/train_gpt2-block_batch8.json || rc=1; "
         f"{PY} -m mpgemm bench train --models llama-block --batch-sizes 8 --ways 'torch.amp,mpgemm,mpgemm fused' "
         "--no-search --time-limit 10 --json {raw}/train_llama-block_batch8.json || rc=1; exit $rc")

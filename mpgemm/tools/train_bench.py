@@ -271,11 +271,12 @@ def _warm_up(trainer, x, target, workload, config, budget, warmup_end, times, sk
     """Warm-up steps after the first (whose time `times` holds, and
     `skipped` whether the scaler skipped it): up to config.max_warmup_steps
     while the warm-up's time lasts, then on while the last step was skipped,
-    config.max_skip_warmup_steps more at most. The last step's time."""
+    config.max_skip_warmup_steps more at most; likewise on while a captured
+    way has yet to capture its step. The last step's time."""
     last = times[-1]
     while budget.left(warmup_end) > last and (
             len(times) < config.max_warmup_steps or
-            (skipped and len(times) < config.max_warmup_steps + config.max_skip_warmup_steps)):
+            ((skipped or trainer.warming_up) and len(times) < config.max_warmup_steps + config.max_skip_warmup_steps)):
         step = trainer.step(x, target, workload.loss_fn)
         last, skipped = step.seconds, step.skipped
         times.append(last)
@@ -397,20 +398,24 @@ def run_searches(config, device, budget, runs, done):
 def _run_entries(runs, on_gpu):
     """The runs as the report holds them: their fields, units, medians,
     spreads and, for GPU times only, the speedup over fp32 (at the same
-    batch, else at the batch fp32 ran: "fp32_batch") and, for mpgemm's ways,
-    the ratio to torch.amp's throughput in the same type at the same batch."""
+    batch, else at the batch fp32 ran: "fp32_batch") and, for mpgemm's ways
+    and the captured ones, the ratio to torch.amp's eager throughput in the
+    same type at the same batch."""
     fp32 = {}
     for r in runs:
         if r.way == "fp32" and r.items_per_s:
             fp32.setdefault(r.model, {})[r.batch_size] = r.items_per_s
-    amp_of = {way.dtype: way.name for way in training.WAYS_BY_NAME.values() if way.recipe == "torch.amp"}
+    amp_of = {way.dtype: way.name for way in training.WAYS_BY_NAME.values()
+              if way.recipe == "torch.amp" and not way.captured}
     rates = {(r.model, r.batch_size, r.way): r.items_per_s for r in runs if r.items_per_s}
     entries = []
     for run in runs:
         workload, measured = WORKLOADS[run.model], fp32.get(run.model, {})
         fp32_batch = run.batch_size if run.batch_size in measured else min(measured, default=None)
         way = training.WAYS_BY_NAME[run.way]
-        amp = rates.get((run.model, run.batch_size, amp_of.get(way.dtype))) if way.recipe == "mpgemm" else None
+        # mpgemm's ways, and the captured ones, against torch.amp's eager step.
+        amp = (rates.get((run.model, run.batch_size, amp_of.get(way.dtype)))
+               if way.recipe == "mpgemm" or way.captured else None)
         entries.append(dataclasses.asdict(run) | {
             "unit": workload.unit, "batch_unit": workload.batch_unit, "median_step_s": run.median_step_s,
             "spread": run.spread, "items_per_s": run.items_per_s,

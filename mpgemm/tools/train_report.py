@@ -103,8 +103,8 @@ def format_report(report):
     if on_gpu:
         lines.append(wrap("ms/step: the median timed step, ± half the spread (slowest - fastest) over the median; "
                           "vs fp32: throughput over fp32's at the same batch (* at the batch fp32 ran); vs amp: "
-                          "mpgemm's throughput over torch.amp's in the same type at the same batch; skipped: of "
-                          "the timed steps."))
+                          "mpgemm's throughput (or a captured way's) over torch.amp's eager one in the same type at "
+                          "the same batch; skipped: of the timed steps."))
     for r in report["runs"]:
         if r["status"] != "ok":
             lines.append(wrap(f"{r['model']} batch {r['batch_size']} {r['way']}, {r['status']}: {r['reason']}",

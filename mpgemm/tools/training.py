@@ -19,6 +19,14 @@ training step they share.
                   mpgemm.mlp, a gated MLP (Llama's) as one
                   mpgemm.gated_mlp, fused on the first step's batch. Opt-in (not
                   among the default WAYS): ALL_WAYS lists it.
+  torch.amp captured, mpgemm captured
+                  torch.amp's and mpgemm's fp16 steps captured once into a CUDA
+                  graph (torch.cuda.graph) and replayed: CAPTURE_AFTER_STEPS
+                  eager steps on a side stream first, as torch asks, then the
+                  capture, then each step copies its batch into the graph's
+                  inputs and replays it. torch.amp's autocast runs without its
+                  cast cache there, as torch's graph recipe asks. A GPU's
+                  ways, opt-in like the fused one.
 
 The loss is computed in fp32 from the model's output, the same way for all
 of them. A step is timed between two GPU synchronizations, so its time is the
@@ -47,6 +55,7 @@ class Way:
     recipe: str  # "fp32", "torch.amp" or "mpgemm"
     dtype: torch.dtype  # the type its products take
     fused: bool = False  # mpgemm.fuse() on the prepared model
+    captured: bool = False  # the step captured into a CUDA graph and replayed
 
     @property
     def loss_scaled(self):
@@ -61,9 +70,12 @@ WAYS_BY_NAME = {way.name: way for way in (
     Way("torch.amp bf16", "torch.amp", torch.bfloat16),
     Way("mpgemm bf16", "mpgemm", torch.bfloat16),
     Way("mpgemm fused", "mpgemm", torch.float16, fused=True),
+    Way("torch.amp captured", "torch.amp", torch.float16, captured=True),
+    Way("mpgemm captured", "mpgemm", torch.float16, captured=True),
 )}
 ALL_WAYS = tuple(WAYS_BY_NAME)
-WAYS = tuple(name for name, way in WAYS_BY_NAME.items() if not way.fused)  # the default ones
+WAYS = tuple(name for name, way in WAYS_BY_NAME.items() if not (way.fused or way.captured))  # the default ones
+CAPTURE_AFTER_STEPS = 3  # a captured way's eager warm-up steps before its capture
 FP32_NOTE = "fp32 is IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls during its runs"
 BF16_NOTE = "the bf16 ways use no loss scaling (bf16 has fp32's exponent range)"
 
@@ -102,13 +114,26 @@ class Trainer:
     scaler: object  # None, torch.amp.GradScaler or mpgemm.amp.LossScaler (disabled for bf16)
     device: torch.device
     fuse_on_first_step: bool = False  # the fused way fuses on its first batch
+    # A captured way's graph once captured, its inputs and loss, and its
+    # eager steps that updated the model before the capture.
+    graph: object = None
+    graph_tensors: tuple = ()
+    eager_steps: int = 0
+
+    @property
+    def warming_up(self):
+        """Whether a captured way has yet to capture its step (its first
+        steps run eagerly, the one after them captures, then replays)."""
+        return WAYS_BY_NAME[self.way].captured and self.graph is None
 
     def autocast(self):
-        """torch.autocast to the way's 16-bit type for torch.amp's ways; nothing for the others."""
+        """torch.autocast to the way's 16-bit type for torch.amp's ways
+        (without its cast cache where the step is captured, as torch's graph
+        recipe asks); nothing for the others."""
         way = WAYS_BY_NAME[self.way]
         if way.recipe != "torch.amp":
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=way.dtype)
+        return torch.autocast(self.device.type, dtype=way.dtype, cache_enabled=not way.captured)
 
     def step(self, x, target, loss_fn):
         """One timed forward, backward and optimizer step on (x, target). Its
@@ -121,22 +146,63 @@ class Trainer:
         synchronize(self.device)
         start = time.perf_counter()
         with record_function(step_profile.STEP):
-            with record_function(step_profile.phase_name("forward")):
-                with self.autocast():
-                    output = self.model(x)
-                loss = loss_fn(output.float(), target)
-            with record_function(step_profile.phase_name("backward")):
-                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            with record_function(step_profile.phase_name("optimizer")):
-                if self.scaler is None:
-                    self.optimizer.step()
-                else:
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
-                self.optimizer.zero_grad(set_to_none=True)
+            if WAYS_BY_NAME[self.way].captured:
+                loss = self._captured_step(x, target, loss_fn)
+            else:
+                loss = self._eager_step(x, target, loss_fn)
             synchronize(self.device)
         seconds = time.perf_counter() - start
-        return StepResult(seconds, loss.item(), self._skipped(scale), scale)
+        skipped = self._skipped(scale)
+        if self.warming_up and not skipped:
+            # Only a step that updated counts: until one has, an optimizer may
+            # still create its state, which mpgemm's fused SGD decides on the host.
+            self.eager_steps += 1
+        return StepResult(seconds, loss.item(), skipped, scale)
+
+    def _eager_step(self, x, target, loss_fn, zero_grad=True):
+        with record_function(step_profile.phase_name("forward")):
+            with self.autocast():
+                output = self.model(x)
+            loss = loss_fn(output.float(), target)
+        with record_function(step_profile.phase_name("backward")):
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        with record_function(step_profile.phase_name("optimizer")):
+            if self.scaler is None:
+                self.optimizer.step()
+            else:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            if zero_grad:
+                self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _captured_step(self, x, target, loss_fn):
+        """torch's recipe for a whole step in a CUDA graph: eager steps on a
+        side stream, then a capture of the step with the gradients unset (the
+        backward allocates them in the graph's pool, and each replay
+        overwrites them), then the batch copied into the graph's inputs and a
+        replay a step."""
+        if self.graph is not None:
+            static_x, static_target, loss = self.graph_tensors
+            static_x.copy_(x)
+            static_target.copy_(target)
+            self.graph.replay()
+            return loss
+        if self.eager_steps < CAPTURE_AFTER_STEPS:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                loss = self._eager_step(x, target, loss_fn)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return loss
+        static_x, static_target = x.clone(), target.clone()
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss = self._eager_step(static_x, static_target, loss_fn, zero_grad=False)
+        self.graph, self.graph_tensors = graph, (static_x, static_target, loss)
+        graph.replay()
+        return loss
 
     def _skipped(self, scale_before):
         if self.scaler is None:
@@ -155,6 +221,8 @@ def setup(way, model, optimizer, device):
     if way not in ALL_WAYS:
         raise ValueError(f"way must be one of {', '.join(ALL_WAYS)}, got {way!r}")
     chosen, device = WAYS_BY_NAME[way], torch.device(device)
+    if chosen.captured and device.type != "cuda":
+        raise ValueError(f"way {way!r} captures its step in a CUDA graph: it needs a CUDA device, got {device}")
     with ieee_fp32() if chosen.recipe == "fp32" else contextlib.nullcontext():
         scaler = None
         if chosen.recipe == "torch.amp" and chosen.loss_scaled:

@@ -179,9 +179,19 @@ def test_ieee_fp32_turns_tf32_off_and_restores_it():
 def test_setup_refuses_an_unknown_way():
     model = torch.nn.Linear(4, 4)
     with pytest.raises(ValueError, match="way must be one of fp32, torch.amp, mpgemm, torch.amp bf16, mpgemm bf16, "
-                                         "mpgemm fused, got 'bf16'"):
+                                         "mpgemm fused, torch.amp captured, mpgemm captured, got 'bf16'"):
         with training.setup("bf16", model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu"):
             pass
+
+
+@pytest.mark.parametrize("way", ["torch.amp captured", "mpgemm captured"])
+def test_captured_ways_need_a_cuda_device(way):
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match=f"way '{way}' captures its step in a CUDA graph: it needs a CUDA device, "
+                                         "got cpu"):
+        with training.setup(way, model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu"):
+            pass
+    assert way not in training.WAYS and way in training.ALL_WAYS  # opt-in
 
 
 def test_fp32_step_is_one_sgd_step_in_ieee_fp32():
@@ -318,6 +328,33 @@ def test_a_small_gpu_run_measures_every_way():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("eager, captured", [("torch.amp", "torch.amp captured"), ("mpgemm", "mpgemm captured")])
+def test_a_captured_way_trains_as_its_eager_way(eager, captured):
+    """The same steps on the same batches, with overflows at the start (the
+    initial scale): the captured way warms up, captures once and replays,
+    and its losses and skipped steps are the eager way's."""
+    data = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(32, 64, generator=data).cuda(), torch.randint(0, 8, (32,), generator=data).cuda())
+               for _ in range(24)]
+    results = {}
+    for way in (eager, captured):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).cuda()
+        # No momentum: torch's fused SGD makes its buffers uninitialized in a first step it skips.
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+        with training.setup(way, model, optimizer, "cuda") as trainer:
+            # 2**16 times the loss overflows fp16 at first: the scaler skips while its scale falls.
+            steps = [trainer.step(x, y, lambda out, t: 1e3 * F.cross_entropy(out, t)) for x, y in batches]
+            results[way] = [(s.loss, s.skipped, s.scale) for s in steps]
+            if way == captured:
+                assert trainer.graph is not None and not trainer.warming_up
+    assert any(skipped for _, skipped, _ in results[eager])
+    losses = {way: [loss for loss, _, _ in steps] for way, steps in results.items()}
+    torch.testing.assert_close(losses[captured], losses[eager], rtol=1e-5, atol=1e-6)
+    assert [r[1:] for r in results[captured]] == [r[1:] for r in results[eager]]
+
+
+@pytest.mark.gpu
 def test_a_profiled_gpu_step_places_its_kernels():
     """mpgemm's step runs mpgemm's kernels and torch.amp's none; both run
     cuBLAS or cuDNN somewhere (the attention's products, at least) and an
@@ -338,20 +375,27 @@ def test_a_profiled_gpu_step_places_its_kernels():
 
 
 class SkippingTrainer:
-    """A trainer whose first `skips` steps are skipped by its scaler."""
+    """A trainer whose first `skips` steps are skipped by its scaler, and
+    that warms up (a captured way before its capture) for its first
+    `warm_up_steps`."""
 
-    def __init__(self, skips):
-        self.skips, self.steps = skips, 0
+    def __init__(self, skips, warm_up_steps=0):
+        self.skips, self.warm_up_steps, self.steps = skips, warm_up_steps, 0
+
+    @property
+    def warming_up(self):
+        return self.steps < self.warm_up_steps
 
     def step(self, x, target, loss_fn):
         self.steps += 1
         return training.StepResult(0.001, 1.0, self.steps <= self.skips, 1.0)
 
 
-@pytest.mark.parametrize("skips, warmup_steps", [(0, 3), (2, 3), (6, 7), (100, 3 + 30)])
-def test_warm_up_goes_on_while_the_scaler_skips(skips, warmup_steps):
+@pytest.mark.parametrize("skips, capture_at, warmup_steps",
+                         [(0, 0, 3), (2, 0, 3), (6, 0, 7), (100, 0, 3 + 30), (0, 5, 5), (2, 9, 9), (0, 100, 3 + 30)])
+def test_warm_up_goes_on_while_the_scaler_skips_or_a_captured_way_has_not_captured(skips, capture_at, warmup_steps):
     config = tiny_config(max_warmup_steps=3, max_skip_warmup_steps=30)
-    trainer = SkippingTrainer(skips)
+    trainer = SkippingTrainer(skips, capture_at)
     first = trainer.step(None, None, None)
     times = [first.seconds]
     train_bench._warm_up(trainer, None, None, train_bench.WORKLOADS["resnet50"], config, train_bench.Budget(60.0),
@@ -373,11 +417,15 @@ def test_vs_torch_amp_and_speedups_against_fp32_at_the_batch_it_ran(tiny):
     def run(batch, way, seconds):
         return train_bench.Run("tiny", batch, way, batch, status="ok", step_times_s=[seconds], peak_memory_mb=1.0)
 
-    runs = [run(4, "fp32", 1.0), run(8, "torch.amp", 0.5), run(8, "mpgemm", 1.0), run(8, "mpgemm bf16", 1.0)]
+    runs = [run(4, "fp32", 1.0), run(8, "torch.amp", 0.5), run(8, "mpgemm", 1.0), run(8, "mpgemm bf16", 1.0),
+            run(8, "torch.amp captured", 0.4), run(8, "mpgemm captured", 0.25)]
     entries = {e["way"]: e for e in train_bench._run_entries(runs, on_gpu=True)}
     assert entries["torch.amp"]["speedup_vs_fp32"] == 4.0 and entries["torch.amp"]["fp32_batch"] == 4
     assert entries["mpgemm"]["vs_torch_amp"] == 0.5
     assert entries["mpgemm bf16"]["vs_torch_amp"] is None  # no torch.amp bf16 at that batch
+    assert entries["torch.amp"]["vs_torch_amp"] is None
+    # The captured ways against torch.amp's eager step.
+    assert (entries["torch.amp captured"]["vs_torch_amp"], entries["mpgemm captured"]["vs_torch_amp"]) == (1.25, 2.0)
     text = train_report._runs_table(train_bench._run_entries(runs, on_gpu=True), True)
     assert "4.00x*" in text and "0.50x" in text
 

@@ -9,3 +9,11 @@
 #else
 #define MPGEMM_SM90A 0
 #endif
+
+namespace mpgemm::kernels {
+// The static shared memory that sm90/block.cuh's probe kernel declares in
+// sm_90a code alone: how the launcher tells at run time which code the device
+// loaded for a unit, from the probe's attributes (sm90/block.cuh's
+// wgmma_compiled).
+inline constexpr int kSm90aProbeSharedBytes = 16;
+}  // namespace mpgemm::kernels

@@ -55,22 +55,41 @@
 namespace mpgemm::kernels::sm90 {
 
 namespace {
-// 1 in code built for sm_90a, where the Hopper kernels have their bodies, 0
-// in code for any other arch: the launcher reads it from the code the device
-// loaded, since a kernel's binary version (90) does not tell sm_90a code
+// A kernel never launched, whose sm_90a code alone declares
+// kSm90aProbeSharedBytes of static shared memory: the launcher tells which
+// code the device loaded for this translation unit from the probe's
+// attributes, since a kernel's binary version (90) does not tell sm_90a code
 // from plain sm_90's.
-__device__ int kWgmmaCompiled = MPGEMM_SM90A;
+__global__ void wgmma_probe_kernel(int* out) {
+#if MPGEMM_SM90A
+  constexpr int kWords = kSm90aProbeSharedBytes / sizeof(int);
+  __shared__ int marker[kWords];
+  marker[threadIdx.x % kWords] = threadIdx.x;
+  __syncthreads();
+  *out = marker[(threadIdx.x + 1) % kWords];
+#endif
+}
 
 // Whether the code the current device runs for this translation unit has the
-// Hopper kernels, asked once per device (the copy synchronizes); a symbol
-// that cannot be read counts as no.
+// Hopper kernels, asked once per device. cudaFuncGetAttributes is a driver
+// query, with no copy and no synchronization, so a unit's first call may come
+// inside a CUDA graph capture.
 bool wgmma_compiled() {
   static PerDeviceFact compiled;
   int yes = 0;
   const cudaError_t err = compiled.get(&yes, [](int* answer) {
-    int flag = 0;
-    *answer = cudaMemcpyFromSymbol(&flag, kWgmmaCompiled, sizeof(flag)) == cudaSuccess && flag == 1;
-    return cudaSuccess;
+    cudaFuncAttributes attributes;
+    const cudaError_t err = cudaFuncGetAttributes(&attributes, wgmma_probe_kernel);
+    if (err == cudaSuccess) {
+      // At least the marker's bytes: sm_90a's object file counts the 1 KiB
+      // that the arch reserves below a block's static shared memory too.
+      *answer = attributes.sharedSizeBytes >= kSm90aProbeSharedBytes;
+      return cudaSuccess;
+    }
+    (void)cudaGetLastError();  // so that no later launch's check reports it
+    *answer = 0;
+    // No code the device can load is a lasting no; any other error is not kept.
+    return err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction ? cudaSuccess : err;
   });
   return err == cudaSuccess && yes == 1;
 }
