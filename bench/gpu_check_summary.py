@@ -258,8 +258,9 @@ def train_step(raw, result, names=None):
     """Per report (train*.json: one per model, and one per kernel path asked
     for; or the files `names`) and model: the speedups over fp32 and the
     ratios to torch.amp at the largest batch every 16-bit way of the report
-    ran, and the largest batches found; the text reports, profiles included,
-    from the log."""
+    ran (a way that ran at no batch named apart, with its reason), and the
+    largest batches found; the text reports, profiles included, from the
+    log."""
     if names is None:
         names = sorted(f for f in os.listdir(raw) if f.startswith("train") and f.endswith(".json"))
     reports = [r for r in (_load_json(os.path.join(raw, name)) for name in names) if r is not None]
@@ -269,9 +270,13 @@ def train_step(raw, result, names=None):
     for report in reports:
         paths = report.get("provenance", {}).get("kernel_paths") or {}
         tag = "".join(f" ({name}={value})" for name, value in paths.items())
-        all_ways = [w for w in dict.fromkeys(r["way"] for r in report["runs"]) if w != "fp32"]
         for model in report["config"]["models"]:
             runs = [r for r in report["runs"] if r["model"] == model and r["status"] == "ok"]
+            all_ways = [w for w in dict.fromkeys(r["way"] for r in runs) if w != "fp32"]
+            for failed in [r for r in report["runs"] if r["model"] == model and r["way"] not in all_ways
+                           and r["way"] != "fp32"]:
+                parts.append(f"{model}{tag} batch {failed['batch_size']} {failed['way']}: {failed['status']}"
+                             + (f" ({failed['reason']})" if failed.get("reason") else ""))
             by_batch = {}
             for r in runs:
                 by_batch.setdefault(r["batch_size"], {})[r["way"]] = r

@@ -38,6 +38,32 @@ MIX_COLUMNS = {"hmma": "loop HMMA", "ldsm": "LDSM", "global": "LDG", "barrier": 
 BF16_MIN_ARCH = 80
 
 
+def function_name(name):
+    """A kernel's own name, the last identifier before its template
+    arguments, from its mangled name (`_ZN6mpgemm7kernels16wmma_gemm_kernelI...`:
+    "wmma_gemm_kernel"); any other name as it is. Matching the kinds above
+    against it, not the whole name, keeps out a kernel of an anonymous
+    namespace, whose mangled name holds its unit's file name
+    (`_GLOBAL__N__..._gemm_kernels_pair_fp16_cu_...`)."""
+    match = re.match(r"_ZN?((?:\d+[A-Za-z_][A-Za-z0-9_]*)+)", name)
+    if not match:
+        return name
+    identifiers, rest = [], match.group(1)
+    while rest:
+        length = re.match(r"\d+", rest).group()
+        identifiers.append(rest[len(length):len(length) + int(length)])
+        rest = rest[len(length) + int(length):]
+        if rest and not rest[0].isdigit():
+            break
+    return identifiers[-1]
+
+
+def is_tensor_core_kernel(name):
+    """Whether the kernel named `name` (mangled or not) is one of TENSOR_CORE_KERNELS."""
+    own = function_name(name)
+    return any(kind in own for kind in TENSOR_CORE_KERNELS)
+
+
 def input_element(name):
     """The type of a kernel's Tensor Core inputs, from its (mangled or
     demangled) name: "bf16", "fp16", or "" for a kernel templated on neither."""
@@ -180,7 +206,7 @@ def main(args):
     print(format_kernels(kernels))
     if any(k.mix for k in kernels):
         print(mix_legend())
-    products = [k for k in kernels if any(name in k.name for name in TENSOR_CORE_KERNELS)]
+    products = [k for k in kernels if is_tensor_core_kernel(k.name)]
     empty = [k for k in products if compiled_out(k.arch, k.name)]
     products = [k for k in products if not compiled_out(k.arch, k.name)]
     without = [k for k in products if k.hmma + k.hgmma == 0]

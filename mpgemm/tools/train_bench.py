@@ -126,6 +126,7 @@ class BenchConfig:
         return way != "fp32" or self.fp32_every_batch or batch == min(self.batches(workload))
 
 
+CAPTURED_SEARCH_REASON = "a captured way's batch is its eager way's: the search times eager steps"
 NO_SEARCH_REASON = ("--quick on the CPU, where host memory bounds the batch, not a GPU's; the search needs a "
                     "GPU")
 # Tiny: torch's fp16 and bf16 matmuls and convolutions are slow on most CPUs,
@@ -242,9 +243,20 @@ def _train(run, workload, config, device, budget, share_end):
             first = trainer.step(x, target, workload.loss_fn)
         run.saved_memory_mb = saved.total / 2**20
         run.warmup_step_times_s.append(first.seconds)
+        # A captured way's peak is its capture's, which its warm-up holds: the
+        # graph's pool keeps a step's activations for good, and replays
+        # allocate nothing.
+        captured = training.WAYS_BY_NAME[run.way].captured
+        if captured and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         last = _warm_up(trainer, x, target, workload, config, budget, budget.clock() + WARMUP_SHARE *
                         budget.left(share_end), run.warmup_step_times_s, first.skipped)
-        if device.type == "cuda":
+        if trainer.warming_up:
+            run.status = "error"
+            run.reason = (f"never captured its step: {trainer.eager_steps} of its {len(run.warmup_step_times_s)} "
+                          f"warm-up steps updated the model, {training.CAPTURE_AFTER_STEPS} needed")
+            return
+        if device.type == "cuda" and not captured:
             torch.cuda.reset_peak_memory_stats(device)
         reset_workspace_stats()
         # The first min_timed_steps may overrun the run's share, not the time limit.
@@ -258,9 +270,10 @@ def _train(run, workload, config, device, budget, share_end):
             run.final_loss = step.loss
         if device.type == "cuda":
             run.peak_memory_mb = torch.cuda.max_memory_allocated(device) / 2**20
-        workspaces = workspace_stats()
-        run.workspace_largest_mb = workspaces["largest_bytes"] / 2**20
-        run.workspace_mb_per_step = workspaces["bytes"] / 2**20 / max(1, len(run.step_times_s))
+        if not captured:  # replays ask mpgemm for no workspace: theirs were taken at the capture
+            workspaces = workspace_stats()
+            run.workspace_largest_mb = workspaces["largest_bytes"] / 2**20
+            run.workspace_mb_per_step = workspaces["bytes"] / 2**20 / max(1, len(run.step_times_s))
     if run.step_times_s:
         run.status = "ok"
     else:
@@ -383,13 +396,17 @@ def search_largest_batch(search, workload, runs, config, device, budget, share_e
 def run_searches(config, device, budget, runs, done):
     """A largest-batch search per model and way; done(searches, note) after each."""
     searches = [Search(name, way) for name in config.models for way in config.ways]
-    if not config.search:
-        for search in searches:
+    for search in searches:
+        if not config.search:
             search.status, search.reason = "skipped", NO_SEARCH_REASON
+        elif training.WAYS_BY_NAME[search.way].captured:
+            search.status, search.reason = "skipped", CAPTURED_SEARCH_REASON
+    if not config.search:
         done(searches, "")
         return searches
-    for index, search in enumerate(searches):
-        share_end = budget.clock() + budget.share(None, len(searches) - index)
+    searched = [search for search in searches if search.status == "not run"]
+    for index, search in enumerate(searched):
+        share_end = budget.clock() + budget.share(None, len(searched) - index)
         search_largest_batch(search, WORKLOADS[search.model], runs, config, device, budget, share_end)
         done(searches, f"largest batch {search.model} {search.way}")
     return searches

@@ -75,7 +75,7 @@ WAYS_BY_NAME = {way.name: way for way in (
 )}
 ALL_WAYS = tuple(WAYS_BY_NAME)
 WAYS = tuple(name for name, way in WAYS_BY_NAME.items() if not (way.fused or way.captured))  # the default ones
-CAPTURE_AFTER_STEPS = 3  # a captured way's eager warm-up steps before its capture
+CAPTURE_AFTER_STEPS = 3  # a captured way's eager warm-up steps that update the model, before its capture
 FP32_NOTE = "fp32 is IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls during its runs"
 BF16_NOTE = "the bf16 ways use no loss scaling (bf16 has fp32's exponent range)"
 

@@ -13,7 +13,8 @@ import re
 import pytest
 
 from mpgemm.tools import sass
-from mpgemm.tools.kernel_report import HOPPER_KERNELS, TENSOR_CORE_KERNELS, compiled_out, demangle, input_element
+from mpgemm.tools.kernel_report import (HOPPER_KERNELS, TENSOR_CORE_KERNELS, compiled_out, demangle, input_element,
+                                        is_tensor_core_kernel)
 
 # The HMMA each arch's WMMA m16n16k16 with fp32 accumulation compiles to, per
 # input type (opcodes as cuobjdump spells them). None: no Tensor Core code, as
@@ -94,7 +95,7 @@ def hmma_counts(opcodes):
 def test_every_gemm_and_conv_kernel_uses_tensor_cores_of_its_type(compiled, arch):
     functions = compiled[arch][1]
     assert set(functions) == set(compiled[arch][0]), "SASS and the resource usage disagree on the kernels"
-    mma_kernels = {name: ops for name, ops in functions.items() if any(k in name for k in TENSOR_CORE_KERNELS)}
+    mma_kernels = {name: ops for name, ops in functions.items() if is_tensor_core_kernel(name)}
     assert {k for k in TENSOR_CORE_KERNELS if any(k in name for name in mma_kernels)} == set(TENSOR_CORE_KERNELS)
     built = {(k, input_element(name)) for name in mma_kernels for k in PRODUCT_KERNELS if k in name}
     assert built == {(k, t) for k in PRODUCT_KERNELS for t in ("fp16", "bf16")}, "a kernel lacks an input type"

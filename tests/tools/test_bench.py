@@ -396,6 +396,21 @@ def test_inspect_reads_a_known_object(tiny_object):
     assert looped.mix.other_per_hmma == looped.mix.other / 2
 
 
+@pytest.mark.parametrize("name, own, tensor_cores", [
+    ("_ZN6mpgemm7kernels16wmma_gemm_kernelI13__nv_bfloat16NS0_10ScalarTileELb0ELb0ELi1EEEvNS0_10GemmParamsE",
+     "wmma_gemm_kernel", True),
+    ("_ZN6mpgemm7kernels4sm9017wgmma_conv_kernelI6__halfEEvN14CUtensorMap_stE", "wgmma_conv_kernel", True),
+    ("_Z18mma_ceiling_kernelPv", "mma_ceiling_kernel", True),
+    # An anonymous namespace's mangled name holds its unit's file name, here gemm_kernels_*.cu's.
+    ("_ZN6mpgemm7kernels4sm9071_GLOBAL__N__454fe17c_32_gemm_kernels_cooperative_fp16_cu_69c91484_2988318"
+     "sm90a_probe_kernelEPi", "sm90a_probe_kernel", False),
+    ("mpgemm::kernels::wmma_conv2d_kernel<__half>(int)", "mpgemm::kernels::wmma_conv2d_kernel<__half>(int)", True),
+])
+def test_tensor_core_kernels_are_told_by_their_own_name(name, own, tensor_cores):
+    assert kernel_report.function_name(name) == own
+    assert kernel_report.is_tensor_core_kernel(name) == tensor_cores
+
+
 def test_inspect_cli(tiny_object):
     proc = subprocess.run([sys.executable, "-m", "mpgemm", "inspect", "--binary", str(tiny_object)],
                           capture_output=True, text=True)

@@ -2,6 +2,7 @@
 ways, the time limit and how it is shared, out-of-memory handling, the
 largest-batch search, the report and the command line."""
 
+import contextlib
 import json
 import time
 
@@ -330,28 +331,37 @@ def test_a_small_gpu_run_measures_every_way():
 @pytest.mark.gpu
 @pytest.mark.parametrize("eager, captured", [("torch.amp", "torch.amp captured"), ("mpgemm", "mpgemm captured")])
 def test_a_captured_way_trains_as_its_eager_way(eager, captured):
-    """The same steps on the same batches, with overflows at the start (the
-    initial scale): the captured way warms up, captures once and replays,
-    and its losses and skipped steps are the eager way's."""
+    """The same steps on the same batches: overflows at the start (the
+    initial scale, 2**16, times a loss of about 2,000), which the captured
+    way takes eagerly, then its capture after three updating steps, then
+    replays, one of them skipped (an inf planted in batch 16). Its losses,
+    skips, scales and final weights are the eager way's."""
     data = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(32, 64, generator=data).cuda(), torch.randint(0, 8, (32,), generator=data).cuda())
-               for _ in range(24)]
-    results = {}
+    batches = [(torch.randn(32, 64, generator=data), torch.randint(0, 8, (32,), generator=data)) for _ in range(24)]
+    batches[16][0][0, 0] = float("inf")
+    results, weights = {}, {}
     for way in (eager, captured):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).cuda()
+        initial = [p.detach().clone() for p in model.parameters()]
         # No momentum: torch's fused SGD makes its buffers uninitialized in a first step it skips.
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-5, fused=True)
         with training.setup(way, model, optimizer, "cuda") as trainer:
-            # 2**16 times the loss overflows fp16 at first: the scaler skips while its scale falls.
-            steps = [trainer.step(x, y, lambda out, t: 1e3 * F.cross_entropy(out, t)) for x, y in batches]
-            results[way] = [(s.loss, s.skipped, s.scale) for s in steps]
+            steps = [trainer.step(x.cuda(), y.cuda(), lambda out, t: 1e3 * F.cross_entropy(out, t))
+                     for x, y in batches]
             if way == captured:
-                assert trainer.graph is not None and not trainer.warming_up
-    assert any(skipped for _, skipped, _ in results[eager])
+                assert trainer.graph is not None and trainer.eager_steps == training.CAPTURE_AFTER_STEPS
+            masters = trainer.optimizer.master_params() if way.startswith("mpgemm") else trainer.model.parameters()
+            weights[way] = [m.detach().float().clone() for m in masters]
+        results[way] = [(s.loss, s.skipped, s.scale) for s in steps]
+    skipped = [i for i, (_, s, _) in enumerate(results[eager]) if s]
+    assert skipped[0] == 0 and 16 in skipped and len(skipped) < 12, skipped  # one skip among the replays
     losses = {way: [loss for loss, _, _ in steps] for way, steps in results.items()}
-    torch.testing.assert_close(losses[captured], losses[eager], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(losses[captured], losses[eager], rtol=1e-5, atol=1e-6, equal_nan=True)
     assert [r[1:] for r in results[captured]] == [r[1:] for r in results[eager]]
+    for w, e, start in zip(weights[captured], weights[eager], initial):
+        torch.testing.assert_close(w, e, rtol=1e-5, atol=1e-7)
+        assert not torch.equal(e, start.float())  # the steps moved the weights
 
 
 @pytest.mark.gpu
@@ -381,6 +391,7 @@ class SkippingTrainer:
 
     def __init__(self, skips, warm_up_steps=0):
         self.skips, self.warm_up_steps, self.steps = skips, warm_up_steps, 0
+        self.eager_steps = 0  # of a captured way: its warm-up steps that updated the model
 
     @property
     def warming_up(self):
@@ -401,6 +412,27 @@ def test_warm_up_goes_on_while_the_scaler_skips_or_a_captured_way_has_not_captur
     train_bench._warm_up(trainer, None, None, train_bench.WORKLOADS["resnet50"], config, train_bench.Budget(60.0),
                          float("inf"), times, first.skipped)
     assert len(times) == warmup_steps
+
+
+def test_a_captured_way_that_never_captures_is_an_error_and_not_timed(tiny, monkeypatch):
+    trainer = SkippingTrainer(skips=100, warm_up_steps=10**6)
+    monkeypatch.setattr(train_bench, "_trainer", lambda *args: contextlib.nullcontext(trainer))
+    config = tiny_config(max_warmup_steps=2, max_skip_warmup_steps=3)
+    run = train_bench.Run("tiny", 4, "mpgemm captured", 4)
+    budget = train_bench.Budget(60.0)
+    train_bench._train(run, train_bench.WORKLOADS["tiny"], config, torch.device("cpu"), budget, budget.end)
+    assert (run.status, run.step_times_s, len(run.warmup_step_times_s)) == ("error", [], 5)
+    assert run.reason == "never captured its step: 0 of its 5 warm-up steps updated the model, 3 needed"
+
+
+def test_searches_skip_the_captured_ways(tiny, monkeypatch):
+    searched = []
+    monkeypatch.setattr(train_bench, "search_largest_batch", lambda search, *args: searched.append(search.way))
+    config = tiny_config(search=True, ways=("torch.amp", "mpgemm captured", "mpgemm"))
+    searches = train_bench.run_searches(config, torch.device("cpu"), train_bench.Budget(60.0), [],
+                                        lambda *args: None)
+    assert searched == ["torch.amp", "mpgemm"]
+    assert (searches[1].status, searches[1].reason) == ("skipped", train_bench.CAPTURED_SEARCH_REASON)
 
 
 def test_a_run_times_its_least_steps_past_its_share(tiny):

@@ -34,9 +34,8 @@ inline DeviceLimits device_limits() {
 // A fact about a kernel on a device that holds for the life of the process
 // (whether the code the device loaded has a body, how many clusters of a
 // kernel fit at once), asked of the runtime once per device and kept: asking
-// costs a driver query, or synchronizes. Facts are counts and flags, never
-// negative. An error is returned and not kept; devices from kMaxDevices on
-// are asked every time.
+// costs a driver query. Facts are counts and flags, never negative. An error
+// is returned and not kept; devices from kMaxDevices on are asked every time.
 class PerDeviceFact {
  public:
   // The fact for the current device into *value: ask(value), a cudaError_t,

@@ -60,7 +60,7 @@ namespace {
 // code the device loaded for this translation unit from the probe's
 // attributes, since a kernel's binary version (90) does not tell sm_90a code
 // from plain sm_90's.
-__global__ void wgmma_probe_kernel(int* out) {
+__global__ void sm90a_probe_kernel(int* out) {
 #if MPGEMM_SM90A
   constexpr int kWords = kSm90aProbeSharedBytes / sizeof(int);
   __shared__ int marker[kWords];
@@ -79,7 +79,7 @@ bool wgmma_compiled() {
   int yes = 0;
   const cudaError_t err = compiled.get(&yes, [](int* answer) {
     cudaFuncAttributes attributes;
-    const cudaError_t err = cudaFuncGetAttributes(&attributes, wgmma_probe_kernel);
+    const cudaError_t err = cudaFuncGetAttributes(&attributes, sm90a_probe_kernel);
     if (err == cudaSuccess) {
       // At least the marker's bytes: sm_90a's object file counts the 1 KiB
       // that the arch reserves below a block's static shared memory too.
