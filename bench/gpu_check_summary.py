@@ -273,10 +273,12 @@ def train_step(raw, result, names=None):
         for model in report["config"]["models"]:
             runs = [r for r in report["runs"] if r["model"] == model and r["status"] == "ok"]
             all_ways = [w for w in dict.fromkeys(r["way"] for r in runs) if w != "fp32"]
-            for failed in [r for r in report["runs"] if r["model"] == model and r["way"] not in all_ways
-                           and r["way"] != "fp32"]:
-                parts.append(f"{model}{tag} batch {failed['batch_size']} {failed['way']}: {failed['status']}"
-                             + (f" ({failed['reason']})" if failed.get("reason") else ""))
+            failed = {}
+            for r in report["runs"]:
+                if r["model"] == model and r["way"] not in all_ways and r["way"] != "fp32":
+                    failed.setdefault(r["way"], r)  # a way that ran at no batch: its first run's reason
+            parts += [f"{model}{tag} {way}: {r['status']}" + (f" ({r['reason']})" if r.get("reason") else "")
+                      for way, r in failed.items()]
             by_batch = {}
             for r in runs:
                 by_batch.setdefault(r["batch_size"], {})[r["way"]] = r

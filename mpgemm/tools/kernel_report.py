@@ -38,28 +38,32 @@ MIX_COLUMNS = {"hmma": "loop HMMA", "ldsm": "LDSM", "global": "LDG", "barrier": 
 BF16_MIN_ARCH = 80
 
 
+_SOURCE_NAME = re.compile(r"L?(\d+)")  # a mangled name's <length><identifier>, the length matched
+
+
 def function_name(name):
-    """A kernel's own name, the last identifier before its template
-    arguments, from its mangled name (`_ZN6mpgemm7kernels16wmma_gemm_kernelI...`:
-    "wmma_gemm_kernel"); any other name as it is. Matching the kinds above
-    against it, not the whole name, keeps out a kernel of an anonymous
-    namespace, whose mangled name holds its unit's file name
-    (`_GLOBAL__N__..._gemm_kernels_pair_fp16_cu_...`)."""
-    match = re.match(r"_ZN?((?:\d+[A-Za-z_][A-Za-z0-9_]*)+)", name)
-    if not match:
+    """A kernel's own name, from its mangled name: the last source name of
+    its nested name (`_ZN6mpgemm7kernels16wmma_gemm_kernelI...`:
+    "wmma_gemm_kernel"), or the one source name after `_Z`; any other name
+    (a demangled one) as it is. Matching the kinds above against it, not the
+    whole mangled name, keeps out a kernel of an anonymous namespace, whose
+    mangled name holds its unit's file name
+    (`_GLOBAL__N__..._gemm_kernels_pair_fp16_cu_...`); a demangled name reads
+    "(anonymous namespace)" there."""
+    nested = name.startswith("_ZN")
+    if not (nested or name.startswith("_Z")):
         return name
-    identifiers, rest = [], match.group(1)
-    while rest:
-        length = re.match(r"\d+", rest).group()
-        identifiers.append(rest[len(length):len(length) + int(length)])
-        rest = rest[len(length) + int(length):]
-        if rest and not rest[0].isdigit():
+    position, own = 3 if nested else 2, None
+    while match := _SOURCE_NAME.match(name, position):  # L: an internal name
+        start = match.end()
+        own, position = name[start:start + int(match.group(1))], start + int(match.group(1))
+        if not nested:
             break
-    return identifiers[-1]
+    return own or name
 
 
 def is_tensor_core_kernel(name):
-    """Whether the kernel named `name` (mangled or not) is one of TENSOR_CORE_KERNELS."""
+    """Whether the kernel named `name` is one of TENSOR_CORE_KERNELS."""
     own = function_name(name)
     return any(kind in own for kind in TENSOR_CORE_KERNELS)
 

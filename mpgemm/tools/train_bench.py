@@ -253,7 +253,9 @@ def _train(run, workload, config, device, budget, share_end):
                         budget.left(share_end), run.warmup_step_times_s, first.skipped)
         if trainer.warming_up:
             run.status = "error"
-            run.reason = (f"never captured its step: {trainer.eager_steps} of its {len(run.warmup_step_times_s)} "
+            run.reason = ("the time limit came before its capture"
+                          if trainer.eager_steps >= training.CAPTURE_AFTER_STEPS else
+                          f"never captured its step: {trainer.eager_steps} of its {len(run.warmup_step_times_s)} "
                           f"warm-up steps updated the model, {training.CAPTURE_AFTER_STEPS} needed")
             return
         if device.type == "cuda" and not captured:
@@ -401,9 +403,7 @@ def run_searches(config, device, budget, runs, done):
             search.status, search.reason = "skipped", NO_SEARCH_REASON
         elif training.WAYS_BY_NAME[search.way].captured:
             search.status, search.reason = "skipped", CAPTURED_SEARCH_REASON
-    if not config.search:
-        done(searches, "")
-        return searches
+    done(searches, "")
     searched = [search for search in searches if search.status == "not run"]
     for index, search in enumerate(searched):
         share_end = budget.clock() + budget.share(None, len(searched) - index)
@@ -492,7 +492,8 @@ def run(config, device, show_progress=True, checkpoint=None):
               "runs": [], "largest_batch": [], "profiles": [], "elapsed_s": 0.0}
     planned_runs = sum(config.runs_way(WORKLOADS[m], batch, way) for m in config.models
                        for batch in config.batches(WORKLOADS[m]) for way in training.ALL_WAYS)
-    planned_searches = len(config.models) * len(config.ways) if config.search else 0
+    searched_ways = [way for way in config.ways if not training.WAYS_BY_NAME[way].captured]
+    planned_searches = len(config.models) * len(searched_ways) if config.search else 0
     planned_profiles = len(config.models) * len(set(PROFILED_WAYS) & set(config.ways)) if config.profile else 0
     progress = Progress(planned_runs + planned_searches + planned_profiles, "bench train") if show_progress else None
 

@@ -405,6 +405,8 @@ def test_inspect_reads_a_known_object(tiny_object):
     ("_ZN6mpgemm7kernels4sm9071_GLOBAL__N__454fe17c_32_gemm_kernels_cooperative_fp16_cu_69c91484_2988318"
      "sm90a_probe_kernelEPi", "sm90a_probe_kernel", False),
     ("mpgemm::kernels::wmma_conv2d_kernel<__half>(int)", "mpgemm::kernels::wmma_conv2d_kernel<__half>(int)", True),
+    ("_Z16wmma_gemm_kernel10GemmParams", "wmma_gemm_kernel", True),  # one source name, then the parameters
+    ("_ZN6mpgemm7kernelsL16wmma_gemm_kernelEv", "wmma_gemm_kernel", True),  # an internal name
 ])
 def test_tensor_core_kernels_are_told_by_their_own_name(name, own, tensor_cores):
     assert kernel_report.function_name(name) == own

@@ -402,8 +402,9 @@ def test_host_summary_gives_each_ratio_and_the_blocks_at_batch_8(tmp_path):
     assert gpu_check_summary.host_step(str(tmp_path), {"log": "host.log"})[0].startswith(
         "host time per call against torch's: no host.json; gpt2-block")
     # A way that ran at no batch is named with its reason; the others keep their figures.
-    block["runs"].append(dict(run, way="mpgemm captured", status="error", reason="never captured its step"))
+    block["runs"] += [dict(run, way="mpgemm captured", status="error", reason="never captured its step"),
+                      dict(run, batch_size=16, way="mpgemm captured", status="error", reason="another")]
     (tmp_path / "train_gpt2-block_batch8.json").write_text(json.dumps(block))
     assert gpu_check_summary.host_step(str(tmp_path), {"log": "host.log"})[0].endswith(
-        "gpt2-block batch 8 mpgemm captured: error (never captured its step); "
+        "gpt2-block mpgemm captured: error (never captured its step); "
         "gpt2-block batch 8: torch.amp -, mpgemm - (0.75 of torch.amp)")
