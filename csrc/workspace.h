@@ -1,5 +1,5 @@
 // Device workspaces of the CUDA launchers (split-K partial sums, wgrad's
-// partial sums, padded copies): taken from torch's caching allocator, one per
+// partial sums, padded copies, the epilogue statistics' split totals): taken from torch's caching allocator, one per
 // call and released when the call returns (the allocator reuses a block only
 // after the stream's queued kernels), and counted so that benchmarks can say
 // how many bytes mpgemm added beyond its outputs.

@@ -82,8 +82,11 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
   if (batch_mean_var != nullptr) {
     if (epilogue_moments) {
       *batch_mean_var = at::empty({2, p.k}, anchor.options().dtype(at::kFloat));
+      const at::Tensor totals = allocate_workspace(
+          size_t(kernels::column_moments_total_workspace_bytes(rows, p.k, plan.moment_rows)), anchor);
       C10_CUDA_CHECK(kernels::launch_column_moments_total(rows, p.k, plan.moment_rows, moments.data_ptr<float>(),
-                                                          batch_mean_var->data_ptr<float>(), stream));
+                                                          totals.data_ptr(), batch_mean_var->data_ptr<float>(),
+                                                          stream));
     } else {
       *batch_mean_var = batch_mean_var_of(out);
     }

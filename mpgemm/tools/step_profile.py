@@ -24,7 +24,8 @@ own thread, land where they were asked for. Then:
   so that a step's forward products (a ResNet's fprop) and backward ones
   (dgrad and wgrad) compare between ways without a conv benchmark's
   stand-ins.
-- the kernels that take the most time per step, by name.
+- the kernels that take the most time per step, by name (KEPT_KERNELS of
+  them kept, TOP_KERNELS printed).
 
 Times are per step, averaged over the profiled steps. The profiler's own
 overhead lengthens the host's side; the device times are the kernels' own.
@@ -41,6 +42,9 @@ STEP = "train_step"
 PHASES = ("forward", "backward", "optimizer")
 CATEGORIES = ("mpgemm", "cudnn/cublas", "attention", "normalization", "elementwise", "optimizer",
               "copies and fills", "other", "idle")
+# The kernels a summary keeps, by time (enough to find a small one, such
+# as the statistics' totals, that a prediction names), and those printed.
+KEPT_KERNELS = 40
 TOP_KERNELS = 15
 DEVICE_EVENTS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_EVENTS = {"cuda_runtime", "cuda_driver"}
@@ -165,7 +169,7 @@ def summarize_trace(events):
     step_us = sum(e - s for s, e in steps) / n
     per_category["idle"] = sum((e - s) - _covered(b) for (s, e), b in zip(steps, busy))
     per_category = {k: v / n / 1000 for k, v in per_category.items()}
-    top = sorted(kernels.values(), key=lambda k: -k["us"])[:TOP_KERNELS]
+    top = sorted(kernels.values(), key=lambda k: -k["us"])[:KEPT_KERNELS]
     return {
         "steps": n, "step_ms": step_us / 1000, "device_events": sum(k["calls"] for k in kernels.values()),
         "categories_ms": per_category,
@@ -210,7 +214,7 @@ def format_profile(entry):
         lines.append("  convolution and GEMM kernels by phase: " + ", ".join(
             f"{name} {ms:.1f} ms" for name, ms in summary["products_ms"].items()))
     lines.append(f"  {'ms/step':>8} {'calls':>6} {'share':>6}  {'kind':<13} kernel")
-    for k in summary["top_kernels"]:
+    for k in summary["top_kernels"][:TOP_KERNELS]:
         lines.append(f"  {k['ms_per_step']:8.2f} {k['calls_per_step']:6.0f} {100 * k['share']:5.1f}%  "
                      f"{k['category']:<13} {short_name(k['name'], 60)}")
     return lines

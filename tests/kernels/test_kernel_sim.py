@@ -142,20 +142,21 @@ WMMA_MUTATIONS = {
 # planted in one kernel share its build and each run plants one. A bug the
 # run cannot choose (a type: no PLANTED in its text) has a build of its own.
 #
-# In the batch-norm sums (norm/batch_norm_kernels.cuh) and the totals of
-# an epilogue's column moments (norm/column_moments.cu), each of which must
+# In the batch-norm sums (norm/batch_norm_kernels.cuh) and the totals of an
+# epilogue's column moments (norm/column_moments.cu), each of which must
 # fail the batch-norm cases: the last row block's partial sums dropped, each
 # row block summing its predecessor's last row again, a block's moments
-# dropped from the mean (the last, or one a thread), and each block's mean
-# taken from the block after it (the next block counted twice); in the
-# loads-ahead kernels (norm/batch_norm_ahead_kernels.cuh, every other case),
-# the last row of each group fetched ahead fetched but never used (its sums
-# and input gradient left out), and the ReLU's byte of bits read unshifted
-# (wrong wherever a run's bits do not start the byte: fp32 runs of 4 and
-# runs of one); in the stem's fused max pool (norm/max_pool_kernels.cuh),
-# ties won by the window's last tap instead of its first, and each input
-# pixel's last covering window (by row and by column) left out of its
-# gradient.
+# dropped from the mean (each split's last, and the last split), each
+# block's mean taken from the block after it (the next block counted twice),
+# and every split of the blocks totalling the first split's (wrong only
+# where there are several); in the loads-ahead kernels
+# (norm/batch_norm_ahead_kernels.cuh, every other case), the last row of
+# each group fetched ahead fetched but never used (its sums and input
+# gradient left out), and the ReLU's byte of bits read unshifted (wrong
+# wherever a run's bits do not start the byte: fp32 runs of 4 and runs of
+# one); in the stem's fused max pool (norm/max_pool_kernels.cuh), ties won
+# by the window's last tap instead of its first, and each input pixel's last
+# covering window (by row and by column) left out of its gradient.
 BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/batch_norm_ahead_kernels.cuh", "norm/column_moments.cu",
                     "norm/max_pool_kernels.cuh", "gated/gated.cu"]
 BATCH_NORM_MUTATIONS = {
@@ -163,10 +164,14 @@ BATCH_NORM_MUTATIONS = {
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
     "a row summed twice": ("const int64_t begin = blockIdx.y * a.block_rows;",
                            "const int64_t begin = blockIdx.y * a.block_rows - (PLANTED && blockIdx.y > 0);"),
-    "a block's moments dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads) weighted",
-                                  "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads) weighted"),
-    "a block's moments counted twice": ("count(b) * mean_of(b);",
-                                        "count(b) * mean_of(PLANTED && b + 1 < a.blocks ? b + 1 : b);"),
+    "a block's moments dropped": ("for (int64_t g = first + warp; g < end; g += kWarps) weighted",
+                                  "for (int64_t g = first + warp; g + PLANTED < end; g += kWarps) weighted"),
+    "every split totalling the first split's blocks": (
+        "int64_t(blockIdx.y) * a.blocks_per_split, end = split_end(a, blockIdx.y);",
+        "int64_t(PLANTED ? 0 : blockIdx.y) * a.blocks_per_split, end = split_end(a, PLANTED ? 0 : blockIdx.y);"),
+    "a block's moments counted twice": (
+        "Groups::count(a, g) * Groups::mean(a, g, c);",
+        "Groups::count(a, g) * Groups::mean(a, PLANTED && g + 1 < end ? g + 1 : g, c);"),
     "a row fetched ahead left unused": ("if (r + j * step < w.end) use(",
                                         "if (r + j * step < w.end && !(PLANTED && j == kRowsAhead - 1)) use("),
     "the ReLU's bits read unshifted": ("const unsigned run_bits = g.bits >> (i % 8);",

@@ -67,6 +67,22 @@ def test_device_events_are_placed_by_their_launch_and_add_up_to_the_step():
         {"model": "m", "batch_size": 2, "way": "mpgemm", "summary": summary})[4]
 
 
+def test_a_summary_keeps_more_kernels_than_it_prints():
+    """A prediction may name a small kernel (the statistics' totals): the
+    summary keeps KEPT_KERNELS of them by time, the table prints TOP_KERNELS."""
+    count = step_profile.KEPT_KERNELS + 5
+    events = [_annotation("train_step", 0, 10_000), _annotation("train_step/forward", 0, 10_000)]
+    for i in range(count):
+        events += [_launch(i, 10 * i), _kernel(f"mpgemm::kernels::k{i}_kernel", i, 10 * i + 1, 1 + i)]
+    summary = step_profile.summarize_trace(events)
+    kept = summary["top_kernels"]
+    assert len(kept) == step_profile.KEPT_KERNELS > step_profile.TOP_KERNELS
+    assert [k["name"] for k in kept] == [f"mpgemm::kernels::k{i}_kernel" for i in reversed(range(5, count))]
+    lines = step_profile.format_profile({"model": "m", "batch_size": 2, "way": "mpgemm", "summary": summary})
+    table = [line for line in lines if "_kernel" in line]
+    assert len(table) == step_profile.TOP_KERNELS and f"k{count - 1}_kernel" in table[0]
+
+
 def test_a_trace_without_steps_or_device_events():
     assert step_profile.summarize_trace([_launch(1, 0), _kernel("k", 1, 0, 5)]) is None
     summary = step_profile.summarize_trace([_annotation("train_step", 0, 100)])
@@ -117,7 +133,8 @@ def test_categories(name, phase, kind, expected):
     ("void mpgemm::kernels::row_sums_reduce_kernel(float*, float const*, long, int)", True),
     # Batch norm's and the statistics' kernels sit in mpgemm's namespace but compute no product.
     ("void mpgemm::kernels::batch_norm::sums_kernel<__half, 8>(mpgemm::kernels::batch_norm::SumsArgs)", False),
-    ("void mpgemm::kernels::column_moments::total_kernel(TotalArgs)", False),
+    ("void mpgemm::kernels::(anonymous namespace)::moments_split_kernel(TotalArgs)", False),
+    ("void mpgemm::kernels::(anonymous namespace)::moments_total_kernel(TotalArgs)", False),
     ("void mpgemm::kernels::gated_kernel<__half>(GatedArgs)", False),
     ("void cudnn::batchnorm_fwtr_nhwc_semiPersist<__half, float>(cudnn::NhwcBatchNormFwdParams)", False),
     ("void at::native::(anonymous namespace)::max_pool_forward_nhwc<c10::Half, int>(c10::Half const*)", False),

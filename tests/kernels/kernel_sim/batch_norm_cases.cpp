@@ -8,8 +8,9 @@
 // one element; an output one element past an aligned address forces the
 // one-element path. Each case also totals random blocks' column moments
 // (norm/column_moments.h; values about a large offset, so that sums of
-// squares would cancel), checked against the statistics of the values they
-// came from, and normalizes with those statistics given (batch_mean_var).
+// squares would cancel; one case in two in 8 or more splits of the blocks),
+// checked against the statistics of the values they came from, and
+// normalizes with those statistics given (batch_mean_var).
 // Every other case runs the sums and backward's input gradient on the
 // loads-ahead kernels (norm/batch_norm_ahead_kernels.cuh), half of those on
 // 64-160 rows of 136-320 channels (8-15 rows in flight a block), so that a
@@ -198,7 +199,11 @@ void backward_case(BatchNormShape shape, bool ahead, bool bits_in_runs_of_one, C
 // the totals as its batch statistics.
 void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   const int64_t rows = shape.rows, channels = shape.channels;
-  const int64_t block_rows = rnd(0, 1) ? int64_t(16) << rnd(0, 3) : rnd(1, 40);
+  // One case in two: 65-399 blocks where the rows allow (in 8-20 splits,
+  // the last often short), 1-row blocks where they do not.
+  const int64_t block_rows = rnd(0, 1) ? std::max<int64_t>(1, rows / rnd(65, 200))
+                             : rnd(0, 1) ? int64_t(16) << rnd(0, 3)
+                                         : rnd(1, 40);
   const int64_t blocks = column_moment_blocks(rows, block_rows);
   std::vector<double> values(rows * channels);
   for (int64_t c = 0; c < channels; ++c) {
@@ -216,7 +221,10 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
       moments[b * channels + c] = float(mean), moments[(blocks + b) * channels + c] = float(m2);
     }
   std::vector<float> mean_var(2 * channels, NAN);
-  err = launch_column_moments_total(rows, channels, block_rows, moments.data(), mean_var.data(), nullptr);
+  // Poisoned: each split's moments must be written before they are combined.
+  std::vector<double> totals(column_moments_total_workspace_bytes(rows, channels, block_rows) / sizeof(double), NAN);
+  err = launch_column_moments_total(rows, channels, block_rows, moments.data(), totals.data(), mean_var.data(),
+                                    nullptr);
   for (int64_t c = 0; c < channels; ++c) {
     double sum = 0, m2 = 0;
     for (int64_t r = 0; r < rows; ++r) sum += values[r * channels + c];

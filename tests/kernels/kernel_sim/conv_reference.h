@@ -53,8 +53,10 @@ std::vector<double> conv_reference(mpgemm::kernels::ConvPass pass, const mpgemm:
 inline int64_t statistics_off(const unsigned char* out, mpgemm::kernels::ElementType type, int64_t rows,
                               int64_t channels, const std::vector<float>& moments, int64_t block_rows) {
   std::vector<float> mean_var(2 * channels, NAN);
-  if (mpgemm::kernels::launch_column_moments_total(rows, channels, block_rows, moments.data(), mean_var.data(),
-                                                   nullptr) != cudaSuccess)
+  std::vector<double> totals(
+      mpgemm::kernels::column_moments_total_workspace_bytes(rows, channels, block_rows) / sizeof(double), NAN);
+  if (mpgemm::kernels::launch_column_moments_total(rows, channels, block_rows, moments.data(), totals.data(),
+                                                   mean_var.data(), nullptr) != cudaSuccess)
     return channels;
   int64_t off = 0;
   for (int64_t c = 0; c < channels; ++c) {

@@ -139,6 +139,8 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   // Split-K's partial sums, poisoned (0xff) like D.
   Buffer workspace(std::max<size_t>(launch.workspace_bytes, 1));
   const cudaError_t err = launch_gemm(p, launch, workspace.p, nullptr);
+  const unsigned max_grid_y = sim::max_grid.y;
+  sim::max_grid.y = 65535;  // the device's, for whatever the driver launches next
   // The derivative multiplies the fp32 sums (the Hopper epilogue, split-K's reduction) or D as stored (a pass).
   const bool product_once = activation_grad_from_epilogue(p, launch) || plan.split_k > 1;
 
@@ -188,7 +190,7 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
            "multiprocessors=%d shared_limit=%zu max_grid_y=%u plan: %s split_k=%d raster_group=%d\n",
            kind, index, int(err), align, int(ab_type), batch, m, n, k, a.bs, a.rs, a.cs, b.bs, b.rs, b.cs, bias.present,
            int(p.bias_type), int(p.activation), int(p.d_type), d_offset, p.d_row_stride, int(spec.pre_activation),
-           int(spec.a_row_sums), int(spec.activation_grad), sim::multiprocessors, sim::shared_limit, sim::max_grid.y, tile_config(plan.config).name, plan.split_k,
+           int(spec.a_row_sums), int(spec.activation_grad), sim::multiprocessors, sim::shared_limit, max_grid_y, tile_config(plan.config).name, plan.split_k,
            plan.raster_group);
   return bad;
 }
