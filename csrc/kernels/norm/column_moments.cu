@@ -1,5 +1,5 @@
 // Totals per-block column moments (norm/column_moments.h) in two launches
-// of one combining step, each warp's loads whole lines: its lanes are 32
+// of one combining step, each warp loading whole lines: its lanes are 32
 // adjacent columns.
 //
 // combine              - a block's 8 warps take groups (each a count, and
