@@ -4,6 +4,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -70,18 +73,79 @@ cudaError_t with_input_element(ElementType type, F&& f) {
   }
 }
 
+// What the runtime says of a kernel on a device, asked once per kernel and
+// device and kept for the process's life (common/launch_utils.h's callers
+// launch the same few hundred kernels over and over): the arch of the code
+// the device runs for it (cudaFuncAttributes::ptxVersion), and the most
+// dynamic shared memory it has been opted into. Asking again at every launch
+// cost a function-attribute call or two a launch, and setting the limit
+// again makes the runtime wait for the copies in flight (bench/NOTES.md,
+// "Kernel attributes asked once per device"). Keyed by the kernel's address,
+// not its type: many kernels share one signature. Errors are returned and
+// not kept.
+class KernelAttributes {
+ public:
+  // The arch of the code the current device runs for `kernel`, into *arch.
+  template <class Kernel>
+  static cudaError_t ptx_version(Kernel* kernel, int* arch) {
+    int device = 0;
+    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    KernelAttributes& self = instance();
+    const std::lock_guard<std::mutex> lock(self.mutex_);
+    Known& known = self.known_[{reinterpret_cast<const void*>(kernel), device}];
+    if (known.ptx_version == 0) {
+      cudaFuncAttributes attributes;
+      if (const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel); err != cudaSuccess) return err;
+      known.ptx_version = attributes.ptxVersion;
+    }
+    *arch = known.ptx_version;
+    return cudaSuccess;
+  }
+
+  // Opts `kernel` into `bytes` of dynamic shared memory on the current
+  // device, unless it already is into as many (the limit is never lowered,
+  // so that a launch asking for less still fits).
+  template <class Kernel>
+  static cudaError_t opt_in_smem(Kernel* kernel, int bytes) {
+    int device = 0;
+    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    KernelAttributes& self = instance();
+    // Held across the call, so that two threads opting in to different
+    // sizes leave the larger set and kept.
+    const std::lock_guard<std::mutex> lock(self.mutex_);
+    Known& known = self.known_[{reinterpret_cast<const void*>(kernel), device}];
+    if (known.opted_in_smem >= bytes) return cudaSuccess;
+    if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        err != cudaSuccess)
+      return err;
+    known.opted_in_smem = bytes;
+    return cudaSuccess;
+  }
+
+ private:
+  struct Known {
+    int ptx_version = 0;    // 0 until asked
+    int opted_in_smem = 0;  // bytes; 0 until opted in
+  };
+  static KernelAttributes& instance() {
+    static KernelAttributes attributes;
+    return attributes;
+  }
+  std::mutex mutex_;
+  std::map<std::pair<const void*, int>, Known> known_;  // by (kernel, device)
+};
+
 // Whether the code the current device would run for `kernel` was compiled for
 // an arch whose Tensor Cores take Element. Below its kMinArch a kernel's body
 // is compiled out (kWmmaCompiled), and a device may still pick such code: an
 // sm_75 GPU, or a newer one JIT-compiling compute_75 PTX. fp16 runs wherever
-// WMMA does, so only newer types pay for the query.
+// WMMA does, so only newer types ask.
 template <class Element, class Kernel>
 cudaError_t check_kernel_arch(Kernel* kernel) {
   if constexpr (ElementTraits<Element>::kMinArch > ElementTraits<__half>::kMinArch) {
-    cudaFuncAttributes attributes;
-    const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
-    if (err != cudaSuccess) return err;
-    if (attributes.ptxVersion * 10 < ElementTraits<Element>::kMinArch) return cudaErrorNotSupported;
+    int arch = 0;
+    if (const cudaError_t err = KernelAttributes::ptx_version(kernel, &arch); err != cudaSuccess) return err;
+    if (arch * 10 < ElementTraits<Element>::kMinArch) return cudaErrorNotSupported;
   }
   return cudaSuccess;
 }
@@ -92,9 +156,9 @@ cudaError_t check_kernel_arch(Kernel* kernel) {
 template <class Tile, class Kernel>
 cudaError_t check_tile_arch(Kernel* kernel) {
   if constexpr (Tile::kMinArch > 75) {
-    cudaFuncAttributes attributes;
-    if (const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel); err != cudaSuccess) return err;
-    if (attributes.ptxVersion < Tile::kMinArch) return cudaErrorNotSupported;
+    int arch = 0;
+    if (const cudaError_t err = KernelAttributes::ptx_version(kernel, &arch); err != cudaSuccess) return err;
+    if (arch < Tile::kMinArch) return cudaErrorNotSupported;
   }
   return cudaSuccess;
 }
@@ -104,8 +168,7 @@ cudaError_t check_tile_arch(Kernel* kernel) {
 template <class Element, class Kernel>
 cudaError_t prepare_launch(Kernel* kernel, int smem_bytes) {
   if (const cudaError_t err = check_kernel_arch<Element>(kernel); err != cudaSuccess) return err;
-  if (smem_bytes > 48 * 1024)
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (smem_bytes > 48 * 1024) return KernelAttributes::opt_in_smem(kernel, smem_bytes);
   return cudaSuccess;
 }
 

@@ -105,7 +105,8 @@ static int heuristic_split_cases(int& count) {
 static int forced_plan_cases(int& count) {
   int failed = 0;
   for (const TileConfigInfo& c : kTileConfigs) {
-    const GemmShape any_shape{1, 1, 1, 1, true};
+    // 16-byte loads: every tile takes them (the scalar one too).
+    const GemmShape any_shape{1, 1, 1, 1};
     const DeviceLimits simulated{sim::multiprocessors, int(sim::shared_limit), __CUDA_ARCH__ / 10};
     if (!admissible(any_shape, simulated, c.id, 1)) continue;
     const bool large = c.block_m * c.block_n > 128 * 128;
@@ -137,6 +138,56 @@ static int forced_plan_cases(int& count) {
       ++count;
     }
   }
+  return failed;
+}
+
+// Launchers ask the runtime about a kernel once per kernel and device
+// (common/launch_utils.h's KernelAttributes): a tile that needs more than 48
+// KiB of shared memory, on a forced plan (one kernel: fp16, A row-major, B
+// column-major), launched twice on each of two devices that no case has used
+// yet. A device's first launch opts the kernel in (the mock refuses a launch
+// opted in on another device only), the second asks the runtime nothing.
+// Below sim arch 800 no fp16 launch asks anything: every tile there fits in
+// 48 KiB and is sm_75's.
+static int attribute_cases(int& count) {
+  if (__CUDA_ARCH__ < 800) return 0;
+  const TileConfigInfo* tile = nullptr;
+  for (const TileConfigInfo& c : kTileConfigs) {
+    const DeviceLimits simulated{sim::multiprocessors, int(sim::shared_limit), __CUDA_ARCH__ / 10};
+    if (!c.wgmma && c.smem_bytes > 48 * 1024 && admissible(GemmShape{1, 1, 1, 1}, simulated, c.id, 1)) {
+      tile = &c;
+      break;
+    }
+  }
+  if (tile == nullptr) {
+    printf("attributes: no tile of the simulated device needs more than 48 KiB\n");
+    ++count;
+    return 1;
+  }
+  const sim::PinnedKernel saved = sim::pinned;
+  sim::pinned = {true, true, false};
+  GemmCaseSpec spec;
+  spec.has_plan = true;
+  spec.plan.config = tile->id;
+  spec.batch = 1, spec.aligned = 1;
+  spec.min_m = spec.max_m = tile->block_m + 3, spec.min_n = spec.max_n = tile->block_n + 8;
+  spec.min_k = spec.max_k = 2 * tile->block_k;
+  int failed = 0;
+  for (int device = 0; device < 2; ++device) {
+    sim::use_multiprocessors(1000 + device);
+    for (int launch = 0; launch < 2; ++launch) {
+      const uint64_t before = sim::function_attribute_calls;
+      failed += gemm_case("attributes", 2 * device + launch, spec);
+      const uint64_t asked = sim::function_attribute_calls - before;
+      if ((launch == 0) != (asked > 0)) {
+        printf("attributes: %s's launch %d on device %d asked the runtime %llu times\n", tile->name, launch,
+               sim::device, static_cast<unsigned long long>(asked));
+        ++failed;
+      }
+      ++count;
+    }
+  }
+  sim::pinned = saved;
   return failed;
 }
 
@@ -274,7 +325,8 @@ int main(int argc, char** argv) {
   // The fixed case sets (plans, 1x1 convolutions as GEMMs, the ceiling) run
   // with the GEMM's cases: a run of batch-norm cases alone skips them.
   const bool fixed_cases = gemm_cases > 0;
-  int plan_cases = 0, plan_failed = fixed_cases ? heuristic_split_cases(plan_cases) : 0;
+  int plan_cases = 0, plan_failed = fixed_cases ? attribute_cases(plan_cases) : 0;
+  if (fixed_cases) plan_failed += heuristic_split_cases(plan_cases);
   if (fixed_cases) plan_failed += forced_plan_cases(plan_cases);
   for (int i = 0; i < unscale_cases; ++i) unscale_failed += unscale_case(i);
   const size_t before_conv = sim::launched.size();

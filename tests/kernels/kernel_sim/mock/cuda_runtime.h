@@ -168,7 +168,13 @@ inline unsigned char* cluster_shared[kMaxCluster] = {};
 inline unsigned cluster_rank = 0, cluster_size = 1;
 inline size_t shared_limit =  // opt-in maximum per block
     device_arch >= 900 ? 227 * 1024 : device_arch >= 800 ? 163 * 1024 : 64 * 1024;
-inline std::map<const void*, size_t> opted_in_smem;
+// The dynamic shared memory each kernel was opted into, by (device, kernel):
+// as the driver keeps it, per device.
+inline std::map<std::pair<int, const void*>, size_t> opted_in_smem;
+// cudaFuncSetAttribute and cudaFuncGetAttributes calls since the run began
+// (launchers ask once per kernel and device: common/launch_utils.h's
+// KernelAttributes).
+inline uint64_t function_attribute_calls = 0;
 inline std::set<const void*> launched;  // distinct kernels, for the driver's coverage report
 // Kernel launches and memsets since the run began (a launcher's count of them).
 inline uint64_t launches = 0, memsets = 0;
@@ -272,8 +278,9 @@ template <class... P>
 cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
   SIM_CHECK(attr == cudaFuncAttributeMaxDynamicSharedMemorySize, "attribute %d", int(attr));
   sim::bind_context();
+  ++sim::function_attribute_calls;
   if (value < 0 || size_t(value) > sim::shared_limit) return cudaErrorInvalidValue;
-  sim::opted_in_smem[reinterpret_cast<const void*>(kernel)] = value;
+  sim::opted_in_smem[{sim::device, reinterpret_cast<const void*>(kernel)}] = value;
   return cudaSuccess;
 }
 
@@ -310,6 +317,7 @@ inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, 
 // the arch reserves.
 template <class... P>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, void (*)(P...)) {
+  ++sim::function_attribute_calls;
   attributes->binaryVersion = attributes->ptxVersion = sim::device_arch / 10;
   attributes->sharedSizeBytes = sim::device_arch >= 900 ? 1040 : 0;
   return cudaSuccess;
@@ -327,7 +335,7 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   if (recording_launch_threads) launch_threads.push_back(uint64_t(grid.x) * grid.y * block.x);
   last_smem = smem;
   last_cluster = cluster;
-  const auto opted = opted_in_smem.find(reinterpret_cast<const void*>(kernel));
+  const auto opted = opted_in_smem.find({device, reinterpret_cast<const void*>(kernel)});
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
   SIM_CHECK(smem <= shared_capacity, "the driver's shared memory is too small");
