@@ -7,13 +7,16 @@ call of the runtime's at all.
 In a fresh process, where nothing has been asked, torch.profiler records the
 CUDA runtime's calls of mpgemm's first calls (fp16 and bf16 GEMMs, a
 convolution forward and backward), then of the same calls again: the first
-must opt kernels in (cudaFuncSetAttribute; every Hopper kernel and the large
-WMMA tiles take more than 48 KiB), the second must make no
-cudaFuncSetAttribute or cudaFuncGetAttributes call, and give the first call's
-bits. Skipped where the profiler records no cudaFuncSetAttribute even in the
-first call (it then cannot tell)."""
+must opt kernels in (cudaFuncSetAttribute; every Hopper kernel and the WMMA
+tiles past 48 KiB take it), the second must make no cudaFuncSetAttribute or
+cudaFuncGetAttributes call, and give the first call's bits. Once on the
+default paths (the Hopper kernels on sm_90), once on the WMMA kernels alone,
+whose launchers also ask a tile's and bf16's arch. Skipped where the profiler
+records no cudaFuncSetAttribute even in the first call (it then cannot
+tell)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -56,7 +59,7 @@ def profiled():
         torch.cuda.synchronize()
     counts = {}
     for e in prof.events():
-        if e.name in ("cudaFuncSetAttribute", "cudaFuncGetAttributes"):
+        if e.name in sys.argv[2:]:
             counts[e.name] = counts.get(e.name, 0) + 1
     return out, counts
 
@@ -68,8 +71,11 @@ print(json.dumps({"first": first_counts, "again": again_counts,
 """
 
 
-def test_a_second_call_asks_the_runtime_nothing_about_its_kernels():
-    child = subprocess.run([sys.executable, "-c", CHILD, "20261202"], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("path", ["auto", "wmma"])
+def test_a_second_call_asks_the_runtime_nothing_about_its_kernels(path):
+    env = dict(os.environ, MPGEMM_GEMM_PATH=path, MPGEMM_CONV_PATH=path)
+    child = subprocess.run([sys.executable, "-c", CHILD, "20261202", *ATTRIBUTE_CALLS], env=env, capture_output=True,
+                           text=True, timeout=300)
     assert child.returncode == 0, child.stderr[-4000:]
     report = json.loads(child.stdout.strip().splitlines()[-1])
     if report["first"].get("cudaFuncSetAttribute", 0) == 0:

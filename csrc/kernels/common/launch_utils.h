@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -74,31 +76,34 @@ cudaError_t with_input_element(ElementType type, F&& f) {
 }
 
 // What the runtime says of a kernel on a device, asked once per kernel and
-// device and kept for the process's life (common/launch_utils.h's callers
-// launch the same few hundred kernels over and over): the arch of the code
-// the device runs for it (cudaFuncAttributes::ptxVersion), and the most
-// dynamic shared memory it has been opted into. Asking again at every launch
-// cost a function-attribute call or two a launch, and setting the limit
-// again makes the runtime wait for the copies in flight (bench/NOTES.md,
-// "Kernel attributes asked once per device"). Keyed by the kernel's address,
-// not its type: many kernels share one signature. Errors are returned and
-// not kept.
+// device and kept for the process's life (the launchers below run the same
+// few hundred kernels over and over): the arch of the code the device runs
+// for it (cudaFuncAttributes::ptxVersion), and the most dynamic shared
+// memory it has been opted into. Asked at every launch, these cost up to
+// three function-attribute calls a launch, and a set was reported to make
+// the runtime wait for the copies in flight (bench/NOTES.md, "Kernel
+// attributes asked once per device"). Keyed by the kernel's address, not its
+// type (many kernels share one signature), and by device number: a device
+// reset (cudaDeviceReset, which torch never calls) would leave the kept
+// opt-ins stale. Errors are returned and not kept. A launch of a kernel
+// already asked about takes no lock but the table's shared one and calls
+// the runtime not at all; the first asks outside the table's lock, so that
+// it holds up no other kernel's launch.
 class KernelAttributes {
  public:
   // The arch of the code the current device runs for `kernel`, into *arch.
   template <class Kernel>
   static cudaError_t ptx_version(Kernel* kernel, int* arch) {
-    int device = 0;
-    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-    KernelAttributes& self = instance();
-    const std::lock_guard<std::mutex> lock(self.mutex_);
-    Known& known = self.known_[{reinterpret_cast<const void*>(kernel), device}];
-    if (known.ptx_version == 0) {
+    Known* known = nullptr;
+    if (const cudaError_t err = find(reinterpret_cast<const void*>(kernel), &known); err != cudaSuccess) return err;
+    int version = known->ptx_version.load(std::memory_order_relaxed);
+    if (version == 0) {
       cudaFuncAttributes attributes;
       if (const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel); err != cudaSuccess) return err;
-      known.ptx_version = attributes.ptxVersion;
+      version = attributes.ptxVersion;
+      known->ptx_version.store(version, std::memory_order_relaxed);
     }
-    *arch = known.ptx_version;
+    *arch = version;
     return cudaSuccess;
   }
 
@@ -107,32 +112,51 @@ class KernelAttributes {
   // so that a launch asking for less still fits).
   template <class Kernel>
   static cudaError_t opt_in_smem(Kernel* kernel, int bytes) {
-    int device = 0;
-    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-    KernelAttributes& self = instance();
-    // Held across the call, so that two threads opting in to different
-    // sizes leave the larger set and kept.
-    const std::lock_guard<std::mutex> lock(self.mutex_);
-    Known& known = self.known_[{reinterpret_cast<const void*>(kernel), device}];
-    if (known.opted_in_smem >= bytes) return cudaSuccess;
+    Known* known = nullptr;
+    if (const cudaError_t err = find(reinterpret_cast<const void*>(kernel), &known); err != cudaSuccess) return err;
+    if (known->opted_in_smem.load(std::memory_order_acquire) >= bytes) return cudaSuccess;
+    // This kernel's sets on this device one at a time, so that two threads
+    // opting it into different sizes leave the larger set and kept.
+    const std::lock_guard<std::mutex> lock(known->setting);
+    if (known->opted_in_smem.load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
     if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         err != cudaSuccess)
       return err;
-    known.opted_in_smem = bytes;
+    known->opted_in_smem.store(bytes, std::memory_order_release);
     return cudaSuccess;
   }
 
  private:
   struct Known {
-    int ptx_version = 0;    // 0 until asked
-    int opted_in_smem = 0;  // bytes; 0 until opted in
+    std::atomic<int> ptx_version{0};    // 0 until asked
+    std::atomic<int> opted_in_smem{0};  // bytes; 0 until opted in
+    std::mutex setting;
   };
-  static KernelAttributes& instance() {
-    static KernelAttributes attributes;
-    return attributes;
+
+  // The entry of `kernel` on the current device, made on its first use.
+  // Entries are never removed, so a pointer to one stays valid.
+  static cudaError_t find(const void* kernel, Known** known) {
+    int device = 0;
+    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    // Never destroyed: a launch from a thread still running at exit finds it whole.
+    static KernelAttributes* const table = new KernelAttributes;
+    const std::pair<const void*, int> key{kernel, device};
+    {
+      const std::shared_lock<std::shared_mutex> reading(table->mutex_);
+      if (const auto it = table->known_.find(key); it != table->known_.end()) {
+        *known = it->second.get();
+        return cudaSuccess;
+      }
+    }
+    const std::lock_guard<std::shared_mutex> writing(table->mutex_);
+    std::unique_ptr<Known>& entry = table->known_[key];
+    if (!entry) entry = std::make_unique<Known>();
+    *known = entry.get();
+    return cudaSuccess;
   }
-  std::mutex mutex_;
-  std::map<std::pair<const void*, int>, Known> known_;  // by (kernel, device)
+
+  std::shared_mutex mutex_;
+  std::map<std::pair<const void*, int>, std::unique_ptr<Known>> known_;  // by (kernel, device)
 };
 
 // Whether the code the current device would run for `kernel` was compiled for

@@ -147,10 +147,7 @@ static int forced_plan_cases(int& count) {
 // column-major), launched twice on each of two devices that no case has used
 // yet. A device's first launch opts the kernel in (the mock refuses a launch
 // opted in on another device only), the second asks the runtime nothing.
-// Below sim arch 800 no fp16 launch asks anything: every tile there fits in
-// 48 KiB and is sm_75's.
 static int attribute_cases(int& count) {
-  if (__CUDA_ARCH__ < 800) return 0;
   const TileConfigInfo* tile = nullptr;
   for (const TileConfigInfo& c : kTileConfigs) {
     const DeviceLimits simulated{sim::multiprocessors, int(sim::shared_limit), __CUDA_ARCH__ / 10};
@@ -188,6 +185,7 @@ static int attribute_cases(int& count) {
     }
   }
   sim::pinned = saved;
+  sim::use_multiprocessors(108);
   return failed;
 }
 

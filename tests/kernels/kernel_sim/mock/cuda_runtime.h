@@ -338,6 +338,8 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   const auto opted = opted_in_smem.find({device, reinterpret_cast<const void*>(kernel)});
   SIM_CHECK(smem <= 48 * 1024 || (opted != opted_in_smem.end() && smem <= opted->second),
             "%zu bytes of dynamic shared memory without opting in", smem);
+  // A kept opt-in is no licence past the device's limit, which a case may lower.
+  SIM_CHECK(smem <= shared_limit, "%zu bytes of dynamic shared memory past the device's %zu", smem, shared_limit);
   SIM_CHECK(smem <= shared_capacity, "the driver's shared memory is too small");
   SIM_CHECK(block.y == 1 && block.z == 1 && block.x % 32 == 0 && block.x >= 32 && block.x <= 1024, "block %u",
             block.x);
