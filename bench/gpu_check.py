@@ -130,7 +130,11 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # 0.93x at fe39419, its strips' moments since summed without waiting on
 # each load; bench/NOTES.md), and once more, profiled, with the stem's max
 # pool in its chain's pass
-# (MPGEMM_FUSED_MAX_POOL=1: torch's pool kernels gone from the profile);
+# (MPGEMM_FUSED_MAX_POOL=1: torch's pool kernels gone from the profile) and
+# each block input's two gradients summed by its first convolution's dgrad
+# (MPGEMM_DGRAD_ADDEND=1: the 16 elementwise adds, 1.95 ms a step at
+# fe39419, gone from it; one run for both, the step's limit being spent,
+# its profile telling their kernels apart);
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
 # more with GELU's derivative in the dgrad's epilogue
 # (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
@@ -147,9 +151,10 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          f"MPGEMM_EPILOGUE_STATS=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
          "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_fused_epilogue_stats.json || rc=1; "
-         f"MPGEMM_FUSED_MAX_POOL=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
+         f"MPGEMM_FUSED_MAX_POOL=1 MPGEMM_DGRAD_ADDEND=1 {PY} -m mpgemm bench train --models resnet50 "
+         "--batch-sizes 256 "
          "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
-         "--json {raw}/train_resnet50_fused_max_pool.json || rc=1; "
+         "--json {raw}/train_resnet50_fused_max_pool_dgrad_addend.json || rc=1; "
          f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'fp32,torch.amp,mpgemm,torch.amp bf16,mpgemm bf16,mpgemm fused' --profile --no-search "
          "--time-limit 40 --json {raw}/train_gpt2-block.json || rc=1; "

@@ -15,7 +15,8 @@ bench/gpu_check.py:
       phase and, with MPGEMM_DGRAD_ONE_LAUNCH=1 (the default), all in one
       launch; a first layer's fprop and wgrad on folded taps, x folded a
       thread per element and, with MPGEMM_CHUNKED_FOLD=1 (the default), per
-      16 bytes), on its wide tile and with
+      16 bytes; dgrad of a 1x1 adding an addend to dx with
+      MPGEMM_DGRAD_ADDEND=1), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
       forward and backward (16-byte runs and one-element ones), also with
       MPGEMM_BATCH_NORM_LOADS_AHEAD=1, and with a stem's max pool in its
@@ -135,6 +136,31 @@ def _conv_passes(name, x_shape, w_shape, **conv_args):
         _check(f"conv2d {name} {pass_name}", out, ref)
 
 
+def _dgrad_addend(name, x_shape, filters):
+    """A 1x1's input gradient plus an addend of x's shape, added by the
+    Hopper dgrad's epilogue (MPGEMM_DGRAD_ADDEND=1's kernel,
+    mpgemm._conv2d_grad_input_add), checked against float64 on the CPU, and
+    against the sum without the switch (the gradient rounded, then the
+    addend added): rounded once, it must differ somewhere, or the epilogue
+    did not add it."""
+    x = torch.randn(*x_shape, device="cuda").half().to(memory_format=torch.channels_last)
+    w = (torch.randn(filters, x_shape[1], 1, 1, device="cuda") / x_shape[1] ** 0.5).half()
+    grad = torch.randn(x_shape[0], filters, *x_shape[2:], device="cuda").half()
+    addend = torch.randn_like(x)
+    args = (grad, x, w, addend, [1, 1], [0, 0, 0, 0], [1, 1], 1)
+    os.environ["MPGEMM_DGRAD_ADDEND"] = "1"
+    try:
+        out = torch.ops.mpgemm._conv2d_grad_input_add(*args)
+    finally:
+        os.environ.pop("MPGEMM_DGRAD_ADDEND")
+    rounded_twice = torch.ops.mpgemm._conv2d_grad_input_add(*args)
+    torch.cuda.synchronize()
+    if torch.equal(out, rounded_twice):
+        raise SystemExit(f"conv2d {name}: the sum is the one rounded twice: the epilogue did not add the addend")
+    ref = torch.nn.grad.conv2d_input(x_shape, w.double().cpu(), grad.double().cpu()) + addend.double().cpu()
+    _check(f"conv2d {name} dgrad plus addend", out, ref)
+
+
 def _epilogue_statistics(name, x_shape, w_shape):
     """conv2d_batch_stats (MPGEMM_EPILOGUE_STATS's op): y and its batch
     statistics, checked against float64 on the CPU."""
@@ -245,7 +271,7 @@ def sanitize():
     (stride 2), on the depthwise kernels, on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps, x folded both ways;
-    strided dgrad's rows staged), on its wide tile and, under
+    strided dgrad's rows staged; dgrad adding an addend), on its wide tile and, under
     MPGEMM_NARROW_TILES=1, its narrow
     ones; the fused batch norm's passes (with and without loads ahead); the gated MLP's; fprop's batch
     statistics from the
@@ -340,6 +366,13 @@ def sanitize():
         os.environ["MPGEMM_GATHERED_FOLD"] = "1"
         _conv_passes("Hopper folded taps gathered", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
         os.environ.pop("MPGEMM_GATHERED_FOLD")
+        # dgrad of a 1x1 at stride 1 adding an addend in its epilogue (MPGEMM_DGRAD_ADDEND=1): 264 channels of dx
+        # on the wide tile (its last columns ragged), 64 on 128 x 64 tiles, over 2 x 15 x 15 pixels (the last
+        # tile's rows ragged).
+        _dgrad_addend("Hopper addend", (2, 264, 15, 15), 72)
+        os.environ["MPGEMM_NARROW_TILES"] = "1"
+        _dgrad_addend("Hopper narrow addend", (2, 64, 15, 15), 72)
+        os.environ["MPGEMM_NARROW_TILES"] = "0"
         # The narrow tiles: fprop of 72 filters on 128 x 64 tiles (9 tiles of 128 x 128 would fill too few),
         # dgrad of 64 channels on them, wgrad (9 x 64 columns) on the wide tile; a 1x1 of 128 filters over
         # 16 x 32 x 32 pixels, fprop on 128 x 128 tiles (128 of them), dgrad and wgrad (64 columns) on 128 x 64.

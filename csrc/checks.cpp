@@ -415,6 +415,14 @@ void check_conv2d_grad_out(const char* op, const ConvProblem<int64_t>& problem, 
   check_same_device(op, x, "x", grad_out, "grad_out");
 }
 
+void check_conv2d_grad_input_addend(const char* op, const at::Tensor& x, const at::Tensor& addend) {
+  TORCH_CHECK_TYPE(addend.scalar_type() == x.scalar_type(), op, ": expected addend to have x's dtype ",
+                   dtype_name(x.scalar_type()), ", got ", dtype_name(addend.scalar_type()));
+  TORCH_CHECK_VALUE(addend.sym_sizes() == x.sym_sizes(), op, ": expected addend of x's shape ", shape_of(x),
+                    ", got ", shape_of(addend));
+  check_same_device(op, x, "x", addend, "addend");
+}
+
 bool environment_switch(const char* name, bool default_on) {
   bool on = false;
   try {

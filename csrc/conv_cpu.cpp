@@ -74,15 +74,30 @@ at::Tensor batch_mean_var_of(const at::Tensor& y) {
   return at::stack({mean, var}).to(at::kFloat);
 }
 
-at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
-                                 const at::Tensor& weight) {
+namespace {
+
+// dgrad in fp32, x's shape (NCHW strides).
+at::Tensor grad_input_fp32(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
+                           const at::Tensor& weight) {
   const auto& p = problem.padding;
   const at::Tensor padded_shape = at::empty({problem.n, problem.c, problem.h + p[0] + p[1], problem.w + p[2] + p[3]},
                                             x.options().dtype(at::kFloat));
   const at::Tensor grad_padded =
       std::get<0>(backward(problem, grad_out, padded_shape, input_values(weight, problem), true, false));
-  return grad_padded.slice(2, p[0], p[0] + problem.h)
-      .slice(3, p[2], p[2] + problem.w)
+  return grad_padded.slice(2, p[0], p[0] + problem.h).slice(3, p[2], p[2] + problem.w);
+}
+
+}  // namespace
+
+at::Tensor conv2d_grad_input_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
+                                 const at::Tensor& weight) {
+  return grad_input_fp32(problem, grad_out, x, weight).to(x.scalar_type()).contiguous(memory_format_of(problem));
+}
+
+at::Tensor conv2d_grad_input_add_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                     const at::Tensor& x, const at::Tensor& weight, const at::Tensor& addend) {
+  return grad_input_fp32(problem, grad_out, x, weight)
+      .add(addend.to(at::kFloat))
       .to(x.scalar_type())
       .contiguous(memory_format_of(problem));
 }

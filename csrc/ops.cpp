@@ -198,6 +198,21 @@ at::Tensor conv2d_gradient(const at::Tensor& grad_out, const at::Tensor& x, cons
   return Impl(problem, grad_out, x, weight);
 }
 
+// grad_input of a conv2d plus addend (x's shape and dtype): a gradient of x
+// with a second term, summed by the dgrad.
+template <at::Tensor (*Impl)(const ConvProblem<int64_t>&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                             const at::Tensor&)>
+at::Tensor conv2d_grad_input_add(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
+                                 const at::Tensor& addend, at::IntArrayRef stride, at::IntArrayRef padding,
+                                 at::IntArrayRef dilation, int64_t groups) {
+  constexpr const char* op = "mpgemm._conv2d_grad_input_add";
+  const auto problem =
+      check_conv2d_args<int64_t>(op, x, weight, std::nullopt, stride, padding, dilation, groups, std::nullopt);
+  check_conv2d_grad_out(op, problem, x, grad_out);
+  check_conv2d_grad_input_addend(op, x, addend);
+  return Impl(problem, grad_out, x, weight, addend);
+}
+
 // Both gradients of one conv2d in one call (what training's backward asks for),
 // checked once: the input's and the weight's, as conv2d_gradient returns them.
 template <ConvGradient InputImpl, ConvGradient WeightImpl>
@@ -238,6 +253,13 @@ at::Tensor conv2d_gradient_meta(const at::Tensor& grad_out, const at::Tensor& x,
                                  std::nullopt);
   const at::Tensor& like = OfInput ? x : weight;
   return at::empty_symint(like.sym_sizes(), like.options().memory_format(like.suggest_memory_format()));
+}
+
+at::Tensor conv2d_grad_input_add_meta(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
+                                      const at::Tensor& addend, at::IntArrayRef stride, at::IntArrayRef padding,
+                                      at::IntArrayRef dilation, int64_t groups) {
+  check_conv2d_grad_input_addend("mpgemm._conv2d_grad_input_add", x, addend);
+  return conv2d_gradient_meta<true>(grad_out, x, weight, stride, padding, dilation, groups);
 }
 
 std::tuple<at::Tensor, at::Tensor> conv2d_gradients_meta(const at::Tensor& grad_out, const at::Tensor& x,
@@ -338,6 +360,15 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "conv2d_backward(Tensor grad_out, Tensor x, Tensor weight, int[2] stride, int[4] padding, int[2] dilation, "
       "int groups) -> (Tensor grad_input, Tensor grad_weight)");
+  // conv2d_grad_input(...) + addend (x's shape and dtype), summed in fp32
+  // and rounded once where the dgrad's epilogue adds it
+  // (MPGEMM_DGRAD_ADDEND=1 on the Hopper convolution at stride 1; the CPU
+  // backend too), else the rounded gradient plus the addend: a gradient of
+  // x with a second term (a ResNet block input's residual), with no pass of
+  // its own over x. No autograd of its own.
+  m.def(
+      "_conv2d_grad_input_add(Tensor grad_out, Tensor x, Tensor weight, Tensor addend, int[2] stride, "
+      "int[4] padding, int[2] dilation, int groups) -> Tensor");
   // conv2d's y, in x's dtype, and its batch statistics for a training batch
   // norm after it: batch_mean_var (2, K) fp32, each channel's mean and biased
   // variance over (N, P, Q) of y as stored (not differentiable: batch norm's
@@ -405,6 +436,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CPU, m) {
   m.impl("conv2d", &conv2d<conv2d_cpu>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cpu>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cpu>);
+  m.impl("_conv2d_grad_input_add", &conv2d_grad_input_add<conv2d_grad_input_add_cpu>);
   m.impl("conv2d_backward", &conv2d_gradients<conv2d_grad_input_cpu, conv2d_grad_weight_cpu>);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats<conv2d_batch_stats_cpu>);
   m.impl("_mma_ceiling", &mma_ceiling<mma_ceiling_cpu>);
@@ -423,6 +455,7 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("conv2d", &conv2d_meta);
   m.impl("conv2d_grad_input", &conv2d_gradient_meta<true>);
   m.impl("conv2d_grad_weight", &conv2d_gradient_meta<false>);
+  m.impl("_conv2d_grad_input_add", &conv2d_grad_input_add_meta);
   m.impl("conv2d_backward", &conv2d_gradients_meta);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats_meta);
   m.impl("_cublas_gemm", &cublas_gemm_meta);
@@ -443,6 +476,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
   m.impl("conv2d", &conv2d<conv2d_cuda>);
   m.impl("conv2d_grad_input", &conv2d_gradient<conv2d_grad_input_cuda>);
   m.impl("conv2d_grad_weight", &conv2d_gradient<conv2d_grad_weight_cuda>);
+  m.impl("_conv2d_grad_input_add", &conv2d_grad_input_add<conv2d_grad_input_add_cuda>);
   m.impl("conv2d_backward", &conv2d_gradients<conv2d_grad_input_cuda, conv2d_grad_weight_cuda>);
   m.impl("conv2d_batch_stats", &conv2d_batch_stats<conv2d_batch_stats_cuda>);
   m.impl("_cublas_gemm", &cublas_gemm_cuda);

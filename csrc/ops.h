@@ -144,6 +144,18 @@ at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at:
 at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
                                    const at::Tensor& x, const at::Tensor& weight);
 
+// _conv2d_grad_input_add: conv2d_grad_input plus `addend` (x's shape and
+// dtype, any layout), the sum in fp32 rounded once to x's dtype: the CPU
+// backend always, the CUDA backend where the dgrad's epilogue adds it
+// (kernels::Conv2dPlan::addend_in_epilogue; elsewhere it adds the rounded
+// gradient and the addend after the pass, as torch's add would).
+at::Tensor conv2d_grad_input_add_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                     const at::Tensor& x, const at::Tensor& weight, const at::Tensor& addend);
+at::Tensor conv2d_grad_input_add_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                      const at::Tensor& x, const at::Tensor& weight, const at::Tensor& addend);
+// Checks the addend of _conv2d_grad_input_add against x: its shape, dtype and device.
+void check_conv2d_grad_input_addend(const char* op, const at::Tensor& x, const at::Tensor& addend);
+
 // conv2d_batch_stats: conv2d's output y and its batch statistics for a
 // training batch norm after it, batch_mean_var (2, K) fp32: each channel's
 // mean and biased variance over (N, P, Q) of y as stored. The CUDA backend

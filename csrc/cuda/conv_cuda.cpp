@@ -53,9 +53,13 @@ kernels::Conv2dParams geometry(const ConvProblem<int64_t>& problem, const at::Te
 // Runs one pass into a fresh channels_last tensor of `shape` and `dtype` on
 // anchor's device, returned in `format`; with `batch_mean_var` (fprop), also
 // its batch statistics (conv2d_batch_stats_cuda), from the epilogue's column
-// moments where the plan's kernels write them.
+// moments where the plan's kernels write them; with `addend` (dgrad: dx's
+// shape and dtype, channels_last, p.addend its data), dx plus it, added by
+// the epilogue where the plan's kernels add it and after the pass
+// otherwise.
 at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef shape, const at::Tensor& anchor,
-               at::ScalarType dtype, at::MemoryFormat format, at::Tensor* batch_mean_var = nullptr) {
+               at::ScalarType dtype, at::MemoryFormat format, at::Tensor* batch_mean_var = nullptr,
+               const at::Tensor* addend = nullptr) {
   const c10::cuda::CUDAGuard device_guard(anchor.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(anchor.get_device()).stream();
   at::Tensor out = at::empty(shape, anchor.options().dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast));
@@ -68,6 +72,8 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
     // A bad MPGEMM_CONV_PATH or switch (plan/switches.h).
     TORCH_CHECK_VALUE(false, e.what());
   }
+  const bool add_after = addend != nullptr && !plan.addend_in_epilogue;
+  if (add_after) p.addend = nullptr;
   at::Tensor workspace, moments;
   if (plan.workspace_bytes > 0) workspace = allocate_workspace(plan.workspace_bytes, anchor);
   const int64_t rows = p.n * p.p * p.q;
@@ -91,6 +97,7 @@ at::Tensor run(kernels::ConvPass pass, kernels::Conv2dParams p, at::IntArrayRef 
       *batch_mean_var = batch_mean_var_of(out);
     }
   }
+  if (add_after) out.add_(*addend);
   return out.contiguous(format);
 }
 
@@ -132,6 +139,18 @@ at::Tensor conv2d_grad_input_cuda(const ConvProblem<int64_t>& problem, const at:
   p.dy = dy_nhwc.data_ptr();
   p.wt = w_krsc.data_ptr();
   return run(kernels::ConvPass::kDgrad, p, x.sizes(), x, x.scalar_type(), memory_format_of(problem));
+}
+
+at::Tensor conv2d_grad_input_add_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,
+                                      const at::Tensor& x, const at::Tensor& weight, const at::Tensor& addend) {
+  kernels::Conv2dParams p = geometry(problem, x);
+  const at::Tensor dy_nhwc = channels_innermost(problem, grad_out), w_krsc = channels_innermost(problem, weight);
+  const at::Tensor addend_nhwc = addend.contiguous(at::MemoryFormat::ChannelsLast);
+  p.dy = dy_nhwc.data_ptr();
+  p.wt = w_krsc.data_ptr();
+  p.addend = addend_nhwc.data_ptr();
+  return run(kernels::ConvPass::kDgrad, p, x.sizes(), x, x.scalar_type(), memory_format_of(problem), nullptr,
+             &addend_nhwc);
 }
 
 at::Tensor conv2d_grad_weight_cuda(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out,

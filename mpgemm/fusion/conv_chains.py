@@ -5,7 +5,10 @@ chain's convolution alone, or to a max pool alone (a ResNet's stem), hands
 it the recipe of its output, which that call then saves in the output's
 place (recompute.py); with MPGEMM_FUSED_MAX_POOL=1 a chain ending in a ReLU
 takes such a max pool into its own pass instead (batch_norm.py's
-batch_norm_relu_max_pool).
+batch_norm_relu_max_pool). With MPGEMM_DGRAD_ADDEND=1 (opt-in) a chain
+whose convolution's input one later node alone reads besides (a ResNet
+block's input) hands that node the input again, so that backward sums the
+input's two gradients in the convolution's dgrad (input_gradient.py).
 
 A chain is fused only where the trace proves it safe: the convolution's
 output goes to the batch norm alone, the batch norm's (and the add's) to the
@@ -21,7 +24,7 @@ import threading
 import torch
 
 from .. import nn
-from . import recompute
+from . import input_gradient, recompute
 from .batch_norm import batch_norm_act, batch_norm_relu_max_pool, max_pool_window
 from .graph import global_hooks, hooked, is_plain, is_relu, module_calls, module_of, past, single_user
 
@@ -40,6 +43,9 @@ class ConvChain:
     output_recomputable: bool = False  # by the next chain's convolution or a max pool, in backward
     pool: str = ""  # the max pool that alone takes the output, if one does
     pool_fused: bool = False  # that pool runs in the chain's pass (fused_max_pool_enabled, a ReLU, a window it takes)
+    # The input's other gradient (a residual's) summed by the convolution's dgrad: its input goes to one later node
+    # besides, which takes it from the chain's call.
+    sums_input_gradient: bool = False
 
     def label(self, prefix=""):
         return f"{prefix}{self.conv} -> {prefix}{self.bn}"
@@ -51,7 +57,8 @@ class ConvChain:
     def report(self, module, prefix=""):
         return {"kind": "batch_norm", "conv": prefix + self.conv, "bn": prefix + self.bn,
                 "residual": self.residual, "relu": self.relu, "output_recomputable": self.output_recomputable,
-                "max_pool": prefix + self.pool if self.pool_fused else None, "fused": True}
+                "max_pool": prefix + self.pool if self.pool_fused else None,
+                "sums_input_gradient": self.sums_input_gradient, "fused": True}
 
 
 def is_fusable_batch_norm(module):
@@ -90,12 +97,15 @@ def fused_max_pool_enabled():
     return value == "1"
 
 
+def _uses_batch_stats(bn):
+    return bn.training or (bn.running_mean is None and bn.running_var is None)
+
+
 def _conv_with_stats(conv, bn, x):
     """conv(x), its hooks run, and where the chain may take them (an
     mpgemm Conv2d, batch statistics normalizing, epilogue_stats_enabled),
     y's batch statistics from the same call: (y, statistics or None)."""
-    uses_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
-    if (torch.compiler.is_compiling() or not uses_batch_stats or type(conv).forward is not nn.Conv2d.forward
+    if (torch.compiler.is_compiling() or not _uses_batch_stats(bn) or type(conv).forward is not nn.Conv2d.forward
             or not epilogue_stats_enabled()):
         return conv(x), None
     key, answer = (threading.get_ident(), id(conv)), []
@@ -112,7 +122,8 @@ def _conv_with_stats(conv, bn, x):
     return y, stats if forward_y is y and y._version == version else None
 
 
-def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=False, pool=None):
+def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=False, pool=None,
+              gives_input=False):
     """The chain's forward: the convolution as its module computes it (its
     hooks run), then batch norm, the residual add and the ReLU in mpgemm's
     passes, with batch statistics from the convolution's epilogue where
@@ -122,17 +133,39 @@ def run_chain(conv, bn, x, residual=None, *, relu=False, x_recipe=None, recipe=F
     or x past Identity modules), which the convolution then saves in that
     output's place; recipe=True: returns (out, its recipe, or None where
     there is none). pool: a max pool after the ReLU, run in the same pass
-    where it can be (no hook on it), else called on the output."""
-    if pool is not None and (recipe or residual is not None):
-        raise ValueError("run_chain: a chain that ends in a max pool takes no residual and gives no recipe")
+    where it can be (no hook on it), else called on the output.
+    gives_input=True: returns x again after those (x's one other reader's
+    copy, input_gradient.py)."""
+    if pool is not None and (recipe or residual is not None or gives_input):
+        raise ValueError("run_chain: a chain that ends in a max pool takes no residual and gives neither a recipe "
+                         "nor its input")
     with recompute.saved_as_recipe(x_recipe):
-        y, batch_mean_var = _conv_with_stats(conv, bn, x)
-    fused = _fused_now(bn, y, residual)
+        given = (input_gradient.conv_giving_input(conv, x, _uses_batch_stats(bn) and epilogue_stats_enabled())
+                 if gives_input else None)
+        y, batch_mean_var, x_again = given if given is not None else (*_conv_with_stats(conv, bn, x), x)
     if pool is not None:
-        if fused and relu and not hooked(pool, y.dtype) and max_pool_window(pool, y) is not None:
-            return batch_norm_relu_max_pool(y, bn, pool, batch_mean_var)
-        return pool(batch_norm_act(y, bn, None, relu, batch_mean_var) if fused else torch.relu(bn(y)) if relu
-                    else bn(y))
+        return _normalize_and_pool(bn, y, relu, batch_mean_var, pool)
+    out = _normalize(bn, y, residual, relu, batch_mean_var, recipe)
+    if not gives_input:
+        return out
+    return (*out, x_again) if recipe else (out, x_again)
+
+
+def _normalize_and_pool(bn, y, relu, batch_mean_var, pool):
+    """The chain's steps after its convolution, then its max pool: in one
+    pass where it can be (no hook on the pool, a window it takes)."""
+    fused = _fused_now(bn, y, None)
+    if fused and relu and not hooked(pool, y.dtype) and max_pool_window(pool, y) is not None:
+        return batch_norm_relu_max_pool(y, bn, pool, batch_mean_var)
+    return pool(batch_norm_act(y, bn, None, relu, batch_mean_var) if fused else torch.relu(bn(y)) if relu
+                else bn(y))
+
+
+def _normalize(bn, y, residual, relu, batch_mean_var, recipe):
+    """The chain's steps after its convolution: batch norm, the residual add
+    and the ReLU in mpgemm's passes, or torch's where those do not apply;
+    with `recipe`, (out, its recipe or None)."""
+    fused = _fused_now(bn, y, residual)
     if fused:
         return batch_norm_act(y, bn, residual, relu, batch_mean_var, recipe=recipe)
     out = bn(y)
@@ -267,8 +300,11 @@ def rewrite(graph, found):
     recompute_enabled, a chain whose output the next chain's convolution
     or a max pool alone takes hands that call its recipe; where
     fused_max_pool_enabled, a chain that find_chains found able to take
-    its pool takes it into its call instead."""
+    its pool takes it into its call instead; then, where
+    dgrad_addend_enabled, a chain whose input one later node alone reads
+    besides hands that node its input (input_gradient.hand_on_inputs)."""
     chain_of = {}  # run_chain node: its chain
+    every_chain = {}
     recomputing, fusing_pools = recompute.recompute_enabled(), fused_max_pool_enabled()
     for chain, conv_node, replaced, residual, identities in found:
         last = replaced[-1]
@@ -284,7 +320,7 @@ def rewrite(graph, found):
             conv = graph.get_attr(chain.conv)
             bn = graph.get_attr(chain.bn)
             fused = graph.call_function(run_chain, (conv, bn, x, residual), kwargs)
-        chain_of[fused] = chain
+        chain_of[fused] = every_chain[fused] = chain
         last.replace_all_uses_with(fused)
         for node in reversed(replaced):
             graph.erase_node(node)
@@ -307,5 +343,7 @@ def rewrite(graph, found):
                 pooled = graph.call_function(pool_with_recipe, (graph.get_attr(pool.target), out, recipe))
             pool.replace_all_uses_with(pooled)
             graph.erase_node(pool)
+    if input_gradient.dgrad_addend_enabled():
+        input_gradient.hand_on_inputs(graph, every_chain)
     graph.lint()
     return graph

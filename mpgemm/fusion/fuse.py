@@ -610,7 +610,10 @@ def fusion_report(model):
     (``output_recomputable``): backward then makes the output again rather
     than keeping it, wherever the chain's own backward keeps no copy (16-bit
     with a multiple of 8 channels, or no ReLU), and the ``max_pool`` its
-    pass takes in (MPGEMM_FUSED_MAX_POOL=1), or None; for
+    pass takes in (MPGEMM_FUSED_MAX_POOL=1), or None, and whether its
+    convolution's dgrad sums its input's gradients, the input's other
+    reader taking it from the chain's call (``sums_input_gradient``,
+    MPGEMM_DGRAD_ADDEND=1); for
     ``"mlp"`` chains ``fc1``, ``fc2`` and the ``activation`` as traced, and
     whether it runs fused now (its linears on mpgemm, no hook, no dropout
     that drops between its steps); for ``"gated_mlp"`` chains ``gate``,

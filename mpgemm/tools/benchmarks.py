@@ -544,6 +544,32 @@ def _conv_pass_impls(product, geometry, baseline_name, mpgemm_name, paths):
     return impls
 
 
+def _residual_dgrad_impls(product, baseline_name, mpgemm_name):
+    """A ResNet block's first 1x1 (stride 1, no padding): its dgrad plus the
+    residual's gradient of x's shape (x itself stands in for it: the same
+    bytes), the input gradient of the block as its backward makes it.
+    "dgrad+residual": the baseline's dgrad and torch's add; mpgemm's dgrad
+    and torch's add (the default); mpgemm's dgrad adding it in its epilogue
+    ("addend", MPGEMM_DGRAD_ADDEND=1, opt-in: the Hopper convolution's, where
+    the plan takes it, else the same two passes)."""
+    geometry = ([1, 1], [0, 0, 0, 0], [1, 1], 1)
+
+    def baseline(x, w, b, grad):
+        return torch.ops.aten.convolution_backward(grad, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                                   [True, False, False])[0] + x.detach()
+
+    def two_passes(x, w, b, grad):
+        return torch.ops.mpgemm.conv2d_grad_input(grad, x, w, *geometry) + x.detach()
+
+    def addend(x, w, b, grad):
+        with environment({"MPGEMM_DGRAD_ADDEND": "1"}):
+            return torch.ops.mpgemm._conv2d_grad_input_add(grad, x, w, x.detach(), *geometry)
+
+    name = f"{baseline_name} dgrad+residual"
+    return {name: _direct(baseline, product), f"{mpgemm_name} dgrad+residual": _direct(two_passes, product, name),
+            f"{mpgemm_name} addend dgrad+residual": _direct(addend, product, name)}
+
+
 def _path_name(mpgemm_name, path):
     """"mpgemm" for the default path, "mpgemm wgmma" for a forced one."""
     return mpgemm_name if path is None else mpgemm_name.replace("mpgemm", f"mpgemm {path}", 1)
@@ -552,7 +578,8 @@ def _path_name(mpgemm_name, path):
 def _conv_case(shape, device, dtype, paths=(), bias=False):
     """fwd (fprop, with a bias where `bias`) and fwd+bwd, then dgrad and
     wgrad alone, mpgemm on its default path and on each of `paths` against
-    cuDNN."""
+    cuDNN; for a 1x1 at stride 1, dgrad with a residual's gradient added
+    (_residual_dgrad_impls)."""
     batch, c, k, kernel, stride, padding, size, *rest = shape
     groups = rest[0] if rest else 1
     out = (size + 2 * padding - kernel) // stride + 1
@@ -579,6 +606,8 @@ def _conv_case(shape, device, dtype, paths=(), bias=False):
             for name, impl in both.items() if impl.baseline})
     impls.update(_conv_pass_impls(product, ((stride, stride), (padding, padding), (1, 1), groups), baseline_name,
                                   mpgemm_name, paths))
+    if kernel == 1 and stride == 1 and padding == 0 and groups == 1:
+        impls.update(_residual_dgrad_impls(product, baseline_name, mpgemm_name))
     bytes_per_set = dtype.itemsize * (batch * c * size * size + k * c // groups * kernel**2 + batch * k * out * out)
     return make, bytes_per_set, impls
 

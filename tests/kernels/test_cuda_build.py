@@ -37,6 +37,7 @@ store. The folded taps' kernels whose producer gathers x's fold itself
 the producer's own loads and fenced shared stores, and its registers.
 """
 
+import collections
 import re
 
 import pytest
@@ -355,22 +356,24 @@ PHASES_KERNEL = "wgmma_dgrad_phases_kernel"
 # The convolution's wgrad tile of at most 64 filters, whose consumers take 64 x 256 tiles in turn.
 M64_KERNEL = "12WgmmaM64Tile"
 MOMENTS_KERNEL = "wgmma_fprop_moments_kernel"
+ADDEND_KERNEL = "wgmma_dgrad_addend_kernel"
 
 
 @pytest.fixture(scope="module")
 def hopper_conv_kernels(cuda_build, machine_code):
     """{kernel name: [sass.Instruction]} of the Hopper convolution's kernels in the sm_90a code: fprop, dgrad
     and wgrad, dgrad staging its rows (a launch a phase, and its phases in one launch), and fprop writing its
-    column moments, fp16 and bf16, on each tile."""
+    column moments, and dgrad adding an addend to dx, fp16 and bf16, on each tile."""
     if "sm_90a" not in cuda_build["build_info"]["cuda_archs"]:
         pytest.skip("the build has no sm_90a code")
     kernels = {name: instructions for name, instructions in machine_code[0]["sm_90a"].items()
                if "wgmma_conv_kernel" in name or STAGED_ROWS_KERNEL in name or PHASES_KERNEL in name
-               or MOMENTS_KERNEL in name}
-    assert len(kernels) == 38, sorted(kernels)
+               or MOMENTS_KERNEL in name or ADDEND_KERNEL in name}
+    assert len(kernels) == 44, sorted(kernels)
     assert sum(STAGED_ROWS_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert sum(PHASES_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert sum(MOMENTS_KERNEL in name for name in kernels) == 6, sorted(kernels)
+    assert sum(ADDEND_KERNEL in name for name in kernels) == 6, sorted(kernels)
     assert {tile_width(name) for name in kernels} == {256, 128, 64}, sorted(kernels)
     # The 64-row tile's: wgrad alone (ConvPass 2), fp16 and bf16.
     m64 = [name for name in kernels if M64_KERNEL in name]
@@ -390,6 +393,35 @@ def test_hopper_conv_runs_wgmma_on_im2col_copies(hopper_conv_kernels):
             assert sass.count_opcodes(opcodes, op) == 0, f"{name}: {op}"
         # The 64-row tile's consumers hand each turn on with bar.arrive (ping-pong); the others never do.
         assert (sass.count_opcodes(opcodes, "BAR.ARV") > 0) == (M64_KERNEL in name), f"{name}: BAR.ARV"
+
+
+def test_dgrad_addend_kernels_add_it_loaded_ahead_in_the_plain_dgrads_epilogue(hopper_conv_kernels):
+    """dgrad's kernels that add a second term to dx (opt-in,
+    MPGEMM_DGRAD_ADDEND=1; sm90/epilogue.cuh's add_addend) are the plain
+    dgrad kernel of their tile and type (the same HGMMA, copies and strip
+    stores, and the bias's loads, which a dgrad never runs) with the
+    addend's loads in the epilogue besides: inside D, a thread's words (a
+    quarter of the tile's width: 64 on the 128 x 256 tile) in runs of 32, or
+    all of them where it holds fewer, each issued before the first is added
+    (nvcc 13.0: 32 and 32 on the wide tile, 32 on 128 x 128, 16 on 128 x
+    64); at D's edges, two-byte loads of twice as many elements."""
+    addend = {name: code for name, code in hopper_conv_kernels.items() if ADDEND_KERNEL in name}
+    assert len(addend) == 6, sorted(addend)
+    for name, instructions in addend.items():
+        arguments = name.split("EEEv")[0].split("kernelI")[1]
+        plain = next(code for other, code in hopper_conv_kernels.items()
+                     if "wgmma_conv_kernel" in other and other.split("EEEv")[0].split("kernelI")[1] ==
+                     f"{arguments}ELNS0_8ConvPassE1")
+        ops, plain_ops = [i.opcode for i in instructions], [i.opcode for i in plain]
+        for op in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64"):
+            assert sass.count_opcodes(ops, op) == sass.count_opcodes(plain_ops, op), f"{name}: {op}"
+        words_per_thread = tile_width(name) // 4
+        for load, count in (("LDG.E", words_per_thread), ("LDG.E.U16", 2 * words_per_thread)):  # exact opcodes
+            assert ops.count(load) - plain_ops.count(load) == count, f"{name}: {load}"
+        # The runs of words the plain kernel does not have: the addend's.
+        words = sorted((collections.Counter(run for run in load_runs(instructions, "LDG.E") if run)
+                        - collections.Counter(run for run in load_runs(plain, "LDG.E") if run)).elements())
+        assert sum(words) == words_per_thread and min(words) >= min(32, words_per_thread), f"{name}: {words}"
 
 
 def test_column_moments_come_from_shuffles_in_a_fixed_order(cuda_build, machine_code, hopper_conv_kernels):

@@ -412,6 +412,20 @@ CONV_MUTATIONS = {
         "sm90/conv_launch.cu",
         ("if (g.rows != c.h || g.cols != c.w)", "if (!PLANTED && (g.rows != c.h || g.cols != c.w))"), (False, False),
         "FAILED", None),
+    # dgrad's epilogue built to add its addend (MPGEMM_DGRAD_ADDEND=1) leaving it out.
+    "dgrad's addend left out of the epilogue": (
+        "sm90/epilogue.cuh",
+        ("  if constexpr (WithAddend) add_addend<Element>(acc, p, s, batch, row0, col0, thread);",
+         "  if (WithAddend && !PLANTED) add_addend<Element>(acc, p, s, batch, row0, col0, thread);"),
+        (False, False), "FAILED", "kDgrad"),
+    # The addend read in whole words at D's edges too (the epilogue's loads
+    # of an operand, sm90/epilogue.cuh's for_each_operand_run): past D's last
+    # row, past the end of the addend.
+    "the addend's words read unchecked at D's edges": (
+        "sm90/epilogue.cuh",
+        ("const bool inside = s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n;",
+         "const bool inside = PLANTED || (s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n);"),
+        (False, False), "AddressSanitizer|FAILED", "kDgrad"),
     # A phase's pixel rows a row of the phase apart instead of stride_h rows of dx.
     "dgrad's phase rows without the stride between them": (
         "sm90/epilogue.cuh", ("a * g.row_pitch", "a * (PLANTED ? g.cols * g.col_pitch : g.row_pitch)"), (False, False),
@@ -798,8 +812,9 @@ def results(tmp_path_factory):
                        else ["-DPLANTED_DGRAD_PHASES"] if planted_pass == DGRAD_PHASES
                        else ["-DPLANTED_GATHERED_FOLD"] if planted_pass == GATHERED_FOLD
                        else [f"-DPLANTED_PASS={planted_pass}"] if planted_pass else [])
-            # fprop's build plants its column moments' kernel too.
-            defines += ["-DPLANTED_FPROP_MOMENTS"] if planted_pass == "kFprop" else []
+            # fprop's build plants its column moments' kernel too, dgrad's its addend's.
+            defines += {"kFprop": ["-DPLANTED_FPROP_MOMENTS"],
+                        "kDgrad": ["-DPLANTED_DGRAD_ADDEND"]}.get(planted_pass, [])
             conv_planted.append((bugs, compile_all([unit], 900, planted_dir, f"conv_planted{i}.", defines,
                                                    PLANTED_CXXFLAGS)[0]))
         launch_bugs = list(enumerate(GEMM_LAUNCH_MUTATIONS))
@@ -1002,9 +1017,11 @@ def test_hopper_conv_matches_reference_and_the_im2col_model(results, copies_late
     # them: on each tile, and in some random cases.
     assert "column moments on each tile: ok" in output, replay
     assert printed_count(output, "conv fprop cases with moments") >= 3, replay
+    # dgrad at stride 1 adding an addend in its epilogue (MPGEMM_DGRAD_ADDEND=1), in the cases that ask.
+    assert printed_count(output, "conv wgmma dgrad cases with an addend") > 0, replay
     assert "bad MPGEMM_CONV_PATH refused: ok" in output, replay
-    assert ("bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, MPGEMM_GATHERED_FOLD and "
-            "MPGEMM_M64_TILE refused: ok") in output, replay
+    assert ("bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, MPGEMM_GATHERED_FOLD, "
+            "MPGEMM_M64_TILE and MPGEMM_DGRAD_ADDEND refused: ok") in output, replay
     assert "taps at the im2col offsets' limit: ok" in output, replay
     assert "wgrad splits on 132 multiprocessors: ok" in output, replay
     # Few-channel fprop and wgrad on folded taps (conv/folded_taps.h), and

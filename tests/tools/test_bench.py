@@ -11,6 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from support import MpgemmCalls, skip_or_fail
+from mpgemm.testing import relative_error
 from mpgemm.tools import bench_report, benchmarks, cli, kernel_report, provenance, sass
 
 CPU = torch.device("cpu")
@@ -511,6 +512,33 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wgmma_staged, "
                                         "wgmma_opt_in, wmma, gemm"):
         benchmarks.parse_conv_paths("hopper")
+
+
+def test_conv_times_a_1x1_dgrad_with_the_residuals_gradient(monkeypatch):
+    """A 1x1 at stride 1 (a ResNet block's first) also times its dgrad plus
+    a tensor of x's shape: the baseline's dgrad and add, mpgemm's dgrad and
+    add, and mpgemm's with the addend in the epilogue (MPGEMM_DGRAD_ADDEND=1
+    around its call alone), each the input gradient plus x; a 3x3 does not."""
+    switch = []
+    real = torch.ops.mpgemm._conv2d_grad_input_add
+
+    def recording(*args):
+        switch.append(benchmarks.os.environ.get("MPGEMM_DGRAD_ADDEND"))
+        return real(*args)
+
+    monkeypatch.setattr(torch.ops.mpgemm, "_conv2d_grad_input_add", recording)
+    make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 24, 1, 1, 0, 6), CPU, torch.float16)
+    rows = {name: impl.baseline for name, impl in impls.items() if "residual" in name}
+    assert rows == {"torch dgrad+residual": "", "mpgemm dgrad+residual": "torch dgrad+residual",
+                    "mpgemm addend dgrad+residual": "torch dgrad+residual"}
+    inputs = make()
+    x, w, _, grad = inputs
+    expected = torch.nn.grad.conv2d_input(x.shape, w.detach().double(), grad.double()) + x.detach().double()
+    for name in rows:
+        assert relative_error(impls[name].run(*inputs), expected) < 2e-3, name
+    assert switch == ["1"] and "MPGEMM_DGRAD_ADDEND" not in benchmarks.os.environ
+    _, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 24, 3, 1, 1, 6), CPU, torch.float16)
+    assert not [name for name in impls if "residual" in name]
 
 
 @pytest.mark.parametrize("case, shape, bias", [("resnet50", (2, 16, 16, 1, 1, 0, 8), False),

@@ -66,6 +66,15 @@ struct GemmParams {
   // ReLU's) input from the dgrad product that gives its output's, dZ = dH *
   // gelu'(Z), where dH = dY @ W2 is the next linear's dgrad (an MLP's).
   const void* activation_input = nullptr;
+
+  // Read where set (the Hopper convolution's dgrad kernels built for it,
+  // sm90/conv_kernel.cuh's wgmma_dgrad_addend_kernel): a tensor of the
+  // inputs' type laid out as D, added to A @ B in fp32 before the one
+  // rounding, D = A @ B + addend: a backward's gradient of a tensor that two
+  // layers read (a ResNet block's input, which its first convolution and its
+  // residual both take), summed by the product that gives one of them
+  // instead of by a pass of its own.
+  const void* addend = nullptr;
 };
 
 // How the launcher spread the work over the grid.

@@ -356,6 +356,8 @@ bool chunked_fold() { return switch_on("MPGEMM_CHUNKED_FOLD", true); }
 
 bool gathered_fold() { return switch_on("MPGEMM_GATHERED_FOLD", false); }
 
+bool dgrad_addend() { return switch_on("MPGEMM_DGRAD_ADDEND", false); }
+
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
          p.pad_left == 0 && p.p == p.h && p.q == p.w;
@@ -401,6 +403,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad(), in_chunks = chunked_fold();
   const bool gathered = gathered_fold();
   const bool m64_tile = m64_tile_enabled();
+  const bool addend = p.addend != nullptr && pass == ConvPass::kDgrad && dgrad_addend();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
     plan.path = Conv2dPlan::Path::kGemm;
@@ -416,6 +419,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.wgmma = plan_wgmma_conv(pass, p, staged_rows, one_launch, m64_tile);
     plan.workspace_bytes = plan.wgmma.workspace_bytes;
     if (pass == ConvPass::kFprop && wgmma_conv_writes_moments(p)) plan.moment_rows = WgmmaBlockConfig::kInstrM;
+    plan.addend_in_epilogue = addend && wgmma_dgrad_takes_addend(p);
     return plan;
   }
   const bool fold = path == ConvPath::kWgmma || (by_default && folded_taps_by_default(pass));
@@ -455,6 +459,7 @@ cudaError_t launch_conv2d(ConvPass pass, const Conv2dParams& p, const Conv2dPlan
                           cudaStream_t stream) {
   if (p.groups <= 0) return cudaErrorInvalidValue;
   if (p.moments != nullptr && (pass != ConvPass::kFprop || plan.moment_rows == 0)) return cudaErrorInvalidValue;
+  if (p.addend != nullptr && (pass != ConvPass::kDgrad || !plan.addend_in_epilogue)) return cudaErrorInvalidValue;
   switch (plan.path) {
     case Conv2dPlan::Path::kDepthwise: return launch_depthwise(pass, p, plan.depthwise, workspace, stream);
     case Conv2dPlan::Path::kPadded: return launch_padded(pass, p, plan.tiles, workspace, stream);

@@ -59,6 +59,12 @@ struct Conv2dPlan {
   // the Hopper convolution or the GEMM's split-K), the padded copies and the
   // folded ones; 0 when none applies.
   size_t workspace_bytes = 0;
+  // dgrad planned with Conv2dParams::addend set: whether the kernels add it
+  // to dx in their epilogue (the Hopper convolution at stride 1 where
+  // dgrad_addend() asks and sm90/conv_launch.h's wgmma_dgrad_takes_addend
+  // allows); where not, launch_conv2d refuses the addend, and the caller
+  // adds it after the pass.
+  bool addend_in_epilogue = false;
   // fprop: the rows of each block whose column moments the kernels write
   // where Conv2dParams::moments asks (the implicit GEMM on 16-byte chunks:
   // its tile's rows; the Hopper convolution storing through the copy
@@ -112,6 +118,14 @@ bool chunked_fold();
 // throws std::invalid_argument for any other value.
 bool gathered_fold();
 
+// Whether dgrad at stride 1 on the Hopper convolution adds a second term of
+// dx (Conv2dParams::addend: a ResNet block input's gradient from its
+// residual) in its epilogue (sm90/conv_kernel.cuh's
+// wgmma_dgrad_addend_kernel) instead of leaving it to a pass of its own:
+// opt-in until it passes the GPU tests. "1": yes; unset, "" or "0": no;
+// throws std::invalid_argument for any other value.
+bool dgrad_addend();
+
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
 // the GEMM it is on NHWC activations and KC filters, reading every operand
 // in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
@@ -145,13 +159,15 @@ bool folded_taps_by_default(ConvPass pass);
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
 // MPGEMM_GATHERED_FOLD or MPGEMM_M64_TILE (conv_path, staged_row_stores,
 // one_launch_dgrad, chunked_fold, gathered_fold, plan/gemm_plan.h's
-// m64_tile_enabled), whatever the problem.
+// m64_tile_enabled), whatever the problem, and for a bad
+// MPGEMM_DGRAD_ADDEND (dgrad_addend) where dgrad has an addend.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 
 // Enqueues one pass of the convolution described by `params` on `stream`, as
 // `plan` (plan_conv2d of the same pass and params) says, with `workspace` (at
 // least plan.workspace_bytes, 16-byte aligned); fprop's params.moments only
-// where plan.moment_rows > 0 (cudaErrorInvalidValue otherwise). Returns the launch error,
+// where plan.moment_rows > 0 and dgrad's params.addend only where
+// plan.addend_in_epilogue (cudaErrorInvalidValue otherwise). Returns the launch error,
 // cudaErrorInvalidValue for sizes beyond 32-bit implicit-GEMM indices, an
 // input_type that is not 16-bit or a missing workspace,
 // cudaErrorNotSupported for bf16 where the device runs code built for an arch

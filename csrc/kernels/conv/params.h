@@ -36,6 +36,10 @@ struct Conv2dParams {
   // each block of moment_rows rows' per-channel moments of y as stored,
   // [2][blocks][k] (common/column_moments.cuh), for training batch norm.
   float* moments = nullptr;
+  // dgrad only, where the plan adds it (Conv2dPlan::addend_in_epilogue):
+  // a second term of dx, of dx's type and layout (n, h, w, c), added to the
+  // products in fp32 before dx's one rounding: dx = dy * w^T + addend.
+  const void* addend = nullptr;
 };
 
 }  // namespace mpgemm::kernels

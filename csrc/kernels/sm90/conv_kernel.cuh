@@ -41,22 +41,25 @@ using ConvSmem = WgmmaSmem<Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>>;
 
 // The block of a convolution kernel: p describes the output as the GEMM's D
 // (and fprop's bias): y, dx, or wgrad's fp32 partial sums (one matrix per
-// split) or dw itself. StagedRows (dgrad only): a phase of a strided dgrad
-// whose rows of dx are stored through shared memory, whole 16-byte chunks
-// (sm90/epilogue.cuh). WithMoments (fprop only): each 64-row block's
-// per-channel moments of y to p.column_moments, for training batch norm.
-template <class Element, class Tile, ConvPass Pass, bool StagedRows, bool WithMoments = false>
+// split) or dw itself; kExtras (sm90/block.cuh's BlockExtras) what its
+// epilogue does besides: kBlockStagedRows (dgrad only), a phase of a strided
+// dgrad whose rows of dx are stored through shared memory, whole 16-byte
+// chunks (sm90/epilogue.cuh); kBlockColumnMoments (fprop only), each 64-row
+// block's per-channel moments of y to p.column_moments, for training batch
+// norm; kBlockAddend (dgrad only), p.addend added to dx.
+template <class Element, class Tile, ConvPass Pass, unsigned kExtras>
 __device__ __forceinline__ void wgmma_conv_block(const CUtensorMap& a_map, const CUtensorMap& b_map,
                                                  const CUtensorMap& d_map, const GemmParams& p,
                                                  const WgmmaSchedule& schedule, const ConvWalk& walk) {
-  static_assert(!StagedRows || Pass == ConvPass::kDgrad, "only dgrad's phases store strided rows");
-  static_assert(!WithMoments || Pass == ConvPass::kFprop, "moments are of fprop's output");
+  static_assert((kExtras & ~(kBlockStagedRows | kBlockColumnMoments | kBlockAddend)) == 0, "a convolution's extras");
+  static_assert((kExtras & (kBlockStagedRows | kBlockAddend)) == 0 || Pass == ConvPass::kDgrad,
+                "only dgrad's phases store strided rows or add an addend");
+  static_assert((kExtras & kBlockColumnMoments) == 0 || Pass == ConvPass::kFprop, "moments are of fprop's output");
   const auto load = [&](auto& shared, const BatchTile& tile, int, int, TilePipeline<Tile>& pipe) {
     load_conv_tile<Pass, Tile>(shared, &a_map, &b_map, tile, walk, pipe);
   };
-  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>,
-              (StagedRows ? kBlockStagedRows : kBlockPlain) | (WithMoments ? kBlockColumnMoments : kBlockPlain)>(
-      d_map, p, schedule, walk.k_slices, load);
+  wgmma_block<Element, Tile, kConvAKMajor<Pass>, kConvBKMajor<Pass>, kExtras>(d_map, p, schedule, walk.k_slices,
+                                                                              load);
 }
 
 template <class Element, class Tile, ConvPass Pass>
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_conv_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                       const __grid_constant__ CUtensorMap d_map, const GemmParams p, const WgmmaSchedule schedule,
                       const ConvWalk walk) {
-  wgmma_conv_block<Element, Tile, Pass, false>(a_map, b_map, d_map, p, schedule, walk);
+  wgmma_conv_block<Element, Tile, Pass, kBlockPlain>(a_map, b_map, d_map, p, schedule, walk);
 }
 
 // dgrad's phases whose strided rows the epilogue stages (a kernel apart, so
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                    const __grid_constant__ CUtensorMap b_map,
                                    const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                                    const WgmmaSchedule schedule, const ConvWalk walk) {
-  wgmma_conv_block<Element, Tile, ConvPass::kDgrad, true>(a_map, b_map, d_map, p, schedule, walk);
+  wgmma_conv_block<Element, Tile, ConvPass::kDgrad, kBlockStagedRows>(a_map, b_map, d_map, p, schedule, walk);
 }
 
 // A strided dgrad's phases in one launch (DgradPhases; sm90/tile_scheduler.cuh's
@@ -104,7 +107,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     wgmma_fprop_moments_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                const __grid_constant__ CUtensorMap d_map, const GemmParams p,
                                const WgmmaSchedule schedule, const ConvWalk walk) {
-  wgmma_conv_block<Element, Tile, ConvPass::kFprop, false, true>(a_map, b_map, d_map, p, schedule, walk);
+  wgmma_conv_block<Element, Tile, ConvPass::kFprop, kBlockColumnMoments>(a_map, b_map, d_map, p, schedule, walk);
+}
+
+// dgrad at stride 1 whose dx has a second term, p.addend (dx's type and
+// layout), added to the sums before their one rounding: a ResNet block's
+// input gradient, its first convolution's dgrad plus its residual's, with no
+// pass of its own over dx (a kernel apart, so that the other passes' kernels
+// keep their code).
+template <class Element, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_dgrad_addend_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                              const __grid_constant__ CUtensorMap d_map, const GemmParams p,
+                              const WgmmaSchedule schedule, const ConvWalk walk) {
+  wgmma_conv_block<Element, Tile, ConvPass::kDgrad, kBlockAddend>(a_map, b_map, d_map, p, schedule, walk);
 }
 
 // fprop or wgrad of a few-channel convolution on its folded taps

@@ -3,5 +3,5 @@
 // run on it.
 #include "sm90/conv_launch_kernel.cuh"
 
-MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, WgmmaM64Tile, kWgrad, false)
-MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, WgmmaM64Tile, kWgrad, false)
+MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaM64Tile, kWgrad, kPlain)
+MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaM64Tile, kWgrad, kPlain)

@@ -4,9 +4,4 @@
 // (sm90/launch.h).
 #include "sm90/conv_launch_kernel.cuh"
 
-MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaTile, kFprop, false, true)
-MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaTile, kFprop, false, true)
-MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaN128Tile, kFprop, false, true)
-MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaN128Tile, kFprop, false, true)
-MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaN64Tile, kFprop, false, true)
-MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaN64Tile, kFprop, false, true)
+MPGEMM_WGMMA_CONV_LAUNCH_ON_EVERY_TILE(kFprop, kMoments)

@@ -16,7 +16,8 @@
 // filters where asked (MPGEMM_M64_TILE=1) on the 64-row tile; the kernels are
 // instantiated in sm90/conv_kernels_<tile>.cu and, those that stage dgrad's
 // rows, sm90/conv_kernels_staged_rows.cu and (its phases in one launch)
-// sm90/conv_kernels_dgrad_phases.cu.
+// sm90/conv_kernels_dgrad_phases.cu; dgrad at stride 1 adding a second term
+// of dx where asked (Conv2dParams::addend), sm90/conv_kernels_dgrad_addend.cu.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -296,26 +297,36 @@ bool rows_stageable(const ConvLaunch& l) {
 // One launch; a phase of dgrad's on the kernel that stages its rows where
 // the plan asks (WgmmaConvPlan::staged_rows) and rows_stageable allows.
 // fprop with Conv2dParams::moments on the kernel that writes them, which
-// stores through the copy engine.
+// stores through the copy engine; dgrad at stride 1 with
+// Conv2dParams::addend on the kernel that adds it.
 template <class Element, class Tile, ConvPass Pass>
 cudaError_t launch_one(const Conv2dParams& c, const ConvLaunch& l, cudaStream_t stream, bool staged_rows = false) {
   if (sm90::PersistentTileScheduler<Tile>::tiles(l.gemm) == 0) return cudaSuccess;
   CUtensorMap a_map, b_map, d_map{};
   if (const cudaError_t err = operand_maps<Tile, Pass>(&a_map, &b_map, c, l.source); err != cudaSuccess) return err;
   const sm90::WgmmaSchedule schedule = sm90::output_schedule(l.gemm, &d_map, l.rows);
+  using sm90::ConvKernel;
   if constexpr (Pass == ConvPass::kFprop) {
     if (c.moments != nullptr) {
       if (!schedule.d_copy) return cudaErrorInvalidValue;
       GemmParams gemm = l.gemm;
       gemm.column_moments = c.moments;
-      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, false, true>(a_map, b_map, d_map, gemm, schedule,
-                                                                              l.walk, stream);
+      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, ConvKernel::kMoments>(a_map, b_map, d_map, gemm,
+                                                                                       schedule, l.walk, stream);
     }
   }
-  if constexpr (Pass == ConvPass::kDgrad)
+  if constexpr (Pass == ConvPass::kDgrad) {
+    if (c.addend != nullptr) {
+      if (l.rows.cols != 0) return cudaErrorInvalidValue;  // strided rows: wgmma_dgrad_takes_addend says no
+      GemmParams gemm = l.gemm;
+      gemm.addend = c.addend;
+      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, ConvKernel::kAddend>(a_map, b_map, d_map, gemm,
+                                                                                      schedule, l.walk, stream);
+    }
     if (staged_rows && rows_stageable(l))
-      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, true>(a_map, b_map, d_map, l.gemm, schedule, l.walk,
-                                                                       stream);
+      return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass, ConvKernel::kStagedRows>(a_map, b_map, d_map, l.gemm,
+                                                                                          schedule, l.walk, stream);
+  }
   return sm90::launch_wgmma_conv_kernel<Element, Tile, Pass>(a_map, b_map, d_map, l.gemm, schedule, l.walk, stream);
 }
 
@@ -476,6 +487,10 @@ bool wgmma_conv_writes_moments(const Conv2dParams& p) {
   return tma_describable(p.out, element_bytes(p.out_type), 1, 0, p.k, p.k, p.n * p.p * p.q);
 }
 
+bool wgmma_dgrad_takes_addend(const Conv2dParams& p) {
+  return p.stride_h == 1 && p.stride_w == 1 && p.out_type == p.input_type && aligned16(p.addend);
+}
+
 bool wgmma_conv_takes(ConvPass pass, const Conv2dParams& p) {
   const bool reads_x = pass != ConvPass::kDgrad, reads_w = pass != ConvPass::kWgrad;
   const bool reads_dy = pass != ConvPass::kFprop;
@@ -562,6 +577,7 @@ cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& p, const WgmmaC
   if (!wgmma_conv_takes(pass, p) || plan.splits < 1 || (pass != ConvPass::kWgrad && plan.splits != 1))
     return cudaErrorInvalidValue;
   if (p.moments != nullptr && (pass != ConvPass::kFprop || !wgmma_conv_writes_moments(p))) return cudaErrorInvalidValue;
+  if (p.addend != nullptr && (pass != ConvPass::kDgrad || !wgmma_dgrad_takes_addend(p))) return cudaErrorInvalidValue;
   if (plan.workspace_bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.input_type, [&](auto element) {

@@ -52,12 +52,20 @@ WgmmaConvPlan plan_wgmma_conv(ConvPass pass, const Conv2dParams& params, bool st
 // the copy engine.
 bool wgmma_conv_writes_moments(const Conv2dParams& params);
 
+// Whether dgrad of a problem it takes can add Conv2dParams::addend (dx's
+// type, NHWC like dx) to dx in its epilogue (sm90/conv_kernel.cuh's
+// wgmma_dgrad_addend_kernel): at stride 1 (a strided dgrad's phases store
+// rows of dx that no 64-row block of the addend lines up with), dx of the
+// inputs' type, and the addend's base 16-byte aligned, as the epilogue reads
+// it in 4-byte pairs.
+bool wgmma_dgrad_takes_addend(const Conv2dParams& params);
+
 // Enqueues one pass that wgmma_conv_takes on `stream`, as `plan`
 // (plan_wgmma_conv of the same pass and params) says, with `workspace` (at
 // least plan.workspace_bytes, 16-byte aligned). Returns
 // cudaErrorNotSupported where the code the device runs has no sm_90a kernel
 // or the driver no im2col encoder, cudaErrorInvalidValue for a problem the
-// path cannot take or a missing workspace.
+// path cannot take, an addend it cannot add or a missing workspace.
 cudaError_t launch_wgmma_conv(ConvPass pass, const Conv2dParams& params, const WgmmaConvPlan& plan, void* workspace,
                               cudaStream_t stream);
 

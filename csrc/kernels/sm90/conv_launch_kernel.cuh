@@ -9,14 +9,18 @@
 
 namespace mpgemm::kernels::sm90 {
 
-template <class Element, class Tile, ConvPass Pass, bool StagedRows, bool WithMoments>
+template <class Element, class Tile, ConvPass Pass, ConvKernel Kernel>
 cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                      const GemmParams& p, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream) {
+  static_assert(Kernel == ConvKernel::kPlain || Pass == (Kernel == ConvKernel::kMoments ? ConvPass::kFprop
+                                                                                          : ConvPass::kDgrad),
+                "the kernel variant's pass");
   static PerDeviceFact resident_clusters;  // blocks alone: never asked
   const auto kernel = [] {
-    if constexpr (StagedRows) return &wgmma_dgrad_staged_rows_kernel<Element, Tile>;
-    else if constexpr (WithMoments) return &wgmma_fprop_moments_kernel<Element, Tile>;
+    if constexpr (Kernel == ConvKernel::kStagedRows) return &wgmma_dgrad_staged_rows_kernel<Element, Tile>;
+    else if constexpr (Kernel == ConvKernel::kMoments) return &wgmma_fprop_moments_kernel<Element, Tile>;
+    else if constexpr (Kernel == ConvKernel::kAddend) return &wgmma_dgrad_addend_kernel<Element, Tile>;
     else return &wgmma_conv_kernel<Element, Tile, Pass>;
   }();
   return launch_persistent<Element, Tile>(kernel, ConvSmem<Tile, Pass>::kBytes,
@@ -47,18 +51,15 @@ cudaError_t launch_wgmma_gathered_fold_kernel(const CUtensorMap& copied, const C
 
 }  // namespace mpgemm::kernels::sm90
 
-// Instantiates the launch of one tile's Hopper convolution kernels: each
-// pass, fp16 and bf16 (sm90/launch.h); and of dgrad's kernel that stages a
-// phase's rows (STAGED_ROWS true: sm90/conv_kernels_staged_rows.cu, a unit
-// apart, so that the passes' units keep their code); fprop's with column
-// moments (WITH_MOMENTS: sm90/conv_kernels_moments.cu).
-#define MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(ELEMENT, TILE, PASS, STAGED_ROWS, WITH_MOMENTS)                  \
+// Instantiates the launch of one input type, tile and pass's Hopper
+// convolution kernel of one variant (sm90/launch.h's ConvKernel: kPlain in
+// sm90/conv_kernels_<tile>.cu; the others each in a unit apart, so that the
+// passes' units keep their code).
+#define MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(ELEMENT, TILE, PASS, KERNEL)                                      \
   template cudaError_t mpgemm::kernels::sm90::launch_wgmma_conv_kernel<                                   \
-      ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS, STAGED_ROWS, WITH_MOMENTS>(        \
+      ELEMENT, mpgemm::kernels::TILE, mpgemm::kernels::ConvPass::PASS, mpgemm::kernels::sm90::ConvKernel::KERNEL>( \
       const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,     \
       const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&, cudaStream_t);
-#define MPGEMM_WGMMA_CONV_LAUNCH_ONE(ELEMENT, TILE, PASS, STAGED_ROWS) \
-  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(ELEMENT, TILE, PASS, STAGED_ROWS, false)
 // Instantiates the launch of one input type and tile's kernel that runs a
 // strided dgrad's phases in one launch (sm90/conv_kernels_dgrad_phases.cu).
 #define MPGEMM_WGMMA_DGRAD_PHASES_LAUNCH(ELEMENT, TILE)                                          \
@@ -72,10 +73,19 @@ cudaError_t launch_wgmma_gathered_fold_kernel(const CUtensorMap& copied, const C
       const CUtensorMap&, const CUtensorMap&, const mpgemm::kernels::GemmParams&,                               \
       const mpgemm::kernels::sm90::WgmmaSchedule&, const mpgemm::kernels::sm90::ConvWalk&,                      \
       const mpgemm::kernels::sm90::FoldedX&, int, cudaStream_t);
-#define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                                \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kFprop, false)           \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kDgrad, false)           \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__half, TILE, kWgrad, false)           \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kFprop, false)    \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kDgrad, false)    \
-  MPGEMM_WGMMA_CONV_LAUNCH_ONE(__nv_bfloat16, TILE, kWgrad, false)
+// Instantiates the launch of one pass's kernel variant on each tile fprop
+// and dgrad run on (the wide one and the narrow ones), fp16 and bf16.
+#define MPGEMM_WGMMA_CONV_LAUNCH_ON_EVERY_TILE(PASS, KERNEL)                   \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaTile, PASS, KERNEL)            \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaTile, PASS, KERNEL)     \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaN128Tile, PASS, KERNEL)        \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaN128Tile, PASS, KERNEL) \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, WgmmaN64Tile, PASS, KERNEL)         \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, WgmmaN64Tile, PASS, KERNEL)
+#define MPGEMM_WGMMA_CONV_LAUNCH(TILE)                                  \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, TILE, kFprop, kPlain)        \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, TILE, kDgrad, kPlain)        \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__half, TILE, kWgrad, kPlain)        \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, TILE, kFprop, kPlain) \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, TILE, kDgrad, kPlain) \
+  MPGEMM_WGMMA_CONV_LAUNCH_VARIANT(__nv_bfloat16, TILE, kWgrad, kPlain)

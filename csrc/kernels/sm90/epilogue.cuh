@@ -19,7 +19,9 @@
 // Kernels built WithActivationGrad (an MLP's dgrad, dZ = (dY @ W2) *
 // gelu'(Z)) multiply the sums by the activation's derivative at Z, read from
 // global memory where each thread holds D's elements, in place of the bias
-// and the activation.
+// and the activation; kernels built WithAddend (a dgrad whose gradient has a
+// second term, a ResNet block input's residual) add a tensor laid out as D,
+// read the same way.
 // Bias and activation come first, apart from the stores, so that each is
 // written once per kernel rather than once per output type and way to store:
 // woven into the stores, they made every kernel 72 to 84 k instructions that
@@ -90,52 +92,56 @@ __device__ __forceinline__ int64_t row_offset(const GemmParams& p, const WgmmaSc
   return image * g.image_pitch + a * g.row_pitch + b * g.col_pitch;
 }
 
-// Multiplies the consumer's 64 x 2 * Registers accumulators (rows from row0,
-// columns from col0 of matrix `batch` of D) by p.activation's derivative at
-// the activation's input Z (p.activation_input: Element, laid out as D), in
-// place (common/epilogue_math.h's apply_activation_grad). Each thread reads
-// Z where it holds D's elements: two elements a 4-byte word where the
-// schedule stores D in pairs (the launcher checks that Z's base allows them
-// too) and its rows and columns lie inside D, else one at a time, none past
-// D (zero bits there). A thread's words come in runs of 32 (two on the 64 x
-// 256 tile), each loaded before the first of them is used, so that a tile
-// waits on global memory twice (loaded between the derivatives, each word
-// was waited for in turn: 64 round trips a tile; bench/NOTES.md, "Z's
-// loads ahead of the derivative"). A run's 32 registers fit beside the
-// consumer's 128 accumulators and the block's own state; all 64 at once
-// spill in the ping-pong pair's kernel (nvcc 13.2, sm_90a). The activation
-// is dispatched once a run, outside its unrolled loop. The addressing is
-// store_tile's, written again: the two sharing one helper changed the
-// default kernels' machine code (nvcc 13.0, sm_90a), which their GPU proof
-// holds for.
-template <class Element, int Registers>
-__device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registers], const GemmParams& p,
-                                                            const WgmmaSchedule& s, int64_t batch, int64_t row0,
-                                                            int64_t col0, int thread) {
-  static_assert(sizeof(Element) == 2, "Z's pairs are 4-byte words");
+// A thread's words of an operand read beside its Registers accumulators
+// (an activation's input, an addend) in runs, each loaded before the first
+// of its words is used: 16 groups of two rows' column pairs a run (32 4-byte
+// words), or all of them where a thread holds fewer (the 128 x 64 tile's 8).
+template <int Registers>
+inline constexpr int kOperandRunGroups = Registers / 4 < 16 ? Registers / 4 : 16;
+
+// Reads `operand` (Element, laid out as D: matrix `batch`, rows from row0,
+// columns from col0) where the consumer's thread holds D's elements in its
+// 64 x 2 * Registers accumulators, and hands each run of its words to
+// combine(words, g0): words[g][h] holds the operand at row h's columns col +
+// 8 (g0 + g) and the next, the first in the low half. Two elements a 4-byte
+// word where the schedule stores D in pairs (the launcher checks that the
+// operand's base allows them too) and the thread's rows and columns lie
+// inside D, else one at a time, none past D (zero bits there). A thread's
+// words come in runs of 32 (two on the 64 x 256 tile), each loaded before
+// the first of them is used, so that a tile waits on global memory twice
+// (loaded between their uses, each word was waited for in turn: 64 round
+// trips a tile; bench/NOTES.md, "Z's loads ahead of the derivative"). A
+// run's 32 registers fit beside the consumer's 128 accumulators and the
+// block's own state; all 64 at once spill in the ping-pong pair's kernel
+// (nvcc 13.2, sm_90a). The addressing is store_tile's, written again: the
+// two sharing one helper changed the default kernels' machine code (nvcc
+// 13.0, sm_90a), which their GPU proof holds for.
+template <class Element, int Registers, class CombineRun>
+__device__ __forceinline__ void for_each_operand_run(const void* operand, const GemmParams& p, const WgmmaSchedule& s,
+                                                     int64_t batch, int64_t row0, int64_t col0, int thread,
+                                                     const CombineRun& combine) {
+  static_assert(sizeof(Element) == 2, "the operand's pairs are 4-byte words");
   constexpr int kGroups = Registers / 4;  // column pairs 8 apart, in each of a thread's two rows
-  constexpr int kGroupsAhead = 16;        // a run's: 32 words
-  static_assert(kGroups % kGroupsAhead == 0, "whole runs");
+  constexpr int kRun = kOperandRunGroups<Registers>;
+  static_assert(kGroups % kRun == 0, "whole runs");
   const int64_t rows[2] = {row0 + accumulator_row(thread, 0), row0 + accumulator_row(thread, 2)};
   const int64_t col = col0 + accumulator_col(thread, 0);
   const Element* z[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    z[h] = static_cast<const Element*>(p.activation_input) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) +
-           col;
+    z[h] = static_cast<const Element*>(operand) + batch * p.d_batch_stride + row_offset(p, s, rows[h]) + col;
   const bool inside = s.d_pairs && rows[1] < p.m && col0 + 2 * Registers <= p.n;  // no checks
 #pragma unroll
-  for (int g0 = 0; g0 < kGroups; g0 += kGroupsAhead) {
-    // words[g][h]: Z at row h's columns col + 8 (g0 + g) and the next, the first in the low half.
-    uint32_t words[kGroupsAhead][2];
+  for (int g0 = 0; g0 < kGroups; g0 += kRun) {
+    uint32_t words[kRun][2];
     if (inside) {
 #pragma unroll
-      for (int g = 0; g < kGroupsAhead; ++g)
+      for (int g = 0; g < kRun; ++g)
 #pragma unroll
         for (int h = 0; h < 2; ++h) words[g][h] = *reinterpret_cast<const uint32_t*>(z[h] + 8 * (g0 + g));
     } else {
 #pragma unroll
-      for (int g = 0; g < kGroupsAhead; ++g) {
+      for (int g = 0; g < kRun; ++g) {
         const int64_t c = col + 8 * (g0 + g);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -146,26 +152,62 @@ __device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registe
         }
       }
     }
-    const auto apply = [&](auto activation) {
-      constexpr Activation kActivation = decltype(activation)::value;
-#pragma unroll
-      for (int g = 0; g < kGroupsAhead; ++g)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const Element* pair = reinterpret_cast<const Element*>(&words[g][h]);
-          float& a0 = acc[4 * (g0 + g) + 2 * h];
-          float& a1 = acc[4 * (g0 + g) + 2 * h + 1];
-          a0 = apply_activation_grad(kActivation, a0, ElementTraits<Element>::to_float(pair[0]));
-          a1 = apply_activation_grad(kActivation, a1, ElementTraits<Element>::to_float(pair[1]));
-        }
-    };
-    switch (p.activation) {
-      case Activation::kRelu: apply(std::integral_constant<Activation, Activation::kRelu>{}); break;
-      case Activation::kGelu: apply(std::integral_constant<Activation, Activation::kGelu>{}); break;
-      case Activation::kGeluTanh: apply(std::integral_constant<Activation, Activation::kGeluTanh>{}); break;
-      default: return;
-    }
+    combine(words, g0);
   }
+}
+
+// Applies combine(accumulator, operand element in fp32) to the accumulators
+// of one run of words (for_each_operand_run's), in place.
+template <class Element, int Registers, int Run, class Combine>
+__device__ __forceinline__ void combine_run(float (&acc)[Registers], const uint32_t (&words)[Run][2], int g0,
+                                            const Combine& combine) {
+#pragma unroll
+  for (int g = 0; g < Run; ++g)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const Element* pair = reinterpret_cast<const Element*>(&words[g][h]);
+      combine(acc[4 * (g0 + g) + 2 * h], ElementTraits<Element>::to_float(pair[0]));
+      combine(acc[4 * (g0 + g) + 2 * h + 1], ElementTraits<Element>::to_float(pair[1]));
+    }
+}
+
+// Multiplies the consumer's 64 x 2 * Registers accumulators (rows from row0,
+// columns from col0 of matrix `batch` of D) by p.activation's derivative at
+// the activation's input Z (p.activation_input: Element, laid out as D), in
+// place (common/epilogue_math.h's apply_activation_grad), Z read by
+// for_each_operand_run. The activation is dispatched once a run, outside its
+// unrolled loop.
+template <class Element, int Registers>
+__device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registers], const GemmParams& p,
+                                                            const WgmmaSchedule& s, int64_t batch, int64_t row0,
+                                                            int64_t col0, int thread) {
+  for_each_operand_run<Element, Registers>(
+      p.activation_input, p, s, batch, row0, col0, thread, [&](const auto& words, int g0) {
+        const auto apply = [&](auto activation) {
+          constexpr Activation kActivation = decltype(activation)::value;
+          combine_run<Element>(acc, words, g0,
+                               [](float& a, float z) { a = apply_activation_grad(kActivation, a, z); });
+        };
+        switch (p.activation) {
+          case Activation::kRelu: return apply(std::integral_constant<Activation, Activation::kRelu>{});
+          case Activation::kGelu: return apply(std::integral_constant<Activation, Activation::kGelu>{});
+          case Activation::kGeluTanh: return apply(std::integral_constant<Activation, Activation::kGeluTanh>{});
+          default: return;
+        }
+      });
+}
+
+// Adds p.addend (Element, laid out as D), read by for_each_operand_run, to
+// the consumer's 64 x 2 * Registers accumulators (rows from row0, columns
+// from col0 of matrix `batch` of D), in place, in fp32: D is then rounded
+// once.
+template <class Element, int Registers>
+__device__ __forceinline__ void add_addend(float (&acc)[Registers], const GemmParams& p, const WgmmaSchedule& s,
+                                           int64_t batch, int64_t row0, int64_t col0, int thread) {
+  for_each_operand_run<Element, Registers>(
+      p.addend, p, s, batch, row0, col0, thread, [&](const auto& words, int g0) {
+        combine_run<Element>(acc, words, g0, [](float& a, float addend) { a += addend; });
+      });
 }
 
 // Rounds and stores the consumer's 64 x 2 * Registers accumulators (rows from row0,
@@ -438,8 +480,10 @@ __device__ __forceinline__ void store_row_sums(const float (&sums)[4], const Gem
 // first, the same way, to p.pre_activation (laid out as D, through `z_map`
 // where D goes through the copy engine): one more pass over the
 // accumulators' strips, and no product run again in backward.
+// WithAddend (a dgrad whose input gradient has a second term): p.addend
+// added after the bias, before the activation (a dgrad has neither).
 template <class Element, class Tile, bool StagedRows = false, bool WithMoments = false,
-          bool WithPreActivation = false, bool WithActivationGrad = false>
+          bool WithPreActivation = false, bool WithActivationGrad = false, bool WithAddend = false>
 __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
@@ -447,9 +491,12 @@ __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulat
   static_assert(!WithPreActivation || (!StagedRows && !WithMoments), "the pre-activation is a plain GEMM's");
   static_assert(!WithActivationGrad || (!StagedRows && !WithMoments && !WithPreActivation),
                 "the activation's derivative is a plain GEMM's");
+  static_assert(!WithAddend || (!StagedRows && !WithMoments && !WithPreActivation && !WithActivationGrad),
+                "the addend is a plain product's");
   if (row0 >= p.m) return;
   if constexpr (WithActivationGrad) multiply_by_activation_grad<Element>(acc, p, s, batch, row0, col0, thread);
   else add_bias(acc, p, col0, thread);
+  if constexpr (WithAddend) add_addend<Element>(acc, p, s, batch, row0, col0, thread);
   const auto store_as = [&](auto out, const CUtensorMap* map, void* d) {
     using Out = typename decltype(out)::type;
     if constexpr (StagedRows) store_tile_through_strips<Out>(acc, p, s, staging, batch, row0, col0, thread, consumer);

@@ -50,14 +50,21 @@ cudaError_t launch_wgmma_stream_k_kernel(const CUtensorMap& a_map, const CUtenso
                                          const WgmmaSchedule& schedule, const StreamKWorkspace& workspace,
                                          cudaStream_t stream);
 
+// The Hopper convolution's kernels of a pass (sm90/conv_kernel.cuh): the
+// pass alone (wgmma_conv_kernel); dgrad storing a phase's strided rows
+// through shared memory (wgmma_dgrad_staged_rows_kernel); fprop writing its
+// column moments too (wgmma_fprop_moments_kernel: params.column_moments);
+// dgrad at stride 1 adding params.addend to dx (wgmma_dgrad_addend_kernel).
+enum class ConvKernel { kPlain, kStagedRows, kMoments, kAddend };
+
 // Launches the Hopper convolution kernel of one input type, tile and pass
 // (sm90/conv_kernel.cuh) on tensor maps built for it, `params` its GEMM and
-// `walk` its walk of K; StagedRows, dgrad's kernel that stores a phase's
-// strided rows through shared memory. Instantiated in
-// sm90/conv_kernels_<tile>.cu, a tile's six kernels (three passes, two types)
-// a unit, the staged dgrad's in sm90/conv_kernels_staged_rows.cu and fprop's
-// with column moments (WithMoments) in sm90/conv_kernels_moments.cu.
-template <class Element, class Tile, ConvPass Pass, bool StagedRows = false, bool WithMoments = false>
+// `walk` its walk of K. Instantiated in sm90/conv_kernels_<tile>.cu, a
+// tile's six plain kernels (three passes, two types) a unit, the staged
+// dgrad's in sm90/conv_kernels_staged_rows.cu, fprop's with column moments
+// in sm90/conv_kernels_moments.cu and dgrad's with an addend in
+// sm90/conv_kernels_dgrad_addend.cu.
+template <class Element, class Tile, ConvPass Pass, ConvKernel Kernel = ConvKernel::kPlain>
 cudaError_t launch_wgmma_conv_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                      const GemmParams& params, const WgmmaSchedule& schedule, const ConvWalk& walk,
                                      cudaStream_t stream);

@@ -78,6 +78,7 @@
 // "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
 // N", "conv wgmma cases on wgmma_n64: N", "conv wgmma dgrad cases with a
 // stride: N", "conv wgmma dgrad cases with a phase no tap reaches: N",
+// "conv wgmma dgrad cases with an addend: N",
 // "conv: F/N failed", "bad MPGEMM_CONV_PATH refused: ok", "taps at the
 // im2col offsets' limit: ok", "conv as gemm: F/N failed (N on the Hopper
 // GEMM)" (1x1 convolutions through the GEMM, conv_gemm_cases.cpp) and
@@ -805,7 +806,8 @@ int main(int argc, char** argv) {
                           bad_conv_variable_accepted("MPGEMM_DGRAD_ONE_LAUNCH", "yes") ||
                           bad_conv_variable_accepted("MPGEMM_CHUNKED_FOLD", "yes") ||
                           bad_conv_variable_accepted("MPGEMM_GATHERED_FOLD", "yes") ||
-                          bad_conv_variable_accepted("MPGEMM_M64_TILE", "yes");
+                          bad_conv_variable_accepted("MPGEMM_M64_TILE", "yes") ||
+                          bad_conv_variable_accepted("MPGEMM_DGRAD_ADDEND", "yes");
   const bool far_taps_bad = far_taps_wrong();
   const bool moments_bad = conv_cases > 0 && !(first_failure && conv_failed) && tile_moments_wrong(conv);
   const bool splits_bad = conv_cases > 0 && !(first_failure && conv_failed) && wgrad_splits_wrong();
@@ -827,16 +829,18 @@ int main(int argc, char** argv) {
          "conv cases on folded taps in chunks: %d\nconv cases on folded taps gathered: %d\n"
          "conv wgrad cases on folded taps on wgmma_m64: %d\n"
          "conv fprop cases with moments: %d\n"
+         "conv wgmma dgrad cases with an addend: %d\n"
          "conv: %d/%d failed\n"
          "bad MPGEMM_CONV_PATH refused: %s\n"
-         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, MPGEMM_GATHERED_FOLD and "
-         "MPGEMM_M64_TILE refused: %s\n"
+         "bad MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, MPGEMM_GATHERED_FOLD, "
+         "MPGEMM_M64_TILE and MPGEMM_DGRAD_ADDEND refused: %s\n"
          "taps at the im2col offsets' limit: %s\nwgrad splits on 132 multiprocessors: %s\n"
          "column moments on each tile: %s\n",
          conv.on_wgmma, conv.by_default, conv.split, conv.on_n128, conv.on_n64, conv.on_m64, conv.split_on_m64,
          conv.strided_dgrad,
          conv.unreached_phase, conv.staged_rows, conv.one_launch, conv.one_launch_unreached, conv.folded,
-         conv.folded_in_chunks, conv.folded_gathered, conv.folded_on_m64, conv.moments, conv_failed, conv_cases,
+         conv.folded_in_chunks, conv.folded_gathered, conv.folded_on_m64, conv.moments, conv.addend, conv_failed,
+         conv_cases,
          path_bad ? "FAILED" : "ok", staged_bad ? "FAILED" : "ok", far_taps_bad ? "FAILED" : "ok",
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();

@@ -46,7 +46,11 @@
 //    every folded one, asks for column moments where its path writes them
 //    (the consumers' strips stored by the copy engine, the WMMA kernels on
 //    16-byte chunks): the batch statistics they total to must match those
-//    of the output as stored;
+//    of the output as stored. dgrad cases 1 and 19 (at stride 1, dx of the
+//    inputs' type) and 4, 7, 22 and 25 (strided) ask for an addend to dx
+//    (MPGEMM_DGRAD_ADDEND=1): the first two on the Hopper path must add it
+//    in the epilogue, the rest must not, and launch_conv2d must then
+//    refuse it;
 //  - folded taps: random few-channel fprop and wgrad (first layers: up to 7
 //    channels, up to 7x7 taps, strides up to 3) with the path forced, which
 //    must run on copies with their taps folded into the channels, x folded
@@ -235,20 +239,25 @@ struct ConvRun {
   std::vector<uint64_t> launch_threads;  // the threads each launch asked for, in order
   bool moments = false;       // fprop wrote its column moments (whose sums load from shared memory too)
   int64_t moments_wrong = 0;  // channels whose batch statistics, totalled from them, are off
+  bool addend = false;          // dgrad's epilogue added the addend asked for
+  bool addend_refused = true;   // where it did not, launch_conv2d refused the addend
 };
 
 // A random problem run through plan_conv2d and launch_conv2d, with
 // MPGEMM_CONV_PATH=wgmma (forced), the narrow tiles (narrow), staged rows
 // (staged) and a strided dgrad's phases in one launch (one_launch) where
-// asked, and fprop's column moments where asked and its path writes them,
+// asked, fprop's column moments where asked and its path writes them, and
+// dgrad's addend (MPGEMM_DGRAD_ADDEND=1) where asked and its plan adds it
+// (where not, launch_conv2d must refuse it, and the pass runs without),
 // against the reference.
 ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType out, bool with_bias, bool forced,
                  bool narrow, bool staged = false, bool ask_moments = false, bool one_launch = false,
-                 bool m64 = false) {
+                 bool m64 = false, bool ask_addend = false) {
   const int64_t x_size = g.n * g.h * g.w * g.c, w_size = g.k * g.r * g.s * g.c, y_size = g.n * g.p * g.q * g.k;
   const int64_t out_size = pass == ConvPass::kFprop ? y_size : pass == ConvPass::kDgrad ? x_size : w_size;
   sim::Buffer x(x_size * 2), w(w_size * 2), dy(y_size * 2), result(out_size * sim::bytes_of(out));
-  for (auto [buffer, size] : {std::pair{&x, x_size}, {&w, w_size}, {&dy, y_size}})
+  sim::Buffer addend(ask_addend ? x_size * 2 : 0);
+  for (auto [buffer, size] : {std::pair{&x, x_size}, {&w, w_size}, {&dy, y_size}, {&addend, ask_addend ? x_size : 0}})
     for (int64_t i = 0; i < size; ++i) sim::set(buffer->p, in, i, rnd(-8, 8) / 8.0f);
   const sim::Bias bias(with_bias, g.k);
   ConvRun run;
@@ -271,7 +280,13 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   if (!staged || forced) setenv("MPGEMM_STAGED_ROW_STORES", staged ? "1" : "0", 1);
   if (!one_launch) setenv("MPGEMM_DGRAD_ONE_LAUNCH", "0", 1);
   setenv("MPGEMM_M64_TILE", m64 ? "1" : "0", 1);
+  if (ask_addend) setenv("MPGEMM_DGRAD_ADDEND", "1", 1), p.addend = addend.p;
   run.plan = plan_conv2d(pass, p);
+  run.addend = ask_addend && run.plan.addend_in_epilogue;
+  if (ask_addend && !run.addend) {
+    run.addend_refused = launch_conv2d(pass, p, run.plan, nullptr, nullptr) == cudaErrorInvalidValue;
+    p.addend = nullptr;
+  }
   // Poisoned: every block's moments must be written.
   const int64_t rows = g.n * g.p * g.q;
   run.moments = ask_moments && pass == ConvPass::kFprop && run.plan.moment_rows > 0 && rows > 0;
@@ -293,15 +308,17 @@ ConvRun run_conv(ConvPass pass, const Geometry& g, ElementType in, ElementType o
   unsetenv("MPGEMM_STAGED_ROW_STORES");
   unsetenv("MPGEMM_DGRAD_ONE_LAUNCH");
   unsetenv("MPGEMM_M64_TILE");
+  unsetenv("MPGEMM_DGRAD_ADDEND");
   const auto element = [in](const sim::Buffer& t) {
     return [&t, in](int64_t i) { return double(sim::get(t.p, in, i)); };
   };
   std::vector<double> want = sim::conv_reference(pass, p, element(x), element(w), element(dy), out_size);
   for (int64_t i = 0; pass == ConvPass::kFprop && i < out_size; ++i) want[i] += bias.values[i % g.k];
+  for (int64_t i = 0; run.addend && i < out_size; ++i) want[i] += sim::get(addend.p, in, i);
   for (int64_t i = 0; i < out_size; ++i)
     run.wrong += !(sim::get(result.p, out, i) == sim::rounded(float(want[i]), out));
   if (run.moments) run.moments_wrong = sim::statistics_off(result.p, out, rows, g.k, moments, run.plan.moment_rows);
-  p.moments = nullptr;
+  p.moments = nullptr, p.addend = nullptr;
   run.size = out_size, run.bias = with_bias;
   return run;
 }
@@ -528,8 +545,13 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
     g.n = 2, g.h = g.w = 24, g.pad_top = g.pad_left = int(rnd(0, 1));
     g = with_unit_stride(g);
   }
+  // dgrad cases 1 and 19 of each run (at stride 1, their dx of the inputs'
+  // type) and 4, 7, 22 and 25 (strided) ask for the addend
+  // (MPGEMM_DGRAD_ADDEND=1): the first two must add it in the epilogue,
+  // those strided or off the Hopper path must not.
+  const bool ask_addend = pass == ConvPass::kDgrad && index / 9 % 2 == 0;
   const ElementType in = rnd(0, 1) && !sim::pinned.on ? ElementType::kBFloat16 : ElementType::kFloat16;
-  const ElementType out = rnd(0, 1) ? ElementType::kFloat32 : in;
+  const ElementType out = rnd(0, 1) && !(ask_addend && index / 3 % 3 == 0) ? ElementType::kFloat32 : in;
   // The split cases on 16 multiprocessors, more than their tiles (at most
   // 5), so that the split's cost model (plan/split_cost.h) finds a split
   // that pays.
@@ -539,7 +561,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   // fprop cases 0 and 1, 4 and 5, ... of each run ask for column moments: on the narrow tiles and not.
   const bool ask_moments = index / 3 / 2 % 2 == 0;
   const ConvRun run = run_conv(pass, g, in, out, pass == ConvPass::kFprop && rnd(0, 1), !by_default, narrow, staged,
-                               ask_moments, one_launch, m64);
+                               ask_moments, one_launch, m64, ask_addend);
   const Conv2dPlan& plan = run.plan;
   const bool wgmma = plan.path == Conv2dPlan::Path::kWgmma, folded = plan.path == Conv2dPlan::Path::kFoldedTaps;
   const TileConfigId tile = expected_tile(pass, g, narrow, m64);
@@ -559,6 +581,7 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   const bool should_stage = wgmma && strided && staged && has_strided_phase(run.params);
   const bool did_stage = run.shared_loads > 0 && !run.moments;
   counts.moments += run.moments;
+  counts.addend += run.addend;
   counts.staged_rows += did_stage;
   // A strided dgrad asked for one launch runs its phases, 2 to 4 of them
   // (more fall back to a launch a phase), where a tap reaches some phase,
@@ -571,16 +594,20 @@ bool hopper_conv_case(int index, ConvCaseCounts& counts) {
   counts.one_launch_unreached += launched_once && has_unreached_phase(run.params);
   const bool should = path_takes(pass, g) && (!by_default || wgmma_conv_by_default(pass, run.params, narrow));
   const bool should_fold = !path_takes(pass, g) && (!by_default || folded_taps_by_default(pass)) && folds(pass, g);
+  const bool should_add = ask_addend && wgmma && !strided && out == in;
   const bool bad = run.err != cudaSuccess || run.wrong > 0 || run.moments_wrong > 0 || wgmma != should ||
+                   run.addend != should_add || !run.addend_refused ||
                    folded != should_fold ||
                    (wgmma && plan.wgmma.tile != tile) || did_stage != should_stage ||
                    launched_once != should_launch_once;
   if (bad)
     printf("conv case %d FAILED: %s: on the Hopper path: %d (expected %d), folded %d (expected %d), %d splits, "
-           "tile %s (expected %s), rows staged %d (expected %d), phases in one launch %d (expected %d)\n",
+           "tile %s (expected %s), rows staged %d (expected %d), phases in one launch %d (expected %d), "
+           "addend added %d (expected %d, refused where not %d)\n",
            index, describe(pass, g, in, out, run).c_str(), int(wgmma), int(should), int(folded), int(should_fold),
            plan.wgmma.splits, tile_config(plan.wgmma.tile).name, tile_config(tile).name, int(did_stage),
-           int(should_stage), int(launched_once), int(should_launch_once));
+           int(should_stage), int(launched_once), int(should_launch_once), int(run.addend), int(should_add),
+           int(run.addend_refused));
   return bad;
 }
 
@@ -626,13 +653,17 @@ bool tile_moments_wrong(ConvCaseCounts& counts) {
 }
 
 // A bad value of `variable` (MPGEMM_CONV_PATH, MPGEMM_STAGED_ROW_STORES,
-// MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD) is refused by any plan,
-// whatever the problem; whether it was not.
+// MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD, ...) is refused by any plan,
+// whatever the problem (MPGEMM_DGRAD_ADDEND by that of a dgrad with an
+// addend: a problem of no groups, whose plan has read every switch when it
+// refuses it); whether it was not.
 bool bad_conv_variable_accepted(const char* variable, const char* value) {
   setenv(variable, value, 1);
   bool refused = false;
   try {
-    plan_conv2d(ConvPass::kFprop, Conv2dParams{});
+    Conv2dParams dgrad_with_addend;
+    dgrad_with_addend.groups = 0, dgrad_with_addend.addend = &dgrad_with_addend;  // never read
+    plan_conv2d(ConvPass::kDgrad, dgrad_with_addend);
   } catch (const std::invalid_argument& e) {
     refused = std::string(e.what()).find(variable) != std::string::npos;
   }

@@ -20,6 +20,7 @@ struct ConvCaseCounts {
   int one_launch = 0;           // of those, with their phases in one launch
   int one_launch_unreached = 0;  // of those, with a phase no tap reaches
   int moments = 0;              // fprop's that wrote their column moments
+  int addend = 0;               // dgrad's whose epilogue added an addend
 };
 
 // The im2col model's walk against the convolution's windows: how many
@@ -39,7 +40,7 @@ bool folded_conv_case(int index, ConvCaseCounts& counts);
 bool folds_of_x_wrong(int geometries);
 // Whether a bad value of `variable` (MPGEMM_CONV_PATH,
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
-// MPGEMM_GATHERED_FOLD, MPGEMM_M64_TILE) was accepted.
+// MPGEMM_GATHERED_FOLD, MPGEMM_M64_TILE, MPGEMM_DGRAD_ADDEND) was accepted.
 bool bad_conv_variable_accepted(const char* variable, const char* value);
 // Whether taps at the im2col offsets' limit went wrong.
 bool far_taps_wrong();

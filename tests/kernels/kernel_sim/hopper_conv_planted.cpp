@@ -2,7 +2,8 @@
 // in its producer, mainloop or epilogue (test_kernel_sim.py): PLANTED_PASS's,
 // or with PLANTED_STAGED_ROWS dgrad's that stages its rows, or with
 // PLANTED_DGRAD_PHASES dgrad's that runs its phases in one launch, or with
-// PLANTED_GATHERED_FOLD fprop's and wgrad's that gather folded taps, fp16 inputs, the
+// PLANTED_GATHERED_FOLD fprop's and wgrad's that gather folded taps, fp16 inputs (fprop's
+// with its column moments' kernel, dgrad's with its addend's), the
 // one `hopper_cases ... pinned` runs for that pass. Linked ahead of the
 // unplanted kernels, its definitions of the kernel and of every function it
 // shares with them are the ones the linker keeps, so that a planted build
@@ -32,6 +33,10 @@ template void mpgemm::kernels::sm90::wgmma_conv_kernel<__half, mpgemm::kernels::
     mpgemm::kernels::sm90::ConvWalk);
 #if defined(PLANTED_FPROP_MOMENTS)  // fprop's build: its kernel that also writes column moments
 template void mpgemm::kernels::sm90::wgmma_fprop_moments_kernel<__half, mpgemm::kernels::WgmmaTile>(
+    CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
+    mpgemm::kernels::sm90::ConvWalk);
+#elif defined(PLANTED_DGRAD_ADDEND)  // dgrad's build: its kernel that adds an addend to dx
+template void mpgemm::kernels::sm90::wgmma_dgrad_addend_kernel<__half, mpgemm::kernels::WgmmaTile>(
     CUtensorMap, CUtensorMap, CUtensorMap, mpgemm::kernels::GemmParams, mpgemm::kernels::sm90::WgmmaSchedule,
     mpgemm::kernels::sm90::ConvWalk);
 #endif
