@@ -82,9 +82,20 @@ def train(model, optimizer, scaler, batches, autocast_device=None):
     return torch.tensor(losses)
 
 
+# The ResNets' blocks, each of whose first chain sums its input's two
+# gradients in its dgrad with MPGEMM_DGRAD_ADDEND=1 (mpgemm/fusion/input_gradient.py).
+RESNET_BLOCKS = {"torchvision resnet18": 8, "torchvision resnet50": 16, "timm resnet26": 8}
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", MODELS)
-def test_fused_model_trains_within_torch_amps_deviation(name, device):
+@pytest.mark.parametrize("name, dgrad_addend", [(name, None) for name in MODELS] +
+                         [(name, "1") for name in RESNET_BLOCKS])
+def test_fused_model_trains_within_torch_amps_deviation(name, dgrad_addend, device, monkeypatch):
+    """Also, for the ResNets, with MPGEMM_DGRAD_ADDEND=1: each block's first
+    chain sums its input's gradients, one mpgemm._conv2d_grad_input_add a
+    block in each backward."""
+    if dgrad_addend:
+        monkeypatch.setenv("MPGEMM_DGRAD_ADDEND", dgrad_addend)
     build, chains, size = MODELS[name]
     torch.manual_seed(0)
     base = build().to(device).to(memory_format=torch.channels_last)
@@ -104,7 +115,13 @@ def test_fused_model_trains_within_torch_amps_deviation(name, device):
     assert mpgemm.fuse(fused, batches[0][0]) is fused
     report = mpgemm.fusion_report(fused)
     assert len(report) == chains and all(r["fused"] for r in report), report
+    summing = sum(r.get("sums_input_gradient", False) for r in report)
+    assert summing == (RESNET_BLOCKS[name] if dgrad_addend else 0)
+    sums = []
+    real = torch.ops.mpgemm._conv2d_grad_input_add
+    monkeypatch.setattr(torch.ops.mpgemm, "_conv2d_grad_input_add", lambda *args: sums.append(1) or real(*args))
     fused_losses = train(fused, optimizer, scaler, batches)
+    assert len(sums) == STEPS * summing
     deviation = (amp_losses - fp32_losses).abs().max()
     assert (fused_losses - fp32_losses).abs().max() <= 2 * deviation + 1e-2 * fp32_losses.abs().max(), (
         fused_losses, amp_losses, fp32_losses)
