@@ -384,6 +384,10 @@ HOPPER_MUTANT_CASES = {"cluster occupancy asked on every launch": 1,
 # and every case runs on fp16 (`pinned`). Bugs in host code (pass None) build
 # the convolution's unit (sm90/conv_launch.cu) from the planted copy in place
 # of the real one. Either runs convolutions alone.
+# The convolution cases a planted bug's run takes where fewer than every one
+# show it: the addend's bugs, from case 1 (a dgrad at stride 1 asking for
+# the addend; hopper_conv_cases.cpp), so that the two runs cost little.
+CONV_MUTANT_CASES = {"dgrad's addend left out of the epilogue": 2, "the addend's words read unchecked at D's edges": 2}
 STAGED_ROWS = "staged rows"
 DGRAD_PHASES = "dgrad phases"
 GATHERED_FOLD = "gathered fold"
@@ -894,6 +898,7 @@ def results(tmp_path_factory):
         for name, (_, _, (copies_late, wgmma_late), _, planted_pass) in CONV_MUTATIONS.items():
             binary, number = conv_planted_binaries[name]
             jobs[("conv mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late, cases=0,
+                                                      conv_cases=CONV_MUTANT_CASES.get(name, HOPPER_CONV_CASES),
                                                       pinned=planted_pass is not None, planted=number)
         return {key: job.result() for key, job in jobs.items()}
 
