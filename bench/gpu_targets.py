@@ -268,7 +268,7 @@ def sanitize():
     split, and the
     one that multiplies by an activation's derivative), and
     convolutions whose passes run on the large tile, on dgrad's phases
-    (stride 2), on the depthwise kernels, on the padded copies (3
+    (stride 2), on the depthwise kernels (wgrad on the sliding window too), on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps, x folded both ways;
     strided dgrad's rows staged; dgrad adding an addend), on its wide tile and, under
@@ -315,6 +315,12 @@ def sanitize():
     _conv_passes("large tile", (8, 64, 56, 56), (128, 64, 3, 3), padding=1)
     _conv_passes("stride 2", (2, 32, 15, 15), (64, 32, 3, 3), stride=2, padding=1)
     _conv_passes("depthwise", (2, 32, 14, 14), (32, 1, 3, 3), padding=1, groups=32)
+    # Depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1): 7x7 over 160 channels (two
+    # tiles of lanes), its 2 x 14 output rows split; 5x5 at column stride 2 over 36 channels.
+    os.environ["MPGEMM_DEPTHWISE_SLIDING_WGRAD"] = "1"
+    _conv_passes("depthwise sliding 7x7", (2, 160, 14, 14), (160, 1, 7, 7), padding=3, groups=160)
+    _conv_passes("depthwise sliding 5x5 stride 2", (2, 36, 15, 15), (36, 1, 5, 5), stride=2, padding=2, groups=36)
+    os.environ.pop("MPGEMM_DEPTHWISE_SLIDING_WGRAD")
     _conv_passes("3 channels", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
     # A 1x1 as GEMMs (MPGEMM_CONV_PATH=gemm): wgrad's K (the 2 x 28 x 28 pixels) split.
     os.environ["MPGEMM_CONV_PATH"] = "gemm"

@@ -445,7 +445,7 @@ def _gated_mlp_case(shape, device, dtype):
 # The extra convolution paths `bench conv --conv-paths` times beside the
 # default, each by setting MPGEMM_CONV_PATH (and MPGEMM_NARROW_TILES,
 # MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
-# MPGEMM_M64_TILE, MPGEMM_GATHERED_FOLD) around its calls (the planner reads them at every call): "wgmma" takes
+# MPGEMM_M64_TILE, MPGEMM_GATHERED_FOLD, MPGEMM_DEPTHWISE_SLIDING_WGRAD) around its calls (the planner reads them at every call): "wgmma" takes
 # each pass the Hopper convolution takes on sm_90 and
 # leaves the rest, and every pass elsewhere, to the WMMA kernels;
 # "wgmma_narrow" the same, its passes whose N is at most 128 on the narrow
@@ -456,8 +456,10 @@ def _gated_mlp_case(shape, device, dtype):
 # dgrad's phases in one launch (MPGEMM_DGRAD_ONE_LAUNCH=1), x folded in
 # 16-byte chunks (MPGEMM_CHUNKED_FOLD=1), wgrad of at most 64 filters on
 # the 64-row tile (MPGEMM_M64_TILE=1, opt-in) and x's fold gathered by the
-# producer instead of copied (MPGEMM_GATHERED_FOLD=1, opt-in), where the
-# paths above have the last four off (a phase a launch, x folded a thread
+# producer instead of copied (MPGEMM_GATHERED_FOLD=1, opt-in), and
+# depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1,
+# opt-in; not a Hopper kernel, but timed in this column), where the
+# paths above have the last five off (a phase a launch, x folded a thread
 # per element: the twins of the default's; the 128-row tiles and the copied
 # fold, as the default's);
 # "wmma" forces the WMMA kernels; "gemm" runs
@@ -466,12 +468,12 @@ def _gated_mlp_case(shape, device, dtype):
 CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "gemm")
 _HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0",
            "MPGEMM_DGRAD_ONE_LAUNCH": "0", "MPGEMM_CHUNKED_FOLD": "0", "MPGEMM_M64_TILE": "0",
-           "MPGEMM_GATHERED_FOLD": "0"}
+           "MPGEMM_GATHERED_FOLD": "0", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "0"}
 _CONV_PATH_ENV = {"wgmma": _HOPPER, "wgmma_narrow": {**_HOPPER, "MPGEMM_NARROW_TILES": "1"},
                   "wgmma_staged": {**_HOPPER, "MPGEMM_STAGED_ROW_STORES": "1"},
                   "wgmma_opt_in": {**_HOPPER, "MPGEMM_NARROW_TILES": "1", "MPGEMM_STAGED_ROW_STORES": "1",
                                    "MPGEMM_DGRAD_ONE_LAUNCH": "1", "MPGEMM_CHUNKED_FOLD": "1", "MPGEMM_M64_TILE": "1",
-                                   "MPGEMM_GATHERED_FOLD": "1"},
+                                   "MPGEMM_GATHERED_FOLD": "1", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "1"},
                   "wmma": {"MPGEMM_CONV_PATH": "wmma"}, "gemm": {"MPGEMM_CONV_PATH": "gemm"}}
 
 

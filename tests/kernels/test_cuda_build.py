@@ -35,6 +35,9 @@ MPGEMM_CHUNKED_FOLD=1) stores each thread's 8 channels with one 16-byte
 store. The folded taps' kernels whose producer gathers x's fold itself
 (MPGEMM_GATHERED_FOLD=1) are the convolution's block with no im2col copy,
 the producer's own loads and fenced shared stores, and its registers.
+Depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1)
+loads each column of x and each pixel's dy once, 8 bytes at a time, and
+converts each loaded element to fp32 once.
 """
 
 import collections
@@ -680,3 +683,32 @@ def test_gathered_folds_are_the_conv_block_with_a_producer_that_stores(cuda_buil
                 f"{name}: a gathered stage announced unfenced"
         res = usage["sm_90a"].get(name, {})
         assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+
+
+SLIDING_WGRAD_KERNEL = re.compile(r"depthwise_sliding_wgrad_kernelI(\w+?)Li(\d)ELi(\d)E")
+
+
+def test_depthwise_sliding_wgrad_loads_each_column_once(cuda_build, machine_code):
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
+                   if SLIDING_WGRAD_KERNEL.search(name)}
+        # Two element types by filter rows of 3, 5 and 7 taps by column strides 1 and 2.
+        assert len(kernels) == 2 * 3 * 2, (arch, sorted(kernels))
+        for name, ops in kernels.items():
+            element, taps, stride = SLIDING_WGRAD_KERNEL.search(name).groups()
+            taps, stride = int(taps), int(stride)
+            loads = [o for o in ops if o.startswith("LD") and not o.startswith(("LDS", "LDC"))]
+            # Each step's products: 4 channels a tap, `taps` steps unrolled (the compiler may peel a step or two).
+            products = sum(o == "FFMA" for o in ops)
+            assert products >= 4 * taps * taps and products % (4 * taps) == 0, f"{arch} {name}: {products} FFMA"
+            steps = products // (4 * taps)
+            # The first window's columns and dy, then for each step at most the next pixel's dy and `stride` new
+            # columns, 8 bytes each: nothing loaded again for a tap.
+            assert all(o.startswith("LDG.E.64") for o in loads), f"{arch} {name}: {collections.Counter(loads)}"
+            assert taps + 1 + taps * (1 + stride) <= len(loads) <= taps + 1 + steps * (1 + stride), \
+                f"{arch} {name}: {len(loads)} loads for {steps} steps"
+            if element == "6__half":  # each loaded element converted once
+                assert sum(o.startswith("HADD2.F32") for o in ops) == 4 * len(loads), f"{arch} {name}"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"

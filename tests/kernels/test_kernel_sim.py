@@ -2,7 +2,8 @@
 stand-in CUDA headers of kernel_sim/mock and the simulation's own instruction
 layer (kernel_sim/arch, found ahead of csrc/kernels/arch on the include path),
 and runs random GEMM (every tile of common/tile_configs.h, split-K, grouped
-tile orders), unscale, convolution (fprop, dgrad, wgrad), mma.sync ceiling
+tile orders), unscale, convolution (fprop, dgrad, wgrad; depthwise wgrad
+on the sliding window too), mma.sync ceiling
 and batch-norm (mpgemm.fuse's passes: kernel_sim/batch_norm_cases.cpp; a
 row block's partial sums dropped and a row summed twice must be caught)
 problems on the host, with fp16 and bf16 inputs (bf16 from sim arch 800 on;
@@ -119,6 +120,12 @@ BATCH_NORM_CASES = 12
 # fp16 ones (no large tile there) and the copy's two.
 CONV_CASES = 84
 CONV_KERNELS = {750: 16, 800: 36}
+# Depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1,
+# conv_cases.cpp): 12 cases after the convolution's, one kernel each (filter
+# rows of 3, 5 or 7 taps at column stride 1 or 2, fp16 and bf16; fp16 alone
+# at sm_75), three of them split (one on a clipped grid, striding over
+# splits and channel tiles), and its switch's plans and bad value.
+SLIDING_KERNELS = {750: 6, 800: 12}
 # (arch, cp.async copies land only when waited for). sm_75 has only the
 # register-staged mainloop; sm_80 adds the cp.async pipeline, run with copies
 # landing at issue and as late as wait_group allows.
@@ -135,6 +142,20 @@ WMMA_MUTATIONS = {
                                           "(PLANTED ? cp_async_wait<kStages - 1>() : cp_async_wait<kStages - 2>())"),
     "a warp row's column moments dropped": ("for (int w = 0; w < Tile::kWarpsM; ++w) {",
                                             "for (int w = PLANTED; w < Tile::kWarpsM; ++w) {"),
+}
+# The bugs planted in depthwise wgrad's sliding window
+# (conv/depthwise_sliding_wgrad.cuh; its fp16 kernels in the same mutant
+# build, kernel_sim/wmma_planted.cpp), each run on the 12 sliding cases alone
+# and each of which must fail them: every new column read one column to the
+# left (a tap's products from its neighbour's column), and the first pixel
+# lane's sums left out of the block's.
+SLIDING_MUTATIONS = {
+    "a sliding window's new column one to the left": (
+        "(b + 1) * kStrideW - a.pad_left + kS - kStrideW + t,",
+        "(b + 1) * kStrideW - a.pad_left + kS - kStrideW + t - PLANTED,"),
+    "a sliding window's first pixel lane dropped": (
+        "for (int pl = 0; pl < a.pixel_lanes; ++pl)",
+        "for (int pl = PLANTED; pl < a.pixel_lanes; ++pl)"),
 }
 # Planted bugs: each a text of csrc/kernels and what replaces it, in which
 # PLANTED is true in a run that plants that bug (SIM_PLANTED_BUG, read by
@@ -765,8 +786,11 @@ def results(tmp_path_factory):
     # planted pipeline (kernel_sim/wmma_planted.cpp), linked ahead of the
     # real units.
     wmma_bugs = list(enumerate(WMMA_MUTATIONS))
+    sliding_bugs = list(enumerate(SLIDING_MUTATIONS, start=len(wmma_bugs)))
     mutant_dir = mutated_kernels(str(out / "mutant"), [
-        (["wmma/block.cuh"], planted(WMMA_MUTATIONS[name], number)) for number, name in wmma_bugs])
+        (["wmma/block.cuh"], planted(WMMA_MUTATIONS[name], number)) for number, name in wmma_bugs] + [
+        (["conv/depthwise_sliding_wgrad.cuh"], planted(SLIDING_MUTATIONS[name], number))
+        for number, name in sliding_bugs])
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         # The stand-in CUDA headers precompiled for each arch and set of
         # flags, submitted before the first compile that reads them (which
@@ -880,6 +904,10 @@ def results(tmp_path_factory):
                                                                             planted=0)
         jobs[("mutant", "a warp row's column moments dropped")] = pool.submit(run_driver, mutant, 0, 0, 49, 1, False,
                                                                               0, planted=1, first_conv_case=48)
+        # The sliding window's cases alone (conv cases from 1 to 1: none of conv_case's).
+        for number, name in sliding_bugs:
+            jobs[("mutant", name)] = pool.submit(run_driver, mutant, 0, 0, 1, 1, False, 0, planted=number,
+                                                 first_conv_case=1)
         for number, name in batch_norm_bugs:
             jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False,
                                                             BATCH_NORM_MUTANT_CASES, planted=number)
@@ -916,6 +944,10 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert f"unscale: 0/{UNSCALE_CASES} failed" in output, replay
     assert f"conv: 0/{CONV_CASES} failed" in output, replay
     assert f"conv kernels launched: {CONV_KERNELS[arch]}\n" in output, replay
+    sliding = re.search(r"depthwise sliding wgrad: 0/12 failed \((\d+) kernels; (\d+) split, (\d+) on a clipped grid, "
+                        r"(\d+) striding over tiles\)", output)
+    assert sliding and int(sliding[1]) == SLIDING_KERNELS[arch], replay
+    assert int(sliding[2]) >= 3 and int(sliding[3]) >= 1 and int(sliding[4]) >= 1, replay
     assert printed_count(output, "wgrad cases that split K") > 0, replay
     # fprop's epilogue moments (conv_cases.cpp), their kernels counted apart.
     assert printed_count(output, "fprop cases with moments") > 0, replay
@@ -934,6 +966,13 @@ def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
 def test_simulation_catches_a_warp_rows_column_moments_dropped(results):
     code, output = results[("mutant", "a warp row's column moments dropped")]
     assert code != 0 and re.search(r"batch (mean|variance)\[", output), output[-4000:]
+
+
+@pytest.mark.parametrize("name", SLIDING_MUTATIONS)
+def test_simulation_catches_a_planted_sliding_window_bug(results, name):
+    code, output = results[("mutant", name)]
+    assert code != 0 and "depthwise sliding case" in output and "dw[" in output, output[-4000:]
+    assert "depthwise sliding wgrad: 0/" not in output, output[-4000:]
 
 
 @pytest.mark.parametrize("name", BATCH_NORM_MUTATIONS)

@@ -23,7 +23,8 @@ tiles (MPGEMM_NARROW_TILES=1), and with =wmma (the WMMA kernels alone, the
 default of every other GPU). With MPGEMM_M64_TILE=1 (opt-in until these
 tests pass on a GPU), wgrad of at most 64 filters runs on the 64-row tile;
 with MPGEMM_GATHERED_FOLD=1 (opt-in too), the folded taps' producer gathers
-x's fold itself."""
+x's fold itself. With MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 (opt-in, every GPU),
+depthwise wgrad runs on the sliding window."""
 
 import re
 
@@ -390,6 +391,63 @@ def test_bad_gathered_fold_is_refused_with_a_clear_error(monkeypatch):
     monkeypatch.setenv("MPGEMM_GATHERED_FOLD", "yes")
     with pytest.raises(ValueError, match="MPGEMM_GATHERED_FOLD must be '0' or '1', got 'yes'"):
         mpgemm.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"))
+
+
+# Depthwise layers for the sliding-window wgrad: x's shape, the window (r, s)
+# and conv2d's stride, padding and dilation: ConvNeXt's 7x7, MobileNet's 3x3
+# at strides 1 and 2, EfficientNet's 5x5 at stride 2, a 7x7 over images
+# smaller than it, a rectangular window with a row stride and dilation over
+# 36 channels (a multiple of 4, not of 8), 132 channels (two tiles of 17 and
+# 16 lanes) and 11 filter rows (at most 23 lanes a block: two tiles of 12).
+SLIDING = [
+    ((4, 96, 28, 28), (7, 7), dict(padding=3)),
+    ((4, 144, 28, 28), (3, 3), dict(padding=1)),
+    ((4, 144, 28, 28), (3, 3), dict(stride=2, padding=1)),
+    ((4, 240, 14, 14), (5, 5), dict(stride=2, padding=2)),
+    ((8, 384, 5, 5), (7, 7), dict(padding=3)),
+    ((2, 36, 13, 11), (3, 5), dict(stride=(2, 1), padding=(2, 2), dilation=(2, 1))),
+    ((2, 132, 10, 10), (3, 3), dict(padding=1)),
+    ((2, 96, 20, 12), (11, 3), dict(padding=(5, 1))),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("x_shape, window, kwargs", SLIDING)
+def test_depthwise_wgrad_on_the_sliding_window(monkeypatch, x_shape, window, kwargs, dtype):
+    """MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 (opt-in): depthwise wgrad runs
+    depthwise_sliding_wgrad_kernel, once a backward, right against cuDNN and
+    float64, and gives the same bits on a second run; without the switch it
+    does not run."""
+    c = x_shape[1]
+    x = torch.randn(*x_shape, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(c, 1, *window, device="cuda") * (window[0] * window[1]) ** -0.5
+    monkeypatch.setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", "1")
+    compare(x, weight, torch.randn(c, device="cuda"), groups=c, **kwargs)
+    x = x.detach().requires_grad_()
+    weight = weight.detach().requires_grad_()
+    dy = torch.randn_like(mpgemm.conv2d(x.detach(), weight.detach(), groups=c, **kwargs)).to(dtype)
+    grads = []
+    for switch in ("1", "1", "0"):
+        monkeypatch.setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", switch)
+        weight.grad = None
+
+        def step():
+            mpgemm.conv2d(x, weight, groups=c, **kwargs).backward(dy)
+
+        with nan_filled_outputs():
+            names = launches(step)
+        grads.append(weight.grad)
+        sliding = sum("depthwise_sliding_wgrad_kernel" in name for name in names)
+        assert sliding == (switch == "1"), names
+    assert torch.equal(grads[0], grads[1]), "two runs of the sliding window differ"
+    assert relative_error(grads[0], grads[2].double()) < 1e-3
+
+
+def test_bad_depthwise_sliding_wgrad_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_DEPTHWISE_SLIDING_WGRAD must be '0' or '1', got 'yes'"):
+        mpgemm.conv2d(x, torch.randn(8, 1, 3, 3, device="cuda"), groups=8)
 
 
 STRIDED = [(c, k, kernel, stride, padding, size) for c, k, kernel, stride, padding, size in RESNET50 if stride > 1]

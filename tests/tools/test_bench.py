@@ -463,6 +463,7 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     monkeypatch.delenv("MPGEMM_CHUNKED_FOLD", raising=False)
     monkeypatch.delenv("MPGEMM_M64_TILE", raising=False)
     monkeypatch.delenv("MPGEMM_GATHERED_FOLD", raising=False)
+    monkeypatch.delenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", raising=False)
     seen = []
     real = benchmarks.ops.conv2d
 
@@ -474,9 +475,10 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
         chunked.append(benchmarks.os.environ.get("MPGEMM_CHUNKED_FOLD"))
         m64.append(benchmarks.os.environ.get("MPGEMM_M64_TILE"))
         gathered.append(benchmarks.os.environ.get("MPGEMM_GATHERED_FOLD"))
+        sliding.append(benchmarks.os.environ.get("MPGEMM_DEPTHWISE_SLIDING_WGRAD"))
         return real(*args, **kwargs)
 
-    narrow, staged, one_launch, chunked, m64, gathered = [], [], [], [], [], []
+    narrow, staged, one_launch, chunked, m64, gathered, sliding = [], [], [], [], [], [], []
     monkeypatch.setattr(benchmarks.ops, "conv2d", recording)
     make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16,
                                                       paths=("wgmma", "wgmma_narrow", "wgmma_staged",
@@ -497,11 +499,11 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     impls["mpgemm wgmma_staged fwd"].run(*inputs)
     assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "0", "1")
     impls["mpgemm wgmma_opt_in fwd"].run(*inputs)
-    assert (seen[-1], narrow[-1], staged[-1], one_launch[-1], chunked[-1], m64[-1], gathered[-1]) == \
-        ("wgmma", "1", "1", "1", "1", "1", "1")
-    assert one_launch[:-1] == chunked[:-1] == m64[:-1] == gathered[:-1] == [None, "0", "0", "0", "0"]
+    assert (seen[-1], narrow[-1], staged[-1], one_launch[-1], chunked[-1], m64[-1], gathered[-1], sliding[-1]) == \
+        ("wgmma", "1", "1", "1", "1", "1", "1", "1")
+    assert one_launch[:-1] == chunked[:-1] == m64[:-1] == gathered[:-1] == sliding[:-1] == [None, "0", "0", "0", "0"]
     for name in ("MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES", "MPGEMM_DGRAD_ONE_LAUNCH", "MPGEMM_CHUNKED_FOLD",
-                 "MPGEMM_M64_TILE", "MPGEMM_GATHERED_FOLD"):
+                 "MPGEMM_M64_TILE", "MPGEMM_GATHERED_FOLD", "MPGEMM_DEPTHWISE_SLIDING_WGRAD"):
         assert name not in benchmarks.os.environ
     errors = benchmarks.check_results(impls, inputs)
     assert all(e is None or e < 1e-2 for e in errors.values()), errors

@@ -1,6 +1,7 @@
 // Depthwise convolutions (one input channel per group, conv/depthwise.h):
 // the plan of a pass (channels a thread, lanes, blocks, wgrad's splits) and
-// its launches, on the direct kernels of conv/depthwise_kernels.cuh.
+// its launches, on the direct kernels of conv/depthwise_kernels.cuh, and
+// wgrad on conv/depthwise_sliding_wgrad.cuh's where its plan says so.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -9,9 +10,11 @@
 #include "common/math.h"
 #include "conv/depthwise.h"
 #include "conv/depthwise_kernels.cuh"
+#include "conv/depthwise_sliding_wgrad.cuh"
 #include "conv/geometry.h"
 #include "gemm/splitk_reduce.h"
 #include "plan/split_cost.h"
+#include "plan/switches.h"
 
 namespace mpgemm::kernels {
 
@@ -19,6 +22,7 @@ namespace {
 
 using depthwise::DepthwiseArgs;
 using depthwise::kRun;
+using depthwise::kSlidingVector;
 using depthwise::kThreads;
 
 constexpr int kMaxLanes = 32;   // a warp across channels
@@ -33,6 +37,11 @@ constexpr int64_t kBlocksPerSM = 8;
 // are a filter of taps x channels, too small for their traffic to matter.)
 constexpr int64_t kSplitBlocksPerSM = 4;
 constexpr int64_t kMinRunsPerLane = 4;
+// The sliding wgrad: a pixel lane sums whole output rows, at least this many
+// pixels of them a split; a block holds at least 8 lanes (so at most 32
+// filter rows).
+constexpr int64_t kMinSlidingPixelsPerLane = 16;
+constexpr int64_t kMaxSlidingRows = kThreads / 8;
 constexpr int64_t kMaxGridX = INT_MAX;
 
 // Runs of `g`'s pixel grid (rows x cols of p.n images).
@@ -59,6 +68,45 @@ cudaError_t launch_gather(DepthwiseArgs args, const Conv2dParams& p, const Depth
   if (args.run_count == 0) return cudaSuccess;
   const int64_t blocks = std::min(ceil_div(args.run_count, plan.pixel_lanes), plan.gather_blocks);
   return launch_kernel<Element>(&depthwise::depthwise_gather_kernel<Element, Vector>, args, blocks, plan, stream);
+}
+
+// dw, (k, r * s), as the sum of wgrad's `splits` partial sums in split order.
+cudaError_t reduce_wgrad_splits(const Conv2dParams& p, const float* partials, int splits, cudaStream_t stream) {
+  GemmParams reduced;
+  reduced.m = p.k, reduced.n = p.r * p.s;
+  reduced.d = p.out, reduced.d_type = p.out_type, reduced.d_row_stride = p.r * p.s;
+  return launch_splitk_reduce(reduced, partials, splits, stream);
+}
+
+template <class Element, int kS>
+auto* sliding_wgrad_kernel(int stride_w) {
+  return stride_w == 1 ? &depthwise::depthwise_sliding_wgrad_kernel<Element, kS, 1>
+                       : &depthwise::depthwise_sliding_wgrad_kernel<Element, kS, 2>;
+}
+
+// wgrad on the sliding window, then the splits' reduction.
+template <class Element>
+cudaError_t launch_sliding_wgrad(const Conv2dParams& p, const DepthwisePlan& plan, void* workspace,
+                                 cudaStream_t stream) {
+  depthwise::SlidingWgradArgs args{};
+  args.x = p.x, args.dy = p.dy, args.out = p.out, args.out_type = p.out_type;
+  args.partials = static_cast<float*>(workspace);
+  args.images = int(p.n), args.h = int(p.h), args.w = int(p.w), args.p = int(p.p), args.q = int(p.q);
+  args.channels = int(p.k), args.r = int(p.r);
+  args.stride_h = p.stride_h, args.pad_top = p.pad_top, args.dilation_h = p.dilation_h, args.pad_left = p.pad_left;
+  args.lanes = plan.lanes, args.pixel_lanes = plan.pixel_lanes, args.channel_tiles = int(plan.channel_tiles);
+  args.splits = plan.splits, args.rows_per_split = int(ceil_div(p.n * p.p, plan.splits));
+  const auto kernel = p.s == 3   ? sliding_wgrad_kernel<Element, 3>(p.stride_w)
+                      : p.s == 5 ? sliding_wgrad_kernel<Element, 5>(p.stride_w)
+                                 : sliding_wgrad_kernel<Element, 7>(p.stride_w);
+  if (const cudaError_t err = prepare_launch<Element>(kernel, plan.smem_bytes); err != cudaSuccess) return err;
+  const dim3 grid(unsigned(std::min<int64_t>(plan.splits, kMaxGridX)), unsigned(std::min(plan.channel_tiles, kMaxGridY)));
+  // Whole warps: the last one's threads past the pixel lanes sum nothing.
+  const dim3 block(unsigned(round_up(plan.lanes * p.r * plan.pixel_lanes, int64_t(32))));
+  void* params[] = {&args};
+  const cudaError_t err = cudaLaunchKernel(kernel, grid, block, params, size_t(plan.smem_bytes), stream);
+  if (err != cudaSuccess || plan.splits == 1) return err;
+  return reduce_wgrad_splits(p, args.partials, plan.splits, stream);
 }
 
 template <class Element, int Vector>
@@ -98,15 +146,37 @@ cudaError_t launch_pass(ConvPass pass, const Conv2dParams& p, const DepthwisePla
   const cudaError_t err = launch_kernel<Element>(&depthwise::depthwise_wgrad_kernel<Element, Vector>, args,
                                                  int64_t(args.filter_taps) * plan.splits, plan, stream);
   if (err != cudaSuccess || plan.splits == 1) return err;
-  GemmParams reduced;
-  reduced.m = p.k, reduced.n = args.filter_taps;
-  reduced.d = p.out, reduced.d_type = p.out_type, reduced.d_row_stride = args.filter_taps;
-  return launch_splitk_reduce(reduced, args.partials, plan.splits, stream);
+  return reduce_wgrad_splits(p, args.partials, plan.splits, stream);
+}
+
+// wgrad on the sliding window: lanes of 4 channels by filter rows by pixel
+// lanes, its output rows split to fill the device as the tap-per-block
+// kernel's runs are.
+DepthwisePlan plan_sliding_wgrad(const Conv2dParams& p) {
+  DepthwisePlan plan;
+  plan.vector = kSlidingVector, plan.sliding = true;
+  const int64_t chunks = p.k / kSlidingVector, max_lanes = std::min<int64_t>(kMaxLanes, kThreads / p.r);
+  plan.channel_tiles = ceil_div(chunks, max_lanes);
+  plan.lanes = int(ceil_div(chunks, plan.channel_tiles));
+  plan.pixel_lanes = int(kThreads / (plan.lanes * p.r));
+  plan.smem_bytes = int(int64_t(plan.pixel_lanes) * plan.lanes * p.r * p.s * kSlidingVector * int64_t(sizeof(float)));
+  const int64_t rows = p.n * p.p, rows_per_lane = ceil_div(kMinSlidingPixelsPerLane, p.q);
+  const int64_t wanted = ceil_div(kSplitBlocksPerSM * device_limits().multiprocessors, plan.channel_tiles);
+  plan.splits = int(std::max<int64_t>(1, std::min({wanted, rows / (plan.pixel_lanes * rows_per_lane), kMaxSplits})));
+  return plan;
 }
 
 }  // namespace
 
-DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p) {
+bool depthwise_sliding_wgrad_enabled() { return switch_on("MPGEMM_DEPTHWISE_SLIDING_WGRAD", false); }
+
+bool depthwise_sliding_wgrad_fits(const Conv2dParams& p) {
+  return p.groups == p.c && p.k == p.c && (p.s == 3 || p.s == 5 || p.s == 7) && (p.stride_w == 1 || p.stride_w == 2) &&
+         p.dilation_w == 1 && p.r >= 1 && p.r <= kMaxSlidingRows && p.c % kSlidingVector == 0 &&
+         p.n * p.p * p.q > 0 && aligned_to(p.x, 8) && aligned_to(p.dy, 8);
+}
+
+DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p, bool sliding_wgrad) {
   if (p.groups <= 0 || p.c != p.groups || p.k % p.groups != 0) return {};
   const int64_t kg = p.k / p.groups, taps = p.r * p.s;
   if (kg < 1 || kg > kDepthwiseMaxFiltersPerGroup || taps < 1) return {};
@@ -115,6 +185,7 @@ DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p) {
   // their count by a grid's width.
   if (std::max({p.n * p.h * p.w * p.c, p.n * p.p * p.q * p.k, p.k * taps}) > INT_MAX / 2) return {};
   const bool dgrad = pass == ConvPass::kDgrad, wgrad = pass == ConvPass::kWgrad;
+  if (wgrad && sliding_wgrad && depthwise_sliding_wgrad_fits(p)) return plan_sliding_wgrad(p);
   const bool wide = kg == 1 && p.c % 8 == 0 && (dgrad || aligned16(p.x)) && (pass == ConvPass::kFprop || aligned16(p.dy));
   // A lane's share of shared memory: its filters at every tap and its bias
   // (fprop, dgrad), or its running sums (wgrad, at most 8 KB for the block).
@@ -156,6 +227,10 @@ cudaError_t launch_depthwise(ConvPass pass, const Conv2dParams& p, const Depthwi
     return cudaErrorInvalidValue;
   return with_input_element(p.input_type, [&](auto element) {
     using Element = typename decltype(element)::type;
+    if (plan.sliding)  // a plan of another pass or shape is refused
+      return pass == ConvPass::kWgrad && depthwise_sliding_wgrad_fits(p)
+                 ? launch_sliding_wgrad<Element>(p, plan, workspace, stream)
+                 : cudaErrorInvalidValue;
     return plan.vector == 8 ? launch_pass<Element, 8>(pass, p, plan, workspace, stream)
                             : launch_pass<Element, 1>(pass, p, plan, workspace, stream);
   });

@@ -21,13 +21,14 @@ namespace mpgemm::kernels {
 // window too large for a block's shared memory, or tensors past 32-bit
 // element indices (which the implicit GEMMs refuse as well).
 struct DepthwisePlan {
-  int vector = 0;            // channels per thread: 8 (16-byte loads) or 1
+  int vector = 0;            // channels per thread: 8 (16-byte loads), 4 (the sliding wgrad's 8-byte loads) or 1
   int lanes = 0;             // threads of a block across channels
-  int pixel_lanes = 0;       // threads of a block across output pixels
+  int pixel_lanes = 0;       // threads of a block across output pixels (the sliding wgrad: output rows)
   int64_t channel_tiles = 0; // blocks across channels (lanes * vector each)
   int smem_bytes = 0;
   int64_t gather_blocks = 0; // fprop, dgrad: blocks across output pixels at most
-  int splits = 1;            // wgrad: output-pixel ranges summed apart, then in order
+  int splits = 1;            // wgrad: output-pixel ranges (the sliding window: output rows) summed apart, then in order
+  bool sliding = false;      // wgrad on the sliding window
 };
 
 // Single-channel groups with more filters than this run as implicit GEMMs:
@@ -35,8 +36,23 @@ struct DepthwisePlan {
 // Cores outrun CUDA-core FMAs by about 15x.
 constexpr int64_t kDepthwiseMaxFiltersPerGroup = 15;
 
-// The plan for `pass` of `params` on the current device.
-DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& params);
+// The plan for `pass` of `params` on the current device. wgrad takes the
+// sliding window (conv/depthwise_sliding_wgrad.cuh) where `sliding_wgrad`
+// (depthwise_sliding_wgrad_enabled(), which plan_conv2d reads with the other
+// switches) and depthwise_sliding_wgrad_fits() say so.
+DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& params, bool sliding_wgrad);
+
+// Whether depthwise wgrad may take the sliding window: only where
+// MPGEMM_DEPTHWISE_SLIDING_WGRAD is "1" until it has passed the GPU tests
+// (unset, "" or "0": no; throws std::invalid_argument for any other value).
+bool depthwise_sliding_wgrad_enabled();
+
+// Whether the sliding window computes wgrad of `params`: one filter a
+// channel (no channel multiplier), filter rows of 3, 5 or 7 taps at a column
+// stride of 1 or 2 with no column dilation, at most 32 filter rows (a block
+// holds at least 8 lanes of channels), channels a multiple of 4 with x and
+// dy 8-byte aligned, and at least one output pixel.
+bool depthwise_sliding_wgrad_fits(const Conv2dParams& params);
 
 // Bytes of workspace a plan needs: wgrad's fp32 partial sums when it splits.
 size_t depthwise_workspace_bytes(const Conv2dParams& params, const DepthwisePlan& plan);

@@ -16,7 +16,8 @@
 //   are summed through shared memory in lane order, the splits by
 //   gemm/splitk_reduce.cu in split order, so the result is deterministic. A
 //   split's taps are adjacent blocks, which read the same dy and x while L2
-//   holds them.
+//   holds them. (conv/depthwise_sliding_wgrad.cuh loads each once a filter
+//   row instead, where its switch is on and its windows fit.)
 // Runs step through (run of the row, row, image) by a RadixStep: no division per run.
 #pragma once
 

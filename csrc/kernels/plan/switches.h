@@ -1,8 +1,9 @@
 // The kernels' switches read from the environment at each plan (so that a
 // test or benchmark may flip them between calls): MPGEMM_NARROW_TILES,
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD
-// (on unless "0"), MPGEMM_PADDED_OPERANDS and MPGEMM_WGMMA_SPLIT_K (opt-in:
-// off unless "1"). Host code, free of CUDA.
+// (on unless "0"), MPGEMM_PADDED_OPERANDS, MPGEMM_WGMMA_SPLIT_K and
+// MPGEMM_DEPTHWISE_SLIDING_WGRAD (opt-in: off unless "1"), among others.
+// Host code, free of CUDA.
 #pragma once
 
 namespace mpgemm::kernels {

@@ -36,6 +36,8 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "conv/depthwise.h"
@@ -280,4 +282,119 @@ bool conv_case(int index) {
            int(a.input_type), bias.present, int(a.bias_type), int(a.out_type), sim::multiprocessors, max_grid_x, max_grid_y,
            workspace_bytes, int(with_moments));
   return bad;
+}
+
+// Depthwise wgrad on the sliding window (conv/depthwise_sliding_wgrad.cuh,
+// MPGEMM_DEPTHWISE_SLIDING_WGRAD=1), through launch_conv2d as conv_case runs
+// it: case i takes filter rows of {3, 5, 7}[i % 3] taps at column stride
+// i / 3 % 2 + 1, in fp16 or (from sim arch 800 on, where i / 6 is odd) bf16,
+// so that 12 cases launch its 12 kernels (6 at sim arch 750). Each draws
+// any row stride and dilation, paddings that leave x, images narrower than
+// the window, and bases 8-byte but not 16-byte aligned in one case in two.
+// By index (i % 4): 1 splits its output rows (6 to 8 filter rows over 132
+// to 160 channels, two tiles of lanes, on many multiprocessors, at least two
+// rows a pixel lane; case 5 on a grid clipped to one block of each, which
+// strides over splits and tiles); 3 has 9 to 12 filter rows (fewer lanes a
+// block); the rest 1 to 8 rows, and past 32 lanes of channels in one case
+// in three. The plan must take the sliding window, and every element of dw
+// must match. The counts of cases that split, split on a clipped grid and
+// strode over tiles are kept for the driver's report.
+int sliding_split_cases = 0, sliding_clipped_split_cases = 0, sliding_tile_stride_cases = 0;
+
+bool depthwise_sliding_case(int index) {
+  Conv2dParams a;
+  a.input_type = __CUDA_ARCH__ >= 800 && index / 6 % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
+  const int64_t row_taps[] = {3, 5, 7};
+  const bool split = index % 4 == 1, tall = index % 4 == 3;
+  a.s = row_taps[index % 3], a.stride_w = index / 3 % 2 + 1, a.dilation_w = 1;
+  a.r = split ? rnd(6, 8) : tall ? rnd(9, 12) : rnd(1, 8);
+  a.stride_h = split ? 1 : int(rnd(1, 3)), a.dilation_h = int(rnd(1, 2));
+  const bool many_channels = split || rnd(0, 2) == 0;
+  a.groups = 4 * (many_channels ? rnd(33, 40) : rnd(1, 12)), a.c = a.k = a.groups;
+  a.n = split ? rnd(2, 3) : many_channels ? 1 : rnd(1, 3);
+  // A split case: output rows of at least 16 pixels (a pixel lane's least is one row) and at least 4 of them.
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, split ? 3 : 0, split ? 5 : many_channels ? 4 : 9);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, split ? 16 * a.stride_w : 0,
+            split ? 18 * a.stride_w : many_channels ? 6 : 14);
+  const int64_t x_offset = 4 * rnd(0, 1), dy_offset = 4 * rnd(0, 1);
+  const int64_t x_count = a.n * a.h * a.w * a.c, dy_count = a.n * a.p * a.q * a.k, count = a.k * a.r * a.s;
+  const Input x(a.input_type, x_count, x_offset), dy(a.input_type, dy_count, dy_offset);
+  a.x = x.data, a.dy = dy.data;
+  a.out_type = sim::any_type();
+  const int64_t esize = sim::bytes_of(a.out_type), out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
+  Buffer out(esize * (out_offset + count + tail));
+  a.out = out.p + esize * out_offset;
+
+  sim::use_multiprocessors(split || rnd(0, 2) ? 1 << 20 : 1);
+  const bool clipped = split ? index == 5 : rnd(0, 1) == 1;
+  sim::max_grid.x = clipped ? (index == 5 ? 1 : unsigned(rnd(1, 2))) : 1u << 31, sim::max_grid.y = clipped ? 1 : 65535;
+  setenv("MPGEMM_CONV_PATH", "wmma", 1);
+  setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", "1", 1);
+  const Conv2dPlan plan = plan_conv2d(ConvPass::kWgrad, a);
+  std::vector<float> workspace(plan.workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
+  void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
+  const cudaError_t err = launch_conv2d(ConvPass::kWgrad, a, plan, plan.workspace_bytes ? aligned : nullptr, nullptr);
+  unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
+  unsetenv("MPGEMM_CONV_PATH");
+  const unsigned max_grid_x = sim::max_grid.x, max_grid_y = sim::max_grid.y;
+  sim::max_grid.x = 1u << 31, sim::max_grid.y = 65535;
+  const DepthwisePlan& dw_plan = plan.depthwise;
+  sliding_split_cases += dw_plan.splits > 1;
+  sliding_clipped_split_cases += dw_plan.splits > int64_t(max_grid_x);
+  sliding_tile_stride_cases += dw_plan.channel_tiles > int64_t(max_grid_y);
+
+  const auto at = [](const Input& t) { return [&t](int64_t i) { return t[i]; }; };
+  const auto none = [](int64_t) { return 0.0; };
+  const std::vector<double> want = sim::conv_reference(ConvPass::kWgrad, a, at(x), none, at(dy), count);
+  const bool sliding = plan.path == Conv2dPlan::Path::kDepthwise && dw_plan.sliding;
+  int bad = err != cudaSuccess || !sliding || (split && dw_plan.splits < 2);
+  if (!sliding || (split && dw_plan.splits < 2))
+    printf("  planned path %d, sliding %d, splits %d\n", int(plan.path), int(dw_plan.sliding), dw_plan.splits);
+  for (int64_t e = 0; e < count; ++e) {
+    const float expect = sim::rounded(float(want[e]), a.out_type), got = get(out.p, a.out_type, out_offset + e);
+    if (!(got == expect) && bad++ < 3) printf("  dw[%ld] = %g, want %g\n", e, got, expect);
+  }
+  for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
+    if ((byte < esize * out_offset || byte >= esize * (out_offset + count)) && out.p[byte] != 0xff && bad++ < 3)
+      printf("  wrote outside dw, byte %ld of %ld\n", byte - esize * out_offset, esize * count);
+  if (bad)
+    printf("depthwise sliding case %d FAILED: err=%d n=%ld h=%ld w=%ld c=%ld r=%ld s=%ld p=%ld q=%ld stride=%d,%d "
+           "pad_top=%d pad_left=%d dilation_h=%d offsets(x,dy,out)=%ld,%ld,%ld input_type=%d out_type=%d "
+           "multiprocessors=%d max_grid=%u,%u splits=%d tiles=%ld\n",
+           index, int(err), a.n, a.h, a.w, a.c, a.r, a.s, a.p, a.q, a.stride_h, a.stride_w, a.pad_top, a.pad_left,
+           a.dilation_h, x_offset, dy_offset, out_offset, int(a.input_type), int(a.out_type), sim::multiprocessors,
+           max_grid_x, max_grid_y, dw_plan.splits, dw_plan.channel_tiles);
+  return bad;
+}
+
+// The switch: "0" or unset leaves a shape the window fits to the
+// tap-per-block kernel, "1" takes the window, a column dilation is the
+// tap-per-block kernel's at "1" too, and any value but "", "0" and "1" is
+// refused, naming the variable, by the plan of any convolution (a plain 3x3
+// here). Returns whether any of that went wrong.
+bool depthwise_sliding_switch_wrong() {
+  Conv2dParams a;
+  a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = a.k = a.groups = 16, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
+  alignas(16) static const uint64_t storage[2] = {};  // stand-ins for x and dy, never read
+  a.x = a.dy = storage;
+  a.input_type = ElementType::kFloat16;
+  const auto sliding = [&](const char* value) {
+    if (value) setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", value, 1);
+    const Conv2dPlan plan = plan_conv2d(ConvPass::kWgrad, a);
+    unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
+    return plan.path == Conv2dPlan::Path::kDepthwise && plan.depthwise.sliding;
+  };
+  bool wrong = sliding(nullptr) || sliding("0") || !sliding("1");
+  a.dilation_w = 2, a.q = 7;
+  wrong |= sliding("1");
+  a.groups = 1, a.k = 24;  // not depthwise: the switch is read all the same
+  bool refused = false;
+  try {
+    sliding("yes");
+  } catch (const std::invalid_argument& e) {
+    refused = std::string(e.what()).find("MPGEMM_DEPTHWISE_SLIDING_WGRAD") != std::string::npos;
+    unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
+  }
+  if (wrong || !refused) printf("  the sliding wgrad's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
+  return wrong || !refused;
 }

@@ -298,6 +298,9 @@ static bool ceiling_case(int index) {
 const int sim::device_arch = __CUDA_ARCH__;
 
 bool conv_case(int index);  // conv_cases.cpp
+bool depthwise_sliding_case(int index);
+bool depthwise_sliding_switch_wrong();
+extern int sliding_split_cases, sliding_clipped_split_cases, sliding_tile_stride_cases;
 extern int conv_moment_cases;
 extern std::set<const void*> conv_moment_kernels;
 bool batch_norm_case(int index);  // batch_norm_cases.cpp
@@ -344,9 +347,19 @@ int main(int argc, char** argv) {
   int gated_failed = 0;
   for (int i = 0; i < batch_norm_cases; ++i) gated_failed += gated_case(i);
   printf("gated: %d/%d failed\n", gated_failed, batch_norm_cases);
+  // Depthwise wgrad on the sliding window, with the convolution cases (last, so that the case sets above
+  // draw as they did without it): its 12 kernels (6 at sim arch 750).
+  const int sliding_cases = conv_cases > 0 ? 12 : 0;
+  const size_t before_sliding = sim::launched.size();
+  int sliding_failed = conv_cases > 0 ? depthwise_sliding_switch_wrong() : 0;
+  for (int i = 0; i < sliding_cases; ++i) sliding_failed += depthwise_sliding_case(i);
+  printf("depthwise sliding wgrad: %d/%d failed (%zu kernels; %d split, %d on a clipped grid, %d striding over "
+         "tiles)\n",
+         sliding_failed, sliding_cases, sim::launched.size() - before_sliding, sliding_split_cases,
+         sliding_clipped_split_cases, sliding_tile_stride_cases);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
-  return gemm_failed || plan_failed || unscale_failed || conv_failed || conv_gemm_failed || ceiling_failed ||
-         batch_norm_failed || gated_failed;
+  return gemm_failed || plan_failed || unscale_failed || conv_failed || sliding_failed || conv_gemm_failed ||
+         ceiling_failed || batch_norm_failed || gated_failed;
 }
