@@ -166,6 +166,16 @@ DepthwisePlan plan_sliding_wgrad(const Conv2dParams& p) {
   return plan;
 }
 
+// Whether `plan` is the sliding window's for `p`: its block (lanes, pixel
+// lanes, channel tiles and shared memory) as plan_sliding_wgrad makes it,
+// so that it covers every channel within its shared memory.
+bool sliding_plan_of(const Conv2dParams& p, const DepthwisePlan& plan) {
+  if (!depthwise_sliding_wgrad_fits(p)) return false;
+  const DepthwisePlan want = plan_sliding_wgrad(p);
+  return plan.lanes == want.lanes && plan.pixel_lanes == want.pixel_lanes &&
+         plan.channel_tiles == want.channel_tiles && plan.smem_bytes == want.smem_bytes && plan.splits >= 1;
+}
+
 }  // namespace
 
 bool depthwise_sliding_wgrad_enabled() { return switch_on("MPGEMM_DEPTHWISE_SLIDING_WGRAD", false); }
@@ -228,7 +238,7 @@ cudaError_t launch_depthwise(ConvPass pass, const Conv2dParams& p, const Depthwi
   return with_input_element(p.input_type, [&](auto element) {
     using Element = typename decltype(element)::type;
     if (plan.sliding)  // a plan of another pass or shape is refused
-      return pass == ConvPass::kWgrad && depthwise_sliding_wgrad_fits(p)
+      return pass == ConvPass::kWgrad && sliding_plan_of(p, plan)
                  ? launch_sliding_wgrad<Element>(p, plan, workspace, stream)
                  : cudaErrorInvalidValue;
     return plan.vector == 8 ? launch_pass<Element, 8>(pass, p, plan, workspace, stream)

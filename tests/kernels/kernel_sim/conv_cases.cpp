@@ -292,11 +292,11 @@ bool conv_case(int index) {
 // any row stride and dilation, paddings that leave x, images narrower than
 // the window, and bases 8-byte but not 16-byte aligned in one case in two.
 // By index (i % 4): 1 splits its output rows (6 to 8 filter rows over 132
-// to 160 channels, two tiles of lanes, on many multiprocessors, at least two
-// rows a pixel lane; case 5 on a grid clipped to one block of each, which
-// strides over splits and tiles); 3 has 9 to 12 filter rows (fewer lanes a
-// block); the rest 1 to 8 rows, and past 32 lanes of channels in one case
-// in three. The plan must take the sliding window, and every element of dw
+// to 160 channels, two tiles of lanes, on many multiprocessors, at least 4
+// output rows of at least 17 pixels; case 5 on a grid clipped to one block
+// of each, which strides over splits and tiles); 3 has 11 or 12 filter rows
+// over 96 to 128 channels (two tiles: a block holds at most 256 / R lanes);
+// the rest 1 to 8 rows, and past 32 lanes of channels in one case in three. The plan must take the sliding window, and every element of dw
 // must match. The counts of cases that split, split on a clipped grid and
 // strode over tiles are kept for the driver's report.
 int sliding_split_cases = 0, sliding_clipped_split_cases = 0, sliding_tile_stride_cases = 0;
@@ -307,10 +307,10 @@ bool depthwise_sliding_case(int index) {
   const int64_t row_taps[] = {3, 5, 7};
   const bool split = index % 4 == 1, tall = index % 4 == 3;
   a.s = row_taps[index % 3], a.stride_w = index / 3 % 2 + 1, a.dilation_w = 1;
-  a.r = split ? rnd(6, 8) : tall ? rnd(9, 12) : rnd(1, 8);
+  a.r = split ? rnd(6, 8) : tall ? rnd(11, 12) : rnd(1, 8);
   a.stride_h = split ? 1 : int(rnd(1, 3)), a.dilation_h = int(rnd(1, 2));
-  const bool many_channels = split || rnd(0, 2) == 0;
-  a.groups = 4 * (many_channels ? rnd(33, 40) : rnd(1, 12)), a.c = a.k = a.groups;
+  const bool many_channels = split || tall || rnd(0, 2) == 0;
+  a.groups = 4 * (tall ? rnd(24, 32) : many_channels ? rnd(33, 40) : rnd(1, 12)), a.c = a.k = a.groups;
   a.n = split ? rnd(2, 3) : many_channels ? 1 : rnd(1, 3);
   // A split case: output rows of at least 16 pixels (a pixel lane's least is one row) and at least 4 of them.
   dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, split ? 3 : 0, split ? 5 : many_channels ? 4 : 9);
@@ -347,9 +347,11 @@ bool depthwise_sliding_case(int index) {
   const auto none = [](int64_t) { return 0.0; };
   const std::vector<double> want = sim::conv_reference(ConvPass::kWgrad, a, at(x), none, at(dy), count);
   const bool sliding = plan.path == Conv2dPlan::Path::kDepthwise && dw_plan.sliding;
-  int bad = err != cudaSuccess || !sliding || (split && dw_plan.splits < 2);
-  if (!sliding || (split && dw_plan.splits < 2))
-    printf("  planned path %d, sliding %d, splits %d\n", int(plan.path), int(dw_plan.sliding), dw_plan.splits);
+  const bool unlike = !sliding || (split && dw_plan.splits < 2) || ((split || tall) && dw_plan.channel_tiles != 2);
+  int bad = err != cudaSuccess || unlike;
+  if (unlike)
+    printf("  planned path %d, sliding %d, splits %d, tiles %ld\n", int(plan.path), int(dw_plan.sliding),
+           dw_plan.splits, dw_plan.channel_tiles);
   for (int64_t e = 0; e < count; ++e) {
     const float expect = sim::rounded(float(want[e]), a.out_type), got = get(out.p, a.out_type, out_offset + e);
     if (!(got == expect) && bad++ < 3) printf("  dw[%ld] = %g, want %g\n", e, got, expect);
@@ -370,8 +372,10 @@ bool depthwise_sliding_case(int index) {
 // The switch: "0" or unset leaves a shape the window fits to the
 // tap-per-block kernel, "1" takes the window, a column dilation is the
 // tap-per-block kernel's at "1" too, and any value but "", "0" and "1" is
-// refused, naming the variable, by the plan of any convolution (a plain 3x3
-// here). Returns whether any of that went wrong.
+// refused, naming the variable, by the plan of any convolution (a 3x3 of
+// one group here). And the launcher refuses a sliding plan for a shape it
+// was not made for (5 taps a row where it was made for 3). Returns whether
+// any of that went wrong.
 bool depthwise_sliding_switch_wrong() {
   Conv2dParams a;
   a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = a.k = a.groups = 16, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
@@ -380,14 +384,20 @@ bool depthwise_sliding_switch_wrong() {
   a.input_type = ElementType::kFloat16;
   const auto sliding = [&](const char* value) {
     if (value) setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", value, 1);
+    else unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
     const Conv2dPlan plan = plan_conv2d(ConvPass::kWgrad, a);
     unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
     return plan.path == Conv2dPlan::Path::kDepthwise && plan.depthwise.sliding;
   };
   bool wrong = sliding(nullptr) || sliding("0") || !sliding("1");
+  sim::use_multiprocessors(1);  // one split: no workspace to ask for
+  const DepthwisePlan three = plan_depthwise(ConvPass::kWgrad, a, true);
+  Conv2dParams five = a;
+  five.s = 5, five.pad_left = 2;
+  wrong |= !three.sliding || launch_depthwise(ConvPass::kWgrad, five, three, nullptr, nullptr) != cudaErrorInvalidValue;
   a.dilation_w = 2, a.q = 7;
   wrong |= sliding("1");
-  a.groups = 1, a.k = 24;  // not depthwise: the switch is read all the same
+  a.groups = 1, a.k = 24, a.dilation_w = 1, a.q = 9;  // not depthwise: the switch is read all the same
   bool refused = false;
   try {
     sliding("yes");
