@@ -149,10 +149,9 @@ cudaError_t launch_pass(ConvPass pass, const Conv2dParams& p, const DepthwisePla
   return reduce_wgrad_splits(p, args.partials, plan.splits, stream);
 }
 
-// wgrad on the sliding window: lanes of 4 channels by filter rows by pixel
-// lanes, its output rows split to fill the device as the tap-per-block
-// kernel's runs are.
-DepthwisePlan plan_sliding_wgrad(const Conv2dParams& p) {
+// The sliding window's block for `p`, from its shape alone: lanes of 4
+// channels by filter rows by pixel lanes, and the lanes' sums in shared memory.
+DepthwisePlan sliding_wgrad_block(const Conv2dParams& p) {
   DepthwisePlan plan;
   plan.vector = kSlidingVector, plan.sliding = true;
   const int64_t chunks = p.k / kSlidingVector, max_lanes = std::min<int64_t>(kMaxLanes, kThreads / p.r);
@@ -160,18 +159,25 @@ DepthwisePlan plan_sliding_wgrad(const Conv2dParams& p) {
   plan.lanes = int(ceil_div(chunks, plan.channel_tiles));
   plan.pixel_lanes = int(kThreads / (plan.lanes * p.r));
   plan.smem_bytes = int(int64_t(plan.pixel_lanes) * plan.lanes * p.r * p.s * kSlidingVector * int64_t(sizeof(float)));
+  return plan;
+}
+
+// wgrad on the sliding window: its block, its output rows split to fill the
+// device as the tap-per-block kernel's runs are.
+DepthwisePlan plan_sliding_wgrad(const Conv2dParams& p) {
+  DepthwisePlan plan = sliding_wgrad_block(p);
   const int64_t rows = p.n * p.p, rows_per_lane = ceil_div(kMinSlidingPixelsPerLane, p.q);
   const int64_t wanted = ceil_div(kSplitBlocksPerSM * device_limits().multiprocessors, plan.channel_tiles);
   plan.splits = int(std::max<int64_t>(1, std::min({wanted, rows / (plan.pixel_lanes * rows_per_lane), kMaxSplits})));
   return plan;
 }
 
-// Whether `plan` is the sliding window's for `p`: its block (lanes, pixel
-// lanes, channel tiles and shared memory) as plan_sliding_wgrad makes it,
-// so that it covers every channel within its shared memory.
+// Whether `plan` is the sliding window's for `p`: its block as
+// sliding_wgrad_block makes it (no device query at launch), so that it
+// covers every channel within its shared memory.
 bool sliding_plan_of(const Conv2dParams& p, const DepthwisePlan& plan) {
   if (!depthwise_sliding_wgrad_fits(p)) return false;
-  const DepthwisePlan want = plan_sliding_wgrad(p);
+  const DepthwisePlan want = sliding_wgrad_block(p);
   return plan.lanes == want.lanes && plan.pixel_lanes == want.pixel_lanes &&
          plan.channel_tiles == want.channel_tiles && plan.smem_bytes == want.smem_bytes && plan.splits >= 1;
 }
