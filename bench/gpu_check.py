@@ -125,7 +125,9 @@ CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
 # recomputed in backward, the default since 9eef563: the profile's backward
 # act kernels and the peak memory show what that costs and saves), and once
 # more, profiled, with batch norm's sums and input gradient loading rows
-# ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1), and once more, profiled, with
+# ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) and its finish reading whole
+# sectors (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1; one run for both, its
+# profile telling their kernels apart), and once more, profiled, with
 # the statistics from the convolution's epilogue (MPGEMM_EPILOGUE_STATS=1:
 # 0.93x at fe39419, its strips' moments since summed without waiting on
 # each load; bench/NOTES.md), and once more, profiled, with the stem's max
@@ -145,9 +147,9 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
          f"{PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm,mpgemm fused' "
          "--profile --no-search --time-limit 30 --json {raw}/train_resnet50_fused.json || rc=1; "
-         f"MPGEMM_BATCH_NORM_LOADS_AHEAD=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
-         "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
-         "--json {raw}/train_resnet50_fused_loads_ahead.json || rc=1; "
+         f"MPGEMM_BATCH_NORM_LOADS_AHEAD=1 MPGEMM_BATCH_NORM_FINISH_BY_LINES=1 {PY} -m mpgemm bench train "
+         "--models resnet50 --batch-sizes 256 --ways 'torch.amp,mpgemm fused' --profile --no-search "
+         "--time-limit 20 --json {raw}/train_resnet50_fused_loads_ahead_line_finish.json || rc=1; "
          f"MPGEMM_EPILOGUE_STATS=1 {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 "
          "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 20 "
          "--json {raw}/train_resnet50_fused_epilogue_stats.json || rc=1; "

@@ -19,7 +19,8 @@ bench/gpu_check.py:
       MPGEMM_DGRAD_ADDEND=1), on its wide tile and with
       MPGEMM_NARROW_TILES=1 on the narrow ones; the fused batch norm's
       forward and backward (16-byte runs and one-element ones), also with
-      MPGEMM_BATCH_NORM_LOADS_AHEAD=1, and with a stem's max pool in its
+      MPGEMM_BATCH_NORM_LOADS_AHEAD=1 and with
+      MPGEMM_BATCH_NORM_FINISH_BY_LINES=1, and with a stem's max pool in its
       pass (MPGEMM_FUSED_MAX_POOL's kernels); the gated
       MLP's two passes (likewise); every result is checked against float64.
   python3 bench/gpu_targets.py conv-tiles
@@ -337,6 +338,14 @@ def sanitize():
         _batch_norm_passes("loads ahead 37 channels", (3, 37, 9, 9))
     finally:
         os.environ.pop("MPGEMM_BATCH_NORM_LOADS_AHEAD")
+    # The finish reading its partials by whole sectors (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1): 512 row blocks (4
+    # a lane) of 16 channels; one row block of 37 channels (its second block of 8 channels short).
+    os.environ["MPGEMM_BATCH_NORM_FINISH_BY_LINES"] = "1"
+    try:
+        _batch_norm_passes("finish by lines 16 channels", (64, 16, 32, 32))
+        _batch_norm_passes("finish by lines 37 channels", (3, 37, 9, 9))
+    finally:
+        os.environ.pop("MPGEMM_BATCH_NORM_FINISH_BY_LINES")
     # The stem's max pool fused into its chain: 16-byte runs (ResNet's 64 channels), one element a thread (37).
     _fused_max_pool_passes("64 channels", (8, 64, 56, 56))
     _fused_max_pool_passes("37 channels", (3, 37, 15, 17))

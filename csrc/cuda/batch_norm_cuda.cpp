@@ -42,10 +42,13 @@ std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
   return t ? std::optional(t->contiguous()) : std::nullopt;
 }
 
-// The sums and backward's input gradient with their loads issued rows ahead
-// (norm/batch_norm_ahead_kernels.cuh): the same bits, opt-in until those
-// kernels pass the GPU tests.
-bool loads_ahead() { return environment_switch("MPGEMM_BATCH_NORM_LOADS_AHEAD"); }
+// The opt-in kernels (norm/batch_norm.h's BatchNormKernelChoice), each until
+// it passes the GPU tests: the sums and backward's input gradient with their
+// loads issued rows ahead (the same bits), and the finish reading its
+// partials by whole sectors.
+kernels::BatchNormKernelChoice kernel_choice() {
+  return {environment_switch("MPGEMM_BATCH_NORM_LOADS_AHEAD"), environment_switch("MPGEMM_BATCH_NORM_FINISH_BY_LINES")};
+}
 
 // The forward's per-channel vectors for the kernels: the results (mean,
 // invstd, scale, shift), and contiguous copies of the parameters and
@@ -111,7 +114,7 @@ BatchNormForwardResult batch_norm_act_cuda(const BatchNormForward& a) {
       shape, y.data_ptr(), residual ? residual->data_ptr() : nullptr, a.relu, a.batch_stats,
       batch_mean_var ? floats(*batch_mean_var) : nullptr, ch.channels,
       static_cast<float*>(workspace.data_ptr()), out.data_ptr(), bits ? relu_mask.data_ptr<uint8_t>() : nullptr,
-      loads_ahead(), stream_of(a.y)));
+      kernel_choice(), stream_of(a.y)));
   ch.finish(a);
   return {in_format_of(a.y, out), ch.mean, ch.invstd, ch.scale, ch.shift, relu_mask};
 }
@@ -135,7 +138,7 @@ BatchNormForwardResult batch_norm_relu_max_pool_cuda(const BatchNormForward& a, 
   const std::optional<at::Tensor> batch_mean_var = contiguous(a.batch_mean_var);
   C10_CUDA_CHECK(kernels::launch_batch_norm_relu_max_pool(
       shape, y.data_ptr(), a.batch_stats, batch_mean_var ? floats(*batch_mean_var) : nullptr, ch.channels,
-      static_cast<float*>(workspace.data_ptr()), window, out.data_ptr(), taps.data_ptr<uint8_t>(), loads_ahead(),
+      static_cast<float*>(workspace.data_ptr()), window, out.data_ptr(), taps.data_ptr<uint8_t>(), kernel_choice(),
       stream_of(a.y)));
   ch.finish(a);
   return {in_format_of(a.y, out), ch.mean, ch.invstd, ch.scale, ch.shift, taps};
@@ -173,10 +176,15 @@ BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a)
   // What is not asked for: an empty tensor each (outputs must not alias).
   const auto empty = [&] { return at::empty({0}, a.y.options()); };
   at::Tensor grad_y = want_grad_y ? at::empty_like(y) : empty(), grad_z = want_grad_z ? at::empty_like(y) : empty();
-  // Empty sums are zero.
-  at::Tensor sum_dz = want_sums ? at::zeros({shape.channels}, a.y.options().dtype(at::kFloat)) : empty();
-  at::Tensor sum_dz_xhat = want_sums ? at::zeros({shape.channels}, a.y.options().dtype(at::kFloat)) : empty();
-  if (shape.rows > 0 && shape.channels > 0) {
+  // The sums: the finish writes every channel's; those of no rows are zero
+  // (a fill launched only then).
+  const bool rows = shape.rows > 0 && shape.channels > 0;
+  const auto sums = [&] {
+    const at::TensorOptions options = a.y.options().dtype(at::kFloat);
+    return !want_sums ? empty() : rows ? at::empty({shape.channels}, options) : at::zeros({shape.channels}, options);
+  };
+  at::Tensor sum_dz = sums(), sum_dz_xhat = sums();
+  if (rows) {
     const kernels::BatchNormGrad g{grad_out.data_ptr(), out ? out->data_ptr() : nullptr,
                                    a.relu_mask ? a.relu_mask->data_ptr<uint8_t>() : nullptr, y.data_ptr(),
                                    floats(mean), floats(invstd), floats(scale)};
@@ -184,7 +192,7 @@ BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a)
     C10_CUDA_CHECK(kernels::launch_batch_norm_backward(
         shape, g, a.batch_stats, static_cast<float*>(workspace.data_ptr()), want_sums ? floats(sum_dz) : nullptr,
         want_sums ? floats(sum_dz_xhat) : nullptr, want_grad_y ? grad_y.data_ptr() : nullptr,
-        want_grad_z ? grad_z.data_ptr() : nullptr, loads_ahead(), stream_of(a.y)));
+        want_grad_z ? grad_z.data_ptr() : nullptr, kernel_choice(), stream_of(a.y)));
   }
   return {want_grad_y ? in_format_of(a.y, grad_y) : grad_y, sum_dz, sum_dz_xhat,
           want_grad_z ? in_format_of(a.y, grad_z) : grad_z};

@@ -41,13 +41,15 @@ def git_commit(root=REPO_ROOT):
 
 # The environment variables that choose kernels (csrc/kernels/plan/gemm_plan.h,
 # conv/launch.h, the epilogues' switches of csrc/autograd.cpp and
-# mpgemm.fusion, batch norm's loads ahead, the loss scaler's kernel, fused
-# chains' outputs kept): a measurement names those that were set.
+# mpgemm.fusion, batch norm's loads ahead and finish, the loss scaler's
+# kernel, fused chains' outputs kept): a measurement names those that were
+# set.
 KERNEL_PATH_VARIABLES = ("MPGEMM_GEMM_PATH", "MPGEMM_CONV_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES",
                          "MPGEMM_DGRAD_ONE_LAUNCH", "MPGEMM_CHUNKED_FOLD", "MPGEMM_PADDED_OPERANDS",
                          "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_STREAM_K", "MPGEMM_EPILOGUE_PRE_ACTIVATION",
                          "MPGEMM_EPILOGUE_BIAS_GRAD", "MPGEMM_EPILOGUE_ACTIVATION_GRAD", "MPGEMM_EPILOGUE_STATS", "MPGEMM_GATED_KERNEL",
-                         "MPGEMM_BATCH_NORM_LOADS_AHEAD", "MPGEMM_LOSS_SCALE_KERNEL", "MPGEMM_M64_TILE",
+                         "MPGEMM_BATCH_NORM_LOADS_AHEAD", "MPGEMM_BATCH_NORM_FINISH_BY_LINES",
+                         "MPGEMM_LOSS_SCALE_KERNEL", "MPGEMM_M64_TILE",
                          "MPGEMM_GATHERED_FOLD", "MPGEMM_RECOMPUTE_CHAIN_OUTPUTS",
                          "MPGEMM_FUSED_MAX_POOL", "MPGEMM_DGRAD_ADDEND", "MPGEMM_DEPTHWISE_SLIDING_WGRAD")
 

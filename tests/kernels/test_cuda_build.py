@@ -496,8 +496,8 @@ def test_batch_norm_passes_move_16_bytes_and_round_each_step(cuda_build, machine
                    if "batch_norm" in name}
         # The sums, act and grad_input for three element types, each in 16-byte runs and one element at a
         # time, the loads-ahead sums and input gradient likewise, and the fused max pool's pass and gradient
-        # (norm/max_pool_kernels.cuh); the finish for each type.
-        assert len(kernels) == 7 * 6 + 3, (arch, sorted(kernels))
+        # (norm/max_pool_kernels.cuh); the finish and the finish by lines for each type.
+        assert len(kernels) == 7 * 6 + 2 * 3, (arch, sorted(kernels))
         for name, ops in kernels.items():
             wide = "Li8E" in name or "Li4E" in name
             # The elementwise passes' outputs.
@@ -596,6 +596,25 @@ def test_batch_norm_loads_ahead_issue_four_rows_before_using_one(cuda_build, mac
             assert min(wide for wide, _ in loops) >= 4, f"{arch} {name}: {loops}"
         default = [name for name in code[arch] if "sums_kernelI6__halfLi8E" in name]
         assert not all(before for _, before in map(loads_before_first_use, row_loops(code[arch][default[0]])))
+
+
+def test_batch_norm_line_finish_issues_every_load_before_its_first_add(cuda_build, machine_code):
+    # norm/batch_norm_line_finish.cuh: before its butterfly a thread loads its lane's row blocks of both sums
+    # (2 x kLineBlocksPerLane 4-byte loads), every one issued before an instruction reads what one brought;
+    # then two xor steps for each of the two fp64 sums (two 32-bit shuffles a step).
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        finishes = {name: instructions for name, instructions in code[arch].items() if "line_finish_kernel" in name}
+        assert len(finishes) == 3, (arch, sorted(finishes))
+        for name, instructions in finishes.items():
+            shuffles = [n for n, i in enumerate(instructions) if i.opcode.startswith("SHFL.BFLY")]
+            assert len(shuffles) == 8, f"{arch} {name}: {len(shuffles)} shuffles"
+            before = instructions[:shuffles[0]]
+            assert [i.opcode for i in before if i.opcode.startswith("LDG")] == ["LDG.E"] * 16, f"{arch} {name}"
+            _, issued_first = loads_before_first_use(before)
+            assert issued_first, f"{arch} {name}: a partial's load waited on before the others were issued"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
 
 
 def test_gated_mlp_passes_move_16_bytes(cuda_build, machine_code):

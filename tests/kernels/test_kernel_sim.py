@@ -179,7 +179,7 @@ SLIDING_MUTATIONS = {
 # by the window's last tap instead of its first, and each input pixel's last
 # covering window (by row and by column) left out of its gradient.
 BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/batch_norm_ahead_kernels.cuh", "norm/column_moments.cu",
-                    "norm/max_pool_kernels.cuh", "gated/gated.cu"]
+                    "norm/max_pool_kernels.cuh", "norm/batch_norm_line_finish.cuh", "gated/gated.cu"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
@@ -213,6 +213,22 @@ GATED_MUTATIONS = {
         "const int64_t i = vectors * kVector + (thread - vectors) + PLANTED;"),
 }
 BATCH_NORM_MUTATIONS.update(GATED_MUTATIONS)
+# In the finish by lines (norm/batch_norm_line_finish.cuh), failing its
+# fixed cases over hundreds of row blocks (each run: those and one case of
+# batch norm's and the gated passes'): each lane's second row block left
+# out, the butterfly's second step skipped (a warp's lanes 2 and 3 of each
+# channel left out), and the last warp's totals left out.
+LINE_FINISH_MUTATIONS = {
+    "a lane's second row block left out of the finish": (
+        "const bool held = in_channels && lane + i * kLineLanes < a.blocks;",
+        "const bool held = in_channels && lane + i * kLineLanes < a.blocks && !(PLANTED && i == 1);"),
+    "the finish's butterfly one step short": ("for (int bit = kLineChannels; bit < 32; bit *= 2) {",
+                                              "for (int bit = kLineChannels; bit < (PLANTED ? 16 : 32); bit *= 2) {"),
+    "the finish's last warp left out": ("for (int w = 0; w < kLineWarps; ++w) total +=",
+                                        "for (int w = 0; w + PLANTED < kLineWarps; ++w) total +="),
+}
+BATCH_NORM_MUTATIONS.update(LINE_FINISH_MUTATIONS)
+LINE_FINISH_CASES = 3
 # Each batch-norm bug's run: as many batch-norm and gated cases (at seed 1
 # each bug fails 2 to 12 of them; 24, as before, took twice the time).
 BATCH_NORM_MUTANT_CASES = 12
@@ -909,8 +925,9 @@ def results(tmp_path_factory):
             jobs[("mutant", name)] = pool.submit(run_driver, mutant, 0, 0, 1, 1, False, 0, planted=number,
                                                  first_conv_case=1)
         for number, name in batch_norm_bugs:
-            jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False,
-                                                            BATCH_NORM_MUTANT_CASES, planted=number)
+            cases = 1 if name in LINE_FINISH_MUTATIONS else BATCH_NORM_MUTANT_CASES
+            jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False, cases,
+                                                            planted=number)
         for name, (_, (copies_late, wgmma_late), _, _) in HOPPER_MUTATIONS.items():
             binary, number = hopper_planted_binaries[name]
             jobs[("hopper mutant", name)] = pool.submit(run_hopper, binary, 1, copies_late, wgmma_late,
@@ -956,6 +973,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert "ceiling: 0/3 failed" in output, replay
     assert f"batch norm: 0/{BATCH_NORM_CASES} failed" in output, replay
     assert f"gated: 0/{BATCH_NORM_CASES} failed" in output, replay
+    assert f"batch norm line finish: 0/{LINE_FINISH_CASES} failed" in output, replay
 
 
 def test_simulation_catches_an_early_read_of_a_pipeline_stage(results):
@@ -978,8 +996,11 @@ def test_simulation_catches_a_planted_sliding_window_bug(results, name):
 @pytest.mark.parametrize("name", BATCH_NORM_MUTATIONS)
 def test_simulation_catches_a_planted_elementwise_pass_bug(results, name):
     code, output = results[("batch norm mutant", name)]
-    cases = "gated" if name in GATED_MUTATIONS else "batch norm"
-    assert code != 0 and re.search(cases + rf": [1-9]\d*/{BATCH_NORM_MUTANT_CASES} failed", output), output[-4000:]
+    if name in LINE_FINISH_MUTATIONS:
+        cases, count = "batch norm line finish", LINE_FINISH_CASES
+    else:
+        cases, count = "gated" if name in GATED_MUTATIONS else "batch norm", BATCH_NORM_MUTANT_CASES
+    assert code != 0 and re.search(cases + rf": [1-9]\d*/{count} failed", output), output[-4000:]
 
 
 HOPPER_RUN_IDS = [f"copies-{'late' if c else 'early'}-wgmma-{'late' if w else 'early'}" for c, w in HOPPER_RUNS]

@@ -4,8 +4,10 @@ and beta's, the residual's) against float64 formulas; the elementwise steps
 against the same fp32 steps in torch (bitwise: both round each step in fp32);
 CUDA against the CPU backend and against itself (the sums' order is fixed);
 the loads-ahead kernels (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) bitwise the
-default's; bad arguments; the registrations (opcheck). Outputs start as NaN
-(support.nan_filled_outputs): an element a kernel does not write stays NaN."""
+default's, and the finish by lines (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1) the
+default's to fp32's last bits and bitwise its own; bad arguments; the
+registrations (opcheck). Outputs start as NaN (support.nan_filled_outputs):
+an element a kernel does not write stays NaN."""
 
 import numpy as np
 import pytest
@@ -258,6 +260,46 @@ def test_loads_ahead_give_the_defaults_bits(dtype, monkeypatch):
             assert torch.equal(d, a) and not a.isnan().any(), (shape, skewed, i)
     monkeypatch.setenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", "2")
     with pytest.raises(ValueError, match=r"MPGEMM_BATCH_NORM_LOADS_AHEAD must be '0' or '1', got '2'"):
+        batch_norm_both_ways(y, weight, bias, residual, grad_out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_finish_by_lines_gives_the_defaults_results(dtype, monkeypatch):
+    # The finish by lines (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1) sums the same fp32 partials in fp64 in another
+    # fixed order: its results are the default's to fp32's last bits, and the same bits on every run. Row
+    # blocks: one; 50; 256 and 392 (several a lane); 1024, the most (8 a lane). Channels: 5 and 37 (a block of
+    # channels short), 2048 (256 blocks of them), 16, 64 and 256 in 16-byte runs; with the loads ahead too.
+    eps = torch.finfo(dtype).eps
+    for shape, ahead in (((2, 5, 3, 7), False), ((4, 37, 40, 40), True), ((32, 64, 32, 32), False),
+                         ((128, 16, 32, 32), False), ((4, 2048, 7, 7), True), ((64, 256, 28, 28), True)):
+        c = shape[1]
+        y, residual = activation(shape, dtype, "cuda", True, offset=3.0), activation(shape, dtype, "cuda", True)
+        grad_out = activation(shape, dtype, "cuda", True)
+        weight, bias = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
+        monkeypatch.setenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", str(int(ahead)))
+        monkeypatch.delenv("MPGEMM_BATCH_NORM_FINISH_BY_LINES", raising=False)
+        with nan_filled_outputs():
+            default = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+        monkeypatch.setenv("MPGEMM_BATCH_NORM_FINISH_BY_LINES", "1")
+        with nan_filled_outputs():
+            lines = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+            again = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+        names = launches(lambda: batch_norm_both_ways(y, weight, bias, residual, grad_out))
+        assert any("line_finish_kernel" in n for n in names), names
+        assert not any("finish_kernel<" in n and "line_finish" not in n for n in names), names
+        assert len(default) == len(lines) == len(again)
+        for i, (d, a, b) in enumerate(zip(default, lines, again)):
+            assert torch.equal(a, b) and not a.isnan().any(), (shape, i)
+            if d.dtype == torch.uint8:  # the ReLU's bits
+                assert (d != a).sum() <= d.numel() // 1000, (shape, i)
+                continue
+            # fp32 statistics and sums to a few of their last bits; 16-bit tensors computed from them to one of
+            # theirs (an fp32 scale one bit apart may round an element the other way).
+            rtol = 1e-5 if d.dtype == torch.float32 else 2 * eps
+            torch.testing.assert_close(a, d, rtol=rtol, atol=rtol * d.abs().max().item(), msg=f"{shape} {i}")
+    monkeypatch.setenv("MPGEMM_BATCH_NORM_FINISH_BY_LINES", "yes")
+    with pytest.raises(ValueError, match=r"MPGEMM_BATCH_NORM_FINISH_BY_LINES must be '0' or '1', got 'yes'"):
         batch_norm_both_ways(y, weight, bias, residual, grad_out)
 
 

@@ -3,9 +3,10 @@
 // launches of norm/batch_norm_kernels.cuh for the element type: forward is
 // sums, finish, elementwise (sums skipped with running statistics); apply is
 // the forward's elementwise pass alone; backward sums, finish, elementwise,
-// each skipped where nothing needs it. With
-// loads_ahead, the sums and backward's elementwise pass are
-// norm/batch_norm_ahead_kernels.cuh's (the same results, bit for bit).
+// each skipped where nothing needs it. The kernel choice (batch_norm.h)
+// takes the sums and backward's elementwise pass from
+// norm/batch_norm_ahead_kernels.cuh (the same results, bit for bit), the
+// finish from norm/batch_norm_line_finish.cuh.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -14,6 +15,7 @@
 #include "norm/batch_norm.h"
 #include "norm/batch_norm_ahead_kernels.cuh"
 #include "norm/batch_norm_kernels.cuh"
+#include "norm/batch_norm_line_finish.cuh"
 #include "norm/max_pool_kernels.cuh"
 
 namespace mpgemm::kernels {
@@ -23,6 +25,8 @@ using batch_norm::kGroupsPerBlock;
 using batch_norm::kThreads;
 
 constexpr int64_t kMaxRowBlocks = 1024;
+static_assert(kMaxRowBlocks <= batch_norm::kLineLanes * batch_norm::kLineBlocksPerLane,
+              "the line finish's lanes hold every row block");
 constexpr int64_t kMinRowsPerBlock = 128;
 // About this many blocks of the sums in all: several waves on any GPU.
 constexpr int64_t kSumsBlocks = 2048;
@@ -55,9 +59,10 @@ cudaError_t visit_type(ElementType type, F&& f) {
 }
 
 template <class Kernel, class Args>
-cudaError_t launch(Kernel* kernel, dim3 grid, int smem_bytes, Args args, cudaStream_t stream) {
+cudaError_t launch(Kernel* kernel, dim3 grid, int smem_bytes, Args args, cudaStream_t stream,
+                   int threads = kThreads) {
   void* params[] = {&args};
-  return cudaLaunchKernel(kernel, grid, dim3(kThreads), params, size_t(smem_bytes), stream);
+  return cudaLaunchKernel(kernel, grid, dim3(threads), params, size_t(smem_bytes), stream);
 }
 
 // 16-byte runs where every run stays in one row and every pointer (the
@@ -72,9 +77,9 @@ bool vectorized(BatchNormShape shape, std::initializer_list<const void*> pointer
 }
 
 // A sum pass over the row blocks, when `finish` has partials to total, then
-// the finish (a block per channel).
+// the finish (a block per channel, or per 8 on the line finish).
 cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs sums, batch_norm::FinishArgs finish,
-                                   bool loads_ahead, cudaStream_t stream) {
+                                   BatchNormKernelChoice choice, cudaStream_t stream) {
   const int64_t blocks = batch_norm_row_blocks(shape);
   sums.block_rows = (shape.rows + blocks - 1) / blocks;
   finish.blocks = blocks;
@@ -84,11 +89,16 @@ cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs su
       constexpr int kWide = 16 / sizeof(T);
       const bool wide = vectorized<T>(shape, {sums.y, sums.grad_out, sums.out, sums.mean, sums.invstd});
       const dim3 grid(unsigned(channel_blocks(shape, wide ? kWide : 1)), unsigned(blocks));
-      const auto kernel = loads_ahead ? (wide ? &batch_norm::sums_ahead_kernel<T, kWide>
-                                              : &batch_norm::sums_ahead_kernel<T, 1>)
-                                      : (wide ? &batch_norm::sums_kernel<T, kWide> : &batch_norm::sums_kernel<T, 1>);
+      const auto kernel = choice.loads_ahead
+                              ? (wide ? &batch_norm::sums_ahead_kernel<T, kWide> : &batch_norm::sums_ahead_kernel<T, 1>)
+                              : (wide ? &batch_norm::sums_kernel<T, kWide> : &batch_norm::sums_kernel<T, 1>);
       if (const cudaError_t err = launch(kernel, grid, batch_norm::kSumsSmemBytes, sums, stream); err != cudaSuccess)
         return err;
+    }
+    if (choice.finish_by_lines) {
+      constexpr int64_t kPerBlock = batch_norm::kLineChannels;
+      return launch(&batch_norm::line_finish_kernel<T>, dim3(unsigned((shape.channels + kPerBlock - 1) / kPerBlock)),
+                    batch_norm::kLineSmemBytes, finish, stream, batch_norm::kLineThreads);
     }
     return launch(&batch_norm::finish_kernel<T>, dim3(unsigned(shape.channels)), batch_norm::kFinishSmemBytes,
                   finish, stream);
@@ -133,7 +143,7 @@ bool empty(BatchNormShape shape) { return shape.rows <= 0 || shape.channels <= 0
 // The forward's statistics into `channels`: the sums of y and their finish,
 // or the finish alone from given or running statistics.
 cudaError_t launch_statistics(BatchNormShape shape, const void* y, bool batch_stats, const float* batch_mean_var,
-                              const BatchNormChannels& channels, float* workspace, bool loads_ahead,
+                              const BatchNormChannels& channels, float* workspace, BatchNormKernelChoice choice,
                               cudaStream_t stream) {
   if (batch_mean_var != nullptr && !batch_stats) return cudaErrorInvalidValue;
   if (channels.mean == nullptr || channels.invstd == nullptr || channels.scale == nullptr || channels.shift == nullptr)
@@ -143,7 +153,7 @@ cudaError_t launch_statistics(BatchNormShape shape, const void* y, bool batch_st
   const bool sums_of_y = batch_stats && batch_mean_var == nullptr;
   const batch_norm::FinishArgs finish{shape, y, sums_of_y ? partial : nullptr, batch_mean_var, 0, nullptr, nullptr,
                                       channels};
-  return launch_sums_and_finish(shape, sums, finish, loads_ahead, stream);
+  return launch_sums_and_finish(shape, sums, finish, choice, stream);
 }
 
 // kernel(args) over the pool's images (the grid's y) and each image's runs
@@ -190,12 +200,12 @@ bool batch_norm_relu_mask_fits(BatchNormShape shape, std::initializer_list<const
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
                                       bool batch_stats, const float* batch_mean_var,
                                       const BatchNormChannels& channels, float* workspace, void* out,
-                                      uint8_t* relu_mask, bool loads_ahead, cudaStream_t stream) {
+                                      uint8_t* relu_mask, BatchNormKernelChoice choice, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
   if (relu_mask != nullptr && !(relu && batch_norm_relu_mask_fits(shape, {y, out, residual == nullptr ? y : residual})))
     return cudaErrorInvalidValue;
   if (const cudaError_t err =
-          launch_statistics(shape, y, batch_stats, batch_mean_var, channels, workspace, loads_ahead, stream);
+          launch_statistics(shape, y, batch_stats, batch_mean_var, channels, workspace, choice, stream);
       err != cudaSuccess)
     return err;
   const batch_norm::ActArgs args{shape, y, channels.scale, channels.shift, residual, relu, out, relu_mask};
@@ -206,12 +216,12 @@ cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const
 cudaError_t launch_batch_norm_relu_max_pool(BatchNormShape shape, const void* y, bool batch_stats,
                                             const float* batch_mean_var, const BatchNormChannels& channels,
                                             float* workspace, MaxPoolWindow pool, void* out, uint8_t* window,
-                                            bool loads_ahead, cudaStream_t stream) {
+                                            BatchNormKernelChoice choice, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
   if (!max_pool_window_fits(pool, shape.channels) || int64_t(pool.batch) * pool.height * pool.width != shape.rows)
     return cudaErrorInvalidValue;
   if (const cudaError_t err =
-          launch_statistics(shape, y, batch_stats, batch_mean_var, channels, workspace, loads_ahead, stream);
+          launch_statistics(shape, y, batch_stats, batch_mean_var, channels, workspace, choice, stream);
       err != cudaSuccess)
     return err;
   const batch_norm::ActMaxPoolArgs args{shape, pool, y, channels.scale, channels.shift, out, window};
@@ -238,7 +248,7 @@ cudaError_t launch_batch_norm_apply(BatchNormShape shape, const void* y, const f
 
 cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
                                        float* workspace, float* sum_dz, float* sum_dz_xhat, void* grad_y,
-                                       void* grad_z, bool loads_ahead, cudaStream_t stream) {
+                                       void* grad_z, BatchNormKernelChoice choice, cudaStream_t stream) {
   if (empty(shape)) return cudaSuccess;
   // The input gradient with batch statistics needs the sums; write them to
   // the workspace where the caller did not ask for them.
@@ -248,7 +258,7 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
     if (sum_dz == nullptr) sum_dz = workspace, sum_dz_xhat = workspace + shape.channels;
     const batch_norm::SumsArgs sums{shape, g.y, g.grad_out, g.out, g.relu_mask, g.mean, g.invstd, 0, partial};
     const batch_norm::FinishArgs finish{shape, nullptr, partial, nullptr, 0, sum_dz, sum_dz_xhat, {}};
-    if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, loads_ahead, stream); err != cudaSuccess)
+    if (const cudaError_t err = launch_sums_and_finish(shape, sums, finish, choice, stream); err != cudaSuccess)
       return err;
   }
   if (grad_y == nullptr && grad_z == nullptr) return cudaSuccess;
@@ -261,7 +271,7 @@ cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad
   const std::initializer_list<const void*> pointers{
       g.grad_out, out, g.y, written, grad_z ? grad_z : written, g.mean, g.invstd, g.scale,
       args.sum_dz ? args.sum_dz : g.scale, args.sum_dz_xhat ? args.sum_dz_xhat : g.scale};
-  if (!loads_ahead) return launch_elementwise<GradInput>(shape, args, pointers, stream);
+  if (!choice.loads_ahead) return launch_elementwise<GradInput>(shape, args, pointers, stream);
   // The rows' input gradient, on the sums' partition.
   const int64_t blocks = batch_norm_row_blocks(shape);
   const batch_norm::GradInputAheadArgs ahead{args, (shape.rows + blocks - 1) / blocks};

@@ -30,6 +30,18 @@ int batch_norm_row_blocks(BatchNormShape shape);
 // two per channel (backward's sums where the caller takes none).
 int64_t batch_norm_workspace_floats(BatchNormShape shape);
 
+// Which kernels run a pass where it has two ways, each opt-in until its
+// kernels pass the GPU tests. loads_ahead: the sums and backward's input
+// gradient on norm/batch_norm_ahead_kernels.cuh's kernels
+// (MPGEMM_BATCH_NORM_LOADS_AHEAD; the same bits). finish_by_lines: the sums'
+// totals on norm/batch_norm_line_finish.cuh's kernel
+// (MPGEMM_BATCH_NORM_FINISH_BY_LINES; the same fp64 sums in another fixed
+// order, so their last fp64 bits, and rarely an fp32 result's, differ).
+struct BatchNormKernelChoice {
+  bool loads_ahead = false;
+  bool finish_by_lines = false;
+};
+
 // The forward's per-channel vectors, as torch's BatchNorm2d holds them.
 struct BatchNormChannels {
   const float* weight = nullptr;  // gamma; null: 1
@@ -53,13 +65,11 @@ struct BatchNormChannels {
 // per channel ([2][channels], as norm/column_moments.h totals a
 // convolution's epilogue moments), used instead of a pass over y.
 // relu_mask (with relu, where batch_norm_relu_mask_fits): out > 0 as bits,
-// bit e of byte j for element 8j + e in memory order. loads_ahead: the sums
-// on norm/batch_norm_ahead_kernels.cuh's kernel (MPGEMM_BATCH_NORM_LOADS_AHEAD;
-// the same bits).
+// bit e of byte j for element 8j + e in memory order.
 cudaError_t launch_batch_norm_forward(BatchNormShape shape, const void* y, const void* residual, bool relu,
                                       bool batch_stats, const float* batch_mean_var,
                                       const BatchNormChannels& channels, float* workspace, void* out,
-                                      uint8_t* relu_mask, bool loads_ahead, cudaStream_t stream);
+                                      uint8_t* relu_mask, BatchNormKernelChoice choice, cudaStream_t stream);
 
 // The forward's elementwise pass alone, from the scale and shift a forward
 // wrote: out = relu?(y * scale[c] + shift[c]), the forward's bits where it
@@ -77,7 +87,7 @@ cudaError_t launch_batch_norm_apply(BatchNormShape shape, const void* y, const f
 cudaError_t launch_batch_norm_relu_max_pool(BatchNormShape shape, const void* y, bool batch_stats,
                                             const float* batch_mean_var, const BatchNormChannels& channels,
                                             float* workspace, MaxPoolWindow pool, void* out, uint8_t* window,
-                                            bool loads_ahead, cudaStream_t stream);
+                                            BatchNormKernelChoice choice, cudaStream_t stream);
 
 // Its backward before batch norm's: grad_input (the pool's input's shape,
 // `shape`) = for each element, the sum over the windows whose byte names it
@@ -108,11 +118,9 @@ struct BatchNormGrad {
 // beta's gradients) where they are non-null, or where grad_y needs them;
 // grad_y = scale * (dz - sum_dz / rows - xhat * sum_dz_xhat / rows) with batch
 // statistics, scale * dz with running ones; grad_z = dz (the residual's
-// gradient). Null outputs are not computed. loads_ahead: the sums and the
-// input gradient on norm/batch_norm_ahead_kernels.cuh's kernels (the same
-// bits).
+// gradient). Null outputs are not computed.
 cudaError_t launch_batch_norm_backward(BatchNormShape shape, const BatchNormGrad& g, bool batch_stats,
                                        float* workspace, float* sum_dz, float* sum_dz_xhat, void* grad_y,
-                                       void* grad_z, bool loads_ahead, cudaStream_t stream);
+                                       void* grad_z, BatchNormKernelChoice choice, cudaStream_t stream);
 
 }  // namespace mpgemm::kernels

@@ -25,7 +25,8 @@
 //                 running statistics. The partition depends on the shape alone and
 //                 nothing is atomic, so every run sums in the same order and
 //                 gives the same bits (training that resumes from a
-//                 checkpoint depends on it).
+//                 checkpoint depends on it). norm/batch_norm_line_finish.cuh
+//                 has the same finish reading whole sectors (opt-in).
 // act_kernel, grad_input_kernel - elementwise: a block walks chunks of whole
 //                 rows, so a thread's channel is its offset in the chunk
 //                 modulo the channel count (32-bit arithmetic); kWidth
@@ -235,13 +236,31 @@ __device__ __forceinline__ void finish_forward(const FinishArgs& a, int64_t c, f
   ch.shift[c] = __fsub_rn(ch.bias == nullptr ? 0.0f : ch.bias[c], __fmul_rn(mean, scale));
 }
 
+// A forward's channel without batch sums: from the given statistics, or the running ones.
+__device__ __forceinline__ void finish_unsummed(const FinishArgs& a, int64_t c) {
+  if (a.mean_var != nullptr) finish_forward(a, c, a.mean_var[c], double(a.mean_var[a.shape.channels + c]));
+  else finish_forward(a, c, a.channels.running_mean[c], double(a.channels.running_var[c]));
+}
+
+// A channel's totals over the row blocks: backward's sums, or the
+// forward's statistics (sums of y - y[0, c] and of its square).
+template <class T>
+__device__ __forceinline__ void finish_summed(const FinishArgs& a, int64_t c, double first, double second) {
+  if (a.sum_first != nullptr) {
+    a.sum_first[c] = float(first);
+    a.sum_second[c] = float(second);
+    return;
+  }
+  const double rows = double(a.shape.rows), offset = first / rows;
+  const double variance = second / rows - offset * offset;
+  finish_forward(a, c, float(double(element_at<T>(a.y, c)) + offset), variance > 0.0 ? variance : 0.0);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) finish_kernel(FinishArgs a) {
   const int64_t c = blockIdx.x, channels = a.shape.channels;
   if (a.partial == nullptr) {  // given or running statistics: nothing to sum
-    if (threadIdx.x != 0) return;
-    if (a.mean_var != nullptr) finish_forward(a, c, a.mean_var[c], double(a.mean_var[channels + c]));
-    else finish_forward(a, c, a.channels.running_mean[c], double(a.channels.running_var[c]));
+    if (threadIdx.x == 0) finish_unsummed(a, c);
     return;
   }
   double first = 0.0, second = 0.0;
@@ -259,14 +278,7 @@ __global__ void __launch_bounds__(kThreads) finish_kernel(FinishArgs a) {
     first += sums[t];
     second += sums[kThreads + t];
   }
-  if (a.sum_first != nullptr) {
-    a.sum_first[c] = float(first);
-    a.sum_second[c] = float(second);
-    return;
-  }
-  const double rows = double(a.shape.rows), offset = first / rows;
-  const double variance = second / rows - offset * offset;
-  finish_forward(a, c, float(double(element_at<T>(a.y, c)) + offset), variance > 0.0 ? variance : 0.0);
+  finish_summed<T>(a, c, first, second);
 }
 
 // Calls f(i, c) for each run of kWidth elements (i the first's index, c its

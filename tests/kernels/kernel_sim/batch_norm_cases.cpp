@@ -64,7 +64,7 @@ struct Checker {
 };
 
 // The forward: statistics (or running ones), then relu?(y * scale + shift + residual).
-void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t& err) {
+void forward_case(BatchNormShape shape, BatchNormKernelChoice choice, Checker& check, cudaError_t& err) {
   const int64_t n = shape.rows * shape.channels, channels = shape.channels;
   const bool misaligned = rnd(0, 4) == 0, relu = rnd(0, 1), with_residual = rnd(0, 1);
   const bool batch_stats = rnd(0, 3) != 0, affine = rnd(0, 3) != 0, tracked = rnd(0, 3) != 0;
@@ -90,7 +90,7 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
   std::vector<uint8_t> relu_mask(n / 8 + 1, 0xa5);
   err = launch_batch_norm_forward(shape, y.data(), with_residual ? residual.data() : nullptr, relu, batch_stats, nullptr, ch,
                                   reinterpret_cast<float*>(workspace.p), out.data(),
-                                  bits ? relu_mask.data() : nullptr, ahead, nullptr);
+                                  bits ? relu_mask.data() : nullptr, choice, nullptr);
   // The elementwise pass again from the scale and shift written (a fused
   // chain's recomputed output), into another poisoned buffer.
   Matrix again(shape.type, n, rnd(0, 4) == 0);
@@ -145,7 +145,8 @@ void forward_case(BatchNormShape shape, bool ahead, Checker& check, cudaError_t&
 // Backward: the sums where asked for or needed, then the input gradient and dz.
 // bits_in_runs_of_one: the ReLU's mask as bits, read by runs of one element
 // (grad_y one element past 16 bytes), wherever 8 divides the channels.
-void backward_case(BatchNormShape shape, bool ahead, bool bits_in_runs_of_one, Checker& check, cudaError_t& err) {
+void backward_case(BatchNormShape shape, BatchNormKernelChoice choice, bool bits_in_runs_of_one, Checker& check,
+                   cudaError_t& err) {
   const int64_t n = shape.rows * shape.channels, channels = shape.channels;
   const bool misaligned = rnd(0, 4) == 0 || bits_in_runs_of_one, masked = rnd(0, 1) || bits_in_runs_of_one;
   const bool batch_stats = rnd(0, 3) != 0;
@@ -169,7 +170,7 @@ void backward_case(BatchNormShape shape, bool ahead, bool bits_in_runs_of_one, C
   err = launch_batch_norm_backward(shape, g, batch_stats, reinterpret_cast<float*>(workspace.p),
                                    want_sums ? sum_dz.data() : nullptr, want_sums ? sum_dz_xhat.data() : nullptr,
                                    want_grad_y ? grad_y.data() : nullptr, want_grad_z ? grad_z.data() : nullptr,
-                                   ahead, nullptr);
+                                   choice, nullptr);
   std::vector<float> dz(n);
   std::vector<double> sums(channels), sums_xhat(channels);
   for (int64_t i = 0; i < n; ++i) {
@@ -250,7 +251,7 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
   if (err == cudaSuccess)
     err = launch_batch_norm_forward(shape, y.data(), nullptr, false, true, mean_var.data(), ch,
-                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, false, nullptr);
+                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, {}, nullptr);
   for (int64_t c = 0; c < channels; ++c) {
     check("given mean", c, mean[c], mean_var[c]);
     check("given invstd", c, invstd[c], float(1.0 / std::sqrt(double(mean_var[channels + c]) + 1e-5)));
@@ -262,7 +263,7 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
 // (kernel 1-4, stride 1-3, dilation 1-2, padding up to half the kernel,
 // ceil_mode), y of few distinct values so that windows tie (the first
 // maximum must win) and, one case in three, a NaN or two (the last must).
-void max_pool_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+void max_pool_case(BatchNormShape shape, BatchNormKernelChoice choice, Checker& check, cudaError_t& err) {
   const int64_t channels = shape.channels;
   MaxPoolWindow w;
   int64_t out_h = 0, out_w = 0;
@@ -301,7 +302,7 @@ void max_pool_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   Buffer workspace(batch_norm_workspace_floats(in) * sizeof(float));
   std::vector<uint8_t> window(m + 1, 0xa5);
   err = launch_batch_norm_relu_max_pool(in, y.data(), batch_stats, nullptr, ch, reinterpret_cast<float*>(workspace.p),
-                                        w, out.data(), window.data(), false, nullptr);
+                                        w, out.data(), window.data(), choice, nullptr);
   const auto at = [&](int64_t image, int64_t row, int64_t column, int64_t rows, int64_t columns) {
     return ((image * rows + row) * columns + column) * channels;
   };
@@ -345,21 +346,53 @@ void max_pool_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
 bool batch_norm_case(int index) {
   BatchNormShape shape;
   shape.type = sim::any_type();
-  const bool ahead = index % 2 == 1, wide = ahead && rnd(0, 1);
+  // Every combination of the kernel choice in each four cases.
+  const BatchNormKernelChoice choice{index % 2 == 1, index % 4 >= 2};
+  const bool wide = choice.loads_ahead && rnd(0, 1);
   shape.channels = wide ? 8 * rnd(17, 40) : rnd(0, 2) ? 8 * rnd(1, 5) : rnd(1, 40);
   // Rows > 128: several row blocks; wide rows: at least 4 a thread.
   shape.rows = wide ? rnd(64, 160) : rnd(0, 2) ? rnd(2, 120) : rnd(129, 700);
   Checker check;
   cudaError_t forward_err, backward_err, moments_err, pool_err;
-  forward_case(shape, ahead, check, forward_err);
-  backward_case(shape, ahead, index % 4 == 1, check, backward_err);
+  forward_case(shape, choice, check, forward_err);
+  backward_case(shape, choice, index % 4 == 1, check, backward_err);
   moments_case(shape, check, moments_err);
-  max_pool_case(shape, check, pool_err);
+  max_pool_case(shape, choice, check, pool_err);
   check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess ||
                pool_err != cudaSuccess;
   if (check.bad)
-    printf("batch norm case %d FAILED: errors %d %d %d %d, rows=%ld channels=%ld type=%d loads ahead=%d\n", index,
-           int(forward_err), int(backward_err), int(moments_err), int(pool_err), long(shape.rows),
-           long(shape.channels), int(shape.type), int(ahead));
+    printf("batch norm case %d FAILED: errors %d %d %d %d, rows=%ld channels=%ld type=%d loads ahead=%d finish by "
+           "lines=%d\n", index, int(forward_err), int(backward_err), int(moments_err), int(pool_err),
+           long(shape.rows), long(shape.channels), int(shape.type), int(choice.loads_ahead),
+           int(choice.finish_by_lines));
+  return check.bad;
+}
+
+// The finish by lines (norm/batch_norm_line_finish.cuh) over more row blocks
+// than its 128 lanes, so that lanes sum several and every warp holds some:
+// 301 blocks of 13 fp32 channels one at a time (two blocks of channels, the
+// second of 5); the most, 1024 (8 a lane), of 8 fp16 channels; 140 of 72
+// bf16 channels in 16-byte runs with the loads ahead. Forward and backward;
+// the same exact values as batch_norm_case's. Run after every other case
+// set, so that those draw as they did without it.
+bool batch_norm_line_finish_case(int index) {
+  constexpr struct {
+    ElementType type;
+    int64_t channels, rows;
+    bool loads_ahead;
+  } kCases[] = {{ElementType::kFloat32, 13, 128 * 300 + 77, false},
+                {ElementType::kFloat16, 8, 128 * 1024 + 5, false},
+                {ElementType::kBFloat16, 72, 128 * 140, true}};
+  const auto& c = kCases[index];
+  const BatchNormShape shape{c.rows, c.channels, c.type};
+  const BatchNormKernelChoice choice{c.loads_ahead, true};
+  Checker check;
+  cudaError_t forward_err, backward_err;
+  forward_case(shape, choice, check, forward_err);
+  backward_case(shape, choice, false, check, backward_err);
+  check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess;
+  if (check.bad)
+    printf("batch norm line finish case %d FAILED: errors %d %d, %d row blocks\n", index, int(forward_err),
+           int(backward_err), batch_norm_row_blocks(shape));
   return check.bad;
 }

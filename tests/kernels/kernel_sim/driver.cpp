@@ -12,8 +12,10 @@
 // conv kernels ran), "conv as gemm: F/N failed" (1x1 convolutions through
 // the GEMM, conv_gemm_cases.cpp), "ceiling: F/N failed", "batch norm:
 // F/N failed" (batch_norm_cases.cpp) and "gated: F/N failed" (the gated
-// MLP's passes, gated_cases.cpp, as many cases as batch norm's); exits 1 on
-// a failure.
+// MLP's passes, gated_cases.cpp, as many cases as batch norm's), "batch
+// norm line finish: F/3 failed" (where there are batch-norm cases) and
+// "depthwise sliding wgrad: F/12 failed" (where there are conv cases); exits
+// 1 on a failure.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -303,7 +305,8 @@ bool depthwise_sliding_switch_wrong();
 extern int sliding_split_cases, sliding_clipped_split_cases, sliding_tile_stride_cases;
 extern int conv_moment_cases;
 extern std::set<const void*> conv_moment_kernels;
-bool batch_norm_case(int index);  // batch_norm_cases.cpp
+bool batch_norm_case(int index);              // batch_norm_cases.cpp
+bool batch_norm_line_finish_case(int index);  // batch_norm_cases.cpp
 bool gated_case(int index);       // gated_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K
 
@@ -357,9 +360,14 @@ int main(int argc, char** argv) {
          "tiles)\n",
          sliding_failed, sliding_cases, sim::launched.size() - before_sliding, sliding_split_cases,
          sliding_clipped_split_cases, sliding_tile_stride_cases);
+  // The finish by lines over hundreds of row blocks, with the batch-norm cases (last, as the sliding window's).
+  const int line_finish_cases = batch_norm_cases > 0 ? 3 : 0;
+  int line_finish_failed = 0;
+  for (int i = 0; i < line_finish_cases; ++i) line_finish_failed += batch_norm_line_finish_case(i);
+  printf("batch norm line finish: %d/%d failed\n", line_finish_failed, line_finish_cases);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
   return gemm_failed || plan_failed || unscale_failed || conv_failed || sliding_failed || conv_gemm_failed ||
-         ceiling_failed || batch_norm_failed || gated_failed;
+         ceiling_failed || batch_norm_failed || gated_failed || line_finish_failed;
 }

@@ -186,7 +186,7 @@ inline std::vector<void (*)()> thread_exit_hooks;
 
 inline fiber::Barrier<>* block_barrier;
 inline fiber::Barrier<>* warp_barrier;
-inline float* warp_lanes;  // the warp's 32 slots that __shfl_xor_sync exchanges through
+inline double* warp_lanes;  // the warp's 32 slots that __shfl_xor_sync exchanges through (fp32 held exactly)
 inline fiber::Barrier<>* cluster_barrier;
 // cp.async (../arch/cp_async.cuh): whether copies land only when waited for, and
 // this thread's copies in flight: committed groups, oldest first, and the open one.
@@ -235,15 +235,24 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 }
 // Every lane of the warp takes part: each leaves its value in its slot, the
 // warp meets, reads its partner's, and meets again before a slot is reused.
-inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
+namespace sim {
+template <class V>
+inline V shfl_xor(unsigned mask, V value, int lane_mask) {
   SIM_CHECK(mask == 0xffffffffu, "partial warp masks are not modelled");
   SIM_CHECK(lane_mask >= 0 && lane_mask < 32, "lane mask %d", lane_mask);
   const unsigned lane = threadIdx.x % 32;
-  sim::warp_lanes[lane] = value;
-  sim::wait_at(*sim::warp_barrier, "__shfl_xor_sync");
-  const float other = sim::warp_lanes[lane ^ unsigned(lane_mask)];
-  sim::wait_at(*sim::warp_barrier, "__shfl_xor_sync");
+  warp_lanes[lane] = double(value);
+  wait_at(*warp_barrier, "__shfl_xor_sync");
+  const V other = V(warp_lanes[lane ^ unsigned(lane_mask)]);
+  wait_at(*warp_barrier, "__shfl_xor_sync");
   return other;
+}
+}  // namespace sim
+inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
+  return sim::shfl_xor(mask, value, lane_mask);
+}
+inline double __shfl_xor_sync(unsigned mask, double value, int lane_mask) {
+  return sim::shfl_xor(mask, value, lane_mask);
 }
 
 namespace sim {
@@ -371,7 +380,7 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, const std::tuple
   poison();
   std::vector<fiber::Barrier<>> block_barriers(cluster, fiber::Barrier<>(int(threads)));
   std::vector<fiber::Barrier<>> warp_barriers(cluster * threads / 32, fiber::Barrier<>(32));
-  std::vector<float> lanes(cluster * threads);
+  std::vector<double> lanes(cluster * threads);
   fiber::Barrier<> cluster_barrier(int(cluster * threads));
   fiber::Barrier<decltype(end_block)> next_block(int(cluster * threads), end_block);
   fiber::run(cluster * threads, [&](unsigned t) {
