@@ -216,6 +216,23 @@ def misaligned(t):
     return view
 
 
+def chain_inputs(shape, dtype, offset=0.0):
+    """A chain's y (its values about `offset`), residual and gradient on the GPU, channels_last; gamma and beta."""
+    y, residual = activation(shape, dtype, "cuda", True, offset), activation(shape, dtype, "cuda", True)
+    grad_out = activation(shape, dtype, "cuda", True)
+    return y, residual, grad_out, torch.rand(shape[1], device="cuda") + 0.5, torch.randn(shape[1], device="cuda")
+
+
+def off_and_on(monkeypatch, switch, run, runs_on=1):
+    """run()'s results with `switch` unset, then `runs_on` times with it "1", outputs NaN-filled."""
+    monkeypatch.delenv(switch, raising=False)
+    with nan_filled_outputs():
+        off = run()
+    monkeypatch.setenv(switch, "1")
+    with nan_filled_outputs():
+        return off, [run() for _ in range(runs_on)]
+
+
 def batch_norm_both_ways(y, weight, bias, residual, grad_out):
     """Every output of the forward (batch statistics, residual and ReLU) and of
     backward from its output, from its bits, with running statistics, and
@@ -241,17 +258,10 @@ def test_loads_ahead_give_the_defaults_bits(dtype, monkeypatch):
     # one element at a time; 3 to 11 rows a thread, so partial groups of 4 rows, whole ones, and several.
     for shape, skewed in (((8, 64, 9, 11), False), ((2, 256, 7, 5), False), ((4, 2048, 3, 3), False),
                           ((3, 37, 5, 5), False), ((2, 64, 6, 7), True)):
-        c = shape[1]
-        y, residual = activation(shape, dtype, "cuda", True), activation(shape, dtype, "cuda", True)
-        grad_out = activation(shape, dtype, "cuda", True)
+        y, residual, grad_out, weight, bias = chain_inputs(shape, dtype)
         grad_out = misaligned(grad_out) if skewed else grad_out
-        weight, bias = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
-        monkeypatch.delenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", raising=False)
-        with nan_filled_outputs():
-            default = batch_norm_both_ways(y, weight, bias, residual, grad_out)
-        monkeypatch.setenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", "1")
-        with nan_filled_outputs():
-            ahead = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+        default, (ahead,) = off_and_on(monkeypatch, "MPGEMM_BATCH_NORM_LOADS_AHEAD",
+                                       lambda: batch_norm_both_ways(y, weight, bias, residual, grad_out))
         names = launches(lambda: batch_norm_both_ways(y, weight, bias, residual, grad_out))
         assert any("sums_ahead_kernel" in n for n in names) and any("grad_input_ahead_kernel" in n for n in names)
         assert not any("sums_kernel<" in n or "grad_input_kernel<" in n for n in names), names
@@ -273,18 +283,10 @@ def test_finish_by_lines_gives_the_defaults_results(dtype, monkeypatch):
     eps = torch.finfo(dtype).eps
     for shape, ahead in (((2, 5, 3, 7), False), ((4, 37, 40, 40), True), ((32, 64, 32, 32), False),
                          ((128, 16, 32, 32), False), ((4, 2048, 7, 7), True), ((64, 256, 28, 28), True)):
-        c = shape[1]
-        y, residual = activation(shape, dtype, "cuda", True, offset=3.0), activation(shape, dtype, "cuda", True)
-        grad_out = activation(shape, dtype, "cuda", True)
-        weight, bias = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
+        y, residual, grad_out, weight, bias = chain_inputs(shape, dtype, offset=3.0)
         monkeypatch.setenv("MPGEMM_BATCH_NORM_LOADS_AHEAD", str(int(ahead)))
-        monkeypatch.delenv("MPGEMM_BATCH_NORM_FINISH_BY_LINES", raising=False)
-        with nan_filled_outputs():
-            default = batch_norm_both_ways(y, weight, bias, residual, grad_out)
-        monkeypatch.setenv("MPGEMM_BATCH_NORM_FINISH_BY_LINES", "1")
-        with nan_filled_outputs():
-            lines = batch_norm_both_ways(y, weight, bias, residual, grad_out)
-            again = batch_norm_both_ways(y, weight, bias, residual, grad_out)
+        default, (lines, again) = off_and_on(monkeypatch, "MPGEMM_BATCH_NORM_FINISH_BY_LINES",
+                                             lambda: batch_norm_both_ways(y, weight, bias, residual, grad_out), 2)
         names = launches(lambda: batch_norm_both_ways(y, weight, bias, residual, grad_out))
         assert any("line_finish_kernel" in n for n in names), names
         assert not any("finish_kernel<" in n and "line_finish" not in n for n in names), names
