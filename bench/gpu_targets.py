@@ -339,7 +339,7 @@ def sanitize():
     finally:
         os.environ.pop("MPGEMM_BATCH_NORM_LOADS_AHEAD")
     # The finish reading its partials by whole sectors (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1): 512 row blocks (4
-    # a lane) of 16 channels; one row block of 37 channels (its second block of 8 channels short).
+    # a lane) of 16 channels; 2 row blocks of 37 channels (their fifth block of 8 channels short).
     os.environ["MPGEMM_BATCH_NORM_FINISH_BY_LINES"] = "1"
     try:
         _batch_norm_passes("finish by lines 16 channels", (64, 16, 32, 32))

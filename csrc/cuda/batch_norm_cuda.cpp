@@ -178,13 +178,14 @@ BatchNormBackwardResult batch_norm_act_backward_cuda(const BatchNormBackward& a)
   at::Tensor grad_y = want_grad_y ? at::empty_like(y) : empty(), grad_z = want_grad_z ? at::empty_like(y) : empty();
   // The sums: the finish writes every channel's; those of no rows are zero
   // (a fill launched only then).
-  const bool rows = shape.rows > 0 && shape.channels > 0;
+  const bool has_rows = shape.rows > 0 && shape.channels > 0;
   const auto sums = [&] {
     const at::TensorOptions options = a.y.options().dtype(at::kFloat);
-    return !want_sums ? empty() : rows ? at::empty({shape.channels}, options) : at::zeros({shape.channels}, options);
+    if (!want_sums) return empty();
+    return has_rows ? at::empty({shape.channels}, options) : at::zeros({shape.channels}, options);
   };
   at::Tensor sum_dz = sums(), sum_dz_xhat = sums();
-  if (rows) {
+  if (has_rows) {
     const kernels::BatchNormGrad g{grad_out.data_ptr(), out ? out->data_ptr() : nullptr,
                                    a.relu_mask ? a.relu_mask->data_ptr<uint8_t>() : nullptr, y.data_ptr(),
                                    floats(mean), floats(invstd), floats(scale)};

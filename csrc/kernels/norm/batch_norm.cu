@@ -96,9 +96,11 @@ cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs su
         return err;
     }
     if (choice.finish_by_lines) {
+      // With nothing to sum (given or running statistics) only the first lane's 8 threads work: one warp.
       constexpr int64_t kPerBlock = batch_norm::kLineChannels;
+      const int threads = finish.partial != nullptr ? batch_norm::kLineThreads : 32;
       return launch(&batch_norm::line_finish_kernel<T>, dim3(unsigned((shape.channels + kPerBlock - 1) / kPerBlock)),
-                    batch_norm::kLineSmemBytes, finish, stream, batch_norm::kLineThreads);
+                    batch_norm::kLineSmemBytes, finish, stream, threads);
     }
     return launch(&batch_norm::finish_kernel<T>, dim3(unsigned(shape.channels)), batch_norm::kFinishSmemBytes,
                   finish, stream);

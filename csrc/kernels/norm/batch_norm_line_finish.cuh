@@ -14,7 +14,10 @@
 //                      the 32 warps' totals in warp order, and 8 finish
 //                      their channels as finish_kernel does. All in fp64,
 //                      nothing atomic: the order depends on the shape
-//                      alone, so every run gives the same bits.
+//                      alone, so every run gives the same bits. With
+//                      nothing to sum (given or running statistics) it is
+//                      launched as one warp a block, whose first lane's 8
+//                      threads finish their channels.
 //
 // Why: finish_kernel takes a block per channel. Its threads read the
 // partials a row of channels apart (a 32-byte sector for each 4-byte value),

@@ -15,9 +15,13 @@
 // loads-ahead kernels (norm/batch_norm_ahead_kernels.cuh), half of those on
 // 64-160 rows of 136-320 channels (8-15 rows in flight a block), so that a
 // thread walks several groups of rows ahead and a partial one; every fourth
-// case's backward reads the ReLU's bits in runs of one element. The values
-// are exact in any order: that the loads-ahead sums keep the default's
-// order (the same bits from inexact values) is the GPU tests' to check.
+// case's backward reads the ReLU's bits in runs of one element. Cases 2 and
+// 3 of every four total the sums on the finish by lines
+// (norm/batch_norm_line_finish.cuh; given and running statistics too), the
+// others on the default finish. The values are exact in any order: that the
+// loads-ahead sums keep the default's order (the same bits from inexact
+// values), and that the finish by lines gives the default's results to
+// fp32's last bits, are the GPU tests' to check.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -198,7 +202,7 @@ void backward_case(BatchNormShape shape, BatchNormKernelChoice choice, bool bits
 
 // Per-block moments of random columns, totalled; then a forward that takes
 // the totals as its batch statistics.
-void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
+void moments_case(BatchNormShape shape, BatchNormKernelChoice choice, Checker& check, cudaError_t& err) {
   const int64_t rows = shape.rows, channels = shape.channels;
   // One case in two: 65-399 blocks where the rows allow (in 8-20 splits,
   // the last often short), 1-row blocks where they do not.
@@ -251,7 +255,7 @@ void moments_case(BatchNormShape shape, Checker& check, cudaError_t& err) {
   Buffer workspace(batch_norm_workspace_floats(shape) * sizeof(float));
   if (err == cudaSuccess)
     err = launch_batch_norm_forward(shape, y.data(), nullptr, false, true, mean_var.data(), ch,
-                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, {}, nullptr);
+                                    reinterpret_cast<float*>(workspace.p), out.data(), nullptr, choice, nullptr);
   for (int64_t c = 0; c < channels; ++c) {
     check("given mean", c, mean[c], mean_var[c]);
     check("given invstd", c, invstd[c], float(1.0 / std::sqrt(double(mean_var[channels + c]) + 1e-5)));
@@ -356,7 +360,7 @@ bool batch_norm_case(int index) {
   cudaError_t forward_err, backward_err, moments_err, pool_err;
   forward_case(shape, choice, check, forward_err);
   backward_case(shape, choice, index % 4 == 1, check, backward_err);
-  moments_case(shape, check, moments_err);
+  moments_case(shape, choice, check, moments_err);
   max_pool_case(shape, choice, check, pool_err);
   check.bad += forward_err != cudaSuccess || backward_err != cudaSuccess || moments_err != cudaSuccess ||
                pool_err != cudaSuccess;
