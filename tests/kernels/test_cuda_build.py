@@ -30,8 +30,8 @@ their 16-byte variants (the elementwise ones store so too) and round every
 step on its own (no FFMA), as the CPU backend does; those that load rows
 ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) issue 4 rows' 16-byte loads in each
 row loop before any instruction reads one, and the finish by lines
-(MPGEMM_BATCH_NORM_FINISH_BY_LINES=1) issues all 16 of a thread's partials'
-loads before any. The gated MLP's passes
+(MPGEMM_BATCH_NORM_FINISH_BY_LINES=1) issues all 16 loads of a thread's
+partials before any instruction reads one. The gated MLP's passes
 load and store 16 bytes at a time. x's fold in chunks (folded taps,
 MPGEMM_CHUNKED_FOLD=1) stores each thread's 8 channels with one 16-byte
 store. The folded taps' kernels whose producer gathers x's fold itself

@@ -7,6 +7,8 @@ bytes name torch's indices; the gradient is torch's pool and ReLU gradient
 summed in fp32 (against float64 on the CPU, bit for bit against torch's CUDA
 pool on the GPU, whose sums are fp32 too); bad windows are named."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -80,8 +82,11 @@ def taps_of(indices, pooled, window, width):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_forward_is_torchs_pool_of_the_chains_output(device, dtype):
-    for i, window in enumerate(WINDOWS):
+def test_forward_is_torchs_pool_of_the_chains_output(device, dtype, monkeypatch):
+    # On CUDA, on the default finish and on the finish by lines (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1), both ops.
+    for finish_by_lines, (i, window) in itertools.product(["0", "1"] if device == "cuda" else ["0"],
+                                                           enumerate(WINDOWS)):
+        monkeypatch.setenv("MPGEMM_BATCH_NORM_FINISH_BY_LINES", finish_by_lines)
         y, weight, bias = chain_inputs((2, 16, 9, 11), dtype, device, channels_last=i != 3, nans=2 * (i == 0))
         running = [torch.randn(16, device=device), torch.rand(16, device=device) + 0.5]
         running_after = [r.clone() for r in running]

@@ -98,9 +98,9 @@ cudaError_t launch_sums_and_finish(BatchNormShape shape, batch_norm::SumsArgs su
     if (choice.finish_by_lines) {
       // With nothing to sum (given or running statistics) only the first lane's 8 threads work: one warp.
       constexpr int64_t kPerBlock = batch_norm::kLineChannels;
-      const int threads = finish.partial != nullptr ? batch_norm::kLineThreads : 32;
+      const bool summing = finish.partial != nullptr;
       return launch(&batch_norm::line_finish_kernel<T>, dim3(unsigned((shape.channels + kPerBlock - 1) / kPerBlock)),
-                    batch_norm::kLineSmemBytes, finish, stream, threads);
+                    summing ? batch_norm::kLineSmemBytes : 0, finish, stream, summing ? batch_norm::kLineThreads : 32);
     }
     return launch(&batch_norm::finish_kernel<T>, dim3(unsigned(shape.channels)), batch_norm::kFinishSmemBytes,
                   finish, stream);
