@@ -21,8 +21,8 @@
 //
 // Why: finish_kernel takes a block per channel. Its threads read the
 // partials a row of channels apart (a 32-byte sector for each 4-byte value),
-// each thread's loads wait on its adds, and thread 0 adds the 256 threads'
-// sums one after another. In the fused ResNet-50 step at batch 256 its 106
+// each waits on its first loads before issuing its last, and thread 0 adds
+// the 256 threads' sums one after another. In the fused ResNet-50 step at batch 256 its 106
 // launches took 0.73 ms, about 7 us each (H200, fe39419; bench/NOTES.md,
 // "Batch norm's finish read by whole sectors").
 #pragma once
