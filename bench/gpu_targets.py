@@ -264,7 +264,7 @@ def _loss_scaling():
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
-    stream-K's, one on padded copies of odd-pitched operands, one that stores GELU's
+    stream-K's (on the wide tile and on 128 x 64), one on padded copies of odd-pitched operands, one that stores GELU's
     pre-activation too, those that sum A's rows, whole K on each tile and
     split, and the
     one that multiplies by an activation's derivative), and
@@ -294,6 +294,11 @@ def sanitize():
         if not mpgemm.gemm_plan(128, 264, 4104).stream_k_blocks:
             raise SystemExit("stream-K: the plan of 128x264x4104 is not stream-K")
         _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu", label="stream-K")
+        # And on a narrow tile: 16 ragged tiles of 128 x 64 over the device's blocks.
+        os.environ["MPGEMM_GEMM_PATH"] = "wgmma_n64"
+        if not mpgemm.gemm_plan(2000, 40, 3000).stream_k_blocks:
+            raise SystemExit("stream-K: the plan of 2000x40x3000 is not stream-K on wgmma_n64")
+        _gemm_on("wgmma_n64", 2000, 40, 3000, bias=True, activation="relu", label="stream-K")
         os.environ.pop("MPGEMM_STREAM_K")
         # Operands of odd pitches on copies at aligned ones (opt-in), the wide tile forced.
         os.environ["MPGEMM_PADDED_OPERANDS"] = "1"

@@ -27,7 +27,9 @@ would split K on WMMA tiles instead, and split-K on the Hopper block
 (MPGEMM_WGMMA_SPLIT_K=1, opt-in) on shapes its cost model splits, and
 stream-K (MPGEMM_STREAM_K=1, opt-in) where its model plans it; the speed
 table times them (`wgmma_splitk`, `wgmma_streamk`) beside the rest where
-they apply (at least 128 rows, more than 128 columns), and odd sizes on the Hopper kernel through
+they apply (split-K: at least 128 rows and more than 128 columns;
+stream-K: at least 128 rows, on the narrow tile it plans for at most 128
+columns), and odd sizes on the Hopper kernel through
 aligned copies of their operands (`wgmma_padded`, MPGEMM_PADDED_OPERANDS=1)
 beside the WMMA path they take without.
 Exit status 1 if any case is wrong, or does not run on the kernel forced."""
@@ -58,9 +60,11 @@ SHAPES = [(1, 128, 256, 64), (1, 64, 64, 16), (1, 136, 264, 72), (1, 1000, 1000,
 # Single matrices whose K the split cost model splits on the 128 x 256 tile
 # (13 ways, 4 ways), run with MPGEMM_WGMMA_SPLIT_K=1.
 SPLIT_SHAPES = [(1, 128, 264, 4104), (1, 1000, 1000, 8200)]
-# Single matrices that run stream-K with MPGEMM_STREAM_K=1: two tiles over
-# 32 runs, 32 ragged tiles over a device's blocks.
-STREAM_K_SHAPES = [(1, 128, 264, 4104), (1, 1000, 1000, 8200)]
+# Single matrices that run stream-K with MPGEMM_STREAM_K=1, and the tile
+# they run it on: two tiles over 32 runs, 32 ragged tiles over a device's
+# blocks; on the narrow tiles, 8 ragged 128 x 128 tiles and 16 of 128 x 64.
+STREAM_K_SHAPES = [((1, 128, 264, 4104), "wgmma"), ((1, 1000, 1000, 8200), "wgmma"),
+                   ((1, 1000, 100, 5000), "wgmma_n128"), ((1, 2000, 40, 3000), "wgmma_n64")]
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 
 
@@ -114,7 +118,7 @@ def correctness():
     results = []
     cases = [(shape, path, False, False) for shape in SHAPES for path in HOPPER_PATHS]
     cases += [(shape, "wgmma", True, False) for shape in SPLIT_SHAPES]
-    cases += [(shape, "wgmma", False, True) for shape in STREAM_K_SHAPES]
+    cases += [(shape, path, False, True) for shape, path in STREAM_K_SHAPES]
     for i, ((batch, m, n, k), path, split_k, stream_k) in enumerate(cases):
         for layouts in LAYOUTS:
             for dtype in (torch.float16, torch.bfloat16):
@@ -132,10 +136,13 @@ def correctness():
 
 
 # (m, n, k) beyond the cubes: where a 128 x 256 tile leaves multiprocessors
-# idle (few tiles), and the shapes of transformer layers.
+# idle (few tiles), the shapes of transformer layers, and narrow outputs
+# (the last two: WMMA's split-K by default, stream-K on 128 x 64 and 128 x
+# 128 tiles with MPGEMM_STREAM_K=1).
 SWEEP = [(512, 512, 512), (1024, 1024, 1024), (1536, 1536, 1536), (16, 4096, 4096), (128, 4096, 4096),
          (4096, 128, 4096), (64, 64, 16384), (1024, 1024, 16384), (16384, 4096, 4096), (16384, 16384, 4096),
-         (16384, 4096, 16384), (16384, 64, 4096), (16384, 128, 4096), (8192, 128, 8192)]
+         (16384, 4096, 16384), (16384, 64, 4096), (16384, 128, 4096), (8192, 128, 8192), (4096, 64, 4096),
+         (2048, 128, 8192)]
 # Odd sizes, whose operands the copy engine cannot describe as they lie:
 # WMMA's path beside the Hopper kernel on aligned copies (`wgmma_padded`).
 ODD_SWEEP = [(4095, 4097, 4093), (2047, 2049, 2045), (1023, 1025, 1021)]
@@ -203,9 +210,12 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
                 fns.update({path: forced(path) for path in NARROW_PATHS})
             if m >= 128 and n > NARROW_COLUMNS:
                 fns["wgmma_splitk"] = forced("wgmma", split_k=True)
-                use_path("wgmma", stream_k=True)
-                if mpgemm.gemm_plan(m, n, k).stream_k_blocks:
-                    fns["wgmma_streamk"] = forced("wgmma", stream_k=True)
+            if m >= 128:
+                # Stream-K where its model plans it, on the tile it plans (a narrow one for narrow outputs).
+                use_path("auto", stream_k=True)
+                streamed = mpgemm.gemm_plan(m, n, k)
+                if streamed.stream_k_blocks:
+                    fns["wgmma_streamk"] = forced(streamed.config, stream_k=True)
         row = {"m": m, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
                "layouts": "".join(layout[0] for layout in layouts)}
         rows.append(timed_row(row, {**fns, "cublas": cublas}, sets, clock))

@@ -17,8 +17,9 @@ tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 fp32 (a tuned plan at most 16 x M x N x 4 bytes; on the Hopper block,
 ``MPGEMM_WGMMA_SPLIT_K=1``, as its cost model says, at most 16 ways and
 4 x multiprocessors tiles plus one split's; stream-K,
-``MPGEMM_STREAM_K=1``, a 128 x 256 fp32 tile per block of the grid, at most
-one per multiprocessor, 16.5 MiB on 132); wgrad splits as a cost
+``MPGEMM_STREAM_K=1``, an fp32 tile of its plan per block of the grid, at
+most one per multiprocessor: 16.5 MiB on 132 for 128 x 256 tiles, 8.3 and
+4.1 MiB for the narrow 128 x 128 and 128 x 64); wgrad splits as a cost
 model of its mainloop and partials' traffic says is fastest, its partials at
 most 4 x multiprocessors + its own tiles. These counters say how much a run took.
 """

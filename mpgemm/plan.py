@@ -33,13 +33,14 @@ class GemmPlan:
     cache; `padded_operands`, that a Hopper plan runs on copies of operands
     the copy engine cannot describe as they lie, their rows or columns
     moved to 16-byte aligned pitches (MPGEMM_PADDED_OPERANDS=1);
-    `stream_k_blocks`, where not 0, that the 128 x 256 Hopper tile runs
-    stream-K on that many blocks, each an equal run of all the tiles' K
-    slices, a tile split between runs summed by the block that ends it
-    (MPGEMM_STREAM_K=1). `workspace_bytes`: the device memory the launch
-    takes beyond its output (those copies; split-K's fp32 partial sums,
-    split_k x M x N x 4 bytes; stream-K's, a 128 x 256 fp32 tile a block,
-    and its flags), from torch's caching allocator for the call."""
+    `stream_k_blocks`, where not 0, that the plan's Hopper tile (128 x
+    256, or a narrow 128 x 128 or 128 x 64) runs stream-K on that many
+    blocks, each an equal run of all the tiles' K slices, a tile split
+    between runs summed by the block that ends it (MPGEMM_STREAM_K=1).
+    `workspace_bytes`: the device memory the launch takes beyond its output
+    (those copies; split-K's fp32 partial sums, split_k x M x N x 4 bytes;
+    stream-K's, an fp32 tile a block, and its flags), from torch's caching
+    allocator for the call."""
 
     config: str
     block_m: int
@@ -148,10 +149,12 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     single matrix whose K the split cost model splits on the 128 x 256 tile
     runs "wgmma" with that `split_k` (at most 16), the splits' fp32 sums
     reduced in split order. With MPGEMM_STREAM_K=1 (opt-in too), ahead of
-    that, a single matrix of at least 128 rows and more than 128 columns
-    whose 128 x 256 tiles fill the multiprocessors poorly runs "wgmma" as
-    stream-K (`stream_k_blocks`: each block an equal run of the tiles' K
-    slices) where its cost model says so. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
+    that, a single matrix of at least 128 rows whose tiles fill the
+    multiprocessors poorly runs stream-K (`stream_k_blocks`: each block an
+    equal run of the tiles' K slices) where its cost model says so: on
+    "wgmma" for more than 128 columns, on "wgmma_n128" for 65 to 128 and
+    "wgmma_n64" for at most 64 (unless MPGEMM_NARROW_TILES=0), in place of
+    the narrow tile's whole K or WMMA's split. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
     operands of a narrower width take the Hopper kernels on copies at
     16-byte aligned pitches (`padded_operands`) where the copies' bytes cost
     less than the Hopper path saves (at least 350 FLOP per byte copied), or

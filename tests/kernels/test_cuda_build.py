@@ -186,7 +186,7 @@ def check_beside_whole_k(machine_code, hopper_kernels, kernel, count, layouts, o
     "ELb1ELb0E": A K-major, B not), each the block (check_hopper_block, its
     strips stored `outputs` times) with no spills and as many of `opcodes` as
     the whole-K kernel of the same template arguments. Returns [(its
-    instructions, the whole-K kernel's)]."""
+    instructions, the whole-K kernel's, its tile)]."""
     code, usage = machine_code[0]["sm_90a"], machine_code[1]["sm_90a"]
     kernels = {name: instructions for name, instructions in code.items() if kernel in name}
     assert len(kernels) == count, sorted(kernels)
@@ -203,7 +203,7 @@ def check_beside_whole_k(machine_code, hopper_kernels, kernel, count, layouts, o
         ops, whole_k_ops = ([i.opcode for i in k] for k in (instructions, hopper_kernels[whole_k]))
         for op in opcodes:
             assert sass.count_opcodes(ops, op) == sass.count_opcodes(whole_k_ops, op), f"{name}: {op}"
-        pairs.append((ops, whole_k_ops))
+        pairs.append((ops, whole_k_ops, next(tile for tile in tiles if tile in name)))
     return pairs
 
 
@@ -213,29 +213,35 @@ def test_split_k_kernels_are_the_unsplit_block_with_its_copies_offset(hopper_ker
     block its unsplit kernel runs: the same HGMMA, copies and stores, the
     copies' K coordinates offset by the split (a few integer instructions
     more), and no spills."""
-    for split_ops, unsplit_ops in check_beside_whole_k(
+    for split_ops, unsplit_ops, _ in check_beside_whole_k(
             machine_code, hopper_kernels, SPLIT_K_KERNEL, 8, "",
             ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64", "BAR.SYNC.DEFER_BLOCKING")):
         assert abs(len(split_ops) - len(unsplit_ops)) < 64, f"{len(split_ops)} against {len(unsplit_ops)}"
 
 
 STREAM_K_KERNEL = "wgmma_stream_k_gemm_kernel"
+# The tiles with stream-K kernels, and the 16-byte words of a consumer's
+# slot each thread writes and reads back: its 64 x N fp32 sums over 128
+# threads, 4 a word.
+STREAM_K_SLOT_WORDS = {"9WgmmaTile": 32, "13WgmmaN128Tile": 16, "12WgmmaN64Tile": 8}
 
 
 def test_stream_k_kernels_are_the_whole_k_block_with_its_fix_up(hopper_kernels, machine_code):
     """The Hopper GEMM's stream-K kernels (opt-in, MPGEMM_STREAM_K=1): two
-    input types by four layouts, on the 128 x 256 tile alone, each the block
-    its whole-K kernel runs (the same HGMMA, copies and strip stores, no
-    spills) and the fix-up after its mainloop: a consumer's 64 x 256 sums
-    written to its slot, and another block's read back, 16 bytes at a time
-    through L2 (32 of each); the flag raised by one release add after the
-    warpgroup's barrier and a GPU-wide fence, and waited for by an acquire
-    load that drops L1's lines before the barrier that precedes the slot's
-    loads."""
-    for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, STREAM_K_KERNEL, 8, "",
-                                       ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64")):
-        assert sass.count_opcodes(ops, "STG.E.128.STRONG.GPU") == 32, "the slot written"
-        assert sass.count_opcodes(ops, "LDG.E.128.STRONG.GPU") == 32, "a slot read back"
+    input types by four layouts on the 128 x 256 tile and on the narrow
+    128 x 128 and 128 x 64 ones, each the block its whole-K kernel runs
+    (the same HGMMA, copies and strip stores, no spills) and the fix-up
+    after its mainloop: a consumer's 64 x N sums written to its slot, and
+    another block's read back, 16 bytes at a time through L2 (32, 16 or 8
+    of each); the flag raised by one release add after the warpgroup's
+    barrier and a GPU-wide fence, and waited for by an acquire load that
+    drops L1's lines before the barrier that precedes the slot's loads."""
+    for ops, _, tile in check_beside_whole_k(machine_code, hopper_kernels, STREAM_K_KERNEL, 24, "",
+                                             ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS.ARRIVE.TRANS64"),
+                                             tiles=tuple(STREAM_K_SLOT_WORDS)):
+        words = STREAM_K_SLOT_WORDS[tile]
+        assert sass.count_opcodes(ops, "STG.E.128.STRONG.GPU") == words, "the slot written"
+        assert sass.count_opcodes(ops, "LDG.E.128.STRONG.GPU") == words, "a slot read back"
         assert sass.count_opcodes(ops, "REDG.E.ADD.S32.STRONG.GPU") == 1, "the flag raised"
         assert sass.count_opcodes(ops, "LDG.E.STRONG.GPU") == 1, "the flag waited for"
         at = {op: [i for i, o in enumerate(ops) if o == op] for op in (
@@ -276,7 +282,7 @@ def test_activation_grad_kernels_read_z_in_the_unsplit_blocks_epilogue(hopper_ke
     and on ping-pong pairs, each the block of its whole-K kernel (the same
     HGMMA, copies and strip stores) whose epilogue loads Z from global memory
     and takes GELU's exponential, and no spills."""
-    for ops, _ in check_beside_whole_k(machine_code, hopper_kernels, ACTIVATION_GRAD_KERNEL, 4, "ELb1ELb0E",
+    for ops, _, _ in check_beside_whole_k(machine_code, hopper_kernels, ACTIVATION_GRAD_KERNEL, 4, "ELb1ELb0E",
                                        ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64", "UTMASTG"),
                                        tiles=ACTIVATION_GRAD_TILES):
         assert sass.count_opcodes(ops, "LDG") > 0 and sass.count_opcodes(ops, "MUFU.EX2") > 0

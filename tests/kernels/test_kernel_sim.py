@@ -362,6 +362,14 @@ HOPPER_MUTATIONS = {
         ("float4* mine = slot(blockIdx.x, consumer) + thread;",
          "float4* mine = slot(int(blockIdx.x) + (PLANTED ? 1 : 0), consumer) + thread;"),
         (False, False), "FAILED", "WgmmaTile"),
+    # A narrow tile's slots spaced as the wide tile's (twice its 64 x 128
+    # sums a consumer): the later blocks' slots past the workspace's. The
+    # wide tile's planted build has the 128 x 128 tile's stream-K kernel.
+    "stream-K's narrow slots spaced as the wide tile's": (
+        ("(int64_t(block) * Config::kConsumers + consumer) * kVectors * Config::kWarpgroupThreads;",
+         "(int64_t(block) * Config::kConsumers + consumer) * (PLANTED ? WgmmaTile::kAccumulators / 4 : kVectors) *\n"
+         "               Config::kWarpgroupThreads;"),
+        (False, False), "FAILED|AddressSanitizer", "WgmmaTile"),
     # The pre-activation kernel storing GELU's (or ReLU's) output where its
     # input belongs: the sums activated before the pre-activation's store.
     "pre-activation stored after the activation": (
@@ -411,7 +419,8 @@ HOPPER_MUTATIONS = {
 HOPPER_MUTANT_CASES = {"cluster occupancy asked on every launch": 1,
                        # The stream-K cases run after the GEMM cases.
                        "stream-K's tile summed without its nearest slot": 1,
-                       "stream-K's sums left in another block's slot": 1}
+                       "stream-K's sums left in another block's slot": 1,
+                       "stream-K's narrow slots spaced as the wide tile's": 1}
 # Planted bugs in the Hopper convolution: the file and text, the timing,
 # what the simulation must say, and the pass whose kernel carries it
 # (STAGED_ROWS: dgrad's that stages a strided phase's rows; DGRAD_PHASES:
@@ -1053,10 +1062,12 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert HOPPER_MIN_COPIED_OUT_CASES <= copied_out, replay
     assert copied_out < printed_count(output, "wgmma cases"), replay
     assert "cluster occupancy asked once per device and kernel: ok" in output, replay
-    # Stream-K: four cases whose tiles span 2 to 6 runs, each split tile's
-    # slots added by the block that ends it (at least 13 over the four).
-    stream_k = re.search(r"stream-K on the wide tile: ok \(4 cases, (\d+) slots added\)", output)
-    assert stream_k and int(stream_k.group(1)) >= 13, replay
+    # Stream-K: seven cases whose tiles span 2 to 6 runs, four on the wide
+    # tile and three on the narrow ones, each split tile's slots added by
+    # the block that ends it (at least 13 over the wide four, 7 over the
+    # narrow three).
+    stream_k = re.search(r"stream-K on the wide and narrow tiles: ok \(7 cases, (\d+) slots added\)", output)
+    assert stream_k and int(stream_k.group(1)) >= 20, replay
 
 
 @pytest.mark.parametrize("copies_late,wgmma_late", HOPPER_RUNS, ids=HOPPER_RUN_IDS)

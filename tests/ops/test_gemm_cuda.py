@@ -289,6 +289,8 @@ def test_every_candidate_plan_matches_cublas():
         mpgemm._C.clear_tuned_gemm_plans()
 
 
+# The type each Hopper tile's kernels are named by (kernels::WgmmaTile, ...).
+TILE_TYPES = {"wgmma": "WgmmaTile", "wgmma_n128": "WgmmaN128Tile", "wgmma_n64": "WgmmaN64Tile"}
 # The Hopper block's two ways of sharing a tile's K between blocks: the
 # switch, the kernel that runs, and whether a reduction kernel follows.
 K_SHARED = {"split-K": ("MPGEMM_WGMMA_SPLIT_K", "wgmma_splitk_gemm_kernel", True),
@@ -301,17 +303,21 @@ K_SHARED = {"split-K": ("MPGEMM_WGMMA_SPLIT_K", "wgmma_splitk_gemm_kernel", True
     ("split-K", 128, 4096, 4096, "row", "col"), ("split-K", 1024, 1024, 16384, "col", "row"),
     ("split-K", 1000, 264, 8200, "row", "row"), ("split-K", 304, 600, 3000, "col", "col"),
     ("stream-K", 768, 768, 16384, "col", "row"), ("stream-K", 2048, 2304, 768, "row", "col"),
-    ("stream-K", 2048, 768, 3072, "row", "row"), ("stream-K", 1000, 600, 5000, "col", "col")])
+    ("stream-K", 2048, 768, 3072, "row", "row"), ("stream-K", 1000, 600, 5000, "col", "col"),
+    ("stream-K", 4096, 128, 4096, "row", "col"), ("stream-K", 4096, 64, 4096, "col", "row"),
+    ("stream-K", 1000, 100, 5000, "row", "row"), ("stream-K", 2000, 40, 3000, "col", "col")])
 def test_k_shared_between_blocks_on_the_hopper_block(way, m, n, k, a_layout, b_layout, dtype, monkeypatch):
-    """Outputs of few 128 x 256 tiles, opt-in each: MPGEMM_WGMMA_SPLIT_K=1
-    splits K on the Hopper block, the splits' fp32 sums reduced in split
-    order by a kernel of their own; MPGEMM_STREAM_K=1 (GPT-2 small's
+    """Outputs of few tiles, opt-in each: MPGEMM_WGMMA_SPLIT_K=1 splits K
+    on the Hopper block's 128 x 256 tile, the splits' fp32 sums reduced in
+    split order by a kernel of their own; MPGEMM_STREAM_K=1 (GPT-2 small's
     attention wgrad at 16k tokens, its qkv forward and MLP dgrad at 2k, a
-    ragged one) gives each block an equal run of the tiles' K slices, a tile
-    split between runs summed by the block that ends it, no reduction
-    kernel. Either way: its kernel runs, its partial sums take the plan's
-    workspace, the result matches cuBLAS (bias and GELU applied once, after
-    the sum) and is bitwise the same on a second run."""
+    ragged one; and on the narrow tiles, 4096 x 128 x 4096 and 4096 x 64 x
+    4096 and two ragged ones) gives each block an equal run of the tiles' K
+    slices, a tile split between runs summed by the block that ends it, no
+    reduction kernel. Either way: its kernel runs, on the tile the plan
+    names, its partial sums take the plan's workspace, the result matches
+    cuBLAS (bias and GELU applied once, after the sum) and is bitwise the
+    same on a second run."""
     switch, kernel, reduced = K_SHARED[way]
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     for name, _, _ in K_SHARED.values():
@@ -320,14 +326,15 @@ def test_k_shared_between_blocks_on_the_hopper_block(way, m, n, k, a_layout, b_l
     b = operand((k, n), b_layout, dtype)
     bias = torch.randn(n, device="cuda")
     plan = mpgemm.gemm_plan(m, n, k)
-    assert plan.config == "wgmma" and (plan.split_k > 1 if reduced else plan.stream_k_blocks > 0), plan
+    tile = "wgmma" if n > 128 else "wgmma_n128" if n > 64 else "wgmma_n64"
+    assert plan.config == tile and (plan.split_k > 1 if reduced else plan.stream_k_blocks > 0), plan
     for out_dtype in (torch.float32, dtype):
         mpgemm.reset_workspace_stats()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             out = poisoned_gemm(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
             torch.cuda.synchronize()
         names = [event.name for event in prof.events()]
-        assert any(kernel in name for name in names), names
+        assert any(kernel in name and f"::{TILE_TYPES[tile]}," in name for name in names), names
         assert any("splitk_reduce" in name for name in names) == reduced, names
         assert mpgemm.workspace_stats()["largest_bytes"] == plan.workspace_bytes
         assert not out.isnan().any()

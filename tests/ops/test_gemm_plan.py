@@ -467,46 +467,65 @@ def test_a_bad_split_switch_is_named(monkeypatch):
         mpgemm.gemm_plan(64, 64, 64, device_limits=A100)
 
 
-# (m, n, k): stream-K's blocks on an H100's 132 multiprocessors, or None
-# where whole K costs as little by the model (plan/gemm_plan.h).
+# (m, n, k): the tile of stream-K and its blocks on an H100's 132
+# multiprocessors, or None where whole K costs as little by the model
+# (plan/gemm_plan.h).
 STREAM_K_SHAPES = [
-    (768, 768, 16384, 132),   # GPT-2 small's attention wgrad at 16k tokens: 18 tiles
-    (3072, 768, 16384, 132),  # its MLP wgrads: 72 tiles, one wave of 55%
-    (2048, 2304, 768, 132),   # its qkv forward at 2k tokens: 144 tiles, a second wave of 12
-    (2048, 768, 3072, 132),   # its MLP down-projection at 2k tokens: 48 tiles
-    (1024, 1024, 1024, 128),  # 32 tiles of 16 slices: 512 slices, 4 a block
-    (4096, 4096, 4096, None),  # 512 tiles: 3.9 waves
-    (16384, 768, 768, None),  # 384 tiles: 2.9 waves
-    (2048, 768, 768, None),   # 48 tiles of 12 slices: runs of 5 and their fix-ups cost what the second wave saves
-    (4096, 128, 4096, None),  # narrow: the 128 x 64 tile
-    (64, 64, 16384, None),    # WMMA's split
-    (127, 4096, 4096, None),  # fewer rows than a tile: ping-pong
+    (768, 768, 16384, "wgmma", 132),   # GPT-2 small's attention wgrad at 16k tokens: 18 tiles
+    (3072, 768, 16384, "wgmma", 132),  # its MLP wgrads: 72 tiles, one wave of 55%
+    (2048, 2304, 768, "wgmma", 132),   # its qkv forward at 2k tokens: 144 tiles, a second wave of 12
+    (2048, 768, 3072, "wgmma", 132),   # its MLP down-projection at 2k tokens: 48 tiles
+    (1024, 1024, 1024, "wgmma", 128),  # 32 tiles of 16 slices: 512 slices, 4 a block
+    (4096, 128, 4096, "wgmma_n128", 132),  # narrow: 32 tiles of 128 x 128 (whole K on 64 of 128 x 64)
+    (4096, 64, 4096, "wgmma_n64", 132),    # 32 tiles of 128 x 64 (whole K: WMMA's split)
+    (8192, 128, 8192, "wgmma_n128", 132),  # 64 tiles of 128 slices (whole K: 128 of 128 x 64)
+    (4096, 4096, 4096, None, None),  # 512 tiles: 3.9 waves
+    (16384, 768, 768, None, None),   # 384 tiles: 2.9 waves
+    (2048, 768, 768, None, None),    # 48 tiles of 12 slices: runs of 5 and their fix-ups cost what the second wave saves
+    (16384, 128, 4096, None, None),  # 128 tiles of 128 x 128: a wave 97% full
+    (64, 64, 16384, None, None),     # fewer rows than a tile: WMMA's split
+    (127, 4096, 4096, None, None),   # fewer rows than a tile: ping-pong
 ]
 
 
-@pytest.mark.parametrize("m, n, k, blocks", STREAM_K_SHAPES)
-def test_stream_k_where_its_model_says_it_is_faster(m, n, k, blocks, monkeypatch):
+@pytest.mark.parametrize("m, n, k, tile, blocks", STREAM_K_SHAPES)
+def test_stream_k_where_its_model_says_it_is_faster(m, n, k, tile, blocks, monkeypatch):
     """MPGEMM_STREAM_K=1 (opt-in until its GPU run): a single matrix of at
-    least 128 rows and more than 128 columns runs the 128 x 256 tile's
-    stream-K kernel on min(multiprocessors, slices / 4) blocks where the
-    cost model says so, whatever rules 0 to 3 chose (ping-pong, WMMA's
-    split); the workspace holds a 128 x 256 fp32 tile a block and two flags.
-    Unset or "0": no plan is stream-K. Under MPGEMM_GEMM_PATH=wgmma alike; a
-    batch, another Hopper kernel forced, or another arch never."""
+    least 128 rows runs stream-K on min(multiprocessors, slices / 4) blocks
+    where the cost model says so, whatever rules 0 to 3 chose (ping-pong,
+    WMMA's split, a narrow tile's whole K): on the 128 x 256 tile for more
+    than 128 columns, on 128 x 128 for 65 to 128 and 128 x 64 up to 64;
+    the workspace holds a tile of fp32 a block and two flags. Unset or "0":
+    no plan is stream-K. Under MPGEMM_GEMM_PATH naming its tile alike; a
+    batch, another Hopper kernel forced, narrow tiles switched off for a
+    narrow output, or another arch never."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
+    monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
     whole, plan = switched_plans(monkeypatch, "MPGEMM_STREAM_K", m, n, k)
     assert whole.stream_k_blocks == 0
     if blocks is None:
         assert plan == whole
     else:
-        assert (plan.config, plan.split_k, plan.stream_k_blocks) == ("wgmma", 1, blocks)
-        assert plan.workspace_bytes == blocks * 128 * 256 * 4 + -(-blocks * 2 * 4 // 16) * 16
+        assert (plan.config, plan.split_k, plan.stream_k_blocks) == (tile, 1, blocks)
+        assert plan.workspace_bytes == blocks * 128 * plan.block_n * 4 + -(-blocks * 2 * 4 // 16) * 16
         # It comes before the split's cost model.
         monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
         assert mpgemm.gemm_plan(m, n, k, device_limits=H100) == plan
+        monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K")
+        monkeypatch.setenv("MPGEMM_GEMM_PATH", tile)
+        assert mpgemm.gemm_plan(m, n, k, device_limits=H100) == plan
+        monkeypatch.delenv("MPGEMM_GEMM_PATH")
     forced, batch, ping_pong, a100 = forced_plans(monkeypatch, m, n, k)
-    assert [p.stream_k_blocks for p in (forced, batch, ping_pong, a100)] == [blocks or 0, 0, 0, 0]
+    wide = tile == "wgmma"
+    assert [p.stream_k_blocks for p in (forced, batch, ping_pong, a100)] == [blocks if wide else 0, 0, 0, 0]
+    if blocks is not None and not wide:
+        monkeypatch.setenv("MPGEMM_NARROW_TILES", "0")
+        assert mpgemm.gemm_plan(m, n, k, device_limits=H100).stream_k_blocks == 0
+        # The other narrow tile forced: whole K on it.
+        monkeypatch.setenv("MPGEMM_NARROW_TILES", "1")
+        monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma_n64" if tile == "wgmma_n128" else "wgmma_n128")
+        assert mpgemm.gemm_plan(m, n, k, device_limits=H100).stream_k_blocks == 0
 
 
 def test_stream_k_blocks_follow_the_multiprocessors(monkeypatch):
@@ -546,8 +565,18 @@ def test_stream_k_is_a_tuning_candidate_and_a_tuned_entry_only_when_switched_on(
     # An entry that timed whole K keeps whole K, switched on or not.
     gemm_plans.install_tuning([{"batch": 1, "m": 768, "n": 768, "k": 16384, "config": "wgmma", "split_k": 1}])
     assert mpgemm.gemm_plan(768, 768, 16384, device_limits=H100).stream_k_blocks == 0
-    with pytest.raises(ValueError, match="stream_k: runs on 'wgmma' with split_k 1"):
+    with pytest.raises(ValueError, match="stream_k: runs on 'wgmma' with split_k 1 for n = 768, got 'wgmma' with 2"):
         gemm_plans._C.set_tuned_gemm_plan(1, 768, 768, 16384, "wgmma", 2, True)
+    # A narrow output's entry names its narrow tile.
+    with pytest.raises(ValueError, match="stream_k: runs on 'wgmma_n128' with split_k 1 for n = 128, got 'wgmma'"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 4096, 128, 4096, "wgmma", 1, True)
+    gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 128, "k": 4096, "config": "wgmma_n128", "split_k": 1,
+                                "stream_k": True}])
+    plan = mpgemm.gemm_plan(4096, 128, 4096, device_limits=H100)
+    assert (plan.config, plan.stream_k_blocks, plan.tuned) == ("wgmma_n128", 132, True)
+    # With the narrow tiles switched off the entry does not hold.
+    monkeypatch.setenv("MPGEMM_NARROW_TILES", "0")
+    assert not mpgemm.gemm_plan(4096, 128, 4096, device_limits=H100).tuned
 
 
 def test_a_bad_stream_k_switch_is_named(monkeypatch):

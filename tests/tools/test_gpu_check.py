@@ -212,7 +212,7 @@ def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
     ratios = dict(wgmma=1.0, wgmma_direct=0.9, wgmma_2x1=1.0, wgmma_pingpong=0.5, wmma=0.5)
     rows = [_wgmma_row(1024, **dict(ratios, wgmma=0.5, wgmma_pingpong=1.0)), _wgmma_row(8192, **dict(ratios, wgmma=2.0))]
     # The narrow tiles, timed on one shape only: averaged over it, "-" where not timed.
-    rows[0].update(wgmma_n128_vs_cublas=0.8, wgmma_n64_vs_cublas=0.4)
+    rows[0].update(wgmma_n128_vs_cublas=0.8, wgmma_n64_vs_cublas=0.4, wgmma_streamk_vs_cublas=0.9)
     (tmp_path / "logs").mkdir()
     # The predecessors' line (wgmma_check.predecessors) comes first and is not a row.
     after = "a small Hopper GEMM (50176 x 1024 x 256) after itself: 50.1 us, a spin: 55.0 us"
@@ -221,8 +221,9 @@ def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
     headline, lines, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
     assert headline.startswith("geomean vs cuBLAS over 2 shapes: wgmma 1.00x, wgmma_direct 0.90x")
     assert "wgmma_pingpong 0.71x" in headline and "wgmma_n128 0.80x (over 1)" in headline
-    assert lines[2] == "| 1024x1024x1024 | float16 | rc | 0.50 | 0.90 | 1.00 | 1.00 | 0.80 | 0.40 | 0.50 |"
-    assert lines[3] == "| 8192x8192x8192 | float16 | rc | 2.00 | 0.90 | 1.00 | 0.50 | - | - | 0.50 |"
+    assert "wgmma_streamk 0.90x (over 1)" in headline and "wgmma_splitk" not in headline
+    assert lines[2] == "| 1024x1024x1024 | float16 | rc | 0.50 | 0.90 | 1.00 | 1.00 | 0.80 | 0.40 | 0.50 | - | 0.90 | - |"
+    assert lines[3] == "| 8192x8192x8192 | float16 | rc | 2.00 | 0.90 | 1.00 | 0.50 | - | - | 0.50 | - | - | - |"
     assert lines[4:] == ["", after]
     (tmp_path / "wgmma_speed.json").write_text(json.dumps({"speed": rows[:1]}))
     headline, _, data = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
@@ -319,8 +320,8 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # MPGEMM_BATCH_NORM_LOADS_AHEAD=1, 2 with MPGEMM_BATCH_NORM_FINISH_BY_LINES=1), 2 of 2 stems' fused max pools
     # (forward, dgrad), 4 of the gated MLP's passes twice (the product, the gate's and the up projection's gradients, the product again), 2 of the
     # WMMA fprop's epilogue statistics (y and the statistics), loss scaling's 2 (the unscale pass, the
-    # scale's update); on sm_90 2 of the Hopper fprop's epilogue statistics, 8 Hopper GEMMs (blocks alone, pairs, ping-pong,
-    # both narrow tiles, split-K, stream-K, padded operands), 2 checks of one that stores its pre-activation too (y and
+    # scale's update); on sm_90 2 of the Hopper fprop's epilogue statistics, 9 Hopper GEMMs (blocks alone, pairs, ping-pong,
+    # both narrow tiles, split-K, stream-K on the wide tile and on 128 x 64, padded operands), 2 checks of one that stores its pre-activation too (y and
     # the pre-activation), 2 checks of each of the 6 that sum A's rows too (D and the row sums: whole K on each
     # of the 5 tiles, split-K on the wide one), 4 of the ones
     # that multiply by an activation's derivative (GELU's, its tanh form's and ReLU's on blocks alone, the tanh
@@ -330,7 +331,7 @@ def test_the_sanitizer_and_profiler_targets_run(tmp_path):
     # 16-byte chunks; 3 on the narrow tiles; 4 with staged rows, 2 of them on narrow tiles; 2 with a strided
     # dgrad's phases in one launch, one on a narrow tile; 1 whose wgrad runs on the 64-row tile), and 2 dgrads
     # adding an addend in their epilogue (the wide tile and 128 x 64).
-    hopper = 2 + 8 + 2 + 2 * 6 + 4 + 3 * 15 + 2 if torch.cuda.get_device_capability() == (9, 0) else 0
+    hopper = 2 + 9 + 2 + 2 * 6 + 4 + 3 * 15 + 2 if torch.cuda.get_device_capability() == (9, 0) else 0
     assert sanitize.stdout.count("relative error") == 2 + 3 * 7 + 4 * 7 + 2 * 2 + 4 * 2 + 2 + 2 + hopper
     if hopper:
         tiles = subprocess.run([sys.executable, target, "conv-tiles"], capture_output=True, text=True)

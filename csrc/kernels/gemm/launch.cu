@@ -143,7 +143,7 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   const bool stream_k = plan.stream_k_blocks > 0;
   if (!admissible(shape, any_device, plan.config, plan.split_k) || plan.raster_group < 1 ||
       plan.padded != (is_wgmma(plan.config) && !shape.wgmma) || plan.stream_k_blocks < 0 ||
-      (stream_k && (plan.config != TileConfigId::kWgmma || plan.split_k != 1 || p.batch != 1)) ||
+      (stream_k && (!has_stream_k_kernels(plan.config) || plan.split_k != 1 || p.batch != 1)) ||
       ((plan.split_k > 1 || plan.padded || stream_k) && (workspace == nullptr || !aligned16(workspace))))
     return cudaErrorInvalidValue;
   const size_t row_sum_bytes = row_sum_partial_bytes(p, launch);
@@ -202,7 +202,7 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
                 return launch_wgmma_splitk_gemm<Tile>(q, work.raster_group, work.split_k, work.partials, a_k_major,
                                                       b_k_major, stream);
             }
-            if constexpr (std::is_same_v<Tile, WgmmaTile>) {
+            if constexpr (has_stream_k_kernels(Tile::kId)) {
               if (stream_k)
                 return launch_wgmma_stream_k_gemm<Tile>(q, work.raster_group, plan.stream_k_blocks, work.partials,
                                                         a_k_major, b_k_major, stream);

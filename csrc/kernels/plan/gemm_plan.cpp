@@ -128,17 +128,29 @@ bool m64_tile_enabled() { return switch_on("MPGEMM_M64_TILE", false); }
 
 bool stream_k_enabled() { return switch_on("MPGEMM_STREAM_K", false); }
 
+TileConfigId stream_k_tile_for_width(int64_t n) {
+  if (n > tile_config(TileConfigId::kWgmmaN128).block_n) return TileConfigId::kWgmma;
+  return n <= tile_config(TileConfigId::kWgmmaN64).block_n ? TileConfigId::kWgmmaN64 : TileConfigId::kWgmmaN128;
+}
+
+TileConfigId stream_k_tile(const GemmShape& s) {
+  const TileConfigId tile = stream_k_tile_for_width(s.n);
+  return tile == TileConfigId::kWgmma || narrow_tiles_enabled() ? tile : TileConfigId::kCount;
+}
+
 int stream_k_grid(const GemmShape& s, const DeviceLimits& d) {
-  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
-  const int64_t blocks = std::min<int64_t>(d.multiprocessors, tiles(wide, s) * slices(wide, s.k) / kMinStreamKSlices);
+  const TileConfigId tile = stream_k_tile(s);
+  if (tile == TileConfigId::kCount) return 0;
+  const TileConfigInfo& c = tile_config(tile);
+  const int64_t blocks = std::min<int64_t>(d.multiprocessors, tiles(c, s) * slices(c, s.k) / kMinStreamKSlices);
   return s.batch == 1 && blocks > 1 ? int(blocks) : 0;
 }
 
 int stream_k_blocks(const GemmShape& s, const DeviceLimits& d) {
-  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
-  const int64_t tile_count = tiles(wide, s), tile_slices = slices(wide, s.k), total = tile_count * tile_slices;
   const int64_t blocks = stream_k_grid(s, d);
   if (blocks == 0) return 0;
+  const TileConfigInfo& c = tile_config(stream_k_tile(s));
+  const int64_t tile_count = tiles(c, s), tile_slices = slices(c, s.k), total = tile_count * tile_slices;
   const int64_t run = ceil_div(total, blocks), shortest_run = total / blocks;
   // The most slots a block that ends a tile reads back: the runs before its own that a tile can span.
   const int64_t slots_read = std::min<int64_t>(ceil_div(tile_slices - 1, shortest_run), blocks - 1);
@@ -147,9 +159,9 @@ int stream_k_blocks(const GemmShape& s, const DeviceLimits& d) {
   return stream_k < kStreamKMaxCost * whole_k ? int(blocks) : 0;
 }
 
-size_t stream_k_partial_bytes(int blocks) {
-  const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
-  return size_t(blocks) * size_t(wide.block_m) * size_t(wide.block_n) * sizeof(float);
+size_t stream_k_partial_bytes(TileConfigId tile, int blocks) {
+  const TileConfigInfo& c = tile_config(tile);
+  return size_t(blocks) * size_t(c.block_m) * size_t(c.block_n) * sizeof(float);
 }
 
 size_t stream_k_flag_bytes(int blocks) {
@@ -256,7 +268,14 @@ GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) 
 //     were 2% to 5% faster than ping-pong from 128 tiles on, and equal to
 //     pairs ("wgmma_2x1") within 2%. gemm_path forces any of the Hopper
 //     kernels.
-//     After all that, where wgmma_split_k_enabled (MPGEMM_WGMMA_SPLIT_K=1)
+//     After all that, where stream_k_enabled (MPGEMM_STREAM_K=1), and
+//     gemm_path is kAuto or names stream_k_tile's tile: a single matrix of
+//     at least 128 rows on that tile (the wide one, or for at most 128
+//     columns a narrow one) where stream_k_blocks says stream-K is faster
+//     runs stream-K, in place of whatever rules 0 to 3 chose (WMMA's split
+//     too) (bench/NOTES.md, "Stream-K on the Hopper block" and "Stream-K
+//     on the narrow tiles": their predictions wait for a GPU run).
+//     Failing that, where wgmma_split_k_enabled (MPGEMM_WGMMA_SPLIT_K=1)
 //     and gemm_path is kAuto or kWgmma: a single matrix of at least 128
 //     rows and more than 128 columns (so that the 128 x 256 tile's wgmmas
 //     are mostly of D; narrower outputs keep the narrow tiles and WMMA's
@@ -283,18 +302,25 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   const GemmPlan plan = unsplit_hopper_or_wmma_plan(s, d);
   // Asked on every plan, so that a bad MPGEMM_WGMMA_SPLIT_K or MPGEMM_STREAM_K is refused whatever the shape.
   const bool split_enabled = wgmma_split_k_enabled(), stream_k = stream_k_enabled();
+  if (stream_k && s.batch == 1) {
+    const TileConfigId tile = stream_k_tile(s);
+    const bool path_takes = path == GemmPath::kAuto || (tile == TileConfigId::kWgmma && path == GemmPath::kWgmma) ||
+                            (tile == TileConfigId::kWgmmaN128 && path == GemmPath::kWgmmaN128) ||
+                            (tile == TileConfigId::kWgmmaN64 && path == GemmPath::kWgmmaN64);
+    // At least a whole tile's rows, so that each wgmma is mostly of D.
+    if (tile != TileConfigId::kCount && path_takes && s.m >= tile_config(tile).block_m &&
+        fits_device(tile_config(tile), s, d))
+      if (const int blocks = stream_k_blocks(s, d); blocks > 0) {
+        GemmPlan streamed = make_plan(tile, s, 1, false);
+        streamed.stream_k_blocks = blocks;
+        return streamed;
+      }
+  }
   const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
   const bool wide_rows_filled = s.m >= wide.block_m && s.n > tile_config(TileConfigId::kWgmmaN128).block_n;
-  if ((!split_enabled && !stream_k) || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) ||
-      !wide_rows_filled || !fits_device(wide, s, d))
+  if (!split_enabled || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) || !wide_rows_filled ||
+      !fits_device(wide, s, d))
     return plan;
-  if (stream_k)
-    if (const int blocks = stream_k_blocks(s, d); blocks > 0) {
-      GemmPlan streamed = make_plan(TileConfigId::kWgmma, s, 1, false);
-      streamed.stream_k_blocks = blocks;
-      return streamed;
-    }
-  if (!split_enabled) return plan;
   const int splits = wgmma_split(s, d);
   return splits > 1 ? make_plan(TileConfigId::kWgmma, s, splits, false) : plan;
 }
@@ -307,7 +333,7 @@ GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
     // where they would be copied first: the heuristic weighs the copies.
     // A stream-K entry holds where stream-K may run: on this device's blocks.
     const int stream_k = it != tuned_plans.end() && it->second.stream_k && stream_k_enabled() &&
-                                 it->second.config == TileConfigId::kWgmma && it->second.split_k == 1
+                                 it->second.config == stream_k_tile(s) && it->second.split_k == 1
                              ? stream_k_grid(s, d)
                              : 0;
     if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k) &&
@@ -351,7 +377,8 @@ size_t padded_copy_bytes(const GemmShape& s, const GemmPlan& plan) {
 
 size_t workspace_bytes(const GemmShape& s, const GemmPlan& plan) {
   const size_t stream_k = plan.stream_k_blocks > 0
-                              ? stream_k_partial_bytes(plan.stream_k_blocks) + stream_k_flag_bytes(plan.stream_k_blocks)
+                              ? stream_k_partial_bytes(plan.config, plan.stream_k_blocks) +
+                                    stream_k_flag_bytes(plan.stream_k_blocks)
                               : 0;
   return padded_copy_bytes(s, plan) + stream_k +
          (plan.split_k > 1 ? size_t(plan.split_k) * size_t(s.m) * size_t(s.n) * sizeof(float) : 0);

@@ -153,6 +153,11 @@ bool m64_tile_enabled();
 // Whether a tile has split-K kernels: every WMMA tile, and of the Hopper
 // tiles the 128 x 256 one on blocks alone (WgmmaTile).
 constexpr bool has_split_kernels(TileConfigId id) { return !is_wgmma(id) || id == TileConfigId::kWgmma; }
+// The Hopper tiles with stream-K kernels (sm90/stream_k.cuh): blocks alone
+// on 128 x 256, 128 x 128 and 128 x 64 tiles.
+constexpr bool has_stream_k_kernels(TileConfigId id) {
+  return id == TileConfigId::kWgmma || id == TileConfigId::kWgmmaN128 || id == TileConfigId::kWgmmaN64;
+}
 template <class Tile>
 inline constexpr bool kHasSplitKernels = has_split_kernels(Tile::kId);
 
@@ -162,35 +167,44 @@ inline constexpr bool kHasSplitKernels = has_split_kernels(Tile::kId);
 // wgrad too).
 inline constexpr int kMaxSplitK = 16;
 inline constexpr int kMinSlicesPerSplit = 4;
-// Whether the plans of the GEMM may run WgmmaTile's stream-K kernel
-// (GemmPlan::stream_k_blocks) where stream_k_blocks (below) says it is
+// Whether the plans of the GEMM may run the Hopper stream-K kernels
+// (GemmPlan::stream_k_blocks) where stream_k_blocks (below) says they are
 // faster: only where MPGEMM_STREAM_K is "1" until its kernels have passed
 // the GPU tests (unset, "" or "0": no; throws std::invalid_argument for any
 // other value).
 bool stream_k_enabled();
+// The tile stream-K runs a product on, by D's width `n`: WgmmaTile (128 x
+// 256) for more than 128 columns; for narrow outputs WgmmaN128Tile for 65
+// to 128 and WgmmaN64Tile for at most 64 (the narrowest tile that holds D's
+// width: each slice then loads A's rows once).
+TileConfigId stream_k_tile_for_width(int64_t n);
+// That tile for `shape` where the plans may take it: TileConfigId::kCount
+// for a narrow output where narrow_tiles_enabled() says no.
+TileConfigId stream_k_tile(const GemmShape& shape);
 // Stream-K's cost model, in slices' time on one multiprocessor (unfitted:
-// bench/NOTES.md, "Stream-K on the Hopper block"): whole K takes
-// ceil(tiles / multiprocessors) waves of a tile's slices each; stream-K the
-// longest run, ceil(tiles x slices / blocks), plus kStreamKFixUpSlices for
-// each slot the block that ends a tile may read back (as many as the runs
-// after the first that a tile of S slices can span: ceil((S - 1) / the
-// shortest run); each 128 KB from L2,
-// against a slice's 4.2 MFLOP), on min(multiprocessors, tiles x slices /
-// kMinStreamKSlices) blocks. It is planned where that is under
-// kStreamKMaxCost of whole K's.
+// bench/NOTES.md, "Stream-K on the Hopper block"), on stream_k_tile's
+// tiles: whole K takes ceil(tiles / multiprocessors) waves of a tile's
+// slices each; stream-K the longest run, ceil(tiles x slices / blocks),
+// plus kStreamKFixUpSlices for each slot the block that ends a tile may read
+// back (as many as the runs after the first that a tile of S slices can
+// span: ceil((S - 1) / the shortest run); each a tile of fp32 sums from L2
+// against a slice's products: 128 KB against 4.2 MFLOP on the wide tile,
+// a half or a quarter of both on the narrow ones), on min(multiprocessors,
+// tiles x slices / kMinStreamKSlices) blocks. It is planned where that is
+// under kStreamKMaxCost of whole K's.
 inline constexpr int kMinStreamKSlices = 4;
 inline constexpr int kStreamKFixUpSlices = 2;
 inline constexpr double kStreamKMaxCost = 0.9;
 // The blocks a stream-K plan for `shape` on `device` (a single matrix on
-// WgmmaTile) runs on: min(multiprocessors, slices / kMinStreamKSlices), 0
-// where that is under 2.
+// stream_k_tile's tiles) runs on: min(multiprocessors, slices /
+// kMinStreamKSlices), 0 where that is under 2 or there is no such tile.
 int stream_k_grid(const GemmShape& shape, const DeviceLimits& device);
 // Those blocks where the model above says stream-K is faster; else 0.
 int stream_k_blocks(const GemmShape& shape, const DeviceLimits& device);
-// A stream-K plan's workspace of `blocks` slots: the partial sums
-// (a WgmmaTile tile of floats a block), then the flags (one per consumer
-// of each block, 16-byte rounded).
-size_t stream_k_partial_bytes(int blocks);
+// A stream-K plan's workspace of `blocks` slots on `tile`'s kernel: the
+// partial sums (a tile of floats a block), then the flags (one per
+// consumer of each block, 16-byte rounded).
+size_t stream_k_partial_bytes(TileConfigId tile, int blocks);
 size_t stream_k_flag_bytes(int blocks);
 
 // Tiles walk in groups of at most this many tile rows (TileScheduler).
@@ -202,9 +216,9 @@ struct GemmPlan {
   int raster_group = 1;  // tile rows per group of the tile order
   bool tuned = false;    // taken from the tuned table, not the heuristic
   bool padded = false;   // a Hopper plan on copies of the operands the shape marks (a_copies, b_copies)
-  // A stream-K plan's blocks (WgmmaTile, whole K, sm90/stream_k.cuh: each
-  // block an equal run of the tiles' K slices), each a slot of partial sums
-  // in the workspace; 0: not stream-K.
+  // A stream-K plan's blocks (on stream_k_tile's tile, the plan's config,
+  // whole K, sm90/stream_k.cuh: each block an equal run of the tiles' K
+  // slices), each a slot of partial sums in the workspace; 0: not stream-K.
   int stream_k_blocks = 0;
 };
 

@@ -138,7 +138,7 @@ cudaError_t launch_stream_k(const GemmParams& p, int raster_group, int blocks, v
   schedule.raster_group = raster_group;
   sm90::StreamKWorkspace slots;
   slots.partials = static_cast<float*>(workspace);
-  slots.flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + stream_k_partial_bytes(blocks));
+  slots.flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + stream_k_partial_bytes(Tile::kId, blocks));
   slots.blocks = blocks;
   if (const cudaError_t err = cudaMemsetAsync(slots.flags, 0, stream_k_flag_bytes(blocks), stream);
       err != cudaSuccess)
@@ -236,7 +236,9 @@ cudaError_t launch_wgmma_splitk_gemm(const GemmParams& p, int raster_group, int 
 template <class Tile>
 cudaError_t launch_wgmma_stream_k_gemm(const GemmParams& p, int raster_group, int blocks, void* workspace,
                                        bool a_k_major, bool b_k_major, cudaStream_t stream) {
-  static_assert(std::is_same_v<Tile, WgmmaTile>, "stream-K kernels on the 128 x 256 tile of blocks alone");
+  static_assert(std::is_same_v<Tile, WgmmaTile> || std::is_same_v<Tile, WgmmaN128Tile> ||
+                    std::is_same_v<Tile, WgmmaN64Tile>,
+                "stream-K kernels on the tiles of blocks alone: 128 x 256, 128 x 128 and 128 x 64");
   if (p.batch != 1 || blocks < 1 || workspace == nullptr || !aligned16(workspace)) return cudaErrorInvalidValue;
   if (p.k < 1 || p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || raster_group < 1) return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
@@ -269,5 +271,9 @@ template cudaError_t launch_wgmma_splitk_gemm<WgmmaTile>(const GemmParams&, int,
 
 template cudaError_t launch_wgmma_stream_k_gemm<WgmmaTile>(const GemmParams&, int, int, void*, bool, bool,
                                                            cudaStream_t);
+template cudaError_t launch_wgmma_stream_k_gemm<WgmmaN128Tile>(const GemmParams&, int, int, void*, bool, bool,
+                                                               cudaStream_t);
+template cudaError_t launch_wgmma_stream_k_gemm<WgmmaN64Tile>(const GemmParams&, int, int, void*, bool, bool,
+                                                              cudaStream_t);
 
 }  // namespace mpgemm::kernels

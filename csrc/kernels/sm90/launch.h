@@ -39,11 +39,13 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
                                 cudaStream_t stream);
 
-// Launches the stream-K kernel of one input type, tile (WgmmaTile) and pair
-// of operand layouts (wgmma_stream_k_gemm_kernel) on tensor maps built for
-// it: `params` a single matrix, its partial sums' slots and flags in
-// `workspace` (the flags zeroed), a block a slot at most. Instantiated in
-// sm90/gemm_kernels_stream_k_<type>.cu, the four layouts' kernels a unit.
+// Launches the stream-K kernel of one input type, tile (WgmmaTile,
+// WgmmaN128Tile or WgmmaN64Tile) and pair of operand layouts
+// (wgmma_stream_k_gemm_kernel) on tensor maps built for it: `params` a
+// single matrix, its partial sums' slots and flags in `workspace` (the
+// flags zeroed), a block a slot at most. Instantiated in
+// sm90/gemm_kernels_stream_k_<type>.cu (the wide tile's four layouts) and
+// sm90/gemm_kernels_stream_k_narrow_<type>.cu (the narrow tiles').
 template <class Element, class Tile, bool AKMajor, bool BKMajor>
 cudaError_t launch_wgmma_stream_k_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map,
                                          const CUtensorMap& d_map, const GemmParams& params,
@@ -138,10 +140,11 @@ cudaError_t launch_wgmma_row_sums_gemm(const GemmParams& params, int raster_grou
                                        float* row_sum_partials, cudaStream_t stream);
 
 // Enqueues `params` (a single matrix: batch 1) on the stream-K kernel of
-// the Hopper tile `Tile` (WgmmaTile only; sm90/stream_k.cuh): as many
+// the Hopper tile `Tile` (WgmmaTile, WgmmaN128Tile or WgmmaN64Tile, as
+// plan/gemm_plan.h's stream_k_tile names; sm90/stream_k.cuh): as many
 // blocks as run at once, at most `blocks`, each an equal run of the tiles'
 // K slices, their partial sums in `workspace` (plan/gemm_plan.h's
-// stream_k_partial_bytes(blocks), then stream_k_flag_bytes(blocks) of
+// stream_k_partial_bytes(Tile::kId, blocks), then stream_k_flag_bytes(blocks) of
 // flags, which are zeroed here on `stream`; 16-byte aligned), D stored as
 // launch_wgmma_gemm stores it. Returns as launch_wgmma_gemm does.
 template <class Tile>

@@ -72,7 +72,7 @@
 // split-K cases summing A's rows: N", "gemm: F/N failed", "row sums refused
 // where the plan cannot sum them: ok", "row sums on every Hopper tile: ok
 // (wgmma_2x1 N, wgmma_pingpong N, wgmma_n128 N, wgmma_n64 N)", "stream-K on
-// the wide tile: ok (N cases, N slots added)" and "cluster
+// the wide and narrow tiles: ok (N cases, N slots added)" and "cluster
 // occupancy asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
 // mismatches", "conv wgmma cases: N", "conv wgmma cases by default: N",
 // "conv wgmma wgrad cases that split: N", "conv wgmma cases on wgmma_n128:
@@ -561,11 +561,14 @@ static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
   return bad;
 }
 
-// Stream-K (MPGEMM_STREAM_K=1) on the wide tile as the plan picks it, on
-// few multiprocessors so that every way a run can fall is met: one tile
-// over up to 6 runs (the block that ends it adds 5 slots), one over 3 to 5,
-// four tiles on 3 blocks (a run ending in one tile and starting in the
-// next) and two on 7; ragged edges, K remainders, every layout, fp16 and
+// Stream-K (MPGEMM_STREAM_K=1) as the plan picks it, on few
+// multiprocessors so that every way a run can fall is met. On the wide
+// tile: one tile over up to 6 runs (the block that ends it adds 5 slots),
+// one over 3 to 5, four tiles on 3 blocks (a run ending in one tile and
+// starting in the next) and two on 7; on the narrow tiles (the plan's for
+// at most 128 columns): two 128 x 128 tiles on 7 blocks, one 128 x 64 tile
+// of 1 to 64 columns over 3 to 5 runs, and four on 3 blocks; ragged edges,
+// K remainders, every layout, fp16 and
 // bf16, D through the copy engine or from registers, with the bias and
 // activation gemm_case draws. The workspace is poisoned, its flags zeroed by
 // the launcher. Each case must match the reference, and every tile split
@@ -578,18 +581,25 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
     int multiprocessors;
     int64_t min_m, max_m, min_n, max_n, min_slices, max_slices;
     bool pre_activation;  // the whole-K kernel that stores it, not stream-K
+    TileConfigId tile;    // the one the plan must stream on
   };
-  const StreamKCase cases[] = {{11, 128, 128, 129, 256, 20, 24, false},
-                               {5, 128, 128, 129, 256, 12, 20, false},
-                               {3, 129, 256, 257, 512, 8, 16, false},
-                               {7, 129, 256, 129, 256, 16, 24, false},
-                               {11, 128, 128, 129, 256, 20, 24, true}};
+  constexpr TileConfigId kWide = TileConfigId::kWgmma, kN128 = TileConfigId::kWgmmaN128,
+                         kN64 = TileConfigId::kWgmmaN64;
+  const StreamKCase cases[] = {{11, 128, 128, 129, 256, 20, 24, false, kWide},
+                               {5, 128, 128, 129, 256, 12, 20, false, kWide},
+                               {3, 129, 256, 257, 512, 8, 16, false, kWide},
+                               {7, 129, 256, 129, 256, 16, 24, false, kWide},
+                               {7, 129, 256, 65, 128, 16, 24, false, kN128},
+                               {5, 128, 128, 1, 64, 12, 20, false, kN64},
+                               {3, 385, 512, 33, 64, 8, 16, false, kN64},
+                               {11, 128, 128, 129, 256, 20, 24, true, kWide}};
   bool bad = false;
   const uint64_t waits_before = sim::hopper::grid_flag_waits;
   for (int i = 0; i < int(std::size(cases)); ++i) {
     const StreamKCase& c = cases[i];
     setenv("MPGEMM_STREAM_K", "1", 1);
-    setenv("MPGEMM_NARROW_TILES", "0", 1);
+    // The wide tile's cases keep it whatever their width.
+    if (c.tile == kWide) setenv("MPGEMM_NARROW_TILES", "0", 1);
     sim::use_multiprocessors(c.multiprocessors);
     sim::GemmCaseSpec spec;
     spec.aligned = 1, spec.copyable_operands = true, spec.d_copyable = sim::rnd(0, 1), spec.batch = 1;
@@ -603,7 +613,7 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
     bool case_bad = sim::gemm_case("stream-K", i, spec, &plan, &shape);
     unsetenv("MPGEMM_STREAM_K");
     unsetenv("MPGEMM_NARROW_TILES");
-    const int64_t tiles = (shape.m + 127) / 128 * ((shape.n + 255) / 256);
+    const int64_t tiles = (shape.m + 127) / 128 * ((shape.n + tile_config(c.tile).block_n - 1) / tile_config(c.tile).block_n);
     if (c.pre_activation) {
       if (plan.config != TileConfigId::kWgmma || plan.stream_k_blocks != 0 || sim::hopper::grid_flag_waits != waits) {
         printf("stream-K case %d FAILED: GELU's input from the epilogue planned %s with %d stream-K blocks, %lu "
@@ -615,8 +625,8 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
       bad |= case_bad;
       continue;
     }
-    if (plan.config != TileConfigId::kWgmma || plan.stream_k_blocks == 0 ||
-        sim::hopper::grid_flag_waits == waits || sim::last_grid.x != unsigned(plan.stream_k_blocks)) {
+    if (plan.config != c.tile || plan.stream_k_blocks == 0 || sim::hopper::grid_flag_waits == waits ||
+        sim::last_grid.x != unsigned(plan.stream_k_blocks)) {
       printf("stream-K case %d FAILED: planned %s with %d stream-K blocks for %ld tiles on %d multiprocessors, a "
              "grid of %u, %lu slots added\n",
              i, tile_config(plan.config).name, plan.stream_k_blocks, long(tiles), c.multiprocessors,
@@ -781,7 +791,7 @@ int main(int argc, char** argv) {
   int stream_k_run = 0;
   uint64_t stream_k_slots = 0;
   const bool stream_k_bad = cases > 0 && !(first_failure && failed) && stream_k_cases(stream_k_run, stream_k_slots);
-  printf("stream-K on the wide tile: %s (%d cases, %lu slots added)\n", stream_k_bad ? "FAILED" : "ok",
+  printf("stream-K on the wide and narrow tiles: %s (%d cases, %lu slots added)\n", stream_k_bad ? "FAILED" : "ok",
          stream_k_run, (unsigned long)stream_k_slots);
   const bool occupancy_bad = cases > 0 && check_cluster_occupancy();
   if (cases > 0) printf("cluster occupancy asked once per device and kernel: %s\n", occupancy_bad ? "FAILED" : "ok");
