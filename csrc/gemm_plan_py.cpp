@@ -127,10 +127,10 @@ PyObject* set_tuned_gemm_plan(PyObject*, PyObject* args) {
         return PyErr_Format(PyExc_ValueError, "split_k must be in [1, %d], got %d", kernels::kMaxSplitK, split_k);
       if (!kernels::has_gemm_kernels(c.id))
         return PyErr_Format(PyExc_ValueError, "config: the GEMM has no kernels on '%s' (a convolution's tile)", name);
-      const TileConfigId stream_k_tile = kernels::stream_k_tile_for_width(shape.n);
-      if (stream_k && (c.id != stream_k_tile || split_k != 1))
-        return PyErr_Format(PyExc_ValueError, "stream_k: runs on '%s' with split_k 1 for n = %lld, got '%s' with %d",
-                            kernels::tile_config(stream_k_tile).name, (long long)shape.n, name, split_k);
+      if (stream_k && (!kernels::has_stream_k_kernels(c.id) || split_k != 1))
+        return PyErr_Format(PyExc_ValueError,
+                            "stream_k: runs on 'wgmma', 'wgmma_n128' or 'wgmma_n64' with split_k 1, got '%s' with %d",
+                            name, split_k);
       kernels::set_tuned_plan(shape, c.id, split_k, stream_k != 0);
       Py_RETURN_NONE;
     }

@@ -154,7 +154,8 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     equal run of the tiles' K slices) where its cost model says so: on
     "wgmma" for more than 128 columns, on "wgmma_n128" for 65 to 128 and
     "wgmma_n64" for at most 64 (unless MPGEMM_NARROW_TILES=0), in place of
-    the narrow tile's whole K or WMMA's split. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
+    the narrow tile's whole K or WMMA's split; also where MPGEMM_GEMM_PATH
+    names that tile. With MPGEMM_PADDED_OPERANDS=1 (opt-in too)
     operands of a narrower width take the Hopper kernels on copies at
     16-byte aligned pitches (`padded_operands`) where the copies' bytes cost
     less than the Hopper path saves (at least 350 FLOP per byte copied), or

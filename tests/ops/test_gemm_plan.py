@@ -483,6 +483,7 @@ STREAM_K_SHAPES = [
     (16384, 768, 768, None, None),   # 384 tiles: 2.9 waves
     (2048, 768, 768, None, None),    # 48 tiles of 12 slices: runs of 5 and their fix-ups cost what the second wave saves
     (16384, 128, 4096, None, None),  # 128 tiles of 128 x 128: a wave 97% full
+    (8192, 128, 1024, None, None),   # whole K on 128 of 128 x 64 (a wave 97% full), each slice 0.7 of 128 x 128's
     (64, 64, 16384, None, None),     # fewer rows than a tile: WMMA's split
     (127, 4096, 4096, None, None),   # fewer rows than a tile: ping-pong
 ]
@@ -565,18 +566,17 @@ def test_stream_k_is_a_tuning_candidate_and_a_tuned_entry_only_when_switched_on(
     # An entry that timed whole K keeps whole K, switched on or not.
     gemm_plans.install_tuning([{"batch": 1, "m": 768, "n": 768, "k": 16384, "config": "wgmma", "split_k": 1}])
     assert mpgemm.gemm_plan(768, 768, 16384, device_limits=H100).stream_k_blocks == 0
-    with pytest.raises(ValueError, match="stream_k: runs on 'wgmma' with split_k 1 for n = 768, got 'wgmma' with 2"):
+    refused = "stream_k: runs on 'wgmma', 'wgmma_n128' or 'wgmma_n64' with split_k 1, got '{}' with {}"
+    with pytest.raises(ValueError, match=refused.format("wgmma", 2)):
         gemm_plans._C.set_tuned_gemm_plan(1, 768, 768, 16384, "wgmma", 2, True)
-    # A narrow output's entry names its narrow tile.
-    with pytest.raises(ValueError, match="stream_k: runs on 'wgmma_n128' with split_k 1 for n = 128, got 'wgmma'"):
-        gemm_plans._C.set_tuned_gemm_plan(1, 4096, 128, 4096, "wgmma", 1, True)
-    gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 128, "k": 4096, "config": "wgmma_n128", "split_k": 1,
+    with pytest.raises(ValueError, match=refused.format("wgmma_pingpong", 1)):
+        gemm_plans._C.set_tuned_gemm_plan(1, 768, 768, 16384, "wgmma_pingpong", 1, True)
+    # An entry on a narrow tile runs stream-K on its own tile's blocks (7 x 64 slices of 128 x 64: 112 blocks).
+    gemm_plans.install_tuning([{"batch": 1, "m": 896, "n": 64, "k": 4096, "config": "wgmma_n64", "split_k": 1,
                                 "stream_k": True}])
-    plan = mpgemm.gemm_plan(4096, 128, 4096, device_limits=H100)
-    assert (plan.config, plan.stream_k_blocks, plan.tuned) == ("wgmma_n128", 132, True)
-    # With the narrow tiles switched off the entry does not hold.
-    monkeypatch.setenv("MPGEMM_NARROW_TILES", "0")
-    assert not mpgemm.gemm_plan(4096, 128, 4096, device_limits=H100).tuned
+    plan = mpgemm.gemm_plan(896, 64, 4096, device_limits=H100)
+    assert (plan.config, plan.stream_k_blocks, plan.tuned) == ("wgmma_n64", 112, True)
+    assert plan.workspace_bytes == 112 * 128 * 64 * 4 + 112 * 2 * 4
 
 
 def test_a_bad_stream_k_switch_is_named(monkeypatch):

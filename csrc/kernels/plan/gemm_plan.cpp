@@ -128,35 +128,47 @@ bool m64_tile_enabled() { return switch_on("MPGEMM_M64_TILE", false); }
 
 bool stream_k_enabled() { return switch_on("MPGEMM_STREAM_K", false); }
 
-TileConfigId stream_k_tile_for_width(int64_t n) {
-  if (n > tile_config(TileConfigId::kWgmmaN128).block_n) return TileConfigId::kWgmma;
-  return n <= tile_config(TileConfigId::kWgmmaN64).block_n ? TileConfigId::kWgmmaN64 : TileConfigId::kWgmmaN128;
-}
-
 TileConfigId stream_k_tile(const GemmShape& s) {
-  const TileConfigId tile = stream_k_tile_for_width(s.n);
-  return tile == TileConfigId::kWgmma || narrow_tiles_enabled() ? tile : TileConfigId::kCount;
+  const TileConfigInfo& n128 = tile_config(TileConfigId::kWgmmaN128);
+  if (s.n > n128.block_n) return TileConfigId::kWgmma;
+  if (!narrow_tiles_enabled()) return TileConfigId::kCount;
+  return s.n <= tile_config(TileConfigId::kWgmmaN64).block_n ? TileConfigId::kWgmmaN64 : TileConfigId::kWgmmaN128;
 }
 
-int stream_k_grid(const GemmShape& s, const DeviceLimits& d) {
-  const TileConfigId tile = stream_k_tile(s);
-  if (tile == TileConfigId::kCount) return 0;
+int stream_k_grid(const GemmShape& s, const DeviceLimits& d, TileConfigId tile) {
   const TileConfigInfo& c = tile_config(tile);
   const int64_t blocks = std::min<int64_t>(d.multiprocessors, tiles(c, s) * slices(c, s.k) / kMinStreamKSlices);
   return s.batch == 1 && blocks > 1 ? int(blocks) : 0;
 }
 
+namespace {
+
+// Whole K's time in `tile`'s slices on one multiprocessor: its waves on
+// the tile rule 0 runs (plan/gemm_plan.h's cost model).
+double whole_k_slices(const GemmShape& s, const DeviceLimits& d, TileConfigId tile) {
+  const TileConfigId whole =
+      tile == TileConfigId::kWgmmaN128
+          ? narrow_wgmma_tile(s.n, tiles(tile_config(TileConfigId::kWgmmaN128), s), d.multiprocessors)
+          : tile;
+  const TileConfigInfo& c = tile_config(whole);
+  const double waves = double(ceil_div(tiles(c, s), int64_t(d.multiprocessors)) * slices(c, s.k));
+  return whole == tile ? waves : waves * kN64SliceCost;
+}
+
+}  // namespace
+
 int stream_k_blocks(const GemmShape& s, const DeviceLimits& d) {
-  const int64_t blocks = stream_k_grid(s, d);
+  const TileConfigId tile = stream_k_tile(s);
+  if (tile == TileConfigId::kCount) return 0;
+  const int64_t blocks = stream_k_grid(s, d, tile);
   if (blocks == 0) return 0;
-  const TileConfigInfo& c = tile_config(stream_k_tile(s));
-  const int64_t tile_count = tiles(c, s), tile_slices = slices(c, s.k), total = tile_count * tile_slices;
+  const TileConfigInfo& c = tile_config(tile);
+  const int64_t total = tiles(c, s) * slices(c, s.k), tile_slices = slices(c, s.k);
   const int64_t run = ceil_div(total, blocks), shortest_run = total / blocks;
   // The most slots a block that ends a tile reads back: the runs before its own that a tile can span.
   const int64_t slots_read = std::min<int64_t>(ceil_div(tile_slices - 1, shortest_run), blocks - 1);
   const double stream_k = double(run + kStreamKFixUpSlices * slots_read);
-  const double whole_k = double(ceil_div(tile_count, int64_t(d.multiprocessors)) * tile_slices);
-  return stream_k < kStreamKMaxCost * whole_k ? int(blocks) : 0;
+  return stream_k < kStreamKMaxCost * whole_k_slices(s, d, tile) ? int(blocks) : 0;
 }
 
 size_t stream_k_partial_bytes(TileConfigId tile, int blocks) {
@@ -333,8 +345,8 @@ GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {
     // where they would be copied first: the heuristic weighs the copies.
     // A stream-K entry holds where stream-K may run: on this device's blocks.
     const int stream_k = it != tuned_plans.end() && it->second.stream_k && stream_k_enabled() &&
-                                 it->second.config == stream_k_tile(s) && it->second.split_k == 1
-                             ? stream_k_grid(s, d)
+                                 has_stream_k_kernels(it->second.config) && it->second.split_k == 1
+                             ? stream_k_grid(s, d, it->second.config)
                              : 0;
     if (it != tuned_plans.end() && admissible(s, d, it->second.config, it->second.split_k) &&
         (s.wgmma || !is_wgmma(it->second.config)) && (!it->second.stream_k || stream_k > 0)) {

@@ -173,33 +173,41 @@ inline constexpr int kMinSlicesPerSplit = 4;
 // the GPU tests (unset, "" or "0": no; throws std::invalid_argument for any
 // other value).
 bool stream_k_enabled();
-// The tile stream-K runs a product on, by D's width `n`: WgmmaTile (128 x
-// 256) for more than 128 columns; for narrow outputs WgmmaN128Tile for 65
-// to 128 and WgmmaN64Tile for at most 64 (the narrowest tile that holds D's
-// width: each slice then loads A's rows once).
-TileConfigId stream_k_tile_for_width(int64_t n);
-// That tile for `shape` where the plans may take it: TileConfigId::kCount
+// The tile a stream-K plan for `shape` runs on, by D's width: WgmmaTile
+// (128 x 256) for more than 128 columns; for narrow outputs WgmmaN128Tile
+// for 65 to 128 and WgmmaN64Tile for at most 64 (the narrowest tile that
+// holds D's width: each slice then loads A's rows once); TileConfigId::kCount
 // for a narrow output where narrow_tiles_enabled() says no.
 TileConfigId stream_k_tile(const GemmShape& shape);
 // Stream-K's cost model, in slices' time on one multiprocessor (unfitted:
-// bench/NOTES.md, "Stream-K on the Hopper block"), on stream_k_tile's
-// tiles: whole K takes ceil(tiles / multiprocessors) waves of a tile's
-// slices each; stream-K the longest run, ceil(tiles x slices / blocks),
-// plus kStreamKFixUpSlices for each slot the block that ends a tile may read
-// back (as many as the runs after the first that a tile of S slices can
-// span: ceil((S - 1) / the shortest run); each a tile of fp32 sums from L2
-// against a slice's products: 128 KB against 4.2 MFLOP on the wide tile,
-// a half or a quarter of both on the narrow ones), on min(multiprocessors,
-// tiles x slices / kMinStreamKSlices) blocks. It is planned where that is
-// under kStreamKMaxCost of whole K's.
+// bench/NOTES.md, "Stream-K on the Hopper block" and "Stream-K on the
+// narrow tiles"), on stream_k_tile's tiles: stream-K takes the longest run,
+// ceil(tiles x slices / blocks), plus kStreamKFixUpSlices for each slot the
+// block that ends a tile may read back (as many as the runs after the first
+// that a tile of S slices can span: ceil((S - 1) / the shortest run); each
+// a tile of fp32 sums from L2 against a slice's products: 128 KB against
+// 4.2 MFLOP on the wide tile, a half or a quarter of both on the narrow
+// ones), on min(multiprocessors, tiles x slices / kMinStreamKSlices)
+// blocks. Whole K takes ceil(tiles / multiprocessors) waves of a tile's
+// slices each, on the tile rule 0 would run: the same, but for 65 to 128
+// columns whose 128 x 128 tiles fill at most half the multiprocessors,
+// which run on 128 x 64 tiles, each of their slices kN64SliceCost of a 128
+// x 128 one's time. It is planned where stream-K's is under kStreamKMaxCost
+// of whole K's.
 inline constexpr int kMinStreamKSlices = 4;
 inline constexpr int kStreamKFixUpSlices = 2;
 inline constexpr double kStreamKMaxCost = 0.9;
+// A 128 x 64 tile's K slice in 128 x 128 slices' time: 0.56 and 0.83 on the
+// two shapes that give it (H200, fe39419, whole K on each tile, its waves
+// counted: 16384x128x4096 and 4096x128x4096; bench/NOTES.md, "Stream-K on
+// the narrow tiles").
+inline constexpr double kN64SliceCost = 0.7;
 // The blocks a stream-K plan for `shape` on `device` (a single matrix on
-// stream_k_tile's tiles) runs on: min(multiprocessors, slices /
-// kMinStreamKSlices), 0 where that is under 2 or there is no such tile.
-int stream_k_grid(const GemmShape& shape, const DeviceLimits& device);
-// Those blocks where the model above says stream-K is faster; else 0.
+// `tile`'s tiles, one with stream-K kernels) runs on: min(multiprocessors,
+// slices / kMinStreamKSlices), 0 where that is under 2.
+int stream_k_grid(const GemmShape& shape, const DeviceLimits& device, TileConfigId tile);
+// Those blocks on stream_k_tile's tiles where the model above says stream-K
+// is faster; else 0.
 int stream_k_blocks(const GemmShape& shape, const DeviceLimits& device);
 // A stream-K plan's workspace of `blocks` slots on `tile`'s kernel: the
 // partial sums (a tile of floats a block), then the flags (one per
@@ -241,8 +249,8 @@ size_t workspace_bytes(const GemmShape& shape, const GemmPlan& plan);
 size_t padded_copy_bytes(const GemmShape& shape, const GemmPlan& plan);
 
 // The tuned table: (batch, m, n, k) -> config, split_k and whether it ran
-// stream-K (then on stream_k_grid's blocks, where stream_k_enabled()), for
-// this process.
+// stream-K (then on stream_k_grid's blocks of that config, where
+// stream_k_enabled()), for this process.
 void set_tuned_plan(const GemmShape& shape, TileConfigId config, int split_k, bool stream_k = false);
 void clear_tuned_plans();
 

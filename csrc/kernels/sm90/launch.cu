@@ -138,7 +138,8 @@ cudaError_t launch_stream_k(const GemmParams& p, int raster_group, int blocks, v
   schedule.raster_group = raster_group;
   sm90::StreamKWorkspace slots;
   slots.partials = static_cast<float*>(workspace);
-  slots.flags = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + stream_k_partial_bytes(Tile::kId, blocks));
+  slots.flags =
+      reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + stream_k_partial_bytes(Tile::kId, blocks));
   slots.blocks = blocks;
   if (const cudaError_t err = cudaMemsetAsync(slots.flags, 0, stream_k_flag_bytes(blocks), stream);
       err != cudaSuccess)

@@ -566,8 +566,9 @@ static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
 // tile: one tile over up to 6 runs (the block that ends it adds 5 slots),
 // one over 3 to 5, four tiles on 3 blocks (a run ending in one tile and
 // starting in the next) and two on 7; on the narrow tiles (the plan's for
-// at most 128 columns): two 128 x 128 tiles on 7 blocks, one 128 x 64 tile
-// of 1 to 64 columns over 3 to 5 runs, and four on 3 blocks; ragged edges,
+// at most 128 columns): one 128 x 128 tile over up to 10 runs (whose whole
+// K the plan weighs on 128 x 64 tiles) and three on 5 blocks, one 128 x 64
+// tile of 1 to 64 columns over 3 to 5 runs, and four on 3 blocks; ragged edges,
 // K remainders, every layout, fp16 and
 // bf16, D through the copy engine or from registers, with the bias and
 // activation gemm_case draws. The workspace is poisoned, its flags zeroed by
@@ -589,7 +590,8 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
                                {5, 128, 128, 129, 256, 12, 20, false, kWide},
                                {3, 129, 256, 257, 512, 8, 16, false, kWide},
                                {7, 129, 256, 129, 256, 16, 24, false, kWide},
-                               {7, 129, 256, 65, 128, 16, 24, false, kN128},
+                               {11, 128, 128, 65, 128, 36, 48, false, kN128},
+                               {5, 257, 384, 65, 128, 16, 24, false, kN128},
                                {5, 128, 128, 1, 64, 12, 20, false, kN64},
                                {3, 385, 512, 33, 64, 8, 16, false, kN64},
                                {11, 128, 128, 129, 256, 20, 24, true, kWide}};
@@ -613,7 +615,8 @@ static bool stream_k_cases(int& cases_run, uint64_t& slots_added) {
     bool case_bad = sim::gemm_case("stream-K", i, spec, &plan, &shape);
     unsetenv("MPGEMM_STREAM_K");
     unsetenv("MPGEMM_NARROW_TILES");
-    const int64_t tiles = (shape.m + 127) / 128 * ((shape.n + tile_config(c.tile).block_n - 1) / tile_config(c.tile).block_n);
+    const int block_n = tile_config(c.tile).block_n;
+    const int64_t tiles = (shape.m + 127) / 128 * ((shape.n + block_n - 1) / block_n);
     if (c.pre_activation) {
       if (plan.config != TileConfigId::kWgmma || plan.stream_k_blocks != 0 || sim::hopper::grid_flag_waits != waits) {
         printf("stream-K case %d FAILED: GELU's input from the epilogue planned %s with %d stream-K blocks, %lu "
