@@ -264,10 +264,10 @@ def _loss_scaling():
 def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
-    stream-K's (on the wide tile and on 128 x 64), one on padded copies of odd-pitched operands, one that stores GELU's
-    pre-activation too, those that sum A's rows, whole K on each tile and
-    split, and the
-    one that multiplies by an activation's derivative), and
+    stream-K's on the wide tile and on 128 x 64, one on padded copies of
+    odd-pitched operands, one that stores GELU's pre-activation too, those
+    that sum A's rows, whole K on each tile and split, and the one that
+    multiplies by an activation's derivative), and
     convolutions whose passes run on the large tile, on dgrad's phases
     (stride 2), on the depthwise kernels (wgrad on the sliding window too), on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three

@@ -568,10 +568,9 @@ static bool row_sums_on_every_tile(int (&on_tile)[int(TileConfigId::kCount)]) {
 // starting in the next) and two on 7; on the narrow tiles (the plan's for
 // at most 128 columns): one 128 x 128 tile over up to 10 runs (whose whole
 // K the plan weighs on 128 x 64 tiles) and three on 5 blocks, one 128 x 64
-// tile of 1 to 64 columns over 3 to 5 runs, and four on 3 blocks; ragged edges,
-// K remainders, every layout, fp16 and
-// bf16, D through the copy engine or from registers, with the bias and
-// activation gemm_case draws. The workspace is poisoned, its flags zeroed by
+// tile of 1 to 64 columns over 3 to 5 runs, and four on 3 blocks. Ragged
+// edges, K remainders, every layout, fp16 and bf16, D through the copy
+// engine or from registers, with the bias and activation gemm_case draws. The workspace is poisoned, its flags zeroed by
 // the launcher. Each case must match the reference, and every tile split
 // between runs must have been fixed up: counts the cases and the slots
 // added (grid_flag_waits). Then the first case's shape asking for GELU's
