@@ -157,9 +157,7 @@ double whole_k_slices(const GemmShape& s, const DeviceLimits& d, TileConfigId ti
 
 }  // namespace
 
-int stream_k_blocks(const GemmShape& s, const DeviceLimits& d) {
-  const TileConfigId tile = stream_k_tile(s);
-  if (tile == TileConfigId::kCount) return 0;
+int stream_k_blocks(const GemmShape& s, const DeviceLimits& d, TileConfigId tile) {
   const int64_t blocks = stream_k_grid(s, d, tile);
   if (blocks == 0) return 0;
   const TileConfigInfo& c = tile_config(tile);
@@ -233,6 +231,18 @@ int wgmma_split(const GemmShape& s, const DeviceLimits& d) {
   return cheapest_split(split);
 }
 
+// The Hopper tile `path` runs: the one it forces, the wide one for kAuto
+// and kWgmma (and for kWmma, which runs none).
+TileConfigId hopper_tile_of(GemmPath path) {
+  switch (path) {
+    case GemmPath::kWgmmaPair: return TileConfigId::kWgmmaPair;
+    case GemmPath::kWgmmaPingPong: return TileConfigId::kWgmmaPingPong;
+    case GemmPath::kWgmmaN128: return TileConfigId::kWgmmaN128;
+    case GemmPath::kWgmmaN64: return TileConfigId::kWgmmaN64;
+    default: return TileConfigId::kWgmma;
+  }
+}
+
 // Rules 0 to 3 of heuristic_plan (below).
 GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) {
   const GemmPlan wmma = wmma_heuristic_plan(s, d);
@@ -240,11 +250,7 @@ GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) 
   // Asked on every plan, so that a bad MPGEMM_NARROW_TILES is refused whatever the shape.
   const TileConfigId narrow =
       narrow_wgmma_tile(s.n, tiles(tile_config(TileConfigId::kWgmmaN128), s) * s.batch, d.multiprocessors);
-  const TileConfigId hopper = path == GemmPath::kWgmmaPair       ? TileConfigId::kWgmmaPair
-                              : path == GemmPath::kWgmmaPingPong ? TileConfigId::kWgmmaPingPong
-                              : path == GemmPath::kWgmmaN128     ? TileConfigId::kWgmmaN128
-                              : path == GemmPath::kWgmmaN64      ? TileConfigId::kWgmmaN64
-                                                                 : TileConfigId::kWgmma;
+  const TileConfigId hopper = hopper_tile_of(path);
   const bool forced = path != GemmPath::kAuto && path != GemmPath::kWmma;  // one of the Hopper kernels
   if ((wmma.split_k == 1 || forced) && fits_device(tile_config(hopper), s, d)) {
     if (path == GemmPath::kAuto && narrow != TileConfigId::kCount && fits_device(tile_config(narrow), s, d))
@@ -316,13 +322,11 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   const bool split_enabled = wgmma_split_k_enabled(), stream_k = stream_k_enabled();
   if (stream_k && s.batch == 1) {
     const TileConfigId tile = stream_k_tile(s);
-    const bool path_takes = path == GemmPath::kAuto || (tile == TileConfigId::kWgmma && path == GemmPath::kWgmma) ||
-                            (tile == TileConfigId::kWgmmaN128 && path == GemmPath::kWgmmaN128) ||
-                            (tile == TileConfigId::kWgmmaN64 && path == GemmPath::kWgmmaN64);
+    const bool path_takes = path == GemmPath::kAuto || (path != GemmPath::kWmma && hopper_tile_of(path) == tile);
     // At least a whole tile's rows, so that each wgmma is mostly of D.
     if (tile != TileConfigId::kCount && path_takes && s.m >= tile_config(tile).block_m &&
         fits_device(tile_config(tile), s, d))
-      if (const int blocks = stream_k_blocks(s, d); blocks > 0) {
+      if (const int blocks = stream_k_blocks(s, d, tile); blocks > 0) {
         GemmPlan streamed = make_plan(tile, s, 1, false);
         streamed.stream_k_blocks = blocks;
         return streamed;

@@ -206,9 +206,9 @@ inline constexpr double kN64SliceCost = 0.7;
 // `tile`'s tiles, one with stream-K kernels) runs on: min(multiprocessors,
 // slices / kMinStreamKSlices), 0 where that is under 2.
 int stream_k_grid(const GemmShape& shape, const DeviceLimits& device, TileConfigId tile);
-// Those blocks on stream_k_tile's tiles where the model above says stream-K
-// is faster; else 0.
-int stream_k_blocks(const GemmShape& shape, const DeviceLimits& device);
+// Those blocks on `tile` (stream_k_tile's for `shape`) where the model
+// above says stream-K is faster; else 0.
+int stream_k_blocks(const GemmShape& shape, const DeviceLimits& device, TileConfigId tile);
 // A stream-K plan's workspace of `blocks` slots on `tile`'s kernel: the
 // partial sums (a tile of floats a block), then the flags (one per
 // consumer of each block, 16-byte rounded).
