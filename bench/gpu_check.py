@@ -107,14 +107,15 @@ WGMMA_SPEED = ('if [ "{arch}" = "9.0" ]; then PYTHONPATH=. ' + PY + ' bench/wgmm
 CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py conv-tiles; '
               'else echo "not an sm_90 GPU: no Hopper path here"; fi')
 # The conv suite pass by pass (fprop, dgrad, wgrad and fwd+bwd against
-# cuDNN's own) on ResNet-50's layers at batch 256 and the depthwise layers,
-# on the default path and, on sm_90, each path forced (the default there
-# mixes them pass by pass), the Hopper convolution on its narrow tiles and
-# with its opt-in kernels (wgmma_opt_in: a strided dgrad's phases in one
-# launch, whose launch-a-phase twin is the default's column, rows staged on
-# the narrow tiles; x folded in 16-byte chunks, whose twin a thread per
-# element is wgmma_narrow's first layer); everywhere 1x1 convolutions as
-# GEMMs (gemm).
+# cuDNN's own) on ResNet-50's layers at batch 256, the depthwise and the
+# grouped layers, on the default path and, on sm_90, each path forced (the
+# default there mixes them pass by pass), the Hopper convolution on its
+# narrow tiles and with its opt-in kernels (wgmma_opt_in: a strided dgrad's
+# phases in one launch, whose launch-a-phase twin is the default's column,
+# rows staged on the narrow tiles; x folded in 16-byte chunks, whose twin a
+# thread per element is wgmma_narrow's first layer; the WMMA kernels' 128 x
+# 16 tile, on the grouped layers and the first layer's dgrad); everywhere
+# 1x1 convolutions as GEMMs (gemm).
 CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
         f'paths="--conv-paths wgmma,wgmma_narrow,wgmma_opt_in,wmma,gemm"; '
         f'{PY} -m mpgemm bench conv --dtypes fp16 --batch-sizes 256 $paths --json {{raw}}/conv.json')
@@ -214,7 +215,7 @@ STEPS = (
     # fp16 only: the bf16 cases take as long again, outside the measure part.
     Step("conv", 1, 120, 45, CONV,
          "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "
-         "at batch 256 and 5 depthwise layers, fp16; on sm_90 each path forced beside the default"),
+         "at batch 256, 5 depthwise and 3 grouped layers, fp16; on sm_90 each path forced beside the default"),
     Step("build", 2, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
     Step("tests", 2, 120, 65, f"OMP_NUM_THREADS=2 {PY} -m pytest -m gpu -q -rs tests --junitxml {{raw}}/tests.xml "
          f"{XDIST}", "the GPU tests only (pytest -m gpu; on sm_90 each GEMM schedule and the Hopper convolution "

@@ -8,7 +8,8 @@ bench/gpu_check.py:
       128 x 128 and 128 x 64 tiles), and the forward, backward-data and
       backward-filter passes of convolutions on the large tile, with stride
       2, depthwise, with 3 channels (padded copies) and a 1x1 as GEMMs
-      (MPGEMM_CONV_PATH=gemm), and on sm_90 the
+      (MPGEMM_CONV_PATH=gemm), fprop and dgrad on the 128 x 16 tile
+      (MPGEMM_CONV_N16_TILE=1: grouped, and 3 channels), and on sm_90 the
       Hopper convolution's three passes (MPGEMM_CONV_PATH=wgmma, wgrad
       split; dgrad's phases at stride 2, their rows from registers and,
       with MPGEMM_STAGED_ROW_STORES=1, through shared memory, a launch a
@@ -327,6 +328,15 @@ def sanitize():
     _conv_passes("depthwise sliding 7x7", (2, 160, 14, 14), (160, 1, 7, 7), padding=3, groups=160)
     _conv_passes("depthwise sliding 5x5 stride 2", (2, 36, 15, 15), (36, 1, 5, 5), stride=2, padding=2, groups=36)
     os.environ.pop("MPGEMM_DEPTHWISE_SLIDING_WGRAD")
+    # The WMMA kernels' 128 x 16 tile (MPGEMM_CONV_N16_TILE=1): a grouped 3x3 of 4 channels a group (fprop and
+    # dgrad in place on 8-byte chunks), and 16 filters over 3 channels, 7x7 at stride 2 (fprop and dgrad on
+    # the padded copy, to 16-byte chunks).
+    os.environ["MPGEMM_CONV_N16_TILE"] = "1"
+    os.environ["MPGEMM_CONV_PATH"] = "wmma"
+    _conv_passes("n16 grouped", (2, 64, 9, 9), (64, 4, 3, 3), padding=1, groups=16)
+    _conv_passes("n16 3 channels", (2, 3, 20, 20), (16, 3, 7, 7), stride=2, padding=3)
+    os.environ.pop("MPGEMM_CONV_PATH")
+    os.environ.pop("MPGEMM_CONV_N16_TILE")
     _conv_passes("3 channels", (2, 3, 32, 32), (16, 3, 7, 7), stride=2, padding=3)
     # A 1x1 as GEMMs (MPGEMM_CONV_PATH=gemm): wgrad's K (the 2 x 28 x 28 pixels) split.
     os.environ["MPGEMM_CONV_PATH"] = "gemm"

@@ -66,9 +66,11 @@ def tile_configs():
     load_width and narrowest_load: the widest and narrowest loads in
     elements, cluster_m, wgmma: a Hopper tile, schedule: its consumers'
     "cooperative" or "pingpong", "" for the WMMA tiles), derived from the
-    tile types of csrc/kernels/common/tile_configs.h. "wgmma_m64" is the
-    Hopper convolution's (wgrad of at most 64 filters): the GEMM has no
-    kernels on it, and its plans never name it."""
+    tile types of csrc/kernels/common/tile_configs.h. "wgmma_m64" (the
+    Hopper convolution's wgrad of at most 64 filters) and "n16" (the WMMA
+    convolution's fprop and dgrad of at most 16 filters or channels per
+    group) are the convolutions' own: the GEMM has no kernels on them, and
+    its plans never name them."""
     return _C.tile_configs()
 
 

@@ -112,11 +112,13 @@ def conv_bias_note(report):
 
 def conv_layer_class(shape):
     """What kind of convolution a conv case is, for the per-pass table: the
-    first layer (3 channels), depthwise, 1x1 or RxS, strided or not; and
-    narrow (at most 128 filters) or wide."""
+    first layer (3 channels), depthwise (a group a channel), grouped, 1x1 or
+    RxS, strided or not; and narrow (at most 128 filters) or wide."""
     batch, c, k, kernel, stride, padding, size, *rest = shape
-    if rest and rest[0] > 1:
+    if rest and rest[0] == c:
         return "depthwise"
+    if rest and rest[0] > 1:
+        return "grouped"
     if c == 3:
         return "first layer"
     geometry = f"{kernel}x{kernel}" + (" strided" if stride > 1 else "")

@@ -79,8 +79,8 @@ def gpu_suites(quick=False):
     (shape (m, n, k, "rc"): A row-major, B column-major). Conv runs every distinct convolution of
     ResNet-50 at 224x224 (read from `models.resnet50`, the model `bench
     train` trains), shape (batch, in, out, kernel, stride, padding, size),
-    and depthwise layers of MobileNetV2 and ConvNeXt-T, whose shapes add the
-    groups."""
+    and depthwise layers of MobileNetV2 and ConvNeXt-T and ResNeXt-50's
+    grouped ones, whose shapes add the groups."""
     resnet50 = models.resnet50_convolutions()
     if quick:
         return {
@@ -99,7 +99,7 @@ def gpu_suites(quick=False):
         + [(case, (t, d, f)) for case in ("mlp-block", "mlp-dgrad") for t in (8192, 16384)
            for (d, f) in ((768, 3072), (1024, 4096))]
         + [("gated-mlp", (8192, d, f)) for d, f in ((2048, 5632), (4096, 11008))],
-        "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE,
+        "conv": [("resnet50", (b,) + layer) for b in (32, 256) for layer in resnet50] + DEPTHWISE + GROUPED,
         "ceiling": [("mma.sync", (blocks_per_sm, 20000)) for blocks_per_sm in (1, 2)],
     }
 
@@ -124,6 +124,13 @@ CONV_CASES_WITH_BIAS = ("convnext_t",)
 DEPTHWISE = [("mobilenet_v2", (64, 144, 144, 3, 1, 1, 56, 144)), ("mobilenet_v2", (64, 144, 144, 3, 2, 1, 56, 144)),
              ("mobilenet_v2", (64, 576, 576, 3, 1, 1, 14, 576)), ("convnext_t", (64, 96, 96, 7, 1, 3, 56, 96)),
              ("convnext_t", (64, 384, 384, 7, 1, 3, 14, 384))]
+
+# ResNeXt-50 32x4d's grouped 3x3s of 4, 8 and 16 channels a group (the 8's
+# at stride 2, the first of its stage), whose fprop and dgrad GEMMs are at
+# most 16 columns wide a group (MPGEMM_CONV_N16_TILE's 128 x 16 tile):
+# (batch, channels, channels, kernel, stride, padding, size, groups).
+GROUPED = [("resnext50", (64, 128, 128, 3, 1, 1, 56, 32)), ("resnext50", (64, 256, 256, 3, 2, 1, 56, 32)),
+           ("resnext50", (64, 512, 512, 3, 1, 1, 14, 32))]
 
 CPU_SUITES = {
     "gemm": [("square", (64, 64, 64)), ("odd", (63, 65, 61))],
@@ -445,7 +452,8 @@ def _gated_mlp_case(shape, device, dtype):
 # The extra convolution paths `bench conv --conv-paths` times beside the
 # default, each by setting MPGEMM_CONV_PATH (and MPGEMM_NARROW_TILES,
 # MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
-# MPGEMM_M64_TILE, MPGEMM_GATHERED_FOLD, MPGEMM_DEPTHWISE_SLIDING_WGRAD) around its calls (the planner reads them at every call): "wgmma" takes
+# MPGEMM_M64_TILE, MPGEMM_GATHERED_FOLD, MPGEMM_DEPTHWISE_SLIDING_WGRAD,
+# MPGEMM_CONV_N16_TILE) around its calls (the planner reads them at every call): "wgmma" takes
 # each pass the Hopper convolution takes on sm_90 and
 # leaves the rest, and every pass elsewhere, to the WMMA kernels;
 # "wgmma_narrow" the same, its passes whose N is at most 128 on the narrow
@@ -458,8 +466,10 @@ def _gated_mlp_case(shape, device, dtype):
 # the 64-row tile (MPGEMM_M64_TILE=1, opt-in) and x's fold gathered by the
 # producer instead of copied (MPGEMM_GATHERED_FOLD=1, opt-in), and
 # depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1,
-# opt-in; not a Hopper kernel, but timed in this column), where the
-# paths above have the last five off (a phase a launch, x folded a thread
+# opt-in) and the WMMA kernels' 128 x 16 tile for what they run of at most
+# 16 filters or channels a group (MPGEMM_CONV_N16_TILE=1, opt-in; neither is
+# a Hopper kernel, but both are timed in this column), where the
+# paths above have the last six off (a phase a launch, x folded a thread
 # per element: the twins of the default's; the 128-row tiles and the copied
 # fold, as the default's);
 # "wmma" forces the WMMA kernels; "gemm" runs
@@ -468,12 +478,13 @@ def _gated_mlp_case(shape, device, dtype):
 CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "gemm")
 _HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0",
            "MPGEMM_DGRAD_ONE_LAUNCH": "0", "MPGEMM_CHUNKED_FOLD": "0", "MPGEMM_M64_TILE": "0",
-           "MPGEMM_GATHERED_FOLD": "0", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "0"}
+           "MPGEMM_GATHERED_FOLD": "0", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "0", "MPGEMM_CONV_N16_TILE": "0"}
 _CONV_PATH_ENV = {"wgmma": _HOPPER, "wgmma_narrow": {**_HOPPER, "MPGEMM_NARROW_TILES": "1"},
                   "wgmma_staged": {**_HOPPER, "MPGEMM_STAGED_ROW_STORES": "1"},
                   "wgmma_opt_in": {**_HOPPER, "MPGEMM_NARROW_TILES": "1", "MPGEMM_STAGED_ROW_STORES": "1",
                                    "MPGEMM_DGRAD_ONE_LAUNCH": "1", "MPGEMM_CHUNKED_FOLD": "1", "MPGEMM_M64_TILE": "1",
-                                   "MPGEMM_GATHERED_FOLD": "1", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "1"},
+                                   "MPGEMM_GATHERED_FOLD": "1", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "1",
+                                   "MPGEMM_CONV_N16_TILE": "1"},
                   "wmma": {"MPGEMM_CONV_PATH": "wmma"}, "gemm": {"MPGEMM_CONV_PATH": "gemm"}}
 
 

@@ -53,6 +53,18 @@ OTHER_PER_HMMA_LIMITS = {  # kernel: (bound from LARGE_TILE_HMMA HMMA per slice,
 NARROW_VECTORS = {"Li4EEEv": "LDGSTS.E.64", "Li2EEEv": "LDGSTS.E"}
 NARROW_OTHER_PER_HMMA_LIMITS = {("wmma_gemm_kernel", "Li4EEEv"): (2.5, 3.5), ("wmma_gemm_kernel", "Li2EEEv"): (3.5, 7.0),
                                 ("conv2d_kernel", "Li4EEEv"): (4.5, 4.5)}
+# The convolution's 128 x 16 tile (N16Tile: fprop and dgrad of at most 16
+# columns a group), by a part of its kernels' mangled names. A warp's 32 x
+# 16 tile is 2 x 1 fragments over 4 k16 steps a slice: 16 HMMA.16816 a
+# slice, a quarter of the small tile's, so that its mainloop is its
+# gathers, bounded by instructions per copied chunk rather than by issue
+# 15's bounds per HMMA (which it is left out of). A thread copies 8 chunks
+# of A's 128 x 64 patch and 1 of B's 16 x 64 filters a slice at 16 bytes,
+# twice as many at 8.
+N16_KERNEL = "7N16Tile"
+N16_HMMA_PER_SLICE = 16
+N16_COPIES_PER_SLICE = {ALIGNED_VECTOR: 9, "Li4EEEv": 18}
+N16_OTHER_PER_COPY = 14.0
 
 
 @pytest.fixture(scope="module")
@@ -293,11 +305,12 @@ def test_mma_ceiling_issues_hmma_from_registers_alone(compiled, arch):
     assert sass.count_opcodes(between, "HMMA") > len(between) // 2, "the loop is mostly not HMMA"
 
 
-def aligned_mainloops(compiled, kernel, vector=ALIGNED_VECTOR):
-    """{kernel name: MainloopMix or None} of the aligned (or `vector`) `kernel`s compiled for MIX_ARCH."""
+def aligned_mainloops(compiled, kernel, vector=ALIGNED_VECTOR, arch=MIX_ARCH, n16=False):
+    """{kernel name: MainloopMix or None} of the aligned (or `vector`) `kernel`s compiled for `arch`: the
+    128 x 16 tile's alone where `n16`, every other tile's otherwise."""
     return {name: sass.mainloop_mix(code)
-            for name, code in aligned_kernels(compiled[MIX_ARCH][2], (kernel,), vector).items()
-            if not compiled_out(MIX_ARCH, name)}
+            for name, code in aligned_kernels(compiled[arch][2], (kernel,), vector).items()
+            if not compiled_out(arch, name) and (N16_KERNEL in name) == n16}
 
 
 def other_per_hmma_limit(limits, mix):
@@ -336,6 +349,22 @@ def test_narrow_mainloops_stay_within_their_bounds(compiled, kernel, vector):
     lines = mainloops_over_limits(mixes, NARROW_OTHER_PER_HMMA_LIMITS[(kernel, vector)])
     assert not lines, (f"{len(lines)} of {len(mixes)} narrow {kernel}s ({vector}) on {MIX_ARCH} exceed their "
                        "bound on other instructions per HMMA in the mainloop:\n" + "\n".join(lines))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("vector", sorted(N16_COPIES_PER_SLICE))
+def test_n16_tile_mainloops_copy_their_chunks_and_multiply_them(compiled, arch, vector):
+    mixes = {**aligned_mainloops(compiled, "conv2d_kernel", vector, arch, n16=True),
+             **aligned_mainloops(compiled, "conv2d_fprop_moments_kernel", vector, arch, n16=True)}
+    # fprop and dgrad (and fprop with its moments at 16 bytes), fp16 and bf16.
+    assert len(mixes) == (6 if vector == ALIGNED_VECTOR else 4), sorted(mixes)
+    for name, mix in mixes.items():
+        assert mix is not None, f"{name}: no loop holds HMMA"
+        copies_per_slice = mix.counts["global"] * N16_HMMA_PER_SLICE / mix.hmma
+        assert (mix.hmma_per_slice, copies_per_slice) == (N16_HMMA_PER_SLICE, N16_COPIES_PER_SLICE[vector]), (
+            f"{name}: {mix.hmma_per_slice} HMMA and {copies_per_slice} copies a slice")
+        assert mix.other / mix.counts["global"] <= N16_OTHER_PER_COPY, (
+            f"{name}: {mix.other / mix.counts['global']:.1f} other instructions per copied chunk ({mix.counts})")
 
 
 # Kernels that must have large-tile mainloops, by a part of their (mangled)

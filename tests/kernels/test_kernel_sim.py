@@ -3,7 +3,8 @@ stand-in CUDA headers of kernel_sim/mock and the simulation's own instruction
 layer (kernel_sim/arch, found ahead of csrc/kernels/arch on the include path),
 and runs random GEMM (every tile of common/tile_configs.h, split-K, grouped
 tile orders), unscale, convolution (fprop, dgrad, wgrad; depthwise wgrad
-on the sliding window too), mma.sync ceiling
+on the sliding window too; fprop and dgrad of at most 16 filters or
+channels per group on the 128 x 16 tile too), mma.sync ceiling
 and batch-norm (mpgemm.fuse's passes: kernel_sim/batch_norm_cases.cpp; a
 row block's partial sums dropped and a row summed twice must be caught)
 problems on the host, with fp16 and bf16 inputs (bf16 from sim arch 800 on;
@@ -126,6 +127,14 @@ CONV_KERNELS = {750: 16, 800: 36}
 # at sm_75), three of them split (one on a clipped grid, striding over
 # splits and channel tiles), and its switch's plans and bad value.
 SLIDING_KERNELS = {750: 6, 800: 12}
+# The 128 x 16 tile (MPGEMM_CONV_N16_TILE=1, conv_cases.cpp): 16 cases after
+# the sliding window's, fprop and dgrad with at most 16 filters or channels
+# per group, in place on 16- and 8-byte chunks (fprop also with its column
+# moments) and on the padded copy, a first layer's dgrad among them, its
+# switch's plans and bad value; its 10 kernels (fp16 and bf16) at sim arch
+# 800. At 750, below the tile's arch, the plans give the same cases to the
+# other tiles.
+N16_KERNELS = 10
 # (arch, cp.async copies land only when waited for). sm_75 has only the
 # register-staged mainloop; sm_80 adds the cp.async pipeline, run with copies
 # landing at issue and as late as wait_group allows.
@@ -156,6 +165,19 @@ SLIDING_MUTATIONS = {
     "a sliding window's first pixel lane dropped": (
         "for (int pl = 0; pl < a.pixel_lanes; ++pl)",
         "for (int pl = PLANTED; pl < a.pixel_lanes; ++pl)"),
+}
+# The bug planted in dgrad's filter loads (conv/iterators.cuh's
+# PhaseFilterLoader; the 128 x 16 tile's fp16 kernels in the same mutant
+# build), run on the 128 x 16 tile's cases alone (with the sliding
+# window's, which it leaves alone) and which must fail them: each thread's
+# filter chunks past its first row of the K slice left zero, which the tile
+# at 8-byte chunks (two rows a thread) multiplies wherever a tap has more
+# than 32 output channels (case 9 always). The pipeline's early read
+# (WMMA_MUTATIONS) is run on those cases alone too.
+N16_MUTATIONS = {
+    "dgrad's filter chunks past a thread's first row left out": (
+        "valid = !column_in ? 0 : rows < Copy::kPerThread ? rows : Copy::kPerThread;",
+        "valid = !column_in ? 0 : PLANTED ? (rows < 1 ? rows : 1) : rows < Copy::kPerThread ? rows : Copy::kPerThread;"),
 }
 # Planted bugs: each a text of csrc/kernels and what replaces it, in which
 # PLANTED is true in a run that plants that bug (SIM_PLANTED_BUG, read by
@@ -814,10 +836,12 @@ def results(tmp_path_factory):
     # real units.
     wmma_bugs = list(enumerate(WMMA_MUTATIONS))
     sliding_bugs = list(enumerate(SLIDING_MUTATIONS, start=len(wmma_bugs)))
+    n16_bugs = list(enumerate(N16_MUTATIONS, start=len(wmma_bugs) + len(sliding_bugs)))
     mutant_dir = mutated_kernels(str(out / "mutant"), [
         (["wmma/block.cuh"], planted(WMMA_MUTATIONS[name], number)) for number, name in wmma_bugs] + [
         (["conv/depthwise_sliding_wgrad.cuh"], planted(SLIDING_MUTATIONS[name], number))
-        for number, name in sliding_bugs])
+        for number, name in sliding_bugs] + [
+        (["conv/iterators.cuh"], planted(N16_MUTATIONS[name], number)) for number, name in n16_bugs])
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         # The stand-in CUDA headers precompiled for each arch and set of
         # flags, submitted before the first compile that reads them (which
@@ -931,10 +955,12 @@ def results(tmp_path_factory):
                                                                             planted=0)
         jobs[("mutant", "a warp row's column moments dropped")] = pool.submit(run_driver, mutant, 0, 0, 49, 1, False,
                                                                               0, planted=1, first_conv_case=48)
-        # The sliding window's cases alone (conv cases from 1 to 1: none of conv_case's).
-        for number, name in sliding_bugs:
+        # The sliding window's and the 128 x 16 tile's cases alone (conv cases from 1 to 1: none of conv_case's).
+        for number, name in sliding_bugs + n16_bugs:
             jobs[("mutant", name)] = pool.submit(run_driver, mutant, 0, 0, 1, 1, False, 0, planted=number,
                                                  first_conv_case=1)
+        jobs[("mutant", "an early read of a pipeline stage", "n16")] = pool.submit(
+            run_driver, mutant, 0, 0, 1, 1, True, 0, planted=0, first_conv_case=1)
         for number, name in batch_norm_bugs:
             cases = 1 if name in LINE_FINISH_MUTATIONS else BATCH_NORM_MUTANT_CASES
             jobs[("batch norm mutant", name)] = pool.submit(run_driver, batch_norm_binary, 0, 0, 0, 1, False, cases,
@@ -976,6 +1002,8 @@ def test_kernels_match_reference(results, arch, late, seeded):
                         r"(\d+) striding over tiles\)", output)
     assert sliding and int(sliding[1]) == SLIDING_KERNELS[arch], replay
     assert int(sliding[2]) >= 3 and int(sliding[3]) >= 1 and int(sliding[4]) >= 1, replay
+    n16 = re.search(r"conv n16 tile: 0/16 failed \((\d+) kernels; (\d+) on several row tiles\)", output)
+    assert n16 and int(n16[2]) >= 4 and (arch < 800 or int(n16[1]) == N16_KERNELS), replay
     assert printed_count(output, "wgrad cases that split K") > 0, replay
     # fprop's epilogue moments (conv_cases.cpp), their kernels counted apart.
     assert printed_count(output, "fprop cases with moments") > 0, replay
@@ -1002,6 +1030,18 @@ def test_simulation_catches_a_planted_sliding_window_bug(results, name):
     code, output = results[("mutant", name)]
     assert code != 0 and "depthwise sliding case" in output and "dw[" in output, output[-4000:]
     assert "depthwise sliding wgrad: 0/" not in output, output[-4000:]
+
+
+@pytest.mark.parametrize("name", N16_MUTATIONS)
+def test_simulation_catches_a_planted_n16_tile_bug(results, name):
+    code, output = results[("mutant", name)]
+    assert code != 0 and "n16 tile case 9 FAILED" in output and "dx[" in output, output[-4000:]
+    assert "depthwise sliding wgrad: 0/12 failed" in output, output[-4000:]
+
+
+def test_simulation_catches_an_early_read_on_the_n16_tile(results):
+    code, output = results[("mutant", "an early read of a pipeline stage", "n16")]
+    assert code != 0 and "n16 tile case" in output and "conv n16 tile: 0/" not in output, output[-4000:]
 
 
 @pytest.mark.parametrize("name", BATCH_NORM_MUTATIONS)

@@ -32,7 +32,7 @@ def test_table_lists_every_configuration_once():
     configs = mpgemm.tile_configs()
     names = [c["name"] for c in configs]
     assert names == ["wide", "tall", "square", "compact", "small", "scalar", "wgmma", "wgmma_2x1", "wgmma_pingpong",
-                     "wgmma_n128", "wgmma_n64", "wgmma_m64"]
+                     "wgmma_n128", "wgmma_n64", "wgmma_m64", "n16"]
     by_name = {c["name"]: c for c in configs}
     assert (by_name["wide"]["block_m"], by_name["wide"]["block_n"], by_name["wide"]["block_k"]) == (128, 256, 64)
     assert by_name["scalar"]["load_width"] == 1 and by_name["small"]["load_width"] == 8
@@ -67,6 +67,15 @@ def test_table_lists_every_configuration_once():
     assert {k: v for k, v in m64.items() if k not in ("name", "type", "cluster_m")} == \
         {k: v for k, v in ping_pong.items() if k not in ("name", "type", "cluster_m")}
     assert (m64["cluster_m"], m64["schedule"]) == (1, "pingpong")
+    # The convolution's fprop and dgrad tile of at most 16 columns: 4 warps of 32 x 16, 3 stages of 64-deep
+    # slices (three blocks in a multiprocessor's shared memory on sm_90, two on sm_80), registers for three,
+    # 16- and 8-byte chunks, from sm_80 on.
+    n16 = by_name["n16"]
+    assert (n16["block_m"], n16["block_n"], n16["block_k"], n16["warp_m"], n16["warp_n"]) == (128, 16, 64, 32, 16)
+    assert (n16["threads"], n16["stages"], n16["min_arch"], n16["load_width"], n16["narrowest_load"]) == \
+        (128, 3, 80, 8, 4)
+    assert (n16["min_blocks_per_sm"], n16["wgmma"]) == (3, False)
+    assert 3 * (128 + 16) * 64 * 2 < n16["smem_bytes"] <= 64 * 1024
     # The large tiles need the big shared memory of sm_80+; compact is for 64-100 KB devices.
     assert by_name["wide"]["smem_bytes"] > 160 * 1024 and by_name["compact"]["smem_bytes"] <= 64 * 1024
 
@@ -336,6 +345,8 @@ def test_a_bad_tuned_config_is_refused():
         gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "huge", 1)
     with pytest.raises(ValueError, match="the GEMM has no kernels on 'wgmma_m64'"):
         gemm_plans._C.set_tuned_gemm_plan(1, 64, 4096, 4096, "wgmma_m64", 1)
+    with pytest.raises(ValueError, match="the GEMM has no kernels on 'n16'"):
+        gemm_plans._C.set_tuned_gemm_plan(1, 4096, 16, 4096, "n16", 1)
     with pytest.raises(ValueError, match="split_k must be in"):
         gemm_plans._C.set_tuned_gemm_plan(1, 8, 8, 8, "small", 17)
 

@@ -599,6 +599,7 @@ def test_conv_pass_table_groups_layers_by_class_and_path():
     assert by[("default", "3x3 strided, >=256 filters", "fwd+bwd")]["share"] == pytest.approx(2 / 3)
     assert bench_report.conv_layer_class((64, 3, 64, 7, 2, 3, 224)) == "first layer"
     assert bench_report.conv_layer_class((64, 144, 144, 3, 1, 1, 56, 144)) == "depthwise"
+    assert bench_report.conv_layer_class((64, 128, 128, 3, 1, 1, 56, 32)) == "grouped"
     (table,) = bench_report.conv_pass_table(report)
     assert "fprop vs cuDNN" in table and "0.50x" in table and "2.00x" in table
 

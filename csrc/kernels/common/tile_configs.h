@@ -10,7 +10,7 @@ namespace mpgemm::kernels {
 
 enum class TileConfigId : int {
   kWide = 0, kTall, kSquare, kCompact, kSmall, kScalar, kWgmma, kWgmmaPair, kWgmmaPingPong, kWgmmaN128, kWgmmaN64,
-  kWgmmaM64, kCount
+  kWgmmaM64, kN16, kCount
 };
 
 // A tile of the WMMA kernels (wmma/): a block computes a kBlockM x kBlockN
@@ -183,6 +183,21 @@ MPGEMM_TILE_CONFIG(SmallTile, kSmall, "small", WmmaTileConfig<64, 64, 64, 32, 32
 // the chunks per thread keeps their addresses in registers. Only the
 // register-staged double buffer runs here, so two stages.
 MPGEMM_TILE_CONFIG(ScalarTile, kScalar, "scalar", WmmaTileConfig<64, 64, 16, 32, 32, 2, 1, 75, 1, 1>);
+// Convolutions whose GEMM is at most 16 columns wide (fprop of at most 16
+// filters per group, dgrad of at most 16 channels per group: grouped
+// layers such as ResNeXt's, a few-channel first layer's dgrad, a last
+// layer's 1 to 16 outputs), where every 64- or 128-column tile above
+// multiplies zeros over three quarters or more of its columns: 4 warps of
+// 32 x 16 over 128 x 16, K slices of 64 (the narrowest a 16-column B tile
+// divides among 128 threads in 16-byte chunks), 3 stages of 21 KB (three
+// blocks a multiprocessor on sm_90, two on sm_80), 8- and 4-element chunks,
+// registers for three blocks (its gathers' addresses take 134 to 166 a
+// thread on sm_90a). Each A fragment feeds one product, so these kernels
+// are bound by the gathers of A, not the Tensor Cores (bench/NOTES.md).
+// From sm_80 on: sm_75's register-staged pipeline would spill at that
+// bound. The convolution's fprop and dgrad alone have its kernels
+// (conv/launch.cu).
+MPGEMM_TILE_CONFIG(N16Tile, kN16, "n16", WmmaTileConfig<128, 16, 64, 32, 16, 3, 3, 80, 8, 4>);
 // Hopper (sm_90a code, sm_90 devices): blocks alone, pairs of blocks that
 // share B's copies, and pairs whose consumers take 64-row tiles in turn.
 MPGEMM_TILE_CONFIG(WgmmaTile, kWgmma, "wgmma", WgmmaTileConfig<Consumers::kCooperative, 1>);
@@ -214,8 +229,9 @@ struct TileList {
 
 // Every tile, in the order of TileConfigId.
 using AllTiles = TileList<WideTile, TallTile, SquareTile, CompactTile, SmallTile, ScalarTile, WgmmaTile,
-                          WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile, WgmmaM64Tile>;
-// The tiles the GEMM has kernels of: all but the convolution's wgrad tile.
+                          WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile, WgmmaM64Tile, N16Tile>;
+// The tiles the GEMM has kernels of: all but the convolution's own (wgrad's
+// 64-row Hopper tile, fprop's and dgrad's 16-column WMMA tile).
 using GemmTiles = TileList<WideTile, TallTile, SquareTile, CompactTile, SmallTile, ScalarTile, WgmmaTile,
                            WgmmaPairTile, WgmmaPingPongTile, WgmmaN128Tile, WgmmaN64Tile>;
 

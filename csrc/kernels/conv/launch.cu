@@ -57,6 +57,13 @@ int conv_vector_width(ConvPass pass, const Conv2dParams& p) {
   return 0;
 }
 
+// Whether `device` runs the tile's kernels at that load width.
+bool runs_here(const DeviceLimits& device, TileConfigId id, int vector) {
+  const TileConfigInfo& tile = tile_config(id);
+  return device.arch >= tile.min_arch && device.max_smem_per_block >= tile.smem_bytes &&
+         tile_takes_width(tile, vector);
+}
+
 // The pass's GEMM for slices of block_k; dgrad's first phase (its largest).
 ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
   switch (pass) {
@@ -67,12 +74,14 @@ ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
 }
 
 // For a problem conv_vector_width takes: the tile, the largest whose tiles
-// fill the device, as for a GEMM of the pass's M x N (times the groups); for
-// wgrad the largest that runs here, and the split of GEMM-K: wgrad's M x N is
-// the filters and its K every output pixel, so its tiles alone leave most
-// multiprocessors idle (one tile for a 64-to-64 1x1 convolution); splitting
-// K gives each multiprocessor blocks.
-ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
+// fill the device, as for a GEMM of the pass's M x N (times the groups), or
+// with `n16` (n16_tile()) the 128 x 16 one where N is at most 16 a group
+// (the wider tiles' columns past N multiply zeros, however many tiles there
+// are); for wgrad the largest that runs here, and the split of GEMM-K:
+// wgrad's M x N is the filters and its K every output pixel, so its tiles
+// alone leave most multiprocessors idle (one tile for a 64-to-64 1x1
+// convolution); splitting K gives each multiprocessor blocks.
+ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p, bool n16) {
   const DeviceLimits device = device_limits();
   const ConvGemm g = pass_gemm(pass, p, 1);
   // Blocks of one split over every group.
@@ -83,13 +92,14 @@ ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p) {
   const auto fills = [&](TileConfigId id) { return blocks(id) >= device.multiprocessors; };
   ConvTilePlan plan;
   plan.vector = conv_vector_width(pass, p);
-  const TileConfigInfo& square = tile_config(TileConfigId::kSquare);
-  const bool square_fits = device.arch >= square.min_arch && device.max_smem_per_block >= square.smem_bytes &&
-                           tile_takes_width(square, plan.vector);
+  const bool square_fits = runs_here(device, TileConfigId::kSquare, plan.vector);
   if (pass != ConvPass::kWgrad) {
-    plan.tile = square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
-                : fills(TileConfigId::kCompact)             ? TileConfigId::kCompact
-                                                            : TileConfigId::kSmall;
+    const bool narrow = n16 && g.n <= tile_config(TileConfigId::kN16).block_n &&
+                        runs_here(device, TileConfigId::kN16, plan.vector);
+    plan.tile = narrow                                        ? TileConfigId::kN16
+                : square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
+                : fills(TileConfigId::kCompact)               ? TileConfigId::kCompact
+                                                              : TileConfigId::kSmall;
     return plan;
   }
   // wgrad splits K as plan/split_cost.h's model says is fastest, on the
@@ -178,7 +188,7 @@ cudaError_t launch_width(const Conv2dParams& p, const ConvTilePlan& plan, const 
 }
 
 // The tiles each pass runs on (plan_tiles): wgrad on the largest that runs here.
-using ConvTiles = TileList<SquareTile, CompactTile, SmallTile>;
+using ConvTiles = TileList<SquareTile, CompactTile, SmallTile, N16Tile>;
 using WgradTiles = TileList<SquareTile, CompactTile>;
 
 template <class Element, ConvPass Pass>
@@ -232,8 +242,10 @@ struct PaddedConv {
   size_t bytes = 0;                 // all of the workspace
 };
 
-// `tiles`: the padded problem's plan where already known, or null to work it out.
-PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, void* workspace) {
+// `tiles`: the padded problem's plan where already known, or null to work it
+// out (plan_tiles, with `n16`).
+PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, void* workspace,
+                        bool n16 = false) {
   const int64_t g = p.groups, cg = p.c / g, kg = p.k / g, taps = p.r * p.s;
   const auto padded_channels = [](int64_t channels) {
     return round_up(channels, channels >= kPadToSixteenBytesFrom ? 8 : 4);
@@ -275,7 +287,7 @@ PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan
   if (pass == ConvPass::kDgrad) take_back({x_pixels, g, 1, cgp}, {x_pixels, g, 1, cg});
   if (pass == ConvPass::kWgrad) take_back({g, kgp, taps, cgp}, {g, kg, taps, cg});
 
-  conv.tiles = tiles != nullptr ? *tiles : plan_tiles(pass, conv.padded);
+  conv.tiles = tiles != nullptr ? *tiles : plan_tiles(pass, conv.padded, n16);
   conv.inner_workspace = take({1, 1, 1, int64_t(partials_bytes(conv.padded, conv.tiles))}, 1);
   return conv;
 }
@@ -358,6 +370,8 @@ bool gathered_fold() { return switch_on("MPGEMM_GATHERED_FOLD", false); }
 
 bool dgrad_addend() { return switch_on("MPGEMM_DGRAD_ADDEND", false); }
 
+bool n16_tile() { return switch_on("MPGEMM_CONV_N16_TILE", false); }
+
 bool is_one_by_one_gemm(const Conv2dParams& p) {
   return p.groups == 1 && p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
          p.pad_left == 0 && p.p == p.h && p.q == p.w;
@@ -404,6 +418,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   const bool gathered = gathered_fold();
   const bool m64_tile = m64_tile_enabled();
   const bool sliding_wgrad = depthwise_sliding_wgrad_enabled();
+  const bool n16 = n16_tile();
   const bool addend = p.addend != nullptr && pass == ConvPass::kDgrad && dgrad_addend();
   if (p.groups <= 0) return plan;
   if (path == ConvPath::kGemm && is_one_by_one_gemm(p)) {
@@ -443,13 +458,13 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.path = Conv2dPlan::Path::kDepthwise;
     plan.workspace_bytes = depthwise_workspace_bytes(p, plan.depthwise);
   } else if (conv_vector_width(pass, p) == 0) {
-    const PaddedConv conv = pad_channels(pass, p, nullptr, nullptr);
+    const PaddedConv conv = pad_channels(pass, p, nullptr, nullptr, n16);
     plan.path = Conv2dPlan::Path::kPadded;
     plan.tiles = conv.tiles;
     plan.workspace_bytes = conv.bytes;
   } else {
     plan.path = Conv2dPlan::Path::kImplicitGemm;
-    plan.tiles = plan_tiles(pass, p);
+    plan.tiles = plan_tiles(pass, p, n16);
     plan.workspace_bytes = partials_bytes(p, plan.tiles);
     if (pass == ConvPass::kFprop && plan.tiles.vector == 8) plan.moment_rows = tile_config(plan.tiles.tile).block_m;
   }

@@ -14,8 +14,8 @@
 namespace mpgemm::kernels {
 
 // The implicit GEMM's choice for a pass: one of the WMMA tiles (Square,
-// Compact or Small), its load width in elements (8 or 4), and wgrad's split
-// of K.
+// Compact or Small; N16 where n16_tile() asks), its load width in elements
+// (8 or 4), and wgrad's split of K.
 struct ConvTilePlan {
   TileConfigId tile = TileConfigId::kCompact;
   int vector = 8;
@@ -126,6 +126,13 @@ bool gathered_fold();
 // throws std::invalid_argument for any other value.
 bool dgrad_addend();
 
+// Whether fprop and dgrad whose GEMM is at most 16 columns wide a group
+// (at most 16 filters, or channels, per group) run on the WMMA kernels'
+// 128 x 16 tile (common/tile_configs.h's N16Tile) instead of one 64 or 128
+// columns wide: opt-in until its kernels pass the GPU tests. "1": yes;
+// unset, "" or "0": no; throws std::invalid_argument for any other value.
+bool n16_tile();
+
 // A pass of a 1x1 convolution at stride 1 without padding, in one group, as
 // the GEMM it is on NHWC activations and KC filters, reading every operand
 // in place: fprop y[NHW, K] = x[NHW, C] w^T (B column-major) + bias; dgrad
@@ -157,9 +164,9 @@ bool folded_taps_by_default(ConvPass pass);
 
 // Throws std::invalid_argument for a bad MPGEMM_CONV_PATH,
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
-// MPGEMM_GATHERED_FOLD or MPGEMM_M64_TILE (conv_path, staged_row_stores,
-// one_launch_dgrad, chunked_fold, gathered_fold, plan/gemm_plan.h's
-// m64_tile_enabled), whatever the problem, and for a bad
+// MPGEMM_GATHERED_FOLD, MPGEMM_CONV_N16_TILE or MPGEMM_M64_TILE (conv_path,
+// staged_row_stores, one_launch_dgrad, chunked_fold, gathered_fold,
+// n16_tile, plan/gemm_plan.h's m64_tile_enabled), whatever the problem, and for a bad
 // MPGEMM_DGRAD_ADDEND (dgrad_addend) where dgrad has an addend.
 Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& params);
 

@@ -84,6 +84,26 @@ void dimension(int64_t taps, int stride, int dilation, int& pad, int64_t& in, in
 
 const char* const kPassNames[] = {"fprop", "dgrad", "wgrad"};
 
+// How many of the `count` elements of `type` that `out` holds `offset`
+// elements into its buffer differ from `want` (plus bias[e % k] where given)
+// rounded to the type, plus the bytes of the buffer around them that were
+// written (all must stay 0xff); the first three printed, an element as
+// `name`[e]. `bad`: the case's errors so far, which count towards the three.
+int wrong_output(const Buffer& out, ElementType type, int64_t offset, int64_t count, const std::vector<double>& want,
+                 const sim::Bias* bias, int64_t k, const char* name, int bad) {
+  const int before = bad;
+  for (int64_t e = 0; e < count; ++e) {
+    const float expect = sim::rounded(float(want[e]) + (bias ? bias->values[e % k] : 0.0f), type);
+    const float got = get(out.p, type, offset + e);
+    if (!(got == expect) && bad++ < 3) printf("  %s[%ld] = %g, want %g\n", name, e, got, expect);
+  }
+  const int64_t esize = sim::bytes_of(type);
+  for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
+    if ((byte < esize * offset || byte >= esize * (offset + count)) && out.p[byte] != 0xff && bad++ < 3)
+      printf("  wrote outside %s, byte %ld of %ld\n", name, byte - esize * offset, esize * count);
+  return bad - before;
+}
+
 }  // namespace
 
 int conv_splits_run = 0;
@@ -252,11 +272,7 @@ bool conv_case(int index) {
   const std::vector<double> want = sim::conv_reference(pass, a, at(x), at(wt), at(dy), count);
 
   int bad = err != cudaSuccess || wrong_path;
-  for (int64_t e = 0; e < count; ++e) {
-    const float expect = sim::rounded(float(want[e]) + bias.values[e % a.k], a.out_type);
-    const float got = get(out.p, a.out_type, out_offset + e);
-    if (!(got == expect) && bad++ < 3) printf("  out[%ld] = %g, want %g\n", e, got, expect);
-  }
+  bad += wrong_output(out, a.out_type, out_offset, count, want, &bias, a.k, "out", bad);
   if (with_moments) {
     ++conv_moment_cases;
     bad += sim::statistics_off(out.p + esize * out_offset, a.out_type, rows, a.k, moments, plan.moment_rows);
@@ -270,9 +286,6 @@ bool conv_case(int index) {
       }
     }
   }
-  for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
-    if ((byte < esize * out_offset || byte >= esize * (out_offset + count)) && out.p[byte] != 0xff && bad++ < 3)
-      printf("  wrote outside the output, byte %ld of %zu\n", byte - esize * out_offset, size_t(esize * count));
   if (bad)
     printf("conv case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld stride=%d,%d "
            "pad_top=%d pad_left=%d dilation=%d,%d offsets(x,wt,dy,out)=%ld,%ld,%ld,%ld input_type=%d bias=%d "
@@ -352,13 +365,7 @@ bool depthwise_sliding_case(int index) {
   if (unlike)
     printf("  planned path %d, sliding %d, splits %d, tiles %ld\n", int(plan.path), int(dw_plan.sliding),
            dw_plan.splits, dw_plan.channel_tiles);
-  for (int64_t e = 0; e < count; ++e) {
-    const float expect = sim::rounded(float(want[e]), a.out_type), got = get(out.p, a.out_type, out_offset + e);
-    if (!(got == expect) && bad++ < 3) printf("  dw[%ld] = %g, want %g\n", e, got, expect);
-  }
-  for (int64_t byte = 0; byte < int64_t(out.size); ++byte)
-    if ((byte < esize * out_offset || byte >= esize * (out_offset + count)) && out.p[byte] != 0xff && bad++ < 3)
-      printf("  wrote outside dw, byte %ld of %ld\n", byte - esize * out_offset, esize * count);
+  bad += wrong_output(out, a.out_type, out_offset, count, want, nullptr, a.k, "dw", bad);
   if (bad)
     printf("depthwise sliding case %d FAILED: err=%d n=%ld h=%ld w=%ld c=%ld r=%ld s=%ld p=%ld q=%ld stride=%d,%d "
            "pad_top=%d pad_left=%d dilation_h=%d offsets(x,dy,out)=%ld,%ld,%ld input_type=%d out_type=%d "
@@ -406,5 +413,152 @@ bool depthwise_sliding_switch_wrong() {
     unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
   }
   if (wrong || !refused) printf("  the sliding wgrad's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
+  return wrong || !refused;
+}
+
+// The 128 x 16 tile (common/tile_configs.h's N16Tile,
+// MPGEMM_CONV_N16_TILE=1) through launch_conv2d as conv_case runs it: case
+// i is fprop (even i) or dgrad (odd), in fp16 or, from sim arch 800 on
+// where i / 2 is odd, bf16; the pass's N (filters or channels per group)
+// and its load path by kind i / 4 % 4: 8 or 16 in place on 16-byte chunks,
+// without and (fprop) with the column moments, 4 or 12 in place on 8-byte
+// chunks, and 1 to 15 but for 4, 8 and 12 on the padded copy (rounded up
+// to 4 to 16; bases misaligned in one case in two), so that 16 cases launch
+// the tile's 10 kernels; below its arch (sim arch 750) the plan must give
+// them to other tiles. Each draws 1 to 3 groups (the grid's groups
+// clipped to 1 or 2 in one case in two), windows of 1 to 7 taps, strides 1
+// to 3 (dgrad phases that no tap reaches), dilations, paddings and images
+// of 1 to 5 row tiles (every third case 4 images at stride 1: several),
+// and GEMM-K's other side (input channels, dgrad's output channels) up to
+// 72: several K slices. Case 9, dgrad on 8-byte chunks, has 36 to 72
+// output channels (two chunk rows of a thread's filters); case 13 is a
+// first layer's dgrad: 3 channels, 64 filters, 7x7 at stride 2. The plan
+// must take the tile, and every element of the output must match. Counted
+// for the driver's report: cases on more than one row tile.
+int n16_multi_tile_cases = 0;
+// Channel counts that no 8-byte chunk divides: the padded copy's.
+constexpr int64_t kUnpadded[] = {1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15};
+
+bool n16_tile_case(int index) {
+  const ConvPass pass = index % 2 ? ConvPass::kDgrad : ConvPass::kFprop;
+  const int kind = index / 4 % 4;
+  const bool padded = kind == 3, moments = kind == 1 && pass == ConvPass::kFprop;
+  Conv2dParams a;
+  a.input_type = __CUDA_ARCH__ >= 800 && index / 2 % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
+  a.groups = rnd(1, 3);
+  // N, the pass's channels per group on the output side, and the other side (part of GEMM-K).
+  int64_t n_side, k_side;
+  if (kind <= 1) n_side = 8 * rnd(1, 2), k_side = 8 * rnd(1, 9);
+  else if (kind == 2) n_side = 4 * (2 * rnd(0, 1) + 1), k_side = 4 * (index == 9 ? rnd(9, 18) : rnd(1, 18));
+  else n_side = kUnpadded[rnd(0, 11)], k_side = rnd(1, 72);
+  const int64_t taps[] = {1, 3, 5, 7};
+  a.r = taps[rnd(0, 3)], a.s = taps[rnd(0, 3)];
+  a.stride_h = int(rnd(1, 3)), a.stride_w = int(rnd(1, 3));
+  a.dilation_h = int(rnd(1, 2)), a.dilation_w = int(rnd(1, 2));
+  a.n = rnd(1, 3);
+  // Every third case on several row tiles: 4 images of at least 7 x 7 output pixels, at stride 1.
+  const bool tall = index % 3 == 0;
+  if (tall) a.n = 4, a.stride_h = a.stride_w = 1;
+  if (index == 13) {
+    a.groups = 1, n_side = 3, k_side = 64, a.r = a.s = 7, a.stride_h = a.stride_w = 2, a.dilation_h = a.dilation_w = 1;
+    a.n = 2;
+  }
+  (pass == ConvPass::kFprop ? a.k : a.c) = a.groups * n_side;
+  (pass == ConvPass::kFprop ? a.c : a.k) = a.groups * k_side;
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, tall ? 6 : 2, tall ? 9 : 8);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, tall ? 6 : 2, tall ? 9 : 8);
+  if (index == 13) a.pad_top = a.pad_left = 3, a.h = a.w = rnd(9, 16), a.p = a.q = (a.h + 6 - 7) / 2 + 1;
+
+  const bool offset = padded && rnd(0, 1);
+  const int64_t cg = a.c / a.groups;
+  const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s * cg, dy_count = a.n * a.p * a.q * a.k;
+  const bool fprop = pass == ConvPass::kFprop;
+  const Input x(a.input_type, fprop ? x_count : 0, offset ? rnd(1, 7) : 0),
+      wt(a.input_type, wt_count, offset ? rnd(1, 7) : 0), dy(a.input_type, fprop ? 0 : dy_count, offset ? rnd(1, 7) : 0);
+  a.x = fprop ? x.data : nullptr, a.wt = wt.data, a.dy = fprop ? nullptr : dy.data;
+  const sim::Bias bias(fprop && rnd(0, 1), a.k);
+  a.bias = bias.data(), a.bias_type = bias.type;
+  a.out_type = sim::any_type();
+  const int64_t esize = sim::bytes_of(a.out_type), count = fprop ? dy_count : x_count;
+  const int64_t out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
+  Buffer out(esize * (out_offset + count + tail));
+  a.out = out.p + esize * out_offset;
+
+  sim::use_multiprocessors(rnd(0, 1) ? 1 << 20 : 1);
+  const unsigned max_grid_y = rnd(0, 1) ? unsigned(rnd(1, 2)) : 65535;
+  sim::max_grid.y = max_grid_y;
+  setenv("MPGEMM_CONV_PATH", "wmma", 1);
+  setenv("MPGEMM_CONV_N16_TILE", "1", 1);
+  const Conv2dPlan plan = plan_conv2d(pass, a);
+  unsetenv("MPGEMM_CONV_N16_TILE");
+  unsetenv("MPGEMM_CONV_PATH");
+  const int64_t rows = a.n * a.p * a.q, blocks = column_moment_blocks(rows, plan.moment_rows);
+  std::vector<float> moment_sums(2 * blocks * a.k, std::numeric_limits<float>::quiet_NaN());
+  if (moments) a.moments = moment_sums.data();
+  std::vector<float> workspace(plan.workspace_bytes / sizeof(float) + 4, std::numeric_limits<float>::quiet_NaN());
+  void* aligned = workspace.data() + (4 - reinterpret_cast<uintptr_t>(workspace.data()) / sizeof(float) % 4) % 4;
+  const cudaError_t err = launch_conv2d(pass, a, plan, plan.workspace_bytes ? aligned : nullptr, nullptr);
+  sim::max_grid.y = 65535;
+  const int64_t gemm_rows = fprop ? rows : a.n * a.h * a.w;
+  n16_multi_tile_cases += gemm_rows > tile_config(TileConfigId::kN16).block_m;
+
+  const auto at = [](const Input& t) { return [&t](int64_t i) { return t[i]; }; };
+  const std::vector<double> want = sim::conv_reference(pass, a, at(x), at(wt), at(dy), count);
+  // Below the tile's arch another tile takes the case. The padded copy's chunks are 8 or 16 bytes, as its
+  // padded channels allow.
+  const bool runs = __CUDA_ARCH__ >= 10 * tile_config(TileConfigId::kN16).min_arch;
+  const bool unlike = plan.path != (padded ? Conv2dPlan::Path::kPadded : Conv2dPlan::Path::kImplicitGemm) ||
+                      (plan.tiles.tile == TileConfigId::kN16) != runs ||
+                      (!padded && plan.tiles.vector != (kind == 2 ? 4 : 8)) || (moments && plan.moment_rows == 0);
+  if (unlike)
+    printf("  planned path %d, tile %d, vector %d, moment rows %d\n", int(plan.path), int(plan.tiles.tile),
+           plan.tiles.vector, plan.moment_rows);
+  int bad = err != cudaSuccess || unlike;
+  bad += wrong_output(out, a.out_type, out_offset, count, want, &bias, a.k, fprop ? "y" : "dx", bad);
+  if (moments) bad += sim::statistics_off(out.p + esize * out_offset, a.out_type, rows, a.k, moment_sums, plan.moment_rows);
+  if (bad)
+    printf("n16 tile case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld k=%ld r=%ld s=%ld p=%ld q=%ld groups=%ld "
+           "stride=%d,%d pad_top=%d pad_left=%d dilation=%d,%d offset=%d input_type=%d bias=%d out_type=%d "
+           "max_grid_y=%u moments=%d\n",
+           index, int(err), kPassNames[int(pass)], a.n, a.h, a.w, a.c, a.k, a.r, a.s, a.p, a.q, a.groups, a.stride_h,
+           a.stride_w, a.pad_top, a.pad_left, a.dilation_h, a.dilation_w, int(offset), int(a.input_type),
+           bias.present, int(a.out_type), max_grid_y, int(moments));
+  return bad;
+}
+
+// The switch: unset or "0" leaves a 16-filter fprop on the tiles it took
+// before, "1" takes the 128 x 16 tile (from its arch on), which it does not
+// for 24 filters (wider than the tile) or for wgrad; any other value is
+// refused, naming the variable, by the plan of any convolution. Returns
+// whether any of that went wrong.
+bool n16_switch_wrong() {
+  Conv2dParams a;
+  a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = 32, a.k = 16, a.groups = 1, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
+  alignas(16) static const uint64_t storage[2] = {};  // stand-ins for the operands, never read
+  a.x = a.wt = a.dy = storage;
+  a.input_type = ElementType::kFloat16;
+  const auto narrow = [&](ConvPass pass, const char* value) {
+    if (value) setenv("MPGEMM_CONV_N16_TILE", value, 1);
+    else unsetenv("MPGEMM_CONV_N16_TILE");
+    setenv("MPGEMM_CONV_PATH", "wmma", 1);
+    const Conv2dPlan plan = plan_conv2d(pass, a);
+    unsetenv("MPGEMM_CONV_PATH");
+    unsetenv("MPGEMM_CONV_N16_TILE");
+    return plan.path == Conv2dPlan::Path::kImplicitGemm && plan.tiles.tile == TileConfigId::kN16;
+  };
+  const bool runs = __CUDA_ARCH__ >= 10 * tile_config(TileConfigId::kN16).min_arch;
+  bool wrong = narrow(ConvPass::kFprop, nullptr) || narrow(ConvPass::kFprop, "0") ||
+               narrow(ConvPass::kFprop, "1") != runs || narrow(ConvPass::kWgrad, "1");
+  a.k = 24;
+  wrong |= narrow(ConvPass::kFprop, "1");
+  bool refused = false;
+  try {
+    narrow(ConvPass::kDgrad, "yes");
+  } catch (const std::invalid_argument& e) {
+    refused = std::string(e.what()).find("MPGEMM_CONV_N16_TILE") != std::string::npos;
+    unsetenv("MPGEMM_CONV_N16_TILE");
+    unsetenv("MPGEMM_CONV_PATH");
+  }
+  if (wrong || !refused) printf("  the n16 tile's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
   return wrong || !refused;
 }

@@ -14,7 +14,8 @@
 // F/N failed" (batch_norm_cases.cpp) and "gated: F/N failed" (the gated
 // MLP's passes, gated_cases.cpp, as many cases as batch norm's), "batch
 // norm line finish: F/3 failed" (where there are batch-norm cases) and
-// "depthwise sliding wgrad: F/12 failed" (where there are conv cases); exits
+// "depthwise sliding wgrad: F/12 failed" and "conv n16 tile: F/16 failed"
+// (where there are conv cases); exits
 // 1 on a failure.
 #include <algorithm>
 #include <cmath>
@@ -303,6 +304,9 @@ bool conv_case(int index);  // conv_cases.cpp
 bool depthwise_sliding_case(int index);
 bool depthwise_sliding_switch_wrong();
 extern int sliding_split_cases, sliding_clipped_split_cases, sliding_tile_stride_cases;
+bool n16_tile_case(int index);
+bool n16_switch_wrong();
+extern int n16_multi_tile_cases;
 extern int conv_moment_cases;
 extern std::set<const void*> conv_moment_kernels;
 bool batch_norm_case(int index);              // batch_norm_cases.cpp
@@ -360,6 +364,14 @@ int main(int argc, char** argv) {
          "tiles)\n",
          sliding_failed, sliding_cases, sim::launched.size() - before_sliding, sliding_split_cases,
          sliding_clipped_split_cases, sliding_tile_stride_cases);
+  // The 128 x 16 tile's fprop and dgrad, with the convolution cases (last, as the sliding window's): its 10
+  // kernels (5 at sim arch 750).
+  const int n16_cases = conv_cases > 0 ? 16 : 0;
+  const size_t before_n16 = sim::launched.size();
+  int n16_failed = conv_cases > 0 ? n16_switch_wrong() : 0;
+  for (int i = 0; i < n16_cases; ++i) n16_failed += n16_tile_case(i);
+  printf("conv n16 tile: %d/%d failed (%zu kernels; %d on several row tiles)\n", n16_failed, n16_cases,
+         sim::launched.size() - before_n16, n16_multi_tile_cases);
   // The finish by lines over hundreds of row blocks, with the batch-norm cases (last, as the sliding window's).
   const int line_finish_cases = batch_norm_cases > 0 ? 3 : 0;
   int line_finish_failed = 0;
@@ -368,6 +380,6 @@ int main(int argc, char** argv) {
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
-  return gemm_failed || plan_failed || unscale_failed || conv_failed || sliding_failed || conv_gemm_failed ||
+  return gemm_failed || plan_failed || unscale_failed || conv_failed || sliding_failed || n16_failed || conv_gemm_failed ||
          ceiling_failed || batch_norm_failed || gated_failed || line_finish_failed;
 }

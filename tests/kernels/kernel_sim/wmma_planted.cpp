@@ -1,7 +1,7 @@
 // One WMMA tile's kernels from a copy of the kernels with bugs planted in
 // the pipeline and the epilogue's column moments (test_kernel_sim.py's
-// WMMA_MUTATIONS, in wmma/block.cuh), and depthwise wgrad's sliding window
-// (SLIDING_MUTATIONS, below):
+// WMMA_MUTATIONS, in wmma/block.cuh), dgrad's filter loads (N16_MUTATIONS),
+// and depthwise wgrad's sliding window (SLIDING_MUTATIONS, below):
 // SmallTile's GEMMs, on which the sim arch 800 driver's small problems
 // mostly run (its forced plans and split-K cases among them: with the bug
 // planted, 15 of 18 forced plans and 5 of 20 random cases failed, seed 1),
@@ -18,6 +18,11 @@ MPGEMM_WMMA_TILE_LAUNCH(SmallTile);
 template void conv2d_kernel<__half, SmallTile, ConvPass::kFprop, 8>(Conv2dParams, ConvGemm, GemmGrid);
 template void conv2d_kernel<__half, SmallTile, ConvPass::kDgrad, 8>(Conv2dParams, ConvGemm, GemmGrid);
 template void conv2d_fprop_moments_kernel<__half, SmallTile, 8>(Conv2dParams, ConvGemm, GemmGrid);
+// The 128 x 16 tile's fp16 fprop at 16-byte chunks and dgrad at 8-byte ones
+// (N16_MUTATIONS, in conv/iterators.cuh; and the pipeline's early read), on
+// which its first fprop case and its case 9 run.
+template void conv2d_kernel<__half, N16Tile, ConvPass::kFprop, 8>(Conv2dParams, ConvGemm, GemmGrid);
+template void conv2d_kernel<__half, N16Tile, ConvPass::kDgrad, 4>(Conv2dParams, ConvGemm, GemmGrid);
 }  // namespace mpgemm::kernels
 
 // Depthwise wgrad's sliding-window kernels in fp16 (SLIDING_MUTATIONS), on
