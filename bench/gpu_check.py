@@ -115,9 +115,11 @@ CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py con
 # rows staged on the narrow tiles; x folded in 16-byte chunks, whose twin a
 # thread per element is wgmma_narrow's first layer; the WMMA kernels' 128 x
 # 16 tile, on the grouped layers and the first layer's dgrad); everywhere
-# 1x1 convolutions as GEMMs (gemm).
-CONV = (f'paths="--conv-paths gemm"; [ "{{arch}}" = "9.0" ] && '
-        f'paths="--conv-paths wgmma,wgmma_narrow,wgmma_opt_in,wmma,gemm"; '
+# 1x1 convolutions as GEMMs (gemm) and the WMMA kernels with their 128 x 16
+# tile (wmma_n16), beside them without it (elsewhere the default, on sm_90
+# the wmma column).
+CONV = (f'paths="--conv-paths wmma_n16,gemm"; [ "{{arch}}" = "9.0" ] && '
+        f'paths="--conv-paths wgmma,wgmma_narrow,wgmma_opt_in,wmma,wmma_n16,gemm"; '
         f'{PY} -m mpgemm bench conv --dtypes fp16 --batch-sizes 256 $paths --json {{raw}}/conv.json')
 # Training: ResNet-50 at batch 256 and the GPT-2 block at batch 64, every
 # way, at least 20 timed steps each after the scaler's first skips, with a
@@ -213,7 +215,7 @@ STEPS = (
          "with GELU's derivative (a pass, the epilogue on blocks alone and on ping-pong pairs), and Llama-7B's "
          "gated MLP (mpgemm.gated_mlp) at 8192, vs torch, fwd and fwd+bwd, fp16 and bf16"),
     # fp16 only: the bf16 cases take as long again, outside the measure part.
-    Step("conv", 1, 120, 45, CONV,
+    Step("conv", 1, 120, 50, CONV,
          "conv2d vs cuDNN pass by pass (fprop, dgrad, wgrad, fwd+bwd) on the 23 distinct ResNet-50 convolutions "
          "at batch 256, 5 depthwise and 3 grouped layers, fp16; on sm_90 each path forced beside the default"),
     Step("build", 2, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),

@@ -328,12 +328,12 @@ def sanitize():
     _conv_passes("depthwise sliding 7x7", (2, 160, 14, 14), (160, 1, 7, 7), padding=3, groups=160)
     _conv_passes("depthwise sliding 5x5 stride 2", (2, 36, 15, 15), (36, 1, 5, 5), stride=2, padding=2, groups=36)
     os.environ.pop("MPGEMM_DEPTHWISE_SLIDING_WGRAD")
-    # The WMMA kernels' 128 x 16 tile (MPGEMM_CONV_N16_TILE=1): a grouped 3x3 of 4 channels a group (fprop and
-    # dgrad in place on 8-byte chunks), and 16 filters over 3 channels, 7x7 at stride 2 (fprop and dgrad on
-    # the padded copy, to 16-byte chunks).
+    # The WMMA kernels' 128 x 16 tile (MPGEMM_CONV_N16_TILE=1): a grouped 3x3 of 8 channels a group (fprop and
+    # dgrad in place on 16-byte chunks), and 16 filters over 3 channels, 7x7 at stride 2 (fprop and dgrad on
+    # the padded copy, 8-byte chunks).
     os.environ["MPGEMM_CONV_N16_TILE"] = "1"
     os.environ["MPGEMM_CONV_PATH"] = "wmma"
-    _conv_passes("n16 grouped", (2, 64, 9, 9), (64, 4, 3, 3), padding=1, groups=16)
+    _conv_passes("n16 grouped", (2, 128, 9, 9), (128, 8, 3, 3), padding=1, groups=16)
     _conv_passes("n16 3 channels", (2, 3, 20, 20), (16, 3, 7, 7), stride=2, padding=3)
     os.environ.pop("MPGEMM_CONV_PATH")
     os.environ.pop("MPGEMM_CONV_N16_TILE")

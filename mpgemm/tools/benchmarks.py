@@ -472,10 +472,12 @@ def _gated_mlp_case(shape, device, dtype):
 # paths above have the last six off (a phase a launch, x folded a thread
 # per element: the twins of the default's; the 128-row tiles and the copied
 # fold, as the default's);
-# "wmma" forces the WMMA kernels; "gemm" runs
+# "wmma" forces the WMMA kernels, "wmma_n16" the same with their 128 x 16
+# tile (MPGEMM_CONV_N16_TILE=1; "wmma" has it off), so that the two columns
+# differ in it alone; "gemm" runs
 # 1x1 convolutions at stride 1 without padding as GEMMs, the rest as the
 # default does.
-CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "gemm")
+CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "wmma_n16", "gemm")
 _HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0",
            "MPGEMM_DGRAD_ONE_LAUNCH": "0", "MPGEMM_CHUNKED_FOLD": "0", "MPGEMM_M64_TILE": "0",
            "MPGEMM_GATHERED_FOLD": "0", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "0", "MPGEMM_CONV_N16_TILE": "0"}
@@ -485,7 +487,9 @@ _CONV_PATH_ENV = {"wgmma": _HOPPER, "wgmma_narrow": {**_HOPPER, "MPGEMM_NARROW_T
                                    "MPGEMM_DGRAD_ONE_LAUNCH": "1", "MPGEMM_CHUNKED_FOLD": "1", "MPGEMM_M64_TILE": "1",
                                    "MPGEMM_GATHERED_FOLD": "1", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "1",
                                    "MPGEMM_CONV_N16_TILE": "1"},
-                  "wmma": {"MPGEMM_CONV_PATH": "wmma"}, "gemm": {"MPGEMM_CONV_PATH": "gemm"}}
+                  "wmma": {"MPGEMM_CONV_PATH": "wmma", "MPGEMM_CONV_N16_TILE": "0"},
+                  "wmma_n16": {"MPGEMM_CONV_PATH": "wmma", "MPGEMM_CONV_N16_TILE": "1"},
+                  "gemm": {"MPGEMM_CONV_PATH": "gemm"}}
 
 
 def parse_conv_paths(text):

@@ -93,7 +93,8 @@ def build_parser():
                         "MPGEMM_STAGED_ROW_STORES=1; wgmma_opt_in: wgmma with every switch of the sm_90 default on "
                         "(both, MPGEMM_DGRAD_ONE_LAUNCH=1 and MPGEMM_CHUNKED_FOLD=1) and the opt-in "
                         "MPGEMM_M64_TILE=1, MPGEMM_GATHERED_FOLD=1, MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 and "
-                        "MPGEMM_CONV_N16_TILE=1)")
+                        "MPGEMM_CONV_N16_TILE=1; wmma: the WMMA kernels, with MPGEMM_CONV_N16_TILE=0; wmma_n16: "
+                        "the same with MPGEMM_CONV_N16_TILE=1)")
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
                    help=f"train: models to run, of {', '.join(train_bench.WORKLOADS)} "
                         f"(default {','.join(train_bench.DEFAULT_MODELS)})")

@@ -25,8 +25,8 @@ tests pass on a GPU), wgrad of at most 64 filters runs on the 64-row tile;
 with MPGEMM_GATHERED_FOLD=1 (opt-in too), the folded taps' producer gathers
 x's fold itself. With MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 (opt-in, every GPU),
 depthwise wgrad runs on the sliding window; with MPGEMM_CONV_N16_TILE=1
-(opt-in, every GPU), fprop and dgrad of at most 16 filters or channels per
-group run on the WMMA kernels' 128 x 16 tile."""
+(opt-in, sm_80 and newer), fprop and dgrad of at most 16 filters or
+channels per group run on the WMMA kernels' 128 x 16 tile."""
 
 import re
 
@@ -453,15 +453,16 @@ def test_bad_depthwise_sliding_wgrad_is_refused_with_a_clear_error(monkeypatch):
 
 
 # The 128 x 16 tile (MPGEMM_CONV_N16_TILE=1): ResNeXt-50 32x4d's grouped 3x3s
-# (4, 8 and 16 channels a group; the first also at stride 2: 8-byte chunks
-# in place, then 16-byte ones), a first layer's dgrad (3 channels: the
-# padded copy, to 16-byte chunks on this tile), an output layer of 3
-# filters (a U-Net's or a diffusion model's), 12 channels in 3 groups at
-# stride 3 (dgrad phases that no tap reaches) and one 5x5 filter over 16
+# (4 channels a group, on 8-byte chunks in place; 8, the first of its stage
+# at stride 2, and 16, on 16-byte ones), a first layer's dgrad (3 channels:
+# the padded copy, 8-byte chunks), an output layer of 3 filters (a U-Net's
+# or a diffusion model's), 12 channels in 3 groups at stride 4 (dgrad
+# phases that no tap of the 3x3 reaches) and one 5x5 filter over 16
 # channels. (c, k, kernel, stride, padding, size, batch, groups)
-N16_LAYERS = [(128, 128, 3, 1, 1, 28, 4, 32), (128, 128, 3, 2, 1, 28, 4, 32), (256, 256, 3, 1, 1, 14, 4, 32),
-              (512, 512, 3, 1, 1, 7, 4, 32), (3, 64, 7, 2, 3, 64, 2, 1), (64, 3, 3, 1, 1, 32, 2, 1),
-              (12, 12, 3, 3, 1, 17, 2, 3), (16, 1, 5, 1, 2, 12, 2, 1)]
+N16_LAYERS = [(128, 128, 3, 1, 1, 28, 4, 32), (256, 256, 3, 2, 1, 28, 4, 32), (512, 512, 3, 1, 1, 7, 4, 32),
+              (3, 64, 7, 2, 3, 64, 2, 1), (64, 3, 3, 1, 1, 32, 2, 1), (12, 12, 3, 4, 1, 17, 2, 3),
+              (16, 1, 5, 1, 2, 12, 2, 1)]
+HAS_N16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 
 
 def passes_on_n16(names):
@@ -474,14 +475,12 @@ def passes_on_n16(names):
 @pytest.mark.parametrize("c, k, kernel, stride, padding, size, batch, groups", N16_LAYERS)
 def test_n16_tile_takes_passes_of_at_most_16_columns(monkeypatch, c, k, kernel, stride, padding, size, batch, groups,
                                                      dtype, path):
-    """MPGEMM_CONV_N16_TILE=1 (opt-in, every GPU): where the WMMA kernels
-    run fprop of at most 16 filters per group or dgrad of at most 16 channels
-    per group (forced, or by default: on Hopper the grouped layers and those
-    of few channels, which the Hopper convolution does not take), they run
-    on the 128 x 16 tile, right against cuDNN and float64, the same bits on
-    a second run; without the switch the tile does not run."""
-    if path == "auto" and IS_HOPPER and groups == 1 and c % 8 == 0:
-        pytest.skip("the Hopper convolution takes this layer's fprop by default")
+    """MPGEMM_CONV_N16_TILE=1 (opt-in; sm_80 and newer, below which the
+    plans keep the other tiles): where the WMMA kernels run fprop of at most
+    16 filters per group or dgrad of at most 16 channels per group (forced,
+    or by default: on Hopper what the Hopper convolution does not take),
+    they run on the 128 x 16 tile, right against cuDNN and float64, the same
+    bits on a second run; without the switch the tile does not run."""
     monkeypatch.setenv("MPGEMM_CONV_PATH", path)
     x = torch.randn(batch, c, size, size, device="cuda").to(dtype).to(memory_format=torch.channels_last)
     weight = torch.randn(k, c // groups, kernel, kernel, device="cuda") * (c // groups * kernel * kernel) ** -0.5
@@ -490,7 +489,11 @@ def test_n16_tile_takes_passes_of_at_most_16_columns(monkeypatch, c, k, kernel, 
     x = x.detach().requires_grad_()
     weight = weight.detach().to(dtype).requires_grad_()
     dy = torch.randn_like(mpgemm.conv2d(x.detach(), weight.detach(), None, stride, padding, 1, groups))
-    wmma_passes = {p for p, n in ((0, k), (1, c)) if n // groups <= 16}
+    n16_passes = {p for p, n in ((0, k), (1, c)) if n // groups <= 16} if HAS_N16 else set()
+    # By default on sm_90 the Hopper convolution takes a layer of one group whose channels it reads in
+    # 16-byte chunks: fprop where x's are, dgrad where dy's are too.
+    if path == "auto" and IS_HOPPER and groups == 1 and c % 8 == 0:
+        n16_passes -= {0} | ({1} if k % 8 == 0 else set())
     results = []
     for switch in ("1", "1", "0"):
         monkeypatch.setenv("MPGEMM_CONV_N16_TILE", switch)
@@ -505,7 +508,7 @@ def test_n16_tile_takes_passes_of_at_most_16_columns(monkeypatch, c, k, kernel, 
         with nan_filled_outputs():
             names = launches(step)
         results.append((outputs[0], x.grad, weight.grad))
-        assert set(passes_on_n16(names)) == (wmma_passes if switch == "1" else set()), names
+        assert set(passes_on_n16(names)) == (n16_passes if switch == "1" else set()), names
     for first, second in zip(results[0], results[1]):
         assert torch.equal(first, second), "two runs of the 128 x 16 tile differ"
     for n16, other in zip(results[0], results[2]):

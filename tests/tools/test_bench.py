@@ -455,56 +455,40 @@ def test_a_gpu_run_checks_every_result_and_reads_the_gpu():
 
 def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     """dgrad and wgrad alone against torch's own passes, and each forced
-    path's impls run with MPGEMM_CONV_PATH set during their calls only."""
-    monkeypatch.delenv("MPGEMM_CONV_PATH", raising=False)
-    monkeypatch.delenv("MPGEMM_NARROW_TILES", raising=False)
-    monkeypatch.delenv("MPGEMM_STAGED_ROW_STORES", raising=False)
-    monkeypatch.delenv("MPGEMM_DGRAD_ONE_LAUNCH", raising=False)
-    monkeypatch.delenv("MPGEMM_CHUNKED_FOLD", raising=False)
-    monkeypatch.delenv("MPGEMM_M64_TILE", raising=False)
-    monkeypatch.delenv("MPGEMM_GATHERED_FOLD", raising=False)
-    monkeypatch.delenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", raising=False)
+    path's impls run with MPGEMM_CONV_PATH and the switches set during their
+    calls only."""
+    switches = ("MPGEMM_CONV_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES", "MPGEMM_DGRAD_ONE_LAUNCH",
+                "MPGEMM_CHUNKED_FOLD", "MPGEMM_M64_TILE", "MPGEMM_GATHERED_FOLD", "MPGEMM_DEPTHWISE_SLIDING_WGRAD",
+                "MPGEMM_CONV_N16_TILE")
+    for name in switches:
+        monkeypatch.delenv(name, raising=False)
     seen = []
     real = benchmarks.ops.conv2d
 
     def recording(*args, **kwargs):
-        seen.append(benchmarks.os.environ.get("MPGEMM_CONV_PATH"))
-        narrow.append(benchmarks.os.environ.get("MPGEMM_NARROW_TILES"))
-        staged.append(benchmarks.os.environ.get("MPGEMM_STAGED_ROW_STORES"))
-        one_launch.append(benchmarks.os.environ.get("MPGEMM_DGRAD_ONE_LAUNCH"))
-        chunked.append(benchmarks.os.environ.get("MPGEMM_CHUNKED_FOLD"))
-        m64.append(benchmarks.os.environ.get("MPGEMM_M64_TILE"))
-        gathered.append(benchmarks.os.environ.get("MPGEMM_GATHERED_FOLD"))
-        sliding.append(benchmarks.os.environ.get("MPGEMM_DEPTHWISE_SLIDING_WGRAD"))
+        seen.append(tuple(benchmarks.os.environ.get(name) for name in switches))
         return real(*args, **kwargs)
 
-    narrow, staged, one_launch, chunked, m64, gathered, sliding = [], [], [], [], [], [], []
     monkeypatch.setattr(benchmarks.ops, "conv2d", recording)
-    make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16,
-                                                      paths=("wgmma", "wgmma_narrow", "wgmma_staged",
-                                                             "wgmma_opt_in"))
+    paths = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "wmma_n16")
+    make, _, impls = benchmarks.CASE_BUILDERS["conv"]((2, 16, 16, 3, 1, 1, 8), CPU, torch.float16, paths=paths)
     assert {name: impl.baseline for name, impl in impls.items() if impl.baseline} == {
-        "mpgemm fwd": "torch fwd", "mpgemm fwd+bwd": "torch fwd+bwd", "mpgemm wgmma fwd": "torch fwd",
-        "mpgemm wgmma fwd+bwd": "torch fwd+bwd", "mpgemm dgrad": "torch dgrad", "mpgemm wgmma dgrad": "torch dgrad",
-        "mpgemm wgrad": "torch wgrad", "mpgemm wgmma wgrad": "torch wgrad",
-        **{f"mpgemm wgmma_{path} {p}": f"torch {p}" for path in ("narrow", "staged", "opt_in")
-           for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
+        "mpgemm fwd": "torch fwd", "mpgemm fwd+bwd": "torch fwd+bwd", "mpgemm dgrad": "torch dgrad",
+        "mpgemm wgrad": "torch wgrad",
+        **{f"mpgemm {path} {p}": f"torch {p}" for path in paths for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
     inputs = make()
-    for name in ("mpgemm fwd", "mpgemm wgmma fwd", "mpgemm wgmma fwd+bwd"):
+    # The switches' values a forced path's calls see, in the order of `switches`.
+    hopper = ("wgmma", "0", "0", "0", "0", "0", "0", "0", "0")
+    expected = {"mpgemm fwd": (None,) * len(switches), "mpgemm wgmma fwd": hopper, "mpgemm wgmma fwd+bwd": hopper,
+                "mpgemm wgmma_narrow fwd": ("wgmma", "1") + hopper[2:],
+                "mpgemm wgmma_staged fwd": ("wgmma", "0", "1") + hopper[3:],
+                "mpgemm wgmma_opt_in fwd": ("wgmma",) + ("1",) * (len(switches) - 1),
+                "mpgemm wmma fwd": ("wmma",) + (None,) * (len(switches) - 2) + ("0",),
+                "mpgemm wmma_n16 fwd": ("wmma",) + (None,) * (len(switches) - 2) + ("1",)}
+    for name, values in expected.items():
         impls[name].run(*inputs)
-    assert seen == [None, "wgmma", "wgmma"] and "MPGEMM_CONV_PATH" not in benchmarks.os.environ
-    assert narrow == [None, "0", "0"] and staged == [None, "0", "0"]
-    impls["mpgemm wgmma_narrow fwd"].run(*inputs)
-    assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "1", "0")
-    impls["mpgemm wgmma_staged fwd"].run(*inputs)
-    assert (seen[-1], narrow[-1], staged[-1]) == ("wgmma", "0", "1")
-    impls["mpgemm wgmma_opt_in fwd"].run(*inputs)
-    assert (seen[-1], narrow[-1], staged[-1], one_launch[-1], chunked[-1], m64[-1], gathered[-1], sliding[-1]) == \
-        ("wgmma", "1", "1", "1", "1", "1", "1", "1")
-    assert one_launch[:-1] == chunked[:-1] == m64[:-1] == gathered[:-1] == sliding[:-1] == [None, "0", "0", "0", "0"]
-    for name in ("MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES", "MPGEMM_DGRAD_ONE_LAUNCH", "MPGEMM_CHUNKED_FOLD",
-                 "MPGEMM_M64_TILE", "MPGEMM_GATHERED_FOLD", "MPGEMM_DEPTHWISE_SLIDING_WGRAD"):
-        assert name not in benchmarks.os.environ
+        assert seen[-1] == values, name
+        assert not any(switch in benchmarks.os.environ for switch in switches), name
     errors = benchmarks.check_results(impls, inputs)
     assert all(e is None or e < 1e-2 for e in errors.values()), errors
     # The passes alone are the passes: dgrad is x's gradient, wgrad the filters'.
@@ -512,7 +496,7 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     assert impls["mpgemm dgrad"].run(*inputs).shape == x.shape
     assert impls["mpgemm wgrad"].run(*inputs).shape == w.shape
     with pytest.raises(Exception, match="convolution paths from wgmma, wgmma_narrow, wgmma_staged, "
-                                        "wgmma_opt_in, wmma, gemm"):
+                                        "wgmma_opt_in, wmma, wmma_n16, gemm"):
         benchmarks.parse_conv_paths("hopper")
 
 

@@ -101,9 +101,13 @@ def test_bench_conv_suite_times_every_resnet50_convolution():
     assert {shape[0] for shape in resnet50} == {32, 256}
     for batch in (32, 256):
         assert {shape[1:] for shape in resnet50 if shape[0] == batch} == RESNET50_CONVOLUTIONS_224
-    # The rest are depthwise: (batch, c, c, kernel, stride, padding, size, groups = c), "same" padding.
-    depthwise = [shape for case, shape in cases if case != "resnet50"]
+    # The rest are depthwise: (batch, c, c, kernel, stride, padding, size, groups = c), "same" padding, or
+    # ResNeXt-50's grouped 3x3s: 4, 8 and 16 channels a group in 32 groups.
+    depthwise = [shape for case, shape in cases if case not in ("resnet50", "resnext50")]
     assert depthwise and all(len(s) == 8 and s[1] == s[2] == s[7] and s[5] == s[3] // 2 for s in depthwise)
+    grouped = [shape for case, shape in cases if case == "resnext50"]
+    assert sorted(s[1] // s[7] for s in grouped) == [4, 8, 16]
+    assert all(s[1] == s[2] and s[3] == 3 and s[5] == 1 and s[7] == 32 for s in grouped)
 
 
 def test_resnet50_trains_a_step_under_prepare():

@@ -183,21 +183,6 @@ MPGEMM_TILE_CONFIG(SmallTile, kSmall, "small", WmmaTileConfig<64, 64, 64, 32, 32
 // the chunks per thread keeps their addresses in registers. Only the
 // register-staged double buffer runs here, so two stages.
 MPGEMM_TILE_CONFIG(ScalarTile, kScalar, "scalar", WmmaTileConfig<64, 64, 16, 32, 32, 2, 1, 75, 1, 1>);
-// Convolutions whose GEMM is at most 16 columns wide (fprop of at most 16
-// filters per group, dgrad of at most 16 channels per group: grouped
-// layers such as ResNeXt's, a few-channel first layer's dgrad, a last
-// layer's 1 to 16 outputs), where every 64- or 128-column tile above
-// multiplies zeros over three quarters or more of its columns: 4 warps of
-// 32 x 16 over 128 x 16, K slices of 64 (the narrowest a 16-column B tile
-// divides among 128 threads in 16-byte chunks), 3 stages of 21 KB (three
-// blocks a multiprocessor on sm_90, two on sm_80), 8- and 4-element chunks,
-// registers for three blocks (its gathers' addresses take 134 to 166 a
-// thread on sm_90a). Each A fragment feeds one product, so these kernels
-// are bound by the gathers of A, not the Tensor Cores (bench/NOTES.md).
-// From sm_80 on: sm_75's register-staged pipeline would spill at that
-// bound. The convolution's fprop and dgrad alone have its kernels
-// (conv/launch.cu).
-MPGEMM_TILE_CONFIG(N16Tile, kN16, "n16", WmmaTileConfig<128, 16, 64, 32, 16, 3, 3, 80, 8, 4>);
 // Hopper (sm_90a code, sm_90 devices): blocks alone, pairs of blocks that
 // share B's copies, and pairs whose consumers take 64-row tiles in turn.
 MPGEMM_TILE_CONFIG(WgmmaTile, kWgmma, "wgmma", WgmmaTileConfig<Consumers::kCooperative, 1>);
@@ -214,6 +199,22 @@ MPGEMM_TILE_CONFIG(WgmmaN64Tile, kWgmmaN64, "wgmma_n64", WgmmaTileConfig<Consume
 // tiles in turn (ping-pong), 4 stages of 40 KB. The convolution's wgrad
 // alone has its kernels (sm90/conv_kernels_m64.cu).
 MPGEMM_TILE_CONFIG(WgmmaM64Tile, kWgmmaM64, "wgmma_m64", WgmmaTileConfig<Consumers::kPingPong, 1>);
+// Convolutions whose GEMM is at most 16 columns wide (fprop of at most 16
+// filters per group, dgrad of at most 16 channels per group: grouped
+// layers such as ResNeXt's, a few-channel first layer's dgrad, a last
+// layer's 1 to 16 outputs), where every WMMA tile above, 64 or 128 columns
+// wide, multiplies zeros over three quarters or more of its columns: 4
+// warps of 32 x 16 over 128 x 16, K slices of 64 (the narrowest a
+// 16-column B tile divides among 128 threads in 16-byte chunks), 3 stages
+// of 21 KB (three blocks a multiprocessor on sm_90, two on sm_80, one on
+// sm_86 and sm_89), 8- and 4-element chunks, registers for three blocks
+// (its gathers' addresses take 134 to 166 a thread on sm_90a). Each A
+// fragment feeds one product, so these kernels are bound by the gathers of
+// A, not the Tensor Cores (bench/NOTES.md). From sm_80 on: sm_75's
+// register-staged pipeline would spill at that bound. The convolution's
+// fprop and dgrad alone have its kernels (conv/launch.cu), which run where
+// MPGEMM_CONV_N16_TILE asks (conv/launch.h's n16_tile).
+MPGEMM_TILE_CONFIG(N16Tile, kN16, "n16", WmmaTileConfig<128, 16, 64, 32, 16, 3, 3, 80, 8, 4>);
 
 #undef MPGEMM_TILE_CONFIG
 

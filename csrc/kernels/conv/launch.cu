@@ -57,13 +57,6 @@ int conv_vector_width(ConvPass pass, const Conv2dParams& p) {
   return 0;
 }
 
-// Whether `device` runs the tile's kernels at that load width.
-bool runs_here(const DeviceLimits& device, TileConfigId id, int vector) {
-  const TileConfigInfo& tile = tile_config(id);
-  return device.arch >= tile.min_arch && device.max_smem_per_block >= tile.smem_bytes &&
-         tile_takes_width(tile, vector);
-}
-
 // The pass's GEMM for slices of block_k; dgrad's first phase (its largest).
 ConvGemm pass_gemm(ConvPass pass, const Conv2dParams& p, int block_k) {
   switch (pass) {
@@ -92,11 +85,11 @@ ConvTilePlan plan_tiles(ConvPass pass, const Conv2dParams& p, bool n16) {
   const auto fills = [&](TileConfigId id) { return blocks(id) >= device.multiprocessors; };
   ConvTilePlan plan;
   plan.vector = conv_vector_width(pass, p);
-  const bool square_fits = runs_here(device, TileConfigId::kSquare, plan.vector);
+  const bool square_fits = wmma_tile_runs(tile_config(TileConfigId::kSquare), device, plan.vector);
   if (pass != ConvPass::kWgrad) {
-    const bool narrow = n16 && g.n <= tile_config(TileConfigId::kN16).block_n &&
-                        runs_here(device, TileConfigId::kN16, plan.vector);
-    plan.tile = narrow                                        ? TileConfigId::kN16
+    const TileConfigInfo& n16_config = tile_config(TileConfigId::kN16);
+    const bool on_n16 = n16 && g.n <= n16_config.block_n && wmma_tile_runs(n16_config, device, plan.vector);
+    plan.tile = on_n16                                        ? TileConfigId::kN16
                 : square_fits && fills(TileConfigId::kSquare) ? TileConfigId::kSquare
                 : fills(TileConfigId::kCompact)               ? TileConfigId::kCompact
                                                               : TileConfigId::kSmall;
@@ -187,7 +180,8 @@ cudaError_t launch_width(const Conv2dParams& p, const ConvTilePlan& plan, const 
   return cudaErrorInvalidValue;
 }
 
-// The tiles each pass runs on (plan_tiles): wgrad on the largest that runs here.
+// The tiles each pass runs on (plan_tiles): fprop and dgrad also on the 128
+// x 16 one where asked; wgrad on the largest that runs here.
 using ConvTiles = TileList<SquareTile, CompactTile, SmallTile, N16Tile>;
 using WgradTiles = TileList<SquareTile, CompactTile>;
 
@@ -242,10 +236,11 @@ struct PaddedConv {
   size_t bytes = 0;                 // all of the workspace
 };
 
-// `tiles`: the padded problem's plan where already known, or null to work it
-// out (plan_tiles, with `n16`).
-PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, void* workspace,
-                        bool n16 = false) {
+// `tiles`: the padded problem's plan where already known (the launch), or
+// null to work it out (the plan: plan_tiles, with `n16`). The padding does
+// not depend on either, so plan and launch pad alike.
+PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan* tiles, bool n16,
+                        void* workspace) {
   const int64_t g = p.groups, cg = p.c / g, kg = p.k / g, taps = p.r * p.s;
   const auto padded_channels = [](int64_t channels) {
     return round_up(channels, channels >= kPadToSixteenBytesFrom ? 8 : 4);
@@ -294,7 +289,7 @@ PaddedConv pad_channels(ConvPass pass, const Conv2dParams& p, const ConvTilePlan
 
 cudaError_t launch_padded(ConvPass pass, const Conv2dParams& p, const ConvTilePlan& tiles, void* workspace,
                           cudaStream_t stream) {
-  const PaddedConv conv = pad_channels(pass, p, &tiles, workspace);
+  const PaddedConv conv = pad_channels(pass, p, &tiles, tiles.tile == TileConfigId::kN16, workspace);
   // An empty problem needs no workspace.
   if (conv.bytes > 0 && (workspace == nullptr || !aligned16(workspace))) return cudaErrorInvalidValue;
   if (!indexes_in_32_bits(conv.padded)) return cudaErrorInvalidValue;
@@ -458,7 +453,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
     plan.path = Conv2dPlan::Path::kDepthwise;
     plan.workspace_bytes = depthwise_workspace_bytes(p, plan.depthwise);
   } else if (conv_vector_width(pass, p) == 0) {
-    const PaddedConv conv = pad_channels(pass, p, nullptr, nullptr, n16);
+    const PaddedConv conv = pad_channels(pass, p, nullptr, n16, nullptr);
     plan.path = Conv2dPlan::Path::kPadded;
     plan.tiles = conv.tiles;
     plan.workspace_bytes = conv.bytes;

@@ -36,7 +36,7 @@ bool fits_device(const TileConfigInfo& c, const GemmShape& s, const DeviceLimits
     return gemm_path() != GemmPath::kWmma && d.arch == 90 && c.smem_bytes <= d.max_smem_per_block &&
            (s.wgmma || ((s.a_copies || s.b_copies) && padded_operands_enabled())) && s.k > 0 &&
            d.multiprocessors >= c.cluster_m;
-  return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, s.vector);
+  return wmma_tile_runs(c, d, s.vector);
 }
 
 // Groups of up to kMaxRasterGroup tile rows (of cluster tiles on the paired

@@ -64,6 +64,12 @@ constexpr bool is_wgmma(TileConfigId id) { return tile_config(id).wgmma; }
 // (8, 4, 2 or 1); they then load min(vector, load_width) at a time.
 constexpr bool tile_takes_width(const TileConfigInfo& c, int vector) { return vector >= c.narrowest_load; }
 
+// Whether device d runs the WMMA tile c's kernels on chunks of `vector`
+// elements: its arch, a block's shared memory, the width.
+constexpr bool wmma_tile_runs(const TileConfigInfo& c, const DeviceLimits& d, int vector) {
+  return c.smem_bytes <= d.max_smem_per_block && c.min_arch <= d.arch && tile_takes_width(c, vector);
+}
+
 // The problem as the choice sees it. `vector`: the widest load, in elements,
 // both operands allow (operand_load_width): 8 (16 bytes),
 // 4 or 2 on the cp.async pipeline, 1 on the one-element path. `wgmma`: the
@@ -135,7 +141,7 @@ inline constexpr double kPaddedCopyMinFlopsPerByte = 350.0;
 bool wgmma_split_k_enabled();
 
 // Whether the GEMM has kernels on a tile: those common/tile_configs.h's
-// GemmTiles lists (all but the convolution's wgrad tile).
+// GemmTiles lists (all but the convolutions' own tiles).
 template <class... Tiles>
 constexpr bool lists_tile(TileList<Tiles...>, TileConfigId id) {
   return ((Tiles::kId == id) || ...);
