@@ -490,8 +490,9 @@ def test_n16_tile_takes_passes_of_at_most_16_columns(monkeypatch, c, k, kernel, 
     weight = weight.detach().to(dtype).requires_grad_()
     dy = torch.randn_like(mpgemm.conv2d(x.detach(), weight.detach(), None, stride, padding, 1, groups))
     n16_passes = {p for p, n in ((0, k), (1, c)) if n // groups <= 16} if HAS_N16 else set()
-    # By default on sm_90 the Hopper convolution takes a layer of one group whose channels it reads in
-    # 16-byte chunks: fprop where x's are, dgrad where dy's are too.
+    # By default on sm_90 the Hopper convolution takes these layers' passes of one group whose channels it
+    # reads in 16-byte chunks: fprop where x's are, dgrad where dy's are too. (Folded taps take fprop of a
+    # few channels, none of whose N here is at most 16.)
     if path == "auto" and IS_HOPPER and groups == 1 and c % 8 == 0:
         n16_passes -= {0} | ({1} if k % 8 == 0 else set())
     results = []

@@ -45,6 +45,7 @@ def test_the_parts_measure_prove_time_the_hopper_schedules_and_train():
     conv = next(s for s in gpu_check.STEPS if s.name == "conv")
     assert "--batch-sizes 256" in conv.command
     assert "--conv-paths wgmma,wgmma_narrow,wgmma_opt_in,wmma,wmma_n16,gemm" in conv.command
+    assert 'paths="--conv-paths wmma_n16,gemm"' in conv.command  # elsewhere the default is the WMMA kernels
     train = next(s for s in gpu_check.STEPS if s.name == "train")
     for needed in ("--models resnet50 --batch-sizes 256 --profile", "--models gpt2-block --batch-sizes 64",
                    "mpgemm bf16,mpgemm fused' --profile", "MPGEMM_CONV_PATH=wgmma",
