@@ -114,7 +114,8 @@ CONV_TILES = ('if [ "{arch}" = "9.0" ]; then ' + PY + ' bench/gpu_targets.py con
 # phases in one launch, whose launch-a-phase twin is the default's column,
 # rows staged on the narrow tiles; x folded in 16-byte chunks, whose twin a
 # thread per element is wgmma_narrow's first layer; the WMMA kernels' 128 x
-# 16 tile, on the grouped layers and the first layer's dgrad); everywhere
+# 16 tile, on the grouped layers and the first layer's dgrad; the depthwise
+# layers' wgrad, fprop and dgrad on the sliding windows); everywhere
 # 1x1 convolutions as GEMMs (gemm) and the WMMA kernels with their 128 x 16
 # tile (wmma_n16), beside them without it (elsewhere the default, on sm_90
 # the wmma column).

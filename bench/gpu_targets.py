@@ -270,7 +270,7 @@ def sanitize():
     that sum A's rows, whole K on each tile and split, and the one that
     multiplies by an activation's derivative), and
     convolutions whose passes run on the large tile, on dgrad's phases
-    (stride 2), on the depthwise kernels (wgrad on the sliding window too), on the padded copies (3
+    (stride 2), on the depthwise kernels (wgrad, and fprop and dgrad, on the sliding windows too), on the padded copies (3
     channels) and as GEMMs (a 1x1), and the Hopper convolution's three
     passes (sm_90; a first layer's on folded taps, x folded both ways;
     strided dgrad's rows staged; dgrad adding an addend), on its wide tile and, under
@@ -328,6 +328,14 @@ def sanitize():
     _conv_passes("depthwise sliding 7x7", (2, 160, 14, 14), (160, 1, 7, 7), padding=3, groups=160)
     _conv_passes("depthwise sliding 5x5 stride 2", (2, 36, 15, 15), (36, 1, 5, 5), stride=2, padding=2, groups=36)
     os.environ.pop("MPGEMM_DEPTHWISE_SLIDING_WGRAD")
+    # The depthwise gather on the sliding window (MPGEMM_DEPTHWISE_SLIDING_GATHER=1): fprop and dgrad of a 7x7
+    # over 264 channels (two tiles of lanes), its window past x's edges on both sides; fprop of a 3x3 at
+    # stride 2 (its dgrad's phases on the gather kernel).
+    os.environ["MPGEMM_DEPTHWISE_SLIDING_GATHER"] = "1"
+    _conv_passes("depthwise sliding gather 7x7", (2, 264, 10, 10), (264, 1, 7, 7), padding=3, groups=264)
+    _conv_passes("depthwise sliding gather 3x3 stride 2", (2, 48, 15, 15), (48, 1, 3, 3), stride=2, padding=1,
+                 groups=48)
+    os.environ.pop("MPGEMM_DEPTHWISE_SLIDING_GATHER")
     # The WMMA kernels' 128 x 16 tile (MPGEMM_CONV_N16_TILE=1): a grouped 3x3 of 8 channels a group (fprop and
     # dgrad in place on 16-byte chunks), and 16 filters over 3 channels, 7x7 at stride 2 (fprop and dgrad on
     # the padded copy, 8-byte chunks).

@@ -453,7 +453,7 @@ def _gated_mlp_case(shape, device, dtype):
 # default, each by setting MPGEMM_CONV_PATH (and MPGEMM_NARROW_TILES,
 # MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH, MPGEMM_CHUNKED_FOLD,
 # MPGEMM_M64_TILE, MPGEMM_GATHERED_FOLD, MPGEMM_DEPTHWISE_SLIDING_WGRAD,
-# MPGEMM_CONV_N16_TILE) around its calls (the planner reads them at every call): "wgmma" takes
+# MPGEMM_DEPTHWISE_SLIDING_GATHER, MPGEMM_CONV_N16_TILE) around its calls (the planner reads them at every call): "wgmma" takes
 # each pass the Hopper convolution takes on sm_90 and
 # leaves the rest, and every pass elsewhere, to the WMMA kernels;
 # "wgmma_narrow" the same, its passes whose N is at most 128 on the narrow
@@ -465,11 +465,12 @@ def _gated_mlp_case(shape, device, dtype):
 # 16-byte chunks (MPGEMM_CHUNKED_FOLD=1), wgrad of at most 64 filters on
 # the 64-row tile (MPGEMM_M64_TILE=1, opt-in) and x's fold gathered by the
 # producer instead of copied (MPGEMM_GATHERED_FOLD=1, opt-in), and
-# depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1,
+# depthwise wgrad, fprop and dgrad on the sliding windows
+# (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 and MPGEMM_DEPTHWISE_SLIDING_GATHER=1,
 # opt-in) and the WMMA kernels' 128 x 16 tile for what they run of at most
-# 16 filters or channels a group (MPGEMM_CONV_N16_TILE=1, opt-in; neither is
-# a Hopper kernel, but both are timed in this column), where the
-# paths above have the last six off (a phase a launch, x folded a thread
+# 16 filters or channels a group (MPGEMM_CONV_N16_TILE=1, opt-in; none is
+# a Hopper kernel, but all are timed in this column), where the
+# paths above have the last seven off (a phase a launch, x folded a thread
 # per element: the twins of the default's; the 128-row tiles and the copied
 # fold, as the default's);
 # "wmma" forces the WMMA kernels, "wmma_n16" the same with their 128 x 16
@@ -480,13 +481,14 @@ def _gated_mlp_case(shape, device, dtype):
 CONV_PATHS = ("wgmma", "wgmma_narrow", "wgmma_staged", "wgmma_opt_in", "wmma", "wmma_n16", "gemm")
 _HOPPER = {"MPGEMM_CONV_PATH": "wgmma", "MPGEMM_NARROW_TILES": "0", "MPGEMM_STAGED_ROW_STORES": "0",
            "MPGEMM_DGRAD_ONE_LAUNCH": "0", "MPGEMM_CHUNKED_FOLD": "0", "MPGEMM_M64_TILE": "0",
-           "MPGEMM_GATHERED_FOLD": "0", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "0", "MPGEMM_CONV_N16_TILE": "0"}
+           "MPGEMM_GATHERED_FOLD": "0", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "0", "MPGEMM_DEPTHWISE_SLIDING_GATHER": "0",
+           "MPGEMM_CONV_N16_TILE": "0"}
 _CONV_PATH_ENV = {"wgmma": _HOPPER, "wgmma_narrow": {**_HOPPER, "MPGEMM_NARROW_TILES": "1"},
                   "wgmma_staged": {**_HOPPER, "MPGEMM_STAGED_ROW_STORES": "1"},
                   "wgmma_opt_in": {**_HOPPER, "MPGEMM_NARROW_TILES": "1", "MPGEMM_STAGED_ROW_STORES": "1",
                                    "MPGEMM_DGRAD_ONE_LAUNCH": "1", "MPGEMM_CHUNKED_FOLD": "1", "MPGEMM_M64_TILE": "1",
                                    "MPGEMM_GATHERED_FOLD": "1", "MPGEMM_DEPTHWISE_SLIDING_WGRAD": "1",
-                                   "MPGEMM_CONV_N16_TILE": "1"},
+                                   "MPGEMM_DEPTHWISE_SLIDING_GATHER": "1", "MPGEMM_CONV_N16_TILE": "1"},
                   "wmma": {"MPGEMM_CONV_PATH": "wmma", "MPGEMM_CONV_N16_TILE": "0"},
                   "wmma_n16": {"MPGEMM_CONV_PATH": "wmma", "MPGEMM_CONV_N16_TILE": "1"},
                   "gemm": {"MPGEMM_CONV_PATH": "gemm"}}

@@ -88,13 +88,13 @@ def build_parser():
     p.add_argument("--conv-paths", type=benchmarks.parse_conv_paths, metavar="wgmma[,wgmma_narrow,wmma]",
                    help="conv: also time mpgemm on each of these paths, beside the default (wgmma: "
                         "MPGEMM_CONV_PATH=wgmma with MPGEMM_DGRAD_ONE_LAUNCH=0, MPGEMM_CHUNKED_FOLD=0, "
-                        "MPGEMM_M64_TILE=0, MPGEMM_GATHERED_FOLD=0, MPGEMM_DEPTHWISE_SLIDING_WGRAD=0 and "
-                        "MPGEMM_CONV_N16_TILE=0; "
+                        "MPGEMM_M64_TILE=0, MPGEMM_GATHERED_FOLD=0, MPGEMM_DEPTHWISE_SLIDING_WGRAD=0, "
+                        "MPGEMM_DEPTHWISE_SLIDING_GATHER=0 and MPGEMM_CONV_N16_TILE=0; "
                         "wgmma_narrow: wgmma with MPGEMM_NARROW_TILES=1; wgmma_staged: wgmma with "
                         "MPGEMM_STAGED_ROW_STORES=1; wgmma_opt_in: wgmma with every switch of the sm_90 default on "
                         "(both, MPGEMM_DGRAD_ONE_LAUNCH=1 and MPGEMM_CHUNKED_FOLD=1) and the opt-in "
-                        "MPGEMM_M64_TILE=1, MPGEMM_GATHERED_FOLD=1, MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 and "
-                        "MPGEMM_CONV_N16_TILE=1; wmma: the WMMA kernels, with MPGEMM_CONV_N16_TILE=0; wmma_n16: "
+                        "MPGEMM_M64_TILE=1, MPGEMM_GATHERED_FOLD=1, MPGEMM_DEPTHWISE_SLIDING_WGRAD=1, "
+                        "MPGEMM_DEPTHWISE_SLIDING_GATHER=1 and MPGEMM_CONV_N16_TILE=1; wmma: the WMMA kernels, with MPGEMM_CONV_N16_TILE=0; wmma_n16: "
                         "the same with MPGEMM_CONV_N16_TILE=1; gemm: 1x1 convolutions as GEMMs)")
     p.add_argument("--models", type=train_bench.parse_models, metavar="NAME[,NAME]",
                    help=f"train: models to run, of {', '.join(train_bench.WORKLOADS)} "

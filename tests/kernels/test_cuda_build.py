@@ -39,7 +39,9 @@ store. The folded taps' kernels whose producer gathers x's fold itself
 the producer's own loads and fenced shared stores, and its registers.
 Depthwise wgrad on the sliding window (MPGEMM_DEPTHWISE_SLIDING_WGRAD=1)
 loads each column of x and each pixel's dy once, 8 bytes at a time, and
-converts each loaded element to fp32 once.
+converts each loaded element to fp32 once; the depthwise gather on the
+sliding window (MPGEMM_DEPTHWISE_SLIDING_GATHER=1) loads each column under
+a filter row once, 16 bytes at a time, and neither spills.
 """
 
 import collections
@@ -711,6 +713,27 @@ def test_gathered_folds_are_the_conv_block_with_a_producer_that_stores(cuda_buil
                 f"{name}: a gathered stage announced unfenced"
         res = usage["sm_90a"].get(name, {})
         assert res and res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{name}: {res}"
+
+
+SLIDING_GATHER_KERNEL = re.compile(r"depthwise_sliding_gather_kernelI(\w+?)Li(\d)ELi(\d)ELin?1EEEv")
+
+
+def test_depthwise_sliding_gather_loads_each_column_once_a_filter_row(cuda_build, machine_code):
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
+                   if SLIDING_GATHER_KERNEL.search(name)}
+        # Two element types by filter rows of 3, 5 and 7 taps by fprop at column strides 1 and 2 and dgrad.
+        assert len(kernels) == 2 * 3 * 3, (arch, sorted(kernels))
+        for name, ops in kernels.items():
+            taps, stride = (int(g) for g in SLIDING_GATHER_KERNEL.search(name).groups()[1:])
+            # A filter row (the loop's body, not unrolled): its window's columns, 16 bytes each, then 4 pixels
+            # by 8 channels of products a tap. The gather kernel loads 4 pixels a tap.
+            window = 3 * stride + taps
+            assert sass.count_opcodes(ops, "LDG.E.128") == window, f"{arch} {name}"
+            assert sum(o == "FFMA" for o in ops) == 4 * 8 * taps, f"{arch} {name}"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
 
 
 SLIDING_WGRAD_KERNEL = re.compile(r"depthwise_sliding_wgrad_kernelI(\w+?)Li(\d)ELi(\d)E")

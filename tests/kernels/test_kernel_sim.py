@@ -127,6 +127,13 @@ CONV_KERNELS = {750: 16, 800: 36}
 # at sm_75), three of them split (one on a clipped grid, striding over
 # splits and channel tiles), and its switch's plans and bad value.
 SLIDING_KERNELS = {750: 6, 800: 12}
+# The depthwise gather on the sliding window (MPGEMM_DEPTHWISE_SLIDING_GATHER=1,
+# conv_cases.cpp): 18 cases after the 128 x 16 tile's, one kernel each
+# (filter rows of 3, 5 or 7 taps, fprop at column stride 1 or 2 and dgrad,
+# fp16 and bf16; fp16 alone at sm_75), each also run with the switch off
+# (the gather kernel, whose bits it must give), and its switch's plans and
+# bad value.
+GATHER_KERNELS = {750: 9, 800: 18}
 # The 128 x 16 tile (MPGEMM_CONV_N16_TILE=1, conv_cases.cpp): 16 cases after
 # the sliding window's, fprop and dgrad with at most 16 filters or channels
 # per group, in place on 16- and 8-byte chunks (fprop also with its column
@@ -165,6 +172,27 @@ SLIDING_MUTATIONS = {
     "a sliding window's first pixel lane dropped": (
         "for (int pl = 0; pl < a.pixel_lanes; ++pl)",
         "for (int pl = PLANTED; pl < a.pixel_lanes; ++pl)"),
+}
+# The bugs planted in the depthwise gather's sliding window
+# (conv/depthwise_sliding_gather.cuh; its fp16 kernels in the same mutant
+# build), each run on the sliding cases alone and each of which must fail
+# the gather's, with the message each names: the window's columns read one
+# to the right (every fprop and dgrad product from its neighbour's pixel),
+# dgrad's filter row read forwards (each tap against another's column,
+# dgrad alone), and the filter rows summed last to first (the same products
+# in another order: right on exact inputs, other bits than the gather
+# kernel's on inputs whose sums round).
+GATHER_MUTATIONS = {
+    "a sliding gather's window one column to the right": (
+        "const int col = first_col + c;",
+        "const int col = first_col + c + PLANTED;", "out["),
+    "a sliding gather's reversed row read forwards": (
+        "(kTapW == 1 ? j : kTaps - 1 - j)",
+        "(kTapW == 1 || PLANTED ? j : kTaps - 1 - j)", "out["),
+    "a sliding gather's filter rows summed last to first": (
+        "for (int i = 0; i < g.taps_r; ++i) {",
+        "for (int i_ = 0, i = 0; i_ < g.taps_r; ++i_) { i = PLANTED ? g.taps_r - 1 - i_ : i_;",
+        "not the gather kernel's bits"),
 }
 # The bug planted in dgrad's filter loads (conv/iterators.cuh's
 # PhaseFilterLoader; the 128 x 16 tile's fp16 kernels in the same mutant
@@ -837,11 +865,14 @@ def results(tmp_path_factory):
     wmma_bugs = list(enumerate(WMMA_MUTATIONS))
     sliding_bugs = list(enumerate(SLIDING_MUTATIONS, start=len(wmma_bugs)))
     n16_bugs = list(enumerate(N16_MUTATIONS, start=len(wmma_bugs) + len(sliding_bugs)))
+    gather_bugs = list(enumerate(GATHER_MUTATIONS, start=len(wmma_bugs) + len(sliding_bugs) + len(n16_bugs)))
     mutant_dir = mutated_kernels(str(out / "mutant"), [
         (["wmma/block.cuh"], planted(WMMA_MUTATIONS[name], number)) for number, name in wmma_bugs] + [
         (["conv/depthwise_sliding_wgrad.cuh"], planted(SLIDING_MUTATIONS[name], number))
         for number, name in sliding_bugs] + [
-        (["conv/iterators.cuh"], planted(N16_MUTATIONS[name], number)) for number, name in n16_bugs])
+        (["conv/iterators.cuh"], planted(N16_MUTATIONS[name], number)) for number, name in n16_bugs] + [
+        (["conv/depthwise_sliding_gather.cuh"], planted(GATHER_MUTATIONS[name][:2], number))
+        for number, name in gather_bugs])
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         # The stand-in CUDA headers precompiled for each arch and set of
         # flags, submitted before the first compile that reads them (which
@@ -955,8 +986,8 @@ def results(tmp_path_factory):
                                                                             planted=0)
         jobs[("mutant", "a warp row's column moments dropped")] = pool.submit(run_driver, mutant, 0, 0, 49, 1, False,
                                                                               0, planted=1, first_conv_case=48)
-        # The sliding window's and the 128 x 16 tile's cases alone (conv cases from 1 to 1: none of conv_case's).
-        for number, name in sliding_bugs + n16_bugs:
+        # The sliding windows' and the 128 x 16 tile's cases alone (conv cases from 1 to 1: none of conv_case's).
+        for number, name in sliding_bugs + n16_bugs + gather_bugs:
             jobs[("mutant", name)] = pool.submit(run_driver, mutant, 0, 0, 1, 1, False, 0, planted=number,
                                                  first_conv_case=1)
         jobs[("mutant", "an early read of a pipeline stage", "n16")] = pool.submit(
@@ -1002,6 +1033,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
                         r"(\d+) striding over tiles\)", output)
     assert sliding and int(sliding[1]) == SLIDING_KERNELS[arch], replay
     assert int(sliding[2]) >= 3 and int(sliding[3]) >= 1 and int(sliding[4]) >= 1, replay
+    assert f"depthwise sliding gather: 0/18 failed ({GATHER_KERNELS[arch]} kernels)" in output, replay
     n16 = re.search(r"conv n16 tile: 0/16 failed \((\d+) kernels; (\d+) on several row tiles\)", output)
     assert n16 and int(n16[2]) >= 4 and (arch < 800 or int(n16[1]) == N16_KERNELS), replay
     assert printed_count(output, "wgrad cases that split K") > 0, replay
@@ -1036,6 +1068,19 @@ def test_simulation_catches_a_planted_sliding_window_bug(results, name):
 def test_simulation_catches_a_planted_n16_tile_bug(results, name):
     code, output = results[("mutant", name)]
     assert code != 0 and "n16 tile case 9 FAILED" in output and "dx[" in output, output[-4000:]
+    assert "depthwise sliding wgrad: 0/12 failed" in output, output[-4000:]
+    assert "depthwise sliding gather: 0/18 failed" in output, output[-4000:]
+
+
+@pytest.mark.parametrize("name", GATHER_MUTATIONS)
+def test_simulation_catches_a_planted_sliding_gather_bug(results, name):
+    code, output = results[("mutant", name)]
+    message = GATHER_MUTATIONS[name][2]
+    assert code != 0 and "depthwise sliding gather case" in output and message in output, output[-4000:]
+    assert "depthwise sliding gather: 0/" not in output, output[-4000:]
+    # The window read forwards breaks dgrad's cases alone; both leave the sliding wgrad alone.
+    if "forwards" in name:
+        assert "FAILED: err=0 fprop" not in output and "FAILED: err=0 dgrad" in output, output[-4000:]
     assert "depthwise sliding wgrad: 0/12 failed" in output, output[-4000:]
 
 

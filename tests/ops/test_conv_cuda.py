@@ -24,7 +24,9 @@ default of every other GPU). With MPGEMM_M64_TILE=1 (opt-in until these
 tests pass on a GPU), wgrad of at most 64 filters runs on the 64-row tile;
 with MPGEMM_GATHERED_FOLD=1 (opt-in too), the folded taps' producer gathers
 x's fold itself. With MPGEMM_DEPTHWISE_SLIDING_WGRAD=1 (opt-in, every GPU),
-depthwise wgrad runs on the sliding window; with MPGEMM_CONV_N16_TILE=1
+depthwise wgrad runs on the sliding window, with
+MPGEMM_DEPTHWISE_SLIDING_GATHER=1 (opt-in, every GPU) depthwise fprop and
+dgrad; with MPGEMM_CONV_N16_TILE=1
 (opt-in, sm_80 and newer), fprop and dgrad of at most 16 filters or
 channels per group run on the WMMA kernels' 128 x 16 tile."""
 
@@ -443,6 +445,83 @@ def test_depthwise_wgrad_on_the_sliding_window(monkeypatch, x_shape, window, kwa
         assert sliding == (switch == "1"), names
     assert torch.equal(grads[0], grads[1]), "two runs of the sliding window differ"
     assert relative_error(grads[0], grads[2].double()) < 1e-3
+
+
+# Depthwise layers for the sliding gather (fprop; dgrad at column stride 1):
+# x's shape, the window (r, s) and conv2d's stride, padding and dilation:
+# ConvNeXt-T's two 7x7s, MobileNetV2's 3x3s at strides 1 and 2 (stride 2:
+# fprop alone on the window), EfficientNet's 5x5 at stride 2, a 7x7 over
+# images smaller than it, a row stride and dilation with 5 taps a row, 264
+# channels (two tiles of lanes at 7 taps), and 40 channels of a 3x3 whose
+# column dilation no kernel of the window takes.
+SLIDING_GATHER = [
+    ((4, 96, 28, 28), (7, 7), dict(padding=3)),
+    ((8, 384, 14, 14), (7, 7), dict(padding=3)),
+    ((4, 144, 28, 28), (3, 3), dict(padding=1)),
+    ((4, 144, 28, 28), (3, 3), dict(stride=2, padding=1)),
+    ((4, 240, 14, 14), (5, 5), dict(stride=2, padding=2)),
+    ((8, 64, 5, 5), (7, 7), dict(padding=3)),
+    ((2, 48, 13, 11), (3, 5), dict(stride=(2, 1), padding=(2, 2), dilation=(2, 1))),
+    ((2, 264, 10, 10), (7, 7), dict(padding=3)),
+    ((2, 40, 10, 10), (3, 3), dict(padding=2, dilation=2)),
+]
+
+
+def _sliding_gather_passes(stride, dilation):
+    """The passes the sliding gather takes for conv2d's stride and dilation."""
+    stride_w = stride[1] if isinstance(stride, tuple) else stride
+    dilation_w = dilation[1] if isinstance(dilation, tuple) else dilation
+    if dilation_w != 1:
+        return set()
+    return {"fprop", "dgrad"} if stride_w == 1 else {"fprop"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("x_shape, window, kwargs", SLIDING_GATHER)
+def test_depthwise_gather_on_the_sliding_window(monkeypatch, x_shape, window, kwargs, dtype):
+    """MPGEMM_DEPTHWISE_SLIDING_GATHER=1 (opt-in): depthwise fprop (at column
+    stride 1 and 2) and dgrad (at column stride 1) run
+    depthwise_sliding_gather_kernel, right against cuDNN and float64, and give
+    the gather kernel's bits (the switch off: the same products in the same
+    order); where the window does not fit, the gather kernel runs."""
+    c = x_shape[1]
+    x = torch.randn(*x_shape, device="cuda").to(dtype).to(memory_format=torch.channels_last)
+    weight = torch.randn(c, 1, *window, device="cuda") * (window[0] * window[1]) ** -0.5
+    bias = torch.randn(c, device="cuda")
+    monkeypatch.setenv("MPGEMM_DEPTHWISE_SLIDING_GATHER", "1")
+    compare(x, weight, bias, groups=c, **kwargs)
+    x = x.detach().requires_grad_()
+    weight = weight.detach()
+    dy = torch.randn_like(mpgemm.conv2d(x.detach(), weight, groups=c, **kwargs)).to(dtype)
+    taken = _sliding_gather_passes(kwargs.get("stride", 1), kwargs.get("dilation", 1))
+    results, counts = {}, {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv("MPGEMM_DEPTHWISE_SLIDING_GATHER", switch)
+        x.grad = None
+        outputs = []
+
+        def step():
+            y = mpgemm.conv2d(x, weight, bias, groups=c, **kwargs)
+            y.backward(dy)
+            outputs.append(y.detach())
+
+        with nan_filled_outputs():
+            names = launches(step)
+        results[switch] = (outputs[0], x.grad)
+        counts[switch] = (sum("depthwise_sliding_gather_kernel" in name for name in names),
+                          sum("depthwise_gather_kernel" in name for name in names))
+    # Every launch of the gather (fprop's, and one a dgrad phase) on one kernel or the other.
+    assert counts["0"][0] == 0 and sum(counts["1"]) == counts["0"][1], counts
+    assert (counts["1"][0] > 0) == bool(taken) and (counts["1"][1] == 0) == (taken == {"fprop", "dgrad"}), counts
+    for on, off in zip(results["1"], results["0"]):
+        assert torch.equal(on, off), "the sliding gather's bits are not the gather kernel's"
+
+
+def test_bad_depthwise_sliding_gather_is_refused_with_a_clear_error(monkeypatch):
+    x = torch.randn(2, 8, 5, 5, device="cuda").half()
+    monkeypatch.setenv("MPGEMM_DEPTHWISE_SLIDING_GATHER", "yes")
+    with pytest.raises(ValueError, match="MPGEMM_DEPTHWISE_SLIDING_GATHER must be '0' or '1', got 'yes'"):
+        mpgemm.conv2d(x, torch.randn(8, 1, 3, 3, device="cuda"), groups=8)
 
 
 def test_bad_depthwise_sliding_wgrad_is_refused_with_a_clear_error(monkeypatch):

@@ -459,7 +459,7 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
     calls only."""
     switches = ("MPGEMM_CONV_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_STAGED_ROW_STORES", "MPGEMM_DGRAD_ONE_LAUNCH",
                 "MPGEMM_CHUNKED_FOLD", "MPGEMM_M64_TILE", "MPGEMM_GATHERED_FOLD", "MPGEMM_DEPTHWISE_SLIDING_WGRAD",
-                "MPGEMM_CONV_N16_TILE")
+                "MPGEMM_DEPTHWISE_SLIDING_GATHER", "MPGEMM_CONV_N16_TILE")
     for name in switches:
         monkeypatch.delenv(name, raising=False)
     seen = []
@@ -478,7 +478,7 @@ def test_conv_cases_time_each_pass_and_each_path_asked_for(monkeypatch):
         **{f"mpgemm {path} {p}": f"torch {p}" for path in paths for p in ("fwd", "fwd+bwd", "dgrad", "wgrad")}}
     inputs = make()
     # The switches' values a forced path's calls see, in the order of `switches`.
-    hopper = ("wgmma", "0", "0", "0", "0", "0", "0", "0", "0")
+    hopper = ("wgmma",) + ("0",) * (len(switches) - 1)
     expected = {"mpgemm fwd": (None,) * len(switches), "mpgemm wgmma fwd": hopper, "mpgemm wgmma fwd+bwd": hopper,
                 "mpgemm wgmma_narrow fwd": ("wgmma", "1") + hopper[2:],
                 "mpgemm wgmma_staged fwd": ("wgmma", "0", "1") + hopper[3:],

@@ -1,7 +1,8 @@
 // Depthwise convolutions (one input channel per group, conv/depthwise.h):
 // the plan of a pass (channels a thread, lanes, blocks, wgrad's splits) and
-// its launches, on the direct kernels of conv/depthwise_kernels.cuh, and
-// wgrad on conv/depthwise_sliding_wgrad.cuh's where its plan says so.
+// its launches, on the direct kernels of conv/depthwise_kernels.cuh, wgrad
+// on conv/depthwise_sliding_wgrad.cuh's and fprop and dgrad on
+// conv/depthwise_sliding_gather.cuh's where the plan says so.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "common/math.h"
 #include "conv/depthwise.h"
 #include "conv/depthwise_kernels.cuh"
+#include "conv/depthwise_sliding_gather.cuh"
 #include "conv/depthwise_sliding_wgrad.cuh"
 #include "conv/geometry.h"
 #include "gemm/splitk_reduce.h"
@@ -60,13 +62,39 @@ cudaError_t launch_kernel(Kernel* kernel, DepthwiseArgs args, int64_t blocks, co
   return cudaLaunchKernel(kernel, grid, dim3(kThreads), params, size_t(plan.smem_bytes), stream);
 }
 
-// fprop over x, or one dgrad phase over dy: the gather kernel on `args.g`.
+// The sliding gather's kernel for a launch's geometry `g` (its taps in a
+// row, column stride and tap step), or null where it has none.
+template <class Element, int kTaps>
+auto* sliding_gather_kernel(const ConvGemm& g) {
+  decltype(&depthwise::depthwise_sliding_gather_kernel<Element, kTaps, 1, 1>) kernel = nullptr;
+  if (g.stride_w == 1 && g.tap_w == 1) kernel = &depthwise::depthwise_sliding_gather_kernel<Element, kTaps, 1, 1>;
+  if (g.stride_w == 2 && g.tap_w == 1) kernel = &depthwise::depthwise_sliding_gather_kernel<Element, kTaps, 2, 1>;
+  if (g.stride_w == 1 && g.tap_w == -1) kernel = &depthwise::depthwise_sliding_gather_kernel<Element, kTaps, 1, -1>;
+  return kernel;
+}
+
+template <class Element>
+auto* sliding_gather_kernel_of(const ConvGemm& g) {
+  return g.taps_s == 3   ? sliding_gather_kernel<Element, 3>(g)
+         : g.taps_s == 5 ? sliding_gather_kernel<Element, 5>(g)
+         : g.taps_s == 7 ? sliding_gather_kernel<Element, 7>(g)
+                         : nullptr;
+}
+
+// fprop over x, or one dgrad phase over dy: the gather kernel on `args.g`,
+// on the sliding window where the plan takes it and the launch's window fits.
 template <class Element, int Vector>
 cudaError_t launch_gather(DepthwiseArgs args, const Conv2dParams& p, const DepthwisePlan& plan,
                           cudaStream_t stream) {
   set_runs(args, p);
   if (args.run_count == 0) return cudaSuccess;
   const int64_t blocks = std::min(ceil_div(args.run_count, plan.pixel_lanes), plan.gather_blocks);
+  if constexpr (Vector == depthwise::kSlidingGatherVector) {
+    if (plan.sliding_gather && args.fan == 1) {
+      if (const auto kernel = sliding_gather_kernel_of<Element>(args.g); kernel != nullptr)
+        return launch_kernel<Element>(kernel, args, blocks, plan, stream);
+    }
+  }
   return launch_kernel<Element>(&depthwise::depthwise_gather_kernel<Element, Vector>, args, blocks, plan, stream);
 }
 
@@ -186,13 +214,22 @@ bool sliding_plan_of(const Conv2dParams& p, const DepthwisePlan& plan) {
 
 bool depthwise_sliding_wgrad_enabled() { return switch_on("MPGEMM_DEPTHWISE_SLIDING_WGRAD", false); }
 
+bool depthwise_sliding_gather_enabled() { return switch_on("MPGEMM_DEPTHWISE_SLIDING_GATHER", false); }
+
+bool depthwise_sliding_gather_fits(ConvPass pass, const Conv2dParams& p) {
+  const bool fprop = pass == ConvPass::kFprop, dgrad = pass == ConvPass::kDgrad;
+  return (fprop || dgrad) && p.groups == p.c && p.k == p.c && p.c % depthwise::kSlidingGatherVector == 0 &&
+         (p.s == 3 || p.s == 5 || p.s == 7) && p.dilation_w == 1 &&
+         (p.stride_w == 1 || (fprop && p.stride_w == 2)) && aligned16(fprop ? p.x : p.dy);
+}
+
 bool depthwise_sliding_wgrad_fits(const Conv2dParams& p) {
   return p.groups == p.c && p.k == p.c && (p.s == 3 || p.s == 5 || p.s == 7) && (p.stride_w == 1 || p.stride_w == 2) &&
          p.dilation_w == 1 && p.r >= 1 && p.r <= kMaxSlidingRows && p.c % kSlidingVector == 0 &&
          p.n * p.p * p.q > 0 && aligned_to(p.x, 8) && aligned_to(p.dy, 8);
 }
 
-DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p, bool sliding_wgrad) {
+DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p, bool sliding_wgrad, bool sliding_gather) {
   if (p.groups <= 0 || p.c != p.groups || p.k % p.groups != 0) return {};
   const int64_t kg = p.k / p.groups, taps = p.r * p.s;
   if (kg < 1 || kg > kDepthwiseMaxFiltersPerGroup || taps < 1) return {};
@@ -223,6 +260,9 @@ DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& p, bool sliding_
   plan.smem_bytes = int(wgrad ? int64_t(kThreads) * plan.vector * sizeof(float) : plan.lanes * lane_bytes);
   const int64_t multiprocessors = device_limits().multiprocessors;
   plan.gather_blocks = std::max<int64_t>(1, ceil_div(kBlocksPerSM * multiprocessors, plan.channel_tiles));
+  // The same block as the gather kernel's: only the kernel differs.
+  plan.sliding_gather = sliding_gather && plan.vector == depthwise::kSlidingGatherVector &&
+                        depthwise_sliding_gather_fits(pass, p);
   if (wgrad) {
     const int64_t runs = p.n * p.p * ceil_div(p.q, kRun);
     const int64_t wanted = ceil_div(kSplitBlocksPerSM * multiprocessors, taps * plan.channel_tiles);

@@ -29,6 +29,7 @@ struct DepthwisePlan {
   int64_t gather_blocks = 0; // fprop, dgrad: blocks across output pixels at most
   int splits = 1;            // wgrad: output-pixel ranges (the sliding window: output rows) summed apart, then in order
   bool sliding = false;      // wgrad on the sliding window
+  bool sliding_gather = false;  // fprop, dgrad: the gather on the sliding window where a launch's window fits
 };
 
 // Single-channel groups with more filters than this run as implicit GEMMs:
@@ -39,8 +40,11 @@ constexpr int64_t kDepthwiseMaxFiltersPerGroup = 15;
 // The plan for `pass` of `params` on the current device. wgrad takes the
 // sliding window (conv/depthwise_sliding_wgrad.cuh) where `sliding_wgrad`
 // (depthwise_sliding_wgrad_enabled(), which plan_conv2d reads with the other
-// switches) and depthwise_sliding_wgrad_fits() say so.
-DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& params, bool sliding_wgrad);
+// switches) and depthwise_sliding_wgrad_fits() say so; fprop and dgrad take
+// theirs (conv/depthwise_sliding_gather.cuh) where `sliding_gather`
+// (depthwise_sliding_gather_enabled()) and depthwise_sliding_gather_fits()
+// do.
+DepthwisePlan plan_depthwise(ConvPass pass, const Conv2dParams& params, bool sliding_wgrad, bool sliding_gather);
 
 // Whether depthwise wgrad may take the sliding window: only where
 // MPGEMM_DEPTHWISE_SLIDING_WGRAD is "1" until it has passed the GPU tests
@@ -53,6 +57,18 @@ bool depthwise_sliding_wgrad_enabled();
 // holds at least 8 lanes of channels), channels a multiple of 4 with x and
 // dy 8-byte aligned, and at least one output pixel.
 bool depthwise_sliding_wgrad_fits(const Conv2dParams& params);
+
+// Whether fprop and dgrad may take the sliding gather: only where
+// MPGEMM_DEPTHWISE_SLIDING_GATHER is "1" until it has passed the GPU tests
+// (unset, "" or "0": no; throws std::invalid_argument for any other value).
+bool depthwise_sliding_gather_enabled();
+
+// Whether the sliding gather runs `pass` (fprop or dgrad) of `params`: one
+// filter a channel, 16-byte runs of 8 channels (channels a multiple of 8, the
+// gathered tensor 16-byte aligned), filter rows of 3, 5 or 7 taps with no
+// column dilation, at a column stride of 1 or 2 (fprop) or 1 (dgrad, whose
+// one column phase then takes every tap of a row).
+bool depthwise_sliding_gather_fits(ConvPass pass, const Conv2dParams& params);
 
 // Bytes of workspace a plan needs: wgrad's fp32 partial sums when it splits.
 size_t depthwise_workspace_bytes(const Conv2dParams& params, const DepthwisePlan& plan);

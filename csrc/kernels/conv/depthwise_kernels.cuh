@@ -84,12 +84,24 @@ __device__ __forceinline__ void store_floats(void* out, ElementType type, int64_
   }
 }
 
-template <class Element, int Vector>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM) depthwise_gather_kernel(DepthwiseArgs args) {
+// One run of the gather as its block hands it to the products: kRun output
+// pixels from column b0 of row `a` of `image`, the lane's filters in shared
+// memory (tap-major, filters_per_tile apart) and its source channel.
+struct GatherRun {
+  int b0, a, image;
+  const float* lane_filters;
+  int filters_per_tile, src_channel;
+};
+
+// The gather's block (fprop; dgrad a phase): per channel tile, its filters
+// and bias staged in shared memory, then each of its runs: products(run,
+// acc) sums the run's products into acc (zeros), to which the bias is added
+// before the one rounding of the store.
+template <class Element, int Vector, class Products>
+__device__ __forceinline__ void gather_runs(const DepthwiseArgs& args, Products&& products) {
   // [filter tap][filter of the tile], then the tile's bias (zeros if none).
   float* tile_filters = reinterpret_cast<float*>(smem);
   const ConvGemm& g = args.g;
-  const Element* src = static_cast<const Element*>(args.src);
   const Element* filters = static_cast<const Element*>(args.filters);
   const int fan = Vector == 1 ? args.fan : 1;  // the launcher's plan: 8 channels only at one filter each
   const int lane = threadIdx.x % args.lanes, pixel_lane = threadIdx.x / args.lanes;
@@ -119,42 +131,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM) depthwise_gather_ke
     for (RadixPoint at = args.runs.at(run); run < args.run_count; run += run_stride, next_run.apply(at, args.runs)) {
       const int b0 = at.lo * kRun, a = at.mid, image = at.hi;
       float acc[kRun][Vector] = {};
-      for (int i = 0; i < g.taps_r; ++i) {
-        const int src_row = a * g.stride_h + g.origin_h + i * g.tap_h;
-        if (unsigned(src_row) >= unsigned(g.src_h)) continue;
-        const Element* src_row_pixels =
-            src + (int64_t(image) * g.src_h + src_row) * g.src_w * g.src_channels + src_channel;
-        const float* tap_filters =
-            lane_filters + ((g.filter_r0 + i * g.filter_dr) * g.filter_s + g.filter_s0) * filters_per_tile;
-        for (int j = 0; j < g.taps_s; ++j, tap_filters += g.filter_ds * filters_per_tile) {
-          const int src_col = b0 * g.stride_w + g.origin_w + j * g.tap_w;
-          for (int f = 0; f < fan; ++f) {
-            float w[Vector];
-            if constexpr (Vector == 8) {
-              // 32-byte aligned: a tap's row of filters and each lane's share are multiples of 8 floats.
-              const float4 lo = reinterpret_cast<const float4*>(tap_filters)[0];
-              const float4 hi = reinterpret_cast<const float4*>(tap_filters)[1];
-              w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-            } else {
-              w[0] = tap_filters[f];
-            }
-            // The run's pixels inside the source loaded together, then multiplied.
-            Channels<Element, Vector> x[kRun];
-            bool inside[kRun];
-#pragma unroll
-            for (int e = 0; e < kRun; ++e) {
-              const int src_col_e = src_col + e * g.stride_w;
-              inside[e] = b0 + e < g.cols && unsigned(src_col_e) < unsigned(g.src_w);
-              if (inside[e]) x[e] = Channels<Element, Vector>::load(src_row_pixels + int64_t(src_col_e) * g.src_channels + f);
-            }
-#pragma unroll
-            for (int e = 0; e < kRun; ++e)
-              if (inside[e])
-#pragma unroll
-                for (int v = 0; v < Vector; ++v) acc[e][v] = fmaf(x[e][v], w[v], acc[e][v]);
-          }
-        }
-      }
+      products(GatherRun{b0, a, image, lane_filters, filters_per_tile, src_channel}, acc);
       const int64_t out_row = (int64_t(image) * g.out_h + g.out_h0 + a * g.out_stride_h) * g.out_w + g.out_w0;
 #pragma unroll
       for (int e = 0; e < kRun; ++e) {
@@ -166,6 +143,57 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM) depthwise_gather_ke
       }
     }
   }
+}
+
+// A tap's Vector filters from the lane's staged ones (filter f of the fan).
+template <int Vector>
+__device__ __forceinline__ void tap_weights(const float* tap_filters, int f, float (&w)[Vector]) {
+  if constexpr (Vector == 8) {
+    // 32-byte aligned: a tap's row of filters and each lane's share are multiples of 8 floats.
+    const float4 lo = reinterpret_cast<const float4*>(tap_filters)[0];
+    const float4 hi = reinterpret_cast<const float4*>(tap_filters)[1];
+    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+  } else {
+    w[0] = tap_filters[f];
+  }
+}
+
+template <class Element, int Vector>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM) depthwise_gather_kernel(DepthwiseArgs args) {
+  const ConvGemm& g = args.g;
+  const Element* src = static_cast<const Element*>(args.src);
+  const int fan = Vector == 1 ? args.fan : 1;
+  gather_runs<Element, Vector>(args, [&](const GatherRun& run, float (&acc)[kRun][Vector]) {
+    for (int i = 0; i < g.taps_r; ++i) {
+      const int src_row = run.a * g.stride_h + g.origin_h + i * g.tap_h;
+      if (unsigned(src_row) >= unsigned(g.src_h)) continue;
+      const Element* src_row_pixels =
+          src + (int64_t(run.image) * g.src_h + src_row) * g.src_w * g.src_channels + run.src_channel;
+      const float* tap_filters =
+          run.lane_filters + ((g.filter_r0 + i * g.filter_dr) * g.filter_s + g.filter_s0) * run.filters_per_tile;
+      for (int j = 0; j < g.taps_s; ++j, tap_filters += g.filter_ds * run.filters_per_tile) {
+        const int src_col = run.b0 * g.stride_w + g.origin_w + j * g.tap_w;
+        for (int f = 0; f < fan; ++f) {
+          float w[Vector];
+          tap_weights<Vector>(tap_filters, f, w);
+          // The run's pixels inside the source loaded together, then multiplied.
+          Channels<Element, Vector> x[kRun];
+          bool inside[kRun];
+#pragma unroll
+          for (int e = 0; e < kRun; ++e) {
+            const int src_col_e = src_col + e * g.stride_w;
+            inside[e] = run.b0 + e < g.cols && unsigned(src_col_e) < unsigned(g.src_w);
+            if (inside[e]) x[e] = Channels<Element, Vector>::load(src_row_pixels + int64_t(src_col_e) * g.src_channels + f);
+          }
+#pragma unroll
+          for (int e = 0; e < kRun; ++e)
+            if (inside[e])
+#pragma unroll
+              for (int v = 0; v < Vector; ++v) acc[e][v] = fmaf(x[e][v], w[v], acc[e][v]);
+        }
+      }
+    }
+  });
 }
 
 template <class Element, int Vector>

@@ -412,7 +412,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
   const bool staged_rows = staged_row_stores(), one_launch = one_launch_dgrad(), in_chunks = chunked_fold();
   const bool gathered = gathered_fold();
   const bool m64_tile = m64_tile_enabled();
-  const bool sliding_wgrad = depthwise_sliding_wgrad_enabled();
+  const bool sliding_wgrad = depthwise_sliding_wgrad_enabled(), sliding_gather = depthwise_sliding_gather_enabled();
   const bool n16 = n16_tile();
   const bool addend = p.addend != nullptr && pass == ConvPass::kDgrad && dgrad_addend();
   if (p.groups <= 0) return plan;
@@ -448,7 +448,7 @@ Conv2dPlan plan_conv2d(ConvPass pass, const Conv2dParams& p) {
       return plan;
     }
   }
-  plan.depthwise = plan_depthwise(pass, p, sliding_wgrad);
+  plan.depthwise = plan_depthwise(pass, p, sliding_wgrad, sliding_gather);
   if (plan.depthwise.vector > 0) {
     plan.path = Conv2dPlan::Path::kDepthwise;
     plan.workspace_bytes = depthwise_workspace_bytes(p, plan.depthwise);

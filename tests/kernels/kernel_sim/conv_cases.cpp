@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <set>
@@ -410,7 +411,7 @@ bool depthwise_sliding_switch_wrong() {
   };
   bool wrong = sliding(nullptr) || sliding("0") || !sliding("1");
   sim::use_multiprocessors(1);  // one split: no workspace to ask for
-  const DepthwisePlan three = plan_depthwise(ConvPass::kWgrad, a, true);
+  const DepthwisePlan three = plan_depthwise(ConvPass::kWgrad, a, true, false);
   Conv2dParams five = a;
   five.s = 5, five.pad_left = 2;
   wrong |= !three.sliding || launch_depthwise(ConvPass::kWgrad, five, three, nullptr, nullptr) != cudaErrorInvalidValue;
@@ -425,6 +426,130 @@ bool depthwise_sliding_switch_wrong() {
     unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
   }
   if (wrong || !refused) printf("  the sliding wgrad's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
+  return wrong || !refused;
+}
+
+// The depthwise gather on the sliding window
+// (conv/depthwise_sliding_gather.cuh, MPGEMM_DEPTHWISE_SLIDING_GATHER=1),
+// through launch_conv2d as conv_case runs it: case i takes filter rows of
+// {3, 5, 7}[i % 3] taps, fprop at column stride 1 or 2 or dgrad (at column
+// stride 1, any row stride) by i / 3 % 3, in fp16 or (from sim arch 800 on,
+// where i / 9 is odd) bf16, so that 18 cases launch its 18 kernels (9 at
+// sim arch 750). Each draws 1 to 7 filter rows, row strides and dilations,
+// paddings that leave the source, images narrower than the window, 8 to
+// 320 channels (two tiles of lanes from 248 on at 7 taps), a bias (fprop,
+// one case in two), a grid clipped to one block across runs and channel
+// tiles in one case in three. The plan must take the sliding gather, and
+// every element of the output must match; run again on inputs whose
+// products round, its output must be the gather kernel's (the switch off)
+// bit for bit.
+bool depthwise_sliding_gather_case(int index) {
+  const int kind = index / 3 % 3;
+  const ConvPass pass = kind == 2 ? ConvPass::kDgrad : ConvPass::kFprop;
+  Conv2dParams a;
+  a.input_type = __CUDA_ARCH__ >= 800 && index / 9 % 2 ? ElementType::kBFloat16 : ElementType::kFloat16;
+  const int64_t row_taps[] = {3, 5, 7};
+  a.s = row_taps[index % 3], a.stride_w = kind == 1 ? 2 : 1, a.dilation_w = 1;
+  a.r = rnd(1, 7), a.stride_h = int(rnd(1, 2)), a.dilation_h = int(rnd(1, 2));
+  a.groups = 8 * (rnd(0, 3) == 0 ? rnd(31, 40) : rnd(1, 12)), a.c = a.k = a.groups;
+  a.n = rnd(1, 2);
+  dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, 0, 5);
+  dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, 0, 9 * a.stride_w);
+  const bool dgrad = pass == ConvPass::kDgrad;
+  const int64_t x_count = a.n * a.h * a.w * a.c, wt_count = a.k * a.r * a.s, dy_count = a.n * a.p * a.q * a.k;
+  const Input x(a.input_type, dgrad ? 0 : x_count, 0), wt(a.input_type, wt_count, 0),
+      dy(a.input_type, dgrad ? dy_count : 0, 0);
+  a.x = dgrad ? nullptr : x.data, a.wt = wt.data, a.dy = dgrad ? dy.data : nullptr;
+  const sim::Bias bias(!dgrad && rnd(0, 1), a.k);
+  a.bias = bias.data(), a.bias_type = bias.type;
+  a.out_type = sim::any_type();
+  const int64_t esize = sim::bytes_of(a.out_type), count = dgrad ? x_count : dy_count;
+  const int64_t out_offset = rnd(0, 1) ? 0 : rnd(1, 3), tail = rnd(0, 2);
+
+  sim::use_multiprocessors(rnd(0, 1) ? 1 << 20 : 1);
+  const bool clipped = rnd(0, 2) == 0;
+  sim::max_grid.x = clipped ? 1 : 1u << 31, sim::max_grid.y = clipped ? 1 : 65535;
+  setenv("MPGEMM_CONV_PATH", "wmma", 1);
+  // The switch off (the gather kernel), then on.
+  Buffer outs[2] = {Buffer(esize * (out_offset + count + tail)), Buffer(esize * (out_offset + count + tail))};
+  Conv2dPlan plans[2];
+  cudaError_t err = cudaSuccess;
+  const auto run_both = [&] {
+    for (int on = 0; on < 2; ++on) {
+      setenv("MPGEMM_DEPTHWISE_SLIDING_GATHER", on ? "1" : "0", 1);
+      a.out = outs[on].p + esize * out_offset;
+      plans[on] = plan_conv2d(pass, a);
+      if (const cudaError_t e = launch_conv2d(pass, a, plans[on], nullptr, nullptr); e != cudaSuccess) err = e;
+    }
+    unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
+  };
+  run_both();
+  const auto at = [](const Input& t) { return [&t](int64_t i) { return t[i]; }; };
+  const std::vector<double> want = sim::conv_reference(pass, a, at(x), at(wt), at(dy), count);
+  // Then again on inputs whose products round (every sum above is exact in any order): the same bits from
+  // both kernels say that the window adds the same products in the same order.
+  Buffer exact(outs[1].size);
+  memcpy(exact.p, outs[1].p, exact.size);
+  for (const Input* t : {&x, &wt, &dy})
+    for (int64_t i = 0; i < int64_t(t->mem->size) / 2 - (t->data - t->mem->p) / 2; ++i)
+      sim::set(t->data, t->type, i, float(rnd(-1000, 1000)) / 997.0f);
+  run_both();
+  unsetenv("MPGEMM_CONV_PATH");
+  const unsigned max_grid_x = sim::max_grid.x;
+  sim::max_grid.x = 1u << 31, sim::max_grid.y = 65535;
+
+  const bool unlike = plans[1].path != Conv2dPlan::Path::kDepthwise || !plans[1].depthwise.sliding_gather ||
+                      plans[0].depthwise.sliding_gather;
+  int bad = err != cudaSuccess || unlike;
+  if (unlike)
+    printf("  planned path %d, sliding gather %d (switch off: %d)\n", int(plans[1].path),
+           int(plans[1].depthwise.sliding_gather), int(plans[0].depthwise.sliding_gather));
+  bad += wrong_output(exact, a.out_type, out_offset, count, want, dgrad ? nullptr : &bias, a.k, "out", bad);
+  if (memcmp(outs[0].p, outs[1].p, outs[0].size) != 0 && bad++ < 3) printf("  not the gather kernel's bits\n");
+  if (bad)
+    printf("depthwise sliding gather case %d FAILED: err=%d %s n=%ld h=%ld w=%ld c=%ld r=%ld s=%ld p=%ld q=%ld "
+           "stride=%d,%d pad_top=%d pad_left=%d dilation_h=%d input_type=%d bias=%d out_type=%d "
+           "multiprocessors=%d max_grid_x=%u tiles=%ld\n",
+           index, int(err), kPassNames[int(pass)], a.n, a.h, a.w, a.c, a.r, a.s, a.p, a.q, a.stride_h, a.stride_w,
+           a.pad_top, a.pad_left, a.dilation_h, int(a.input_type), bias.present, int(a.out_type), sim::multiprocessors,
+           max_grid_x, plans[1].depthwise.channel_tiles);
+  return bad;
+}
+
+// The sliding gather's switch: "0" or unset leaves a shape its window fits
+// to the gather kernel, "1" takes the window; a column dilation, dgrad at
+// column stride 2 and wgrad stay off it at "1"; any value but "", "0" and
+// "1" is refused, naming the variable, by the plan of any convolution (a
+// 3x3 of one group here). Returns whether any of that went wrong.
+bool depthwise_sliding_gather_switch_wrong() {
+  Conv2dParams a;
+  a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = a.k = a.groups = 16, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
+  alignas(16) static const uint64_t storage[2] = {};  // stand-ins for x and dy, never read
+  a.x = a.dy = storage;
+  a.input_type = ElementType::kFloat16;
+  const auto sliding = [&](ConvPass pass, const char* value) {
+    if (value) setenv("MPGEMM_DEPTHWISE_SLIDING_GATHER", value, 1);
+    else unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
+    const Conv2dPlan plan = plan_conv2d(pass, a);
+    unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
+    return plan.path == Conv2dPlan::Path::kDepthwise && plan.depthwise.sliding_gather;
+  };
+  bool wrong = sliding(ConvPass::kFprop, nullptr) || sliding(ConvPass::kFprop, "0") || !sliding(ConvPass::kFprop, "1");
+  wrong |= !sliding(ConvPass::kDgrad, "1") || sliding(ConvPass::kWgrad, "1");
+  a.stride_w = 2, a.q = 5;
+  wrong |= !sliding(ConvPass::kFprop, "1") || sliding(ConvPass::kDgrad, "1");
+  a.stride_w = 1, a.dilation_w = 2, a.q = 7;
+  wrong |= sliding(ConvPass::kFprop, "1");
+  a.groups = 1, a.k = 24, a.dilation_w = 1, a.q = 9;  // not depthwise: the switch is read all the same
+  bool refused = false;
+  try {
+    sliding(ConvPass::kFprop, "yes");
+  } catch (const std::invalid_argument& e) {
+    refused = std::string(e.what()).find("MPGEMM_DEPTHWISE_SLIDING_GATHER") != std::string::npos;
+    unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
+  }
+  if (wrong || !refused)
+    printf("  the sliding gather's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
   return wrong || !refused;
 }
 
