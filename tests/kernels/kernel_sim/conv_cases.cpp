@@ -119,6 +119,47 @@ int wrong_output(const Buffer& out, ElementType type, int64_t offset, int64_t co
   return bad - before;
 }
 
+// The plan of `pass` for `a` with the switch `variable` at `value` (unset
+// where null) and, where `path` is given, MPGEMM_CONV_PATH at it; both
+// unset after, a refused value's too.
+Conv2dPlan plan_with_switch(const char* variable, const char* value, ConvPass pass, const Conv2dParams& a,
+                            const char* path = nullptr) {
+  struct Unset {
+    const char* variable;
+    bool path;
+    ~Unset() {
+      unsetenv(variable);
+      if (path) unsetenv("MPGEMM_CONV_PATH");
+    }
+  } unset{variable, path != nullptr};
+  if (value) setenv(variable, value, 1);
+  else unsetenv(variable);
+  if (path) setenv("MPGEMM_CONV_PATH", path, 1);
+  return plan_conv2d(pass, a);
+}
+
+// A 3x3 depthwise convolution of 16 channels over 9 x 9 pixels (padding 1),
+// fp16, whose x and dy are stand-ins no plan reads: the switches' plans.
+Conv2dParams depthwise_3x3() {
+  Conv2dParams a;
+  a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = a.k = a.groups = 16, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
+  alignas(16) static const uint64_t storage[2] = {};
+  a.x = a.dy = storage;
+  a.input_type = ElementType::kFloat16;
+  return a;
+}
+
+// Whether the plan of `pass` for `a` refuses `variable` at "yes" with an
+// error that names it.
+bool bad_switch_refused(const char* variable, ConvPass pass, const Conv2dParams& a, const char* path = nullptr) {
+  try {
+    plan_with_switch(variable, "yes", pass, a, path);
+  } catch (const std::invalid_argument& e) {
+    return std::string(e.what()).find(variable) != std::string::npos;
+  }
+  return false;
+}
+
 }  // namespace
 
 int conv_splits_run = 0;
@@ -397,16 +438,9 @@ bool depthwise_sliding_case(int index) {
 // was not made for (5 taps a row where it was made for 3). Returns whether
 // any of that went wrong.
 bool depthwise_sliding_switch_wrong() {
-  Conv2dParams a;
-  a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = a.k = a.groups = 16, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
-  alignas(16) static const uint64_t storage[2] = {};  // stand-ins for x and dy, never read
-  a.x = a.dy = storage;
-  a.input_type = ElementType::kFloat16;
+  Conv2dParams a = depthwise_3x3();
   const auto sliding = [&](const char* value) {
-    if (value) setenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD", value, 1);
-    else unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
-    const Conv2dPlan plan = plan_conv2d(ConvPass::kWgrad, a);
-    unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
+    const Conv2dPlan plan = plan_with_switch("MPGEMM_DEPTHWISE_SLIDING_WGRAD", value, ConvPass::kWgrad, a);
     return plan.path == Conv2dPlan::Path::kDepthwise && plan.depthwise.sliding;
   };
   bool wrong = sliding(nullptr) || sliding("0") || !sliding("1");
@@ -418,13 +452,7 @@ bool depthwise_sliding_switch_wrong() {
   a.dilation_w = 2, a.q = 7;
   wrong |= sliding("1");
   a.groups = 1, a.k = 24, a.dilation_w = 1, a.q = 9;  // not depthwise: the switch is read all the same
-  bool refused = false;
-  try {
-    sliding("yes");
-  } catch (const std::invalid_argument& e) {
-    refused = std::string(e.what()).find("MPGEMM_DEPTHWISE_SLIDING_WGRAD") != std::string::npos;
-    unsetenv("MPGEMM_DEPTHWISE_SLIDING_WGRAD");
-  }
+  const bool refused = bad_switch_refused("MPGEMM_DEPTHWISE_SLIDING_WGRAD", ConvPass::kWgrad, a);
   if (wrong || !refused) printf("  the sliding wgrad's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
   return wrong || !refused;
 }
@@ -522,16 +550,9 @@ bool depthwise_sliding_gather_case(int index) {
 // "1" is refused, naming the variable, by the plan of any convolution (a
 // 3x3 of one group here). Returns whether any of that went wrong.
 bool depthwise_sliding_gather_switch_wrong() {
-  Conv2dParams a;
-  a.n = 2, a.h = a.w = a.p = a.q = 9, a.c = a.k = a.groups = 16, a.r = a.s = 3, a.pad_top = a.pad_left = 1;
-  alignas(16) static const uint64_t storage[2] = {};  // stand-ins for x and dy, never read
-  a.x = a.dy = storage;
-  a.input_type = ElementType::kFloat16;
+  Conv2dParams a = depthwise_3x3();
   const auto sliding = [&](ConvPass pass, const char* value) {
-    if (value) setenv("MPGEMM_DEPTHWISE_SLIDING_GATHER", value, 1);
-    else unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
-    const Conv2dPlan plan = plan_conv2d(pass, a);
-    unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
+    const Conv2dPlan plan = plan_with_switch("MPGEMM_DEPTHWISE_SLIDING_GATHER", value, pass, a);
     return plan.path == Conv2dPlan::Path::kDepthwise && plan.depthwise.sliding_gather;
   };
   bool wrong = sliding(ConvPass::kFprop, nullptr) || sliding(ConvPass::kFprop, "0") || !sliding(ConvPass::kFprop, "1");
@@ -541,13 +562,7 @@ bool depthwise_sliding_gather_switch_wrong() {
   a.stride_w = 1, a.dilation_w = 2, a.q = 7;
   wrong |= sliding(ConvPass::kFprop, "1");
   a.groups = 1, a.k = 24, a.dilation_w = 1, a.q = 9;  // not depthwise: the switch is read all the same
-  bool refused = false;
-  try {
-    sliding(ConvPass::kFprop, "yes");
-  } catch (const std::invalid_argument& e) {
-    refused = std::string(e.what()).find("MPGEMM_DEPTHWISE_SLIDING_GATHER") != std::string::npos;
-    unsetenv("MPGEMM_DEPTHWISE_SLIDING_GATHER");
-  }
+  const bool refused = bad_switch_refused("MPGEMM_DEPTHWISE_SLIDING_GATHER", ConvPass::kFprop, a);
   if (wrong || !refused)
     printf("  the sliding gather's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
   return wrong || !refused;
@@ -675,12 +690,7 @@ bool n16_switch_wrong() {
   a.x = a.wt = a.dy = storage;
   a.input_type = ElementType::kFloat16;
   const auto narrow = [&](ConvPass pass, const char* value) {
-    if (value) setenv("MPGEMM_CONV_N16_TILE", value, 1);
-    else unsetenv("MPGEMM_CONV_N16_TILE");
-    setenv("MPGEMM_CONV_PATH", "wmma", 1);
-    const Conv2dPlan plan = plan_conv2d(pass, a);
-    unsetenv("MPGEMM_CONV_PATH");
-    unsetenv("MPGEMM_CONV_N16_TILE");
+    const Conv2dPlan plan = plan_with_switch("MPGEMM_CONV_N16_TILE", value, pass, a, "wmma");
     return plan.path == Conv2dPlan::Path::kImplicitGemm && plan.tiles.tile == TileConfigId::kN16;
   };
   const bool runs = __CUDA_ARCH__ >= 10 * tile_config(TileConfigId::kN16).min_arch;
@@ -688,14 +698,7 @@ bool n16_switch_wrong() {
                narrow(ConvPass::kFprop, "1") != runs || narrow(ConvPass::kWgrad, "1");
   a.k = 24;
   wrong |= narrow(ConvPass::kFprop, "1");
-  bool refused = false;
-  try {
-    narrow(ConvPass::kDgrad, "yes");
-  } catch (const std::invalid_argument& e) {
-    refused = std::string(e.what()).find("MPGEMM_CONV_N16_TILE") != std::string::npos;
-    unsetenv("MPGEMM_CONV_N16_TILE");
-    unsetenv("MPGEMM_CONV_PATH");
-  }
+  const bool refused = bad_switch_refused("MPGEMM_CONV_N16_TILE", ConvPass::kDgrad, a, "wmma");
   if (wrong || !refused) printf("  the n16 tile's switch: plans wrong %d, bad value refused %d\n", int(wrong), int(refused));
   return wrong || !refused;
 }
