@@ -1062,6 +1062,7 @@ def test_simulation_catches_a_planted_sliding_window_bug(results, name):
     code, output = results[("mutant", name)]
     assert code != 0 and "depthwise sliding case" in output and "dw[" in output, output[-4000:]
     assert "depthwise sliding wgrad: 0/" not in output, output[-4000:]
+    assert "depthwise sliding gather: 0/18 failed" in output, output[-4000:]
 
 
 @pytest.mark.parametrize("name", N16_MUTATIONS)

@@ -30,8 +30,9 @@ using depthwise::kThreads;
 constexpr int kMaxLanes = 32;   // a warp across channels
 constexpr int64_t kSmemLimit = 48 * 1024;  // no opt-in needed
 // The gather grid-strides over runs with at most this many blocks per
-// multiprocessor (4 waves of the kernels' kMinBlocksPerSM), so that each
-// block stages its filters once for many runs.
+// multiprocessor (4 waves of the gather kernel's kMinBlocksPerSM; 8 of the
+// sliding gather's kernels built for one block), so that each block stages
+// its filters once for many runs.
 constexpr int64_t kBlocksPerSM = 8;
 // wgrad splits its runs to fill the device with about kSplitBlocksPerSM
 // blocks a multiprocessor, in at most plan/split_cost.h's kMaxSplits splits,

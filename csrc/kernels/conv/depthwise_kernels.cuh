@@ -11,6 +11,9 @@
 //   run's kRun source pixels. dgrad is the same gather over dy, with the
 //   phase geometry of the implicit GEMM (conv/geometry.h): within a phase
 //   every pixel takes the same taps, so no tap is tested for divisibility.
+//   The block is gather_runs, which conv/depthwise_sliding_gather.cuh's
+//   kernel shares: it loads the columns under a filter row once instead of
+//   once a tap, where its switch is on and its windows fit.
 // wgrad - dw[k, r, s] sums dy * x over every output pixel: a block takes one
 //   tap of its channels over one range (split) of the runs; its pixel lanes
 //   are summed through shared memory in lane order, the splits by

@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kThreads, (sliding_gather_min_blocks<Element, 
   gather_runs<Element, kVector>(args, [&](const GatherRun& run, float (&acc)[kRun][kVector]) {
     // The window's first column: tap 0's of pixel 0, or (reading the row backwards) tap kTaps - 1's.
     const int first_col = run.b0 * kStrideW + g.origin_w - (kTapW == 1 ? 0 : kTaps - 1);
+#pragma unroll 1  // a filter row's body is its window's loads, then its products
     for (int i = 0; i < g.taps_r; ++i) {
       const int src_row = run.a * g.stride_h + g.origin_h + i * g.tap_h;
       if (unsigned(src_row) >= unsigned(g.src_h)) continue;

@@ -2,7 +2,8 @@
 // test or benchmark may flip them between calls): MPGEMM_NARROW_TILES,
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD
 // (on unless "0"), MPGEMM_PADDED_OPERANDS, MPGEMM_WGMMA_SPLIT_K and
-// MPGEMM_DEPTHWISE_SLIDING_WGRAD (opt-in: off unless "1"), among others.
+// MPGEMM_DEPTHWISE_SLIDING_WGRAD and MPGEMM_DEPTHWISE_SLIDING_GATHER (opt-in:
+// off unless "1"), among others.
 // Host code, free of CUDA.
 #pragma once
 

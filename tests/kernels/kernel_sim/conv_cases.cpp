@@ -66,6 +66,14 @@ struct Input {
   double operator[](int64_t i) const { return get(data, type, i); }
 };
 
+// `t` refilled with values whose products and sums round (fp16 or bf16
+// multiples of 1/997 in [-1, 1]): two kernels' outputs on them are the same
+// bits only where they add the same products in the same order.
+void with_rounding_products(const Input& t) {
+  for (int64_t i = 0; i < int64_t(t.mem->size) / 2 - (t.data - t.mem->p) / 2; ++i)
+    sim::set(t.data, t.type, i, float(rnd(-1000, 1000)) / 997.0f);
+}
+
 constexpr int kPaths = 7;
 constexpr int kKernelsPerType = 3 * kPaths;
 constexpr int kNarrowPath = 3, kPaddedPath = 4, kDepthwiseWidePath = 5, kDepthwisePath = 6;
@@ -465,9 +473,9 @@ bool depthwise_sliding_switch_wrong() {
 // where i / 9 is odd) bf16, so that 18 cases launch its 18 kernels (9 at
 // sim arch 750). Each draws 1 to 7 filter rows, row strides and dilations,
 // paddings that leave the source, images narrower than the window, 8 to
-// 320 channels (two tiles of lanes from 248 on at 7 taps), a bias (fprop,
-// one case in two), a grid clipped to one block across runs and channel
-// tiles in one case in three. The plan must take the sliding gather, and
+// 320 channels (two tiles of lanes from 248 on at 7 x 7, from 264 below),
+// a bias (fprop, one case in two), a grid clipped to one block across runs
+// and channel tiles in one case in three. The plan must take the sliding gather, and
 // every element of the output must match; run again on inputs whose
 // products round, its output must be the gather kernel's (the switch off)
 // bit for bit.
@@ -518,9 +526,7 @@ bool depthwise_sliding_gather_case(int index) {
   // both kernels say that the window adds the same products in the same order.
   Buffer exact(outs[1].size);
   memcpy(exact.p, outs[1].p, exact.size);
-  for (const Input* t : {&x, &wt, &dy})
-    for (int64_t i = 0; i < int64_t(t->mem->size) / 2 - (t->data - t->mem->p) / 2; ++i)
-      sim::set(t->data, t->type, i, float(rnd(-1000, 1000)) / 997.0f);
+  for (const Input* t : {&x, &wt, &dy}) with_rounding_products(*t);
   run_both();
   unsetenv("MPGEMM_CONV_PATH");
   const unsigned max_grid_x = sim::max_grid.x;
@@ -542,6 +548,44 @@ bool depthwise_sliding_gather_case(int index) {
            a.pad_top, a.pad_left, a.dilation_h, int(a.input_type), bias.present, int(a.out_type), sim::multiprocessors,
            max_grid_x, plans[1].depthwise.channel_tiles);
   return bad;
+}
+
+// The launcher's own check of a launch's window: a plan that allows the
+// window, forced onto geometries that the plan would not give it (fprop
+// with a column dilation of 2, which no kernel of the window takes; dgrad
+// at column stride 2, whose phases of 3 taps a row do, their filter taps 2
+// apart), on inputs whose products round, must give the gather kernel's
+// bits (the plan as made) for fp16 with 24 channels. Returns whether it did
+// not.
+bool depthwise_sliding_gather_forced_wrong() {
+  bool wrong = false;
+  for (const ConvPass pass : {ConvPass::kFprop, ConvPass::kDgrad}) {
+    const bool dgrad = pass == ConvPass::kDgrad;
+    Conv2dParams a;
+    a.input_type = ElementType::kFloat16;
+    a.n = 2, a.c = a.k = a.groups = 24, a.r = 3, a.s = dgrad ? 5 : 3;
+    a.stride_h = 1, a.stride_w = dgrad ? 2 : 1, a.dilation_h = 1, a.dilation_w = dgrad ? 1 : 2;
+    dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, 2, 6);
+    dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, 4, 12);
+    const int64_t x_count = a.n * a.h * a.w * a.c, dy_count = a.n * a.p * a.q * a.k;
+    const Input x(a.input_type, dgrad ? 0 : x_count, 0), wt(a.input_type, a.k * a.r * a.s, 0),
+        dy(a.input_type, dgrad ? dy_count : 0, 0);
+    for (const Input* t : {&x, &wt, &dy}) with_rounding_products(*t);
+    a.x = dgrad ? nullptr : x.data, a.wt = wt.data, a.dy = dgrad ? dy.data : nullptr;
+    a.out_type = ElementType::kFloat32;
+    const int64_t count = dgrad ? x_count : dy_count;
+    Buffer outs[2] = {Buffer(4 * count), Buffer(4 * count)};
+    Conv2dPlan plan = plan_with_switch("MPGEMM_DEPTHWISE_SLIDING_GATHER", "1", pass, a, "wmma");
+    wrong |= plan.path != Conv2dPlan::Path::kDepthwise || plan.depthwise.sliding_gather;
+    for (int forced = 0; forced < 2; ++forced) {
+      plan.depthwise.sliding_gather = forced;
+      a.out = outs[forced].p;
+      wrong |= launch_conv2d(pass, a, plan, nullptr, nullptr) != cudaSuccess;
+    }
+    wrong |= memcmp(outs[0].p, outs[1].p, outs[0].size) != 0;
+  }
+  if (wrong) printf("  the sliding gather forced onto other geometries: not the gather kernel's bits\n");
+  return wrong;
 }
 
 // The sliding gather's switch: "0" or unset leaves a shape its window fits

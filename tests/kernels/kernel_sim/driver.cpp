@@ -305,6 +305,7 @@ bool depthwise_sliding_case(int index);
 bool depthwise_sliding_switch_wrong();
 bool depthwise_sliding_gather_case(int index);
 bool depthwise_sliding_gather_switch_wrong();
+bool depthwise_sliding_gather_forced_wrong();
 extern int sliding_split_cases, sliding_clipped_split_cases, sliding_tile_stride_cases;
 bool n16_tile_case(int index);
 bool n16_switch_wrong();
@@ -384,10 +385,11 @@ int main(int argc, char** argv) {
   printf("conv n16 tile: %d/%d failed (%zu kernels; %d on several row tiles)\n", n16_failed, n16_cases, n16_kernels,
          n16_multi_tile_cases);
   // The depthwise gather on the sliding window, last of all (so that every case set above draws as it did
-  // without it): its 18 kernels (9 at sim arch 750).
+  // without it): its 18 kernels (9 at sim arch 750), its switch, and plans forced onto other geometries.
   const int gather_cases = conv_cases > 0 ? 18 : 0;
   const size_t before_gather = sim::launched.size();
-  int gather_failed = conv_cases > 0 ? depthwise_sliding_gather_switch_wrong() : 0;
+  int gather_failed =
+      conv_cases > 0 ? depthwise_sliding_gather_switch_wrong() + depthwise_sliding_gather_forced_wrong() : 0;
   for (int i = 0; i < gather_cases; ++i) gather_failed += depthwise_sliding_gather_case(i);
   printf("depthwise sliding gather: %d/%d failed (%zu kernels)\n", gather_failed, gather_cases,
          sim::launched.size() - before_gather);
