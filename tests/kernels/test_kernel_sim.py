@@ -131,8 +131,9 @@ SLIDING_KERNELS = {750: 6, 800: 12}
 # conv_cases.cpp): 18 cases after the 128 x 16 tile's, one kernel each
 # (filter rows of 3, 5 or 7 taps, fprop at column stride 1 or 2 and dgrad,
 # fp16 and bf16; fp16 alone at sm_75), each also run with the switch off
-# (the gather kernel, whose bits it must give), and its switch's plans and
-# bad value.
+# (the gather kernel, whose bits it must give), four of them on two tiles of
+# lanes and five on a clipped grid; its switch's plans and bad value, and
+# plans forced to allow the window on geometries they had not.
 GATHER_KERNELS = {750: 9, 800: 18}
 # The 128 x 16 tile (MPGEMM_CONV_N16_TILE=1, conv_cases.cpp): 16 cases after
 # the sliding window's, fprop and dgrad with at most 16 filters or channels
@@ -161,8 +162,9 @@ WMMA_MUTATIONS = {
 }
 # The bugs planted in depthwise wgrad's sliding window
 # (conv/depthwise_sliding_wgrad.cuh; its fp16 kernels in the same mutant
-# build, kernel_sim/wmma_planted.cpp), each run on the 12 sliding cases alone
-# and each of which must fail them: every new column read one column to the
+# build, kernel_sim/wmma_planted.cpp), each run on the cases after
+# conv_case's alone (the 12 sliding wgrad cases, the 128 x 16 tile's and the
+# sliding gather's, which must pass), and each of which must fail the first: every new column read one column to the
 # left (a tap's products from its neighbour's column), and the first pixel
 # lane's sums left out of the block's.
 SLIDING_MUTATIONS = {
@@ -175,8 +177,9 @@ SLIDING_MUTATIONS = {
 }
 # The bugs planted in the depthwise gather's sliding window
 # (conv/depthwise_sliding_gather.cuh; its fp16 kernels in the same mutant
-# build), each run on the sliding cases alone and each of which must fail
-# the gather's, with the message each names: the window's columns read one
+# build), each run on the cases after conv_case's alone and each of which
+# must fail the gather's (and leave the sliding wgrad's alone), with the
+# message each names: the window's columns read one
 # to the right (every fprop and dgrad product from its neighbour's pixel),
 # dgrad's filter row read forwards (each tap against another's column,
 # dgrad alone), and the filter rows summed last to first (the same products
@@ -1033,7 +1036,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
                         r"(\d+) striding over tiles\)", output)
     assert sliding and int(sliding[1]) == SLIDING_KERNELS[arch], replay
     assert int(sliding[2]) >= 3 and int(sliding[3]) >= 1 and int(sliding[4]) >= 1, replay
-    assert f"depthwise sliding gather: 0/18 failed ({GATHER_KERNELS[arch]} kernels)" in output, replay
+    assert f"depthwise sliding gather: 0/18 failed ({GATHER_KERNELS[arch]} kernels; 4 on two tiles)" in output, replay
     n16 = re.search(r"conv n16 tile: 0/16 failed \((\d+) kernels; (\d+) on several row tiles\)", output)
     assert n16 and int(n16[2]) >= 4 and (arch < 800 or int(n16[1]) == N16_KERNELS), replay
     assert printed_count(output, "wgrad cases that split K") > 0, replay

@@ -1,7 +1,7 @@
 // The kernels' switches read from the environment at each plan (so that a
 // test or benchmark may flip them between calls): MPGEMM_NARROW_TILES,
 // MPGEMM_STAGED_ROW_STORES, MPGEMM_DGRAD_ONE_LAUNCH and MPGEMM_CHUNKED_FOLD
-// (on unless "0"), MPGEMM_PADDED_OPERANDS, MPGEMM_WGMMA_SPLIT_K and
+// (on unless "0"), MPGEMM_PADDED_OPERANDS, MPGEMM_WGMMA_SPLIT_K,
 // MPGEMM_DEPTHWISE_SLIDING_WGRAD and MPGEMM_DEPTHWISE_SLIDING_GATHER (opt-in:
 // off unless "1"), among others.
 // Host code, free of CUDA.

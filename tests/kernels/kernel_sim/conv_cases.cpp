@@ -67,7 +67,7 @@ struct Input {
 };
 
 // `t` refilled with values whose products and sums round (fp16 or bf16
-// multiples of 1/997 in [-1, 1]): two kernels' outputs on them are the same
+// multiples of 1/997 in [-1.003, 1.003]): two kernels' outputs on them are the same
 // bits only where they add the same products in the same order.
 void with_rounding_products(const Input& t) {
   for (int64_t i = 0; i < int64_t(t.mem->size) / 2 - (t.data - t.mem->p) / 2; ++i)
@@ -472,13 +472,16 @@ bool depthwise_sliding_switch_wrong() {
 // stride 1, any row stride) by i / 3 % 3, in fp16 or (from sim arch 800 on,
 // where i / 9 is odd) bf16, so that 18 cases launch its 18 kernels (9 at
 // sim arch 750). Each draws 1 to 7 filter rows, row strides and dilations,
-// paddings that leave the source, images narrower than the window, 8 to
-// 320 channels (two tiles of lanes from 248 on at 7 x 7, from 264 below),
-// a bias (fprop, one case in two), a grid clipped to one block across runs
-// and channel tiles in one case in three. The plan must take the sliding gather, and
-// every element of the output must match; run again on inputs whose
-// products round, its output must be the gather kernel's (the switch off)
-// bit for bit.
+// paddings that leave the source, images narrower than the window, a bias
+// (fprop, one case in two); by index (i % 4): 3 has 264 to 320 channels
+// (two tiles of lanes: a tile holds at most 256), 1 runs on a grid clipped
+// to one block across runs and channel tiles, the rest 8 to 96 channels.
+// The plan must take the sliding gather, and every element of the output
+// must match; run again on inputs whose products round, its output must be
+// the gather kernel's (the switch off) bit for bit. Cases on two tiles are
+// counted for the driver's report.
+int gather_two_tile_cases = 0;
+
 bool depthwise_sliding_gather_case(int index) {
   const int kind = index / 3 % 3;
   const ConvPass pass = kind == 2 ? ConvPass::kDgrad : ConvPass::kFprop;
@@ -487,7 +490,7 @@ bool depthwise_sliding_gather_case(int index) {
   const int64_t row_taps[] = {3, 5, 7};
   a.s = row_taps[index % 3], a.stride_w = kind == 1 ? 2 : 1, a.dilation_w = 1;
   a.r = rnd(1, 7), a.stride_h = int(rnd(1, 2)), a.dilation_h = int(rnd(1, 2));
-  a.groups = 8 * (rnd(0, 3) == 0 ? rnd(31, 40) : rnd(1, 12)), a.c = a.k = a.groups;
+  a.groups = 8 * (index % 4 == 3 ? rnd(33, 40) : rnd(1, 12)), a.c = a.k = a.groups;
   a.n = rnd(1, 2);
   dimension(a.r, a.stride_h, a.dilation_h, a.pad_top, a.h, a.p, 0, 5);
   dimension(a.s, a.stride_w, a.dilation_w, a.pad_left, a.w, a.q, 0, 9 * a.stride_w);
@@ -547,16 +550,18 @@ bool depthwise_sliding_gather_case(int index) {
            index, int(err), kPassNames[int(pass)], a.n, a.h, a.w, a.c, a.r, a.s, a.p, a.q, a.stride_h, a.stride_w,
            a.pad_top, a.pad_left, a.dilation_h, int(a.input_type), bias.present, int(a.out_type), sim::multiprocessors,
            max_grid_x, plans[1].depthwise.channel_tiles);
+  gather_two_tile_cases += plans[1].depthwise.channel_tiles > 1;
   return bad;
 }
 
-// The launcher's own check of a launch's window: a plan that allows the
-// window, forced onto geometries that the plan would not give it (fprop
-// with a column dilation of 2, which no kernel of the window takes; dgrad
-// at column stride 2, whose phases of 3 taps a row do, their filter taps 2
-// apart), on inputs whose products round, must give the gather kernel's
-// bits (the plan as made) for fp16 with 24 channels. Returns whether it did
-// not.
+// The launcher's own check of a launch's window: plans made without the
+// window (fprop with a column dilation of 2, which no kernel of the window
+// takes; dgrad at column stride 2 over 5 taps a row, whose column phase of
+// 3 taps, 2 apart in the filter, one does and whose phase of 2 none does),
+// then forced to allow it, on inputs whose products round, must give the
+// plans' bits (the gather kernel's) for fp16 with 24 channels, the forced
+// dgrad launching one kernel of the window and fprop none. Returns whether
+// any of that went wrong.
 bool depthwise_sliding_gather_forced_wrong() {
   bool wrong = false;
   for (const ConvPass pass : {ConvPass::kFprop, ConvPass::kDgrad}) {
@@ -577,14 +582,20 @@ bool depthwise_sliding_gather_forced_wrong() {
     Buffer outs[2] = {Buffer(4 * count), Buffer(4 * count)};
     Conv2dPlan plan = plan_with_switch("MPGEMM_DEPTHWISE_SLIDING_GATHER", "1", pass, a, "wmma");
     wrong |= plan.path != Conv2dPlan::Path::kDepthwise || plan.depthwise.sliding_gather;
+    // The kernels each launch ran, apart from those launched before (kept).
+    const std::set<const void*> before = sim::launched;
+    size_t kernels[2];
     for (int forced = 0; forced < 2; ++forced) {
       plan.depthwise.sliding_gather = forced;
       a.out = outs[forced].p;
+      sim::launched.clear();
       wrong |= launch_conv2d(pass, a, plan, nullptr, nullptr) != cudaSuccess;
+      kernels[forced] = sim::launched.size();
     }
-    wrong |= memcmp(outs[0].p, outs[1].p, outs[0].size) != 0;
+    sim::launched.insert(before.begin(), before.end());
+    wrong |= memcmp(outs[0].p, outs[1].p, outs[0].size) != 0 || kernels[0] != 1 || kernels[1] != 1 + dgrad;
   }
-  if (wrong) printf("  the sliding gather forced onto other geometries: not the gather kernel's bits\n");
+  if (wrong) printf("  plans forced to allow the window where they had not: wrong\n");
   return wrong;
 }
 
