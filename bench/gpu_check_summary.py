@@ -369,12 +369,18 @@ def _geomean(values):
 
 def training_sweep_line(rows):
     """The training sweep against cuBLAS: the default's geomean over every
-    GEMM, and over those where stream-K is planned (MPGEMM_STREAM_K=1) the
-    default's, split-K's where it splits them, and stream-K's; "" without
-    rows."""
+    GEMM; over those whose K the default splits on the Hopper block, the
+    default's and whole K's; and over those where stream-K is planned
+    (MPGEMM_STREAM_K=1) the default's, split-K's where it splits them, and
+    stream-K's; "" without rows."""
     if not rows:
         return ""
     line = f"training sweep: default {_geomean([r['default_vs_cublas'] for r in rows]):.2f}x over {len(rows)} GEMMs"
+    split = [r for r in rows if "whole_k_vs_cublas" in r]
+    if split:
+        line += (f"; where the default splits K ({len(split)}): default "
+                 f"{_geomean([r['default_vs_cublas'] for r in split]):.2f}x, "
+                 f"whole K {_geomean([r['whole_k_vs_cublas'] for r in split]):.2f}x")
     streamed = [r for r in rows if "wgmma_streamk_vs_cublas" in r]
     if streamed:
         split = [r["wgmma_splitk_vs_cublas"] for r in streamed if "wgmma_splitk_vs_cublas" in r]

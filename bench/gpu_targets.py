@@ -91,8 +91,8 @@ def _pre_activation_gemm(m, n, k):
 def _row_sums_gemm(m, n, k, split, path="wgmma"):
     """linear's weight gradient with its bias's (the kernels
     MPGEMM_EPILOGUE_BIAS_GRAD=1 runs): dz^T (column-major) times x
-    (row-major) on the Hopper tile `path` names, whole K or (split, opt-in,
-    the wide tile alone) split-K; D and A's row sums each checked against
+    (row-major) on the Hopper tile `path` names, whole K or (split:
+    MPGEMM_WGMMA_SPLIT_K=1, the wide tile alone) split-K; D and A's row sums each checked against
     float64."""
     os.environ["MPGEMM_GEMM_PATH"] = path
     if split:
@@ -285,7 +285,8 @@ def sanitize():
     if torch.cuda.get_device_capability() == (9, 0):
         for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"):
             _gemm_on(path, 520, 1032, 264, bias=True, activation="relu")
-        # Split-K on the Hopper block (opt-in): two tiles, K split 13 ways of 5 slices, the last slice partly past K.
+        # Split-K on the Hopper block ("1": where the model splits; the default keeps WMMA's split here): two
+        # tiles, K split 13 ways of 5 slices, the last slice partly past K.
         os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1"
         _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_WGMMA_SPLIT_K")

@@ -16,15 +16,16 @@ benchmarks' separator before each timed call makes the same for every
 call), and ends with the training sweep (mpgemm.tools.models.training_gemms:
 each linear of GPT-2 small's to Llama-7B's blocks at 2048 and 16384 tokens,
 forward, dgrad and wgrad with their real layouts, fp16): the default path
-(and split-K on the Hopper block where it would split, stream-K where it
-would be planned) beside cuBLAS, with
-the geomean and the lowest of the default's ratios.
+(whole K where the default splits K on the Hopper block, split-K there
+wherever MPGEMM_WGMMA_SPLIT_K=1 would split, stream-K where it would be
+planned) beside cuBLAS, with the geomean and the lowest of the default's
+ratios.
 
 Needs an sm_90 GPU and an extension built with 9.0 in TORCH_CUDA_ARCH_LIST.
 The correctness cases force each Hopper kernel (MPGEMM_GEMM_PATH=wgmma,
 wgmma_2x1, wgmma_pingpong, wgmma_n128, wgmma_n64), also where the heuristic
 would split K on WMMA tiles instead, and split-K on the Hopper block
-(MPGEMM_WGMMA_SPLIT_K=1, opt-in) on shapes its cost model splits, and
+(MPGEMM_WGMMA_SPLIT_K=1: wherever its cost model splits) on such shapes, and
 stream-K (MPGEMM_STREAM_K=1, opt-in) where its model plans it; the speed
 table times them (`wgmma_splitk`, `wgmma_streamk`) beside the rest where
 they apply (split-K: at least 128 rows and more than 128 columns;
@@ -70,10 +71,14 @@ TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 
 def use_path(path, split_k=False, padded=False, stream_k=False):
     """Forces MPGEMM_GEMM_PATH=path, split-K on the Hopper block where
-    split_k, odd-pitched operands onto it through aligned copies where
-    padded, and stream-K where stream_k."""
+    split_k (wherever its cost model splits; False: never; None: the
+    default, where the split pays), odd-pitched operands onto it through
+    aligned copies where padded, and stream-K where stream_k."""
     os.environ["MPGEMM_GEMM_PATH"] = path
-    os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1" if split_k else "0"
+    if split_k is None:
+        os.environ.pop("MPGEMM_WGMMA_SPLIT_K", None)
+    else:
+        os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1" if split_k else "0"
     os.environ["MPGEMM_PADDED_OPERANDS"] = "1" if padded else "0"
     os.environ["MPGEMM_STREAM_K"] = "1" if stream_k else "0"
 
@@ -224,9 +229,11 @@ def speed(cubes=(2048, 4096, 8192), dtypes=(torch.float16, torch.bfloat16)):
 
 
 def training_speed():
-    """The default path on training's GEMMs beside cuBLAS, fp16, and split-K
-    on the Hopper block where its plan splits; then the geomean and the
-    lowest of the default's ratios."""
+    """The default path on training's GEMMs beside cuBLAS, fp16; whole K
+    where the default splits K on the Hopper block, split-K wherever its
+    cost model splits (MPGEMM_WGMMA_SPLIT_K=1) and the default does not,
+    stream-K where it would be planned; then the geomean and the lowest of
+    the default's ratios."""
     clock = CudaEventClock()
     rows = []
     for label, (m, n, k), layouts in training_gemms():
@@ -238,21 +245,25 @@ def training_speed():
                 return mpgemm.gemm(a, b)
             return run
 
-        use_path("auto")
+        use_path("auto", split_k=None)
         plan = mpgemm.gemm_plan(m, n, k)
+        use_path("auto", split_k=False)
+        whole_plan = mpgemm.gemm_plan(m, n, k)
         use_path("auto", split_k=True)
         split_plan = mpgemm.gemm_plan(m, n, k)
         use_path("auto", stream_k=True)
         stream_k_plan = mpgemm.gemm_plan(m, n, k)
-        fns = {"default": with_path(False), "cublas": lambda a, b: torch.mm(a, b, out_dtype=torch.float32)}
+        fns = {"default": with_path(None), "cublas": lambda a, b: torch.mm(a, b, out_dtype=torch.float32)}
+        if whole_plan != plan:
+            fns["whole_k"] = with_path(False)
         if split_plan != plan:
             fns["wgmma_splitk"] = with_path(True)
         if stream_k_plan.stream_k_blocks:
             fns["wgmma_streamk"] = with_path(False, stream_k=True)
         row = {"gemm": label, "m": m, "n": n, "k": k, "layouts": "".join(layout[0] for layout in layouts),
                "dtype": "float16", "config": plan.config, "split_k": plan.split_k,
-               "splitk_config": split_plan.config, "splitk_split_k": split_plan.split_k,
-               "stream_k_blocks": stream_k_plan.stream_k_blocks}
+               "whole_k_config": whole_plan.config, "splitk_config": split_plan.config,
+               "splitk_split_k": split_plan.split_k, "stream_k_blocks": stream_k_plan.stream_k_blocks}
         rows.append(timed_row(row, fns, sets, clock))
     use_path("wgmma")
     ratios = [row["default_vs_cublas"] for row in rows]

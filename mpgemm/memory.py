@@ -15,8 +15,9 @@ bounded by the device's size, not the problem's: a GEMM splits only when its
 tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 / tiles) parts, so its partials hold at most 1.5 x multiprocessors tiles of
 fp32 (a tuned plan at most 16 x M x N x 4 bytes; on the Hopper block,
-``MPGEMM_WGMMA_SPLIT_K=1``, as its cost model says, at most 16 ways and
-4 x multiprocessors tiles plus one split's; stream-K,
+where its cost model says the split pays (``MPGEMM_WGMMA_SPLIT_K``), at
+most 16 ways and 4 x multiprocessors tiles plus one split's: 16.5 MiB for
+GPT-2 small's 768 x 768 weight gradient split 7 ways; stream-K,
 ``MPGEMM_STREAM_K=1``, an fp32 tile of its plan per block of the grid, at
 most one per multiprocessor: 16.5 MiB on 132 for 128 x 256 tiles, 8.3 and
 4.1 MiB for the narrow 128 x 128 and 128 x 64); wgrad splits as a cost

@@ -147,10 +147,14 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     below load with narrower cp.async; 1 for anything else, on the
     one-element path. The rule, in order: on sm_90 operands of width 8 take
     the Hopper kernels (which need a build with sm_90a code: an arch list
-    holding 9.0). With MPGEMM_WGMMA_SPLIT_K=1 (opt-in until its GPU run), a
-    single matrix whose K the split cost model splits on the 128 x 256 tile
-    runs "wgmma" with that `split_k` (at most 16), the splits' fp32 sums
-    reduced in split order. With MPGEMM_STREAM_K=1 (opt-in too), ahead of
+    holding 9.0). A single matrix of at least 128 rows and more than 128
+    columns whose K the split cost model splits on the 128 x 256 tile runs
+    "wgmma" with that `split_k` (at most 16), the splits' fp32 sums reduced
+    in split order, where the model finds the split at least 1.1x as fast
+    as the Hopper plan of whole K (the model's rates fitted to this GEMM's
+    kernel times on an H200); MPGEMM_WGMMA_SPLIT_K=1 takes the split
+    wherever the model splits, "0" never. With MPGEMM_STREAM_K=1 (opt-in
+    until its GPU run), ahead of
     that, a single matrix of at least 128 rows whose tiles fill the
     multiprocessors poorly runs stream-K (`stream_k_blocks`: each block an
     equal run of the tiles' K slices) where its cost model says so: on

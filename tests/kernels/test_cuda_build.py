@@ -210,7 +210,7 @@ def check_beside_whole_k(machine_code, hopper_kernels, kernel, count, layouts, o
 
 
 def test_split_k_kernels_are_the_unsplit_block_with_its_copies_offset(hopper_kernels, machine_code):
-    """The Hopper GEMM's split-K kernels (opt-in, MPGEMM_WGMMA_SPLIT_K=1):
+    """The Hopper GEMM's split-K kernels (by default where they pay):
     two input types by four layouts, on the 128 x 256 tile alone, each the
     block its unsplit kernel runs: the same HGMMA, copies and stores, the
     copies' K coordinates offset by the split (a few integer instructions

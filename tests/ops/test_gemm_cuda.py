@@ -7,7 +7,8 @@ consumers take tiles in turn; wgmma_n128 and wgmma_n64: on blocks alone over
 the narrow tiles, 128 x 128 and 128 x 64; wmma: never), outputs of at
 most 128 columns on the narrow tiles the heuristic picks by default, and
 without them (MPGEMM_NARROW_TILES=0), and few tiles with long K split on
-the Hopper block (MPGEMM_WGMMA_SPLIT_K=1) or run as stream-K
+the Hopper block (where it pays, by default; MPGEMM_WGMMA_SPLIT_K=1
+wherever its cost model splits) or run as stream-K
 (MPGEMM_STREAM_K=1), and operands of odd pitches on the Hopper kernels
 through aligned copies (MPGEMM_PADDED_OPERANDS=1).
 
@@ -292,9 +293,11 @@ def test_every_candidate_plan_matches_cublas():
 # The type each Hopper tile's kernels are named by (kernels::WgmmaTile, ...).
 TILE_TYPES = {"wgmma": "WgmmaTile", "wgmma_n128": "WgmmaN128Tile", "wgmma_n64": "WgmmaN64Tile"}
 # The Hopper block's two ways of sharing a tile's K between blocks: the
-# switch, the kernel that runs, and whether a reduction kernel follows.
-K_SHARED = {"split-K": ("MPGEMM_WGMMA_SPLIT_K", "wgmma_splitk_gemm_kernel", True),
-            "stream-K": ("MPGEMM_STREAM_K", "wgmma_stream_k_gemm_kernel", False)}
+# switch and its value (None: unset, the default), the kernel that runs,
+# and whether a reduction kernel follows.
+K_SHARED = {"split-K": ("MPGEMM_WGMMA_SPLIT_K", "1", "wgmma_splitk_gemm_kernel", True),
+            "split-K by default": ("MPGEMM_WGMMA_SPLIT_K", None, "wgmma_splitk_gemm_kernel", True),
+            "stream-K": ("MPGEMM_STREAM_K", "1", "wgmma_stream_k_gemm_kernel", False)}
 
 
 @needs_hopper_path
@@ -302,14 +305,19 @@ K_SHARED = {"split-K": ("MPGEMM_WGMMA_SPLIT_K", "wgmma_splitk_gemm_kernel", True
 @pytest.mark.parametrize("way, m, n, k, a_layout, b_layout", [
     ("split-K", 128, 4096, 4096, "row", "col"), ("split-K", 1024, 1024, 16384, "col", "row"),
     ("split-K", 1000, 264, 8200, "row", "row"), ("split-K", 304, 600, 3000, "col", "col"),
+    ("split-K by default", 768, 768, 16384, "col", "row"), ("split-K by default", 768, 768, 8192, "col", "row"),
+    ("split-K by default", 3072, 768, 16384, "col", "row"), ("split-K by default", 128, 4096, 4096, "row", "col"),
     ("stream-K", 768, 768, 16384, "col", "row"), ("stream-K", 2048, 2304, 768, "row", "col"),
     ("stream-K", 2048, 768, 3072, "row", "row"), ("stream-K", 1000, 600, 5000, "col", "col"),
     ("stream-K", 4096, 128, 4096, "row", "col"), ("stream-K", 4096, 64, 4096, "col", "row"),
     ("stream-K", 1000, 104, 5000, "row", "row"), ("stream-K", 2000, 40, 3000, "col", "col")])
 def test_k_shared_between_blocks_on_the_hopper_block(way, m, n, k, a_layout, b_layout, dtype, monkeypatch):
-    """Outputs of few tiles, opt-in each: MPGEMM_WGMMA_SPLIT_K=1 splits K
-    on the Hopper block's 128 x 256 tile, the splits' fp32 sums reduced in
-    split order by a kernel of their own; MPGEMM_STREAM_K=1 (GPT-2 small's
+    """Outputs of few tiles: MPGEMM_WGMMA_SPLIT_K=1 splits K on the Hopper
+    block's 128 x 256 tile wherever its cost model splits, the splits' fp32
+    sums reduced in split order by a kernel of their own, and the default
+    where the split pays (GPT-2 small's attention wgrad at 16k and 8k
+    tokens, its MLP wgrad at 16k; 128 x 4096 x 4096); MPGEMM_STREAM_K=1
+    (opt-in; GPT-2 small's
     attention wgrad at 16k tokens, its qkv forward and MLP dgrad at 2k, a
     ragged one; and on the narrow tiles, 4096 x 128 x 4096 and 4096 x 64 x
     4096 and two ragged ones) gives each block an equal run of the tiles' K
@@ -318,11 +326,11 @@ def test_k_shared_between_blocks_on_the_hopper_block(way, m, n, k, a_layout, b_l
     names, its partial sums take the plan's workspace, the result matches
     cuBLAS (bias and GELU applied once, after the sum) and is bitwise the
     same on a second run."""
-    switch, kernel, reduced = K_SHARED[way]
+    switch, value, kernel, reduced = K_SHARED[way]
     for name in ("MPGEMM_GEMM_PATH", "MPGEMM_NARROW_TILES", "MPGEMM_PADDED_OPERANDS"):
         monkeypatch.delenv(name, raising=False)
-    for name, _, _ in K_SHARED.values():
-        monkeypatch.setenv(name, "1" if name == switch else "0")
+    for name in ("MPGEMM_WGMMA_SPLIT_K", "MPGEMM_STREAM_K"):
+        set_environment(monkeypatch, name, value if name == switch else "0")
     a = operand((m, k), a_layout, dtype)
     b = operand((k, n), b_layout, dtype)
     bias = torch.randn(n, device="cuda")
@@ -458,9 +466,9 @@ def poisoned_row_sums(a, b, out_dtype):
 @pytest.mark.parametrize("m, n, k, path, split, tile", [
     (3072, 768, 4096, None, 1, "WgmmaTile"),                # GPT-2 small's MLP wgrads: the wide tile
     (1096, 2056, 264, None, 1, "WgmmaTile"),                # partial tiles
-    (768, 768, 16384, None, 7, "WgmmaTile"),                # split with MPGEMM_WGMMA_SPLIT_K=1
-    (2304, 768, 8192, None, 1, "WgmmaPingPongTile"),        # GPT-2 small's attention wgrads: few tiles
-    (768, 768, 8192, None, 1, "WgmmaPingPongTile"),
+    (768, 768, 16384, None, 7, "WgmmaTile"),                # split by default
+    (768, 768, 8192, None, 7, "WgmmaTile"),                 # GPT-2 small's attention-out wgrad at 8k tokens
+    (2304, 768, 8192, None, 1, "WgmmaPingPongTile"),        # its qkv wgrad: few tiles, whole K
     # Partial tiles; the last pair's second block all past M (1088 rows: 64 past 4 x 256, and past 8 x 128).
     (1088, 1032, 264, "wgmma_pingpong", 1, "WgmmaPingPongTile"),
     (1088, 1032, 264, "wgmma_2x1", 1, "WgmmaPairTile"),
@@ -473,17 +481,15 @@ def test_row_sums_from_the_hopper_mainloop(m, n, k, path, split, tile, dtype, mo
     """linear's weight gradient with its bias's (MPGEMM_EPILOGUE_BIAS_GRAD=1,
     opt-in): dz^T (column-major, so M a multiple of 8: a pitch the copy
     engine describes) times x (row-major), on each Hopper tile as the plan
-    picks it or forced, whole K, or split on the wide tile: the tile's one
-    kernel sums A's rows beside D (the split's partial sums reduced after
-    it), and torch sums nothing. D is bitwise gemm's; the sums match
-    float64, and are the same bits as the wide tile's whole-K sums (a
-    split's: as its own on a second run)."""
-    for name in ("MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES"):
+    picks it or forced, whole K, or split on the wide tile where the
+    default splits: the tile's one kernel sums A's rows beside D (the
+    split's partial sums reduced after it), and torch sums nothing. D is
+    bitwise gemm's; the sums match float64, and are the same bits as the
+    wide tile's whole-K sums (a split's: as its own on a second run)."""
+    for name in ("MPGEMM_PADDED_OPERANDS", "MPGEMM_NARROW_TILES", "MPGEMM_WGMMA_SPLIT_K"):
         monkeypatch.delenv(name, raising=False)
-    set_environment(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", "1" if split > 1 else None)
     set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
-    if split > 1:
-        assert mpgemm.gemm_plan(m, n, k).split_k == split
+    assert mpgemm.gemm_plan(m, n, k).split_k == split
     a, b = operand((m, k), "col", dtype), operand((k, n), "row", dtype)
     row_sums_kernel = "wgmma_splitk_row_sums_gemm_kernel" if split > 1 else "wgmma_row_sums_gemm_kernel"
     for out_dtype in (None, torch.float32):
@@ -497,8 +503,10 @@ def test_row_sums_from_the_hopper_mainloop(m, n, k, path, split, tile, dtype, mo
         assert relative_error(sums, a.double().sum(-1).cpu()) < 1e-5
         if split == 1:
             monkeypatch.setenv("MPGEMM_GEMM_PATH", "wgmma")
+            monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "0")
         assert torch.equal(sums, torch.ops.mpgemm._gemm_row_sums(a, b, out_dtype=out_dtype)[1])
         set_environment(monkeypatch, "MPGEMM_GEMM_PATH", path)
+        monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
 
 
 @needs_hopper_path

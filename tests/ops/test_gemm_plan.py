@@ -97,7 +97,8 @@ def test_problems_short_of_a_wave_take_smaller_tiles(monkeypatch):
 
 
 @pytest.mark.parametrize("m, n, k, split_k", [(64, 64, 16384, 16), (128, 256, 8192, 16), (16, 4096, 4096, 3),
-                                              (1024, 1024, 16384, 1), (64, 64, 448, 1), (64, 64, 512, 2)])
+                                              (1024, 1024, 16384, 4),  # on the Hopper block (below)
+                                              (64, 64, 448, 1), (64, 64, 512, 2)])
 def test_split_k_for_small_outputs_with_long_k(m, n, k, split_k):
     plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
     assert plan.split_k == split_k
@@ -117,14 +118,16 @@ def test_hopper_path_by_default_on_sm90(m, n, k, batch):
         assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=limits).config.startswith("wgmma")
 
 
-@pytest.mark.parametrize("m, n, k, batch", [(1024, 1024, 1024, 1), (1024, 1024, 16384, 1), (128, 4096, 4096, 1),
+@pytest.mark.parametrize("m, n, k, batch", [(1024, 1024, 1024, 1), (1024, 1024, 2048, 1), (768, 768, 2048, 1),
                                             (128 * 66, 256, 4096, 1), (1024, 1024, 1024, 2)])
 def test_ping_pong_by_default_where_blocks_alone_leave_half_the_gpu_idle(m, n, k, batch):
     """At most 66 tiles of 128 x 256 on 132 multiprocessors: ping-pong's
     64 x 256 tiles, 1.3x to 1.7x faster on three of the four such shapes
     timed on an H200 and a tie on the fourth (bench/NOTES.md). Outputs of
     at most 128 columns take the narrow tiles instead
-    (test_narrow_tiles_by_default_and_only_where_they_fit)."""
+    (test_narrow_tiles_by_default_and_only_where_they_fit), long K a split
+    on the 128 x 256 tile where it pays
+    (test_split_k_on_the_hopper_block_by_default_where_it_pays)."""
     plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
     assert (plan.config, plan.cluster_m, plan.split_k) == ("wgmma_pingpong", 2, 1)
     for limits in (A100, SM86, SM75, dict(H100, arch=100)):
@@ -171,8 +174,8 @@ def test_pairs_of_blocks_count_their_tile_rows_in_cluster_tiles(path, cluster_ro
 @pytest.mark.parametrize("tuned", ["wgmma_2x1", "wgmma_pingpong"])
 def test_pairs_are_a_tuning_candidate_and_a_tuned_choice(tuned):
     candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
-    assert [(p.config, p.split_k) for p in candidates if p.config.startswith("wgmma")] == \
-        [("wgmma", 1), ("wgmma_2x1", 1), ("wgmma_pingpong", 1), ("wgmma_n128", 1), ("wgmma_n64", 1)]
+    assert [p.config for p in candidates if p.config.startswith("wgmma") and p.split_k == 1] == \
+        ["wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"]
     assert mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100).config == "wgmma"  # measured fastest there
     gemm_plans.install_tuning([{"batch": 1, "m": 4096, "n": 4096, "k": 4096, "config": tuned, "split_k": 1}])
     plan = mpgemm.gemm_plan(4096, 4096, 4096, device_limits=H100)
@@ -206,12 +209,15 @@ def test_narrow_tiles_by_default_and_only_where_they_fit(m, n, k, batch, narrow,
     outputs and never other archs."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     monkeypatch.setenv("MPGEMM_NARROW_TILES", "0")
-    wide = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100).config
-    assert wide in ("wgmma", "wgmma_pingpong")
+    wide = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
+    assert wide.config in ("wgmma", "wgmma_pingpong")
     for value in (None, "1"):
         set_environment(monkeypatch, "MPGEMM_NARROW_TILES", value)
         plan = mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=H100)
-        assert plan.config == (narrow or wide) and plan.split_k == 1 and (narrow is None or plan.cluster_m == 1)
+        if narrow is None:
+            assert plan == wide  # 129 columns: split 4 ways on the 128 x 256 tile
+        else:
+            assert (plan.config, plan.split_k, plan.cluster_m) == (narrow, 1, 1)
         assert not mpgemm.gemm_plan(m, n, k, batch=batch, device_limits=A100).config.startswith("wgmma")
 
 
@@ -235,14 +241,6 @@ def test_operands_the_copy_engine_cannot_describe_stay_on_wmma():
     # 8-byte chunks: the WMMA tiles at that width, not the Hopper path's 16-byte copies.
     plan = mpgemm.gemm_plan(4096, 4096, 4092, load_width=4, device_limits=H100)
     assert (plan.config, plan.load_width) == ("wide", 4)
-
-
-def test_the_hopper_path_never_splits_k():
-    candidates = mpgemm.plan.candidate_plans(4096, 4096, 4096, device_limits=H100)
-    assert [p.split_k for p in candidates if p.config == "wgmma"] == [1]
-    gemm_plans.install_tuning([{"batch": 1, "m": 256, "n": 256, "k": 8192, "config": "wgmma", "split_k": 4}])
-    plan = mpgemm.gemm_plan(256, 256, 8192, device_limits=H100)
-    assert not (plan.config == "wgmma" and plan.split_k > 1)
 
 
 def test_batched_problems_do_not_split():
@@ -381,7 +379,8 @@ def test_a_bad_load_width_is_named(load_width):
 @pytest.mark.parametrize("limits", [H100, A100, SM86, SM75], ids=["h100", "a100", "sm86", "sm75"])
 def test_split_k_workspace_is_bounded_by_the_device_not_the_problem(limits):
     """Split-K's fp32 partial sums: split_k x M x N x 4 bytes, and at most
-    1.5 x multiprocessors tiles of fp32 however long K grows (the bound
+    1.5 x multiprocessors tiles of fp32 however long K grows (on the Hopper
+    block, 4 x multiprocessors tiles plus one split's: the bounds
     mpgemm/memory.py states)."""
     split = 0
     for m in (1, 64, 100, 256, 640, 1024):
@@ -393,8 +392,11 @@ def test_split_k_workspace_is_bounded_by_the_device_not_the_problem(limits):
                     continue
                 split += 1
                 assert plan.workspace_bytes == plan.split_k * m * n * 4
-                tile_bytes = plan.block_m * plan.block_n * 4
-                assert plan.workspace_bytes <= 1.5 * limits["multiprocessors"] * tile_bytes, (m, n, k, plan)
+                tile_bytes, tiles = plan.block_m * plan.block_n * 4, -(-m // plan.block_m) * -(-n // plan.block_n)
+                # The Hopper block's splits: at most 4 x multiprocessors tiles plus one split's.
+                most_tiles = 4 * limits["multiprocessors"] + tiles if plan.config == "wgmma" else \
+                    1.5 * limits["multiprocessors"]
+                assert plan.workspace_bytes <= most_tiles * tile_bytes, (m, n, k, plan)
     assert split >= 10
 
 
@@ -428,23 +430,77 @@ def forced_plans(monkeypatch, m, n, k):
     return plans + [mpgemm.gemm_plan(m, n, k, device_limits=A100)]
 
 
+# The Hopper GEMM on an H200 (fe39419, 2026-11-29; bench/results/
+# 2026-11-29_h200_fe39419, wgmma_check's training sweep and speed table,
+# fp16): (m, n, k), the whole-K plan's tile and its kernel time in us, the
+# split of the 128 x 256 tile the cost model gives and its time. The
+# default splits where the split measured at least 1.1x as fast, and keeps
+# whole K elsewhere (1.04x to 1.09x faster split: within the timings'
+# spread, left whole).
+H200_SPLITS_MEASURED = [
+    ((128, 4096, 4096), "wgmma_pingpong", 32.2, 5, 26.0),
+    ((768, 768, 16384), "wgmma_pingpong", 93.9, 7, 43.5),   # GPT-2 small's attention wgrad, 16k tokens
+    ((1024, 1024, 16384), "wgmma_pingpong", 94.6, 4, 62.6),
+    ((3072, 768, 16384), "wgmma", 175.5, 3, 148.5),          # its MLP wgrads
+    ((768, 3072, 16384), "wgmma", 173.5, 3, 147.5),
+    ((768, 768, 2048), "wgmma_pingpong", 17.6, 4, 19.1),
+    ((2048, 768, 3072), "wgmma_pingpong", 27.4, 2, 34.1),
+    ((1024, 1024, 2048), "wgmma_pingpong", 19.2, 3, 24.8),
+    ((2048, 1024, 3072), "wgmma_pingpong", 29.3, 2, 37.7),
+    ((2048, 1024, 4096), "wgmma_pingpong", 36.9, 2, 43.0),
+    ((2304, 768, 16384), "wgmma_pingpong", 105.6, 2, 111.7),
+    ((3072, 1024, 16384), "wgmma", 191.8, 4, 184.3),
+    ((1600, 6400, 16384), "wgmma", 602.3, 2, 571.7),
+    ((1600, 1600, 16384), "wgmma", 187.3, 4, 174.7),
+    ((4800, 1600, 16384), "wgmma", 545.7, 2, 502.1),
+]
+
+
+@pytest.mark.parametrize("shape, whole_config, whole_us, splits, split_us", H200_SPLITS_MEASURED)
+def test_split_k_on_the_hopper_block_by_default_where_it_pays(shape, whole_config, whole_us, splits, split_us,
+                                                               monkeypatch):
+    """MPGEMM_WGMMA_SPLIT_K unset (the default): a single matrix of at least
+    128 rows and more than 128 columns runs split-K on the 128 x 256 tile
+    where the cost model finds the split at least 1.1x as fast as the
+    whole-K plan; on the H200's measured shapes, exactly where it was. "1"
+    takes the model's split wherever it splits; "0" never on this tile."""
+    monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
+    monkeypatch.delenv("MPGEMM_STREAM_K", raising=False)
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "0")
+    whole = mpgemm.gemm_plan(*shape, device_limits=H100)
+    assert (whole.config, whole.split_k) == (whole_config, 1)
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+    split = mpgemm.gemm_plan(*shape, device_limits=H100)
+    assert (split.config, split.split_k, split.cluster_m) == ("wgmma", splits, 1)
+    assert split.workspace_bytes == splits * shape[0] * shape[1] * 4
+    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K")
+    assert mpgemm.gemm_plan(*shape, device_limits=H100) == (split if whole_us >= 1.1 * split_us else whole)
+
+
 @pytest.mark.parametrize("m, n, k, split_k", [
-    (1024, 1024, 16384, 4), (128, 4096, 4096, 5), (300, 600, 3000, 8), (128, 264, 4104, 13),
+    (1024, 1024, 16384, 4), (128, 4096, 4096, 5), (300, 600, 3000, 8), (128, 264, 4104, 13), (768, 768, 2048, 4),
     (64, 64, 16384, None), (16, 4096, 4096, None), (4096, 128, 4096, None), (127, 4096, 4096, None),
     (4096, 4096, 4096, None), (1024, 1024, 1024, None)])
 def test_split_k_on_the_hopper_block_where_the_cost_model_splits(m, n, k, split_k, monkeypatch):
-    """MPGEMM_WGMMA_SPLIT_K=1 (opt-in until its GPU run): a single matrix of
-    at least 128 rows and more than 128 columns whose K the split cost model
-    (plan/split_cost.h) splits on the 128 x 256 tile runs "wgmma" split that
-    many ways (at most 16), in place of ping-pong or WMMA's split; narrower
-    or shorter outputs, and products the model leaves whole, keep their
-    plans. Unset or "0": no Hopper plan splits."""
+    """MPGEMM_WGMMA_SPLIT_K=1: a single matrix of at least 128 rows and
+    more than 128 columns whose K the split cost model (plan/split_cost.h)
+    splits on the 128 x 256 tile runs "wgmma" split that many ways (at most
+    16), in place of ping-pong or WMMA's split; narrower or shorter
+    outputs, and products the model leaves whole, keep their plans. "0": no
+    Hopper plan splits. Unset: the split where it pays (above), never in
+    place of WMMA's split."""
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     monkeypatch.delenv("MPGEMM_STREAM_K", raising=False)
-    unsplit, plan = switched_plans(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", m, n, k)
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "0")
+    unsplit = mpgemm.gemm_plan(m, n, k, device_limits=H100)
     assert not (unsplit.config.startswith("wgmma") and unsplit.split_k > 1)
+    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K")
+    by_default = mpgemm.gemm_plan(m, n, k, device_limits=H100)
+    assert by_default.config.startswith("wgmma") or by_default == unsplit
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
+    plan = mpgemm.gemm_plan(m, n, k, device_limits=H100)
     if split_k is None:
-        assert plan == unsplit
+        assert plan == unsplit == by_default
     else:
         assert (plan.config, plan.split_k, plan.cluster_m) == ("wgmma", split_k, 1)
         assert plan.workspace_bytes == split_k * m * n * 4
@@ -454,7 +510,7 @@ def test_split_k_on_the_hopper_block_where_the_cost_model_splits(m, n, k, split_
     assert not a100.config.startswith("wgmma")
 
 
-def test_split_k_on_the_hopper_block_is_a_tuning_candidate_only_when_switched_on(monkeypatch):
+def test_split_k_on_the_hopper_block_is_a_tuning_candidate_unless_switched_off(monkeypatch):
     monkeypatch.delenv("MPGEMM_GEMM_PATH", raising=False)
     monkeypatch.delenv("MPGEMM_STREAM_K", raising=False)
 
@@ -462,14 +518,15 @@ def test_split_k_on_the_hopper_block_is_a_tuning_candidate_only_when_switched_on
         return [p.split_k for p in mpgemm.plan.candidate_plans(1024, 1024, 16384, device_limits=H100)
                 if p.config == "wgmma"]
 
-    monkeypatch.delenv("MPGEMM_WGMMA_SPLIT_K", raising=False)
-    assert hopper_splits() == [1]
     gemm_plans.install_tuning([{"batch": 1, "m": 1024, "n": 1024, "k": 16384, "config": "wgmma", "split_k": 2}])
+    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "0")
+    assert hopper_splits() == [1]
     assert not mpgemm.gemm_plan(1024, 1024, 16384, device_limits=H100).tuned  # refused: switched off
-    monkeypatch.setenv("MPGEMM_WGMMA_SPLIT_K", "1")
-    assert hopper_splits() == [1, 2, 4, 8, 16]
-    plan = mpgemm.gemm_plan(1024, 1024, 16384, device_limits=H100)
-    assert (plan.config, plan.split_k, plan.tuned) == ("wgmma", 2, True)
+    for value in (None, "1"):
+        set_environment(monkeypatch, "MPGEMM_WGMMA_SPLIT_K", value)
+        assert hopper_splits() == [1, 2, 4, 8, 16]
+        plan = mpgemm.gemm_plan(1024, 1024, 16384, device_limits=H100)
+        assert (plan.config, plan.split_k, plan.tuned) == ("wgmma", 2, True)
 
 
 def test_a_bad_split_switch_is_named(monkeypatch):

@@ -232,15 +232,17 @@ def test_wgmma_speed_summary_reads_the_rows_of_a_run_cut_short(tmp_path):
 
 
 def test_wgmma_speed_summary_sets_stream_k_beside_the_default_on_the_training_sweep(tmp_path):
-    """The training sweep's line: the default's geomean over every GEMM, and
-    where stream-K was timed the default's, split-K's and stream-K's."""
+    """The training sweep's line: the default's geomean over every GEMM,
+    where the default split K the default's and whole K's, and where
+    stream-K was timed the default's, split-K's and stream-K's."""
     rows = [{"gemm": "a", "default_vs_cublas": 0.5, "wgmma_splitk_vs_cublas": 0.8, "wgmma_streamk_vs_cublas": 0.9},
             {"gemm": "b", "default_vs_cublas": 0.8, "wgmma_streamk_vs_cublas": 1.0},
-            {"gemm": "c", "default_vs_cublas": 1.0}]
+            {"gemm": "c", "default_vs_cublas": 1.0, "whole_k_vs_cublas": 0.64}]
     (tmp_path / "wgmma_speed.json").write_text(json.dumps({"speed": [_wgmma_row(1024, wgmma=1.0)], "training": rows}))
     _, lines, _ = gpu_check_summary.wgmma_speed_step(str(tmp_path), {"log": "logs/speed.log"})
-    assert lines[-1] == ("training sweep: default 0.74x over 3 GEMMs; where stream-K is planned (2): default 0.63x, "
-                         "split-K 0.80x (over 1), stream-K 0.95x")
+    assert lines[-1] == ("training sweep: default 0.74x over 3 GEMMs; where the default splits K (1): default 1.00x, "
+                         "whole K 0.64x; where stream-K is planned (2): default 0.63x, split-K 0.80x (over 1), "
+                         "stream-K 0.95x")
     assert gpu_check_summary.training_sweep_line([]) == ""
 
 

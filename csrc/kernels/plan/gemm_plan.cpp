@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <tuple>
 
@@ -122,7 +123,11 @@ TileConfigId narrow_wgmma_tile(int64_t n, int64_t tiles_n128, int multiprocessor
   return TileConfigId::kWgmmaN128;
 }
 
-bool wgmma_split_k_enabled() { return switch_on("MPGEMM_WGMMA_SPLIT_K", false); }
+WgmmaSplitK wgmma_split_k_mode() {
+  const std::optional<bool> setting = switch_setting("MPGEMM_WGMMA_SPLIT_K");
+  if (!setting) return WgmmaSplitK::kWherePays;
+  return *setting ? WgmmaSplitK::kWhereSplit : WgmmaSplitK::kNever;
+}
 
 bool m64_tile_enabled() { return switch_on("MPGEMM_M64_TILE", false); }
 
@@ -183,12 +188,13 @@ bool admissible(const GemmShape& s, const DeviceLimits& d, TileConfigId id, int 
     return false;
   const TileConfigInfo& c = tile_config(id);
   // Split-K runs single matrices only, on the tiles that have its kernels
-  // (on the Hopper path only where wgmma_split_k_enabled). A split with no K
+  // (on the Hopper path unless wgmma_split_k_mode is kNever). A split with no K
   // slice (more splits than slices, or on the Hopper kernel's ceil(slices /
   // split_k) a split, none left for the last) is correct, only wasteful:
   // candidate_plans leaves it out.
   return fits_device(c, s, d) &&
-         (split_k == 1 || (s.batch == 1 && has_split_kernels(id) && (!is_wgmma(id) || wgmma_split_k_enabled())));
+         (split_k == 1 || (s.batch == 1 && has_split_kernels(id) &&
+                           (!is_wgmma(id) || wgmma_split_k_mode() != WgmmaSplitK::kNever)));
 }
 
 namespace {
@@ -218,17 +224,36 @@ GemmPlan wmma_heuristic_plan(const GemmShape& s, const DeviceLimits& d) {
   return make_plan(id, s, split_k, false);
 }
 
-// The split of a single matrix's K on the Hopper block's 128 x 256 tile
-// that the split cost model (plan/split_cost.h) says is fastest (1: none).
-int wgmma_split(const GemmShape& s, const DeviceLimits& d) {
+// A single matrix's K on one of the Hopper GEMM's tiles, as the split cost
+// model sees it with the rates fitted to that GEMM (kHopperGemmRates).
+SplitProblem hopper_split_problem(const GemmShape& s, const DeviceLimits& d, TileConfigId id) {
   SplitProblem split;
-  split.tile = tile_config(TileConfigId::kWgmma);
+  split.tile = tile_config(id);
   split.tiles = tiles(split.tile, s);
   split.slices = slices(split.tile, s.k);
   split.multiprocessors = d.multiprocessors;
   split.output_elements = s.m * s.n;
   split.max_splits = kMaxSplitK;
-  return cheapest_split(split);
+  split.rates = kHopperGemmRates;
+  return split;
+}
+
+// The split of a single matrix's K on the Hopper block's 128 x 256 tile
+// that the split cost model says is fastest (1: none).
+int wgmma_split(const GemmShape& s, const DeviceLimits& d) {
+  return cheapest_split(hopper_split_problem(s, d, TileConfigId::kWgmma));
+}
+
+// Whether `splits` ways on the 128 x 256 tile beat `whole`, a whole-K plan
+// of the rules, by kWgmmaSplitMargin in the model: only a Hopper plan of
+// whole K on that tile or on ping-pong's, the tiles the model was fitted to
+// (a narrow tile's or WMMA's plan is kept).
+bool wgmma_split_pays(const GemmShape& s, const DeviceLimits& d, const GemmPlan& whole, int splits) {
+  if (whole.split_k != 1 || (whole.config != TileConfigId::kWgmma && whole.config != TileConfigId::kWgmmaPingPong))
+    return false;
+  const double whole_ns = split_cost_ns(hopper_split_problem(s, d, whole.config), 1);
+  const double split_ns = split_cost_ns(hopper_split_problem(s, d, TileConfigId::kWgmma), splits);
+  return whole_ns >= kWgmmaSplitMargin * split_ns;
 }
 
 // The Hopper tile `path` runs: the one it forces, the wide one for kAuto
@@ -293,14 +318,19 @@ GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) 
 //     runs stream-K, in place of whatever rules 0 to 3 chose (WMMA's split
 //     too) (bench/NOTES.md, "Stream-K on the Hopper block" and "Stream-K
 //     on the narrow tiles": their predictions wait for a GPU run).
-//     Failing that, where wgmma_split_k_enabled (MPGEMM_WGMMA_SPLIT_K=1)
-//     and gemm_path is kAuto or kWgmma: a single matrix of at least 128
-//     rows and more than 128 columns (so that the 128 x 256 tile's wgmmas
-//     are mostly of D; narrower outputs keep the narrow tiles and WMMA's
-//     split) whose K the split cost model (plan/split_cost.h, fitted to an
-//     H100's wgrad layers) splits on that tile runs split-K on the Hopper
-//     block, in place of whatever rules 0 to 3 chose (bench/NOTES.md,
-//     "Split-K on the Hopper block": its prediction waits for a GPU run).
+//     Failing that, unless wgmma_split_k_mode is kNever
+//     (MPGEMM_WGMMA_SPLIT_K=0), and where gemm_path is kAuto or kWgmma: a
+//     single matrix of at least 128 rows and more than 128 columns (so
+//     that the 128 x 256 tile's wgmmas are mostly of D; narrower outputs
+//     keep the narrow tiles and WMMA's split) whose K the split cost model
+//     (plan/split_cost.h, kHopperGemmRates: fitted to this GEMM's kernel
+//     times on an H200) splits on that tile runs split-K on the Hopper
+//     block, in place of the whole-K Hopper plan of rules 0 to 3 where the
+//     model finds the split at least kWgmmaSplitMargin times as fast (on
+//     that H200, 1.18x to 2.16x faster on the five shapes it took, such as
+//     a GPT-2 wgrad of 768 x 768 over 16384 tokens), or with
+//     MPGEMM_WGMMA_SPLIT_K=1 in place of whatever rules 0 to 3 chose
+//     (bench/NOTES.md, "Split-K on the Hopper block by default").
 //  1. Operands that do not allow 16-byte loads take the one-element tile.
 //  2. Otherwise the first of Tall (m > n) or Wide (m <= n), Square, Compact
 //     whose shared memory and arch the device has and whose grid (tiles x
@@ -319,7 +349,8 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   if (!pad) s.a_copies = s.b_copies = 0;
   const GemmPlan plan = unsplit_hopper_or_wmma_plan(s, d);
   // Asked on every plan, so that a bad MPGEMM_WGMMA_SPLIT_K or MPGEMM_STREAM_K is refused whatever the shape.
-  const bool split_enabled = wgmma_split_k_enabled(), stream_k = stream_k_enabled();
+  const WgmmaSplitK split_mode = wgmma_split_k_mode();
+  const bool stream_k = stream_k_enabled();
   if (stream_k && s.batch == 1) {
     const TileConfigId tile = stream_k_tile(s);
     const bool path_takes = path == GemmPath::kAuto || (path != GemmPath::kWmma && hopper_tile_of(path) == tile);
@@ -334,11 +365,13 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   }
   const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
   const bool wide_rows_filled = s.m >= wide.block_m && s.n > tile_config(TileConfigId::kWgmmaN128).block_n;
-  if (!split_enabled || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) || !wide_rows_filled ||
-      !fits_device(wide, s, d))
+  if (split_mode == WgmmaSplitK::kNever || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) ||
+      !wide_rows_filled || !fits_device(wide, s, d))
     return plan;
   const int splits = wgmma_split(s, d);
-  return splits > 1 ? make_plan(TileConfigId::kWgmma, s, splits, false) : plan;
+  if (splits > 1 && (split_mode == WgmmaSplitK::kWhereSplit || wgmma_split_pays(s, d, plan, splits)))
+    return make_plan(TileConfigId::kWgmma, s, splits, false);
+  return plan;
 }
 
 GemmPlan plan_gemm(const GemmShape& s, const DeviceLimits& d) {

@@ -22,8 +22,9 @@
 //    MPGEMM_GEMM_PATH=wgmma_n128 or =wgmma_n64, or picked by the default
 //    on outputs of at most 128 columns (MPGEMM_NARROW_TILES=0 in every
 //    other case), with K that wraps their rings; one in sixteen split-K on
-//    the Hopper block (MPGEMM_WGMMA_SPLIT_K=1), one tile's K split 4 ways,
-//    the fp32 partial sums poisoned before the launch; and one in sixteen
+//    the Hopper block as the default plans it (MPGEMM_WGMMA_SPLIT_K unset),
+//    one tile's K split 4 ways, the fp32 partial sums poisoned before the
+//    launch; and one in sixteen
 //    forced onto the wide tile with operands of any pitch and base
 //    (MPGEMM_PADDED_OPERANDS=1), which the launcher copies to aligned
 //    pitches in the (poisoned) workspace first, every other one of those
@@ -280,10 +281,13 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // the default picks for an output of at most 128 columns.
   const bool forced = index % 4 == 3, paired = index % 4 == 1, ping_pong = index % 8 == 5;
   const bool narrow = index % 8 == 4;
-  // Split-K on the Hopper block (MPGEMM_WGMMA_SPLIT_K=1) in one case of
-  // sixteen: one tile (128 rows, 129 to 256 columns) with K of 16 or 17
-  // slices on 132 multiprocessors, which the cost model splits 4 ways (at
-  // 17, 5 slices a split: the last one's partly past K).
+  // Split-K on the Hopper block in one case of sixteen: one tile (128 rows,
+  // 129 to 256 columns) with K of 16 or 17 slices, which the cost model
+  // splits 4 ways (at 17, 5 slices a split: the last one's partly past K).
+  // On 4 multiprocessors, where WMMA's tiles do not split, the model finds
+  // the split 1.5x as fast as ping-pong's whole K, so that the default
+  // (MPGEMM_WGMMA_SPLIT_K unset) takes it; the padded and row sums' splits
+  // below ask for it ("1") on 132, in place of WMMA's split.
   const bool split = index % 16 == 8;
   // Operands of any pitch on the Hopper kernel forced (MPGEMM_PADDED_OPERANDS=1):
   // copied to aligned pitches first, in one case of sixteen; every other one
@@ -334,12 +338,13 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // fewer than the ring's stages; or two or three pairs on the nine tall tiles.
   const bool short_ping_pong = ping_pong && !tall && index / 16 % 2 == 1;
   if (ping_pong) multiprocessors = tall ? int(sim::rnd(4, 6)) : int(sim::rnd(2, 3));
-  if (split || padded_split || row_sums_split) multiprocessors = 132;
+  if (padded_split || row_sums_split) multiprocessors = 132;
+  if (split) multiprocessors = 4;
   sim::use_multiprocessors(multiprocessors);
   if (forced || other_type) setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   if (paired) setenv("MPGEMM_GEMM_PATH", ping_pong ? "wgmma_pingpong" : "wgmma_2x1", 1);
   if (narrow && narrow_kind < 2) setenv("MPGEMM_GEMM_PATH", narrow_kind == 0 ? "wgmma_n128" : "wgmma_n64", 1);
-  if (split || padded_split || row_sums_split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
+  if (padded_split || row_sums_split) setenv("MPGEMM_WGMMA_SPLIT_K", "1", 1);
   if (padded) setenv("MPGEMM_PADDED_OPERANDS", "1", 1), setenv("MPGEMM_GEMM_PATH", "wgmma", 1);
   // The narrow tiles are the default: left to it where the plan should pick one, "0" elsewhere, so
   // that every other case keeps the tile it ran on before they were.
