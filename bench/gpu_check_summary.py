@@ -323,9 +323,9 @@ def hopper_step(raw, result):
     return ("; ".join(found) or "no summary line: " + (tail[-1] if tail else "empty log")), [], None
 
 
-# The ways bench/wgmma_check.py's speed table times, the opt-in ones
-# (split-K and stream-K on the Hopper block, padded operands) last: each on
-# the shapes it applies to.
+# The ways bench/wgmma_check.py's speed table times, the forced or opt-in
+# ones (split-K wherever its model splits, stream-K on the Hopper block,
+# padded operands) last: each on the shapes it applies to.
 WGMMA_SCHEDULES = ("wgmma", "wgmma_direct", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64", "wmma",
                    "wgmma_splitk", "wgmma_streamk", "wgmma_padded")
 

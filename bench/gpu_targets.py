@@ -285,8 +285,8 @@ def sanitize():
     if torch.cuda.get_device_capability() == (9, 0):
         for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"):
             _gemm_on(path, 520, 1032, 264, bias=True, activation="relu")
-        # Split-K on the Hopper block ("1": where the model splits; the default keeps WMMA's split here): two
-        # tiles, K split 13 ways of 5 slices, the last slice partly past K.
+        # Split-K on the Hopper block ("1": where the model splits, the wide tile forced): two tiles, K split
+        # 13 ways of 5 slices, the last slice partly past K.
         os.environ["MPGEMM_WGMMA_SPLIT_K"] = "1"
         _gemm_on("wgmma", 128, 264, 4104, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_WGMMA_SPLIT_K")

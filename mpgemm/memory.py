@@ -16,7 +16,7 @@ tiles fill at most half the multiprocessors, into at most ceil(multiprocessors
 / tiles) parts, so its partials hold at most 1.5 x multiprocessors tiles of
 fp32 (a tuned plan at most 16 x M x N x 4 bytes; on the Hopper block,
 where its cost model says the split pays (``MPGEMM_WGMMA_SPLIT_K``), at
-most 16 ways and 4 x multiprocessors tiles plus one split's: 16.5 MiB for
+most 16 ways and 4 x multiprocessors tiles plus one split's: 16.5 MB for
 GPT-2 small's 768 x 768 weight gradient split 7 ways; stream-K,
 ``MPGEMM_STREAM_K=1``, an fp32 tile of its plan per block of the grid, at
 most one per multiprocessor: 16.5 MiB on 132 for 128 x 256 tiles, 8.3 and

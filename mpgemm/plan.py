@@ -152,8 +152,9 @@ def gemm_plan(m, n, k, *, batch=1, load_width=8, device_limits=None):
     "wgmma" with that `split_k` (at most 16), the splits' fp32 sums reduced
     in split order, where the model finds the split at least 1.1x as fast
     as the Hopper plan of whole K (the model's rates fitted to this GEMM's
-    kernel times on an H200); MPGEMM_WGMMA_SPLIT_K=1 takes the split
-    wherever the model splits, "0" never. With MPGEMM_STREAM_K=1 (opt-in
+    kernel times on an H200) and MPGEMM_GEMM_PATH forces no Hopper kernel;
+    MPGEMM_WGMMA_SPLIT_K=1 takes the split wherever the model splits (with
+    MPGEMM_GEMM_PATH=wgmma too), "0" never. With MPGEMM_STREAM_K=1 (opt-in
     until its GPU run), ahead of
     that, a single matrix of at least 128 rows whose tiles fill the
     multiprocessors poorly runs stream-K (`stream_k_blocks`: each block an

@@ -238,22 +238,16 @@ SplitProblem hopper_split_problem(const GemmShape& s, const DeviceLimits& d, Til
   return split;
 }
 
-// The split of a single matrix's K on the Hopper block's 128 x 256 tile
-// that the split cost model says is fastest (1: none).
-int wgmma_split(const GemmShape& s, const DeviceLimits& d) {
-  return cheapest_split(hopper_split_problem(s, d, TileConfigId::kWgmma));
-}
-
-// Whether `splits` ways on the 128 x 256 tile beat `whole`, a whole-K plan
-// of the rules, by kWgmmaSplitMargin in the model: only a Hopper plan of
-// whole K on that tile or on ping-pong's, the tiles the model was fitted to
-// (a narrow tile's or WMMA's plan is kept).
-bool wgmma_split_pays(const GemmShape& s, const DeviceLimits& d, const GemmPlan& whole, int splits) {
+// Whether `splits` ways of `split`, K on the 128 x 256 tile, beat `whole`,
+// a whole-K plan of the rules, by kWgmmaSplitMargin in the model: only a
+// Hopper plan of whole K on that tile or on ping-pong's, the tiles the
+// model was fitted to (WMMA's plan is kept).
+bool wgmma_split_pays(const GemmShape& s, const DeviceLimits& d, const GemmPlan& whole, const SplitProblem& split,
+                      int splits) {
   if (whole.split_k != 1 || (whole.config != TileConfigId::kWgmma && whole.config != TileConfigId::kWgmmaPingPong))
     return false;
   const double whole_ns = split_cost_ns(hopper_split_problem(s, d, whole.config), 1);
-  const double split_ns = split_cost_ns(hopper_split_problem(s, d, TileConfigId::kWgmma), splits);
-  return whole_ns >= kWgmmaSplitMargin * split_ns;
+  return whole_ns >= kWgmmaSplitMargin * split_cost_ns(split, splits);
 }
 
 // The Hopper tile `path` runs: the one it forces, the wide one for kAuto
@@ -318,8 +312,8 @@ GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) 
 //     runs stream-K, in place of whatever rules 0 to 3 chose (WMMA's split
 //     too) (bench/NOTES.md, "Stream-K on the Hopper block" and "Stream-K
 //     on the narrow tiles": their predictions wait for a GPU run).
-//     Failing that, unless wgmma_split_k_mode is kNever
-//     (MPGEMM_WGMMA_SPLIT_K=0), and where gemm_path is kAuto or kWgmma: a
+//     Failing that, by default where gemm_path is kAuto, and with
+//     MPGEMM_WGMMA_SPLIT_K=1 where it is kAuto or kWgmma (never with "0"): a
 //     single matrix of at least 128 rows and more than 128 columns (so
 //     that the 128 x 256 tile's wgmmas are mostly of D; narrower outputs
 //     keep the narrow tiles and WMMA's split) whose K the split cost model
@@ -327,7 +321,7 @@ GemmPlan unsplit_hopper_or_wmma_plan(const GemmShape& s, const DeviceLimits& d) 
 //     times on an H200) splits on that tile runs split-K on the Hopper
 //     block, in place of the whole-K Hopper plan of rules 0 to 3 where the
 //     model finds the split at least kWgmmaSplitMargin times as fast (on
-//     that H200, 1.18x to 2.16x faster on the five shapes it took, such as
+//     that H200, 1.17x to 2.16x faster on the five shapes it took, such as
 //     a GPT-2 wgrad of 768 x 768 over 16384 tokens), or with
 //     MPGEMM_WGMMA_SPLIT_K=1 in place of whatever rules 0 to 3 chose
 //     (bench/NOTES.md, "Split-K on the Hopper block by default").
@@ -365,11 +359,14 @@ GemmPlan heuristic_plan(const GemmShape& shape, const DeviceLimits& d) {
   }
   const TileConfigInfo& wide = tile_config(TileConfigId::kWgmma);
   const bool wide_rows_filled = s.m >= wide.block_m && s.n > tile_config(TileConfigId::kWgmmaN128).block_n;
-  if (split_mode == WgmmaSplitK::kNever || s.batch != 1 || (path != GemmPath::kAuto && path != GemmPath::kWgmma) ||
-      !wide_rows_filled || !fits_device(wide, s, d))
-    return plan;
-  const int splits = wgmma_split(s, d);
-  if (splits > 1 && (split_mode == WgmmaSplitK::kWhereSplit || wgmma_split_pays(s, d, plan, splits)))
+  // The default splits the heuristic's plans; a Hopper kernel forced by MPGEMM_GEMM_PATH runs whole K unless "1".
+  const bool split_asked =
+      split_mode == WgmmaSplitK::kWhereSplit && (path == GemmPath::kAuto || path == GemmPath::kWgmma);
+  const bool split_by_default = split_mode == WgmmaSplitK::kWherePays && path == GemmPath::kAuto;
+  if (!(split_asked || split_by_default) || s.batch != 1 || !wide_rows_filled || !fits_device(wide, s, d)) return plan;
+  const SplitProblem split = hopper_split_problem(s, d, TileConfigId::kWgmma);
+  const int splits = cheapest_split(split);
+  if (splits > 1 && (split_asked || wgmma_split_pays(s, d, plan, split, splits)))
     return make_plan(TileConfigId::kWgmma, s, splits, false);
   return plan;
 }

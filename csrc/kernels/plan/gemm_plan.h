@@ -136,18 +136,19 @@ inline constexpr double kPaddedCopyMinFlopsPerByte = 350.0;
 // How the plans of the GEMM split K on the Hopper block
 // (wgmma_splitk_gemm_kernel; its kernels passed the GPU tests on an H200 at
 // fe39419), by MPGEMM_WGMMA_SPLIT_K: unset or "", kWherePays (the default):
-// where the split the cost model (plan/split_cost.h, kHopperGemmRates)
-// gives the 128 x 256 tile is modelled at least kWgmmaSplitMargin times as
-// fast as the whole-K Hopper plan the rules would run; "1", kWhereSplit:
-// wherever that model splits, whatever the whole-K plan (how bench/
-// wgmma_check.py times the split beside the default); "0", kNever. Throws
-// std::invalid_argument for any other value.
+// where MPGEMM_GEMM_PATH leaves the choice to the heuristic and the split
+// the cost model (plan/split_cost.h, kHopperGemmRates) gives the 128 x 256
+// tile is modelled at least kWgmmaSplitMargin times as fast as the whole-K
+// Hopper plan the rules would run; "1", kWhereSplit: wherever that model
+// splits, whatever the whole-K plan, also with the wide tile forced (how
+// bench/wgmma_check.py times the split beside the default); "0", kNever.
+// Throws std::invalid_argument for any other value.
 enum class WgmmaSplitK { kNever, kWherePays, kWhereSplit };
 WgmmaSplitK wgmma_split_k_mode();
 
 // How much faster than whole K the model must find a split before the
 // default takes it: twice its root-mean-square error over the H200's 33
-// kernel times (5%). The split's measured gains there were 1.18x to 2.16x
+// kernel times (5%). The split's measured gains there were 1.17x to 2.16x
 // where the model gave at least 1.2x, and 0.77x to 1.09x where it gave at
 // most 1.08x (bench/NOTES.md, "Split-K on the Hopper block by default").
 inline constexpr double kWgmmaSplitMargin = 1.1;

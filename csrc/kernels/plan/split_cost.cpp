@@ -33,11 +33,13 @@ double split_cost_ns(const SplitProblem& p, int64_t splits) {
     mainloop = double(full_waves) * double(per_split) * slice_ns(p.tile, p.rates, at_once) +
                (last_wave > 0 ? double(per_split) * slice_ns(p.tile, p.rates, last_wave) : 0.0);
   } else {
+    // Every wave at one rate: the arithmetic the wgrad's plans were made with, kept to the bit.
     mainloop = double(ceil_div(blocks, at_once)) * double(per_split) * slice_ns(p.tile, p.rates, at_once);
   }
-  if (splits == 1) return mainloop;
+  const double whole = mainloop + p.rates.kernel_ns;  // + 0.0 for kWgradRates: the same bits
+  if (splits == 1) return whole;
   const double partial_bytes = double(splits) * double(p.output_elements) * sizeof(float);
-  return mainloop + 2.0 * partial_bytes / p.rates.partial_bytes_per_ns + p.rates.reduction_ns;
+  return whole + 2.0 * partial_bytes / p.rates.partial_bytes_per_ns + p.rates.reduction_ns;
 }
 
 int cheapest_split(const SplitProblem& p) {

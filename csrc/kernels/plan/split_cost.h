@@ -29,6 +29,7 @@ struct SplitRates {
   double wmma_flops_per_ns;          // the WMMA tiles', shared by the blocks a multiprocessor holds
   double partial_bytes_per_ns;       // partial sums written, then read by the reduction (the device's)
   double reduction_ns;               // the reduction's launch and tail
+  double kernel_ns;                  // a kernel's own launch, prologue and tail, split or not
 };
 
 // Fitted to the convolutions' wgrad layers on an H100 SXM (d816ee9,
@@ -37,18 +38,19 @@ struct SplitRates {
 // bytes a FLOP at that rate), which bounds the narrow tiles; partial sums at
 // 2.5 TB/s; the reduction's launch and tail 5 us, about a launch (the fit
 // could not tell 5 from 30 us: the same splits on every layer).
-inline constexpr SplitRates kWgradRates{5300.0, 62.0, 0.0, 2800.0, 2500.0, 5000.0};
+inline constexpr SplitRates kWgradRates{5300.0, 62.0, 0.0, 2800.0, 2500.0, 5000.0, 0.0};
 
 // Fitted to the Hopper GEMM on an H200 (fe39419, 2026-11-29; bench/NOTES.md,
 // "Split-K on the Hopper block by default"): 33 kernel times of
 // bench/wgmma_check.py (whole K on the 64 x 256 ping-pong tiles and the 128 x
 // 256 tile, and split K on the latter, 512 to 4800 rows, K of 512 to 16384),
-// within 11% each, 5% root mean square. A multiprocessor's products run at
-// 6.0 TFLOP/s; L2 feeds all busy ones 11 TB/s together (so only 64-row
-// tiles on more than about 95 multiprocessors wait on it); partial sums move
-// at 2.6 TB/s, and the reduction's launch costs nothing the fit can see
-// beyond its bytes. The WMMA rate is kWgradRates' (no WMMA time in the fit).
-inline constexpr SplitRates kHopperGemmRates{5977.0, 0.0, 11039.0, 2800.0, 2597.0, 0.0};
+// within 11% each, 5% root mean square. A kernel costs 7.4 us of its own,
+// split or not; a multiprocessor's products run at 6.0 TFLOP/s; L2 feeds all
+// busy ones 11 TB/s together (so only 64-row tiles on more than about 95
+// multiprocessors wait on it); partial sums move at 2.6 TB/s, and the
+// reduction's launch costs nothing the fit can see beyond its bytes. The
+// WMMA rate is kWgradRates' (no WMMA time in the fit).
+inline constexpr SplitRates kHopperGemmRates{5977.0, 0.0, 11039.0, 2800.0, 2597.0, 0.0, 7400.0};
 
 // Split counts run from 1 to at most kMaxSplits (the problem's max_splits:
 // the GEMM's, kMaxSplitK), each split at least
@@ -68,7 +70,7 @@ struct SplitProblem {
 };
 
 // The modelled time, in ns, of the sum cut into `splits` runs of
-// ceil(slices / splits) slices.
+// ceil(slices / splits) slices (kernel_ns included).
 double split_cost_ns(const SplitProblem& problem, int64_t splits);
 
 // The cheapest split count; each split non-empty (as many splits as whole

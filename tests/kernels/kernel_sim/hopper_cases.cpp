@@ -287,7 +287,8 @@ static bool hopper_gemm_case(int index, GemmCaseCounts& counts) {
   // On 4 multiprocessors, where WMMA's tiles do not split, the model finds
   // the split 1.5x as fast as ping-pong's whole K, so that the default
   // (MPGEMM_WGMMA_SPLIT_K unset) takes it; the padded and row sums' splits
-  // below ask for it ("1") on 132, in place of WMMA's split.
+  // below ask for it ("1") on 132, where the wide tile is forced (padded)
+  // or WMMA's split would run (row sums).
   const bool split = index % 16 == 8;
   // Operands of any pitch on the Hopper kernel forced (MPGEMM_PADDED_OPERANDS=1):
   // copied to aligned pitches first, in one case of sixteen; every other one
