@@ -142,8 +142,10 @@ CONV = (f'paths="--conv-paths wmma_n16,gemm"; [ "{{arch}}" = "9.0" ] && '
 # fe39419, gone from it; one run for both, the step's limit being spent,
 # its profile telling their kernels apart);
 # the GPT-2 block fused (its MLP as one mpgemm.mlp) among its ways, and once
-# more with GELU's derivative in the dgrad's epilogue
-# (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
+# more with its MLP's GELU in epilogues both ways: the tanh form and its
+# input stored by the first product's (MPGEMM_EPILOGUE_PRE_ACTIVATION=1: the
+# 0.23 ms gelu pass of fe39419's step gone) and the derivative in the
+# dgrad's (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
 # MLP fused as one mpgemm.gated_mlp (the gating's own passes, the default),
 # and fused once more with torch's gating (MPGEMM_GATED_KERNEL=0); on sm_90
 # ResNet-50 once more with the Hopper convolution beside torch.amp.
@@ -164,9 +166,9 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
          "--ways 'fp32,torch.amp,mpgemm,torch.amp bf16,mpgemm bf16,mpgemm fused' --profile --no-search "
          "--time-limit 40 --json {raw}/train_gpt2-block.json || rc=1; "
-         f"MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
-         "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
-         "--json {raw}/train_gpt2-block_fused_activation_grad.json || rc=1; "
+         f"MPGEMM_EPILOGUE_PRE_ACTIVATION=1 MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train "
+         "--models gpt2-block --batch-sizes 64 --ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
+         "--json {raw}/train_gpt2-block_fused_epilogues.json || rc=1; "
          f"{PY} -m mpgemm bench train --models llama-block --batch-sizes 32 "
          "--ways 'torch.amp,mpgemm,mpgemm fused' --no-search --time-limit 15 "
          "--json {raw}/train_llama-block.json || rc=1; "
@@ -248,7 +250,7 @@ STEPS = (
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with batch norm's loads ahead "
-         "and with the epilogue's statistics (profiled) and GELU's derivative in the dgrad epilogue too; a Llama "
+         "and with the epilogue's statistics (profiled) and the MLP's GELU in epilogues both ways too; a Llama "
          "block at batch 32, fused, with its gating's passes and torch's; on sm_90 ResNet-50 with the Hopper "
          "convolution"),
 )

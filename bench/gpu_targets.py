@@ -75,17 +75,22 @@ def _gemm_on(path, m, n, k, label="", **kwargs):
            reference_gemm(a, b, bias, kwargs.get("activation")))
 
 
-def _pre_activation_gemm(m, n, k):
+def _pre_activation_gemm(m, n, k, activation="gelu"):
     """linear + GELU storing its pre-activation beside y from the wide Hopper
-    tile's epilogue (the kernel MPGEMM_EPILOGUE_PRE_ACTIVATION=1 runs), y and
-    the pre-activation each checked against float64."""
-    os.environ["MPGEMM_GEMM_PATH"] = "wgmma"
+    tile's epilogue (the kernel MPGEMM_EPILOGUE_PRE_ACTIVATION=1 runs), or
+    for GELU's tanh form from its own kernel on ping-pong pairs (mlp's, with
+    that switch), y and the pre-activation each checked against float64."""
+    path = os.environ["MPGEMM_GEMM_PATH"] = "wgmma_pingpong" if activation == "gelu_tanh" else "wgmma"
+    # The epilogue's kernel runs on that plan alone (else the product and a pass would, unsanitized).
+    if mpgemm.gemm_plan(m, n, k).config != path:
+        raise SystemExit(f"{activation}'s pre-activation: the plan of {m}x{n}x{k} is not {path}")
     x, w = torch.randn(m, k, device="cuda").half(), torch.randn(n, k, device="cuda").half()
     bias = torch.randn(n, device="cuda")
-    y, z = torch.ops.mpgemm._linear_pre_activation(x, w, bias, activation="gelu", out_dtype=torch.float32)
+    y, z = torch.ops.mpgemm._linear_pre_activation(x, w, bias, activation=activation, out_dtype=torch.float32)
     torch.cuda.synchronize()
-    _check(f"linear {m}x{n}x{k} with GELU's pre-activation, y", y, reference_gemm(x, w.t(), bias, "gelu"))
-    _check(f"linear {m}x{n}x{k} with GELU's pre-activation, the pre-activation", z, reference_gemm(x, w.t(), bias))
+    name = f"linear {m}x{n}x{k} with {activation}'s pre-activation"
+    _check(f"{name}, y", y, reference_gemm(x, w.t(), bias, activation))
+    _check(f"{name}, the pre-activation", z, reference_gemm(x, w.t(), bias))
 
 
 def _row_sums_gemm(m, n, k, split, path="wgmma"):
@@ -266,7 +271,8 @@ def sanitize():
     """One call of each kernel family: the WMMA GEMM on its 16-byte and its
     one-element paths, each Hopper GEMM (sm_90, the narrow tiles', split-K's,
     stream-K's on the wide tile and on 128 x 64, one on padded copies of
-    odd-pitched operands, one that stores GELU's pre-activation too, those
+    odd-pitched operands, those that store GELU's pre-activation too (the
+    erf form's on the wide tile, the tanh form's on ping-pong pairs), those
     that sum A's rows, whole K on each tile and split, and the one that
     multiplies by an activation's derivative), and
     convolutions whose passes run on the large tile, on dgrad's phases
@@ -307,6 +313,7 @@ def sanitize():
         _gemm_on("wgmma", 301, 259, 131, bias=True, activation="gelu")
         os.environ.pop("MPGEMM_PADDED_OPERANDS")
         _pre_activation_gemm(300, 1032, 264)
+        _pre_activation_gemm(300, 1032, 264, "gelu_tanh")
         # Whole K on 3 x 5 tiles, the last row and column ragged, on each Hopper tile; split 13 ways as the
         # split-K target above.
         for path in ("wgmma", "wgmma_2x1", "wgmma_pingpong", "wgmma_n128", "wgmma_n64"):

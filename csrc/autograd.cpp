@@ -134,7 +134,10 @@ bool pre_activation_saved() { return environment_switch("MPGEMM_EPILOGUE_PRE_ACT
 // torch's gelu pass) is the measured one (GPT-2 small's MLP block 0.88x of
 // torch's forward + backward, H200, fe39419); the epilogue's way has been
 // timed only together with the activation derivative's epilogue (0.70x),
-// and off the Hopper wide tile it runs the first product twice.
+// and off the Hopper wide tile it runs the first product twice (GELU's
+// erf form; its tanh form there runs the product once and torch's pass, as
+// by default). The tanh form's kernel is opt-in by this switch alone until
+// it passes the GPU tests.
 bool mlp_pre_activation_from_epilogue() { return environment_switch("MPGEMM_EPILOGUE_PRE_ACTIVATION", false); }
 
 // MPGEMM_EPILOGUE_BIAS_GRAD: "1" has linear's backward sum its bias's
@@ -288,8 +291,8 @@ at::Tensor call_activation_grad(const at::Tensor& a, const at::Tensor& b, const 
 // mlp's hidden activation h in the block's product type `dtype`, and GELU's
 // input z where `keep_z` (undefined otherwise): the first linear with its
 // activation fused (ReLU; GELU where z is not kept), or the linear and
-// torch's gelu of its output (GELU kept, and its tanh form, which no forward
-// epilogue applies).
+// torch's gelu of its output (GELU kept, and its tanh form, whose one
+// forward epilogue stores z too: mlp_autograd's).
 std::tuple<at::Tensor, at::Tensor> mlp_hidden(const at::Tensor& x, const at::Tensor& w1,
                                               const std::optional<at::Tensor>& b1, std::string_view activation,
                                               at::ScalarType dtype, bool keep_z) {
@@ -314,7 +317,7 @@ at::Tensor mlp_forward(const at::Tensor& x, const at::Tensor& w1, const std::opt
 // hidden activation h (the second linear's input, as torch saves it), and,
 // where the first linear's inputs want gradients, GELU's input z in h's type
 // (as torch.amp's gelu saves it): from the first linear's epilogue with
-// mlp_pre_activation_from_epilogue(), else from the linear, h from torch's
+// mlp_pre_activation_from_epilogue() (either GELU form), else from the linear, h from torch's
 // gelu of it (a pass over memory, where computing z again in backward would
 // be a product of its own; GELU is then rounded twice, as under torch.amp). ReLU's
 // derivative is read off h (h > 0 exactly where z > 0 but for z too small
@@ -499,7 +502,7 @@ at::Tensor mlp_autograd(const at::Tensor& x, const at::Tensor& w1, const std::op
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     const at::ScalarType dtype = check_mlp_args<c10::SymInt>(x, w1, b1, w2, b2, activation);
     const bool first_wanted = x.requires_grad() || w1.requires_grad() || (b1 && b1->defined() && b1->requires_grad());
-    if (activation == "gelu" && first_wanted && mlp_pre_activation_from_epilogue())
+    if (activation != "relu" && first_wanted && mlp_pre_activation_from_epilogue())
       std::tie(h, z) = call_with_pre_activation<kLinearPreActivation>(x, block_weight(x, w1, dtype), b1, activation,
                                                                       dtype);
     else

@@ -31,10 +31,14 @@ void gemm_cpu_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, con
       for (int64_t i = begin; i < end; ++i) data[i] = kernels::apply_activation_grad(activation, data[i], at[i]);
     });
   } else if (activation != kernels::Activation::kNone) {
+    // GELU's tanh form as the Hopper pre-activation kernel applies it (no
+    // other epilogue does: apply_activation leaves it out).
+    const bool gelu_tanh = activation == kernels::Activation::kGeluTanh;
     acc = acc.contiguous();
     float* data = acc.data_ptr<float>();
     at::parallel_for(0, acc.numel(), 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) data[i] = kernels::apply_activation(activation, data[i]);
+      for (int64_t i = begin; i < end; ++i)
+        data[i] = gelu_tanh ? kernels::gelu_tanh(data[i]) : kernels::apply_activation(activation, data[i]);
     });
   }
   out.copy_(acc.reshape(out.sizes()));

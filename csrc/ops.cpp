@@ -22,6 +22,22 @@ using GemmInto = void (*)(const GemmProblem<int64_t>&, const at::Tensor&, const 
 using WithPreActivation = std::tuple<at::Tensor, at::Tensor>;
 using WithRowSums = std::tuple<at::Tensor, at::Tensor>;
 
+// The pre-activation ops take gemm's and linear's activations and GELU's
+// tanh form, "gelu_tanh" (mlp's GPT-2 form: the Hopper pre-activation kernel
+// applies it, the backends' own way elsewhere, kernels/gemm/launch.h): the
+// activation for gemm's and linear's checks ("gelu" for the tanh form), and
+// in `gelu_tanh` whether the problem's activation is then the tanh form.
+constexpr char kGemmPreActivation[] = "mpgemm._gemm_pre_activation";
+constexpr char kLinearPreActivation[] = "mpgemm._linear_pre_activation";
+
+std::optional<std::string_view> pre_activation_checked(const char* op, std::optional<std::string_view> activation,
+                                                        bool& gelu_tanh) {
+  gelu_tanh = activation && *activation == "gelu_tanh";
+  TORCH_CHECK_VALUE(!activation || gelu_tanh || *activation == "relu" || *activation == "gelu", op,
+                    ": activation must be None, 'relu', 'gelu' or 'gelu_tanh', got '", *activation, "'");
+  return gelu_tanh ? std::optional<std::string_view>("gelu") : activation;
+}
+
 template <GemmInto Into>
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                 std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
@@ -35,7 +51,10 @@ template <GemmInto Into>
 WithPreActivation gemm_pre_activation(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                                       std::optional<std::string_view> activation,
                                       std::optional<at::ScalarType> out_dtype) {
-  const auto problem = check_gemm_args<int64_t>(a, b, bias, activation, out_dtype);
+  bool gelu_tanh;
+  auto problem = check_gemm_args<int64_t>(
+      a, b, bias, pre_activation_checked(kGemmPreActivation, activation, gelu_tanh), out_dtype);
+  if (gelu_tanh) problem.activation = kernels::Activation::kGeluTanh;
   at::Tensor out = at::empty(problem.out_shape, a.options().dtype(problem.out_dtype));
   at::Tensor pre_activation = at::empty_like(out);
   Into(problem, a, b, bias, out, {.pre_activation = &pre_activation});
@@ -79,7 +98,12 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
 template <GemmInto Into, bool PreActivation>
 auto linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
             std::optional<std::string_view> activation, std::optional<at::ScalarType> out_dtype) {
-  const auto problem = check_linear_args<int64_t>(x, weight, bias, activation, out_dtype);
+  bool gelu_tanh = false;
+  auto problem = check_linear_args<int64_t>(
+      x, weight, bias,
+      PreActivation ? pre_activation_checked(kLinearPreActivation, activation, gelu_tanh) : activation,
+      out_dtype);
+  if (gelu_tanh) problem.activation = kernels::Activation::kGeluTanh;
   const at::Tensor a = x.reshape({problem.m, problem.k}).to(problem.input_dtype);
   const at::Tensor b = weight.to(problem.input_dtype).t();
   // Allocated in the output's shape, so that what is returned is no view
@@ -115,11 +139,13 @@ at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight, const std:
 }
 
 template <at::Tensor (*Meta)(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                             std::optional<std::string_view>, std::optional<at::ScalarType>)>
+                             std::optional<std::string_view>, std::optional<at::ScalarType>),
+          const char* Op>
 WithPreActivation pre_activation_meta(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                                       std::optional<std::string_view> activation,
                                       std::optional<at::ScalarType> out_dtype) {
-  const at::Tensor out = Meta(a, b, bias, activation, out_dtype);
+  bool gelu_tanh;
+  const at::Tensor out = Meta(a, b, bias, pre_activation_checked(Op, activation, gelu_tanh), out_dtype);
   return {out, at::empty_like(out)};
 }
 
@@ -301,7 +327,8 @@ TORCH_LIBRARY(mpgemm, m) {
   // gemm's and linear's y with z = a @ b + bias before the activation beside
   // it, in y's dtype and shape: what GELU's backward reads unless
   // MPGEMM_EPILOGUE_PRE_ACTIVATION=0 (csrc/autograd.cpp calls them; they
-  // have no autograd of their own).
+  // have no autograd of their own). Their activation may also be
+  // "gelu_tanh", GELU's tanh form (mlp's).
   m.def(
       "_gemm_pre_activation(Tensor a, Tensor b, Tensor? bias=None, *, str? activation=None, "
       "ScalarType? out_dtype=None) -> (Tensor y, Tensor pre_activation)");
@@ -446,8 +473,8 @@ TORCH_LIBRARY_IMPL(mpgemm, Meta, m) {
   m.impl("gemm", &gemm_meta);
   m.impl("gemm.out", &gemm_out_meta);
   m.impl("linear", &linear_meta);
-  m.impl("_gemm_pre_activation", &pre_activation_meta<gemm_meta>);
-  m.impl("_linear_pre_activation", &pre_activation_meta<linear_meta>);
+  m.impl("_gemm_pre_activation", &pre_activation_meta<gemm_meta, kGemmPreActivation>);
+  m.impl("_linear_pre_activation", &pre_activation_meta<linear_meta, kLinearPreActivation>);
   m.impl("_gemm_row_sums", &gemm_row_sums_meta);
   m.impl("_gemm_activation_grad", &gemm_activation_grad_meta);
   m.impl("unscale_grads_", &unscale_grads_meta);

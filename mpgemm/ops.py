@@ -108,11 +108,15 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     needs the activation's input for backward (no gradient asked of x, w1
     or b1), the forward is :func:`linear` twice, the first with its fused
     activation, and its values are those two calls' bit for bit (the tanh
-    form, which no epilogue applies: the first linear, torch's ``gelu`` of
-    its output, the second linear). Where backward needs it, GELU's input is
-    kept in that type, as torch.amp keeps it: from the first product's
-    epilogue with ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1`` set by name (for mlp
-    the switch stays opt-in), else the first linear without its activation
+    form: the first linear, torch's ``gelu`` of its output, the second
+    linear). Where backward needs it, GELU's input is kept in that type, as
+    torch.amp keeps it: from the first product's epilogue with
+    ``MPGEMM_EPILOGUE_PRE_ACTIVATION=1`` set by name (for mlp the switch
+    stays opt-in; the tanh form's GELU then comes from that epilogue too,
+    rounded once, on sm_90's ping-pong pairs wherever the first product's
+    plan is a whole-K Hopper one, from torch's pass over the product on
+    other GPU plans, and rounded once on the CPU), else the first linear
+    without its activation
     and torch's ``gelu`` of its output
     (GELU rounded twice, as under torch.amp; a pass over memory, cheaper
     than computing it again in backward with a product of its own). What

@@ -27,6 +27,8 @@ def reference_gemm(a, b, bias=None, activation=None):
         out = torch.relu(out)
     elif activation == "gelu":
         out = F.gelu(out)
+    elif activation == "gelu_tanh":
+        out = F.gelu(out, approximate="tanh")
     elif activation is not None:
         raise ValueError(f"unknown activation {activation!r}")
     return out

@@ -2,8 +2,10 @@
 // the launch (tile, split-K) and enqueues the GEMM kernels on the current
 // stream of a's device. `out`, the pre-activation and the activation's input
 // are contiguous (the ops allocate or copy them, or check_gemm_out checks),
-// so that they share D's strides; A's row sums are (m,), contiguous.
+// so that they share D's strides; A's row sums are (m,), contiguous. GELU's
+// tanh form comes with the pre-activation only (the pre-activation ops).
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -70,7 +72,18 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   if (side.pre_activation != nullptr) p.pre_activation = side.pre_activation->data_ptr();
   if (side.a_row_sums != nullptr) p.a_row_sums = side.a_row_sums->data_ptr<float>();
   if (side.activation_input != nullptr) p.activation_input = side.activation_input->data_ptr();
-  const kernels::GemmLaunch launch = kernels::plan_gemm(p);
+  kernels::GemmLaunch launch = kernels::plan_gemm(p);
+  // GELU's tanh form where no epilogue applies it (any plan but the Hopper
+  // pre-activation kernel's): the product alone into the pre-activation,
+  // then torch's gelu of it into out, rounded twice as torch.amp's is.
+  const bool gelu_tanh_after = p.activation == kernels::Activation::kGeluTanh && side.pre_activation != nullptr &&
+                               !kernels::pre_activation_from_epilogue(p, launch);
+  if (gelu_tanh_after) {
+    p.activation = kernels::Activation::kNone;
+    p.d = p.pre_activation;
+    p.pre_activation = nullptr;
+    launch = kernels::plan_gemm(p);
+  }
   // A's row sums where the plan's kernels cannot sum them: torch's sum of a
   // (accumulated in fp32), after the product.
   const bool sum_a_apart = side.a_row_sums != nullptr && !kernels::a_row_sums_from_mainloop(p, launch);
@@ -81,6 +94,7 @@ void gemm_cuda_into(const GemmProblem<int64_t>& problem, const at::Tensor& a, co
   C10_CUDA_CHECK(kernels::launch_gemm(p, launch, launch.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                       c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
   if (sum_a_apart) at::sum_out(*side.a_row_sums, a, {-1}, false, at::kFloat);
+  if (gelu_tanh_after) at::gelu_out(out, *side.pre_activation, "tanh");
 }
 
 }  // namespace mpgemm

@@ -357,7 +357,8 @@ def _mlp_block_case(shape, device, dtype):
     "saved-z"), with its derivative in the dgrad's epilogue
     (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1: "dgelu"), with both
     ("saved-z+dgelu"), and with the biases' gradients summed by the weights'
-    products too ("+dbias"): each switch timed alone and together."""
+    products too ("+dbias"): each switch timed alone and together; and
+    GELU's tanh form (GPT-2's) likewise, by default and "saved-z"."""
     t, d, f = shape
 
     def make():
@@ -381,6 +382,20 @@ def _mlp_block_case(shape, device, dtype):
                             ("saved-z+dgelu+dbias", {**fused, "MPGEMM_EPILOGUE_BIAS_GRAD": "1"})):
         impls[f"mpgemm mlp {name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
             _fwd_bwd(mlp, 6 * product, variables), baseline=f"{baseline} fwd+bwd")
+    # GPT-2's form, GELU's tanh, against torch's three ops with it: mpgemm.mlp
+    # by default (torch's gelu pass over the first product) and "saved-z",
+    # where the tanh form's own kernel (ping-pong pairs) applies it in the
+    # first product's epilogue.
+    tanh_baseline = f"torch unfused tanh{_tag(dtype)} fwd+bwd"
+    impls[tanh_baseline] = _fwd_bwd(
+        lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2), 6 * product)
+
+    def mlp_tanh(x, w1, b1, w2, b2):
+        return ops.mlp(x, w1, b1, w2, b2, activation="gelu_tanh")
+
+    for name, variables in (("", {}), (" saved-z", saved_z)):
+        impls[f"mpgemm mlp tanh{name}{_tag(dtype)} fwd+bwd"] = dataclasses.replace(
+            _fwd_bwd(mlp_tanh, 6 * product, variables), baseline=tanh_baseline)
     return make, dtype.itemsize * (t * d * 2 + 2 * d * f + t * f), impls
 
 

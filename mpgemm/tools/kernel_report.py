@@ -26,7 +26,7 @@ from . import display
 TENSOR_CORE_KERNELS = ("gemm_kernel", "conv2d_kernel", "wgmma_conv_kernel", "mma_ceiling_kernel")
 # The Hopper kernels: wgmma and setmaxnreg, in sm_90a code alone.
 HOPPER_KERNELS = ("wgmma_gemm_kernel", "wgmma_splitk_gemm_kernel", "wgmma_stream_k_gemm_kernel",
-                  "wgmma_pre_activation_gemm_kernel",
+                  "wgmma_pre_activation_gemm_kernel", "wgmma_pre_activation_gelu_tanh_gemm_kernel",
                   "row_sums_gemm_kernel", "wgmma_activation_grad_gemm_kernel", "wgmma_conv_kernel")
 # The mainloop mix's columns, by sass.mix_category: one pass through the
 # innermost loop that holds HMMA. "other" is what keeps the Tensor Cores

@@ -270,6 +270,23 @@ def test_pre_activation_kernels_store_twice_from_the_unsplit_block(hopper_kernel
                          ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64"), outputs=2)
 
 
+PRE_ACTIVATION_GELU_TANH_KERNEL = "wgmma_pre_activation_gelu_tanh_gemm_kernel"
+
+
+def test_gelu_tanh_pre_activation_kernels_store_twice_and_take_tanh(hopper_kernels, machine_code):
+    """The pre-activation kernels whose activation is GELU's tanh form
+    (mpgemm.mlp's GPT-2 form, opt-in with MPGEMM_EPILOGUE_PRE_ACTIVATION=1
+    until they pass the GPU tests): two input types, K-major operands, on
+    ping-pong pairs alone, each the block of its whole-K kernel with twice
+    its output strips' stores, and no spills; tanhf as nvcc 13 builds it
+    (exponentials and reciprocals), where the erf form takes few
+    reciprocals: at least 128 MUFU.RCP, one a thread's accumulator."""
+    for ops, _, _ in check_beside_whole_k(machine_code, hopper_kernels, PRE_ACTIVATION_GELU_TANH_KERNEL, 2,
+                                          "ELb1ELb1E", ("HGMMA", "UTMALDG", "SYNCS.ARRIVE.TRANS64"), outputs=2,
+                                          tiles=("17WgmmaPingPongTile",)):
+        assert sass.count_opcodes(ops, "MUFU.EX2") >= 128 and sass.count_opcodes(ops, "MUFU.RCP") >= 128
+
+
 ACTIVATION_GRAD_KERNEL = "wgmma_activation_grad_gemm_kernel"
 
 

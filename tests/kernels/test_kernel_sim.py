@@ -427,9 +427,11 @@ HOPPER_MUTATIONS = {
     # input belongs: the sums activated before the pre-activation's store.
     "pre-activation stored after the activation": (
         ("  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n"
-         "  if constexpr (!WithActivationGrad) activate(acc, p);\n",
+         "  if constexpr (WithGeluTanh) activate_gelu_tanh(acc);\n"
+         "  else if constexpr (!WithActivationGrad) activate(acc, p);\n",
          "  if (PLANTED) activate(acc, p);\n  if constexpr (WithPreActivation) store(z_map, p.pre_activation);\n"
-         "  if (!PLANTED && !WithActivationGrad) activate(acc, p);\n"),
+         "  if constexpr (WithGeluTanh) activate_gelu_tanh(acc);\n"
+         "  else if (!PLANTED && !WithActivationGrad) activate(acc, p);\n"),
         (False, False), "Z[", "WgmmaTile"),
     # The activation derivative's kernel adding the bias and applying the
     # activation as a forward's epilogue does, Z never read.
@@ -1136,6 +1138,8 @@ def test_hopper_gemm_matches_reference_and_the_ptx_models(results, copies_late, 
     assert printed_count(output, "wgmma cases summing A's rows") >= 1, replay
     assert printed_count(output, "wgmma split-K cases summing A's rows") >= 1, replay
     assert "row sums refused where the plan cannot sum them: ok" in output, replay
+    # GELU's tanh form on its own pre-activation kernel, and refused where a plan has no such epilogue.
+    assert "GELU's tanh form on its pre-activation kernel: 2 of 2 cases, refused elsewhere: ok" in output, replay
     # and on every other Hopper tile, forced, and ping-pong and 128 x 64 as the plan picks them.
     assert ("row sums on every Hopper tile: ok (wgmma_2x1 1, wgmma_pingpong 2, wgmma_n128 1, wgmma_n64 2)"
             in output), replay

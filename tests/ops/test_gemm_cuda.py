@@ -397,10 +397,26 @@ def kernels_of(call):
     return [name for name in launches(call) if not name.startswith(("Memcpy", "Memset"))]
 
 
-def poisoned_pre_activation(x, weight, bias, out_dtype):
+def poisoned_pre_activation(x, weight, bias, out_dtype, activation="gelu"):
     """torch.ops.mpgemm._linear_pre_activation into outputs that start as NaN."""
     with nan_filled_outputs():
-        return torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu", out_dtype=out_dtype)
+        return torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation=activation, out_dtype=out_dtype)
+
+
+def pre_activation_runs(m, n, k, dtype, activation, monkeypatch):
+    """For each output dtype (the inputs', fp32): (x, weight, bias, out_dtype,
+    y, z, the GEMM kernels that ran) of poisoned_pre_activation on fresh
+    (m, k) and (n, k) operands, with the heuristic's plan."""
+    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS"):
+        monkeypatch.delenv(name, raising=False)
+    x = operand((m, k), dtype=dtype)
+    weight = operand((n, k), dtype=dtype)
+    bias = torch.randn(n, device="cuda")
+    for out_dtype in (None, torch.float32):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y, z = poisoned_pre_activation(x, weight, bias, out_dtype, activation)
+            torch.cuda.synchronize()
+        yield x, weight, bias, out_dtype, y, z, [event.name for event in prof.events() if "gemm_kernel" in event.name]
 
 
 @needs_hopper_path
@@ -415,16 +431,7 @@ def test_pre_activation_from_the_hopper_epilogue(m, n, k, kernels, dtype, monkey
     few tiles) the product runs again. Either way y is bitwise the plain
     op's and the pre-activation bitwise the product with no activation, and
     both match cuBLAS."""
-    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_PADDED_OPERANDS"):
-        monkeypatch.delenv(name, raising=False)
-    x = operand((m, k), dtype=dtype)
-    weight = operand((n, k), dtype=dtype)
-    bias = torch.randn(n, device="cuda")
-    for out_dtype in (None, torch.float32):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            y, z = poisoned_pre_activation(x, weight, bias, out_dtype)
-            torch.cuda.synchronize()
-        ran = [event.name for event in prof.events() if "gemm_kernel" in event.name]
+    for x, weight, bias, out_dtype, y, z, ran in pre_activation_runs(m, n, k, dtype, "gelu", monkeypatch):
         assert len(ran) == kernels and (kernels == 2) != any("wgmma_pre_activation_gemm_kernel" in n for n in ran), ran
         assert not y.isnan().any() and not z.isnan().any()
         assert torch.equal(y, mpgemm.linear(x, weight, bias, activation="gelu", out_dtype=out_dtype))
@@ -432,6 +439,69 @@ def test_pre_activation_from_the_hopper_epilogue(m, n, k, kernels, dtype, monkey
         cublas = cublas_gemm(x, weight.t()) + bias
         assert relative_error(z, cublas.double().cpu()) < tolerance(z.dtype)
         assert relative_error(y, torch.nn.functional.gelu(cublas).double().cpu()) < tolerance(y.dtype)
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n, k, from_epilogue", [(2048, 1536, 512, True), (1100, 2055, 264, True),
+                                                    (256, 512, 136, True), (4096, 96, 256, False)])
+def test_gelu_tanh_pre_activation_from_the_hopper_epilogue(m, n, k, from_epilogue, dtype, monkeypatch):
+    """GELU's tanh form (mpgemm.mlp's with MPGEMM_EPILOGUE_PRE_ACTIVATION=1,
+    opt-in until this passes on a GPU): where the heuristic's plan is a
+    whole-K Hopper one (the 128 x 256 tile, or ping-pong pairs on a few
+    tiles), its own kernel on ping-pong pairs
+    (wgmma_pre_activation_gelu_tanh_gemm_kernel) stores y = gelu_tanh(z),
+    rounded once, and z (from registers where an odd N leaves the rows
+    unaligned); elsewhere (the 128 x 64 tile of a 96-column output) the
+    product alone into z, then torch's gelu of it. z is bitwise the product
+    with no activation, y within rounding of torch's tanh GELU of cuBLAS's
+    product, and bitwise torch's of z where its pass ran."""
+    for x, weight, bias, out_dtype, y, z, ran in pre_activation_runs(m, n, k, dtype, "gelu_tanh", monkeypatch):
+        assert len(ran) == 1 and ("wgmma_pre_activation_gelu_tanh_gemm_kernel" in ran[0]) == from_epilogue, ran
+        assert not y.isnan().any() and not z.isnan().any()
+        assert torch.equal(z, mpgemm.linear(x, weight, bias, out_dtype=out_dtype))
+        if not from_epilogue:
+            assert torch.equal(y, torch.nn.functional.gelu(z, approximate="tanh"))
+        cublas = cublas_gemm(x, weight.t()) + bias
+        assert relative_error(z, cublas.double().cpu()) < tolerance(z.dtype)
+        want = torch.nn.functional.gelu(cublas, approximate="tanh")
+        assert relative_error(y, want.double().cpu()) < tolerance(y.dtype)
+
+
+@needs_hopper_path
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpt2_mlp_with_gelu_tanh_from_the_epilogue(dtype, monkeypatch):
+    """mpgemm.mlp with GELU's tanh form and MPGEMM_EPILOGUE_PRE_ACTIVATION=1
+    (GPT-2's MLP, 2048 tokens of 256 features into 1024): its first product
+    on the tanh form's kernel, y and every gradient within rounding of
+    float64 autograd's and of the default's (torch's gelu pass over the
+    first linear's product)."""
+    for name in ("MPGEMM_GEMM_PATH", "MPGEMM_WGMMA_SPLIT_K", "MPGEMM_EPILOGUE_ACTIVATION_GRAD"):
+        monkeypatch.delenv(name, raising=False)
+    x = operand((2048, 256), dtype=dtype).requires_grad_()
+    w1, w2 = operand((1024, 256), dtype=dtype) / 16, operand((256, 1024), dtype=dtype) / 32
+    w1, w2 = w1.requires_grad_(), w2.requires_grad_()
+    b1, b2 = torch.randn(1024, device="cuda", requires_grad=True), torch.randn(256, device="cuda", requires_grad=True)
+    grad_y = operand((2048, 256), dtype=dtype)
+    results = {}
+    for saved in ("0", "1"):
+        monkeypatch.setenv("MPGEMM_EPILOGUE_PRE_ACTIVATION", saved)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y = mpgemm.mlp(x, w1, b1, w2, b2, activation="gelu_tanh")
+            torch.cuda.synchronize()
+        ran = [event.name for event in prof.events() if "wgmma_pre_activation_gelu_tanh_gemm_kernel" in event.name]
+        assert len(ran) == (saved == "1"), ran
+        results[saved] = (y, *torch.autograd.grad(y, (x, w1, b1, w2, b2), grad_y))
+    inputs64 = [t.detach().double().requires_grad_() for t in (x, w1, b1, w2, b2)]
+    x64, w164, b164, w264, b264 = inputs64
+    y64 = torch.nn.functional.linear(
+        torch.nn.functional.gelu(torch.nn.functional.linear(x64, w164, b164), approximate="tanh"), w264, b264)
+    want = (y64, *torch.autograd.grad(y64, inputs64, grad_y.double()))
+    # tests/ops/test_mlp.py's: dL/dz is rounded to the product's type, and 16-bit gradients once more on output.
+    bound = 5e-3 if dtype == torch.float16 else 2e-2
+    for got, default, ref in zip(results["1"], results["0"], want):
+        assert relative_error(got, ref.cpu()) < bound
+        assert relative_error(got, default.double().cpu()) < bound
 
 
 @needs_hopper_path

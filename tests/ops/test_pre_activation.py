@@ -45,12 +45,48 @@ def test_ops_return_y_and_the_pre_activation(device, dtype, out_dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, out_dtype", [(H, None), (BF, None), (H, torch.float32)])
+def test_gelu_tanh_against_float64(device, dtype, out_dtype):
+    """GELU's tanh form (mpgemm.mlp's, with MPGEMM_EPILOGUE_PRE_ACTIVATION=1),
+    which gemm and linear do not take: the pre-activation bitwise the product
+    with no activation, and y within one rounding (two where torch's pass
+    runs) of torch's tanh GELU of the float64 product."""
+    x, weight, bias = (t.detach() for t in linear_inputs(device, (3, 37, 72), 40, dtype))
+    y, z = torch.ops.mpgemm._linear_pre_activation(x, weight, bias, activation="gelu_tanh", out_dtype=out_dtype)
+    assert torch.equal(z, mpgemm.linear(x, weight, bias, out_dtype=out_dtype))
+    assert y.shape == z.shape and y.dtype == z.dtype and y.is_contiguous()
+    z64 = F.linear(x.double(), weight.double(), bias.double())
+    assert relative_error(y, F.gelu(z64, approximate="tanh")) < (1e-6 if y.dtype == torch.float32 else
+                                                                  2 * GRAD_TOLERANCE[dtype] / 5)
+    a, b = random_operand((2, 33, 48), device=device, dtype=dtype), random_operand((48, 24), device=device,
+                                                                                  dtype=dtype)
+    y, z = torch.ops.mpgemm._gemm_pre_activation(a, b, activation="gelu_tanh", out_dtype=dtype)
+    assert torch.equal(z, mpgemm.gemm(a, b, out_dtype=dtype))
+    assert relative_error(y, F.gelu(torch.matmul(a.double(), b.double()), approximate="tanh")) < \
+        2 * GRAD_TOLERANCE[dtype] / 5
+
+
+def test_pre_activation_ops_name_their_activations():
+    x, weight, bias = (t.detach() for t in linear_inputs("cpu", (4, 16), 8, H))
+    for name, args in (("_linear_pre_activation", (x, weight, bias)), ("_gemm_pre_activation", (x, weight.t()))):
+        with pytest.raises(ValueError, match=f"mpgemm.{name}: activation must be None, 'relu', 'gelu' or "
+                                             "'gelu_tanh', got 'tanh'"):
+            getattr(torch.ops.mpgemm, name)(*args, activation="tanh")
+        with pytest.raises(ValueError, match=f"mpgemm.{name}: activation must be"):
+            getattr(torch.ops.mpgemm, name)(*(a.to("meta") for a in args), activation="tanh")
+    with pytest.raises(ValueError, match="activation must be None, 'relu' or 'gelu', got 'gelu_tanh'"):
+        mpgemm.linear(x, weight, bias, activation="gelu_tanh")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_pre_activation_ops(device):
     x, weight, bias = (t.detach() for t in linear_inputs(device, (2, 5, 24), 16, H))
     torch.library.opcheck(torch.ops.mpgemm._linear_pre_activation.default, (x, weight, bias),
                           {"activation": "gelu"})
     torch.library.opcheck(torch.ops.mpgemm._linear_pre_activation.default, (x.float(), weight.bfloat16(), None),
                           {"activation": "gelu", "out_dtype": torch.float32})
+    torch.library.opcheck(torch.ops.mpgemm._linear_pre_activation.default, (x, weight, bias),
+                          {"activation": "gelu_tanh"})
     a, b = random_operand((3, 10, 24), device=device), random_operand((24, 9), layout="col", device=device)
     torch.library.opcheck(torch.ops.mpgemm._gemm_pre_activation.default, (a, b, bias[:9]), {"activation": "gelu"})
 

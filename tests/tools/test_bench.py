@@ -78,6 +78,8 @@ def test_bench_cli_on_cpu_writes_json_and_csv(tmp_path, capsys):
                     "mpgemm mlp dgelu bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp saved-z+dgelu bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
                     "mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd": "torch unfused bf16 fwd+bwd",
+                    "mpgemm mlp tanh bf16 fwd+bwd": "torch unfused tanh bf16 fwd+bwd",
+                    "mpgemm mlp tanh saved-z bf16 fwd+bwd": "torch unfused tanh bf16 fwd+bwd",
                     "mpgemm gemm+gelu_backward bf16": "torch mm+gelu_backward bf16",
                     "mpgemm dgelu bf16": "torch mm+gelu_backward bf16",
                     "mpgemm dgelu pingpong bf16": "torch mm+gelu_backward bf16",
@@ -212,7 +214,9 @@ def test_mlp_block_flops_count_the_products_each_impl_runs(dtype):
     """The MLP block's impls: two products forward, four backward (torch's
     and with GELU's input saved), one more where mpgemm.mlp computes GELU's
     input again; each row with dgelu runs the derivative's product, the
-    others not."""
+    others not; the tanh form's saved-z row takes GELU and its input from
+    the first product's op, the default's from the linear and torch's
+    gelu."""
     t, d, f = shape = (64, 32, 128)
     make, bytes_per_set, impls = benchmarks.CASE_BUILDERS_BY_CASE[("linear", "mlp-block")](shape, CPU, dtype)
     inputs = make()
@@ -223,6 +227,8 @@ def test_mlp_block_flops_count_the_products_each_impl_runs(dtype):
         with MpgemmCalls() as calls:
             impl.run(*inputs)
         assert ("_gemm_activation_grad" in calls.ops) == ("dgelu" in name), name
+        if "mlp tanh" in name:
+            assert ("_linear_pre_activation" in calls.ops) == ("saved-z" in name), name
         with CountProducts() as counter:
             impl.run(*inputs)
         assert counter.count and impl.flops == counter.count * 2.0 * t * d * f, name
@@ -285,7 +291,7 @@ def test_bench_custom_shapes_dtypes_and_bad_arguments(capsys):
     assert {tuple(r["shape"]) for r in report["results"]} == {(5, 6, 7)}
     assert cli.main(["bench", "linear", "--dtypes", "bf16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("linear ")]
-    assert len(rows) == 23 and all(" bf16" in row for row in rows)
+    assert len(rows) == 26 and all(" bf16" in row for row in rows)
     assert any("mpgemm fused recomputed-z bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm mlp saved-z+dgelu+dbias bf16 fwd+bwd" in row for row in rows)
     assert any("mpgemm fused saved-z+dbias bf16 fwd+bwd" in row for row in rows)

@@ -23,9 +23,11 @@ MPGEMM_HOST_DEVICE float apply_activation(Activation activation, float x) {
 }
 
 // GELU's tanh form (GPT-2's, torch's approximate="tanh"), whose derivative
-// apply_activation_grad gives: no forward epilogue applies it (adding it to
-// apply_activation's cases would change every default kernel's code), the
-// gated MLP's passes do (gated/gated_math.h).
+// apply_activation_grad gives: one forward epilogue applies it, the Hopper
+// pre-activation kernel built for it (sm90/epilogue.cuh's
+// activate_gelu_tanh; adding it to apply_activation's cases would change
+// every default kernel's code), and the gated MLP's passes do
+// (gated/gated_math.h).
 constexpr float kGeluTanhBeta = 0.79788456080286536f, kGeluTanhKappa = 0.044715f;  // sqrt(2 / pi), GPT-2's
 
 MPGEMM_HOST_DEVICE float gelu_tanh(float x) {

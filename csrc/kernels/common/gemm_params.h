@@ -15,9 +15,10 @@ namespace mpgemm::kernels {
 
 enum class ElementType : int { kFloat16 = 0, kFloat32 = 1, kBFloat16 = 2 };
 
-// kGeluTanh, GELU's tanh form (GPT-2's), only as a derivative
-// (GemmParams::activation_input): no forward epilogue applies it, and the
-// GEMM launcher refuses it without an activation input.
+// kGeluTanh, GELU's tanh form (GPT-2's): as a derivative
+// (GemmParams::activation_input), or applied by the Hopper pre-activation
+// kernel built for it alone; the GEMM launcher refuses it anywhere else
+// (gemm/launch.h's pre_activation_from_epilogue).
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2, kGeluTanh = 3 };
 
 struct GemmParams {

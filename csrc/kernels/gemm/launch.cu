@@ -2,7 +2,8 @@
 // copies of a padded plan's operands, then the launch of the plan's tile (the
 // WMMA tiles of wmma/ or the Hopper kernels of sm90/, split-K and stream-K ones included)
 // and, for split-K, of the reduction; where the pre-activation is asked for
-// and no epilogue stores it, the product again; where A's row sums are, the
+// and no epilogue stores it, the product again (GELU's tanh form, which
+// only its own epilogue applies, refused there); where A's row sums are, the
 // plan's Hopper kernel that sums them; where an activation's derivative
 // multiplies the product, the Hopper kernel that does it in its epilogue,
 // split-K's reduction, or the pass that does it after the product.
@@ -89,6 +90,24 @@ bool any_whole_k_epilogue_kernel(const GemmParams& p, const GemmLaunch& launch) 
          (a_row_sums_from_mainloop(p, launch) && launch.plan.split_k == 1);
 }
 
+// GELU's tanh form with its input stored too (mlp's GPT-2 form) on the
+// heuristic's whole-K Hopper plan (the 128 x 256 tile or ping-pong pairs) of
+// K-major operands: ping-pong pairs, whose kernel alone applies it, so that
+// one consumer's tanh and two stores run while the other's products do (on
+// blocks alone both consumers would stop for them: the erf form's epilogue
+// took the 128 x 256 tile's forward from 3.34 to 3.80 ms at 16384 x 16384 x
+// 4096, H200, fe39419, more than torch's pass of 0.25 ms). `plan` otherwise.
+GemmPlan gelu_tanh_plan(const GemmParams& p, const GemmShape& shape, const DeviceLimits& device, GemmPlan plan) {
+  const bool whole_k_hopper = (plan.config == TileConfigId::kWgmma || plan.config == TileConfigId::kWgmmaPingPong) &&
+                              plan.split_k == 1 && plan.stream_k_blocks == 0 && !plan.padded && !plan.tuned;
+  if (p.activation != Activation::kGeluTanh || p.pre_activation == nullptr || !whole_k_hopper ||
+      gemm_path() != GemmPath::kAuto || !a_is_k_major(p) || !b_is_k_major(p) ||
+      !admissible(shape, device, TileConfigId::kWgmmaPingPong, 1))
+    return plan;
+  plan.config = TileConfigId::kWgmmaPingPong;
+  return plan;
+}
+
 }  // namespace
 
 GemmLaunch plan_gemm(const GemmParams& p, const GemmPlan& plan) { return with_workspace(p, gemm_shape(p), plan); }
@@ -102,11 +121,14 @@ GemmLaunch plan_gemm(const GemmParams& p) {
     shape.wgmma = false;
     shape.a_copies = shape.b_copies = 0;
   }
-  return with_workspace(p, shape, plan_gemm(shape, device));
+  return with_workspace(p, shape, gelu_tanh_plan(p, shape, device, plan_gemm(shape, device)));
 }
 
 bool pre_activation_from_epilogue(const GemmParams& p, const GemmLaunch& launch) {
-  return p.pre_activation != nullptr && launch.plan.config == TileConfigId::kWgmma && launch.plan.split_k == 1 &&
+  // GELU's tanh form has its kernel on ping-pong pairs alone (gelu_tanh_plan).
+  const TileConfigId kernel_tile =
+      p.activation == Activation::kGeluTanh ? TileConfigId::kWgmmaPingPong : TileConfigId::kWgmma;
+  return p.pre_activation != nullptr && launch.plan.config == kernel_tile && launch.plan.split_k == 1 &&
          a_is_k_major(p) && b_is_k_major(p);
 }
 
@@ -128,8 +150,12 @@ cudaError_t launch_gemm(const GemmParams& p, const GemmLaunch& launch, void* wor
   if (p.activation_input != nullptr &&
       (p.batch != 1 || p.bias != nullptr || p.pre_activation != nullptr || p.a_row_sums != nullptr))
     return cudaErrorInvalidValue;
-  // GELU's tanh form has a derivative in the kernels, and no forward epilogue.
-  if (p.activation == Activation::kGeluTanh && p.activation_input == nullptr) return cudaErrorInvalidValue;
+  // GELU's tanh form has a derivative in the kernels, and one forward
+  // epilogue: the Hopper pre-activation kernel's (the ops run torch's pass
+  // elsewhere).
+  if (p.activation == Activation::kGeluTanh && p.activation_input == nullptr &&
+      !pre_activation_from_epilogue(p, launch))
+    return cudaErrorInvalidValue;
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return cudaSuccess;
   const bool a_k_major = a_is_k_major(p), b_k_major = b_is_k_major(p);
   if ((!a_k_major && p.a_row_stride != 1) || (b_k_major && p.b_row_stride != 1)) return cudaErrorInvalidValue;

@@ -32,7 +32,13 @@ GemmLaunch plan_gemm(const GemmParams& params, const GemmPlan& plan);
 // Whether launch_gemm writes `params.pre_activation` from the GEMM's own
 // epilogue (WgmmaTile's whole-K plan on K-major operands, as nn.Linear's
 // forward has them) rather than by running the product again with no
-// activation.
+// activation. GELU's tanh form (params.activation kGeluTanh) has its
+// kernel on WgmmaPingPongTile instead: on a whole-K plan of that tile (the
+// one plan_gemm takes for it where the heuristic's is a whole-K Hopper plan
+// of K-major operands and MPGEMM_GEMM_PATH is unset or "auto"; also where
+// that path or a tuned entry names the tile), and no other way:
+// launch_gemm refuses it where this does not hold, and the ops then store
+// the product as the pre-activation and run torch's GELU over it.
 bool pre_activation_from_epilogue(const GemmParams& params, const GemmLaunch& launch);
 
 // Whether launch_gemm multiplies A @ B by the activation's derivative at

@@ -111,6 +111,8 @@ constexpr int kTurnBarrier = kStripBarriersEnd;
 // kBlockActivationGrad, D the sums times the activation's derivative at
 // p.activation_input, in place of bias and activation (sm90/epilogue.cuh);
 // kBlockAddend, D the sums plus p.addend (sm90/epilogue.cuh's add_addend);
+// kBlockGeluTanh (with kBlockPreActivation), GELU's tanh form as the
+// activation (sm90/epilogue.cuh's activate_gelu_tanh);
 // kBlockGatheringProducer, every thread of the producer's warpgroup runs
 // `load`, which gathers part of each stage itself
 // (sm90/conv_gather_producer.cuh: its `full` barriers then count
@@ -125,6 +127,7 @@ enum BlockExtras : unsigned {
   kBlockActivationGrad = 1u << 4,
   kBlockGatheringProducer = 1u << 5,
   kBlockAddend = 1u << 6,
+  kBlockGeluTanh = 1u << 7,
 };
 
 // Fills the tile of ones that the a_row_sums kernels multiply A's rows by,
@@ -261,7 +264,7 @@ __device__ __forceinline__ void wgmma_block_over(const Work& work, const CUtenso
     if (sums_rows) store_row_sums(row_sums.acc, p, tile.batch, row0, thread);
     store_accumulators<Element, Tile, (kExtras & kBlockStagedRows) != 0, (kExtras & kBlockColumnMoments) != 0,
                        (kExtras & kBlockPreActivation) != 0, (kExtras & kBlockActivationGrad) != 0,
-                       (kExtras & kBlockAddend) != 0>(
+                       (kExtras & kBlockAddend) != 0, (kExtras & kBlockGeluTanh) != 0>(
         acc, p, work.output(tile), d_map, staging, work.d_batch(tile), row0, tile.origin.n0, thread, consumer, z_map);
   }
   // The shared memory the last stores read goes with the block.

@@ -15,7 +15,9 @@
 // before it is written again (strip_column_moments): each 64-row block's
 // per-column moments (common/column_moments.cuh). Kernels built
 // WithPreActivation store the sums with the bias, before the activation,
-// to a second output laid out as D (GELU's input, which its backward reads).
+// to a second output laid out as D (GELU's input, which its backward reads);
+// those built WithGeluTanh too apply GELU's tanh form, which no other
+// kernel's epilogue applies.
 // Kernels built WithActivationGrad (an MLP's dgrad, dZ = (dY @ W2) *
 // gelu'(Z)) multiply the sums by the activation's derivative at Z, read from
 // global memory where each thread holds D's elements, in place of the bias
@@ -195,6 +197,16 @@ __device__ __forceinline__ void multiply_by_activation_grad(float (&acc)[Registe
           default: return;
         }
       });
+}
+
+// Applies GELU's tanh form (GPT-2's) to the consumer's accumulators, in
+// place: the activation of the kernels built for it alone
+// (kBlockGeluTanh), so that activate's dispatch, and with it every other
+// kernel's code, stays as it is (common/epilogue_math.h).
+template <int Registers>
+__device__ __forceinline__ void activate_gelu_tanh(float (&acc)[Registers]) {
+#pragma unroll
+  for (int i = 0; i < Registers; ++i) acc[i] = gelu_tanh(acc[i]);
 }
 
 // Adds p.addend (Element, laid out as D), read by for_each_operand_run, to
@@ -482,8 +494,11 @@ __device__ __forceinline__ void store_row_sums(const float (&sums)[4], const Gem
 // accumulators' strips, and no product run again in backward.
 // WithAddend (a dgrad whose input gradient has a second term): p.addend
 // added after the bias, before the activation (a dgrad has neither).
+// WithGeluTanh (with WithPreActivation: GPT-2's first MLP linear): GELU's
+// tanh form in place of p.activation, which the launcher sets to it.
 template <class Element, class Tile, bool StagedRows = false, bool WithMoments = false,
-          bool WithPreActivation = false, bool WithActivationGrad = false, bool WithAddend = false>
+          bool WithPreActivation = false, bool WithActivationGrad = false, bool WithAddend = false,
+          bool WithGeluTanh = false>
 __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulators], const GemmParams& p,
                                                    const WgmmaSchedule& s, const CUtensorMap* d_map,
                                                    OutputStaging& staging, int64_t batch, int64_t row0, int64_t col0,
@@ -493,6 +508,7 @@ __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulat
                 "the activation's derivative is a plain GEMM's");
   static_assert(!WithAddend || (!StagedRows && !WithMoments && !WithPreActivation && !WithActivationGrad),
                 "the addend is a plain product's");
+  static_assert(!WithGeluTanh || WithPreActivation, "GELU's tanh form is stored beside its input");
   if (row0 >= p.m) return;
   if constexpr (WithActivationGrad) multiply_by_activation_grad<Element>(acc, p, s, batch, row0, col0, thread);
   else add_bias(acc, p, col0, thread);
@@ -508,7 +524,8 @@ __device__ __forceinline__ void store_accumulators(float (&acc)[Tile::kAccumulat
     else store_as(ElementTag<Element>{}, map, d);
   };
   if constexpr (WithPreActivation) store(z_map, p.pre_activation);
-  if constexpr (!WithActivationGrad) activate(acc, p);
+  if constexpr (WithGeluTanh) activate_gelu_tanh(acc);
+  else if constexpr (!WithActivationGrad) activate(acc, p);
   store(d_map, p.d);
 }
 

@@ -57,6 +57,22 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                                                      schedule, &z_map);
 }
 
+// The pre-activation kernel whose activation is GELU's tanh form (GPT-2's
+// MLP: h = gelu_tanh(z) and z stored from one product), built apart so that
+// the pre-activation kernel above keeps its code, and on ping-pong pairs
+// alone (gemm/launch.cu's gelu_tanh_plan), whose consumers take turns: one
+// computes its tanh and stores while the other's wgmmas run.
+template <class Element, class Tile, bool AKMajor, bool BKMajor>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    wgmma_pre_activation_gelu_tanh_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
+                                               const __grid_constant__ CUtensorMap b_map,
+                                               const __grid_constant__ CUtensorMap d_map,
+                                               const __grid_constant__ CUtensorMap z_map, const GemmParams p,
+                                               const WgmmaSchedule schedule) {
+  whole_k_gemm<Element, Tile, AKMajor, BKMajor, kBlockPreActivation | kBlockGeluTanh>(a_map, b_map, d_map, p,
+                                                                                      schedule, &z_map);
+}
+
 // The whole-K kernel that also writes A's row sums over K to p.a_row_sums
 // (the first column of tiles sums them, sm90/mainloop.cuh's RowSums):
 // linear's wgrad, dW = dZ^T @ X, with its bias's gradient.

@@ -80,11 +80,12 @@ cudaError_t launch(const GemmParams& p, int raster_group, cudaStream_t stream) {
 
 // The pre-activation kernel's launch: D's and the pre-activation's tensor
 // maps; each is stored as both allow (through the copy engine, in pairs),
-// since one schedule describes both.
-template <class Element>
+// since one schedule describes both. Kind: kPreActivation (WgmmaTile), or
+// kPreActivationGeluTanh (WgmmaPingPongTile) for GELU's tanh form.
+template <class Element, class Tile, sm90::GemmKernel Kind>
 cudaError_t launch_pre_activation(const GemmParams& p, int raster_group, cudaStream_t stream) {
   CUtensorMap a_map, b_map, d_map{}, z_map{};
-  if (const cudaError_t err = operand_maps<WgmmaTile, true, true>(&a_map, &b_map, p); err != cudaSuccess) return err;
+  if (const cudaError_t err = operand_maps<Tile, true, true>(&a_map, &b_map, p); err != cudaSuccess) return err;
   sm90::WgmmaSchedule schedule = sm90::output_schedule(p, &d_map);
   GemmParams z = p;
   z.d = p.pre_activation;
@@ -94,8 +95,7 @@ cudaError_t launch_pre_activation(const GemmParams& p, int raster_group, cudaStr
   schedule.raster_group = raster_group;
   schedule.a_broadcast = p.a_batch_stride == 0;
   schedule.b_broadcast = p.b_batch_stride == 0;
-  return sm90::launch_wgmma_kernel<Element, WgmmaTile, true, true, sm90::GemmKernel::kPreActivation>(
-      a_map, b_map, d_map, z_map, p, schedule, stream);
+  return sm90::launch_wgmma_kernel<Element, Tile, true, true, Kind>(a_map, b_map, d_map, z_map, p, schedule, stream);
 }
 
 // The split-K kernel's launch: D is the splits' partial sums, split_k
@@ -181,7 +181,11 @@ cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& p, int raster_gro
     return cudaErrorInvalidValue;
   if (const cudaError_t err = sm90::bind_primary_context(); err != cudaSuccess) return err;
   return with_input_element(p.ab_type, [&](auto element) {
-    return launch_pre_activation<typename decltype(element)::type>(p, raster_group, stream);
+    using E = typename decltype(element)::type;
+    return p.activation == Activation::kGeluTanh
+               ? launch_pre_activation<E, WgmmaPingPongTile, sm90::GemmKernel::kPreActivationGeluTanh>(
+                     p, raster_group, stream)
+               : launch_pre_activation<E, WgmmaTile, sm90::GemmKernel::kPreActivation>(p, raster_group, stream);
   });
 }
 

@@ -19,8 +19,18 @@ namespace sm90 {
 // whole K or split-K writing A's row sums too (wgmma_row_sums_gemm_kernel,
 // wgmma_splitk_row_sums_gemm_kernel: params.a_row_sums, the splits' partial
 // sums where split), and whole K multiplying by the activation's derivative
-// at params.activation_input (wgmma_activation_grad_gemm_kernel).
-enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSums, kActivationGrad };
+// at params.activation_input (wgmma_activation_grad_gemm_kernel); and the
+// pre-activation's with GELU's tanh form as its activation
+// (wgmma_pre_activation_gelu_tanh_gemm_kernel).
+enum class GemmKernel {
+  kWholeK,
+  kSplitK,
+  kPreActivation,
+  kRowSums,
+  kSplitKRowSums,
+  kActivationGrad,
+  kPreActivationGeluTanh
+};
 
 // Launches the kernel of one input type, pair of operand layouts (K-major or
 // not), Hopper tile and kind on tensor maps built for them (D's and the
@@ -31,7 +41,9 @@ enum class GemmKernel { kWholeK, kSplitK, kPreActivation, kRowSums, kSplitKRowSu
 // MN-major operands only (linear's wgrad, dW = dZ^T @ X); the split-K
 // kernels (the row sums' among them) and the pre-activation's, WgmmaTile's
 // alone, beside its others (the cooperative units): the pre-activation's on
-// K-major operands only (nn.Linear's forward); the activation derivative's,
+// K-major operands only (nn.Linear's forward), its GELU tanh form's on
+// WgmmaPingPongTile alone, in sm90/gemm_kernels_gelu_tanh_<type>.cu; the
+// activation derivative's,
 // WgmmaTile's and WgmmaPingPongTile's, on a K-major A and an MN-major B only
 // (an MLP's dgrad, dH = dY @ W2, W2 row-major).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
@@ -116,7 +128,9 @@ cudaError_t launch_wgmma_gemm(const GemmParams& params, int raster_group, bool a
 // stores the sums before the activation beside D, on K-major operands (A
 // row-major, B column-major); pre_activation is laid out as D, and both are
 // stored through the copy engine where both allow it, else from registers.
-// Returns as launch_wgmma_gemm does.
+// With params.activation GELU's tanh form, on the kernel that applies it
+// (the only one that does), WgmmaPingPongTile's instead. Returns as
+// launch_wgmma_gemm does.
 cudaError_t launch_wgmma_pre_activation_gemm(const GemmParams& params, int raster_group, cudaStream_t stream);
 
 // Enqueues `params`, whose activation_input is set (laid out as D, of the

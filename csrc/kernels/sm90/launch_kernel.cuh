@@ -51,8 +51,8 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
                                 cudaStream_t stream) {
   using Smem = WgmmaSmem<Tile, AKMajor, BKMajor>;
   static_assert(Kind == GemmKernel::kWholeK || Kind == GemmKernel::kRowSums || Kind == GemmKernel::kActivationGrad ||
-                    Tile::kClusterM == 1,
-                "the split-K and pre-activation kernels run blocks alone");
+                    Kind == GemmKernel::kPreActivationGeluTanh || Tile::kClusterM == 1,
+                "the split-K kernels and the erf form's pre-activation kernel run blocks alone");
   // The row sums' kernels hold a tile of ones past the ring.
   constexpr bool kRowSums = Kind == GemmKernel::kRowSums || Kind == GemmKernel::kSplitKRowSums;
   constexpr int kSmemBytes = kRowSums ? kSmemBytesWithOnes<Smem> : Smem::kBytes;
@@ -61,10 +61,14 @@ cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_m
   static PerDeviceFact resident_clusters;
   const int64_t tiles = PersistentTileScheduler<Tile>::tiles(p);
   // Only the kernel of this kind is instantiated.
-  if constexpr (Kind == GemmKernel::kPreActivation) {
-    return launch_persistent<Element, Tile>(&wgmma_pre_activation_gemm_kernel<Element, Tile, AKMajor, BKMajor>,
-                                            kSmemBytes, tiles, resident_clusters, stream, a_map, b_map, d_map, z_map,
-                                            p, schedule);
+  if constexpr (Kind == GemmKernel::kPreActivation || Kind == GemmKernel::kPreActivationGeluTanh) {
+    const auto kernel = [] {
+      if constexpr (Kind == GemmKernel::kPreActivationGeluTanh)
+        return &wgmma_pre_activation_gelu_tanh_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+      else return &wgmma_pre_activation_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
+    }();
+    return launch_persistent<Element, Tile>(kernel, kSmemBytes, tiles, resident_clusters, stream, a_map, b_map,
+                                            d_map, z_map, p, schedule);
   } else {
     const auto kernel = [] {
       if constexpr (Kind == GemmKernel::kSplitK) return &wgmma_splitk_gemm_kernel<Element, Tile, AKMajor, BKMajor>;
@@ -115,6 +119,8 @@ cudaError_t launch_wgmma_stream_k_kernel(const CUtensorMap& a_map, const CUtenso
 #define MPGEMM_WGMMA_SPLITK_LAUNCH(ELEMENT, TILE) MPGEMM_WGMMA_LAUNCH_LAYOUTS(ELEMENT, TILE, GemmKernel::kSplitK)
 #define MPGEMM_WGMMA_PRE_ACTIVATION_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, GemmKernel::kPreActivation)
+#define MPGEMM_WGMMA_PRE_ACTIVATION_GELU_TANH_LAUNCH(ELEMENT, TILE) \
+  MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, true, GemmKernel::kPreActivationGeluTanh)
 #define MPGEMM_WGMMA_ACTIVATION_GRAD_LAUNCH(ELEMENT, TILE) \
   MPGEMM_WGMMA_LAUNCH_KIND(ELEMENT, TILE, true, false, GemmKernel::kActivationGrad)
 #define MPGEMM_WGMMA_ROW_SUMS_LAUNCH(ELEMENT, TILE) \

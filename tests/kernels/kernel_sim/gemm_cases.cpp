@@ -89,8 +89,9 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
   p.b = b.data, p.b_batch_stride = b.bs, p.b_row_stride = b.rs, p.b_col_stride = b.cs;
   const sim::Bias bias(spec.activation_grad ? 0 : rnd(0, 3), n);
   p.bias = bias.data(), p.bias_type = bias.type;
-  // A derivative's: ReLU's, GELU's or GELU's tanh form's (which no forward applies).
+  // A derivative's: ReLU's, GELU's or GELU's tanh form's; a forward's GELU tanh form only where the spec asks.
   p.activation = spec.activation_grad   ? Activation(rnd(1, 3))
+                 : spec.gelu_tanh        ? Activation::kGeluTanh
                  : spec.pre_activation ? Activation(rnd(1, 2))
                                         : Activation(rnd(0, 2));
   using OutputType = GemmCaseSpec::OutputType;
@@ -160,7 +161,10 @@ bool gemm_case(const char* kind, int index, const GemmCaseSpec& spec, GemmPlan* 
                 ? sim::rounded(apply_activation_grad(p.activation, product,
                                                      get(activation_input.p, ab_type, e - d_offset + z_offset)),
                                p.d_type)
-                : sim::rounded(apply_activation(p.activation, float(sum) + bias.values[j]), p.d_type);
+                : sim::rounded(p.activation == Activation::kGeluTanh ? gelu_tanh(float(sum) + bias.values[j])
+                                                                     : apply_activation(p.activation,
+                                                                                        float(sum) + bias.values[j]),
+                               p.d_type);
         const float got = get(d.p, p.d_type, e);
         written[e] = true;
         if (!(got == want) && bad++ < 3) printf("  D[%ld][%ld][%ld] = %g, want %g\n", bi, i, j, got, want);

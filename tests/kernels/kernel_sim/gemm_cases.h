@@ -43,6 +43,9 @@ struct GemmCaseSpec {
   // Asks the launcher for the pre-activation too (GemmParams::pre_activation,
   // laid out as D, poisoned), under GELU or ReLU, and checks it.
   bool pre_activation = false;
+  // With pre_activation: GELU's tanh form as the activation, which only the
+  // Hopper pre-activation kernel built for it applies.
+  bool gelu_tanh = false;
   // Asks the launcher for D = (A @ B) times GELU's or ReLU's derivative at
   // an activation input Z (GemmParams::activation_input, laid out as D, of
   // the inputs' type; zeros among it), with no bias, a single matrix, D of

@@ -71,7 +71,8 @@
 // pre-activation from registers: N", "wgmma cases running the product again
 // for the pre-activation: N", "wgmma cases summing A's rows: N", "wgmma
 // split-K cases summing A's rows: N", "gemm: F/N failed", "row sums refused
-// where the plan cannot sum them: ok", "row sums on every Hopper tile: ok
+// where the plan cannot sum them: ok", "GELU's tanh form on its
+// pre-activation kernel: 2 of 2 cases, refused elsewhere: ok", "row sums on every Hopper tile: ok
 // (wgmma_2x1 N, wgmma_pingpong N, wgmma_n128 N, wgmma_n64 N)", "stream-K on
 // the wide and narrow tiles: ok (N cases, N slots added)" and "cluster
 // occupancy asked once per device and kernel: ok" (or FAILED), then "im2col walk: F/N
@@ -786,6 +787,42 @@ int main(int argc, char** argv) {
     unsetenv("MPGEMM_GEMM_PATH");
   }
   printf("row sums refused where the plan cannot sum them: %s\n", row_sums_bad ? "FAILED" : "ok");
+  // GELU's tanh form (mpgemm.mlp's, GPT-2's) on the pre-activation kernel
+  // built for it, on ping-pong pairs, which the plan takes for it over the
+  // heuristic's whole-K Hopper plan of K-major operands: on 4
+  // multiprocessors (two pairs, each consumer several 64 x 256 tiles), D and
+  // the pre-activation through the copy engine (case 0) and from registers
+  // (D's base off 16 bytes, case 1); refused with D and Z untouched on an
+  // MN-major B (case 2), whose plan has no such epilogue (the ops then run
+  // torch's pass). Not in a pinned run, whose planted build holds no copy of
+  // it.
+  bool gelu_tanh_bad = false;
+  int gelu_tanh_ran = 0;
+  for (int c = 0; c < 3 && cases > 0 && !sim::pinned.on && !(first_failure && failed); ++c) {
+    sim::use_multiprocessors(4);
+    sim::GemmCaseSpec spec;
+    spec.pre_activation = spec.gelu_tanh = true;
+    spec.aligned = 1, spec.copyable_operands = true, spec.d_type = sim::GemmCaseSpec::OutputType::kOpsOwn;
+    spec.a_row_major = 1, spec.b_row_major = c == 2;
+    spec.d_copyable = c == 0, spec.d_misaligned = c == 1;
+    // Wider than the narrow tiles' 128 columns, K of 1 to 4 slices (no split on any plan).
+    spec.min_m = 1, spec.max_m = 300, spec.min_n = 129, spec.max_n = 560, spec.min_k = 1, spec.max_k = 256;
+    if (c == 2) spec.expect = cudaErrorInvalidValue;
+    GemmPlan plan;
+    const uint64_t stores_before = sim::hopper::stores_issued, launches_before = sim::launches;
+    bool case_bad = sim::gemm_case("GELU tanh", c, spec, &plan);
+    const bool copied = sim::hopper::stores_issued != stores_before, launched = sim::launches != launches_before;
+    if (c < 2 && (plan.config != TileConfigId::kWgmmaPingPong || plan.split_k != 1 || copied != (c == 0) ||
+                  !launched)) {
+      printf("GELU tanh case %d FAILED: planned %s with split_k=%d, stored %s the copy engine\n", c,
+             tile_config(plan.config).name, plan.split_k, copied ? "through" : "without");
+      case_bad = true;
+    }
+    gelu_tanh_ran += c < 2 && !case_bad;
+    gelu_tanh_bad |= case_bad;
+  }
+  printf("GELU's tanh form on its pre-activation kernel: %d of 2 cases, refused elsewhere: %s\n", gelu_tanh_ran,
+         gelu_tanh_bad ? "FAILED" : "ok");
   // Row sums on the other Hopper tiles: not in a pinned run, whose planted
   // build holds no planted copy of their kernels.
   int row_sums_on[int(TileConfigId::kCount)] = {};
@@ -863,7 +900,7 @@ int main(int argc, char** argv) {
          splits_bad ? "FAILED" : "ok", moments_bad ? "FAILED" : "ok");
   const bool fresh_bad = cases > 0 && conv_cases > 0 && check_fresh_threads();
   if (cases > 0 && conv_cases > 0) printf("first Hopper launches on fresh threads: %s\n", fresh_bad ? "FAILED" : "ok");
-  return mismatches || failed || row_sums_bad || row_sums_tiles_bad || stream_k_bad || occupancy_bad || walk_mismatches ||
-         conv_failed || folded_failed || folds_bad || conv_gemm_failed || path_bad || staged_bad || far_taps_bad ||
+  return mismatches || failed || row_sums_bad || gelu_tanh_bad || row_sums_tiles_bad || stream_k_bad ||
+         occupancy_bad || walk_mismatches || conv_failed || folded_failed || folds_bad || conv_gemm_failed || path_bad || staged_bad || far_taps_bad ||
          splits_bad || moments_bad || fresh_bad;
 }
