@@ -2,9 +2,11 @@
 // consumers take tiles in turn, for bf16 inputs: one per pair of operand
 // layouts, on MN-major ones the one that sums A's rows too, and on a
 // K-major A and an MN-major B the one that multiplies by an activation's
-// derivative (sm90/launch.h).
+// derivative, and on K-major ones the one that stores the pre-activation
+// with GELU's tanh form as its activation (sm90/launch.h).
 #include "sm90/launch_kernel.cuh"
 
 MPGEMM_WGMMA_LAUNCH(__nv_bfloat16, WgmmaPingPongTile)
 MPGEMM_WGMMA_ROW_SUMS_LAUNCH(__nv_bfloat16, WgmmaPingPongTile)
 MPGEMM_WGMMA_ACTIVATION_GRAD_LAUNCH(__nv_bfloat16, WgmmaPingPongTile)
+MPGEMM_WGMMA_PRE_ACTIVATION_GELU_TANH_LAUNCH(__nv_bfloat16, WgmmaPingPongTile)

@@ -42,10 +42,10 @@ enum class GemmKernel {
 // kernels (the row sums' among them) and the pre-activation's, WgmmaTile's
 // alone, beside its others (the cooperative units): the pre-activation's on
 // K-major operands only (nn.Linear's forward), its GELU tanh form's on
-// WgmmaPingPongTile alone, in sm90/gemm_kernels_gelu_tanh_<type>.cu; the
-// activation derivative's,
-// WgmmaTile's and WgmmaPingPongTile's, on a K-major A and an MN-major B only
-// (an MLP's dgrad, dH = dY @ W2, W2 row-major).
+// WgmmaPingPongTile alone, beside that tile's others (the ping-pong units);
+// the activation derivative's, WgmmaTile's and WgmmaPingPongTile's, on a
+// K-major A and an MN-major B only (an MLP's dgrad, dH = dY @ W2, W2
+// row-major).
 template <class Element, class Tile, bool AKMajor, bool BKMajor, GemmKernel Kind = GemmKernel::kWholeK>
 cudaError_t launch_wgmma_kernel(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& d_map,
                                 const CUtensorMap& z_map, const GemmParams& params, const WgmmaSchedule& schedule,
