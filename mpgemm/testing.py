@@ -23,15 +23,9 @@ def reference_gemm(a, b, bias=None, activation=None):
     out = torch.matmul(a.double().cpu(), b.double().cpu())
     if bias is not None:
         out = out + bias.double().cpu()
-    if activation == "relu":
-        out = torch.relu(out)
-    elif activation == "gelu":
-        out = F.gelu(out)
-    elif activation == "gelu_tanh":
-        out = F.gelu(out, approximate="tanh")
-    elif activation is not None:
+    if activation is not None and activation not in TORCH_ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}")
-    return out
+    return out if activation is None else TORCH_ACTIVATIONS[activation](out)
 
 
 # The activations whose derivative mpgemm.mlp and _gemm_activation_grad
