@@ -69,7 +69,10 @@ def extension():
     # use (ATen/ops/<op>.h), as the host units do, not ATen/Functions.h with
     # every op's declarations (7.8 s to parse alone, against 2.0 s for
     # ATen/core/Tensor.h).
-    cxx = ["-O3", "-DAT_PER_OPERATOR_HEADERS", define("MPGEMM_TORCH_VERSION", torch.__version__)]
+    # No FMA contraction on the host: the CPU backends round each step as the kernels do
+    # (csrc/kernels/norm/layer_norm_math.h), whatever the host's instructions.
+    cxx = ["-O3", "-ffp-contract=off", "-DAT_PER_OPERATOR_HEADERS",
+           define("MPGEMM_TORCH_VERSION", torch.__version__)]
     if not build_cuda():
         return cpp_extension.CppExtension(
             "mpgemm._C", CPU_SOURCES, include_dirs=[os.path.abspath(KERNELS)],

@@ -145,9 +145,13 @@ CONV = (f'paths="--conv-paths wmma_n16,gemm"; [ "{{arch}}" = "9.0" ] && '
 # more with its MLP's GELU in epilogues both ways: the tanh form and its
 # input stored by the first product's (MPGEMM_EPILOGUE_PRE_ACTIVATION=1: the
 # 0.23 ms gelu pass of fe39419's step gone) and the derivative in the
-# dgrad's (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); a Llama block at batch 32, its gated
-# MLP fused as one mpgemm.gated_mlp (the gating's own passes, the default),
-# and fused once more with torch's gating (MPGEMM_GATED_KERNEL=0); on sm_90
+# dgrad's (MPGEMM_EPILOGUE_ACTIVATION_GRAD=1); and once more, profiled, with
+# its layer norms on mpgemm.layer_norm (MPGEMM_LAYER_NORM_KERNEL=1: torch's
+# fp32 layer norm, its weights' backward kernel and the casts around them,
+# about 1.1 ms of fe39419's step, against its own passes); a Llama block at
+# batch 32, its gated MLP fused as one mpgemm.gated_mlp (the gating's own
+# passes, the default), and fused once more with torch's gating
+# (MPGEMM_GATED_KERNEL=0); on sm_90
 # ResNet-50 once more with the Hopper convolution beside torch.amp.
 TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 --profile --no-search "
          "--time-limit 95 --json {raw}/train_resnet50.json || rc=1; "
@@ -169,6 +173,9 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
          f"MPGEMM_EPILOGUE_PRE_ACTIVATION=1 MPGEMM_EPILOGUE_ACTIVATION_GRAD=1 {PY} -m mpgemm bench train "
          "--models gpt2-block --batch-sizes 64 --ways 'torch.amp,mpgemm fused' --no-search --time-limit 15 "
          "--json {raw}/train_gpt2-block_fused_epilogues.json || rc=1; "
+         f"MPGEMM_LAYER_NORM_KERNEL=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 64 "
+         "--ways 'torch.amp,mpgemm fused' --profile --no-search --time-limit 15 "
+         "--json {raw}/train_gpt2-block_layer_norm.json || rc=1; "
          f"{PY} -m mpgemm bench train --models llama-block --batch-sizes 32 "
          "--ways 'torch.amp,mpgemm,mpgemm fused' --no-search --time-limit 15 "
          "--json {raw}/train_llama-block.json || rc=1; "
@@ -182,11 +189,16 @@ TRAIN = (f"rc=0; {PY} -m mpgemm bench train --models resnet50 --batch-sizes 256 
 # training step beside torch's, then the GPT-2 block at batch 8, where the
 # host's time per step decides the speed (fused too: its MLP one op of
 # three; and both steps captured in a CUDA graph, where the host's time per
-# op is gone), and the Llama block likewise (its gated MLP one op of five).
+# op is gone), once more with its layer norms on mpgemm.layer_norm (C++
+# autograd, no Python Function), and the Llama block likewise (its gated MLP
+# one op of five).
 HOST = (f"rc=0; {PY} -m mpgemm bench host --json {{raw}}/host.json || rc=1; "
         f"{PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 "
         "--ways 'torch.amp,mpgemm,mpgemm fused,torch.amp captured,mpgemm captured' "
         "--no-search --time-limit 25 --json {raw}/train_gpt2-block_batch8.json || rc=1; "
+        f"MPGEMM_LAYER_NORM_KERNEL=1 {PY} -m mpgemm bench train --models gpt2-block --batch-sizes 8 "
+        "--ways 'torch.amp,mpgemm fused' --no-search --time-limit 10 "
+        "--json {raw}/train_gpt2-block_batch8_layer_norm.json || rc=1; "
         f"{PY} -m mpgemm bench train --models llama-block --batch-sizes 8 --ways 'torch.amp,mpgemm,mpgemm fused' "
         "--no-search --time-limit 10 --json {raw}/train_llama-block_batch8.json || rc=1; exit $rc")
 CMAKE = ("cmake -S . -B build/cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES={arch_digits} "
@@ -245,12 +257,13 @@ STEPS = (
     Step("cublas-check", 3, 120, 70, CMAKE, "the standalone kernels against cublasGemmEx (CMake, C++)"),
     Step("host", 3, 60, 40, HOST,
          "the host's time per call of the ops and of a small training step beside torch's; the GPT-2 and Llama "
-         "blocks at batch 8, where the host's time decides"),
+         "blocks at batch 8, where the host's time decides (the GPT-2 block with mpgemm.layer_norm too)"),
     Step("build", 4, 180, 110, BUILD, "the same build (as long on a machine left warm: each call brings the tree anew)"),
     Step("train", 4, 295, 100, TRAIN,
          "ResNet-50 at batch 256 and a GPT-2 block at batch 64: every way, at least 20 timed steps, torch.profiler "
          "tables of torch.amp's and mpgemm's steps; both fused (mpgemm.fuse), with batch norm's loads ahead "
-         "and with the epilogue's statistics (profiled) and the MLP's GELU in epilogues both ways too; a Llama "
+         "and with the epilogue's statistics (profiled) and the MLP's GELU in epilogues both ways too, and the "
+         "GPT-2 block's layer norms on mpgemm.layer_norm (profiled); a Llama "
          "block at batch 32, fused, with its gating's passes and torch's; on sm_90 ResNet-50 with the Hopper "
          "convolution"),
 )

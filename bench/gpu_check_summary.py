@@ -301,7 +301,8 @@ def train_step(raw, result, names=None):
 
 
 # The host step's reports (gpu_check.HOST): bench host's, then the blocks at batch 8.
-HOST_TRAIN_REPORTS = ("train_gpt2-block_batch8.json", "train_llama-block_batch8.json")
+HOST_TRAIN_REPORTS = ("train_gpt2-block_batch8.json", "train_gpt2-block_batch8_layer_norm.json",
+                      "train_llama-block_batch8.json")
 
 
 def host_step(raw, result):

@@ -23,7 +23,9 @@ bench/gpu_check.py:
       MPGEMM_BATCH_NORM_LOADS_AHEAD=1 and with
       MPGEMM_BATCH_NORM_FINISH_BY_LINES=1, and with a stem's max pool in its
       pass (MPGEMM_FUSED_MAX_POOL's kernels); the gated
-      MLP's two passes (likewise); every result is checked against float64.
+      MLP's two passes (likewise); layer norm's three (mpgemm.layer_norm:
+      forward, dx, the weights' sums; likewise); every result is checked
+      against float64.
   python3 bench/gpu_targets.py conv-tiles
       the Hopper convolution's probe (sm_90, MPGEMM_CONV_PATH=wgmma): one
       128 x 256 tile of each pass (fprop; dgrad and wgrad of a 1x1), then
@@ -195,6 +197,25 @@ def _gated_passes(name, count, offset, dtype, activation):
     for pass_name, got, ref in (("forward", p, want["p"]), ("gate grad", dg, want["grad_gate"]),
                                 ("up grad", du, want["grad_up"]), ("forward again", p_again, want["p"])):
         _check(f"gated {name} {pass_name}", got, ref)
+
+
+def _layer_norm_passes(name, rows, cols, offset, dtype):
+    """mpgemm.layer_norm's passes (forward; dx; the weights' column sums over
+    slabs of rows) on `rows` x `cols` starting `offset` elements past an
+    allocation (cols a multiple of 8, so 0: 16-byte runs; 1: one element a
+    lane), each checked against float64 on the CPU."""
+    x, dy = ((torch.randn(rows * cols + offset, device="cuda") * 2 + 1).to(dtype)[offset:].view(rows, cols)
+             for _ in range(2))
+    w, b = torch.randn(cols, device="cuda") * 0.3 + 1, torch.randn(cols, device="cuda")
+    y, mean, rstd = torch.ops.mpgemm._layer_norm_forward(x, [cols], w, b, 1e-5)
+    dx, dw, db = torch.ops.mpgemm._layer_norm_backward(dy, x, mean, rstd, [cols], w, [True, True, True])
+    torch.cuda.synchronize()
+    leaves = [t.double().cpu().requires_grad_() for t in (x, w, b)]
+    want = torch.nn.functional.layer_norm(leaves[0], (cols,), leaves[1], leaves[2], 1e-5)
+    want.backward(dy.double().cpu())
+    for pass_name, got, ref in (("forward", y, want.detach()), ("dx", dx, leaves[0].grad),
+                                ("weight's sums", dw, leaves[1].grad), ("bias's sums", db, leaves[2].grad)):
+        _check(f"layer norm {name} {pass_name}", got, ref)
 
 
 def _batch_norm_passes(name, shape):
@@ -383,6 +404,10 @@ def sanitize():
     # The gated MLP's passes: 16-byte runs over 65 blocks' threads and a tail of 5; one element a thread.
     _gated_passes("16-byte runs", 8 * 256 * 65 + 5, 0, torch.float16, "silu")
     _gated_passes("off 16 bytes", 3001, 1, torch.float16, "gelu_tanh")
+    # Layer norm's passes: GPT-2's width on 16-byte runs over rows past two slabs of the weights' sums; one
+    # element a lane.
+    _layer_norm_passes("16-byte runs", 600, 768, 0, torch.float16)
+    _layer_norm_passes("off 16 bytes", 37, 104, 1, torch.float16)
     # fprop with its batch statistics from the WMMA epilogue's column moments, and on sm_90 the Hopper one's.
     os.environ["MPGEMM_CONV_PATH"] = "wmma"
     try:

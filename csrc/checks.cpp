@@ -516,6 +516,50 @@ void check_mma_ceiling_args(const at::Tensor& a, const at::Tensor& b, int64_t it
   check_same_device(op, a, "a", out, "out");
 }
 
+LayerNormShape check_layer_norm_args(const char* op, const at::Tensor& x, at::IntArrayRef normalized_shape,
+                                     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK_TYPE(is_16_bit(x.scalar_type()), op, ": expected x to be torch.float16 or torch.bfloat16, got ",
+                   dtype_name(x.scalar_type()));
+  const int64_t dims = static_cast<int64_t>(normalized_shape.size());
+  TORCH_CHECK_VALUE(dims >= 1 && x.dim() >= dims, op, ": expected normalized_shape of 1 to ", x.dim(),
+                    " dimensions (x's last ones), got ", normalized_shape, " for x of shape ", shape_of(x));
+  int64_t cols = 1;
+  for (int64_t d = 0; d < dims; ++d) {
+    TORCH_CHECK_VALUE(x.sym_size(x.dim() - dims + d) == normalized_shape[d], op,
+                      ": expected x's last dimensions to be ", normalized_shape, " (normalized_shape), got shape ",
+                      shape_of(x));
+    cols *= normalized_shape[d];
+  }
+  TORCH_CHECK_VALUE(cols > 0, op, ": expected normalized_shape to hold at least one element, got ", normalized_shape);
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!*t) continue;
+    TORCH_CHECK_TYPE(is_float_type((*t)->scalar_type()), op, ": expected ", name, " to be ", kFloatTypes, ", got ",
+                     dtype_name((*t)->scalar_type()));
+    TORCH_CHECK_VALUE((*t)->sym_sizes() == c10::fromIntArrayRefSlow(normalized_shape), op, ": expected ", name,
+                      " of shape ", normalized_shape, " (normalized_shape), got shape ", shape_of(**t));
+    check_same_device(op, x, "x", **t, name);
+  }
+  c10::SymInt rows = 1;
+  for (int64_t d = 0; d < x.dim() - dims; ++d) rows = rows * x.sym_size(d);
+  return {rows, cols};
+}
+
+void check_layer_norm_backward_args(const char* op, const at::Tensor& x, const LayerNormShape& shape,
+                                    const at::Tensor& grad, const at::Tensor& mean, const at::Tensor& rstd) {
+  TORCH_CHECK_TYPE(grad.scalar_type() == x.scalar_type(), op, ": expected grad to have x's dtype (",
+                   dtype_name(x.scalar_type()), "), got ", dtype_name(grad.scalar_type()));
+  TORCH_CHECK_VALUE(grad.sym_sizes() == x.sym_sizes(), op, ": expected grad of x's shape ", shape_of(x), ", got ",
+                    shape_of(grad));
+  check_same_device(op, x, "x", grad, "grad");
+  for (const auto& [t, name] : {std::pair{&mean, "mean"}, std::pair{&rstd, "rstd"}}) {
+    TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": expected ", name, " to be torch.float32, got ",
+                     dtype_name(t->scalar_type()));
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->sym_size(0) == shape.rows, op, ": expected ", name, " of shape (",
+                      shape.rows, ",) (x's rows), got shape ", shape_of(*t));
+    check_same_device(op, x, "x", *t, name);
+  }
+}
+
 void check_batch_norm_args(const char* op, const at::Tensor& y, std::initializer_list<NamedTensor> per_channel,
                            const std::vector<NamedTensor>& like_y) {
   TORCH_CHECK_VALUE(y.dim() == 4, op, ": expected y to be 4-D (N, C, H, W), got shape ", shape_of(y));

@@ -3,6 +3,7 @@
 // looked up once, then called like a function.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -39,6 +40,14 @@ using GatedActivationSignature = at::Tensor(const at::Tensor&, const at::Tensor&
 // _gated_activation_backward: (grad, gate, up, activation) -> (grad_gate, grad_up, act(gate) * up).
 using GatedActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, std::string_view);
+// _layer_norm_forward: (x, normalized_shape, weight, bias, eps) -> (y, mean, rstd).
+using LayerNormForwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, at::IntArrayRef, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, double);
+// _layer_norm_backward: (grad, x, mean, rstd, normalized_shape, weight, output_mask)
+// -> (dx, sum of dy * xhat, sum of dy).
+using LayerNormBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef,
+    const std::optional<at::Tensor>&, std::array<bool, 3>);
 // conv2d: (x, weight, bias, stride, padding, dilation, groups, out_dtype).
 using ConvSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                  at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,

@@ -363,6 +363,23 @@ TORCH_LIBRARY(mpgemm, m) {
   m.def(
       "_gated_activation_backward(Tensor grad, Tensor gate, Tensor up, *, str activation) -> "
       "(Tensor grad_gate, Tensor grad_up, Tensor out)");
+  // Layer norm over x's last dimensions (normalized_shape) with x fp16 or
+  // bf16 and the weights fp16, bf16 or fp32, in fp32 from x as it is, y in
+  // x's type (csrc/layer_norm.cpp; kernels/norm/layer_norm_math.h has the
+  // arithmetic). Its internal ops (no autograd of their own): the forward's
+  // y with each row's mean and rstd ((rows,) fp32), and backward's dx and
+  // the weights' gradients as fp32 column sums (sum of dy * xhat, of dy; of
+  // shape (cols,)): dx an empty tensor where output_mask (dx, weight, bias)
+  // does not ask for it, the sums where it asks for neither.
+  m.def(
+      "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> "
+      "Tensor");
+  m.def(
+      "_layer_norm_forward(Tensor x, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> "
+      "(Tensor y, Tensor mean, Tensor rstd)");
+  m.def(
+      "_layer_norm_backward(Tensor grad, Tensor x, Tensor mean, Tensor rstd, int[] normalized_shape, "
+      "Tensor? weight, bool[3] output_mask) -> (Tensor grad_x, Tensor sum_dy_xhat, Tensor sum_dy)");
   // Loss scaling: outs[i] = grads[i] * inv_scale (outs may be the grads
   // themselves), found_inf set to 1 if any result is inf or NaN.
   m.def("unscale_grads_(Tensor[] grads, Tensor(a!)[] outs, Tensor(b!) found_inf, Tensor inv_scale) -> ()");

@@ -229,6 +229,31 @@ void check_batch_norm_args(const char* op, const at::Tensor& y, std::initializer
 kernels::GateActivation check_gated_activation_args(const char* op, std::initializer_list<NamedTensor> tensors,
                                                     std::string_view activation);
 
+// Layer norm over x's last dimensions (normalized_shape) as `rows` x `cols`:
+// x fp16 or bf16; weight and bias (where given: fp16, bf16 or fp32, of
+// normalized_shape) on x's device. Returns the shape.
+struct LayerNormShape {
+  c10::SymInt rows;
+  int64_t cols;
+};
+LayerNormShape check_layer_norm_args(const char* op, const at::Tensor& x, at::IntArrayRef normalized_shape,
+                                     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias);
+// _layer_norm_backward's grad (x's shape and dtype), mean and rstd ((rows,)
+// fp32), all on x's device.
+void check_layer_norm_backward_args(const char* op, const at::Tensor& x, const LayerNormShape& shape,
+                                    const at::Tensor& grad, const at::Tensor& mean, const at::Tensor& rstd);
+// The CUDA backend of mpgemm.layer_norm's two internal ops (csrc/layer_norm.cpp
+// has the CPU one): contiguous x (and grad, x's type), weight and bias fp32
+// contiguous or undefined. Forward: y, mean, rstd ((rows,) fp32). Backward:
+// dx where want_x, and where want_weights the sums of dy * xhat and dy per
+// column ((cols,) fp32), each undefined where not asked for.
+using LayerNormResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+LayerNormResult layer_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                        int64_t rows, int64_t cols, double eps);
+LayerNormResult layer_norm_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mean,
+                                         const at::Tensor& rstd, const at::Tensor& weight, int64_t rows, int64_t cols,
+                                         bool want_x, bool want_weights);
+
 struct BatchNormForward {
   at::Tensor y;
   std::optional<at::Tensor> weight, bias, residual, running_mean, running_var;

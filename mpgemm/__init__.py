@@ -12,7 +12,7 @@ from ._build import build_info
 from .convert import convert, converted_layers
 from .fusion import fuse, fusion_report
 from .memory import reset_workspace_stats, workspace_stats
-from .ops import conv2d, gated_mlp, gemm, linear, mlp
+from .ops import conv2d, gated_mlp, gemm, layer_norm, linear, mlp
 from .plan import clear_tuning_cache, gemm_plan, load_tuning, tile_configs
 
 
@@ -26,5 +26,5 @@ def tune_gemm(shapes, **kwargs):
 
 __version__ = "0.1.0"
 __all__ = ["amp", "build_info", "clear_tuning_cache", "conv2d", "convert", "converted_layers", "fuse", "fusion_report",
-           "gated_mlp", "gemm", "gemm_plan", "linear", "load_tuning", "mlp", "nn", "reset_workspace_stats",
+           "gated_mlp", "gemm", "gemm_plan", "layer_norm", "linear", "load_tuning", "mlp", "nn", "reset_workspace_stats",
            "tile_configs", "tune_gemm", "workspace_stats"]

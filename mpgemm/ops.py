@@ -171,6 +171,36 @@ def gated_mlp(x, w_gate, b_gate, w_up, b_up, w_down, b_down, *, activation="silu
     return torch.ops.mpgemm.gated_mlp.default(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation=activation)
 
 
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer norm over x's last dimensions, as ``F.layer_norm``, for 16-bit
+    activations with fp32 (a prepared model's), fp16 or bf16 weights, as one
+    differentiable op.
+
+    Args:
+        x: (..., *normalized_shape), float16 or bfloat16.
+        normalized_shape: an int or the sizes of x's last dimensions.
+        weight, bias: optional, of normalized_shape; float32, float16 or
+            bfloat16. Their gradients have their dtype.
+        eps: added to the variance.
+
+    Returns:
+        x's shape and dtype.
+
+    Computed in fp32 from x as it is and rounded once: each row's mean and
+    variance, every sum in one fixed order, set by the shape and the
+    tensors' alignment (the same bits on every run, and on the CPU and a GPU
+    alike for tensors alike aligned). torch.amp computes the layer in fp32 on a
+    widened copy of x (autocast's layer_norm), three passes forward and five
+    backward; on a GPU this is one pass forward and two backward over the
+    16-bit tensors, and saves x (16-bit), the weight and two floats a row.
+    Backward is not differentiable again. :class:`mpgemm.amp`'s prepared
+    models run their ``torch.nn.LayerNorm`` layers on it where
+    ``MPGEMM_LAYER_NORM_KERNEL=1``.
+    """
+    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    return torch.ops.mpgemm.layer_norm.default(x, shape, weight, bias, eps)
+
+
 def _pair(value, name):
     # What nn.Conv2d holds (a pair of ints) and a plain int first: the
     # abstract-class checks below cost microseconds a call.

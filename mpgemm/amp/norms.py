@@ -14,13 +14,15 @@ statistics in fp32:
 - torch's LayerNorm, GroupNorm and RMSNorm compute in fp32, as autocast has
   them do, but from the 16-bit input: autograd saves that input, not an fp32
   copy of it, and backward widens it again (the functions below). The result
-  has the input's type;
+  has the input's type. With MPGEMM_LAYER_NORM_KERNEL=1, LayerNorm runs as
+  :func:`mpgemm.layer_norm` instead, which widens nothing;
 - any other norm layer (a Python class named like one, such as transformers'
   LlamaRMSNorm) computes in fp32 on an fp32 copy of its input, made by a
   forward pre-hook.
 """
 
 import math
+import os
 import re
 
 import torch
@@ -80,6 +82,19 @@ def _memory_format(x):
     if x.dim() == 5 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last_3d):
         return torch.channels_last_3d
     return torch.contiguous_format
+
+
+def layer_norm_kernel():
+    """MPGEMM_LAYER_NORM_KERNEL: "1" runs LayerNorm on 16-bit input as
+    :func:`mpgemm.layer_norm` (its own passes over the 16-bit tensors, its
+    autograd in C++; backward not differentiable again); unset, empty or "0"
+    as below (torch's fp32 layer norm on a widened copy, as autocast runs
+    it). Opt-in until its CUDA kernels pass the GPU tests. Asked at each
+    call (torch.compile asks once, when it traces)."""
+    value = os.environ.get("MPGEMM_LAYER_NORM_KERNEL", "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"MPGEMM_LAYER_NORM_KERNEL must be '0' or '1', got {value!r}")
+    return value == "1"
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -172,6 +187,9 @@ class LayerNorm(torch.nn.LayerNorm):
     """``torch.nn.LayerNorm`` computed in fp32 on 16-bit input (module docstring)."""
 
     def forward(self, input):
+        if input.dtype in LOW_PRECISION and layer_norm_kernel():
+            return torch.ops.mpgemm.layer_norm.default(input, list(self.normalized_shape), self.weight, self.bias,
+                                                       self.eps)
         return _LayerNorm.apply(input, self.weight, self.bias, tuple(self.normalized_shape), self.eps)
 
 

@@ -106,6 +106,19 @@ def _op_cases(device, ours_dtype, theirs_dtype):
         image, filters, grad = mm[3], mm[4], mm[6]
         return lambda: op(image, filters, padding=1).backward(grad)
 
+    # Layer norm over x's 16 columns: mpgemm's with fp32 weights (a prepared model's), torch's with x's type.
+    norm_weights = {dtype: (_leaf(16, device=device, dtype=dtype), _leaf(16, device=device, dtype=dtype))
+                    for dtype in (torch.float32, theirs_dtype)}
+
+    def layer_norm(mm, op, weights_dtype):
+        x, (w, b) = mm[0], norm_weights[weights_dtype]
+        return lambda: op(x, (16,), w, b)
+
+    def layer_norm_backward(mm, op, weights_dtype):
+        x, (w, b) = mm[0], norm_weights[weights_dtype]
+        grad = torch.ones_like(x)
+        return lambda: op(x, (16,), w, b).backward(grad)
+
     return [
         ("linear forward", linear(ours, mpgemm.linear), linear(theirs, F.linear)),
         ("linear forward, no_grad", linear_no_grad(ours, mpgemm.linear), linear_no_grad(theirs, F.linear)),
@@ -114,6 +127,10 @@ def _op_cases(device, ours_dtype, theirs_dtype):
         ("conv2d 3x3 forward", conv(ours, mpgemm.conv2d), conv(theirs, F.conv2d)),
         ("conv2d 3x3 forward, no_grad", conv_no_grad(ours, mpgemm.conv2d), conv_no_grad(theirs, F.conv2d)),
         ("conv2d 3x3 forward + backward", conv_backward(ours, mpgemm.conv2d), conv_backward(theirs, F.conv2d)),
+        ("layer_norm forward", layer_norm(ours, mpgemm.layer_norm, torch.float32),
+         layer_norm(theirs, F.layer_norm, theirs_dtype)),
+        ("layer_norm forward + backward", layer_norm_backward(ours, mpgemm.layer_norm, torch.float32),
+         layer_norm_backward(theirs, F.layer_norm, theirs_dtype)),
     ]
 
 

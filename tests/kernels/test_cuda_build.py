@@ -32,7 +32,9 @@ ahead (MPGEMM_BATCH_NORM_LOADS_AHEAD=1) issue 4 rows' 16-byte loads in each
 row loop before any instruction reads one, and the finish by lines
 (MPGEMM_BATCH_NORM_FINISH_BY_LINES=1) issues all 16 loads of a thread's
 partials before any instruction reads one. The gated MLP's passes
-load and store 16 bytes at a time. x's fold in chunks (folded taps,
+load and store 16 bytes at a time; layer norm's row passes too in their
+16-byte variants (each row's sums a butterfly of shuffles, no atomics), and
+its weights' sums issue 4 rows' loads before the first sum. x's fold in chunks (folded taps,
 MPGEMM_CHUNKED_FOLD=1) stores each thread's 8 channels with one 16-byte
 store. The folded taps' kernels whose producer gathers x's fold itself
 (MPGEMM_GATHERED_FOLD=1) are the convolution's block with no im2col copy,
@@ -656,6 +658,32 @@ def test_gated_mlp_passes_move_16_bytes(cuda_build, machine_code):
             backward = "Lb1E" in name
             assert sum(o.startswith("LDG.E.128") for o in ops) >= (3 if backward else 2), f"{arch} {name}: loads"
             assert sum(o.startswith("STG.E.128") for o in ops) >= (3 if backward else 1), f"{arch} {name}: stores"
+            res = usage[arch].get(name, {})
+            assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
+
+
+def test_layer_norm_passes_move_16_bytes_and_load_rows_ahead(cuda_build, machine_code):
+    code, usage = machine_code
+    for arch in cuda_build["build_info"]["cuda_archs"]:
+        kernels = {name: [i.opcode for i in instructions] for name, instructions in code[arch].items()
+                   if "layer_norm_" in name}
+        rows = {name: ops for name, ops in kernels.items() if "forward_kernel" in name or "grad_input_kernel" in name}
+        sums = [ops for name, ops in kernels.items() if "weight_sums_kernel" in name]
+        # Forward and dx: two element types, runs of 8 and of 1; the weights' sums per type; their total.
+        assert len(rows) == 2 * 2 * 2 and len(sums) == 2 and len(kernels) == 11, (arch, sorted(kernels))
+        for name, ops in rows.items():
+            # A row's two sums, each a butterfly over the lanes, and no atomics.
+            assert sum(o.startswith("SHFL.BFLY") for o in ops) == 10, f"{arch} {name}: shuffles"
+            assert not any(o.startswith(("ATOM", "RED")) for o in ops), f"{arch} {name}: atomics"
+            if "Li8EE" in name:  # x read in three steps (and dy in two of dx's), y or dx written, 16 bytes at a time
+                assert sum(o.startswith("LDG.E.128") for o in ops) >= (4 if "grad_input" in name else 3), name
+                assert sum(o.startswith("STG.E.128") for o in ops) >= 1, f"{arch} {name}: stores"
+                assert not any(o.startswith("LDG.E.U16") for o in ops), f"{arch} {name}: 2-byte loads"
+        for ops in sums:
+            # Four rows' x and dy (and their mean and rstd) loaded before any of them is summed.
+            first_sum = next(i for i, o in enumerate(ops) if o.startswith(("FADD", "FFMA")))
+            assert sum(o.startswith("LDG.E.U16") for o in ops[:first_sum]) >= 8, arch
+        for name in kernels:
             res = usage[arch].get(name, {})
             assert res.get("STACK", 0) == 0 and res.get("LOCAL", 0) == 0, f"{arch} {name}: {res}"
 

@@ -232,7 +232,8 @@ N16_MUTATIONS = {
 # by the window's last tap instead of its first, and each input pixel's last
 # covering window (by row and by column) left out of its gradient.
 BATCH_NORM_FILES = ["norm/batch_norm_kernels.cuh", "norm/batch_norm_ahead_kernels.cuh", "norm/column_moments.cu",
-                    "norm/max_pool_kernels.cuh", "norm/batch_norm_line_finish.cuh", "gated/gated.cu"]
+                    "norm/max_pool_kernels.cuh", "norm/batch_norm_line_finish.cuh", "gated/gated.cu",
+                    "norm/layer_norm.cu"]
 BATCH_NORM_MUTATIONS = {
     "a row block's partial sums dropped": ("for (int64_t b = threadIdx.x; b < a.blocks; b += kThreads)",
                                            "for (int64_t b = threadIdx.x; b + PLANTED < a.blocks; b += kThreads)"),
@@ -266,6 +267,20 @@ GATED_MUTATIONS = {
         "const int64_t i = vectors * kVector + (thread - vectors) + PLANTED;"),
 }
 BATCH_NORM_MUTATIONS.update(GATED_MUTATIONS)
+# In layer norm's passes (norm/layer_norm.cu), failing the layer-norm cases
+# (run as many): a row's butterfly one step short (each lane's sum of half
+# the lanes), the weights' sums without each slab's last warp, and the last
+# of each group of rows fetched ahead fetched but never summed.
+LAYER_NORM_MUTATIONS = {
+    "a row's sum over half the lanes": (
+        "for (int bit = kLayerNormLanes / 2; bit >= 1; bit /= 2) v +=",
+        "for (int bit = kLayerNormLanes / 2; bit >= (PLANTED ? 2 : 1); bit /= 2) v +="),
+    "a slab's last warp left out of the weights' sums": (
+        "for (int w = 0; w < kLayerNormWarps; ++w)", "for (int w = 0; w + PLANTED < kLayerNormWarps; ++w)"),
+    "a row fetched ahead left out of the weights' sums": (
+        "if (r + j * step < end) {", "if (r + j * step < end && !(PLANTED && j == kRowsAhead - 1)) {"),
+}
+BATCH_NORM_MUTATIONS.update(LAYER_NORM_MUTATIONS)
 # In the finish by lines (norm/batch_norm_line_finish.cuh), failing its
 # fixed cases over hundreds of row blocks (each run: those and one case of
 # batch norm's and the gated passes'): each lane's second row block left
@@ -287,7 +302,7 @@ LINE_FINISH_CASES = 3
 # finish meets it in half the batch-norm cases, the others taking the finish
 # by lines; 24, as before, took twice the time).
 BATCH_NORM_MUTANT_CASES = 12
-BATCH_NORM_UNITS = ["norm/batch_norm.cu", "norm/column_moments.cu", "gated/gated.cu"]
+BATCH_NORM_UNITS = ["norm/batch_norm.cu", "norm/column_moments.cu", "gated/gated.cu", "norm/layer_norm.cu"]
 # The Hopper runs: (copies land late, wgmmas read late), and their seeds.
 HOPPER_CASES = 24
 # Random convolutions per Hopper run, case i of pass i % 3; one in five of
@@ -845,7 +860,7 @@ def results(tmp_path_factory):
     wmma_units = {
         "drivers": [os.path.join(SIM_DIR, name) for name in ("driver.cpp", "conv_cases.cpp", "conv_gemm_cases.cpp",
                                                              "gemm_cases.cpp", "batch_norm_cases.cpp",
-                                                             "gated_cases.cpp")],
+                                                             "gated_cases.cpp", "layer_norm_cases.cpp")],
         **{name: [os.path.join(KERNEL_DIR, name)] for name in alone},
         "shared": [os.path.join(KERNEL_DIR, name) for name in shared_files if name not in alone],
         # The loss scale's kernels, the mma.sync ceiling and the Hopper
@@ -1049,6 +1064,7 @@ def test_kernels_match_reference(results, arch, late, seeded):
     assert "ceiling: 0/3 failed" in output, replay
     assert f"batch norm: 0/{BATCH_NORM_CASES} failed" in output, replay
     assert f"gated: 0/{BATCH_NORM_CASES} failed" in output, replay
+    assert f"layer norm: 0/{BATCH_NORM_CASES} failed" in output, replay
     assert f"batch norm line finish: 0/{LINE_FINISH_CASES} failed" in output, replay
 
 
@@ -1101,7 +1117,8 @@ def test_simulation_catches_a_planted_elementwise_pass_bug(results, name):
     if name in LINE_FINISH_MUTATIONS:
         cases, count = "batch norm line finish", LINE_FINISH_CASES
     else:
-        cases, count = "gated" if name in GATED_MUTATIONS else "batch norm", BATCH_NORM_MUTANT_CASES
+        cases = "gated" if name in GATED_MUTATIONS else "layer norm" if name in LAYER_NORM_MUTATIONS else "batch norm"
+        count = BATCH_NORM_MUTANT_CASES
     assert code != 0 and re.search(cases + rf": [1-9]\d*/{count} failed", output), output[-4000:]
 
 

@@ -213,11 +213,15 @@ def _recorded_call(op, biases=True):
         return lambda x, w, b: mpgemm.linear(x, w, b, activation="gelu"), (leaf(5, 16), leaf(8, 16), bias(8))
     if op == "mlp":
         return mpgemm.mlp, (leaf(5, 16), leaf(32, 16), bias(32), leaf(8, 32), bias(8))
+    if op == "layer_norm":
+        weight = (torch.randn(16) * 0.3 + 1).requires_grad_()
+        return lambda x, w, b: mpgemm.layer_norm(x, 16, w, b), (leaf(5, 16), weight, bias(16))
     return mpgemm.gated_mlp, (leaf(5, 16), leaf(32, 16), bias(32), leaf(32, 16), bias(32), leaf(8, 32), bias(8))
 
 
 NODE_NAMES = {"linear": "MpgemmLinearBackward", "gemm": "MpgemmGemmBackward", "conv2d": "MpgemmConv2dBackward",
-              "mlp": "MpgemmMlpBackward", "gated_mlp": "MpgemmGatedMlpBackward"}
+              "mlp": "MpgemmMlpBackward", "gated_mlp": "MpgemmGatedMlpBackward",
+              "layer_norm": "MpgemmLayerNormBackward"}
 
 
 @pytest.mark.parametrize("op", NODE_NAMES)

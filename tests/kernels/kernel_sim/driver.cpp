@@ -316,6 +316,7 @@ extern std::set<const void*> conv_moment_kernels;
 bool batch_norm_case(int index);              // batch_norm_cases.cpp
 bool batch_norm_line_finish_case(int index);  // batch_norm_cases.cpp
 bool gated_case(int index);       // gated_cases.cpp
+bool layer_norm_case(int index);  // layer_norm_cases.cpp
 extern int conv_splits_run;  // wgrad cases that split K
 
 int main(int argc, char** argv) {
@@ -394,9 +395,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < gather_cases; ++i) gather_failed += depthwise_sliding_gather_case(i);
   printf("depthwise sliding gather: %d/%d failed (%zu kernels; %d on two tiles)\n", gather_failed, gather_cases,
          sim::launched.size() - before_gather, gather_two_tile_cases);
+  // Layer norm's passes, as many cases as batch norm's, last of all (so that every case set above draws as
+  // it did without them).
+  int layer_norm_failed = 0;
+  for (int i = 0; i < batch_norm_cases; ++i) layer_norm_failed += layer_norm_case(i);
+  printf("layer norm: %d/%d failed\n", layer_norm_failed, batch_norm_cases);
   printf("gemm plans: %d/%d failed\n", plan_failed, plan_cases);
   printf("gemm: %d/%d failed\nunscale: %d/%d failed\nconv: %d/%d failed\nceiling: %d/%d failed\n", gemm_failed,
          gemm_cases, unscale_failed, unscale_cases, conv_failed, conv_cases, ceiling_failed, kCeilingCases);
   return gemm_failed || plan_failed || unscale_failed || conv_failed || sliding_failed || gather_failed || n16_failed ||
-         conv_gemm_failed || ceiling_failed || batch_norm_failed || gated_failed || line_finish_failed;
+         conv_gemm_failed || ceiling_failed || batch_norm_failed || gated_failed || line_finish_failed ||
+         layer_norm_failed;
 }

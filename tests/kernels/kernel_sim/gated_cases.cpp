@@ -12,21 +12,14 @@
 #include "kernel_sim/sim_common.h"
 
 using namespace mpgemm::kernels;
-using sim::Buffer;
 using sim::rnd;
 
 namespace {
 
 // `count` random elements of `type` (the gate's across the activations'
 // curve), at an offset of 0 or 1 element from a 16-byte boundary.
-struct GatedTensor {
-  ElementType type;
-  int64_t offset;
-  Buffer mem;
-  GatedTensor(ElementType type, int64_t count, bool misaligned)
-      : type(type), offset(misaligned), mem((count + 1) * sim::bytes_of(type)) {}
-  void* data() { return mem.p + offset * sim::bytes_of(type); }
-  float operator[](int64_t i) { return sim::get(data(), type, i); }
+struct GatedTensor : sim::OffsetElements {
+  using OffsetElements::OffsetElements;
   void fill(int64_t count, int spread) {
     for (int64_t i = 0; i < count; ++i) sim::set(data(), type, i, float(rnd(-spread * 64, spread * 64)) / 64.0f);
   }

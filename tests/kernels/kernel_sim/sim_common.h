@@ -60,6 +60,19 @@ inline float rounded(float v, ElementType type) {
   return get(bytes, type, 0);
 }
 
+// `count` elements of `type` starting 0 or 1 element past a 16-byte
+// boundary (an elementwise pass's tensor; one off the boundary sends a pass
+// to its one-element-at-a-time path).
+struct OffsetElements {
+  ElementType type;
+  int64_t offset;
+  Buffer mem;
+  OffsetElements(ElementType type, int64_t count, bool misaligned)
+      : type(type), offset(misaligned), mem((count + 1) * bytes_of(type)) {}
+  void* data() { return mem.p + offset * bytes_of(type); }
+  float operator[](int64_t i) { return get(data(), type, i); }
+};
+
 // A random type of a product's inputs: bf16 from sm_80 on, where its kernels are compiled.
 inline ElementType input_type() {
   return __CUDA_ARCH__ >= 800 && rnd(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
