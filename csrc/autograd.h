@@ -1,6 +1,7 @@
 // What the ops' C++ autograd shares (csrc/autograd.cpp: gemm, linear, mlp,
-// conv2d; csrc/gated_mlp.cpp: gated_mlp) besides their nodes (op_node.h):
-// calls of the ops through the dispatcher and a linear's gradients.
+// conv2d; csrc/gated_mlp.cpp: gated_mlp; csrc/layer_norm.cpp: layer_norm)
+// besides their nodes (op_node.h): calls of the ops through the dispatcher
+// and a linear's gradients.
 #pragma once
 
 #include <optional>

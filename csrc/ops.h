@@ -246,7 +246,7 @@ void check_layer_norm_backward_args(const char* op, const at::Tensor& x, const L
 // has the CPU one): contiguous x (and grad, x's type), weight and bias fp32
 // contiguous or undefined. Forward: y, mean, rstd ((rows,) fp32). Backward:
 // dx where want_x, and where want_weights the sums of dy * xhat and dy per
-// column ((cols,) fp32), each undefined where not asked for.
+// column ((cols,) fp32), each an empty tensor where not asked for.
 using LayerNormResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 LayerNormResult layer_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                         int64_t rows, int64_t cols, double eps);

@@ -2,8 +2,9 @@
 // x seen as `rows` x `cols` (cols: the normalized dimensions' elements),
 // contiguous, every such tensor of one 16-bit type; the weights and every
 // statistic fp32. norm/layer_norm_math.h has the arithmetic and the fixed
-// order of every sum: the results are bitwise the same on every run and
-// equal the CPU backend's. The kernels are in norm/layer_norm.cu.
+// order of every sum: the results are bitwise the same on every run, and
+// the CPU backend's for tensors aligned alike. The kernels are in
+// norm/layer_norm.cu.
 #pragma once
 
 #include <cstdint>
