@@ -189,10 +189,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     Computed in fp32 from x as it is and rounded once: each row's mean and
     variance, every sum in one fixed order, set by the shape and the
     tensors' alignment (the same bits on every run, and on the CPU and a GPU
-    alike for tensors alike aligned). torch.amp computes the layer in fp32 on a
-    widened copy of x (autocast's layer_norm), three passes forward and five
-    backward; on a GPU this is one pass forward and two backward over the
-    16-bit tensors, and saves x (16-bit), the weight and two floats a row.
+    alike for tensors alike aligned). torch.amp computes the layer in fp32
+    on a widened copy of x (autocast's layer_norm), three passes forward and
+    five backward; on a GPU this is one pass forward and two backward over
+    the 16-bit tensors, and saves x (16-bit), the weight and two floats a
+    row.
     Backward is not differentiable again. :class:`mpgemm.amp`'s prepared
     models run their ``torch.nn.LayerNorm`` layers on it where
     ``MPGEMM_LAYER_NORM_KERNEL=1``.

@@ -13,7 +13,8 @@
 // the GEMM, conv_gemm_cases.cpp), "ceiling: F/N failed", "batch norm:
 // F/N failed" (batch_norm_cases.cpp) and "gated: F/N failed" (the gated
 // MLP's passes, gated_cases.cpp, as many cases as batch norm's), "batch
-// norm line finish: F/3 failed" (where there are batch-norm cases) and
+// norm line finish: F/3 failed" and "layer norm: F/N failed" (layer norm's
+// passes, layer_norm_cases.cpp; both where there are batch-norm cases) and
 // "depthwise sliding wgrad: F/12 failed", "conv n16 tile: F/16 failed" and
 // "depthwise sliding gather: F/18 failed" (where there are conv cases); exits
 // 1 on a failure.
