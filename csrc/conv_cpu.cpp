@@ -4,6 +4,8 @@
 // convolution on the rounded values), bias added in fp32, one rounding to the
 // output dtype. Asymmetric padding ("same" with an even kernel) is applied as
 // explicit zero padding.
+#include <array>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/batch_norm_stats.h>
 #include <ATen/ops/constant_pad_nd.h>
@@ -26,9 +28,32 @@ at::Tensor input_values(const at::Tensor& t, const ConvProblem<int64_t>& problem
   return t.to(problem.input_dtype).to(at::kFloat);
 }
 
-// at::constant_pad_nd takes (left, right, top, bottom).
-at::Tensor pad(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
+// Symmetric padding is torch's convolution's own (no padded copy of x);
+// asymmetric padding ("same" with an even kernel) is explicit zeros around
+// x, and torch's convolution then pads nothing. Either way the products
+// summed are the same.
+bool symmetric(const ConvProblem<int64_t>& problem) {
   const auto& p = problem.padding;
+  return p[0] == p[1] && p[2] == p[3];
+}
+
+// The padding torch's convolution applies, (top, left).
+std::array<int64_t, 2> implicit_padding(const ConvProblem<int64_t>& problem) {
+  if (!symmetric(problem)) return {0, 0};
+  return {problem.padding[0], problem.padding[2]};
+}
+
+// The padding applied explicitly, (top, bottom, left, right).
+std::array<int64_t, 4> explicit_padding(const ConvProblem<int64_t>& problem) {
+  if (symmetric(problem)) return {0, 0, 0, 0};
+  const auto& p = problem.padding;
+  return {p[0], p[1], p[2], p[3]};
+}
+
+// t with the explicit padding; at::constant_pad_nd takes (left, right, top, bottom).
+at::Tensor pad(const at::Tensor& t, const ConvProblem<int64_t>& problem) {
+  const auto p = explicit_padding(problem);
+  if (p == std::array<int64_t, 4>{}) return t;
   return at::constant_pad_nd(t, {p[2], p[3], p[0], p[1]});
 }
 
@@ -37,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const ConvProblem<int64_
                                                         const at::Tensor& grad_out, const at::Tensor& padded_x,
                                                         const at::Tensor& weight, bool input, bool filters) {
   return at::convolution_backward(input_values(grad_out, problem), padded_x, weight, std::nullopt,
-                                  at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
+                                  at::IntArrayRef(problem.stride), implicit_padding(problem),
                                   at::IntArrayRef(problem.dilation), false, at::IntArrayRef({0, 0}), problem.groups,
                                   {input, filters, false});
 }
@@ -48,7 +73,7 @@ at::Tensor conv2d_cpu(const ConvProblem<int64_t>& problem, const at::Tensor& x, 
                       const std::optional<at::Tensor>& bias) {
   const std::optional<at::Tensor> no_bias;  // added below in fp32, after the products
   at::Tensor out = at::conv2d(pad(input_values(x, problem), problem), input_values(weight, problem), no_bias,
-                              at::IntArrayRef(problem.stride), at::IntArrayRef({0, 0}),
+                              at::IntArrayRef(problem.stride), implicit_padding(problem),
                               at::IntArrayRef(problem.dilation), problem.groups);
   if (bias) out.add_(bias->to(at::kFloat).view({1, -1, 1, 1}));
   return out.to(problem.out_dtype).contiguous(memory_format_of(problem));
@@ -79,11 +104,12 @@ namespace {
 // dgrad in fp32, x's shape (NCHW strides).
 at::Tensor grad_input_fp32(const ConvProblem<int64_t>& problem, const at::Tensor& grad_out, const at::Tensor& x,
                            const at::Tensor& weight) {
-  const auto& p = problem.padding;
+  const auto p = explicit_padding(problem);
   const at::Tensor padded_shape = at::empty({problem.n, problem.c, problem.h + p[0] + p[1], problem.w + p[2] + p[3]},
                                             x.options().dtype(at::kFloat));
   const at::Tensor grad_padded =
       std::get<0>(backward(problem, grad_out, padded_shape, input_values(weight, problem), true, false));
+  if (p == std::array<int64_t, 4>{}) return grad_padded;
   return grad_padded.slice(2, p[0], p[0] + problem.h).slice(3, p[2], p[2] + problem.w);
 }
 

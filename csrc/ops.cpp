@@ -546,6 +546,7 @@ TORCH_LIBRARY_IMPL(mpgemm, CUDA, m) {
 
 namespace mpgemm {
 int add_gemm_plan_functions(PyObject* module);  // gemm_plan_py.cpp
+int add_op_entry_functions(PyObject* module);   // op_entry_py.cpp
 }
 
 static PyObject* build_info(PyObject*, PyObject*) {
@@ -578,6 +579,7 @@ static PyMethodDef module_methods[] = {
 extern "C" PyMODINIT_FUNC PyInit__C() {
   static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, module_methods};
   PyObject* m = PyModule_Create(&module);
-  if (m != nullptr && mpgemm::add_gemm_plan_functions(m) != 0) Py_CLEAR(m);
+  if (m != nullptr && (mpgemm::add_gemm_plan_functions(m) != 0 || mpgemm::add_op_entry_functions(m) != 0))
+    Py_CLEAR(m);
   return m;
 }

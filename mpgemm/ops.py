@@ -1,14 +1,22 @@
 """Python entry points of the mpgemm operators.
 
-The ops of a layer (gemm, linear, conv2d) pass the op only the keyword
-arguments that differ from its schema's defaults: each keyword costs the
-host more than the rest of the Python entry (bench/NOTES.md, "The ops'
-autograd as plain graph nodes").
+In eager mode each public op is called through mpgemm._C's entry of the
+same name (csrc/op_entry_py.cpp), which reads its arguments straight into
+the op's C++ types and makes the dispatcher call that torch.ops would make,
+without torch.ops's boxed parsing (1-3 µs a call; bench/NOTES.md, "The ops'
+Python entry"). Where the entry cannot prove the call equal (a tensor
+subclass with a __torch_function__ of its own, a torch function mode, an
+argument of another Python type) it returns NotImplemented, and the op
+takes the torch.ops call, as it always does while torch.compile or
+torch.export traces, so that the graph holds the op itself.
 """
 
 import numbers
 
 import torch
+from torch.compiler import is_compiling
+
+from . import _C
 
 
 def gemm(a, b, *, bias=None, activation=None, out_dtype=torch.float32, out=None):
@@ -45,8 +53,10 @@ def gemm(a, b, *, bias=None, activation=None, out_dtype=torch.float32, out=None)
             inputs' dtype.
     """
     if out is None:
-        if activation is None:
-            return torch.ops.mpgemm.gemm.default(a, b, bias, out_dtype=out_dtype)
+        if not is_compiling():
+            y = _C.gemm(a, b, bias, activation, out_dtype)
+            if y is not NotImplemented:
+                return y
         return torch.ops.mpgemm.gemm.default(a, b, bias, activation=activation, out_dtype=out_dtype)
     if out.dtype != out_dtype:
         raise ValueError(
@@ -83,8 +93,10 @@ def linear(x, weight, bias=None, *, activation=None, out_dtype=None):
     ``torch.nn.functional.linear``. Differentiable: gradients have the dtype of
     their input, and the bias gradient is accumulated in fp32.
     """
-    if activation is None and out_dtype is None:
-        return torch.ops.mpgemm.linear.default(x, weight, bias)
+    if not is_compiling():
+        y = _C.linear(x, weight, bias, activation, out_dtype)
+        if y is not NotImplemented:
+            return y
     return torch.ops.mpgemm.linear.default(x, weight, bias, activation=activation, out_dtype=out_dtype)
 
 
@@ -133,6 +145,10 @@ def mlp(x, w1, b1, w2, b2, *, activation="gelu"):
     blocks as this op. Under ``torch.autocast`` every floating-point
     argument is cast to autocast's dtype first.
     """
+    if not is_compiling():
+        y = _C.mlp(x, w1, b1, w2, b2, activation)
+        if y is not NotImplemented:
+            return y
     return torch.ops.mpgemm.mlp.default(x, w1, b1, w2, b2, activation=activation)
 
 
@@ -168,6 +184,10 @@ def gated_mlp(x, w_gate, b_gate, w_up, b_up, w_down, b_down, *, activation="silu
     ``torch.autocast`` every floating-point argument is cast to autocast's
     dtype first.
     """
+    if not is_compiling():
+        y = _C.gated_mlp(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation)
+        if y is not NotImplemented:
+            return y
     return torch.ops.mpgemm.gated_mlp.default(x, w_gate, b_gate, w_up, b_up, w_down, b_down, activation=activation)
 
 
@@ -198,8 +218,12 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     models run their ``torch.nn.LayerNorm`` layers on it where
     ``MPGEMM_LAYER_NORM_KERNEL=1``.
     """
-    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
-    return torch.ops.mpgemm.layer_norm.default(x, shape, weight, bias, eps)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    if not is_compiling():
+        y = _C.layer_norm(x, shape, weight, bias, eps)
+        if y is not NotImplemented:
+            return y
+    return torch.ops.mpgemm.layer_norm.default(x, list(shape), weight, bias, eps)
 
 
 def _pair(value, name):
@@ -265,8 +289,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, o
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)[0]
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     padding = _conv_padding(padding, weight, stride, dilation)
-    if out_dtype is None:
-        return torch.ops.mpgemm.conv2d.default(x, weight, bias, stride, padding, dilation, groups)
+    if not is_compiling():
+        y = _C.conv2d(x, weight, bias, stride, padding, dilation, groups, out_dtype)
+        if y is not NotImplemented:
+            return y
     return torch.ops.mpgemm.conv2d.default(x, weight, bias, stride, padding, dilation, groups, out_dtype=out_dtype)
 
 

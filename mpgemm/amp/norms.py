@@ -29,6 +29,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..convert import converted_class
+from ..ops import layer_norm
 
 aten = torch.ops.aten
 FLOAT = torch.float32
@@ -188,8 +189,7 @@ class LayerNorm(torch.nn.LayerNorm):
 
     def forward(self, input):
         if input.dtype in LOW_PRECISION and layer_norm_kernel():
-            return torch.ops.mpgemm.layer_norm.default(input, list(self.normalized_shape), self.weight, self.bias,
-                                                       self.eps)
+            return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
         return _LayerNorm.apply(input, self.weight, self.bias, tuple(self.normalized_shape), self.eps)
 
 

@@ -119,12 +119,23 @@ def _op_cases(device, ours_dtype, theirs_dtype):
         grad = torch.ones_like(x)
         return lambda: op(x, (16,), w, b).backward(grad)
 
+    # mpgemm's ops as torch.ops calls them (their torch.compile graph's
+    # call, and the eager one before mpgemm._C's entries): beside the rows
+    # above, what the entries save in the same run.
+    def linear_torch_ops(x, w, b):
+        return torch.ops.mpgemm.linear.default(x, w, b)
+
+    def conv_torch_ops(x, w, padding):
+        return torch.ops.mpgemm.conv2d.default(x, w, None, (1, 1), (padding,) * 4, (1, 1), 1)
+
     return [
         ("linear forward", linear(ours, mpgemm.linear), linear(theirs, F.linear)),
+        ("linear forward, through torch.ops", linear(ours, linear_torch_ops), linear(theirs, F.linear)),
         ("linear forward, no_grad", linear_no_grad(ours, mpgemm.linear), linear_no_grad(theirs, F.linear)),
         ("linear forward + backward", linear_backward(ours, mpgemm.linear), linear_backward(theirs, F.linear)),
         ("gemm forward", gemm(ours, mpgemm.gemm), gemm(theirs, torch.matmul)),
         ("conv2d 3x3 forward", conv(ours, mpgemm.conv2d), conv(theirs, F.conv2d)),
+        ("conv2d 3x3 forward, through torch.ops", conv(ours, conv_torch_ops), conv(theirs, F.conv2d)),
         ("conv2d 3x3 forward, no_grad", conv_no_grad(ours, mpgemm.conv2d), conv_no_grad(theirs, F.conv2d)),
         ("conv2d 3x3 forward + backward", conv_backward(ours, mpgemm.conv2d), conv_backward(theirs, F.conv2d)),
         ("layer_norm forward", layer_norm(ours, mpgemm.layer_norm, torch.float32),

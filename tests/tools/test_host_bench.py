@@ -11,7 +11,7 @@ from mpgemm.tools import cli, host_bench
 
 def test_every_case_times_both_sides():
     results = host_bench.run(torch.device("cpu"), calls=3, reps=1, warmup_calls=1, progress=lambda line: None)
-    assert [r.name for r in results][-1] == "training step (MLP, fp16)" and len(results) == 10
+    assert [r.name for r in results][-1] == "training step (MLP, fp16)" and len(results) == 12
     assert all(r.mpgemm_us > 0 and r.torch_us > 0 for r in results)
     text = host_bench.report(results, torch.device("cpu"), calls=3, reps=1)
     assert "best of 1 runs of 3 calls" in " ".join(text.split()) and all(r.name in text for r in results)
@@ -24,7 +24,7 @@ def test_command_writes_json_and_refuses_other_options(tmp_path, monkeypatch, ca
     path, threads = tmp_path / "host.json", torch.get_num_threads()
     assert cli.main(["bench", "host", "--json", str(path)]) == 0
     saved = json.loads(path.read_text())
-    assert saved["suite"] == "host" and len(saved["cases"]) == 10
+    assert saved["suite"] == "host" and len(saved["cases"]) == 12
     assert torch.get_num_threads() == threads  # one thread while it timed, then as it was
     for flag in (["--reps", "3"], ["--quick"], ["--models", "resnet50"]):
         assert cli.main(["bench", "host", *flag]) == 2
