@@ -31,21 +31,22 @@ at::Tensor input_values(const at::Tensor& t, const ConvProblem<int64_t>& problem
 // Symmetric padding is torch's convolution's own (no padded copy of x);
 // asymmetric padding ("same" with an even kernel) is explicit zeros around
 // x, and torch's convolution then pads nothing. Either way the products
-// summed are the same.
-bool symmetric(const ConvProblem<int64_t>& problem) {
+// summed are the same. An x of no rows or columns is padded explicitly
+// too: torch's convolution refuses it (mpgemm's convolves its padding).
+bool torch_pads(const ConvProblem<int64_t>& problem) {
   const auto& p = problem.padding;
-  return p[0] == p[1] && p[2] == p[3];
+  return p[0] == p[1] && p[2] == p[3] && problem.h > 0 && problem.w > 0;
 }
 
 // The padding torch's convolution applies, (top, left).
 std::array<int64_t, 2> implicit_padding(const ConvProblem<int64_t>& problem) {
-  if (!symmetric(problem)) return {0, 0};
+  if (!torch_pads(problem)) return {0, 0};
   return {problem.padding[0], problem.padding[2]};
 }
 
 // The padding applied explicitly, (top, bottom, left, right).
 std::array<int64_t, 4> explicit_padding(const ConvProblem<int64_t>& problem) {
-  if (symmetric(problem)) return {0, 0, 0, 0};
+  if (torch_pads(problem)) return {0, 0, 0, 0};
   const auto& p = problem.padding;
   return {p[0], p[1], p[2], p[3]};
 }

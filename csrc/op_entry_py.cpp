@@ -10,8 +10,9 @@
 // These entries read the same arguments straight into the kernel's C++ types
 // and call the op's typed handle: the same dispatcher call (autograd,
 // autocast, dispatch modes, fake tensors and functorch all sit behind it),
-// without the boxed detour. Errors and warnings are translated as torch's
-// own bindings translate them.
+// without the boxed detour. Errors are translated as torch.ops translates
+// them; a C++ warning becomes a Python warning, as torch's generated
+// bindings make it (torch.ops prints it; mpgemm's ops raise none).
 //
 // An entry takes its arguments only where it can prove the call is the one
 // torch.ops would make, and returns NotImplemented otherwise, so that the
@@ -37,6 +38,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -64,15 +66,18 @@ bool torch_function_passes_by(PyTypeObject* type) {
 template <class T>
 struct Arg;
 
+// Held by a reference of its own, as torch.ops holds it, not through the
+// Python object, whose tensor torch.utils.swap_tensors may swap while the
+// GIL is released.
 template <>
 struct Arg<const at::Tensor&> {
-  const at::Tensor* tensor = nullptr;
+  at::Tensor tensor;
   bool read(PyObject* o) {
     if (!THPVariable_Check(o) || !torch_function_passes_by(Py_TYPE(o))) return false;
-    tensor = &THPVariable_Unpack(o);
+    tensor = THPVariable_Unpack(o);
     return true;
   }
-  const at::Tensor& get() const { return *tensor; }
+  const at::Tensor& get() const { return tensor; }
 };
 
 template <>
@@ -166,13 +171,14 @@ struct Arg<double> {
   double get() const { return value; }
 };
 
-// A tuple (torch.Size included) or list of Python ints; its length is the
-// op's to check.
+// A tuple, torch.Size or list of Python ints; its length is the op's to
+// check. Not another tuple subclass, which may have a __torch_function__ or
+// items of its own.
 template <>
 struct Arg<at::IntArrayRef> {
   c10::SmallVector<int64_t, 4> values;
   bool read(PyObject* o) {
-    if (!PyTuple_Check(o) && !PyList_CheckExact(o)) return false;
+    if (!PyTuple_CheckExact(o) && !THPSize_Check(o) && !PyList_CheckExact(o)) return false;
     const Py_ssize_t size = PySequence_Fast_GET_SIZE(o);
     PyObject** items = PySequence_Fast_ITEMS(o);
     values.resize(size_t(size));

@@ -162,6 +162,26 @@ def test_conv_empty_batch():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_shape, padding", [((1, 8, 0, 5), 1), ((2, 8, 3, 0), (0, 1)), ((1, 8, 0, 0), 2)])
+def test_conv_input_of_no_rows_or_columns_convolves_its_padding(device, x_shape, padding):
+    # torch's convolution refuses such an x; F.conv2d of x padded by hand is the reference.
+    torch.manual_seed(14)
+    x = torch.empty(x_shape, device=device, dtype=torch.float16, requires_grad=True)
+    weight = random(4, 8, 2, 2, device=device, dtype=torch.float16).requires_grad_()
+    bias = random(4, device=device).requires_grad_()
+    out = mpgemm.conv2d(x, weight, bias, padding=padding)
+    pads = {1: (1, 1, 1, 1), (0, 1): (1, 1, 0, 0), 2: (2, 2, 2, 2)}[padding]
+    w64, b64 = weight.detach().double().requires_grad_(), bias.detach().double().requires_grad_()
+    ref = F.conv2d(F.pad(x.detach().double(), pads), w64, b64)
+    assert out.shape == ref.shape and relative_error(out, ref.detach()) < TOLERANCE[torch.float16]
+    grad = random(*out.shape, device=device, dtype=torch.float16)
+    out.backward(grad)
+    ref.backward(grad.double())
+    assert x.grad.shape == x.shape and torch.equal(weight.grad, torch.zeros_like(weight))
+    assert relative_error(bias.grad, b64.grad) < 1e-6
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_opcheck_conv(device, dtype):
     x = random(2, 8, 7, 6, device=device, dtype=dtype).requires_grad_()

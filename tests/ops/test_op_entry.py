@@ -71,7 +71,14 @@ def calls(device):
 
 
 def leaves_of(args):
-    return [a for a in args if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]
+    """The leaf tensors behind args (a view's base), each once."""
+    leaves = {}
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            root = a if a._base is None else a._base
+            leaves[id(root)] = root
+    assert all(t.is_leaf and t.requires_grad for t in leaves.values())
+    return list(leaves.values())
 
 
 def result_and_grads(run, args):
@@ -140,6 +147,10 @@ def test_public_ops_take_the_entry_and_fall_back_where_it_declines(device, monke
         assert mpgemm.ops._C.calls == {name: 1}, name
 
 
+class Shape(tuple):
+    """A tuple subclass, which torch.ops reads through its own protocol."""
+
+
 class Logged(torch.Tensor):
     """A subclass with a __torch_function__ of its own."""
     seen = []
@@ -189,6 +200,7 @@ def test_entry_declines_what_only_torch_ops_may_take():
         "bytes as activation": lambda: _C.linear(x, w, None, b"relu", None),
         "a str as eps": lambda: _C.layer_norm(x, (24,), None, None, "1e-5"),
         "a set as normalized_shape": lambda: _C.layer_norm(x, {24}, None, None, 1e-5),
+        "a tuple subclass as normalized_shape": lambda: _C.layer_norm(x, Shape((24,)), None, None, 1e-5),
         "too few arguments": lambda: _C.linear(x, w, None, None),
         "too many arguments": lambda: _C.linear(x, w, None, None, None, None),
     }
@@ -196,6 +208,11 @@ def test_entry_declines_what_only_torch_ops_may_take():
         assert call() is NotImplemented, reason
     with LoggingMode():
         assert _C.linear(x, w, None, None, None) is NotImplemented
+    with torch._C.DisableTorchFunctionSubclass():  # torch.ops then takes the subclass as a tensor
+        assert _C.linear(x.as_subclass(Logged), w, None, None, None) is NotImplemented
+        assert type(mpgemm.linear(x.as_subclass(Logged), w)) is torch.Tensor
+    # torch.Size is taken, as is a plain tuple.
+    assert isinstance(_C.layer_norm(x, x.shape[-1:], None, None, 1e-5), torch.Tensor)
     # nn.Parameter disables __torch_function__: taken.
     assert isinstance(_C.linear(x, torch.nn.Parameter(w.detach()), None, None, None), torch.Tensor)
 
@@ -269,7 +286,6 @@ def test_torch_compile_traces_the_op():
 
 
 def test_threads_calling_at_once_get_their_own_results():
-    # The entry lets go of the GIL around the op, as torch.ops does.
     torch.manual_seed(13)
     inputs = [(torch.randn(64, 96, dtype=H), torch.randn(48, 96, dtype=H)) for _ in range(4)]
     want = [torch.ops.mpgemm.linear.default(x, w, None) for x, w in inputs]
