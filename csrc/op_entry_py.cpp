@@ -230,10 +230,6 @@ constexpr char kGatedMlp[] = "mpgemm::gated_mlp";
 constexpr char kLayerNorm[] = "mpgemm::layer_norm";
 constexpr char kConv2d[] = "mpgemm::conv2d";
 
-// layer_norm: (x, normalized_shape, weight, bias, eps).
-using LayerNormSignature = at::Tensor(const at::Tensor&, at::IntArrayRef, const std::optional<at::Tensor>&,
-                                      const std::optional<at::Tensor>&, double);
-
 template <class Signature, const char* kName>
 PyCFunction entry() {
   return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Entry<Signature>::template call<kName>));

@@ -40,6 +40,9 @@ using GatedActivationSignature = at::Tensor(const at::Tensor&, const at::Tensor&
 // _gated_activation_backward: (grad, gate, up, activation) -> (grad_gate, grad_up, act(gate) * up).
 using GatedActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, std::string_view);
+// layer_norm: (x, normalized_shape, weight, bias, eps).
+using LayerNormSignature = at::Tensor(const at::Tensor&, at::IntArrayRef, const std::optional<at::Tensor>&,
+                                      const std::optional<at::Tensor>&, double);
 // _layer_norm_forward: (x, normalized_shape, weight, bias, eps) -> (y, mean, rstd).
 using LayerNormForwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, at::IntArrayRef, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, double);
